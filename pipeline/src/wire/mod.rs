@@ -1,0 +1,1 @@
+//! Zero-copy views over packet bytes.
