@@ -1,0 +1,19 @@
+/* Everything the gateway binds. Kept to the APIs we use so bindgen stays fast. */
+#include <rte_config.h>
+#include <rte_version.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_launch.h>
+#include <rte_cycles.h>
+#include <rte_prefetch.h>
+#include <rte_malloc.h>
+#include <rte_mempool.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <rte_ethdev.h>
+#include <rte_flow.h>
+#include <rte_bus_vdev.h>
+#include <rte_eth_bond.h>
+#include <rte_eth_bond_8023ad.h>
+#include "shim.h"
