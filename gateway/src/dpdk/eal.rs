@@ -1,0 +1,177 @@
+use std::ffi::{c_char, c_int, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::error::{DpdkError, Result};
+use super::ids::LcoreId;
+
+/// What the EAL is started with. Built from the gateway's config; `to_argv` is the one place
+/// that turns it into DPDK's command line.
+#[derive(Clone, Debug, Default)]
+pub struct EalArgs {
+    /// Lcores the EAL may use; the first is the main (control) lcore, the rest run workers.
+    pub lcores: Vec<LcoreId>,
+    /// Run without hugepages (`--no-huge`), with `memory_mb` of ordinary memory.
+    pub no_huge: bool,
+    /// Memory to reserve in MiB (`-m`); 0 lets the EAL decide.
+    pub memory_mb: u32,
+    /// Keep no files in /var/run or hugetlbfs (`--in-memory`), so nothing is left behind.
+    pub in_memory: bool,
+    /// Separates this process's shared files from another DPDK process's (`--file-prefix`).
+    pub file_prefix: Option<String>,
+    /// Virtual devices, e.g. `net_af_packet0,iface=veth0` (`--vdev`).
+    pub vdevs: Vec<String>,
+    /// PCI devices to use (`-a`); with none and `no_pci`, the PCI bus is not scanned.
+    pub pci_allow: Vec<String>,
+    pub no_pci: bool,
+    /// EAL log level, e.g. `notice` or `lib.eal:debug`.
+    pub log_level: Option<String>,
+    /// Anything else, passed through verbatim after the above.
+    pub extra: Vec<String>,
+}
+
+impl EalArgs {
+    pub fn to_argv(&self) -> Vec<String> {
+        let mut argv = vec!["gateway".to_string()];
+        if !self.lcores.is_empty() {
+            let list: Vec<String> = self.lcores.iter().map(|l| l.0.to_string()).collect();
+            argv.push(format!("--lcores={}", list.join(",")));
+            argv.push(format!("--main-lcore={}", self.lcores[0].0));
+        }
+        if self.no_huge {
+            argv.push("--no-huge".into());
+        }
+        if self.memory_mb > 0 {
+            argv.push(format!("-m{}", self.memory_mb));
+        }
+        if self.in_memory && self.no_huge {
+            // --no-huge implies legacy memory, which --in-memory refuses; without hugepages
+            // the only file left behind would be the shared config, so skip that instead.
+            argv.push("--no-shconf".into());
+        } else if self.in_memory {
+            argv.push("--in-memory".into());
+        }
+        if let Some(prefix) = &self.file_prefix {
+            argv.push(format!("--file-prefix={prefix}"));
+        }
+        if self.no_pci {
+            argv.push("--no-pci".into());
+        }
+        argv.extend(self.pci_allow.iter().map(|dev| format!("-a{dev}")));
+        argv.extend(self.vdevs.iter().map(|dev| format!("--vdev={dev}")));
+        if let Some(level) = &self.log_level {
+            argv.push(format!("--log-level={level}"));
+        }
+        argv.extend(self.extra.iter().cloned());
+        argv
+    }
+}
+
+static EAL_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// The running EAL. There is at most one per process; dropping it calls `rte_eal_cleanup`.
+pub struct Eal {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Eal {
+    pub fn init(args: &EalArgs) -> Result<Eal> {
+        if EAL_STARTED.swap(true, Ordering::SeqCst) {
+            return Err(DpdkError::Invalid {
+                what: "EAL",
+                detail: "already initialised in this process; DPDK allows one EAL per process"
+                    .into(),
+            });
+        }
+        let argv = args.to_argv();
+        tracing::info!(args = %argv.join(" "), "starting the DPDK EAL");
+        // The EAL keeps pointers into argv (devargs, for one) for the life of the process,
+        // so the strings are leaked on purpose: once per process, a few hundred bytes.
+        let mut raw: Vec<*mut c_char> = argv
+            .into_iter()
+            .map(|arg| {
+                CString::new(arg)
+                    .map(CString::into_raw)
+                    .map_err(|_| DpdkError::Invalid {
+                        what: "EAL argument",
+                        detail: "contains a NUL byte".into(),
+                    })
+            })
+            .collect::<Result<_>>()?;
+        let argc = raw.len() as c_int;
+        raw.push(std::ptr::null_mut());
+        let raw: &'static mut [*mut c_char] = raw.leak();
+        // SAFETY: argv is a NULL-terminated array of valid, leaked C strings that outlive
+        // the process, and the EAL is started at most once (guarded above).
+        let ret = unsafe { dpdk_sys::rte_eal_init(argc, raw.as_mut_ptr()) };
+        if ret < 0 {
+            return Err(DpdkError::last("rte_eal_init"));
+        }
+        Ok(Eal {
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// The lcore the calling thread runs as, if it is an EAL thread.
+    pub fn current_lcore() -> Option<LcoreId> {
+        // SAFETY: reads a thread-local; returns LCORE_ID_ANY for non-EAL threads.
+        let id = unsafe { dpdk_sys::shim_rte_lcore_id() };
+        (id != dpdk_sys::LCORE_ID_ANY).then_some(LcoreId(id))
+    }
+
+    /// The worker lcores the EAL was given (every enabled lcore except the main one).
+    pub fn worker_lcores(&self) -> Vec<LcoreId> {
+        let mut lcores = Vec::new();
+        // SAFETY: iterating enabled lcores is a read of EAL state set at init.
+        let mut id = unsafe { dpdk_sys::rte_get_next_lcore(u32::MAX, 1, 0) };
+        while id < dpdk_sys::RTE_MAX_LCORE {
+            lcores.push(LcoreId(id));
+            // SAFETY: as above.
+            id = unsafe { dpdk_sys::rte_get_next_lcore(id, 1, 0) };
+        }
+        lcores
+    }
+}
+
+impl Drop for Eal {
+    fn drop(&mut self) {
+        // SAFETY: every port, ring and pool borrows nothing from the EAL handle, but callers
+        // drop them before the EAL (they are created after it); cleanup runs once.
+        let ret = unsafe { dpdk_sys::rte_eal_cleanup() };
+        if ret < 0 {
+            tracing::warn!(error = %DpdkError::from_errno("rte_eal_cleanup", ret), "EAL cleanup");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_comes_from_the_fields() {
+        let args = EalArgs {
+            lcores: vec![LcoreId(0), LcoreId(1)],
+            no_huge: true,
+            memory_mb: 256,
+            in_memory: true,
+            file_prefix: Some("gw1".into()),
+            vdevs: vec!["net_null0".into()],
+            no_pci: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            args.to_argv(),
+            [
+                "gateway",
+                "--lcores=0,1",
+                "--main-lcore=0",
+                "--no-huge",
+                "-m256",
+                "--no-shconf",
+                "--file-prefix=gw1",
+                "--no-pci",
+                "--vdev=net_null0"
+            ]
+        );
+    }
+}

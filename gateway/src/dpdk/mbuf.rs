@@ -1,0 +1,207 @@
+use std::ptr::NonNull;
+
+use super::error::{DpdkError, Result};
+use super::mempool::Mempool;
+
+/// Packets per rx/tx burst, as in DPDK's examples: big enough to amortise the call, small
+/// enough to stay in L1.
+pub const BURST_SIZE: usize = 32;
+
+/// One owned packet buffer, freed exactly once: on drop, or by whoever `into_raw` hands it to.
+/// Deliberately not `Clone`: a cloned owner would free twice.
+pub struct Mbuf {
+    ptr: NonNull<dpdk_sys::rte_mbuf>,
+}
+
+// SAFETY: an mbuf has one owner at a time; moving that ownership across threads is how
+// DPDK hands packets between lcores.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    pub fn alloc(pool: &Mempool) -> Option<Mbuf> {
+        // SAFETY: the pool is alive; NULL means the pool is empty.
+        let ptr = unsafe { dpdk_sys::shim_rte_pktmbuf_alloc(pool.as_ptr()) };
+        NonNull::new(ptr).map(|ptr| Mbuf { ptr })
+    }
+
+    /// Takes ownership of a raw mbuf pointer.
+    ///
+    /// # Safety
+    /// `ptr` must be a valid mbuf that nobody else owns or will free.
+    pub(crate) unsafe fn from_raw(ptr: *mut dpdk_sys::rte_mbuf) -> Mbuf {
+        Mbuf {
+            ptr: NonNull::new_unchecked(ptr),
+        }
+    }
+
+    /// Gives up ownership without freeing; the receiver (a driver, a ring) now owns it.
+    pub(crate) fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
+        let ptr = self.ptr.as_ptr();
+        std::mem::forget(self);
+        ptr
+    }
+
+    /// Bytes of the packet's first segment. The gateway never enables scatter, so every
+    /// packet it receives has one segment.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: mtod points at data_len initialised bytes inside the buffer we own.
+        unsafe {
+            let ptr = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr()) as *const u8;
+            std::slice::from_raw_parts(ptr, self.len())
+        }
+    }
+
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`, and &mut self makes the access exclusive.
+        unsafe {
+            let ptr = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr()) as *mut u8;
+            std::slice::from_raw_parts_mut(ptr, self.len())
+        }
+    }
+
+    /// The packet's bytes plus the tailroom after them, so a packet can be rewritten into a
+    /// longer one in place (an ICMP error quoting it, say). Set the new length with `set_len`.
+    pub fn room_mut(&mut self) -> &mut [u8] {
+        // SAFETY: mtod plus data_len plus tailroom stays inside buf_len of the buffer we
+        // own; the tailroom bytes may be stale but are plain bytes (any value is valid).
+        unsafe {
+            let ptr = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr()) as *mut u8;
+            let room = self.len() + dpdk_sys::shim_rte_pktmbuf_tailroom(self.ptr.as_ptr()) as usize;
+            std::slice::from_raw_parts_mut(ptr, room)
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        // SAFETY: reads a field of the mbuf we own.
+        unsafe { dpdk_sys::shim_rte_pktmbuf_data_len(self.ptr.as_ptr()) as usize }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of segments; more than one means the packet does not fit `data()`.
+    pub fn segments(&self) -> u16 {
+        // SAFETY: reads a field of the mbuf we own.
+        unsafe { dpdk_sys::shim_rte_mbuf_nb_segs(self.ptr.as_ptr()) }
+    }
+
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        let fits = u16::try_from(len).ok().filter(|&len| {
+            // SAFETY: writes data_len/pkt_len of the mbuf we own; the shim refuses lengths
+            // past the data room and multi-segment mbufs.
+            unsafe { dpdk_sys::shim_rte_pktmbuf_set_len(self.ptr.as_ptr(), len) == 0 }
+        });
+        fits.map(|_| ()).ok_or_else(|| DpdkError::Invalid {
+            what: "mbuf length",
+            detail: format!("{len} bytes do not fit the buffer"),
+        })
+    }
+
+    /// The NIC's RSS hash of the packet (0 when the port computed none).
+    pub fn rss_hash(&self) -> u32 {
+        // SAFETY: reads a field of the mbuf we own.
+        unsafe { dpdk_sys::shim_rte_mbuf_rss_hash(self.ptr.as_ptr()) }
+    }
+
+    /// Hints the CPU to fetch the packet's first cache line.
+    #[inline]
+    pub fn prefetch(&self) {
+        // SAFETY: prefetch is only a hint; the address is the mbuf's own data.
+        unsafe {
+            let data = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr());
+            dpdk_sys::shim_rte_prefetch0(data);
+        }
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we are the one owner; ownership given away went through into_raw.
+        unsafe { dpdk_sys::shim_rte_pktmbuf_free(self.ptr.as_ptr()) }
+    }
+}
+
+/// Up to BURST_SIZE owned mbufs in an array of raw pointers, the shape rx/tx bursts and
+/// rings want. No allocation: it lives on the worker's stack or in its state. Whatever is
+/// still in it when dropped is freed.
+pub struct MbufBatch {
+    pub(crate) ptrs: [*mut dpdk_sys::rte_mbuf; BURST_SIZE],
+    pub(crate) len: usize,
+}
+
+// SAFETY: the batch owns its mbufs exclusively, like a Vec<Mbuf> would.
+unsafe impl Send for MbufBatch {}
+
+impl Default for MbufBatch {
+    fn default() -> Self {
+        MbufBatch {
+            ptrs: [std::ptr::null_mut(); BURST_SIZE],
+            len: 0,
+        }
+    }
+}
+
+impl MbufBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len == BURST_SIZE
+    }
+
+    /// Adds a packet, or gives it back when the batch is full.
+    pub fn push(&mut self, mbuf: Mbuf) -> std::result::Result<(), Mbuf> {
+        if self.is_full() {
+            return Err(mbuf);
+        }
+        self.ptrs[self.len] = mbuf.into_raw();
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Takes the packets out in order, leaving the batch empty.
+    pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {
+        let len = std::mem::take(&mut self.len);
+        self.ptrs[..len].iter().map(|&ptr| {
+            // SAFETY: the first `len` pointers were owned by the batch, and `len` is already
+            // zero, so each is handed out exactly once.
+            unsafe { Mbuf::from_raw(ptr) }
+        })
+    }
+
+    /// Frees every packet in the batch; returns how many.
+    pub fn free_all(&mut self) -> usize {
+        let freed = self.len;
+        if freed > 0 {
+            // SAFETY: the first `len` pointers are owned mbufs; len is reset so none is
+            // freed twice.
+            unsafe { dpdk_sys::rte_pktmbuf_free_bulk(self.ptrs.as_mut_ptr(), freed as u32) };
+            self.len = 0;
+        }
+        freed
+    }
+
+    /// Forgets the first `accepted` packets (their new owner took them) and keeps the rest,
+    /// moved to the front.
+    pub(crate) fn consume_front(&mut self, accepted: usize) {
+        debug_assert!(accepted <= self.len);
+        self.ptrs.copy_within(accepted..self.len, 0);
+        self.len -= accepted;
+    }
+}
+
+impl Drop for MbufBatch {
+    fn drop(&mut self) {
+        self.free_all();
+    }
+}

@@ -1,0 +1,39 @@
+//! The safe layer over DPDK. Every `unsafe` block of the gateway lives under this module.
+
+mod eal;
+mod error;
+mod ids;
+mod lcore;
+mod mbuf;
+mod mempool;
+mod port;
+mod ring;
+
+pub use eal::{Eal, EalArgs};
+pub use error::{DpdkError, Result};
+pub use ids::{LcoreId, PortId, QueueId};
+pub use lcore::{launch, LaunchedWork};
+pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};
+pub use mempool::Mempool;
+pub use port::{Port, PortConfig, PortHandle, PortStats};
+pub use ring::{MbufRing, RingConsumer, RingProducer};
+
+/// The time-stamp counter: cheap, monotonic per core, what the fast path measures with.
+#[inline]
+pub fn rdtsc() -> u64 {
+    // SAFETY: reads the TSC register; no memory is touched.
+    unsafe { dpdk_sys::shim_rte_rdtsc() }
+}
+
+/// TSC ticks per second, as calibrated by the EAL.
+pub fn tsc_hz() -> u64 {
+    // SAFETY: a read of a value the EAL computed at init; harmless before init (returns 0).
+    unsafe { dpdk_sys::rte_get_tsc_hz() }
+}
+
+/// DPDK's version string, e.g. "DPDK 22.11.11".
+pub fn version() -> String {
+    // SAFETY: rte_version returns a pointer to a static NUL-terminated string.
+    let text = unsafe { std::ffi::CStr::from_ptr(dpdk_sys::rte_version()) };
+    text.to_string_lossy().into_owned()
+}

@@ -1,0 +1,4 @@
+//! The gateway appliance: the safe DPDK layer, configuration, and the workers that drive the
+//! pure-Rust pipeline.
+
+pub mod dpdk;

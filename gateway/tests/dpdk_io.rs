@@ -1,0 +1,194 @@
+//! The safe DPDK layer against a real EAL, in-process, on virtual devices: no NIC, no
+//! hugepages. One EAL serves every test of this binary (DPDK allows one per process).
+
+use std::sync::OnceLock;
+
+use gateway::dpdk::{
+    launch, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, QueueId,
+    BURST_SIZE,
+};
+
+fn eal() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let args = EalArgs {
+            lcores: vec![LcoreId(0), LcoreId(1)],
+            no_huge: true,
+            memory_mb: 256,
+            in_memory: true,
+            no_pci: true,
+            vdevs: vec!["net_ring0".into(), "net_null0".into()],
+            log_level: Some("warning".into()),
+            ..Default::default()
+        };
+        let eal = Eal::init(&args).expect("EAL starts on --no-huge with vdevs");
+        // Tests share the EAL until the process exits; cleanup at exit is the OS's job.
+        std::mem::forget(eal);
+    });
+}
+
+/// Lcore 1 runs one job at a time; tests that launch on it take turns.
+fn worker_lcore() -> std::sync::MutexGuard<'static, ()> {
+    static LCORE1: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LCORE1.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+fn stamp(mbuf: &mut Mbuf, seq: u32) {
+    mbuf.set_len(64).expect("64 bytes fit an mbuf");
+    let data = mbuf.data_mut();
+    data.fill(0xab);
+    data[..4].copy_from_slice(&seq.to_be_bytes());
+}
+
+#[test]
+fn packets_loop_through_net_ring_and_every_mbuf_returns_to_its_pool() {
+    eal();
+    let pool = Mempool::new("ring_test_pool", 2047, 0, 2048, -1).unwrap();
+    let id = Port::find("net_ring0").unwrap();
+    let port = Port::start(id, "net_ring0", &PortConfig::default(), &pool).unwrap();
+    let io = port.handle();
+    let total: u32 = 12_800;
+    let mut sent_seq = 0u32;
+    let mut next_expected = 0u32;
+    let mut tx = MbufBatch::new();
+    let mut rx = MbufBatch::new();
+    while next_expected < total {
+        while !tx.is_full() && sent_seq < total {
+            let mut mbuf = Mbuf::alloc(&pool).expect("pool has room");
+            stamp(&mut mbuf, sent_seq);
+            tx.push(mbuf).ok().unwrap();
+            sent_seq += 1;
+        }
+        let (sent, dropped) = io.tx_burst(QueueId(0), &mut tx);
+        assert_eq!(sent + dropped, BURST_SIZE.min(sent + dropped));
+        sent_seq -= dropped as u32; // refused packets were freed; send those numbers again
+        assert!(tx.is_empty());
+        io.rx_burst(QueueId(0), &mut rx);
+        for mbuf in rx.drain() {
+            assert_eq!(mbuf.len(), 64);
+            let seq = u32::from_be_bytes(mbuf.data()[..4].try_into().unwrap());
+            assert_eq!(seq, next_expected, "packets arrive once and in order");
+            assert!(mbuf.data()[4..].iter().all(|&b| b == 0xab));
+            next_expected += 1;
+        }
+    }
+    let stats = port.stats().unwrap();
+    assert_eq!(stats.rx_packets, u64::from(total));
+    assert_eq!(stats.tx_packets, u64::from(total));
+    drop(port);
+    assert_eq!(pool.in_use(), 0, "no mbuf leaked");
+    assert_eq!(pool.available(), pool.capacity(), "no mbuf freed twice");
+}
+
+#[test]
+fn null_device_consumes_tx_and_produces_rx_from_our_pool() {
+    eal();
+    let pool = Mempool::new("null_test_pool", 1023, 0, 2048, -1).unwrap();
+    let id = Port::find("net_null0").unwrap();
+    let port = Port::start(id, "net_null0", &PortConfig::default(), &pool).unwrap();
+    let io = port.handle();
+    let mut moved = 0;
+    let mut batch = MbufBatch::new();
+    while moved < 10_000 {
+        while !batch.is_full() {
+            let mut mbuf = Mbuf::alloc(&pool).unwrap();
+            stamp(&mut mbuf, moved as u32);
+            batch.push(mbuf).ok().unwrap();
+        }
+        let (sent, dropped) = io.tx_burst(QueueId(0), &mut batch);
+        assert_eq!(
+            (sent, dropped),
+            (BURST_SIZE, 0),
+            "net_null takes every packet"
+        );
+        let got = io.rx_burst(QueueId(0), &mut batch);
+        assert!(got > 0, "net_null always has packets to give");
+        assert!(batch.drain().all(|mbuf| mbuf.segments() == 1));
+        moved += sent + got;
+    }
+    drop(port);
+    assert_eq!(pool.in_use(), 0, "no mbuf leaked");
+    assert_eq!(pool.available(), pool.capacity());
+}
+
+#[test]
+fn ring_hands_packets_from_a_worker_lcore_to_the_main_thread() {
+    eal();
+    let pool = std::sync::Arc::new(Mempool::new("handoff_test_pool", 4095, 0, 2048, -1).unwrap());
+    let (mut producer, mut consumer) = MbufRing::create("handoff_test_ring", 1024, -1).unwrap();
+    assert!(producer.is_empty());
+    let total: u32 = 10_000;
+    let worker_pool = pool.clone();
+    let _turn = worker_lcore();
+    let worker = launch(LcoreId(1), move || {
+        let mut batch = MbufBatch::new();
+        let mut seq = 0u32;
+        let mut ring_full = 0u64;
+        while seq < total || !batch.is_empty() {
+            while !batch.is_full() && seq < total {
+                let mut mbuf = Mbuf::alloc(&worker_pool).expect("pool has room");
+                stamp(&mut mbuf, seq);
+                batch.push(mbuf).ok().unwrap();
+                seq += 1;
+            }
+            if producer.enqueue(&mut batch) == 0 {
+                ring_full += 1;
+                std::hint::spin_loop();
+            }
+        }
+        ring_full
+    })
+    .unwrap();
+    let mut batch = MbufBatch::new();
+    let mut expected = 0u32;
+    while expected < total {
+        consumer.dequeue(&mut batch);
+        for mbuf in batch.drain() {
+            let seq = u32::from_be_bytes(mbuf.data()[..4].try_into().unwrap());
+            assert_eq!(seq, expected);
+            expected += 1;
+        }
+    }
+    worker.join().expect("the worker finished cleanly");
+    assert!(consumer.is_empty());
+    assert_eq!(pool.in_use(), 0, "no mbuf leaked");
+}
+
+#[test]
+fn a_panicking_worker_is_reported_not_fatal() {
+    eal();
+    let _turn = worker_lcore();
+    let work = launch(LcoreId(1), || -> u32 { panic!("boom on purpose") }).unwrap();
+    let err = work.join().unwrap_err().to_string();
+    assert!(
+        err.contains("lcore 1") && err.contains("boom on purpose"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_device_is_named_in_the_error() {
+    eal();
+    let err = Port::find("net_nosuch7,iface=x").unwrap_err().to_string();
+    assert!(err.contains("net_nosuch7"), "{err}");
+    let err = Port::probe("net_bogusdriver0,foo=1")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("net_bogusdriver0"), "{err}");
+}
+
+#[test]
+fn a_port_config_beyond_the_device_limits_is_refused_clearly() {
+    eal();
+    let pool = Mempool::new("limits_test_pool", 511, 0, 2048, -1).unwrap();
+    let id = Port::find("net_ring0").unwrap();
+    let config = PortConfig {
+        rx_queues: 200,
+        ..Default::default()
+    };
+    let err = Port::start(id, "net_ring0", &config, &pool)
+        .err()
+        .expect("200 rx queues exceed net_ring's limit")
+        .to_string();
+    assert!(err.contains("rx queues") && err.contains("200"), "{err}");
+}
