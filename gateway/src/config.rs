@@ -1,0 +1,433 @@
+//! The gateway's configuration: one TOML file, serde-typed, with `GATEWAY__...` environment
+//! overrides (`GATEWAY__EAL__MEMORY_MB=1024`). `validate` names the field that is wrong.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    #[serde(default)]
+    pub eal: EalConfig,
+    #[serde(default)]
+    pub mempool: MempoolConfig,
+    #[serde(default)]
+    pub workers: WorkersConfig,
+    pub interfaces: Vec<InterfaceConfig>,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    #[serde(default)]
+    pub icmp: IcmpConfig,
+    #[serde(default)]
+    pub neighbors: NeighborsConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq, Default, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum HugepageMode {
+    /// Use hugepages when mounted and reserved; otherwise run without, with a notice.
+    #[default]
+    Auto,
+    /// Refuse to start without hugepages (production).
+    Required,
+    /// Never use hugepages (`--no-huge`): tests and labs.
+    Off,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EalConfig {
+    /// The main lcore, which runs the control thread; never a worker.
+    pub main_lcore: u32,
+    pub hugepages: HugepageMode,
+    /// MiB of memory for DPDK (`-m`).
+    pub memory_mb: u32,
+    /// Keeps this instance's runtime files apart from other DPDK processes.
+    pub file_prefix: String,
+    pub log_level: String,
+    /// Passed to the EAL verbatim, after everything the config generates.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for EalConfig {
+    fn default() -> Self {
+        EalConfig {
+            main_lcore: 0,
+            hugepages: HugepageMode::Auto,
+            memory_mb: 512,
+            file_prefix: "gateway".into(),
+            log_level: "notice".into(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MempoolConfig {
+    /// Packet buffers in the pool. Must cover every RX descriptor of every queue, every TX
+    /// descriptor, the rings, and bursts in flight; `2^n - 1` is the most memory-efficient.
+    pub mbufs: u32,
+    /// Per-lcore cache of buffers (at most 512, and mbufs / 1.5 or less).
+    pub cache: u32,
+    /// Bytes of packet data per buffer. 2048 carries a 1500-byte MTU; raise it for jumbo frames.
+    pub data_room: u16,
+}
+
+impl Default for MempoolConfig {
+    fn default() -> Self {
+        MempoolConfig {
+            mbufs: 16383,
+            cache: 256,
+            data_room: 2048,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersConfig {
+    /// One worker per lcore listed; each owns RX/TX queue i on every port.
+    pub lcores: Vec<u32>,
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        WorkersConfig { lcores: vec![1] }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceConfig {
+    /// A name for logs and metrics, e.g. "lan".
+    pub name: String,
+    /// A DPDK device: a PCI address ("0000:03:00.0") or a vdev string
+    /// ("net_af_packet0,iface=veth0").
+    pub device: String,
+    /// The gateway's address and the connected subnet, e.g. "192.168.1.1/24".
+    pub address: Ipv4Cidr,
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
+    #[serde(default = "default_descriptors")]
+    pub rx_descriptors: u16,
+    #[serde(default = "default_descriptors")]
+    pub tx_descriptors: u16,
+}
+
+fn default_mtu() -> u16 {
+    1500
+}
+
+fn default_descriptors() -> u16 {
+    1024
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The destination prefix; "0.0.0.0/0" is the default route.
+    pub destination: Ipv4Cidr,
+    /// The next-hop router; it must sit in an interface's connected subnet.
+    pub via: Ipv4Addr,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IcmpConfig {
+    /// ICMP errors (time exceeded, unreachable, fragmentation needed) each worker may send
+    /// per second; the rest are dropped and counted.
+    pub errors_per_sec: u32,
+    pub burst: u32,
+}
+
+impl Default for IcmpConfig {
+    fn default() -> Self {
+        IcmpConfig {
+            errors_per_sec: 1000,
+            burst: 100,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NeighborsConfig {
+    pub capacity: usize,
+    /// Packets held per unresolved next hop while ARP runs; more are dropped and counted.
+    pub pending_per_neighbor: usize,
+    /// How long an ARP answer is trusted before it is refreshed.
+    pub reachable_secs: u64,
+}
+
+impl Default for NeighborsConfig {
+    fn default() -> Self {
+        NeighborsConfig {
+            capacity: 4096,
+            pending_per_neighbor: 4,
+            reachable_secs: 300,
+        }
+    }
+}
+
+/// An IPv4 address with a prefix length, "192.168.1.1/24".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ipv4Cidr {
+    pub addr: Ipv4Addr,
+    pub len: u8,
+}
+
+impl Ipv4Cidr {
+    pub fn network(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.addr) & self.mask())
+    }
+
+    pub fn mask(&self) -> u32 {
+        if self.len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - self.len)
+        }
+    }
+
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        u32::from(ip) & self.mask() == u32::from(self.network())
+    }
+}
+
+impl FromStr for Ipv4Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (addr, len) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?} is not an address/prefix-length like 10.0.0.1/24"))?;
+        let addr = addr
+            .parse()
+            .map_err(|_| format!("{addr:?} is not an IPv4 address"))?;
+        let len = len
+            .parse::<u8>()
+            .ok()
+            .filter(|&len| len <= 32)
+            .ok_or_else(|| format!("{len:?} is not a prefix length 0..=32"))?;
+        Ok(Ipv4Cidr { addr, len })
+    }
+}
+
+impl<'de> Deserialize<'de> for Ipv4Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for Ipv4Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// A config that cannot be used, with the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Load {
+        path: String,
+        source: config::ConfigError,
+    },
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+impl GatewayConfig {
+    /// Reads, applies `GATEWAY__*` environment overrides, and validates.
+    pub fn load(path: &Path) -> Result<GatewayConfig, ConfigError> {
+        let load_error = |source| ConfigError::Load {
+            path: path.display().to_string(),
+            source,
+        };
+        let config: GatewayConfig = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("GATEWAY")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true),
+            )
+            .build()
+            .map_err(load_error)?
+            .try_deserialize()
+            .map_err(load_error)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.workers.lcores.is_empty() {
+            return Err(invalid("workers.lcores", "at least one worker lcore is needed"));
+        }
+        let mut lcores = HashSet::new();
+        for (i, &lcore) in self.workers.lcores.iter().enumerate() {
+            if lcore == self.eal.main_lcore {
+                return Err(invalid(
+                    format!("workers.lcores[{i}]"),
+                    format!("lcore {lcore} is eal.main_lcore, which runs the control thread"),
+                ));
+            }
+            if !lcores.insert(lcore) {
+                return Err(invalid(format!("workers.lcores[{i}]"), format!("lcore {lcore} is listed twice")));
+            }
+        }
+        if self.mempool.cache > 512 || self.mempool.cache as f64 > self.mempool.mbufs as f64 / 1.5 {
+            return Err(invalid(
+                "mempool.cache",
+                "must be at most 512 and at most mbufs / 1.5 (DPDK's limits)",
+            ));
+        }
+        if self.interfaces.is_empty() {
+            return Err(invalid("interfaces", "at least one interface is needed"));
+        }
+        let mut names = HashSet::new();
+        let mut devices = HashSet::new();
+        for (i, iface) in self.interfaces.iter().enumerate() {
+            let field = |name: &str| format!("interfaces[{i}].{name}");
+            if iface.name.is_empty() || !names.insert(iface.name.as_str()) {
+                return Err(invalid(field("name"), format!("{:?} is empty or used twice", iface.name)));
+            }
+            if !devices.insert(device_name(&iface.device)) {
+                return Err(invalid(field("device"), format!("{:?} is used twice", iface.device)));
+            }
+            if iface.address.len == 0 || iface.address.len > 30 {
+                return Err(invalid(field("address"), "prefix length must be 1..=30"));
+            }
+            if iface.mtu < 576 || iface.mtu as u32 + 18 > self.mempool.data_room as u32 {
+                return Err(invalid(
+                    field("mtu"),
+                    format!(
+                        "{} must be at least 576 and, with 18 bytes of Ethernet framing, fit mempool.data_room ({})",
+                        iface.mtu, self.mempool.data_room
+                    ),
+                ));
+            }
+        }
+        for (i, route) in self.routes.iter().enumerate() {
+            let dest = route.destination;
+            if u32::from(dest.addr) & !dest.mask() != 0 {
+                return Err(invalid(
+                    format!("routes[{i}].destination"),
+                    format!("{dest} has host bits set; did you mean {}/{}?", dest.network(), dest.len),
+                ));
+            }
+            if self.interface_for(route.via).is_none() {
+                return Err(invalid(
+                    format!("routes[{i}].via"),
+                    format!("{} is not in any interface's subnet", route.via),
+                ));
+            }
+        }
+        if self.neighbors.capacity == 0 || self.neighbors.pending_per_neighbor == 0 {
+            return Err(invalid("neighbors", "capacity and pending_per_neighbor must be positive"));
+        }
+        Ok(())
+    }
+
+    /// The index of the interface whose connected subnet holds `ip`.
+    pub fn interface_for(&self, ip: Ipv4Addr) -> Option<usize> {
+        self.interfaces.iter().position(|iface| iface.address.contains(ip))
+    }
+}
+
+/// The DPDK device name in a device string: the part before the first comma.
+pub fn device_name(device: &str) -> &str {
+    device.split(',').next().unwrap_or(device).trim()
+}
+
+/// PCI addresses go to the EAL's allow list; everything else is a vdev.
+pub fn is_pci_address(device: &str) -> bool {
+    let name = device_name(device);
+    let parts: Vec<&str> = name.split([':', '.']).collect();
+    matches!(parts.len(), 3 | 4) && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAB: &str = r#"
+        [workers]
+        lcores = [1]
+        [[interfaces]]
+        name = "lan"
+        device = "net_af_packet0,iface=gw-lan"
+        address = "192.168.10.1/24"
+        [[interfaces]]
+        name = "wan"
+        device = "net_af_packet1,iface=gw-wan"
+        address = "10.0.0.1/24"
+        [[routes]]
+        destination = "0.0.0.0/0"
+        via = "10.0.0.2"
+    "#;
+
+    fn parse(text: &str) -> Result<GatewayConfig, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("gw-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("{:x}.toml", text.len() * 31 + text.bytes().map(usize::from).sum::<usize>()));
+        std::fs::write(&file, text).unwrap();
+        let result = GatewayConfig::load(&file);
+        std::fs::remove_file(&file).ok();
+        result
+    }
+
+    #[test]
+    fn lab_config_loads_with_defaults() {
+        let config = parse(LAB).unwrap();
+        assert_eq!(config.interfaces[0].mtu, 1500);
+        assert_eq!(config.eal.hugepages, HugepageMode::Auto);
+        assert_eq!(config.routes[0].destination.len, 0);
+        assert_eq!(config.interface_for("10.0.0.2".parse().unwrap()), Some(1));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let bad_via = LAB.replace("via = \"10.0.0.2\"", "via = \"172.16.0.1\"");
+        let err = parse(&bad_via).unwrap_err().to_string();
+        assert!(err.starts_with("routes[0].via:"), "{err}");
+
+        let bad_cidr = LAB.replace("192.168.10.1/24", "192.168.10.1/40");
+        let err = parse(&bad_cidr).unwrap_err().to_string();
+        assert!(err.contains("prefix length"), "{err}");
+
+        let unknown = LAB.replace("[workers]", "[workers]\nspeed = 3");
+        let err = parse(&unknown).unwrap_err().to_string();
+        assert!(err.contains("speed"), "{err}");
+
+        let twice = LAB.replace("gw-wan", "gw-lan").replace("net_af_packet1", "net_af_packet0");
+        let err = parse(&twice).unwrap_err().to_string();
+        assert!(err.starts_with("interfaces[1].device:"), "{err}");
+
+        let main_as_worker = LAB.replace("lcores = [1]", "lcores = [0]");
+        let err = parse(&main_as_worker).unwrap_err().to_string();
+        assert!(err.starts_with("workers.lcores[0]:"), "{err}");
+    }
+
+    #[test]
+    fn pci_addresses_are_told_from_vdevs() {
+        assert!(is_pci_address("0000:03:00.0"));
+        assert!(is_pci_address("03:00.1"));
+        assert!(!is_pci_address("net_af_packet0,iface=x"));
+        assert_eq!(device_name("net_tap0,iface=t0"), "net_tap0");
+    }
+}
