@@ -1,4 +1,23 @@
-//! What happens to one packet. Pure Rust: no DPDK, no unsafe, no allocation on the per-packet path.
+//! What happens to one packet. Pure Rust: no DPDK, no unsafe, no allocation on the
+//! per-packet path. The gateway's workers hand each packet to [`Pipeline::process`] and act
+//! on the [`Verdict`].
 #![forbid(unsafe_code)]
 
+pub mod control;
+pub mod counters;
+pub mod forward;
+pub mod neigh;
+pub mod neighbor_view;
+pub mod packet;
+pub mod ratelimit;
+pub mod route;
+pub mod router;
+pub mod verdict;
 pub mod wire;
+
+pub use counters::WorkerCounters;
+pub use forward::Pipeline;
+pub use neighbor_view::NeighborView;
+pub use packet::PacketBuf;
+pub use router::{IcmpLimits, Interface, RouterConfig, StaticRoute};
+pub use verdict::{ControlWork, DropReason, Verdict};

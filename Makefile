@@ -1,0 +1,41 @@
+# The two commands: `make demo` and `make test`. Both install what is missing (as root),
+# reserve hugepages where the machine allows, and build.
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+GATEWAY := target/release/gateway
+
+.PHONY: all deps hugepages build demo test lint unit e2e bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+hugepages:
+	@scripts/hugepages.sh
+
+build: deps
+	$(CARGO) build --release --workspace
+
+demo: build hugepages
+	scripts/demo.sh $(DEMO_ARGS)
+
+lint: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit: deps hugepages
+	$(CARGO) test --workspace
+
+e2e: build hugepages
+	tests/e2e/run.sh
+
+test: lint unit e2e
+
+bench: build hugepages
+	$(GATEWAY) bench
+
+clean:
+	scripts/lab.sh down || true
+	$(CARGO) clean

@@ -1,0 +1,97 @@
+//! Per-worker counters: written by their worker only, read by metrics at any time.
+//!
+//! A single writer lets each increment be a plain load and store (no locked instruction);
+//! the atomics only make the concurrent read by a scrape well-defined.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::verdict::{DropReason, Verdict};
+
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`. Only the owning worker may call this: two writers would lose updates.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One worker's counters, on cache lines of their own so no other core's writes share them.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct WorkerCounters {
+    pub rx_packets: Counter,
+    pub transmitted: Counter,
+    pub fragmented: Counter,
+    pub to_control: Counter,
+    pub handoffs_sent: Counter,
+    pub handoffs_received: Counter,
+    pub icmp_errors_sent: Counter,
+    pub icmp_errors_rate_limited: Counter,
+    pub busy_cycles: Counter,
+    pub idle_cycles: Counter,
+    drops: [Counter; DropReason::COUNT],
+}
+
+impl Default for WorkerCounters {
+    fn default() -> Self {
+        WorkerCounters {
+            rx_packets: Counter::default(),
+            transmitted: Counter::default(),
+            fragmented: Counter::default(),
+            to_control: Counter::default(),
+            handoffs_sent: Counter::default(),
+            handoffs_received: Counter::default(),
+            icmp_errors_sent: Counter::default(),
+            icmp_errors_rate_limited: Counter::default(),
+            busy_cycles: Counter::default(),
+            idle_cycles: Counter::default(),
+            drops: std::array::from_fn(|_| Counter::default()),
+        }
+    }
+}
+
+impl WorkerCounters {
+    #[inline]
+    pub fn record_drop(&self, reason: DropReason) {
+        self.drops[reason as usize].inc();
+    }
+
+    #[inline]
+    pub fn record_drops(&self, reason: DropReason, n: u64) {
+        self.drops[reason as usize].add(n);
+    }
+
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize].get()
+    }
+
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().map(Counter::get).sum()
+    }
+
+    /// Counts what the pipeline decided. Transmit counts are the worker's, after tx_burst.
+    #[inline]
+    pub fn count(&self, verdict: &Verdict) {
+        match verdict {
+            Verdict::Drop(reason) => self.record_drop(*reason),
+            Verdict::Control(_) => self.to_control.inc(),
+            Verdict::Fragment { .. } => self.fragmented.inc(),
+            Verdict::Transmit { .. } | Verdict::Handoff { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! IPv4 forwarding for one worker: validate, route, decrement TTL, resolve the next hop,
+//! rewrite L2 in place, and answer with ICMP errors where RFC 1812 says so.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use crate::control::write_l2;
+use crate::counters::WorkerCounters;
+use crate::neighbor_view::NeighborView;
+use crate::packet::PacketBuf;
+use crate::ratelimit::TokenBucket;
+use crate::router::RouterConfig;
+use crate::verdict::{ControlWork, DropReason, Verdict};
+use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
+
+/// RFC 1812 4.3.2.3: an ICMP error carries as much of the original as fits in 576 bytes.
+const ICMP_ERROR_MAX_LEN: usize = 576;
+/// Ethernet + IPv4 + ICMP headers in front of the quoted datagram.
+const ICMP_ERROR_HEADERS: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + icmp::HEADER_LEN;
+const ICMP_ERROR_TTL: u8 = 64;
+
+/// One worker's packet processor. Holds snapshots of shared, immutable state (the router
+/// config and the neighbour view), its own ICMP rate limiter and its own counters.
+pub struct Pipeline {
+    router: Arc<RouterConfig>,
+    neighbors: Arc<NeighborView>,
+    icmp_errors: TokenBucket,
+    counters: Arc<WorkerCounters>,
+}
+
+impl Pipeline {
+    pub fn new(
+        router: Arc<RouterConfig>,
+        neighbors: Arc<NeighborView>,
+        counters: Arc<WorkerCounters>,
+    ) -> Self {
+        let icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
+        Pipeline {
+            router,
+            neighbors,
+            icmp_errors,
+            counters,
+        }
+    }
+
+    pub fn router(&self) -> &Arc<RouterConfig> {
+        &self.router
+    }
+
+    /// Swaps in a new router config (a reload). Called between bursts.
+    pub fn set_router(&mut self, router: Arc<RouterConfig>) {
+        if router.icmp != self.router.icmp {
+            self.icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
+        }
+        self.router = router;
+    }
+
+    /// Swaps in the control thread's latest neighbour view. Called between bursts.
+    pub fn set_neighbors(&mut self, neighbors: Arc<NeighborView>) {
+        self.neighbors = neighbors;
+    }
+
+    pub fn counters(&self) -> &WorkerCounters {
+        &self.counters
+    }
+
+    /// Decides one packet's fate, rewriting it in place, and counts the decision.
+    #[inline]
+    pub fn process(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+        let verdict = self.classify(pkt, ingress, now_ns);
+        self.counters.count(&verdict);
+        verdict
+    }
+
+    fn classify(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+        let Some(iface) = self.router.interfaces.get(usize::from(ingress)) else {
+            return Verdict::Drop(DropReason::NotOurMac);
+        };
+        let Ok(frame) = EthernetFrame::new_checked(pkt.bytes()) else {
+            return Verdict::Drop(DropReason::TruncatedFrame);
+        };
+        let dst_mac = frame.dst_addr();
+        if dst_mac != iface.mac && !dst_mac.is_multicast() {
+            return Verdict::Drop(DropReason::NotOurMac);
+        }
+        match frame.ethertype() {
+            ethernet::ethertype::IPV4 => self.ipv4(pkt, ingress, now_ns),
+            ethernet::ethertype::ARP => Verdict::Control(ControlWork::Arp),
+            ethernet::ethertype::VLAN | ethernet::ethertype::QINQ => {
+                Verdict::Drop(DropReason::VlanTagged)
+            }
+            _ => Verdict::Drop(DropReason::UnsupportedEthertype),
+        }
+    }
+
+    fn ipv4(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+        let Ok(ip) = Ipv4Packet::new_checked(&pkt.bytes()[ethernet::HEADER_LEN..]) else {
+            return Verdict::Drop(DropReason::MalformedIpv4);
+        };
+        if !ip.verify_checksum() {
+            return Verdict::Drop(DropReason::Ipv4Checksum);
+        }
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let frame_len = ethernet::HEADER_LEN + usize::from(ip.total_len());
+        let (ttl, dont_frag, protocol) = (ip.ttl(), ip.dont_frag(), ip.protocol());
+        if is_martian_source(src) || is_martian_destination(dst) {
+            return Verdict::Drop(DropReason::MartianAddress);
+        }
+        if self.router.local_port(dst).is_some() {
+            return if protocol == ipv4::protocol::ICMP {
+                Verdict::Control(ControlWork::LocalIcmp)
+            } else {
+                Verdict::Drop(DropReason::LocalDelivery)
+            };
+        }
+        if self
+            .router
+            .interfaces
+            .iter()
+            .any(|iface| iface.broadcast() == dst)
+        {
+            return Verdict::Drop(DropReason::MartianAddress);
+        }
+        // Ethernet pads short frames; what we send must end where the datagram does.
+        pkt.set_len(frame_len);
+
+        if ttl <= 1 {
+            return self.icmp_error(pkt, ingress, now_ns, IcmpError::TimeExceeded);
+        }
+        let Some(next_hop) = self.router.routes.lookup(dst) else {
+            return self.icmp_error(pkt, ingress, now_ns, IcmpError::NoRoute);
+        };
+        let egress = &self.router.interfaces[usize::from(next_hop.port)];
+        let too_big = usize::from(egress.mtu) < frame_len - ethernet::HEADER_LEN;
+        if too_big && dont_frag {
+            let mtu = egress.mtu;
+            return self.icmp_error(pkt, ingress, now_ns, IcmpError::FragmentationNeeded { mtu });
+        }
+        let mut ip = Ipv4Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..]);
+        ip.decrement_ttl();
+        let port = next_hop.port;
+        match self.resolve_l2(pkt, port, next_hop.resolve(dst)) {
+            None if too_big => Verdict::Fragment { port },
+            None => Verdict::Transmit { port },
+            Some(unresolved) => unresolved,
+        }
+    }
+
+    /// Writes the Ethernet header toward `next_hop` on `port`; returns a verdict only when
+    /// the next hop's MAC is not known yet.
+    #[inline]
+    fn resolve_l2(&self, pkt: &mut PacketBuf, port: u16, next_hop: Ipv4Addr) -> Option<Verdict> {
+        let Some(mac) = self.neighbors.get(next_hop) else {
+            return Some(Verdict::Control(ControlWork::Resolve { port, next_hop }));
+        };
+        let src_mac = self.router.interfaces[usize::from(port)].mac;
+        write_l2(pkt, mac, src_mac);
+        None
+    }
+
+    /// Rewrites the packet into the ICMP error about it (RFC 792, RFC 1812 4.3.2) and routes
+    /// that back to the sender. The original is counted as dropped under the error's reason
+    /// either way.
+    fn icmp_error(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: u16,
+        now_ns: u64,
+        error: IcmpError,
+    ) -> Verdict {
+        let reason = error.drop_reason();
+        if !may_answer_with_icmp_error(pkt.bytes()) {
+            return Verdict::Drop(reason);
+        }
+        if !self.icmp_errors.try_take(now_ns) {
+            self.counters.icmp_errors_rate_limited.inc();
+            return Verdict::Drop(reason);
+        }
+        let original = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let sender = original.src_addr();
+        let original_len = usize::from(original.total_len());
+        let Some(route) = self.router.routes.lookup(sender) else {
+            return Verdict::Drop(reason);
+        };
+        let quote_len = original_len
+            .min(ICMP_ERROR_MAX_LEN - ipv4::HEADER_LEN - icmp::HEADER_LEN)
+            .min(pkt.capacity().saturating_sub(ICMP_ERROR_HEADERS));
+        let new_len = ICMP_ERROR_HEADERS + quote_len;
+        let source = self.router.interfaces[usize::from(ingress)].addr;
+
+        let room = pkt.room_mut();
+        room.copy_within(
+            ethernet::HEADER_LEN..ethernet::HEADER_LEN + quote_len,
+            ICMP_ERROR_HEADERS,
+        );
+        let icmp_len = icmp::HEADER_LEN + quote_len;
+        {
+            let mut message = IcmpPacket::new_unchecked(
+                &mut room[ethernet::HEADER_LEN + ipv4::HEADER_LEN..new_len],
+            );
+            let (msg_type, code, rest) = error.header();
+            message.set_msg_type(msg_type);
+            message.set_code(code);
+            message.set_rest_of_header(rest);
+            message.fill_checksum();
+        }
+        let mut header = Ipv4Repr::new(
+            source,
+            sender,
+            ipv4::protocol::ICMP,
+            icmp_len as u16,
+            ICMP_ERROR_TTL,
+        );
+        header.dont_frag = false;
+        header.emit(&mut Ipv4Packet::new_unchecked(
+            &mut room[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::HEADER_LEN],
+        ));
+        pkt.set_len(new_len);
+
+        self.counters.record_drop(reason);
+        self.counters.icmp_errors_sent.inc();
+        let port = route.port;
+        match self.resolve_l2(pkt, port, route.resolve(sender)) {
+            None => Verdict::Transmit { port },
+            Some(unresolved) => unresolved,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum IcmpError {
+    TimeExceeded,
+    NoRoute,
+    FragmentationNeeded { mtu: u16 },
+}
+
+impl IcmpError {
+    fn drop_reason(self) -> DropReason {
+        match self {
+            IcmpError::TimeExceeded => DropReason::TtlExpired,
+            IcmpError::NoRoute => DropReason::NoRoute,
+            IcmpError::FragmentationNeeded { .. } => DropReason::FragmentationNeeded,
+        }
+    }
+
+    /// Type, code and the 32-bit rest of the ICMP header.
+    fn header(self) -> (u8, u8, u32) {
+        match self {
+            IcmpError::TimeExceeded => (icmp::msg_type::TIME_EXCEEDED, 0, 0),
+            IcmpError::NoRoute => (icmp::msg_type::DEST_UNREACHABLE, icmp::unreach_code::NET, 0),
+            IcmpError::FragmentationNeeded { mtu } => (
+                icmp::msg_type::DEST_UNREACHABLE,
+                icmp::unreach_code::FRAG_NEEDED,
+                u32::from(mtu),
+            ),
+        }
+    }
+}
+
+/// RFC 1812 4.3.2.7: never answer an ICMP error with one, nor a non-initial fragment, nor
+/// a link-layer broadcast or multicast.
+fn may_answer_with_icmp_error(frame: &[u8]) -> bool {
+    let eth = EthernetFrame::new_unchecked(frame);
+    if eth.dst_addr().is_multicast() {
+        return false;
+    }
+    let ip = Ipv4Packet::new_unchecked(&frame[ethernet::HEADER_LEN..]);
+    if ip.frag_offset() != 0 {
+        return false;
+    }
+    if ip.protocol() == ipv4::protocol::ICMP {
+        let Some(&msg_type) = ip.payload().first() else {
+            return false;
+        };
+        return matches!(
+            msg_type,
+            icmp::msg_type::ECHO_REQUEST
+                | icmp::msg_type::ECHO_REPLY
+                | icmp::msg_type::TIMESTAMP
+                | icmp::msg_type::TIMESTAMP_REPLY
+                | icmp::msg_type::INFO_REQUEST
+                | icmp::msg_type::INFO_REPLY
+        );
+    }
+    true
+}
+
+/// Sources that must never be forwarded (RFC 1812 5.3.7).
+fn is_martian_source(ip: Ipv4Addr) -> bool {
+    ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_multicast()
+        || ip.is_broadcast()
+        || ip.octets()[0] == 0
+}
+
+fn is_martian_destination(ip: Ipv4Addr) -> bool {
+    ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_multicast()
+        || ip.is_broadcast()
+        || ip.octets()[0] == 0
+}

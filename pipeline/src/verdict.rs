@@ -1,0 +1,117 @@
+//! What the worker does with a packet once the pipeline has seen it.
+
+use std::net::Ipv4Addr;
+
+/// The pipeline's answer for one packet. The packet's bytes may have been rewritten in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send on this port; the L2 header is already rewritten.
+    Transmit { port: u16 },
+    /// Like Transmit, but the packet exceeds the port's MTU with DF clear: split it first.
+    Fragment { port: u16 },
+    /// Free it, counted under the reason.
+    Drop(DropReason),
+    /// Slow-path work for the control thread.
+    Control(ControlWork),
+    /// The flow lives on another worker's core.
+    Handoff { worker: u16 },
+}
+
+/// Why a packet goes to the control thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlWork {
+    /// An ARP request or reply.
+    Arp,
+    /// ICMP addressed to one of the gateway's own addresses (echo requests).
+    LocalIcmp,
+    /// Routed, but the next hop's MAC is unknown: hold the packet while ARP resolves it.
+    /// The IP header is final; only the Ethernet header remains to be written.
+    Resolve { port: u16, next_hop: Ipv4Addr },
+}
+
+macro_rules! drop_reasons {
+    ($($(#[doc = $doc:expr])* $variant:ident => $label:literal,)*) => {
+        /// Every reason a packet is dropped. Each is one label value of the
+        /// `gateway_dropped_packets_total{reason=...}` metric.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum DropReason {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl DropReason {
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$variant,)*];
+            pub const COUNT: usize = DropReason::ALL.len();
+
+            /// The metric label: stable, snake_case.
+            pub const fn label(self) -> &'static str {
+                match self {
+                    $(DropReason::$variant => $label,)*
+                }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// Shorter than an Ethernet header.
+    TruncatedFrame => "truncated_frame",
+    /// 802.1Q/802.1ad tagged; VLANs are not configured.
+    VlanTagged => "vlan_tagged",
+    /// Unicast to a MAC address that is not the ingress port's.
+    NotOurMac => "not_our_mac",
+    /// An EtherType the gateway does not route (IPv6, LLDP, ...).
+    UnsupportedEthertype => "unsupported_ethertype",
+    /// ARP that is not Ethernet/IPv4, or is truncated.
+    MalformedArp => "malformed_arp",
+    /// Bad IPv4 version, header length or total length.
+    MalformedIpv4 => "malformed_ipv4",
+    /// IPv4 header checksum mismatch.
+    Ipv4Checksum => "ipv4_checksum",
+    /// Source or destination that must never be routed (loopback, multicast, broadcast source...).
+    MartianAddress => "martian_address",
+    /// TTL ran out here; an ICMP time exceeded went back (rate permitting).
+    TtlExpired => "ttl_expired",
+    /// No route to the destination; an ICMP unreachable went back (rate permitting).
+    NoRoute => "no_route",
+    /// Too big for the egress MTU with DF set; ICMP fragmentation needed went back.
+    FragmentationNeeded => "fragmentation_needed",
+    /// Addressed to the gateway on a protocol it does not serve.
+    LocalDelivery => "local_delivery",
+    /// More than one mbuf segment (the gateway does not enable scatter).
+    MultiSegment => "multi_segment",
+    /// The held-packets queue of an unresolved next hop was full.
+    NeighborQueueFull => "neighbor_queue_full",
+    /// The next hop never answered ARP.
+    NeighborUnreachable => "neighbor_unreachable",
+    /// The control thread's ring was full.
+    ControlRingFull => "control_ring_full",
+    /// Another worker's handoff ring was full.
+    HandoffRingFull => "handoff_ring_full",
+    /// The NIC's TX queue refused the packet.
+    TxQueueFull => "tx_queue_full",
+    /// No packet buffer was free to build a reply or a fragment.
+    NoBuffer => "no_buffer",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_unique_snake_case() {
+        let mut seen = std::collections::HashSet::new();
+        for reason in DropReason::ALL {
+            let label = reason.label();
+            assert!(
+                label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{label}"
+            );
+            assert!(seen.insert(label), "{label} twice");
+        }
+        assert_eq!(
+            DropReason::ALL[DropReason::NoRoute as usize],
+            DropReason::NoRoute
+        );
+    }
+}

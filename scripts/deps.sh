@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need, once. Idempotent: does nothing when all is there.
+set -euo pipefail
+
+packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
+          ethtool procps iputils-ping python3)
+missing=()
+for pkg in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    if [[ $EUID -ne 0 ]]; then
+        echo "deps: missing ${missing[*]}; run as root (or sudo make deps) to install them" >&2
+        exit 1
+    fi
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+    echo "deps: cargo not found; install Rust with rustup (https://rustup.rs) first" >&2
+    exit 1
+fi
+pkg-config --atleast-version=22.11 libdpdk || {
+    echo "deps: libdpdk $(pkg-config --modversion libdpdk 2>/dev/null || echo missing) is older than 22.11" >&2
+    exit 1
+}
