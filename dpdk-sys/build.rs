@@ -33,10 +33,17 @@ fn main() {
         .map(|p| format!("-I{}", p.display()))
         .collect();
     // DPDK's headers require at least SSE4.2; match the flags libdpdk.pc gives C users.
-    clang_args.extend(["-include".into(), "rte_config.h".into(), "-march=corei7".into()]);
+    clang_args.extend([
+        "-include".into(),
+        "rte_config.h".into(),
+        "-march=corei7".into(),
+    ]);
 
     let mut shim = cc::Build::new();
-    shim.file("shim.c").flag("-march=corei7").opt_level(3).warnings(true);
+    shim.file("shim.c")
+        .flag("-march=corei7")
+        .opt_level(3)
+        .warnings(true);
     for path in &dpdk.include_paths {
         shim.include(path);
     }
@@ -48,7 +55,7 @@ fn main() {
         .clang_args(&clang_args)
         .allowlist_function("rte_.*|shim_.*")
         .allowlist_type("rte_.*")
-        .allowlist_var("RTE_.*|SOCKET_ID_ANY|LCORE_ID_ANY")
+        .allowlist_var("RTE_.*|RING_F_.*|SOCKET_ID_ANY|LCORE_ID_ANY")
         // Packed and aligned at once: bindgen cannot lay these out. We never read them from Rust.
         .opaque_type("rte_arp_hdr|rte_arp_ipv4|rte_l2tpv2_.*|rte_ecpri_.*|rte_gtp_.*|port_params")
         .blocklist_function("rte_.*_trace_.*")

@@ -40,6 +40,7 @@ int shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len)
 
 uint32_t shim_rte_mbuf_rss_hash(const struct rte_mbuf *m) { return m->hash.rss; }
 uint16_t shim_rte_mbuf_port(const struct rte_mbuf *m) { return m->port; }
+void shim_rte_mbuf_set_port(struct rte_mbuf *m, uint16_t port) { m->port = port; }
 uint16_t shim_rte_mbuf_nb_segs(const struct rte_mbuf *m) { return m->nb_segs; }
 
 unsigned int shim_rte_ring_sp_enqueue_burst(struct rte_ring *r, void *const *obj_table, unsigned int n, unsigned int *free_space)

@@ -24,6 +24,7 @@ uint16_t shim_rte_pktmbuf_tailroom(const struct rte_mbuf *m);
 int shim_rte_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
 uint32_t shim_rte_mbuf_rss_hash(const struct rte_mbuf *m);
 uint16_t shim_rte_mbuf_port(const struct rte_mbuf *m);
+void shim_rte_mbuf_set_port(struct rte_mbuf *m, uint16_t port);
 uint16_t shim_rte_mbuf_nb_segs(const struct rte_mbuf *m);
 
 unsigned int shim_rte_ring_sp_enqueue_burst(struct rte_ring *r, void *const *obj_table, unsigned int n, unsigned int *free_space);

@@ -2,7 +2,12 @@
 //!
 //! DPDK's fast path is `static inline`; `shim_*` functions are real symbols for those.
 //! The `RTE_BIT64` flag macros that bindgen drops are in [`flags`].
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code)]
+#![allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code
+)]
 #![allow(clippy::all)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -276,7 +276,10 @@ impl GatewayConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.workers.lcores.is_empty() {
-            return Err(invalid("workers.lcores", "at least one worker lcore is needed"));
+            return Err(invalid(
+                "workers.lcores",
+                "at least one worker lcore is needed",
+            ));
         }
         let mut lcores = HashSet::new();
         for (i, &lcore) in self.workers.lcores.iter().enumerate() {
@@ -287,7 +290,10 @@ impl GatewayConfig {
                 ));
             }
             if !lcores.insert(lcore) {
-                return Err(invalid(format!("workers.lcores[{i}]"), format!("lcore {lcore} is listed twice")));
+                return Err(invalid(
+                    format!("workers.lcores[{i}]"),
+                    format!("lcore {lcore} is listed twice"),
+                ));
             }
         }
         if self.mempool.cache > 512 || self.mempool.cache as f64 > self.mempool.mbufs as f64 / 1.5 {
@@ -304,10 +310,16 @@ impl GatewayConfig {
         for (i, iface) in self.interfaces.iter().enumerate() {
             let field = |name: &str| format!("interfaces[{i}].{name}");
             if iface.name.is_empty() || !names.insert(iface.name.as_str()) {
-                return Err(invalid(field("name"), format!("{:?} is empty or used twice", iface.name)));
+                return Err(invalid(
+                    field("name"),
+                    format!("{:?} is empty or used twice", iface.name),
+                ));
             }
             if !devices.insert(device_name(&iface.device)) {
-                return Err(invalid(field("device"), format!("{:?} is used twice", iface.device)));
+                return Err(invalid(
+                    field("device"),
+                    format!("{:?} is used twice", iface.device),
+                ));
             }
             if iface.address.len == 0 || iface.address.len > 30 {
                 return Err(invalid(field("address"), "prefix length must be 1..=30"));
@@ -327,7 +339,11 @@ impl GatewayConfig {
             if u32::from(dest.addr) & !dest.mask() != 0 {
                 return Err(invalid(
                     format!("routes[{i}].destination"),
-                    format!("{dest} has host bits set; did you mean {}/{}?", dest.network(), dest.len),
+                    format!(
+                        "{dest} has host bits set; did you mean {}/{}?",
+                        dest.network(),
+                        dest.len
+                    ),
                 ));
             }
             if self.interface_for(route.via).is_none() {
@@ -338,14 +354,19 @@ impl GatewayConfig {
             }
         }
         if self.neighbors.capacity == 0 || self.neighbors.pending_per_neighbor == 0 {
-            return Err(invalid("neighbors", "capacity and pending_per_neighbor must be positive"));
+            return Err(invalid(
+                "neighbors",
+                "capacity and pending_per_neighbor must be positive",
+            ));
         }
         Ok(())
     }
 
     /// The index of the interface whose connected subnet holds `ip`.
     pub fn interface_for(&self, ip: Ipv4Addr) -> Option<usize> {
-        self.interfaces.iter().position(|iface| iface.address.contains(ip))
+        self.interfaces
+            .iter()
+            .position(|iface| iface.address.contains(ip))
     }
 }
 
@@ -358,7 +379,10 @@ pub fn device_name(device: &str) -> &str {
 pub fn is_pci_address(device: &str) -> bool {
     let name = device_name(device);
     let parts: Vec<&str> = name.split([':', '.']).collect();
-    matches!(parts.len(), 3 | 4) && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+    matches!(parts.len(), 3 | 4)
+        && parts
+            .iter()
+            .all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]
@@ -384,7 +408,10 @@ mod tests {
     fn parse(text: &str) -> Result<GatewayConfig, ConfigError> {
         let dir = std::env::temp_dir().join(format!("gw-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join(format!("{:x}.toml", text.len() * 31 + text.bytes().map(usize::from).sum::<usize>()));
+        let file = dir.join(format!(
+            "{:x}.toml",
+            text.len() * 31 + text.bytes().map(usize::from).sum::<usize>()
+        ));
         std::fs::write(&file, text).unwrap();
         let result = GatewayConfig::load(&file);
         std::fs::remove_file(&file).ok();
@@ -414,7 +441,9 @@ mod tests {
         let err = parse(&unknown).unwrap_err().to_string();
         assert!(err.contains("speed"), "{err}");
 
-        let twice = LAB.replace("gw-wan", "gw-lan").replace("net_af_packet1", "net_af_packet0");
+        let twice = LAB
+            .replace("gw-wan", "gw-lan")
+            .replace("net_af_packet1", "net_af_packet0");
         let err = parse(&twice).unwrap_err().to_string();
         assert!(err.starts_with("interfaces[1].device:"), "{err}");
 

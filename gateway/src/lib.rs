@@ -1,5 +1,11 @@
-//! The gateway appliance: the safe DPDK layer, configuration, and the workers that drive the
-//! pure-Rust pipeline.
+//! The gateway appliance: the safe DPDK layer, configuration, and the workers and control
+//! thread that drive the pure-Rust pipeline.
 
+pub mod app;
+pub mod clock;
 pub mod config;
+pub mod control;
 pub mod dpdk;
+pub mod egress;
+pub mod published;
+pub mod worker;

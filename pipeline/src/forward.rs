@@ -9,7 +9,7 @@ use crate::counters::WorkerCounters;
 use crate::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::ratelimit::TokenBucket;
-use crate::router::RouterConfig;
+use crate::router::{Interface, RouterConfig};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
 
@@ -103,7 +103,16 @@ impl Pipeline {
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let frame_len = ethernet::HEADER_LEN + usize::from(ip.total_len());
         let (ttl, dont_frag, protocol) = (ip.ttl(), ip.dont_frag(), ip.protocol());
-        if is_martian_source(src) || is_martian_destination(dst) {
+        // A directed-broadcast source must go too (RFC 1812 5.3.7): answering it, with an echo
+        // reply or an ICMP error, would broadcast to the whole subnet.
+        if is_martian_source(src)
+            || is_martian_destination(dst)
+            || self
+                .router
+                .interfaces
+                .iter()
+                .any(|iface| is_directed_broadcast(iface, src) || is_directed_broadcast(iface, dst))
+        {
             return Verdict::Drop(DropReason::MartianAddress);
         }
         if self.router.local_port(dst).is_some() {
@@ -113,13 +122,12 @@ impl Pipeline {
                 Verdict::Drop(DropReason::LocalDelivery)
             };
         }
-        if self
-            .router
-            .interfaces
-            .iter()
-            .any(|iface| iface.broadcast() == dst)
+        // RFC 1812 5.3.4: a unicast datagram in a link-layer broadcast is not forwarded.
+        if EthernetFrame::new_unchecked(pkt.bytes())
+            .dst_addr()
+            .is_multicast()
         {
-            return Verdict::Drop(DropReason::MartianAddress);
+            return Verdict::Drop(DropReason::LinkLayerBroadcast);
         }
         // Ethernet pads short frames; what we send must end where the datagram does.
         pkt.set_len(frame_len);
@@ -172,19 +180,27 @@ impl Pipeline {
         if !may_answer_with_icmp_error(pkt.bytes()) {
             return Verdict::Drop(reason);
         }
+        let original = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let sender = original.src_addr();
+        let original_len = usize::from(original.total_len());
+        // RFC 792: the quote must reach 8 bytes into the payload, where the sender finds the
+        // ports that tie the error to a socket.
+        let min_quote = original_len.min(usize::from(original.header_len()) + 8);
+        let quote_len = original_len
+            .min(ICMP_ERROR_MAX_LEN - ipv4::HEADER_LEN - icmp::HEADER_LEN)
+            .min(pkt.capacity().saturating_sub(ICMP_ERROR_HEADERS));
+        // Checked before taking a token, so errors that cannot be sent do not use up the
+        // budget of those that can.
+        if quote_len < min_quote {
+            return Verdict::Drop(reason);
+        }
+        let Some(route) = self.router.routes.lookup(sender) else {
+            return Verdict::Drop(reason);
+        };
         if !self.icmp_errors.try_take(now_ns) {
             self.counters.icmp_errors_rate_limited.inc();
             return Verdict::Drop(reason);
         }
-        let original = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let sender = original.src_addr();
-        let original_len = usize::from(original.total_len());
-        let Some(route) = self.router.routes.lookup(sender) else {
-            return Verdict::Drop(reason);
-        };
-        let quote_len = original_len
-            .min(ICMP_ERROR_MAX_LEN - ipv4::HEADER_LEN - icmp::HEADER_LEN)
-            .min(pkt.capacity().saturating_sub(ICMP_ERROR_HEADERS));
         let new_len = ICMP_ERROR_HEADERS + quote_len;
         let source = self.router.interfaces[usize::from(ingress)].addr;
 
@@ -283,6 +299,12 @@ fn may_answer_with_icmp_error(frame: &[u8]) -> bool {
         );
     }
     true
+}
+
+/// /31 and /32 subnets have no broadcast address (RFC 3021): the all-ones address there is a
+/// host, the point-to-point peer or the interface itself.
+fn is_directed_broadcast(iface: &Interface, ip: Ipv4Addr) -> bool {
+    iface.prefix_len < 31 && iface.broadcast() == ip
 }
 
 /// Sources that must never be forwarded (RFC 1812 5.3.7).

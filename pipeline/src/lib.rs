@@ -6,6 +6,7 @@
 pub mod control;
 pub mod counters;
 pub mod forward;
+pub mod fragment;
 pub mod neigh;
 pub mod neighbor_view;
 pub mod packet;

@@ -20,7 +20,7 @@ pub struct Interface {
 impl Interface {
     fn mask(&self) -> u32 {
         u32::MAX
-            .checked_shl(32 - u32::from(self.prefix_len))
+            .checked_shl(32u32.saturating_sub(u32::from(self.prefix_len)))
             .unwrap_or(0)
     }
 
@@ -48,6 +48,7 @@ pub enum RouterError {
     UnreachableGateway(StaticRoute),
     Route(RouteError),
     TooManyInterfaces,
+    BadPrefixLength(u8),
 }
 
 impl fmt::Display for RouterError {
@@ -60,6 +61,7 @@ impl fmt::Display for RouterError {
             ),
             RouterError::Route(err) => write!(f, "{err}"),
             RouterError::TooManyInterfaces => write!(f, "more than 64 interfaces"),
+            RouterError::BadPrefixLength(len) => write!(f, "interface prefix length {len} > 32"),
         }
     }
 }
@@ -99,6 +101,9 @@ impl RouterConfig {
     ) -> Result<RouterConfig, RouterError> {
         if interfaces.len() > 64 {
             return Err(RouterError::TooManyInterfaces);
+        }
+        if let Some(iface) = interfaces.iter().find(|iface| iface.prefix_len > 32) {
+            return Err(RouterError::BadPrefixLength(iface.prefix_len));
         }
         let mut routes: Vec<Route> = interfaces
             .iter()

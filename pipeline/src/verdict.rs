@@ -70,12 +70,16 @@ drop_reasons! {
     Ipv4Checksum => "ipv4_checksum",
     /// Source or destination that must never be routed (loopback, multicast, broadcast source...).
     MartianAddress => "martian_address",
+    /// A unicast IPv4 datagram sent to a link-layer broadcast or multicast address.
+    LinkLayerBroadcast => "link_layer_broadcast",
     /// TTL ran out here; an ICMP time exceeded went back (rate permitting).
     TtlExpired => "ttl_expired",
     /// No route to the destination; an ICMP unreachable went back (rate permitting).
     NoRoute => "no_route",
     /// Too big for the egress MTU with DF set; ICMP fragmentation needed went back.
     FragmentationNeeded => "fragmentation_needed",
+    /// ARP about other hosts (learned from where useful, then consumed).
+    ArpNotForUs => "arp_not_for_us",
     /// Addressed to the gateway on a protocol it does not serve.
     LocalDelivery => "local_delivery",
     /// More than one mbuf segment (the gateway does not enable scatter).
@@ -86,6 +90,8 @@ drop_reasons! {
     NeighborUnreachable => "neighbor_unreachable",
     /// The control thread's ring was full.
     ControlRingFull => "control_ring_full",
+    /// The ring carrying the control thread's packets to worker 0 was full.
+    ControlTxRingFull => "control_tx_ring_full",
     /// Another worker's handoff ring was full.
     HandoffRingFull => "handoff_ring_full",
     /// The NIC's TX queue refused the packet.
@@ -104,7 +110,9 @@ mod tests {
         for reason in DropReason::ALL {
             let label = reason.label();
             assert!(
-                label.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
                 "{label}"
             );
             assert!(seen.insert(label), "{label} twice");

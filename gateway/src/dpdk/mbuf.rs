@@ -98,6 +98,19 @@ impl Mbuf {
         })
     }
 
+    /// The port the packet arrived on.
+    pub fn port(&self) -> super::PortId {
+        // SAFETY: reads a field of the mbuf we own.
+        super::PortId(unsafe { dpdk_sys::shim_rte_mbuf_port(self.ptr.as_ptr()) })
+    }
+
+    /// Overwrites the port field. The gateway reuses it on its own rings to say which
+    /// interface a packet leaves by.
+    pub fn set_port(&mut self, port: u16) {
+        // SAFETY: writes a field of the mbuf we own.
+        unsafe { dpdk_sys::shim_rte_mbuf_set_port(self.ptr.as_ptr(), port) }
+    }
+
     /// The NIC's RSS hash of the packet (0 when the port computed none).
     pub fn rss_hash(&self) -> u32 {
         // SAFETY: reads a field of the mbuf we own.

@@ -1,0 +1,275 @@
+//! Bringing the gateway up from its config, running it, and taking it down in order:
+//! workers stop, rings drain, ports stop, pools go, the EAL cleans up.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use pipeline::neigh::NeighborConfig;
+use pipeline::wire::EthernetAddress;
+use pipeline::{IcmpLimits, Interface, NeighborView, RouterConfig, StaticRoute, WorkerCounters};
+
+use crate::config::{device_name, is_pci_address, GatewayConfig, HugepageMode};
+use crate::control::ControlPlane;
+use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, QueueId};
+use crate::egress::Egress;
+use crate::published::Published;
+use crate::worker::Worker;
+
+/// Whether this machine has hugepages ready: some free and hugetlbfs mounted.
+pub fn hugepages_available() -> bool {
+    let free = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("HugePages_Free:"))
+                .and_then(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .map(|mounts| {
+            mounts
+                .lines()
+                .any(|line| line.split_whitespace().nth(2) == Some("hugetlbfs"))
+        })
+        .unwrap_or(false);
+    free > 0 && mounted
+}
+
+pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
+    let no_huge = match config.eal.hugepages {
+        HugepageMode::Off => true,
+        HugepageMode::Required if !hugepages_available() => {
+            bail!("eal.hugepages = \"required\" but no free hugepages are mounted (see `make hugepages`)")
+        }
+        HugepageMode::Required => false,
+        HugepageMode::Auto if !hugepages_available() => {
+            eprintln!(
+                "notice: no hugepages available; running with --no-huge (slower, fine for labs)"
+            );
+            true
+        }
+        HugepageMode::Auto => false,
+    };
+    let mut lcores = vec![LcoreId(config.eal.main_lcore)];
+    lcores.extend(config.workers.lcores.iter().map(|&l| LcoreId(l)));
+    let (pci, vdevs): (Vec<_>, Vec<_>) = config
+        .interfaces
+        .iter()
+        .map(|iface| iface.device.clone())
+        .partition(|device| is_pci_address(device));
+    Ok(EalArgs {
+        lcores,
+        no_huge,
+        memory_mb: config.eal.memory_mb,
+        in_memory: true,
+        file_prefix: Some(config.eal.file_prefix.clone()),
+        no_pci: pci.is_empty(),
+        pci_allow: pci,
+        vdevs,
+        log_level: Some(config.eal.log_level.clone()),
+        extra: config.eal.extra_args.clone(),
+    })
+}
+
+pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result<RouterConfig> {
+    let interfaces = config
+        .interfaces
+        .iter()
+        .zip(macs)
+        .map(|(iface, mac)| Interface {
+            mac: EthernetAddress(*mac),
+            addr: iface.address.addr,
+            prefix_len: iface.address.len,
+            mtu: iface.mtu,
+        })
+        .collect();
+    let routes: Vec<StaticRoute> = config
+        .routes
+        .iter()
+        .map(|route| StaticRoute {
+            destination: route.destination.addr,
+            len: route.destination.len,
+            via: route.via,
+        })
+        .collect();
+    let icmp = IcmpLimits {
+        errors_per_sec: config.icmp.errors_per_sec,
+        burst: config.icmp.burst,
+    };
+    Ok(RouterConfig::new(interfaces, &routes, icmp)?)
+}
+
+/// Runs until SIGINT or SIGTERM. Returns the per-worker counters for a last report.
+pub fn run(config_path: &Path) -> anyhow::Result<()> {
+    let config = GatewayConfig::load(config_path)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let eal = Eal::init(&eal_args(&config)?)?;
+    tracing::info!(dpdk = %dpdk::version(), "EAL up");
+    let result = serve(&config, &eal, stop);
+    drop(eal);
+    result
+}
+
+fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let worker_lcores: Vec<LcoreId> = config.workers.lcores.iter().map(|&l| LcoreId(l)).collect();
+    let available = eal.worker_lcores();
+    for lcore in &worker_lcores {
+        if !available.contains(lcore) {
+            bail!("workers.lcores: {lcore} is not available to the EAL (this machine has {available:?})");
+        }
+    }
+    let workers = worker_lcores.len() as u16;
+    let pool = Arc::new(
+        Mempool::new(
+            "gateway_pool",
+            config.mempool.mbufs,
+            config.mempool.cache,
+            config.mempool.data_room,
+            dpdk_sys::SOCKET_ID_ANY,
+        )
+        .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
+    );
+    let mut ports = Vec::new();
+    for (index, iface) in config.interfaces.iter().enumerate() {
+        let id = Port::find(&iface.device)
+            .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))?;
+        let port_config = PortConfig {
+            rx_queues: workers,
+            tx_queues: workers,
+            rx_descriptors: iface.rx_descriptors,
+            tx_descriptors: iface.tx_descriptors,
+            mtu: Some(iface.mtu),
+            ..PortConfig::default()
+        };
+        let port = Port::start(id, &iface.name, &port_config, &pool).with_context(|| {
+            format!(
+                "interfaces[{index}] ({}, {})",
+                iface.name,
+                device_name(&iface.device)
+            )
+        })?;
+        ports.push(port);
+    }
+    let macs = ports
+        .iter()
+        .map(|port| port.mac_address())
+        .collect::<Result<Vec<_>, _>>()?;
+    for (iface, mac) in config.interfaces.iter().zip(&macs) {
+        tracing::info!(interface = %iface.name, address = %iface.address, mac = %EthernetAddress(*mac), "interface up");
+    }
+    let router = Arc::new(Published::new(Arc::new(router_config(config, &macs)?)));
+    let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
+    let handles: Vec<_> = ports.iter().map(|port| port.handle()).collect();
+
+    let (control_to_worker, worker_from_control) =
+        MbufRing::create("control_to_worker0", 1024, dpdk_sys::SOCKET_ID_ANY)?;
+    let mut worker_from_control = Some(worker_from_control);
+    let mut launched = Vec::new();
+    let mut from_workers = Vec::new();
+    let mut worker_counters = Vec::new();
+    for (index, &lcore) in worker_lcores.iter().enumerate() {
+        let (to_control, from_worker) = MbufRing::create(
+            &format!("to_control_{index}"),
+            1024,
+            dpdk_sys::SOCKET_ID_ANY,
+        )?;
+        from_workers.push(from_worker);
+        let counters = Arc::new(WorkerCounters::default());
+        worker_counters.push(counters.clone());
+        let worker = Worker {
+            queue: QueueId(index as u16),
+            egress: Egress::new(handles.clone(), QueueId(index as u16)),
+            pool: pool.clone(),
+            to_control,
+            from_control: worker_from_control.take(),
+            router: router.clone(),
+            neighbors: neighbors.clone(),
+            counters,
+            stop: stop.clone(),
+        };
+        launched.push(dpdk::launch(lcore, move || worker.run())?);
+    }
+
+    let control_counters = Arc::new(WorkerCounters::default());
+    let neighbor_config = NeighborConfig {
+        capacity: config.neighbors.capacity,
+        pending_per_neighbor: config.neighbors.pending_per_neighbor,
+        reachable_ns: config.neighbors.reachable_secs * 1_000_000_000,
+        ..NeighborConfig::default()
+    };
+    let mut control = ControlPlane::new(
+        control_to_worker,
+        ports.iter().map(|port| port.id()).collect(),
+        from_workers,
+        pool.clone(),
+        router,
+        neighbors,
+        control_counters.clone(),
+        neighbor_config,
+    );
+    control.announce();
+    tracing::info!(workers, "gateway running; SIGINT or SIGTERM stops it");
+    while !stop.load(Ordering::Relaxed) {
+        if control.poll() == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    tracing::info!("stopping workers");
+    let mut failures = Vec::new();
+    for work in launched {
+        if let Err(err) = work.join() {
+            failures.push(err.to_string());
+        }
+    }
+    control.poll();
+    report(&ports, &worker_counters, &control_counters);
+    drop(control);
+    drop(ports);
+    if pool.in_use() != 0 {
+        tracing::warn!(
+            in_use = pool.in_use(),
+            "mbufs still out of the pool at shutdown"
+        );
+    }
+    drop(pool);
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}
+
+fn report(ports: &[Port], workers: &[Arc<WorkerCounters>], control: &WorkerCounters) {
+    for port in ports {
+        if let Ok(stats) = port.stats() {
+            tracing::info!(
+                port = port.name(),
+                rx = stats.rx_packets,
+                tx = stats.tx_packets,
+                rx_missed = stats.rx_missed,
+                "port totals"
+            );
+        }
+    }
+    for (index, counters) in workers.iter().enumerate() {
+        tracing::info!(
+            worker = index,
+            rx = counters.rx_packets.get(),
+            tx = counters.transmitted.get(),
+            to_control = counters.to_control.get(),
+            dropped = counters.dropped_total(),
+            "worker totals"
+        );
+    }
+    tracing::info!(
+        tx = control.transmitted.get(),
+        dropped = control.dropped_total(),
+        "control totals"
+    );
+}

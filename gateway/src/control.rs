@@ -1,0 +1,305 @@
+//! The control thread, on the main lcore: ARP (answers, resolution, ageing, gratuitous ARP
+//! at start), echo replies for the gateway's own addresses, and packets held while their next
+//! hop resolves. It owns the neighbour table and publishes read-only views to the workers.
+//! What it sends goes over an SPSC ring to worker 0, which transmits it on its own TX queue:
+//! every TX queue keeps a single writer, and devices with one queue per worker suffice.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use pipeline::control::{
+    answer_arp, echo_reply, write_arp_request, write_gratuitous_arp, write_l2,
+};
+use pipeline::neigh::{Lookup, NeighborConfig, NeighborState, NeighborTable};
+use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
+use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
+
+use crate::clock::Clock;
+use crate::dpdk::{Mbuf, MbufBatch, Mempool, PortId, RingConsumer, RingProducer};
+use crate::egress::split_into_fragments;
+use crate::published::Published;
+
+/// How often the neighbour table is swept and stale entries re-probed.
+const MAINTENANCE_INTERVAL_NS: u64 = 100_000_000;
+const EXPIRE_BUDGET: usize = 256;
+
+/// A packet waiting for its next hop's MAC, and the port it leaves by.
+struct HeldPacket {
+    mbuf: Mbuf,
+    port: u16,
+}
+
+pub struct ControlPlane {
+    /// To worker 0, which transmits; each mbuf's port field names its egress interface.
+    to_worker: RingProducer,
+    outbox: MbufBatch,
+    /// DPDK port id of each interface, to map a packet's arrival port to its interface.
+    pub port_ids: Vec<PortId>,
+    pub from_workers: Vec<RingConsumer>,
+    pub pool: Arc<Mempool>,
+    pub router: Arc<Published<RouterConfig>>,
+    pub neighbors: Arc<Published<NeighborView>>,
+    pub counters: Arc<WorkerCounters>,
+    table: NeighborTable<HeldPacket>,
+    clock: Clock,
+    next_maintenance_ns: u64,
+}
+
+impl ControlPlane {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        to_worker: RingProducer,
+        port_ids: Vec<PortId>,
+        from_workers: Vec<RingConsumer>,
+        pool: Arc<Mempool>,
+        router: Arc<Published<RouterConfig>>,
+        neighbors: Arc<Published<NeighborView>>,
+        counters: Arc<WorkerCounters>,
+        neighbor_config: NeighborConfig,
+    ) -> Self {
+        ControlPlane {
+            to_worker,
+            outbox: MbufBatch::new(),
+            port_ids,
+            from_workers,
+            pool,
+            router,
+            neighbors,
+            counters,
+            table: NeighborTable::new(neighbor_config),
+            clock: Clock::new(),
+            next_maintenance_ns: 0,
+        }
+    }
+
+    /// Announces every interface's address, so neighbours refresh stale caches at once.
+    pub fn announce(&mut self) {
+        let (router, _) = self.router.load();
+        for (port, iface) in router.interfaces.iter().enumerate() {
+            if let Some(mut mbuf) = Mbuf::alloc(&self.pool) {
+                let mut pkt = PacketBuf::new(mbuf.room_mut(), 0);
+                if write_gratuitous_arp(&mut pkt, iface) {
+                    let len = pkt.len();
+                    if mbuf.set_len(len).is_ok() {
+                        self.send(port as u16, mbuf);
+                    }
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// One round: drain the workers' rings, do timed maintenance, flush TX. Returns how many
+    /// packets it handled, so the caller can idle when there is nothing to do.
+    pub fn poll(&mut self) -> usize {
+        let mut handled = 0;
+        let mut batch = MbufBatch::new();
+        for ring in 0..self.from_workers.len() {
+            while self.from_workers[ring].dequeue(&mut batch) > 0 {
+                handled += batch.len();
+                for mbuf in batch.drain() {
+                    self.handle(mbuf);
+                }
+            }
+        }
+        let now_ns = self.clock.now_ns();
+        if now_ns >= self.next_maintenance_ns {
+            self.maintain(now_ns);
+            self.next_maintenance_ns = now_ns + MAINTENANCE_INTERVAL_NS;
+        }
+        self.flush();
+        handled
+    }
+
+    fn handle(&mut self, mut mbuf: Mbuf) {
+        let (router, _) = self.router.load();
+        let Some(ingress) = self.port_ids.iter().position(|&id| id == mbuf.port()) else {
+            return self.counters.record_drop(DropReason::NotOurMac);
+        };
+        let iface = &router.interfaces[ingress];
+        let Ok(frame) = EthernetFrame::new_checked(mbuf.data()) else {
+            return self.counters.record_drop(DropReason::TruncatedFrame);
+        };
+        if frame.ethertype() == ethernet::ethertype::ARP {
+            let len = mbuf.len();
+            let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
+            let Some(outcome) = answer_arp(&mut pkt, iface) else {
+                return self.counters.record_drop(DropReason::MalformedArp);
+            };
+            let reply_len = pkt.len();
+            if let Some((ip, mac)) = outcome.learned {
+                self.learn(ip, mac);
+            }
+            if outcome.replied && mbuf.set_len(reply_len).is_ok() {
+                self.send(ingress as u16, mbuf);
+            } else if outcome.learned.is_none() {
+                self.counters.record_drop(DropReason::ArpNotForUs);
+            }
+            return;
+        }
+        let Ok(ip) = Ipv4Packet::new_checked(&mbuf.data()[ethernet::HEADER_LEN..]) else {
+            return self.counters.record_drop(DropReason::MalformedIpv4);
+        };
+        let dst = ip.dst_addr();
+        if router.local_port(dst).is_some() {
+            let len = mbuf.len();
+            let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
+            if echo_reply(&mut pkt, iface) {
+                self.send(ingress as u16, mbuf);
+            } else {
+                self.counters.record_drop(DropReason::LocalDelivery);
+            }
+            return;
+        }
+        // Routed by a worker, waiting for its next hop's MAC.
+        let Some(route) = router.routes.lookup(dst) else {
+            return self.counters.record_drop(DropReason::NoRoute);
+        };
+        let next_hop = route.resolve(dst);
+        let held = HeldPacket {
+            mbuf,
+            port: route.port,
+        };
+        let now_ns = self.clock.now_ns();
+        match self.table.lookup(next_hop, now_ns) {
+            Lookup::Resolved { mac, refresh } => {
+                self.transmit_held(&router, held, EthernetAddress(mac));
+                if refresh {
+                    self.send_arp_request(&router, route.port, next_hop);
+                }
+            }
+            Lookup::Pending { send_request } => {
+                if self.table.enqueue(next_hop, held).is_err() {
+                    self.counters.record_drop(DropReason::NeighborQueueFull);
+                }
+                if send_request {
+                    self.send_arp_request(&router, route.port, next_hop);
+                }
+            }
+            Lookup::TableFull => self.counters.record_drop(DropReason::NeighborQueueFull),
+        }
+    }
+
+    fn transmit_held(&mut self, router: &RouterConfig, held: HeldPacket, mac: EthernetAddress) {
+        let HeldPacket { mut mbuf, port } = held;
+        let egress = &router.interfaces[usize::from(port)];
+        let len = mbuf.len();
+        let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
+        write_l2(&mut pkt, mac, egress.mac);
+        if len - ethernet::HEADER_LEN > usize::from(egress.mtu) {
+            let mut pieces = Vec::new();
+            split_into_fragments(&mbuf, egress.mtu, &self.pool, &self.counters, |piece| {
+                pieces.push(piece)
+            });
+            for piece in pieces {
+                self.send(port, piece);
+            }
+        } else {
+            self.send(port, mbuf);
+        }
+    }
+
+    /// Records an ARP answer, sends what waited for it, and republishes the workers' view.
+    fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+        let (router, _) = self.router.load();
+        if router
+            .routes
+            .lookup(ip)
+            .is_none_or(|route| route.gateway.is_some())
+        {
+            // Only neighbours on a connected subnet belong in the table.
+            return;
+        }
+        let known = self.table.get(ip);
+        let now_ns = self.clock.now_ns();
+        let mut released = Vec::new();
+        self.table
+            .learn_unsolicited(ip, mac.0, now_ns, |held| released.push(held));
+        for held in released {
+            self.transmit_held(&router, held, mac);
+        }
+        if known
+            .is_none_or(|(old_mac, state)| old_mac != mac.0 || state == NeighborState::Incomplete)
+        {
+            self.publish_view();
+        }
+    }
+
+    fn maintain(&mut self, now_ns: u64) {
+        let (router, _) = self.router.load();
+        let before = self.table.len();
+        let mut probes = Vec::new();
+        let counters = self.counters.clone();
+        self.table.expire(
+            now_ns,
+            EXPIRE_BUDGET,
+            |_held| counters.record_drop(DropReason::NeighborUnreachable),
+            |ip| probes.push(ip),
+        );
+        // Entries in use are refreshed before they go stale, so workers never lose them.
+        let resolved: Vec<Ipv4Addr> = self
+            .table
+            .iter()
+            .filter(|(_, _, state)| *state != NeighborState::Incomplete)
+            .map(|(ip, _, _)| ip)
+            .collect();
+        for ip in resolved {
+            if let Lookup::Resolved { refresh: true, .. } = self.table.lookup(ip, now_ns) {
+                probes.push(ip);
+            }
+        }
+        for ip in probes {
+            if let Some(route) = router.routes.lookup(ip) {
+                self.send_arp_request(&router, route.port, ip);
+            }
+        }
+        if self.table.len() != before {
+            self.publish_view();
+        }
+    }
+
+    fn send_arp_request(&mut self, router: &RouterConfig, port: u16, target: Ipv4Addr) {
+        let Some(mut mbuf) = Mbuf::alloc(&self.pool) else {
+            return self.counters.record_drop(DropReason::NoBuffer);
+        };
+        let mut pkt = PacketBuf::new(mbuf.room_mut(), 0);
+        if write_arp_request(&mut pkt, &router.interfaces[usize::from(port)], target) {
+            let len = pkt.len();
+            if mbuf.set_len(len).is_ok() {
+                self.send(port, mbuf);
+            }
+        }
+    }
+
+    fn send(&mut self, port: u16, mut mbuf: Mbuf) {
+        mbuf.set_port(port);
+        if let Err(mbuf) = self.outbox.push(mbuf) {
+            self.flush();
+            let _ = self.outbox.push(mbuf);
+        }
+    }
+
+    fn flush(&mut self) {
+        self.to_worker.enqueue(&mut self.outbox);
+        let refused = self.outbox.free_all();
+        if refused > 0 {
+            self.counters
+                .record_drops(DropReason::ControlTxRingFull, refused as u64);
+        }
+    }
+
+    fn publish_view(&mut self) {
+        let view = NeighborView::new(
+            self.table
+                .iter()
+                .filter(|(_, _, state)| *state != NeighborState::Incomplete)
+                .map(|(ip, mac, _)| (ip, EthernetAddress(mac))),
+        );
+        self.neighbors.publish(Arc::new(view));
+    }
+
+    /// Neighbours currently resolved, for logs and metrics.
+    pub fn neighbor_count(&self) -> usize {
+        self.table.len()
+    }
+}

@@ -1,0 +1,97 @@
+//! Batching packets per output port for one TX queue, shared by workers and the control
+//! thread: one tx_burst per port per loop, refused packets freed and counted.
+
+use pipeline::{fragment, DropReason, WorkerCounters};
+
+use crate::dpdk::{Mbuf, MbufBatch, Mempool, PortHandle, QueueId};
+
+pub struct Egress {
+    ports: Vec<PortHandle>,
+    queue: QueueId,
+    batches: Vec<MbufBatch>,
+}
+
+impl Egress {
+    /// `ports` is indexed by interface number; `queue` is this thread's TX queue on each.
+    pub fn new(ports: Vec<PortHandle>, queue: QueueId) -> Self {
+        let batches = ports.iter().map(|_| MbufBatch::new()).collect();
+        Egress {
+            ports,
+            queue,
+            batches,
+        }
+    }
+
+    pub fn ports(&self) -> &[PortHandle] {
+        &self.ports
+    }
+
+    #[inline]
+    pub fn send(&mut self, port: u16, mbuf: Mbuf, counters: &WorkerCounters) {
+        let index = usize::from(port);
+        if let Err(mbuf) = self.batches[index].push(mbuf) {
+            self.flush_port(index, counters);
+            // The batch is empty after a flush, so this push succeeds.
+            let _ = self.batches[index].push(mbuf);
+        }
+    }
+
+    /// Splits a datagram larger than `mtu` into fragments and queues them on `port`.
+    pub fn send_fragments(
+        &mut self,
+        port: u16,
+        original: Mbuf,
+        mtu: u16,
+        pool: &Mempool,
+        counters: &WorkerCounters,
+    ) {
+        split_into_fragments(&original, mtu, pool, counters, |piece| {
+            self.send(port, piece, counters)
+        });
+    }
+
+    pub fn flush(&mut self, counters: &WorkerCounters) {
+        for index in 0..self.batches.len() {
+            self.flush_port(index, counters);
+        }
+    }
+
+    #[inline]
+    fn flush_port(&mut self, index: usize, counters: &WorkerCounters) {
+        let (sent, refused) = self.ports[index].tx_burst(self.queue, &mut self.batches[index]);
+        counters.transmitted.add(sent as u64);
+        if refused > 0 {
+            counters.record_drops(DropReason::TxQueueFull, refused as u64);
+        }
+    }
+}
+
+/// Writes the fragments of a datagram larger than `mtu` into fresh buffers from `pool` and
+/// hands each to `emit`. The original is left to the caller to free.
+pub fn split_into_fragments(
+    original: &Mbuf,
+    mtu: u16,
+    pool: &Mempool,
+    counters: &WorkerCounters,
+    mut emit: impl FnMut(Mbuf),
+) {
+    let count = fragment::fragment_count(original.data(), mtu);
+    if count == 0 {
+        counters.record_drop(DropReason::MalformedIpv4);
+        return;
+    }
+    for index in 0..count {
+        let Some(mut piece) = Mbuf::alloc(pool) else {
+            counters.record_drop(DropReason::NoBuffer);
+            return;
+        };
+        let written = fragment::write_fragment(original.data(), mtu, index, piece.room_mut());
+        match written.map(|len| piece.set_len(len)) {
+            Some(Ok(())) => emit(piece),
+            _ => {
+                counters.record_drop(DropReason::NoBuffer);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+# Shared by the end-to-end tests: start and stop the gateway, assertions that say what failed.
+# Each test sources this, brings the lab up, and registers `cleanup` on EXIT.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+GATEWAY=${GATEWAY:-$ROOT/target/release/gateway}
+WORK=$(mktemp -d /tmp/gateway-e2e.XXXXXX)
+GATEWAY_PID=
+
+fail() {
+    echo "FAIL: $*" >&2
+    if [[ -f $WORK/gateway.log ]]; then
+        echo "--- gateway log (last 30 lines) ---" >&2
+        tail -n 30 "$WORK/gateway.log" >&2
+    fi
+    exit 1
+}
+
+pass() { echo "ok: $*"; }
+
+cleanup() {
+    if [[ -n $GATEWAY_PID ]] && kill -0 "$GATEWAY_PID" 2>/dev/null; then
+        kill -TERM "$GATEWAY_PID" 2>/dev/null
+        wait "$GATEWAY_PID" 2>/dev/null || true
+    fi
+    "$ROOT/scripts/lab.sh" down
+    rm -rf "$WORK"
+}
+
+# start_gateway CONFIG: runs the gateway in the background and waits until it forwards.
+start_gateway() {
+    "$GATEWAY" run --config "$1" >"$WORK/gateway.log" 2>&1 &
+    GATEWAY_PID=$!
+    for _ in $(seq 1 100); do
+        grep -q "gateway running" "$WORK/gateway.log" && return 0
+        kill -0 "$GATEWAY_PID" 2>/dev/null || fail "gateway exited during start"
+        sleep 0.2
+    done
+    fail "gateway did not start within 20 s"
+}
+
+# stop_gateway: SIGTERM, and the exit status must be 0.
+stop_gateway() {
+    kill -TERM "$GATEWAY_PID"
+    local status=0
+    wait "$GATEWAY_PID" || status=$?
+    GATEWAY_PID=
+    [[ $status -eq 0 ]] || fail "gateway exited with status $status on SIGTERM"
+}
+
+lan() { ip netns exec gwlab-lan "$@"; }
+wan() { ip netns exec gwlab-wan "$@"; }
+
+# expect_output "description" "pattern" command...: the command's output must match.
+expect_output() {
+    local what=$1 pattern=$2
+    shift 2
+    local out
+    out=$("$@" 2>&1) || true
+    grep -Eq "$pattern" <<<"$out" || fail "$what: expected /$pattern/ in: $out"
+    pass "$what"
+}

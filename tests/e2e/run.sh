@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every end-to-end test (tests/e2e/test_*.sh) against the release binary. Needs root:
+# the tests create network namespaces and veth pairs, and remove them again.
+set -uo pipefail
+cd "$(dirname "$0")"
+if [[ $EUID -ne 0 ]]; then
+    echo "e2e: needs root (network namespaces); run make test as root" >&2
+    exit 1
+fi
+failed=()
+for test in test_*.sh; do
+    echo "== $test"
+    if ! bash "$test"; then
+        failed+=("$test")
+    fi
+done
+if ((${#failed[@]})); then
+    echo "e2e: FAILED: ${failed[*]}" >&2
+    exit 1
+fi
+echo "e2e: all passed"

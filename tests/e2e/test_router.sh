@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The gateway as a plain IPv4 router between two namespaces: forwarding, ICMP errors, echo,
+# fragmentation needed, and fragmentation.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+trap cleanup EXIT
+
+"$ROOT/scripts/lab.sh" up >/dev/null
+# No default route, so 198.51.100.0/24 is unrouted; a WAN MTU of 1400 exercises DF handling.
+cat >"$WORK/router.toml" <<TOML
+[eal]
+hugepages = "auto"
+file_prefix = "gateway-e2e"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_af_packet0,iface=gwl-lan"
+address = "192.168.10.1/24"
+[[interfaces]]
+name = "wan"
+device = "net_af_packet1,iface=gwl-wan"
+address = "10.0.0.1/24"
+mtu = 1400
+TOML
+wan ip route replace 192.168.10.0/24 via 10.0.0.1
+# The WAN link's MTU is 1400 at both ends, as on a real link; the gateway sets its own side.
+wan ip link set eth0 mtu 1400
+start_gateway "$WORK/router.toml"
+
+expect_output "LAN host pings the WAN host through the gateway" \
+    " 0% packet loss" lan ping -c 3 -i 0.2 -W 2 10.0.0.2
+expect_output "WAN host pings the LAN host through the gateway" \
+    " 0% packet loss" wan ping -c 3 -i 0.2 -W 2 192.168.10.2
+expect_output "the gateway answers ping on its own address" \
+    " 0% packet loss" lan ping -c 2 -i 0.2 -W 2 192.168.10.1
+expect_output "a TTL=1 probe gets time exceeded from the gateway" \
+    "From 192.168.10.1 .*Time to live exceeded" lan ping -c 1 -t 1 -W 2 10.0.0.2
+expect_output "an unrouted destination gets net unreachable from the gateway" \
+    "From 192.168.10.1 .*Destination Net Unreachable" lan ping -c 1 -W 2 198.51.100.1
+expect_output "DF over the WAN MTU gets fragmentation needed with the MTU" \
+    "From 192.168.10.1 .*(Frag needed and DF set \(mtu = 1400\)|mtu = 1400)" \
+    lan ping -c 1 -W 2 -M do -s 1450 10.0.0.2
+expect_output "without DF the gateway fragments and the WAN host answers" \
+    " 0% packet loss" lan ping -c 2 -i 0.2 -W 2 -M dont -s 1450 10.0.0.2
+
+stop_gateway
+grep -q "worker totals" "$WORK/gateway.log" || fail "no worker totals in the log after SIGTERM"
+pass "gateway stops cleanly on SIGTERM"
