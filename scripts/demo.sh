@@ -53,5 +53,5 @@ printf '%-32s %10s\n' "LAN -> WAN (routed, TCP)" "$up"
 printf '%-32s %10s\n' "WAN -> LAN (routed, TCP, -R)" "$down"
 echo
 echo "gateway totals:"
-grep -E "port totals|worker totals|control totals" "$LOG" | sed -E 's/^.*INFO [^:]+: //'
+grep -E "port totals|worker totals|control totals" "$LOG" | sed -E 's/^.*INFO [a-z_:]+: //'
 rm -f "$LOG"
