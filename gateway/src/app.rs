@@ -15,6 +15,7 @@ use crate::config::{device_name, is_pci_address, GatewayConfig, HugepageMode};
 use crate::control::ControlPlane;
 use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, QueueId};
 use crate::egress::Egress;
+use crate::metrics::{self, Metrics, ReloadStatus, Sources};
 use crate::published::Published;
 use crate::worker::Worker;
 
@@ -197,6 +198,7 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
     }
 
     let control_counters = Arc::new(WorkerCounters::default());
+    let reload_status = Arc::new(ReloadStatus::new());
     let neighbor_config = NeighborConfig {
         capacity: config.neighbors.capacity,
         pending_per_neighbor: config.neighbors.pending_per_neighbor,
@@ -214,7 +216,29 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
         neighbor_config,
     );
     control.announce();
-    tracing::info!(workers, "gateway running; SIGINT or SIGTERM stops it");
+    let metrics = Metrics::new(Sources {
+        ports: ports
+            .iter()
+            .map(|port| (port.name().to_string(), port.handle(), usize::from(workers)))
+            .collect(),
+        workers: worker_counters.clone(),
+        control: control_counters.clone(),
+        reload: reload_status.clone(),
+    });
+    let metrics_stop = Arc::new(AtomicBool::new(false));
+    let metrics_thread = match metrics::serve(config.metrics.listen, metrics, metrics_stop.clone())
+    {
+        Ok(thread) => Some(thread),
+        Err(err) => {
+            stop.store(true, Ordering::Relaxed);
+            tracing::error!("{err:#}");
+            None
+        }
+    };
+    let metrics_failed = metrics_thread.is_none();
+    if !metrics_failed {
+        tracing::info!(workers, "gateway running; SIGINT or SIGTERM stops it");
+    }
     while !stop.load(Ordering::Relaxed) {
         if control.poll() == 0 {
             std::thread::sleep(Duration::from_micros(200));
@@ -229,6 +253,10 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
         }
     }
     control.poll();
+    metrics_stop.store(true, Ordering::Relaxed);
+    if let Some(thread) = metrics_thread {
+        let _ = thread.join();
+    }
     report(&ports, &worker_counters, &control_counters);
     drop(control);
     drop(ports);
@@ -241,6 +269,12 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
     drop(pool);
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
+    }
+    if metrics_failed {
+        bail!(
+            "the metrics endpoint could not start (metrics.listen {})",
+            config.metrics.listen
+        );
     }
     Ok(())
 }

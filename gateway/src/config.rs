@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -25,6 +25,29 @@ pub struct GatewayConfig {
     pub icmp: IcmpConfig,
     #[serde(default)]
     pub neighbors: NeighborsConfig,
+    #[serde(default)]
+    pub conntrack: ConntrackConfig,
+    #[serde(default)]
+    pub nat: NatConfig,
+    #[serde(default)]
+    pub firewall: FirewallConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Where Prometheus scrapes `/metrics`. Loopback by default: expose it deliberately.
+    pub listen: SocketAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq, Default, Copy)]
@@ -112,6 +135,9 @@ pub struct InterfaceConfig {
     pub device: String,
     /// The gateway's address and the connected subnet, e.g. "192.168.1.1/24".
     pub address: Ipv4Cidr,
+    /// The firewall zone; defaults to the interface's name.
+    #[serde(default)]
+    pub zone: Option<String>,
     #[serde(default = "default_mtu")]
     pub mtu: u16,
     #[serde(default = "default_descriptors")]
@@ -171,6 +197,194 @@ impl Default for NeighborsConfig {
             capacity: 4096,
             pending_per_neighbor: 4,
             reachable_secs: 300,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConntrackConfig {
+    /// Flows per worker, preallocated at start.
+    pub capacity: usize,
+    /// TCP established idle timeout; RFC 5382 asks for at least 2 h 4 min.
+    pub tcp_established_secs: u64,
+    /// TCP opening and closing states; RFC 5382 asks for 4 min.
+    pub tcp_transitory_secs: u64,
+    pub tcp_time_wait_secs: u64,
+    /// After a RST.
+    pub tcp_close_secs: u64,
+    /// RFC 4787 asks for at least 2 min; 5 min is its recommendation.
+    pub udp_secs: u64,
+    pub icmp_secs: u64,
+    /// Other IP protocols (GRE, ESP, ...).
+    pub other_secs: u64,
+    /// Accept TCP flows picked up mid-stream (after a restart) instead of requiring a SYN.
+    pub tcp_loose: bool,
+}
+
+impl Default for ConntrackConfig {
+    fn default() -> Self {
+        ConntrackConfig {
+            capacity: 262_144,
+            tcp_established_secs: 7440,
+            tcp_transitory_secs: 240,
+            tcp_time_wait_secs: 120,
+            tcp_close_secs: 10,
+            udp_secs: 300,
+            icmp_secs: 60,
+            other_secs: 600,
+            tcp_loose: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatConfig {
+    /// Interfaces whose outgoing flows are masqueraded (SNAT) to the interface's address.
+    pub masquerade: Vec<String>,
+    /// Source ports (and ICMP ids) handed out, split among workers by port class.
+    pub port_range: PortRange,
+    /// NAT bindings (internal endpoint -> external port) per worker.
+    pub binding_capacity: usize,
+    pub port_forwards: Vec<PortForwardConfig>,
+}
+
+impl Default for NatConfig {
+    fn default() -> Self {
+        NatConfig {
+            masquerade: Vec::new(),
+            port_range: PortRange {
+                first: 1024,
+                last: 65535,
+            },
+            binding_capacity: 65536,
+            port_forwards: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortForwardConfig {
+    /// The interface whose address receives the forwarded port.
+    pub interface: String,
+    pub protocol: L4Protocol,
+    /// "80" or "8000-8010".
+    pub port: PortRange,
+    /// The LAN host.
+    pub to: Ipv4Addr,
+    /// The LAN port (the first, for a range); defaults to the same port.
+    #[serde(default)]
+    pub to_port: Option<u16>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum L4Protocol {
+    Tcp,
+    Udp,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleProtocol {
+    Tcp,
+    Udp,
+    Icmp,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FirewallAction {
+    Accept,
+    Drop,
+    Reject,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct FirewallConfig {
+    /// Defaults per zone pair. Pairs not listed: traffic from a masqueraded (outside) zone
+    /// is dropped, anything else is accepted. "local" is the gateway itself.
+    pub policy: Vec<PolicyConfig>,
+    /// Checked in order when a flow starts; the first match decides.
+    pub rules: Vec<RuleConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub from: String,
+    pub to: String,
+    pub action: FirewallAction,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    pub name: String,
+    /// Zones; omitted means any. "local" is the gateway itself.
+    #[serde(default)]
+    pub from: Option<String>,
+    #[serde(default)]
+    pub to: Option<String>,
+    #[serde(default)]
+    pub source: Option<Ipv4Cidr>,
+    #[serde(default)]
+    pub destination: Option<Ipv4Cidr>,
+    #[serde(default)]
+    pub protocol: Option<RuleProtocol>,
+    #[serde(default)]
+    pub source_ports: Option<PortRange>,
+    #[serde(default)]
+    pub destination_ports: Option<PortRange>,
+    #[serde(default)]
+    pub icmp_type: Option<u8>,
+    pub action: FirewallAction,
+}
+
+/// "80" or "8000-8010", inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl FromStr for PortRange {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let parse = |part: &str| {
+            part.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("{part:?} is not a port number"))
+        };
+        let (first, last) = match text.split_once('-') {
+            Some((first, last)) => (parse(first)?, parse(last)?),
+            None => (parse(text)?, parse(text)?),
+        };
+        if first > last {
+            return Err(format!("{text:?}: the range runs backwards"));
+        }
+        Ok(PortRange { first, last })
+    }
+}
+
+impl<'de> Deserialize<'de> for PortRange {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u16),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(port) => Ok(PortRange {
+                first: port,
+                last: port,
+            }),
+            Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
         }
     }
 }
@@ -353,6 +567,7 @@ impl GatewayConfig {
                 ));
             }
         }
+        self.validate_stateful()?;
         if self.neighbors.capacity == 0 || self.neighbors.pending_per_neighbor == 0 {
             return Err(invalid(
                 "neighbors",
@@ -360,6 +575,111 @@ impl GatewayConfig {
             ));
         }
         Ok(())
+    }
+
+    fn validate_stateful(&self) -> Result<(), ConfigError> {
+        if self.conntrack.capacity == 0 {
+            return Err(invalid("conntrack.capacity", "must be positive"));
+        }
+        if self.conntrack.tcp_established_secs < 7440 {
+            tracing::warn!("conntrack.tcp_established_secs is below RFC 5382's 2 h 4 min");
+        }
+        if self.conntrack.udp_secs < 120 {
+            tracing::warn!("conntrack.udp_secs is below RFC 4787's 2 min");
+        }
+        let names: Vec<&str> = self.interfaces.iter().map(|i| i.name.as_str()).collect();
+        for (i, name) in self.nat.masquerade.iter().enumerate() {
+            if !names.contains(&name.as_str()) {
+                return Err(invalid(
+                    format!("nat.masquerade[{i}]"),
+                    format!("no interface named {name:?}"),
+                ));
+            }
+        }
+        let range = self.nat.port_range;
+        if range.first < 1024 || range.last - range.first < 255 {
+            return Err(invalid(
+                "nat.port_range",
+                "must start at 1024 or above and hold at least 256 ports",
+            ));
+        }
+        for (i, forward) in self.nat.port_forwards.iter().enumerate() {
+            let field = |name: &str| format!("nat.port_forwards[{i}].{name}");
+            if !names.contains(&forward.interface.as_str()) {
+                return Err(invalid(
+                    field("interface"),
+                    format!("no interface named {:?}", forward.interface),
+                ));
+            }
+            if self.interface_for(forward.to).is_none() {
+                return Err(invalid(
+                    field("to"),
+                    format!("{} is not on a connected subnet", forward.to),
+                ));
+            }
+            let span = forward.port.last - forward.port.first;
+            if forward
+                .to_port
+                .is_some_and(|to| to.checked_add(span).is_none())
+            {
+                return Err(invalid(field("to_port"), "the range runs past port 65535"));
+            }
+            if forward.port.first <= range.last && forward.port.last >= range.first {
+                tracing::info!(
+                    "nat.port_forwards[{i}]: ports {}-{} are reserved out of the NAT port range",
+                    forward.port.first,
+                    forward.port.last
+                );
+            }
+        }
+        let zones = self.zone_names();
+        let known_zone = |zone: &str| zone == "local" || zones.iter().any(|z| z == zone);
+        for (i, policy) in self.firewall.policy.iter().enumerate() {
+            for (what, zone) in [("from", &policy.from), ("to", &policy.to)] {
+                if !known_zone(zone) {
+                    return Err(invalid(
+                        format!("firewall.policy[{i}].{what}"),
+                        format!("no zone named {zone:?}"),
+                    ));
+                }
+            }
+        }
+        for (i, rule) in self.firewall.rules.iter().enumerate() {
+            for (what, zone) in [("from", &rule.from), ("to", &rule.to)] {
+                if let Some(zone) = zone.as_deref().filter(|zone| !known_zone(zone)) {
+                    return Err(invalid(
+                        format!("firewall.rules[{i}].{what}"),
+                        format!("no zone named {zone:?}"),
+                    ));
+                }
+            }
+            let ports = rule.source_ports.is_some() || rule.destination_ports.is_some();
+            if ports && !matches!(rule.protocol, Some(RuleProtocol::Tcp | RuleProtocol::Udp)) {
+                return Err(invalid(
+                    format!("firewall.rules[{i}]"),
+                    "ports need protocol = \"tcp\" or \"udp\"",
+                ));
+            }
+            if rule.icmp_type.is_some() && rule.protocol != Some(RuleProtocol::Icmp) {
+                return Err(invalid(
+                    format!("firewall.rules[{i}].icmp_type"),
+                    "needs protocol = \"icmp\"",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Zone names in first-seen order; an interface without one is its own zone.
+    pub fn zone_names(&self) -> Vec<String> {
+        let mut zones: Vec<String> = Vec::new();
+        for iface in &self.interfaces {
+            let zone = iface.zone.clone().unwrap_or_else(|| iface.name.clone());
+            if !zones.contains(&zone) {
+                zones.push(zone);
+            }
+        }
+        zones
     }
 
     /// The index of the interface whose connected subnet holds `ip`.

@@ -7,5 +7,7 @@ pub mod config;
 pub mod control;
 pub mod dpdk;
 pub mod egress;
+pub mod handoff;
+pub mod metrics;
 pub mod published;
 pub mod worker;

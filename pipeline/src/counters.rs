@@ -30,6 +30,21 @@ impl Counter {
     }
 }
 
+/// A value the owning worker sets and anyone may read.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    #[inline]
+    pub fn set(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// One worker's counters, on cache lines of their own so no other core's writes share them.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -44,6 +59,13 @@ pub struct WorkerCounters {
     pub icmp_errors_rate_limited: Counter,
     pub busy_cycles: Counter,
     pub idle_cycles: Counter,
+    pub conntrack_entries: Gauge,
+    pub conntrack_capacity: Gauge,
+    pub conntrack_setups: Gauge,
+    pub conntrack_expirations: Gauge,
+    pub conntrack_evictions: Gauge,
+    pub nat_ports_in_use: Gauge,
+    pub nat_ports_available: Gauge,
     drops: [Counter; DropReason::COUNT],
 }
 
@@ -60,6 +82,13 @@ impl Default for WorkerCounters {
             icmp_errors_rate_limited: Counter::default(),
             busy_cycles: Counter::default(),
             idle_cycles: Counter::default(),
+            conntrack_entries: Gauge::default(),
+            conntrack_capacity: Gauge::default(),
+            conntrack_setups: Gauge::default(),
+            conntrack_expirations: Gauge::default(),
+            conntrack_evictions: Gauge::default(),
+            nat_ports_in_use: Gauge::default(),
+            nat_ports_available: Gauge::default(),
             drops: std::array::from_fn(|_| Counter::default()),
         }
     }

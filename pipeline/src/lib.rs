@@ -5,6 +5,7 @@
 
 pub mod control;
 pub mod counters;
+pub mod firewall;
 pub mod flow;
 pub mod forward;
 pub mod fragment;

@@ -50,7 +50,13 @@ pub struct PortStats {
     pub tx_errors: u64,
     /// RX failures for want of an mbuf in the pool.
     pub rx_nombuf: u64,
+    /// Per-queue packets, for the first RTE_ETHDEV_QUEUE_STAT_CNTRS queues.
+    pub rx_queue_packets: [u64; QUEUE_STAT_COUNTERS],
+    pub tx_queue_packets: [u64; QUEUE_STAT_COUNTERS],
 }
+
+/// How many queues `rte_eth_stats` reports individually.
+pub const QUEUE_STAT_COUNTERS: usize = dpdk_sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
 
 /// A started port. Stopped and closed on drop.
 pub struct Port {
@@ -272,17 +278,6 @@ impl Port {
         Ok(addr.addr_bytes)
     }
 
-    /// Link up, and speed in Mbit/s.
-    pub fn link(&self) -> (bool, u32) {
-        let mut link = dpdk_sys::rte_eth_link::default();
-        // SAFETY: valid port and out-pointer; nowait never blocks.
-        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id.0, &mut link) };
-        if ret < 0 {
-            return (false, 0);
-        }
-        (link.link_status() != 0, link.link_speed)
-    }
-
     pub fn stats(&self) -> Result<PortStats> {
         stats(self.id)
     }
@@ -357,6 +352,17 @@ impl PortHandle {
     pub fn stats(&self) -> Result<PortStats> {
         stats(self.id)
     }
+
+    /// Link up, and speed in Mbit/s.
+    pub fn link(&self) -> (bool, u32) {
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port and out-pointer; nowait never blocks.
+        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id.0, &mut link) };
+        if ret < 0 {
+            return (false, 0);
+        }
+        (link.link_status() != 0, link.link_speed)
+    }
 }
 
 fn stats(id: PortId) -> Result<PortStats> {
@@ -374,6 +380,8 @@ fn stats(id: PortId) -> Result<PortStats> {
         rx_errors: raw.ierrors,
         tx_errors: raw.oerrors,
         rx_nombuf: raw.rx_nombuf,
+        rx_queue_packets: raw.q_ipackets,
+        tx_queue_packets: raw.q_opackets,
     })
 }
 

@@ -1,0 +1,416 @@
+//! Prometheus metrics over HTTP. A scrape reads the workers' counters (atomics each worker
+//! alone writes) and the ports' DPDK stats; it never writes anything a worker reads, so it
+//! cannot stall the dataplane. The HTTP server is an ordinary thread, not an lcore.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use pipeline::{DropReason, WorkerCounters};
+use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use crate::dpdk::{PortHandle, PortStats, QUEUE_STAT_COUNTERS};
+
+/// The outcome of config reloads, written by the control thread.
+#[derive(Debug, Default)]
+pub struct ReloadStatus {
+    pub last_success: AtomicBool,
+    pub last_timestamp_seconds: AtomicU64,
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+impl ReloadStatus {
+    pub fn new() -> Self {
+        let status = ReloadStatus::default();
+        status.last_success.store(true, Ordering::Relaxed);
+        status
+    }
+
+    pub fn record(&self, success: bool) {
+        self.last_success.store(success, Ordering::Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        self.last_timestamp_seconds.store(now, Ordering::Relaxed);
+        let counter = if success {
+            &self.succeeded
+        } else {
+            &self.failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the metrics read.
+pub struct Sources {
+    pub ports: Vec<(String, PortHandle, usize)>,
+    pub workers: Vec<Arc<WorkerCounters>>,
+    pub control: Arc<WorkerCounters>,
+    pub reload: Arc<ReloadStatus>,
+}
+
+/// A counter family whose value per label set is read from a source of type `T`.
+struct Family<T> {
+    vec: IntCounterVec,
+    read: fn(&T) -> u64,
+}
+
+/// A gauge family read the same way.
+struct GaugeFamily<T> {
+    vec: IntGaugeVec,
+    read: fn(&T) -> u64,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    sources: Sources,
+    port_counters: Vec<Family<PortStats>>,
+    queue_packets: IntCounterVec,
+    port_link_up: IntGaugeVec,
+    port_speed: IntGaugeVec,
+    worker_counters: Vec<Family<WorkerCounters>>,
+    worker_gauges: Vec<GaugeFamily<WorkerCounters>>,
+    drops: IntCounterVec,
+    reload_success: IntGauge,
+    reload_timestamp: IntGauge,
+    reloads: IntCounterVec,
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let vec = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
+    registry
+        .register(Box::new(vec.clone()))
+        .expect("metric names are unique");
+    vec
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let vec = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition");
+    registry
+        .register(Box::new(vec.clone()))
+        .expect("metric names are unique");
+    vec
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let gauge = IntGauge::new(name, help).expect("valid metric definition");
+    registry
+        .register(Box::new(gauge.clone()))
+        .expect("metric names are unique");
+    gauge
+}
+
+/// Counters only grow; bring the registry's copy up to the source's value.
+fn sync_counter(vec: &IntCounterVec, labels: &[&str], value: u64) {
+    let counter = vec.with_label_values(labels);
+    counter.inc_by(value.saturating_sub(counter.get()));
+}
+
+type PortReader = fn(&PortStats) -> u64;
+type WorkerReader = fn(&WorkerCounters) -> u64;
+
+const PORT_COUNTERS: &[(&str, &str, PortReader)] = &[
+    ("port_rx_packets_total", "Packets received by the port.", |s| s.rx_packets),
+    ("port_tx_packets_total", "Packets sent by the port.", |s| s.tx_packets),
+    ("port_rx_bytes_total", "Bytes received by the port.", |s| s.rx_bytes),
+    ("port_tx_bytes_total", "Bytes sent by the port.", |s| s.tx_bytes),
+    ("port_rx_errors_total", "Erroneous packets received.", |s| s.rx_errors),
+    ("port_tx_errors_total", "Failed transmissions.", |s| s.tx_errors),
+    (
+        "port_rx_missed_packets_total",
+        "Packets the NIC dropped because no RX descriptor was free (imissed): the workers fell behind.",
+        |s| s.rx_missed,
+    ),
+    (
+        "port_rx_nombuf_total",
+        "RX failures for want of an mbuf in the pool (rx_nombuf).",
+        |s| s.rx_nombuf,
+    ),
+];
+
+const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
+    (
+        "worker_rx_packets_total",
+        "Packets the worker received from its queues.",
+        |c| c.rx_packets.get(),
+    ),
+    (
+        "worker_tx_packets_total",
+        "Packets the worker's tx_bursts accepted.",
+        |c| c.transmitted.get(),
+    ),
+    (
+        "worker_busy_cycles_total",
+        "TSC cycles in loops that received packets.",
+        |c| c.busy_cycles.get(),
+    ),
+    (
+        "worker_idle_cycles_total",
+        "TSC cycles in loops that received nothing.",
+        |c| c.idle_cycles.get(),
+    ),
+    (
+        "worker_handoffs_sent_total",
+        "Packets handed to the worker owning their flow.",
+        |c| c.handoffs_sent.get(),
+    ),
+    (
+        "worker_handoffs_received_total",
+        "Packets received from other workers.",
+        |c| c.handoffs_received.get(),
+    ),
+    (
+        "worker_to_control_total",
+        "Packets sent to the control thread.",
+        |c| c.to_control.get(),
+    ),
+    (
+        "worker_fragmented_total",
+        "Datagrams split into fragments.",
+        |c| c.fragmented.get(),
+    ),
+    (
+        "worker_icmp_errors_sent_total",
+        "ICMP errors generated.",
+        |c| c.icmp_errors_sent.get(),
+    ),
+    (
+        "worker_icmp_errors_rate_limited_total",
+        "ICMP errors suppressed by the rate limit.",
+        |c| c.icmp_errors_rate_limited.get(),
+    ),
+    ("conntrack_flow_setups_total", "Flows created.", |c| {
+        c.conntrack_setups.get()
+    }),
+    (
+        "conntrack_expirations_total",
+        "Flows removed after their timeout.",
+        |c| c.conntrack_expirations.get(),
+    ),
+    (
+        "conntrack_evictions_total",
+        "Flows evicted to make room in a full table.",
+        |c| c.conntrack_evictions.get(),
+    ),
+];
+
+const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
+    ("conntrack_entries", "Flows in the worker's table.", |c| {
+        c.conntrack_entries.get()
+    }),
+    (
+        "conntrack_capacity",
+        "Flows the worker's table holds.",
+        |c| c.conntrack_capacity.get(),
+    ),
+    (
+        "nat_ports_in_use",
+        "NAT ports (and ICMP ids) bound on this worker.",
+        |c| c.nat_ports_in_use.get(),
+    ),
+    (
+        "nat_ports_available",
+        "NAT ports this worker may still hand out.",
+        |c| c.nat_ports_available.get(),
+    ),
+];
+
+impl Metrics {
+    pub fn new(sources: Sources) -> Self {
+        let registry = Registry::new_custom(Some("gateway".into()), None).expect("valid prefix");
+        let build = gauge_vec(
+            &registry,
+            "build_info",
+            "Build information; the value is always 1.",
+            &["version", "dpdk"],
+        );
+        build
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), &crate::dpdk::version()])
+            .set(1);
+        Metrics {
+            port_counters: PORT_COUNTERS
+                .iter()
+                .map(|&(name, help, read)| Family {
+                    vec: counter_vec(&registry, name, help, &["port"]),
+                    read,
+                })
+                .collect(),
+            queue_packets: counter_vec(
+                &registry,
+                "port_queue_packets_total",
+                "Packets per port queue and direction (rx, tx).",
+                &["port", "queue", "direction"],
+            ),
+            port_link_up: gauge_vec(
+                &registry,
+                "port_link_up",
+                "1 when the link is up.",
+                &["port"],
+            ),
+            port_speed: gauge_vec(
+                &registry,
+                "port_link_speed_bits_per_second",
+                "Negotiated link speed.",
+                &["port"],
+            ),
+            worker_counters: WORKER_COUNTERS
+                .iter()
+                .map(|&(name, help, read)| Family {
+                    vec: counter_vec(&registry, name, help, &["worker"]),
+                    read,
+                })
+                .collect(),
+            worker_gauges: WORKER_GAUGES
+                .iter()
+                .map(|&(name, help, read)| GaugeFamily {
+                    vec: gauge_vec(&registry, name, help, &["worker"]),
+                    read,
+                })
+                .collect(),
+            drops: counter_vec(
+                &registry,
+                "dropped_packets_total",
+                "Packets dropped, by worker and reason.",
+                &["worker", "reason"],
+            ),
+            reload_success: gauge(
+                &registry,
+                "config_last_reload_success",
+                "1 if the last config reload applied, 0 if it was refused.",
+            ),
+            reload_timestamp: gauge(
+                &registry,
+                "config_last_reload_timestamp_seconds",
+                "Unix time of the last reload attempt (0: none since start).",
+            ),
+            reloads: counter_vec(
+                &registry,
+                "config_reloads_total",
+                "Config reload attempts by result (success, failure).",
+                &["result"],
+            ),
+            registry,
+            sources,
+        }
+    }
+
+    /// Reads every source and renders the Prometheus text exposition.
+    pub fn render(&self) -> String {
+        self.collect();
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding into a Vec cannot fail");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    fn collect(&self) {
+        for (name, port, queues) in &self.sources.ports {
+            let Ok(stats) = port.stats() else { continue };
+            for family in &self.port_counters {
+                sync_counter(&family.vec, &[name], (family.read)(&stats));
+            }
+            for queue in 0..(*queues).min(QUEUE_STAT_COUNTERS) {
+                let q = queue.to_string();
+                sync_counter(
+                    &self.queue_packets,
+                    &[name, &q, "rx"],
+                    stats.rx_queue_packets[queue],
+                );
+                sync_counter(
+                    &self.queue_packets,
+                    &[name, &q, "tx"],
+                    stats.tx_queue_packets[queue],
+                );
+            }
+            let (up, speed_mbps) = port.link();
+            self.port_link_up
+                .with_label_values(&[name])
+                .set(i64::from(up));
+            self.port_speed
+                .with_label_values(&[name])
+                .set(i64::from(speed_mbps) * 1_000_000);
+        }
+        let workers = self
+            .sources
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i.to_string(), c));
+        let control = std::iter::once(("control".to_string(), &self.sources.control));
+        for (worker, counters) in workers.chain(control) {
+            for family in &self.worker_counters {
+                sync_counter(&family.vec, &[&worker], (family.read)(counters));
+            }
+            for family in &self.worker_gauges {
+                family
+                    .vec
+                    .with_label_values(&[&worker])
+                    .set((family.read)(counters) as i64);
+            }
+            for &reason in DropReason::ALL {
+                sync_counter(
+                    &self.drops,
+                    &[&worker, reason.label()],
+                    counters.dropped(reason),
+                );
+            }
+        }
+        let reload = &self.sources.reload;
+        self.reload_success
+            .set(i64::from(reload.last_success.load(Ordering::Relaxed)));
+        self.reload_timestamp
+            .set(reload.last_timestamp_seconds.load(Ordering::Relaxed) as i64);
+        sync_counter(
+            &self.reloads,
+            &["success"],
+            reload.succeeded.load(Ordering::Relaxed),
+        );
+        sync_counter(
+            &self.reloads,
+            &["failure"],
+            reload.failed.load(Ordering::Relaxed),
+        );
+    }
+}
+
+/// Serves `/metrics` on `listen` until `stop` is set.
+pub fn serve(
+    listen: SocketAddr,
+    metrics: Metrics,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let server = tiny_http::Server::http(listen)
+        .map_err(|err| anyhow::anyhow!("metrics.listen {listen}: {err}"))?;
+    tracing::info!(%listen, "metrics on http://{listen}/metrics");
+    let metrics = Mutex::new(metrics);
+    Ok(std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(Some(request)) = server.recv_timeout(Duration::from_millis(200)) else {
+                    continue;
+                };
+                let response = match request.url() {
+                    "/metrics" => {
+                        let body = metrics
+                            .lock()
+                            .unwrap_or_else(|poison| poison.into_inner())
+                            .render();
+                        tiny_http::Response::from_string(body).with_header(
+                            "Content-Type: text/plain; version=0.0.4; charset=utf-8"
+                                .parse::<tiny_http::Header>()
+                                .expect("a valid header"),
+                        )
+                    }
+                    "/" => tiny_http::Response::from_string("gateway: see /metrics\n"),
+                    _ => tiny_http::Response::from_string("not found\n").with_status_code(404),
+                };
+                let _ = request.respond(response);
+            }
+        })?)
+}
