@@ -253,8 +253,8 @@ impl Metrics {
             ),
             port_speed: gauge_vec(
                 &registry,
-                "port_link_speed_bits_per_second",
-                "Negotiated link speed.",
+                "port_link_speed_bytes_per_second",
+                "Negotiated link speed (10GbE: 1.25e9).",
                 &["port"],
             ),
             worker_counters: WORKER_COUNTERS
@@ -333,7 +333,7 @@ impl Metrics {
                 .set(i64::from(up));
             self.port_speed
                 .with_label_values(&[name])
-                .set(i64::from(speed_mbps) * 1_000_000);
+                .set(i64::from(speed_mbps) * 1_000_000 / 8);
         }
         let workers = self
             .sources
