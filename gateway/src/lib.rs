@@ -10,4 +10,5 @@ pub mod egress;
 pub mod handoff;
 pub mod metrics;
 pub mod published;
+pub mod reload;
 pub mod worker;

@@ -1,0 +1,152 @@
+//! Config reload: on SIGHUP or when the file changes. The new file is parsed and validated
+//! first; if it is bad, nothing changes. Settings that need a restart (EAL, pools, workers,
+//! the set of interfaces) are reported and kept as they are; everything else applies.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use notify::{RecursiveMode, Watcher};
+
+use crate::config::GatewayConfig;
+
+/// Field paths whose change needs a restart, old -> new.
+pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<String> {
+    let mut fields = Vec::new();
+    if running.eal != new.eal {
+        fields.push("eal".to_string());
+    }
+    if running.mempool != new.mempool {
+        fields.push("mempool".to_string());
+    }
+    if running.workers != new.workers {
+        fields.push("workers".to_string());
+    }
+    if running.conntrack.capacity != new.conntrack.capacity {
+        fields.push("conntrack.capacity".to_string());
+    }
+    if running.nat.binding_capacity != new.nat.binding_capacity {
+        fields.push("nat.binding_capacity".to_string());
+    }
+    if running.nat.port_range != new.nat.port_range {
+        fields.push("nat.port_range".to_string());
+    }
+    if running.neighbors.capacity != new.neighbors.capacity {
+        fields.push("neighbors.capacity".to_string());
+    }
+    if running.metrics != new.metrics {
+        fields.push("metrics".to_string());
+    }
+    if running.interfaces.len() != new.interfaces.len() {
+        fields.push("interfaces (count)".to_string());
+    } else {
+        for (i, (old, new)) in running.interfaces.iter().zip(&new.interfaces).enumerate() {
+            if old.device != new.device || old.name != new.name {
+                fields.push(format!("interfaces[{i}].device/name"));
+            }
+            if old.rx_descriptors != new.rx_descriptors || old.tx_descriptors != new.tx_descriptors
+            {
+                fields.push(format!("interfaces[{i}].rx/tx_descriptors"));
+            }
+            if old.mtu != new.mtu {
+                fields.push(format!("interfaces[{i}].mtu"));
+            }
+        }
+    }
+    fields
+}
+
+/// The config to run after a reload: `new` with every restart-only setting taken from
+/// `running`, so the rest can apply now.
+pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayConfig {
+    let mut merged = new;
+    merged.eal = running.eal.clone();
+    merged.mempool = running.mempool.clone();
+    merged.workers = running.workers.clone();
+    merged.metrics = running.metrics.clone();
+    merged.conntrack.capacity = running.conntrack.capacity;
+    merged.nat.binding_capacity = running.nat.binding_capacity;
+    merged.nat.port_range = running.nat.port_range;
+    merged.neighbors.capacity = running.neighbors.capacity;
+    if merged.interfaces.len() != running.interfaces.len() {
+        merged.interfaces = running.interfaces.clone();
+    } else {
+        for (new, old) in merged.interfaces.iter_mut().zip(&running.interfaces) {
+            new.device = old.device.clone();
+            new.name = old.name.clone();
+            new.rx_descriptors = old.rx_descriptors;
+            new.tx_descriptors = old.tx_descriptors;
+            new.mtu = old.mtu;
+        }
+    }
+    merged
+}
+
+/// Sets `flag` whenever the config file is written, renamed over or recreated. Editors and
+/// config-management tools replace files in several ways, so the directory is watched.
+pub fn watch_file(
+    path: &Path,
+    flag: Arc<AtomicBool>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    let file: PathBuf = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let name = file.file_name().map(|n| n.to_os_string());
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        if !(event.kind.is_modify() || event.kind.is_create()) {
+            return;
+        }
+        if event
+            .paths
+            .iter()
+            .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
+        {
+            flag.store(true, Ordering::Relaxed);
+        }
+    })?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    Ok(watcher)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lab() -> GatewayConfig {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/lab.toml"))
+                .unwrap();
+        let dir = std::env::temp_dir().join(format!("gw-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("lab.toml");
+        std::fs::write(&file, text).unwrap();
+        GatewayConfig::load(&file).unwrap()
+    }
+
+    #[test]
+    fn restart_only_fields_are_named_and_kept() {
+        let running = lab();
+        let mut new = running.clone();
+        new.eal.memory_mb += 1;
+        new.interfaces[0].device = "net_af_packet9,iface=other".into();
+        new.icmp.errors_per_sec = 5;
+        let fields = restart_required(&running, &new);
+        assert_eq!(fields, ["eal", "interfaces[0].device/name"]);
+        let merged = merge_for_reload(&running, new);
+        assert_eq!(merged.eal, running.eal);
+        assert_eq!(merged.interfaces[0].device, running.interfaces[0].device);
+        assert_eq!(
+            merged.icmp.errors_per_sec, 5,
+            "runtime settings still apply"
+        );
+    }
+
+    #[test]
+    fn an_unchanged_file_needs_no_restart() {
+        let running = lab();
+        assert!(restart_required(&running, &running.clone()).is_empty());
+    }
+}
