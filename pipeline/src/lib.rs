@@ -3,12 +3,14 @@
 //! on the [`Verdict`].
 #![forbid(unsafe_code)]
 
+pub mod conntrack;
 pub mod control;
 pub mod counters;
 pub mod firewall;
 pub mod flow;
 pub mod forward;
 pub mod fragment;
+pub mod nat;
 pub mod neigh;
 pub mod neighbor_view;
 pub mod packet;

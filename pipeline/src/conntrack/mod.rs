@@ -1,0 +1,205 @@
+//! Connection tracking for one worker: which flows exist, what state each is in, and whether
+//! a packet fits its flow. There is one [`FlowTable`] per worker core, never shared, so it
+//! needs no locks; everything it will hold is allocated by [`FlowTable::new`], so no call
+//! allocates, and time comes in as `now_ns`.
+//!
+//! # Use
+//!
+//! [`FlowTable::lookup`] finds a packet's flow by its tuple, whichever direction it travels.
+//! A miss that policy admits becomes [`FlowTable::insert`] (with the reply tuple given
+//! explicitly, since NAT makes it differ from the reversed original); a hit goes through
+//! [`FlowTable::track`], whose [`Track::Invalid`] the caller drops and counts. The worker
+//! calls [`FlowTable::expire`] with a small budget every poll loop. Each flow carries the
+//! caller's `D` (its NAT translation, its verdict), handed back exactly once when the flow
+//! goes: by `remove`, to `expire`'s callback, or to `insert`'s when evicted.
+//!
+//! Expiry is lazy: a flow past its deadline stays findable, and a packet refreshes it, until
+//! the sweep reaches it. A flow thus lives its state's timeout plus at most one sweep round.
+//!
+//! # Layout and memory
+//!
+//! Flows live in an arena of `capacity` slots with a free list; a [`FlowId`] is a slot
+//! number. An open-addressing index (linear probing, backward-shift deletion, see
+//! `index.rs`) holds both tuples of every flow in `4 * capacity` slots rounded up to a power
+//! of two, so it is at most half full. The hash is keyed per table from
+//! [`std::collections::hash_map::RandomState`], so remote hosts cannot aim flows at one
+//! probe chain. Memory per flow is [`BYTES_PER_FLOW`] (124 bytes on 64-bit targets: an
+//! 88-byte arena slot, four 8-byte index slots and a 4-byte free-list entry) plus
+//! `size_of::<D>()`; exact when `capacity` is a power of two, otherwise the index rounds up
+//! to at most twice its size (up to 32 more bytes per flow).
+//!
+//! # TCP
+//!
+//! A TCP flow must start with a bare SYN. With [`ConntrackConfig::tcp_loose`] a plain ACK
+//! also starts one (picking up connections that existed before a restart); such a flow is
+//! [`TcpState::Established`] at once and, since its window scaling is unknown, exempt from
+//! window checks. Every segment's flags must be a combination endpoints send, and must fit the
+//! state; its sequence and acknowledgement numbers must fall in the windows tracked per
+//! direction as in van Rooij's "Real Stateful TCP Packet Filtering" (see `tcp.rs`).
+//! Simultaneous open and close are followed; a retransmitted SYN or SYN+ACK is accepted
+//! without changing anything; a SYN from the original direction in TIME_WAIT or after a
+//! reset starts a new connection in the same flow, keeping its data.
+//!
+//! # Eviction
+//!
+//! An insert into a full table looks at the next [`EVICTION_SCAN`] (16) arena slots from an
+//! eviction cursor, which then moves past them. Among those flows it evicts the one with the
+//! earliest deadline that is either expired or not established (TCP in any state but
+//! `Established`; another protocol that has not seen a reply) — an expired flow whenever the
+//! window holds one, since its deadline is the earliest. Established flows are never evicted
+//! while alive, so a SYN or UDP flood cannot push out working connections, while half-open
+//! flood flows make room for each other. If the window holds no candidate the insert fails
+//! with [`InsertError::Full`] (counted in `refused_full`); the next insert looks at the next
+//! window.
+
+mod index;
+mod table;
+mod tcp;
+mod timeouts;
+
+#[cfg(test)]
+mod tests;
+
+use std::mem::size_of;
+
+pub use table::{FlowTable, EVICTION_SCAN, MAX_CAPACITY};
+pub use tcp::{TcpSegment, TcpState};
+pub use timeouts::Timeouts;
+
+/// Memory per flow, excluding the caller's data (add `size_of::<D>()`): the arena slot, the
+/// index slots for its two tuples at half load, and its free-list entry.
+pub const BYTES_PER_FLOW: usize = size_of::<table::Flow>()
+    + index::SLOTS_PER_FLOW * size_of::<index::IndexSlot>()
+    + size_of::<u32>();
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConntrackConfig {
+    /// Flows the table holds, all allocated up front (at least 1, at most [`MAX_CAPACITY`]).
+    pub capacity: usize,
+    pub timeouts: Timeouts,
+    /// Accept a TCP flow's first packet mid-connection (a plain ACK), as after a gateway
+    /// restart. Off by default: it lets any host that can send an ACK create state.
+    pub tcp_loose: bool,
+}
+
+impl Default for ConntrackConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 1 << 16,
+            timeouts: Timeouts::default(),
+            tcp_loose: false,
+        }
+    }
+}
+
+/// A flow's slot in its table. Only meaningful for the table that issued it, and only until
+/// the flow is removed, after which the slot is reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowId(u32);
+
+impl FlowId {
+    /// For logs and metrics labels.
+    pub fn as_u32(self) -> u32 {
+        self.0
+    }
+
+    fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What became of a packet given to [`FlowTable::track`].
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Track {
+    /// The packet fits its flow, whose state and timer were updated.
+    Ok,
+    /// The packet does not fit; the flow is unchanged and the caller should drop it.
+    Invalid(InvalidReason),
+}
+
+/// Why a packet did not fit its flow (or could not start one). Each is counted in
+/// [`ConntrackStats::invalid_by_reason`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InvalidReason {
+    /// A flag combination no endpoint sends: SYN with FIN or RST, FIN without ACK, none.
+    InvalidFlags,
+    /// A new TCP flow must start with a bare SYN (or, in loose mode, a plain ACK).
+    NotSyn,
+    /// Valid flags that do not fit the state, e.g. data before the handshake's reply, or a
+    /// SYN from the reply direction after the connection closed.
+    UnexpectedFlags,
+    /// A SYN with a new sequence number on a connection past its handshake.
+    SynOnEstablished,
+    /// The sequence number lies outside the window the receiver allowed, or behind it by
+    /// more than one window.
+    OutOfWindow,
+    /// The acknowledgement is for data never sent, or older than one window.
+    AckOutOfWindow,
+    /// A TCP flow was given no parsed segment.
+    NoTcpSegment,
+    /// The flow id refers to a removed flow.
+    NoSuchFlow,
+}
+
+impl InvalidReason {
+    pub const COUNT: usize = 8;
+    pub const ALL: [InvalidReason; InvalidReason::COUNT] = [
+        InvalidReason::InvalidFlags,
+        InvalidReason::NotSyn,
+        InvalidReason::UnexpectedFlags,
+        InvalidReason::SynOnEstablished,
+        InvalidReason::OutOfWindow,
+        InvalidReason::AckOutOfWindow,
+        InvalidReason::NoTcpSegment,
+        InvalidReason::NoSuchFlow,
+    ];
+
+    /// The reason's position in [`InvalidReason::ALL`] and [`ConntrackStats::invalid_by_reason`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertError {
+    /// No free slot and none to evict (see the module doc).
+    Full,
+    /// One of the two tuples already belongs to a flow.
+    Exists,
+    /// The original and reply tuples are the same (a packet from a host to itself on the same
+    /// port, as in a LAND attack), so the directions could not be told apart.
+    Ambiguous,
+    /// The first packet cannot start a flow.
+    Invalid(InvalidReason),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConntrackStats {
+    /// Flows created.
+    pub setups: u64,
+    /// Flows removed past their deadline, by the sweep or by an insert reclaiming the slot.
+    pub expirations: u64,
+    /// Flows removed before their deadline to make room.
+    pub evictions: u64,
+    /// Flows removed by [`FlowTable::remove`].
+    pub removals: u64,
+    pub refused_full: u64,
+    pub refused_exists: u64,
+    /// Packets rejected by `track` or `insert`, indexed by [`InvalidReason::index`].
+    pub invalid_by_reason: [u64; InvalidReason::COUNT],
+}
+
+impl ConntrackStats {
+    pub fn invalid(&self, reason: InvalidReason) -> u64 {
+        self.invalid_by_reason[reason.index()]
+    }
+
+    pub fn invalid_total(&self) -> u64 {
+        self.invalid_by_reason.iter().sum()
+    }
+
+    fn count_invalid(&mut self, reason: InvalidReason) {
+        self.invalid_by_reason[reason.index()] += 1;
+    }
+}

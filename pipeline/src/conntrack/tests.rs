@@ -1,0 +1,1354 @@
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+use proptest::prelude::*;
+
+use super::index::FlowHasher;
+use super::*;
+use crate::flow::{Direction, FlowKey};
+use crate::wire::ipv4::protocol;
+use crate::wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
+
+use Direction::{Original, Reply};
+
+const SECOND: u64 = 1_000_000_000;
+const CLIENT_ISN: u32 = 1000;
+const SERVER_ISN: u32 = 5000;
+/// What the tests' endpoints advertise, unscaled.
+const WINDOW: u16 = 65535;
+
+fn key(src: [u8; 4], src_port: u16, dst: [u8; 4], dst_port: u16, protocol: u8) -> FlowKey {
+    FlowKey {
+        src: Ipv4Addr::from(src),
+        dst: Ipv4Addr::from(dst),
+        src_port,
+        dst_port,
+        protocol,
+    }
+}
+
+fn client_key() -> FlowKey {
+    key([10, 0, 0, 1], 40000, [192, 0, 2, 80], 80, protocol::TCP)
+}
+
+fn udp_key(n: u16) -> FlowKey {
+    key([10, 0, 0, 1], 1000 + n, [192, 0, 2, 53], 53, protocol::UDP)
+}
+
+fn segment(flags: u8, seq: u32, ack: u32) -> TcpSegment {
+    TcpSegment {
+        flags,
+        seq,
+        ack,
+        window: WINDOW,
+        payload_len: 0,
+        window_scale: None,
+    }
+}
+
+fn no_eviction(data: u32) {
+    panic!("unexpected eviction of flow {data}");
+}
+
+fn distinct_timeouts() -> Timeouts {
+    Timeouts {
+        tcp_established_ns: 1000 * SECOND,
+        tcp_transitory_ns: 200 * SECOND,
+        tcp_time_wait_ns: 30 * SECOND,
+        tcp_close_ns: 4 * SECOND,
+        udp_ns: 50 * SECOND,
+        icmp_ns: 60 * SECOND,
+        other_ns: 70 * SECOND,
+    }
+}
+
+fn config(capacity: usize) -> ConntrackConfig {
+    ConntrackConfig {
+        capacity,
+        timeouts: distinct_timeouts(),
+        tcp_loose: false,
+    }
+}
+
+fn side(direction: Direction) -> usize {
+    match direction {
+        Original => 0,
+        Reply => 1,
+    }
+}
+
+/// One TCP connection through a table, with endpoints that keep their sequence numbers
+/// straight; each segment is sent one second after the previous one.
+struct Conn {
+    table: FlowTable<u32>,
+    id: FlowId,
+    now_ns: u64,
+    /// The next sequence number of each direction, indexed by [`side`].
+    next_seq: [u32; 2],
+}
+
+impl Conn {
+    fn syn_sent() -> Conn {
+        Conn::syn_sent_with(config(16))
+    }
+
+    fn syn_sent_with(config: ConntrackConfig) -> Conn {
+        let mut table = FlowTable::new(config, 0);
+        let syn = segment(SYN, CLIENT_ISN, 0);
+        let id = table
+            .insert(
+                client_key(),
+                client_key().reversed(),
+                7,
+                Some(&syn),
+                0,
+                no_eviction,
+            )
+            .unwrap();
+        Conn {
+            table,
+            id,
+            now_ns: 0,
+            next_seq: [CLIENT_ISN + 1, SERVER_ISN],
+        }
+    }
+
+    fn syn_received() -> Conn {
+        let mut conn = Conn::syn_sent();
+        conn.expect_ok(Reply, SYN | ACK, 0);
+        conn
+    }
+
+    fn established() -> Conn {
+        let mut conn = Conn::syn_received();
+        conn.expect_ok(Original, ACK, 0);
+        conn
+    }
+
+    /// A segment at the direction's next sequence number, acknowledging all the other
+    /// direction has sent if it carries an ACK.
+    fn next_segment(&self, direction: Direction, flags: u8, payload_len: u32) -> TcpSegment {
+        TcpSegment {
+            payload_len,
+            ..segment(
+                flags,
+                self.next_seq[side(direction)],
+                if flags & ACK != 0 {
+                    self.next_seq[side(direction.opposite())]
+                } else {
+                    0
+                },
+            )
+        }
+    }
+
+    fn send(&mut self, direction: Direction, flags: u8, payload_len: u32) -> Track {
+        let segment = self.next_segment(direction, flags, payload_len);
+        self.send_segment(direction, segment)
+    }
+
+    fn send_segment(&mut self, direction: Direction, segment: TcpSegment) -> Track {
+        self.now_ns += SECOND;
+        let result = self
+            .table
+            .track(self.id, direction, Some(&segment), self.now_ns);
+        if result == Track::Ok {
+            let consumed = segment.payload_len
+                + u32::from(segment.flags & SYN != 0)
+                + u32::from(segment.flags & FIN != 0);
+            let end = segment.seq.wrapping_add(consumed);
+            let next = &mut self.next_seq[side(direction)];
+            if (end.wrapping_sub(*next) as i32) > 0 {
+                *next = end;
+            }
+        }
+        result
+    }
+
+    fn expect_ok(&mut self, direction: Direction, flags: u8, payload_len: u32) {
+        assert_eq!(
+            self.send(direction, flags, payload_len),
+            Track::Ok,
+            "{direction:?} flags {flags:#04x} in {:?}",
+            self.state()
+        );
+    }
+
+    fn state(&self) -> TcpState {
+        self.table.tcp_state(self.id).unwrap()
+    }
+
+    /// Sends `segment`, expects it rejected for `reason`, and checks that it changed nothing.
+    fn expect_invalid(&mut self, direction: Direction, segment: TcpSegment, reason: InvalidReason) {
+        let state = self.state();
+        let deadline_ns = self.table.deadline_ns(self.id);
+        let counted = self.table.stats().invalid(reason);
+        assert_eq!(
+            self.send_segment(direction, segment),
+            Track::Invalid(reason),
+            "{segment:?} from {direction:?} in {state:?}"
+        );
+        assert_eq!(self.state(), state);
+        assert_eq!(self.table.deadline_ns(self.id), deadline_ns);
+        assert_eq!(self.table.stats().invalid(reason), counted + 1);
+    }
+}
+
+// --- TCP state machine --------------------------------------------------------------------
+
+#[test]
+fn three_way_handshake_establishes() {
+    let mut conn = Conn::syn_sent();
+    assert_eq!(conn.state(), TcpState::SynSent);
+    assert!(!conn.table.is_established(conn.id));
+    conn.expect_ok(Reply, SYN | ACK, 0);
+    assert_eq!(conn.state(), TcpState::SynReceived);
+    assert!(!conn.table.is_established(conn.id));
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::Established);
+    assert!(conn.table.is_established(conn.id));
+    assert_eq!(conn.table.stats().invalid_total(), 0);
+}
+
+#[test]
+fn data_flows_both_ways_with_delayed_acks() {
+    let mut conn = Conn::established();
+    conn.expect_ok(Original, ACK | PSH, 1200);
+    conn.expect_ok(Original, ACK | PSH, 1200);
+    conn.expect_ok(Reply, ACK, 0);
+    for _ in 0..10 {
+        conn.expect_ok(Reply, ACK, 1448);
+    }
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::Established);
+}
+
+#[test]
+fn close_by_the_original_direction_walks_every_closing_state() {
+    let mut conn = Conn::established();
+    conn.expect_ok(Original, FIN | ACK, 0);
+    assert_eq!(conn.state(), TcpState::FinWait);
+    conn.expect_ok(Reply, ACK, 0);
+    assert_eq!(conn.state(), TcpState::CloseWait);
+    // The half-closed side may go on sending.
+    conn.expect_ok(Reply, ACK | PSH, 500);
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::CloseWait);
+    conn.expect_ok(Reply, FIN | ACK, 0);
+    assert_eq!(conn.state(), TcpState::LastAck);
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::TimeWait);
+    assert!(!conn.table.is_established(conn.id));
+}
+
+#[test]
+fn close_by_the_reply_direction_walks_every_closing_state() {
+    let mut conn = Conn::established();
+    conn.expect_ok(Reply, FIN | ACK, 0);
+    assert_eq!(conn.state(), TcpState::FinWait);
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::CloseWait);
+    conn.expect_ok(Original, FIN | ACK, 0);
+    assert_eq!(conn.state(), TcpState::LastAck);
+    conn.expect_ok(Reply, ACK, 0);
+    assert_eq!(conn.state(), TcpState::TimeWait);
+}
+
+#[test]
+fn fin_ack_answering_a_fin_goes_straight_to_last_ack() {
+    let mut conn = Conn::established();
+    conn.expect_ok(Original, FIN | ACK, 0);
+    conn.expect_ok(Reply, FIN | ACK, 0);
+    assert_eq!(conn.state(), TcpState::LastAck);
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::TimeWait);
+}
+
+#[test]
+fn simultaneous_close_reaches_time_wait() {
+    let mut conn = Conn::established();
+    // Both FINs cross: neither acknowledges the other's.
+    let original_fin = conn.next_segment(Original, FIN | ACK, 0);
+    let reply_fin = conn.next_segment(Reply, FIN | ACK, 0);
+    assert_eq!(conn.send_segment(Original, original_fin), Track::Ok);
+    assert_eq!(conn.state(), TcpState::FinWait);
+    assert_eq!(conn.send_segment(Reply, reply_fin), Track::Ok);
+    assert_eq!(conn.state(), TcpState::LastAck);
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::LastAck);
+    conn.expect_ok(Reply, ACK, 0);
+    assert_eq!(conn.state(), TcpState::TimeWait);
+    // A retransmitted last ACK is still welcome.
+    conn.expect_ok(Reply, ACK, 0);
+    assert_eq!(conn.state(), TcpState::TimeWait);
+}
+
+#[test]
+fn rst_in_window_closes_from_either_direction() {
+    for direction in [Original, Reply] {
+        let mut conn = Conn::established();
+        conn.expect_ok(direction, RST, 0);
+        assert_eq!(conn.state(), TcpState::Closed);
+        let mut conn = Conn::established();
+        conn.expect_ok(direction, RST | ACK, 0);
+        assert_eq!(conn.state(), TcpState::Closed);
+    }
+    let mut conn = Conn::syn_received();
+    conn.expect_ok(Reply, RST, 0);
+    assert_eq!(conn.state(), TcpState::Closed);
+}
+
+#[test]
+fn rst_out_of_window_is_rejected() {
+    let mut conn = Conn::established();
+    for (direction, offset) in [
+        (Reply, 1 << 30),
+        (Original, 1 << 31),
+        (Reply, 0_u32.wrapping_sub(1 << 20)),
+    ] {
+        let mut rst = conn.next_segment(direction, RST, 0);
+        rst.seq = rst.seq.wrapping_add(offset);
+        conn.expect_invalid(direction, rst, InvalidReason::OutOfWindow);
+    }
+    assert_eq!(conn.state(), TcpState::Established);
+}
+
+#[test]
+fn rst_answering_a_syn_must_acknowledge_it() {
+    let mut conn = Conn::syn_sent();
+    conn.expect_invalid(Reply, segment(RST, 0, 0), InvalidReason::UnexpectedFlags);
+    conn.expect_invalid(
+        Reply,
+        segment(RST | ACK, 0, CLIENT_ISN),
+        InvalidReason::AckOutOfWindow,
+    );
+    conn.expect_invalid(
+        Reply,
+        segment(RST | ACK, 0, CLIENT_ISN + 2),
+        InvalidReason::AckOutOfWindow,
+    );
+    assert_eq!(
+        conn.send_segment(Reply, segment(RST | ACK, 0, CLIENT_ISN + 1)),
+        Track::Ok
+    );
+    assert_eq!(conn.state(), TcpState::Closed);
+}
+
+#[test]
+fn initiator_may_abort_its_own_syn() {
+    let mut conn = Conn::syn_sent();
+    conn.expect_invalid(
+        Original,
+        segment(RST, CLIENT_ISN + 100_000, 0),
+        InvalidReason::OutOfWindow,
+    );
+    assert_eq!(
+        conn.send_segment(Original, segment(RST, CLIENT_ISN + 1, 0)),
+        Track::Ok
+    );
+    assert_eq!(conn.state(), TcpState::Closed);
+}
+
+#[test]
+fn syn_retransmit_is_accepted_and_a_new_isn_restarts_the_handshake() {
+    let mut conn = Conn::syn_sent();
+    assert_eq!(
+        conn.send_segment(Original, segment(SYN, CLIENT_ISN, 0)),
+        Track::Ok
+    );
+    assert_eq!(conn.state(), TcpState::SynSent);
+    // The client lost its state and starts over with another ISN.
+    let new_isn = CLIENT_ISN + 77_777;
+    assert_eq!(
+        conn.send_segment(Original, segment(SYN, new_isn, 0)),
+        Track::Ok
+    );
+    conn.expect_invalid(
+        Reply,
+        segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1),
+        InvalidReason::AckOutOfWindow,
+    );
+    assert_eq!(
+        conn.send_segment(Reply, segment(SYN | ACK, SERVER_ISN, new_isn + 1)),
+        Track::Ok
+    );
+    assert_eq!(conn.state(), TcpState::SynReceived);
+    // A retransmitted SYN after the SYN+ACK is still the same connection...
+    assert_eq!(
+        conn.send_segment(Original, segment(SYN, new_isn, 0)),
+        Track::Ok
+    );
+    assert_eq!(conn.state(), TcpState::SynReceived);
+    // ... but once the server has accepted an ISN, another one is not.
+    conn.expect_invalid(
+        Original,
+        segment(SYN, new_isn + 5, 0),
+        InvalidReason::OutOfWindow,
+    );
+    assert_eq!(
+        conn.send_segment(Original, segment(ACK, new_isn + 1, SERVER_ISN + 1)),
+        Track::Ok
+    );
+    assert_eq!(conn.state(), TcpState::Established);
+}
+
+#[test]
+fn syn_ack_retransmit_is_accepted_before_and_after_establishment() {
+    let mut conn = Conn::syn_received();
+    let syn_ack = segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1);
+    assert_eq!(conn.send_segment(Reply, syn_ack), Track::Ok);
+    assert_eq!(conn.state(), TcpState::SynReceived);
+    conn.expect_ok(Original, ACK, 0);
+    assert_eq!(conn.state(), TcpState::Established);
+    // The client's ACK was lost beyond us, so the server tries again: it must get through
+    // for the client to answer it.
+    assert_eq!(conn.send_segment(Reply, syn_ack), Track::Ok);
+    assert_eq!(conn.state(), TcpState::Established);
+    conn.expect_invalid(
+        Reply,
+        segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 9),
+        InvalidReason::AckOutOfWindow,
+    );
+}
+
+#[test]
+fn syn_with_a_new_isn_on_an_established_connection_is_rejected() {
+    let mut conn = Conn::established();
+    conn.expect_invalid(
+        Original,
+        segment(SYN, CLIENT_ISN + 1_000_000, 0),
+        InvalidReason::SynOnEstablished,
+    );
+    conn.expect_invalid(
+        Reply,
+        segment(SYN | ACK, SERVER_ISN + 1_000_000, CLIENT_ISN + 1),
+        InvalidReason::SynOnEstablished,
+    );
+    conn.expect_ok(Original, FIN | ACK, 0);
+    conn.expect_invalid(
+        Original,
+        segment(SYN, CLIENT_ISN + 1_000_000, 0),
+        InvalidReason::SynOnEstablished,
+    );
+}
+
+#[test]
+fn simultaneous_open_establishes() {
+    let mut conn = Conn::syn_sent();
+    conn.expect_ok(Reply, SYN, 0);
+    assert_eq!(conn.state(), TcpState::SynReceived);
+    // Each side repeats its SYN with an ACK of the other's.
+    let original_syn_ack = segment(SYN | ACK, CLIENT_ISN, SERVER_ISN + 1);
+    let reply_syn_ack = segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1);
+    assert_eq!(conn.send_segment(Original, original_syn_ack), Track::Ok);
+    assert_eq!(conn.state(), TcpState::SynReceived);
+    assert_eq!(conn.send_segment(Reply, reply_syn_ack), Track::Ok);
+    assert_eq!(conn.state(), TcpState::Established);
+    conn.expect_ok(Original, ACK | PSH, 100);
+    conn.expect_ok(Reply, ACK | PSH, 100);
+}
+
+#[test]
+fn new_syn_from_the_original_direction_reuses_a_closed_flow() {
+    let mut time_wait = Conn::established();
+    time_wait.expect_ok(Original, FIN | ACK, 0);
+    time_wait.expect_ok(Reply, FIN | ACK, 0);
+    time_wait.expect_ok(Original, ACK, 0);
+    let mut closed = Conn::established();
+    closed.expect_ok(Reply, RST, 0);
+
+    for (mut conn, state) in [(time_wait, TcpState::TimeWait), (closed, TcpState::Closed)] {
+        assert_eq!(conn.state(), state);
+        *conn.table.data_mut(conn.id) = 42;
+        conn.expect_invalid(
+            Reply,
+            segment(SYN, SERVER_ISN + 9_000_000, 0),
+            InvalidReason::UnexpectedFlags,
+        );
+        conn.expect_invalid(
+            Original,
+            segment(SYN | ACK, CLIENT_ISN, SERVER_ISN),
+            InvalidReason::UnexpectedFlags,
+        );
+        let new_isn = CLIENT_ISN.wrapping_add(3_000_000);
+        assert_eq!(
+            conn.send_segment(Original, segment(SYN, new_isn, 0)),
+            Track::Ok
+        );
+        assert_eq!(conn.state(), TcpState::SynSent);
+        assert_eq!(conn.table.lookup(&client_key()), Some((conn.id, Original)));
+        assert_eq!(*conn.table.data(conn.id), 42);
+        let server_isn = SERVER_ISN.wrapping_add(8_000_000);
+        let syn_ack = segment(SYN | ACK, server_isn, new_isn + 1);
+        assert_eq!(conn.send_segment(Reply, syn_ack), Track::Ok);
+        let ack = segment(ACK, new_isn + 1, server_isn + 1);
+        assert_eq!(conn.send_segment(Original, ack), Track::Ok);
+        assert_eq!(conn.state(), TcpState::Established);
+    }
+}
+
+#[test]
+fn far_off_sequence_and_acknowledgement_numbers_are_rejected() {
+    let mut conn = Conn::established();
+    for _ in 0..4 {
+        conn.expect_ok(Original, ACK | PSH, 1000);
+        conn.expect_ok(Reply, ACK, 0);
+    }
+    let sent = conn.next_segment(Original, ACK, 1000);
+
+    let mut ahead = sent;
+    ahead.seq = ahead.seq.wrapping_add(1 << 30);
+    conn.expect_invalid(Original, ahead, InvalidReason::OutOfWindow);
+    let mut just_past_window = sent;
+    just_past_window.seq = sent.seq.wrapping_add(u32::from(WINDOW) + 1);
+    conn.expect_invalid(Original, just_past_window, InvalidReason::OutOfWindow);
+    let mut behind = sent;
+    behind.seq = sent.seq.wrapping_sub(1 << 20);
+    conn.expect_invalid(Original, behind, InvalidReason::OutOfWindow);
+
+    let mut ack_unsent = sent;
+    ack_unsent.ack = sent.ack.wrapping_add(1);
+    conn.expect_invalid(Original, ack_unsent, InvalidReason::AckOutOfWindow);
+    let mut ack_ancient = sent;
+    ack_ancient.ack = sent.ack.wrapping_sub(1 << 20);
+    conn.expect_invalid(Original, ack_ancient, InvalidReason::AckOutOfWindow);
+
+    // A retransmission of data already sent, and the end of the offered window, are fine.
+    let mut retransmit = sent;
+    retransmit.seq = sent.seq.wrapping_sub(2000);
+    assert_eq!(conn.send_segment(Original, retransmit), Track::Ok);
+    let mut window_edge = sent;
+    window_edge.seq = sent.seq.wrapping_add(u32::from(WINDOW) - 1000);
+    assert_eq!(conn.send_segment(Original, window_edge), Track::Ok);
+    assert_eq!(conn.state(), TcpState::Established);
+}
+
+#[test]
+fn window_scaling_counts_only_when_both_sides_offer_it() {
+    let far = 200_000;
+    for (server_scale, accepted) in [(Some(7), true), (None, false)] {
+        let mut table = FlowTable::new(config(4), 0_u32);
+        let syn = TcpSegment {
+            window_scale: Some(7),
+            ..segment(SYN, CLIENT_ISN, 0)
+        };
+        let id = table
+            .insert(
+                client_key(),
+                client_key().reversed(),
+                0,
+                Some(&syn),
+                0,
+                no_eviction,
+            )
+            .unwrap();
+        let syn_ack = TcpSegment {
+            window_scale: server_scale,
+            ..segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1)
+        };
+        assert_eq!(table.track(id, Reply, Some(&syn_ack), 1), Track::Ok);
+        // 4096 << 7 is 512 KiB of window for the server's data.
+        let ack = TcpSegment {
+            window: 4096,
+            ..segment(ACK, CLIENT_ISN + 1, SERVER_ISN + 1)
+        };
+        assert_eq!(table.track(id, Original, Some(&ack), 2), Track::Ok);
+        let data = TcpSegment {
+            payload_len: 1000,
+            ..segment(ACK, SERVER_ISN + 1 + far, CLIENT_ISN + 1)
+        };
+        let expected = if accepted {
+            Track::Ok
+        } else {
+            Track::Invalid(InvalidReason::OutOfWindow)
+        };
+        assert_eq!(table.track(id, Reply, Some(&data), 3), expected);
+    }
+}
+
+#[test]
+fn impossible_flag_combinations_are_rejected() {
+    let mut conn = Conn::established();
+    for flags in [
+        0,
+        FIN,
+        SYN | FIN,
+        SYN | RST,
+        SYN | FIN | ACK,
+        RST | FIN | ACK,
+        0xff,
+    ] {
+        let segment = conn.next_segment(Original, flags, 0);
+        conn.expect_invalid(Original, segment, InvalidReason::InvalidFlags);
+    }
+    // ECE, CWR, URG and PSH do not matter.
+    conn.expect_ok(Original, ACK | PSH | 0x20 | 0x40 | 0x80, 10);
+}
+
+#[test]
+fn new_tcp_flow_must_start_with_a_bare_syn() {
+    let mut table = FlowTable::new(config(4), 0_u32);
+    for (flags, reason) in [
+        (ACK, InvalidReason::NotSyn),
+        (SYN | ACK, InvalidReason::NotSyn),
+        (RST, InvalidReason::NotSyn),
+        (FIN | ACK, InvalidReason::NotSyn),
+        (SYN | FIN, InvalidReason::InvalidFlags),
+    ] {
+        let first = segment(flags, 1, 1);
+        assert_eq!(
+            table.insert(
+                client_key(),
+                client_key().reversed(),
+                0,
+                Some(&first),
+                0,
+                no_eviction
+            ),
+            Err(InsertError::Invalid(reason))
+        );
+    }
+    assert_eq!(table.stats().invalid(InvalidReason::NotSyn), 4);
+    assert_eq!(table.stats().invalid(InvalidReason::InvalidFlags), 1);
+    assert_eq!(
+        table.insert(
+            client_key(),
+            client_key().reversed(),
+            0,
+            None,
+            0,
+            no_eviction
+        ),
+        Err(InsertError::Invalid(InvalidReason::NoTcpSegment))
+    );
+    assert!(table.is_empty());
+    assert_eq!(table.stats().setups, 0);
+}
+
+#[test]
+fn loose_mode_picks_up_connections_mid_stream() {
+    let mut table = FlowTable::new(
+        ConntrackConfig {
+            tcp_loose: true,
+            ..config(4)
+        },
+        0_u32,
+    );
+    let midstream = TcpSegment {
+        payload_len: 100,
+        ..segment(ACK | PSH, 123_456, 987_654)
+    };
+    let id = table
+        .insert(
+            client_key(),
+            client_key().reversed(),
+            0,
+            Some(&midstream),
+            0,
+            no_eviction,
+        )
+        .unwrap();
+    assert_eq!(table.tcp_state(id), Some(TcpState::Established));
+    assert_eq!(
+        table.deadline_ns(id),
+        distinct_timeouts().tcp_established_ns
+    );
+    // The reply direction's window scale is unknown, so its large segments must pass.
+    let reply = TcpSegment {
+        payload_len: 1000,
+        ..segment(ACK, 987_654 + 300_000, 123_556)
+    };
+    assert_eq!(table.track(id, Reply, Some(&reply), 1), Track::Ok);
+    for flags in [SYN | ACK, FIN | ACK, RST] {
+        let first = segment(flags, 1, 1);
+        let other = key([10, 0, 0, 2], 1, [192, 0, 2, 1], 2, protocol::TCP);
+        assert_eq!(
+            table.insert(other, other.reversed(), 0, Some(&first), 0, no_eviction),
+            Err(InsertError::Invalid(InvalidReason::NotSyn))
+        );
+    }
+}
+
+#[test]
+fn tcp_flow_needs_a_segment_and_others_ignore_it() {
+    let mut conn = Conn::established();
+    assert_eq!(
+        conn.table.track(conn.id, Original, None, 5),
+        Track::Invalid(InvalidReason::NoTcpSegment)
+    );
+    let id = conn
+        .table
+        .insert(udp_key(1), udp_key(1).reversed(), 0, None, 0, no_eviction)
+        .unwrap();
+    let nonsense = segment(SYN | FIN, 0, 0);
+    assert_eq!(conn.table.track(id, Reply, Some(&nonsense), 1), Track::Ok);
+    assert_eq!(conn.table.tcp_state(id), None);
+}
+
+#[test]
+fn only_the_handshake_may_precede_the_reply_syn() {
+    let mut conn = Conn::syn_sent();
+    let data = segment(ACK, CLIENT_ISN + 1, 0);
+    conn.expect_invalid(Original, data, InvalidReason::UnexpectedFlags);
+    conn.expect_invalid(
+        Reply,
+        segment(ACK, SERVER_ISN, CLIENT_ISN + 1),
+        InvalidReason::UnexpectedFlags,
+    );
+    conn.expect_invalid(
+        Original,
+        segment(SYN | ACK, CLIENT_ISN, 1),
+        InvalidReason::AckOutOfWindow,
+    );
+    conn.expect_invalid(
+        Original,
+        segment(FIN | ACK, CLIENT_ISN + 1, 0),
+        InvalidReason::UnexpectedFlags,
+    );
+}
+
+#[test]
+fn tracking_a_removed_flow_is_reported() {
+    let mut conn = Conn::established();
+    assert_eq!(conn.table.remove(conn.id), 7);
+    let ack = conn.next_segment(Original, ACK, 0);
+    assert_eq!(
+        conn.table.track(conn.id, Original, Some(&ack), 1),
+        Track::Invalid(InvalidReason::NoSuchFlow)
+    );
+    // A second remove finds nothing to hand back.
+    assert_eq!(conn.table.remove(conn.id), 0);
+    assert_eq!(conn.table.stats().removals, 1);
+}
+
+// --- Timeouts -----------------------------------------------------------------------------
+
+#[test]
+fn default_timeouts_meet_the_nat_rfcs() {
+    let timeouts = Timeouts::default();
+    assert_eq!(timeouts.tcp_established_ns, (2 * 3600 + 4 * 60) * SECOND);
+    assert_eq!(timeouts.tcp_transitory_ns, 240 * SECOND);
+    assert_eq!(timeouts.tcp_time_wait_ns, 120 * SECOND);
+    assert_eq!(timeouts.tcp_close_ns, 10 * SECOND);
+    assert_eq!(timeouts.udp_ns, 300 * SECOND);
+    assert_eq!(timeouts.icmp_ns, 60 * SECOND);
+    assert_eq!(timeouts.other_ns, 600 * SECOND);
+    assert!(!ConntrackConfig::default().tcp_loose);
+}
+
+/// The flow must survive a full sweep one nanosecond before `last_seen_ns + timeout_ns`, and
+/// go (exactly once, with its data) at that instant.
+fn assert_expires_exactly_after(
+    table: &mut FlowTable<u32>,
+    id: FlowId,
+    last_seen_ns: u64,
+    timeout_ns: u64,
+) {
+    let original = table.key(id, Original);
+    let data = *table.data(id);
+    let deadline_ns = last_seen_ns + timeout_ns;
+    assert_eq!(table.deadline_ns(id), deadline_ns);
+    let capacity = table.capacity();
+    let mut expired = Vec::new();
+    table.expire(deadline_ns - 1, capacity, |data| expired.push(data));
+    assert!(expired.is_empty());
+    assert_eq!(table.lookup(&original), Some((id, Original)));
+    table.expire(deadline_ns, capacity, |data| expired.push(data));
+    assert_eq!(expired, [data]);
+    assert_eq!(table.lookup(&original), None);
+}
+
+#[test]
+fn each_tcp_state_expires_after_its_own_timeout() {
+    let timeouts = distinct_timeouts();
+    type Drive = fn(&mut Conn);
+    let cases: [(Drive, TcpState, u64); 8] = [
+        (|_| {}, TcpState::SynSent, timeouts.tcp_transitory_ns),
+        (
+            |conn| conn.expect_ok(Reply, SYN | ACK, 0),
+            TcpState::SynReceived,
+            timeouts.tcp_transitory_ns,
+        ),
+        (
+            |conn| {
+                conn.expect_ok(Reply, SYN | ACK, 0);
+                conn.expect_ok(Original, ACK, 0);
+            },
+            TcpState::Established,
+            timeouts.tcp_established_ns,
+        ),
+        (
+            |conn| {
+                conn.expect_ok(Reply, SYN | ACK, 0);
+                conn.expect_ok(Original, FIN | ACK, 0);
+            },
+            TcpState::FinWait,
+            timeouts.tcp_transitory_ns,
+        ),
+        (
+            |conn| {
+                conn.expect_ok(Reply, SYN | ACK, 0);
+                conn.expect_ok(Original, FIN | ACK, 0);
+                conn.expect_ok(Reply, ACK, 0);
+            },
+            TcpState::CloseWait,
+            timeouts.tcp_transitory_ns,
+        ),
+        (
+            |conn| {
+                conn.expect_ok(Reply, SYN | ACK, 0);
+                conn.expect_ok(Original, FIN | ACK, 0);
+                conn.expect_ok(Reply, FIN | ACK, 0);
+            },
+            TcpState::LastAck,
+            timeouts.tcp_transitory_ns,
+        ),
+        (
+            |conn| {
+                conn.expect_ok(Reply, SYN | ACK, 0);
+                conn.expect_ok(Original, FIN | ACK, 0);
+                conn.expect_ok(Reply, FIN | ACK, 0);
+                conn.expect_ok(Original, ACK, 0);
+            },
+            TcpState::TimeWait,
+            timeouts.tcp_time_wait_ns,
+        ),
+        (
+            |conn| {
+                conn.expect_ok(Reply, SYN | ACK, 0);
+                conn.expect_ok(Original, ACK, 0);
+                conn.expect_ok(Reply, RST, 0);
+            },
+            TcpState::Closed,
+            timeouts.tcp_close_ns,
+        ),
+    ];
+    for (drive, state, timeout_ns) in cases {
+        let mut conn = Conn::syn_sent_with(config(16));
+        drive(&mut conn);
+        assert_eq!(conn.state(), state);
+        let now_ns = conn.now_ns;
+        assert_expires_exactly_after(&mut conn.table, conn.id, now_ns, timeout_ns);
+        assert_eq!(conn.table.stats().expirations, 1);
+    }
+}
+
+#[test]
+fn other_protocols_expire_after_their_own_timeout() {
+    let timeouts = distinct_timeouts();
+    for (protocol, timeout_ns) in [
+        (protocol::UDP, timeouts.udp_ns),
+        (protocol::ICMP, timeouts.icmp_ns),
+        (47, timeouts.other_ns),
+    ] {
+        let mut table = FlowTable::new(config(8), 0_u32);
+        let original = key([10, 0, 0, 1], 7, [192, 0, 2, 1], 7, protocol);
+        let id = table
+            .insert(original, original.reversed(), 3, None, 10, no_eviction)
+            .unwrap();
+        assert_eq!(table.deadline_ns(id), 10 + timeout_ns);
+        // Traffic either way restarts the timer.
+        assert_eq!(table.track(id, Reply, None, 20 * SECOND), Track::Ok);
+        assert_eq!(table.track(id, Original, None, 25 * SECOND), Track::Ok);
+        assert!(table.is_established(id));
+        assert_expires_exactly_after(&mut table, id, 25 * SECOND, timeout_ns);
+    }
+}
+
+// --- Lookup and insert --------------------------------------------------------------------
+
+#[test]
+fn lookup_finds_both_tuples_of_a_nat_flow() {
+    let mut table = FlowTable::new(config(8), 0_u32);
+    let inside = key([10, 0, 0, 1], 40000, [198, 51, 100, 7], 443, protocol::UDP);
+    // The reply comes back to the NAT's public address and port.
+    let reply = key(
+        [198, 51, 100, 7],
+        443,
+        [203, 0, 113, 1],
+        61000,
+        protocol::UDP,
+    );
+    let id = table
+        .insert(inside, reply, 99, None, 0, no_eviction)
+        .unwrap();
+    assert_eq!(table.lookup(&inside), Some((id, Original)));
+    assert_eq!(table.lookup(&reply), Some((id, Reply)));
+    assert_eq!(table.lookup(&inside.reversed()), None);
+    assert_eq!(table.lookup(&reply.reversed()), None);
+    assert_eq!(table.key(id, Original), inside);
+    assert_eq!(table.key(id, Reply), reply);
+    assert_eq!(*table.data(id), 99);
+    assert!(!table.is_established(id));
+    assert_eq!(table.track(id, Reply, None, 1), Track::Ok);
+    assert!(table.is_established(id));
+    assert_eq!((table.len(), table.stats().setups), (1, 1));
+}
+
+#[test]
+fn insert_refuses_a_tuple_already_in_use() {
+    let mut table = FlowTable::new(config(8), 0_u32);
+    let a = udp_key(1);
+    let b = udp_key(2);
+    table.insert(a, b, 1, None, 0, no_eviction).unwrap();
+    for (original, reply) in [
+        (a, udp_key(3)),
+        (udp_key(3), b),
+        (b, udp_key(3)),
+        (udp_key(3), a),
+    ] {
+        assert_eq!(
+            table.insert(original, reply, 2, None, 0, no_eviction),
+            Err(InsertError::Exists)
+        );
+    }
+    assert_eq!(table.stats().refused_exists, 4);
+    assert_eq!(
+        table.insert(udp_key(4), udp_key(4), 2, None, 0, no_eviction),
+        Err(InsertError::Ambiguous)
+    );
+    assert_eq!(table.len(), 1);
+}
+
+#[test]
+fn remove_hands_back_the_data_and_frees_both_tuples() {
+    let mut table = FlowTable::new(config(2), 0_u32);
+    let id = table
+        .insert(udp_key(1), udp_key(2), 5, None, 0, no_eviction)
+        .unwrap();
+    assert_eq!(table.remove(id), 5);
+    assert_eq!(table.lookup(&udp_key(1)), None);
+    assert_eq!(table.lookup(&udp_key(2)), None);
+    assert!(table.is_empty());
+    let again = table
+        .insert(udp_key(2), udp_key(1), 6, None, 0, no_eviction)
+        .unwrap();
+    assert_eq!(table.lookup(&udp_key(1)), Some((again, Reply)));
+}
+
+#[test]
+fn capacity_is_clamped_and_memory_per_flow_is_as_documented() {
+    assert_eq!(FlowTable::new(config(0), 0_u32).capacity(), 1);
+    assert_eq!(FlowTable::new(config(1000), 0_u32).capacity(), 1000);
+    #[cfg(target_pointer_width = "64")]
+    assert_eq!(BYTES_PER_FLOW, 124);
+}
+
+// --- Eviction -----------------------------------------------------------------------------
+
+/// A UDP flow `n` with data `n`, created at `now_ns`, answered (so established) if `answered`.
+fn add_udp(table: &mut FlowTable<u32>, n: u16, now_ns: u64, answered: bool) -> FlowId {
+    let id = table
+        .insert(
+            udp_key(n),
+            udp_key(n).reversed(),
+            u32::from(n),
+            None,
+            now_ns,
+            no_eviction,
+        )
+        .unwrap();
+    if answered {
+        assert_eq!(table.track(id, Reply, None, now_ns), Track::Ok);
+    }
+    id
+}
+
+#[test]
+fn full_table_evicts_an_expired_flow_first() {
+    let udp_ns = distinct_timeouts().udp_ns;
+    let mut table = FlowTable::new(config(4), 0_u32);
+    add_udp(&mut table, 0, udp_ns, true);
+    add_udp(&mut table, 1, udp_ns, false);
+    add_udp(&mut table, 2, 0, true);
+    add_udp(&mut table, 3, udp_ns, true);
+    let mut evicted = Vec::new();
+    let id = table
+        .insert(udp_key(9), udp_key(9).reversed(), 9, None, udp_ns, |data| {
+            evicted.push(data)
+        })
+        .unwrap();
+    assert_eq!(evicted, [2]);
+    assert_eq!(table.lookup(&udp_key(2)), None);
+    assert_eq!(table.lookup(&udp_key(9)), Some((id, Original)));
+    let stats = table.stats();
+    assert_eq!(
+        (stats.expirations, stats.evictions, stats.refused_full),
+        (1, 0, 0)
+    );
+}
+
+#[test]
+fn full_table_evicts_the_unestablished_flow_nearest_its_deadline() {
+    let mut table = FlowTable::new(config(4), 0_u32);
+    add_udp(&mut table, 0, 0, true);
+    add_udp(&mut table, 1, 20 * SECOND, false);
+    add_udp(&mut table, 2, 10 * SECOND, false);
+    add_udp(&mut table, 3, 0, true);
+    let mut evicted = Vec::new();
+    table
+        .insert(
+            udp_key(9),
+            udp_key(9).reversed(),
+            9,
+            None,
+            30 * SECOND,
+            |data| evicted.push(data),
+        )
+        .unwrap();
+    assert_eq!(evicted, [2]);
+    let stats = table.stats();
+    assert_eq!((stats.expirations, stats.evictions), (0, 1));
+    assert_eq!(table.len(), 4);
+}
+
+#[test]
+fn full_table_of_live_established_flows_refuses() {
+    let mut table = FlowTable::new(config(4), 0_u32);
+    for n in 0..4 {
+        add_udp(&mut table, n, 0, true);
+    }
+    assert_eq!(
+        table.insert(
+            udp_key(9),
+            udp_key(9).reversed(),
+            9,
+            None,
+            SECOND,
+            no_eviction
+        ),
+        Err(InsertError::Full)
+    );
+    assert_eq!(table.stats().refused_full, 1);
+    assert_eq!(table.lookup(&udp_key(9)), None);
+    assert_eq!(table.len(), 4);
+}
+
+#[test]
+fn eviction_scan_is_bounded_and_moves_on() {
+    let capacity = 2 * EVICTION_SCAN;
+    let mut table = FlowTable::new(config(capacity), 0_u32);
+    // Flows fill slots in order: the first scan window is all established.
+    for n in 0..capacity as u16 {
+        let id = add_udp(&mut table, n, u64::from(n), usize::from(n) < EVICTION_SCAN);
+        assert_eq!(id.as_u32(), u32::from(n));
+    }
+    assert_eq!(
+        table.insert(
+            udp_key(900),
+            udp_key(900).reversed(),
+            900,
+            None,
+            100,
+            no_eviction
+        ),
+        Err(InsertError::Full)
+    );
+    let mut evicted = Vec::new();
+    table
+        .insert(
+            udp_key(901),
+            udp_key(901).reversed(),
+            901,
+            None,
+            100,
+            |data| evicted.push(data),
+        )
+        .unwrap();
+    // The earliest deadline in the second window.
+    assert_eq!(evicted, [EVICTION_SCAN as u32]);
+}
+
+#[test]
+fn evicted_and_expired_flows_are_handed_over_exactly_once() {
+    let mut table = FlowTable::new(config(8), 0_u32);
+    let mut handed_over = Vec::new();
+    for n in 0..20_u16 {
+        table
+            .insert(
+                udp_key(n),
+                udp_key(n).reversed(),
+                u32::from(n),
+                None,
+                u64::from(n),
+                |data| handed_over.push(data),
+            )
+            .unwrap();
+    }
+    assert_eq!(handed_over.len(), 12);
+    let later = 1000 * SECOND;
+    for _ in 0..10 {
+        table.expire(later, 3, |data| handed_over.push(data));
+    }
+    assert!(table.is_empty());
+    handed_over.sort_unstable();
+    assert_eq!(handed_over, (0..20).collect::<Vec<u32>>());
+    let stats = table.stats();
+    assert_eq!(stats.evictions + stats.expirations, 20);
+}
+
+// --- Sweep --------------------------------------------------------------------------------
+
+#[test]
+fn sweep_respects_its_budget_and_wraps_around() {
+    let capacity = 8;
+    let mut table = FlowTable::new(config(capacity), 0_u32);
+    for n in 0..capacity as u16 {
+        add_udp(&mut table, n, 0, false);
+    }
+    let later = 1000 * SECOND;
+    let mut expired = Vec::new();
+    table.expire(later, 3, |data| expired.push(data));
+    assert_eq!(expired, [0, 1, 2]);
+    table.expire(later, 3, |data| expired.push(data));
+    assert_eq!(expired, [0, 1, 2, 3, 4, 5]);
+    // Slots 6 and 7, then slot 0 again, which is free.
+    table.expire(later, 3, |data| expired.push(data));
+    assert_eq!(expired, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(table.is_empty());
+
+    let mut slot_of = HashMap::new();
+    for n in 10..10 + capacity as u16 {
+        let id = add_udp(&mut table, n, later, false);
+        slot_of.insert(id.as_u32(), u32::from(n));
+    }
+    expired.clear();
+    let even_later = 2 * later;
+    table.expire(even_later, 1, |data| expired.push(data));
+    assert_eq!(expired, [slot_of[&1]]);
+    // A budget beyond the capacity visits each slot once.
+    table.expire(even_later, 1000, |data| expired.push(data));
+    assert_eq!(expired.len(), capacity);
+    assert_eq!(table.stats().expirations, 2 * capacity as u64);
+}
+
+#[test]
+fn sweep_leaves_live_flows_alone() {
+    let mut table = FlowTable::new(config(8), 0_u32);
+    let id = add_udp(&mut table, 1, 0, true);
+    table.expire(distinct_timeouts().udp_ns - 1, 1000, no_eviction);
+    assert_eq!(table.lookup(&udp_key(1)), Some((id, Original)));
+}
+
+// --- Properties ---------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert { original: u8, reply: u8 },
+    Remove(u8),
+    Answer(u8),
+}
+
+const KEY_SPACE: u8 = 24;
+
+fn model_key(n: u8) -> FlowKey {
+    key([10, 0, 0, n], 1000, [192, 0, 2, 1], 53, protocol::UDP)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..KEY_SPACE, 0..KEY_SPACE)
+            .prop_map(|(original, reply)| Op::Insert { original, reply }),
+        1 => (0..KEY_SPACE).prop_map(Op::Remove),
+        1 => (0..KEY_SPACE).prop_map(Op::Answer),
+    ]
+}
+
+fn all_in_one_place(_: u64) -> u64 {
+    0
+}
+
+fn all_at_the_end(_: u64) -> u64 {
+    u64::MAX
+}
+
+fn four_homes(hash: u64) -> u64 {
+    hash | 0x3fff_ffff_ffff_ffff
+}
+
+fn hasher(choice: u8) -> FlowHasher {
+    match choice {
+        0 => FlowHasher::distorted(all_in_one_place),
+        1 => FlowHasher::distorted(all_at_the_end),
+        2 => FlowHasher::distorted(four_homes),
+        _ => FlowHasher::random(),
+    }
+}
+
+/// A flow as the model knows it.
+#[derive(Clone, Copy, Debug)]
+struct ModelFlow {
+    original: FlowKey,
+    reply: FlowKey,
+    answered: bool,
+}
+
+#[derive(Clone, Debug)]
+enum SegmentOp {
+    Track(bool, TcpSegment),
+    Sweep(u64),
+}
+
+fn any_segment() -> impl Strategy<Value = TcpSegment> {
+    let flags = prop_oneof![
+        any::<u8>(),
+        Just(SYN),
+        Just(SYN | ACK),
+        Just(ACK),
+        Just(ACK | PSH),
+        Just(FIN | ACK),
+        Just(RST),
+        Just(RST | ACK),
+    ];
+    let near = |base: u32| {
+        prop_oneof![
+            any::<u32>(),
+            (0..200_000_u32).prop_map(move |delta| base.wrapping_add(delta)),
+        ]
+    };
+    let number = prop_oneof![near(CLIENT_ISN), near(SERVER_ISN)];
+    (
+        flags,
+        number.clone(),
+        number,
+        any::<u16>(),
+        prop_oneof![0..2000_u32, any::<u32>()],
+        proptest::option::of(any::<u8>()),
+    )
+        .prop_map(
+            |(flags, seq, ack, window, payload_len, window_scale)| TcpSegment {
+                flags,
+                seq,
+                ack,
+                window,
+                payload_len,
+                window_scale,
+            },
+        )
+}
+
+fn segment_op() -> impl Strategy<Value = SegmentOp> {
+    prop_oneof![
+        8 => (any::<bool>(), any_segment()).prop_map(|(reply, segment)| SegmentOp::Track(reply, segment)),
+        1 => (0..2000_u64).prop_map(SegmentOp::Sweep),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn table_agrees_with_a_hashmap_model(
+        capacity in 1..=8_usize,
+        hasher_choice in 0..4_u8,
+        ops in proptest::collection::vec(op(), 0..200),
+    ) {
+        let mut table =
+            FlowTable::with_hasher(config(capacity), u32::MAX, hasher(hasher_choice));
+        let mut flows: HashMap<u32, ModelFlow> = HashMap::new();
+        let mut by_key: HashMap<FlowKey, (u32, Direction)> = HashMap::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            let data = step as u32;
+            match op {
+                Op::Insert { original, reply } => {
+                    let (original, reply) = (model_key(original), model_key(reply));
+                    let mut evicted = Vec::new();
+                    let result = table.insert(original, reply, data, None, 0, |data| evicted.push(data));
+                    if original == reply {
+                        prop_assert_eq!(result, Err(InsertError::Ambiguous));
+                    } else if by_key.contains_key(&original) || by_key.contains_key(&reply) {
+                        prop_assert_eq!(result, Err(InsertError::Exists));
+                    } else if flows.len() < capacity {
+                        prop_assert!(result.is_ok());
+                        prop_assert_eq!(evicted.len(), 0);
+                    } else {
+                        match result {
+                            Ok(_) => {
+                                prop_assert_eq!(evicted.len(), 1);
+                                let victim = flows.remove(&evicted[0]);
+                                prop_assert!(victim.is_some());
+                                let victim = victim.unwrap();
+                                prop_assert!(!victim.answered);
+                                by_key.remove(&victim.original);
+                                by_key.remove(&victim.reply);
+                            }
+                            Err(error) => {
+                                // The scan covers tables this small whole.
+                                prop_assert_eq!(error, InsertError::Full);
+                                prop_assert_eq!(evicted.len(), 0);
+                                prop_assert!(flows.values().all(|flow| flow.answered));
+                            }
+                        }
+                    }
+                    if result.is_ok() {
+                        flows.insert(data, ModelFlow { original, reply, answered: false });
+                        by_key.insert(original, (data, Original));
+                        by_key.insert(reply, (data, Reply));
+                    }
+                }
+                Op::Remove(n) => {
+                    let key = model_key(n);
+                    match by_key.get(&key).copied() {
+                        Some((data, _)) => {
+                            let (id, _) = table.lookup(&key).unwrap();
+                            prop_assert_eq!(table.remove(id), data);
+                            let flow = flows.remove(&data).unwrap();
+                            by_key.remove(&flow.original);
+                            by_key.remove(&flow.reply);
+                        }
+                        None => prop_assert_eq!(table.lookup(&key), None),
+                    }
+                }
+                Op::Answer(n) => {
+                    if let Some((id, _)) = table.lookup(&model_key(n)) {
+                        prop_assert_eq!(table.track(id, Reply, None, 0), Track::Ok);
+                        let data = *table.data(id);
+                        flows.get_mut(&data).unwrap().answered = true;
+                    }
+                }
+            }
+            prop_assert_eq!(table.len(), flows.len());
+            for n in 0..KEY_SPACE {
+                let key = model_key(n);
+                let found = table.lookup(&key).map(|(id, direction)| (*table.data(id), direction));
+                prop_assert_eq!(found, by_key.get(&key).copied());
+            }
+        }
+    }
+
+    #[test]
+    fn random_segments_never_panic_and_rejections_change_nothing(
+        loose in any::<bool>(),
+        first in any_segment(),
+        ops in proptest::collection::vec(segment_op(), 0..64),
+    ) {
+        let config = ConntrackConfig { tcp_loose: loose, ..config(2) };
+        let mut table = FlowTable::new(config, 0_u32);
+        let mut now_ns = 0;
+        let Ok(id) = table.insert(
+            client_key(), client_key().reversed(), 1, Some(&first), now_ns, no_eviction,
+        ) else {
+            return Ok(());
+        };
+        for op in ops {
+            now_ns += 1;
+            match op {
+                SegmentOp::Track(reply, segment) => {
+                    let direction = if reply { Reply } else { Original };
+                    let state = table.tcp_state(id);
+                    let deadline_ns = table.deadline_ns(id);
+                    if let Track::Invalid(_) = table.track(id, direction, Some(&segment), now_ns) {
+                        prop_assert_eq!(table.tcp_state(id), state);
+                        prop_assert_eq!(table.deadline_ns(id), deadline_ns);
+                    }
+                }
+                SegmentOp::Sweep(elapsed_s) => {
+                    table.expire(now_ns + elapsed_s * SECOND, 2, |_| {});
+                    if table.is_empty() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
