@@ -1,15 +1,20 @@
-//! IPv4 forwarding for one worker: validate, route, decrement TTL, resolve the next hop,
-//! rewrite L2 in place, and answer with ICMP errors where RFC 1812 says so.
+//! IPv4 forwarding for one worker: validate, track and translate (see `stateful.rs`), route,
+//! decrement TTL, resolve the next hop, rewrite L2 in place, and answer with ICMP errors where
+//! RFC 1812 says so.
 
 use std::net::Ipv4Addr;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
+use crate::conntrack::{ConntrackConfig, FlowTable};
 use crate::control::write_l2;
 use crate::counters::WorkerCounters;
+use crate::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 use crate::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::ratelimit::TokenBucket;
 use crate::router::{Interface, RouterConfig};
+use crate::stateful::{FlowData, Stage};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
 
@@ -17,42 +22,122 @@ use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, I
 const ICMP_ERROR_MAX_LEN: usize = 576;
 /// Ethernet + IPv4 + ICMP headers in front of the quoted datagram.
 const ICMP_ERROR_HEADERS: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + icmp::HEADER_LEN;
-const ICMP_ERROR_TTL: u8 = 64;
+pub(crate) const GENERATED_TTL: u8 = 64;
+
+/// Where a worker sits among its peers, and the sizes of its tables.
+#[derive(Clone, Debug)]
+pub struct WorkerSetup {
+    pub worker: u16,
+    pub workers: u16,
+    pub conntrack: ConntrackConfig,
+    pub nat_ports: RangeInclusive<u16>,
+    pub nat_bindings: usize,
+}
+
+impl Default for WorkerSetup {
+    fn default() -> Self {
+        WorkerSetup {
+            worker: 0,
+            workers: 1,
+            conntrack: ConntrackConfig::default(),
+            nat_ports: DEFAULT_PORTS,
+            nat_bindings: 1 << 16,
+        }
+    }
+}
+
+/// How a packet reached this worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ingress {
+    /// The interface it arrived on.
+    pub port: u16,
+    /// Handed over by another worker, which already decided this worker owns it.
+    pub handed_off: bool,
+}
 
 /// One worker's packet processor. Holds snapshots of shared, immutable state (the router
-/// config and the neighbour view), its own ICMP rate limiter and its own counters.
+/// config and the neighbour view) and the worker's own state: flow table, NAT ports, ICMP
+/// rate limiter and counters.
 pub struct Pipeline {
-    router: Arc<RouterConfig>,
-    neighbors: Arc<NeighborView>,
-    icmp_errors: TokenBucket,
-    counters: Arc<WorkerCounters>,
+    pub(crate) router: Arc<RouterConfig>,
+    pub(crate) neighbors: Arc<NeighborView>,
+    pub(crate) icmp_errors: TokenBucket,
+    pub(crate) counters: Arc<WorkerCounters>,
+    pub(crate) flows: FlowTable<FlowData>,
+    pub(crate) nat: Option<NatPool>,
+    pub(crate) worker: u16,
+    pub(crate) ownership: Ownership,
 }
 
 impl Pipeline {
+    /// A single worker with default table sizes: what tests and tools want.
     pub fn new(
         router: Arc<RouterConfig>,
         neighbors: Arc<NeighborView>,
         counters: Arc<WorkerCounters>,
     ) -> Self {
+        let setup = WorkerSetup::default();
+        let nat = nat_pool(&router, &setup).ok().flatten();
+        Self::assemble(router, neighbors, counters, setup, nat)
+    }
+
+    /// Worker `setup.worker` of `setup.workers`, with its own flow table and NAT ports.
+    pub fn for_worker(
+        router: Arc<RouterConfig>,
+        neighbors: Arc<NeighborView>,
+        counters: Arc<WorkerCounters>,
+        setup: WorkerSetup,
+    ) -> Result<Self, NatPoolError> {
+        let nat = nat_pool(&router, &setup)?;
+        Ok(Self::assemble(router, neighbors, counters, setup, nat))
+    }
+
+    fn assemble(
+        router: Arc<RouterConfig>,
+        neighbors: Arc<NeighborView>,
+        counters: Arc<WorkerCounters>,
+        setup: WorkerSetup,
+        nat: Option<NatPool>,
+    ) -> Self {
         let icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
-        Pipeline {
+        let flows = FlowTable::new(setup.conntrack, FlowData::default());
+        counters.conntrack_capacity.set(flows.capacity() as u64);
+        let mut pipeline = Pipeline {
             router,
             neighbors,
             icmp_errors,
             counters,
-        }
+            flows,
+            nat,
+            worker: setup.worker,
+            ownership: Ownership::new(setup.workers),
+        };
+        pipeline.reserve_forwarded_ports();
+        pipeline.publish_table_stats();
+        pipeline
     }
 
     pub fn router(&self) -> &Arc<RouterConfig> {
         &self.router
     }
 
-    /// Swaps in a new router config (a reload). Called between bursts.
+    /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
         if router.icmp != self.router.icmp {
             self.icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
         }
         self.router = router;
+        self.reserve_forwarded_ports();
+    }
+
+    /// Ports a forward uses are never handed out by masquerade.
+    fn reserve_forwarded_ports(&mut self) {
+        let Some(nat) = self.nat.as_mut() else { return };
+        for forward in &self.router.stateful.port_forwards {
+            for port in forward.ports.clone() {
+                nat.reserve(forward.protocol, port);
+            }
+        }
     }
 
     /// Swaps in the control thread's latest neighbour view. Called between bursts.
@@ -64,16 +149,55 @@ impl Pipeline {
         &self.counters
     }
 
-    /// Decides one packet's fate, rewriting it in place, and counts the decision.
+    /// Decides the fate of a packet received on `ingress`, rewriting it in place, and counts
+    /// the decision.
     #[inline]
     pub fn process(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+        let ingress = Ingress {
+            port: ingress,
+            handed_off: false,
+        };
+        self.process_from(pkt, ingress, now_ns)
+    }
+
+    /// As `process`, for a packet that may have come from another worker.
+    #[inline]
+    pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
         let verdict = self.classify(pkt, ingress, now_ns);
         self.counters.count(&verdict);
         verdict
     }
 
-    fn classify(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
-        let Some(iface) = self.router.interfaces.get(usize::from(ingress)) else {
+    /// Bounded per-loop upkeep: expire a few flows (releasing their NAT ports) and publish
+    /// table fill for metrics.
+    pub fn housekeeping(&mut self, now_ns: u64, budget: usize) {
+        let nat = &mut self.nat;
+        self.flows
+            .expire(now_ns, budget, |data| crate::stateful::release(nat, &data));
+        self.publish_table_stats();
+    }
+
+    fn publish_table_stats(&self) {
+        let stats = self.flows.stats();
+        self.counters.conntrack_entries.set(self.flows.len() as u64);
+        self.counters.conntrack_setups.set(stats.setups);
+        self.counters.conntrack_expirations.set(stats.expirations);
+        self.counters.conntrack_evictions.set(stats.evictions);
+        if let Some(nat) = &self.nat {
+            self.counters.nat_ports_in_use.set(nat.in_use() as u64);
+            self.counters
+                .nat_ports_available
+                .set(nat.available() as u64);
+        }
+    }
+
+    /// Flows in this worker's table.
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    fn classify(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
+        let Some(iface) = self.router.interfaces.get(usize::from(ingress.port)) else {
             return Verdict::Drop(DropReason::NotOurMac);
         };
         let Ok(frame) = EthernetFrame::new_checked(pkt.bytes()) else {
@@ -93,7 +217,7 @@ impl Pipeline {
         }
     }
 
-    fn ipv4(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+    fn ipv4(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
         let Ok(ip) = Ipv4Packet::new_checked(&pkt.bytes()[ethernet::HEADER_LEN..]) else {
             return Verdict::Drop(DropReason::MalformedIpv4);
         };
@@ -102,7 +226,7 @@ impl Pipeline {
         }
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let frame_len = ethernet::HEADER_LEN + usize::from(ip.total_len());
-        let (ttl, dont_frag, protocol) = (ip.ttl(), ip.dont_frag(), ip.protocol());
+        let ttl = ip.ttl();
         // A directed-broadcast source must go too (RFC 1812 5.3.7): answering it, with an echo
         // reply or an ICMP error, would broadcast to the whole subnet.
         if is_martian_source(src)
@@ -115,31 +239,43 @@ impl Pipeline {
         {
             return Verdict::Drop(DropReason::MartianAddress);
         }
-        if self.router.local_port(dst).is_some() {
-            return if protocol == ipv4::protocol::ICMP {
-                Verdict::Control(ControlWork::LocalIcmp)
-            } else {
-                Verdict::Drop(DropReason::LocalDelivery)
-            };
-        }
+        let local = self.router.local_port(dst).is_some();
         // RFC 1812 5.3.4: a unicast datagram in a link-layer broadcast is not forwarded.
-        if EthernetFrame::new_unchecked(pkt.bytes())
-            .dst_addr()
-            .is_multicast()
+        if !local
+            && EthernetFrame::new_unchecked(pkt.bytes())
+                .dst_addr()
+                .is_multicast()
         {
             return Verdict::Drop(DropReason::LinkLayerBroadcast);
         }
         // Ethernet pads short frames; what we send must end where the datagram does.
         pkt.set_len(frame_len);
+        if !local && ttl <= 1 {
+            return self.icmp_error(pkt, ingress.port, now_ns, IcmpError::TimeExceeded);
+        }
 
+        match self.stateful(pkt, ingress, now_ns) {
+            Stage::Forward => {}
+            Stage::Done(verdict) => return verdict,
+        }
+        self.route_and_send(pkt, ingress.port, now_ns)
+    }
+
+    /// Routes a datagram whose headers are final, decrements its TTL and writes its L2 header.
+    fn route_and_send(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let (dst, ttl, dont_frag) = (ip.dst_addr(), ip.ttl(), ip.dont_frag());
+        let datagram_len = usize::from(ip.total_len());
         if ttl <= 1 {
-            return self.icmp_error(pkt, ingress, now_ns, IcmpError::TimeExceeded);
+            // Only reachable for translated replies addressed to the gateway; an error about
+            // a translated packet would confuse its sender, so none is sent.
+            return Verdict::Drop(DropReason::TtlExpired);
         }
         let Some(next_hop) = self.router.routes.lookup(dst) else {
             return self.icmp_error(pkt, ingress, now_ns, IcmpError::NoRoute);
         };
         let egress = &self.router.interfaces[usize::from(next_hop.port)];
-        let too_big = usize::from(egress.mtu) < frame_len - ethernet::HEADER_LEN;
+        let too_big = usize::from(egress.mtu) < datagram_len;
         if too_big && dont_frag {
             let mtu = egress.mtu;
             return self.icmp_error(pkt, ingress, now_ns, IcmpError::FragmentationNeeded { mtu });
@@ -169,7 +305,7 @@ impl Pipeline {
     /// Rewrites the packet into the ICMP error about it (RFC 792, RFC 1812 4.3.2) and routes
     /// that back to the sender. The original is counted as dropped under the error's reason
     /// either way.
-    fn icmp_error(
+    pub(crate) fn icmp_error(
         &mut self,
         pkt: &mut PacketBuf,
         ingress: u16,
@@ -225,7 +361,7 @@ impl Pipeline {
             sender,
             ipv4::protocol::ICMP,
             icmp_len as u16,
-            ICMP_ERROR_TTL,
+            GENERATED_TTL,
         );
         header.dont_frag = false;
         header.emit(&mut Ipv4Packet::new_unchecked(
@@ -241,13 +377,43 @@ impl Pipeline {
             Some(unresolved) => unresolved,
         }
     }
+
+    /// Sends a packet the gateway generated in place (a TCP reset) back toward `dst`.
+    pub(crate) fn send_generated(&mut self, pkt: &mut PacketBuf, dst: Ipv4Addr) -> Option<Verdict> {
+        let route = self.router.routes.lookup(dst)?;
+        let port = route.port;
+        Some(match self.resolve_l2(pkt, port, route.resolve(dst)) {
+            None => Verdict::Transmit { port },
+            Some(unresolved) => unresolved,
+        })
+    }
+}
+
+/// The NAT pool of a worker, when any interface masquerades.
+fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool>, NatPoolError> {
+    let addresses = router.nat_addresses();
+    if addresses.is_empty() {
+        return Ok(None);
+    }
+    NatPool::new(
+        &addresses,
+        setup.nat_ports.clone(),
+        setup.worker,
+        Ownership::new(setup.workers),
+        setup.nat_bindings,
+    )
+    .map(Some)
 }
 
 #[derive(Clone, Copy, Debug)]
-enum IcmpError {
+pub(crate) enum IcmpError {
     TimeExceeded,
     NoRoute,
-    FragmentationNeeded { mtu: u16 },
+    FragmentationNeeded {
+        mtu: u16,
+    },
+    /// The firewall's reject for non-TCP flows.
+    AdminProhibited,
 }
 
 impl IcmpError {
@@ -256,6 +422,7 @@ impl IcmpError {
             IcmpError::TimeExceeded => DropReason::TtlExpired,
             IcmpError::NoRoute => DropReason::NoRoute,
             IcmpError::FragmentationNeeded { .. } => DropReason::FragmentationNeeded,
+            IcmpError::AdminProhibited => DropReason::FirewallReject,
         }
     }
 
@@ -268,6 +435,11 @@ impl IcmpError {
                 icmp::msg_type::DEST_UNREACHABLE,
                 icmp::unreach_code::FRAG_NEEDED,
                 u32::from(mtu),
+            ),
+            IcmpError::AdminProhibited => (
+                icmp::msg_type::DEST_UNREACHABLE,
+                icmp::unreach_code::ADMIN_PROHIBITED,
+                0,
             ),
         }
     }

@@ -17,11 +17,12 @@ pub mod packet;
 pub mod ratelimit;
 pub mod route;
 pub mod router;
+pub mod stateful;
 pub mod verdict;
 pub mod wire;
 
 pub use counters::WorkerCounters;
-pub use forward::Pipeline;
+pub use forward::{Ingress, Pipeline, WorkerSetup};
 pub use neighbor_view::NeighborView;
 pub use packet::PacketBuf;
 pub use router::{IcmpLimits, Interface, RouterConfig, StaticRoute};

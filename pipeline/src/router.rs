@@ -4,6 +4,9 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use std::ops::RangeInclusive;
+
+use crate::firewall::{Action, Policy, RuleSet, ZoneId};
 use crate::route::{NextHop, Route, RouteError, RouteTable};
 use crate::wire::EthernetAddress;
 
@@ -49,6 +52,8 @@ pub enum RouterError {
     Route(RouteError),
     TooManyInterfaces,
     BadPrefixLength(u8),
+    /// Zones, masquerade flags or port forwards that do not fit the interfaces.
+    StatefulMismatch,
 }
 
 impl fmt::Display for RouterError {
@@ -62,6 +67,12 @@ impl fmt::Display for RouterError {
             RouterError::Route(err) => write!(f, "{err}"),
             RouterError::TooManyInterfaces => write!(f, "more than 64 interfaces"),
             RouterError::BadPrefixLength(len) => write!(f, "interface prefix length {len} > 32"),
+            RouterError::StatefulMismatch => {
+                write!(
+                    f,
+                    "zones, masquerade or port forwards do not match the interfaces"
+                )
+            }
         }
     }
 }
@@ -84,11 +95,79 @@ impl Default for IcmpLimits {
     }
 }
 
+/// A WAN port (range) forwarded to a LAN host (DNAT).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortForward {
+    /// The interface whose address receives the port.
+    pub interface: u16,
+    pub protocol: u8,
+    pub ports: RangeInclusive<u16>,
+    pub to: Ipv4Addr,
+    /// The LAN port for `ports.start()`; a range maps one to one.
+    pub to_port: u16,
+}
+
+impl PortForward {
+    pub fn translate(&self, port: u16) -> u16 {
+        self.to_port.wrapping_add(port - self.ports.start())
+    }
+}
+
+/// The stateful part of the config: zones, NAT and firewall. Applies to new flows; a reload
+/// swaps it without touching the flows workers hold.
+#[derive(Debug)]
+pub struct Stateful {
+    /// The firewall zone of each interface.
+    pub zones: Vec<ZoneId>,
+    /// Whether flows leaving each interface are masqueraded to its address.
+    pub masquerade: Vec<bool>,
+    pub firewall: RuleSet,
+    pub port_forwards: Vec<PortForward>,
+    /// Re-check established flows against the rules after a reload, dropping those now denied.
+    pub recheck_established: bool,
+    /// Changes with every reload, so flows can tell they were admitted under older rules.
+    pub generation: u32,
+}
+
+impl Stateful {
+    /// No NAT, every interface its own zone, everything accepted: a plain router.
+    pub fn open(interfaces: usize) -> Stateful {
+        Stateful {
+            zones: (0..interfaces).map(|i| ZoneId(i as u8)).collect(),
+            masquerade: vec![false; interfaces],
+            firewall: RuleSet::compile(Vec::new(), Policy::new(Action::Accept))
+                .expect("an empty rule set compiles"),
+            port_forwards: Vec::new(),
+            recheck_established: false,
+            generation: 0,
+        }
+    }
+
+    /// The port forward that `dst:port` hits, if any.
+    #[inline]
+    pub fn port_forward(
+        &self,
+        interfaces: &[Interface],
+        protocol: u8,
+        dst: Ipv4Addr,
+        port: u16,
+    ) -> Option<&PortForward> {
+        self.port_forwards.iter().find(|forward| {
+            forward.protocol == protocol
+                && forward.ports.contains(&port)
+                && interfaces
+                    .get(usize::from(forward.interface))
+                    .is_some_and(|iface| iface.addr == dst)
+        })
+    }
+}
+
 #[derive(Debug)]
 pub struct RouterConfig {
     pub interfaces: Vec<Interface>,
     pub routes: RouteTable,
     pub icmp: IcmpLimits,
+    pub stateful: Stateful,
 }
 
 impl RouterConfig {
@@ -135,11 +214,40 @@ impl RouterConfig {
             });
         }
         let routes = RouteTable::build(&routes).map_err(RouterError::Route)?;
+        let stateful = Stateful::open(interfaces.len());
         Ok(RouterConfig {
             interfaces,
             routes,
             icmp,
+            stateful,
         })
+    }
+
+    /// Replaces the plain-router defaults with zones, NAT and firewall.
+    pub fn with_stateful(mut self, stateful: Stateful) -> Result<RouterConfig, RouterError> {
+        let n = self.interfaces.len();
+        if stateful.zones.len() != n || stateful.masquerade.len() != n {
+            return Err(RouterError::StatefulMismatch);
+        }
+        if stateful
+            .port_forwards
+            .iter()
+            .any(|f| usize::from(f.interface) >= n || f.ports.is_empty())
+        {
+            return Err(RouterError::StatefulMismatch);
+        }
+        self.stateful = stateful;
+        Ok(self)
+    }
+
+    /// The addresses flows are masqueraded to: those of the masquerading interfaces.
+    pub fn nat_addresses(&self) -> Vec<Ipv4Addr> {
+        self.interfaces
+            .iter()
+            .zip(&self.stateful.masquerade)
+            .filter(|(_, &masquerade)| masquerade)
+            .map(|(iface, _)| iface.addr)
+            .collect()
     }
 
     /// The port whose address is `ip`, if `ip` is one of the gateway's own.

@@ -82,6 +82,24 @@ drop_reasons! {
     ArpNotForUs => "arp_not_for_us",
     /// Addressed to the gateway on a protocol it does not serve.
     LocalDelivery => "local_delivery",
+    /// A non-initial fragment: its ports are in another packet, so it cannot be tracked.
+    UntrackedFragment => "untracked_fragment",
+    /// A TCP, UDP or ICMP header that is truncated or inconsistent.
+    MalformedL4 => "malformed_l4",
+    /// A packet that does not fit its flow's TCP state or window, or cannot start a flow.
+    ConntrackInvalid => "conntrack_invalid",
+    /// The worker's flow table is full and nothing could be evicted.
+    ConntrackFull => "conntrack_full",
+    /// The worker's NAT ports for this host's external address are all in use.
+    NatPortsExhausted => "nat_ports_exhausted",
+    /// A new flow denied by a firewall rule or zone policy.
+    FirewallDrop => "firewall_drop",
+    /// A new flow rejected by the firewall (a TCP RST or ICMP unreachable went back).
+    FirewallReject => "firewall_reject",
+    /// An established flow denied by rules reloaded since it started.
+    FirewallRecheck => "firewall_recheck",
+    /// An ICMP error that quotes no flow the gateway knows.
+    UnrelatedIcmpError => "unrelated_icmp_error",
     /// More than one mbuf segment (the gateway does not enable scatter).
     MultiSegment => "multi_segment",
     /// The held-packets queue of an unresolved next hop was full.

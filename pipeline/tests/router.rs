@@ -152,6 +152,17 @@ fn udp(src: [u8; 4], dst: [u8; 4], ttl: u8, data_len: usize) -> Vec<u8> {
     frame
 }
 
+/// A UDP header (no checksum) and `data_len` bytes, for hand-made IPv4 headers.
+fn udp_datagram(data_len: usize) -> Vec<u8> {
+    let mut datagram = Vec::new();
+    datagram.extend_from_slice(&4000u16.to_be_bytes());
+    datagram.extend_from_slice(&5000u16.to_be_bytes());
+    datagram.extend_from_slice(&((8 + data_len) as u16).to_be_bytes());
+    datagram.extend_from_slice(&[0, 0]);
+    datagram.extend_from_slice(&data(data_len));
+    datagram
+}
+
 fn header(src: [u8; 4], dst: [u8; 4], ttl: u8) -> Ipv4Header {
     Ipv4Header::new(0, ttl, IpNumber::UDP, src, dst).unwrap()
 }
@@ -478,7 +489,7 @@ fn too_big_without_df_is_to_be_fragmented() {
     let mut router = Router::with(1400, IcmpLimits::default());
     let mut ip_header = header(HOST, REMOTE, 64);
     ip_header.dont_fragment = false;
-    let frame = raw_ipv4(LAN_MAC, ip_header, IpNumber::UDP, &data(1480));
+    let frame = raw_ipv4(LAN_MAC, ip_header, IpNumber::UDP, &udp_datagram(1472));
     let (verdict, out) = router.process(&frame, LAN);
     assert_eq!(verdict, Verdict::Fragment { port: WAN });
     let (eth, header, _) = parse_ipv4(&out);
@@ -498,7 +509,8 @@ fn no_icmp_error_about_an_icmp_error() {
     let frame = raw_ipv4(LAN_MAC, header(HOST, REMOTE, 1), IpNumber::ICMP, &error);
     router.assert_silent_drop(&frame, LAN, DropReason::TtlExpired);
 
-    // Unreachable, unrouted.
+    // Unreachable, about no flow the gateway knows: the stateful firewall drops it before
+    // routing could answer.
     error[0] = 3;
     let frame = raw_ipv4(
         LAN_MAC,
@@ -506,7 +518,7 @@ fn no_icmp_error_about_an_icmp_error() {
         IpNumber::ICMP,
         &error,
     );
-    router.assert_silent_drop(&frame, LAN, DropReason::NoRoute);
+    router.assert_silent_drop(&frame, LAN, DropReason::UnrelatedIcmpError);
 
     // Queries are not errors: an expiring echo request gets its time exceeded.
     let mut ping = echo_request(REMOTE, 16);

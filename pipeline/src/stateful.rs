@@ -1,0 +1,436 @@
+//! The stateful stage between validation and routing: find or create the packet's flow,
+//! admit new flows through the firewall, and translate addresses (masquerade, port forwards,
+//! hairpin, ICMP errors per RFC 5508). Rules are consulted once per flow; an established
+//! packet costs one table lookup, the TCP tracker and the rewrite.
+//!
+//! Flow ownership across workers: each flow lives on exactly one worker. The owner of a flow
+//! is a function of what both directions carry: the internal host's address
+//! (`Ownership::host_owner`) for traffic from the inside, the destination port's class
+//! (`Ownership::port_owner`) for replies to the gateway's own addresses (masquerade and hairpin
+//! replies carry a NAT port the owner allocated), and the forward target's host for port
+//! forwards. A packet that lands elsewhere is handed to its owner.
+
+use std::net::Ipv4Addr;
+
+use crate::conntrack::{InsertError, TcpSegment, Track};
+use crate::firewall::{Action, ZoneId};
+use crate::flow::{Direction, FlowKey, KeyError};
+use crate::forward::{IcmpError, Ingress, Pipeline, GENERATED_TTL};
+use crate::nat::{self, NatPool};
+use crate::packet::PacketBuf;
+use crate::verdict::{ControlWork, DropReason, Verdict};
+use crate::wire::{ethernet, ipv4, tcp, Ipv4Packet, Ipv4Repr, TcpPacket};
+
+/// What the stateful stage decided.
+pub(crate) enum Stage {
+    /// Headers are final (translated if need be); route and send.
+    Forward,
+    Done(Verdict),
+}
+
+/// What a worker keeps per flow besides the tuples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowData {
+    /// The NAT binding the flow holds (protocol, external address, port), released with it.
+    binding: Option<(u8, Ipv4Addr, u16)>,
+    /// The zones the flow was classified by, to re-check it after a reload.
+    from_zone: u8,
+    to_zone: u8,
+    /// The ICMP type of the first packet, for rules on ICMP type.
+    icmp_type: Option<u8>,
+    /// Admitted by a port forward, not by the rules.
+    forwarded: bool,
+    /// The rules generation the flow was admitted under.
+    generation: u32,
+}
+
+/// Returns a flow's NAT binding to the pool.
+pub(crate) fn release(nat: &mut Option<NatPool>, data: &FlowData) {
+    if let (Some(pool), Some((protocol, addr, port))) = (nat.as_mut(), data.binding) {
+        pool.release(protocol, (addr, port));
+    }
+}
+
+impl Pipeline {
+    pub(crate) fn stateful(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Stage {
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let key = match FlowKey::from_ipv4(&ip) {
+            Ok(key) => key,
+            Err(KeyError::IcmpError) => return self.related_icmp_error(pkt, ingress),
+            Err(KeyError::Fragment) => {
+                return Stage::Done(Verdict::Drop(DropReason::UntrackedFragment))
+            }
+            Err(KeyError::Malformed) => return Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
+        };
+        if let Some(worker) = self.foreign_owner(&key, ingress) {
+            return Stage::Done(Verdict::Handoff { worker });
+        }
+        let segment = tcp_segment(&ip);
+        let icmp_type = if key.protocol == ipv4::protocol::ICMP {
+            ip.payload().first().copied()
+        } else {
+            None
+        };
+        match self.flows.lookup(&key) {
+            Some((id, direction)) => {
+                if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
+                {
+                    return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
+                }
+                if let Some(verdict) = self.recheck(id) {
+                    return Stage::Done(verdict);
+                }
+                let target = self.flows.key(id, direction.opposite()).reversed();
+                translate(pkt, &key, &target)
+            }
+            None => self.new_flow(pkt, ingress, key, segment, icmp_type, now_ns),
+        }
+    }
+
+    /// The worker that owns `key`'s flow, when it is not this one.
+    #[inline]
+    fn foreign_owner(&self, key: &FlowKey, ingress: Ingress) -> Option<u16> {
+        if self.ownership.workers() <= 1 || ingress.handed_off {
+            return None;
+        }
+        let router = &*self.router;
+        let stateful = &router.stateful;
+        let owner = if let Some(forward) =
+            stateful.port_forward(&router.interfaces, key.protocol, key.dst, key.dst_port)
+        {
+            self.ownership.host_owner(forward.to)
+        } else if router.local_port(key.dst).is_some() {
+            self.ownership.port_owner(key.dst_port)
+        } else if stateful.masquerade[usize::from(ingress.port)] {
+            self.ownership.host_owner(key.dst)
+        } else {
+            self.ownership.host_owner(key.src)
+        };
+        (owner != self.worker).then_some(owner)
+    }
+
+    /// After a reload with `recheck_established`, a flow admitted under older rules is
+    /// checked once against the new ones.
+    fn recheck(&mut self, id: crate::conntrack::FlowId) -> Option<Verdict> {
+        let stateful = &self.router.stateful;
+        let data = *self.flows.data(id);
+        if !stateful.recheck_established || data.generation == stateful.generation || data.forwarded
+        {
+            return None;
+        }
+        let original = self.flows.key(id, Direction::Original);
+        let (from, to) = (ZoneId(data.from_zone), ZoneId(data.to_zone));
+        let (action, _) = stateful
+            .firewall
+            .evaluate(from, to, &original, data.icmp_type);
+        if action == Action::Accept {
+            self.flows.data_mut(id).generation = stateful.generation;
+            return None;
+        }
+        let data = self.flows.remove(id);
+        release(&mut self.nat, &data);
+        Some(Verdict::Drop(DropReason::FirewallRecheck))
+    }
+
+    fn new_flow(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        key: FlowKey,
+        segment: Option<TcpSegment>,
+        icmp_type: Option<u8>,
+        now_ns: u64,
+    ) -> Stage {
+        let Pipeline {
+            router, flows, nat, ..
+        } = self;
+        let stateful = &router.stateful;
+        let interfaces = &router.interfaces;
+        let forward = stateful.port_forward(interfaces, key.protocol, key.dst, key.dst_port);
+        let dnat = forward.map(|forward| (forward.to, forward.translate(key.dst_port)));
+        let from = stateful.zones[usize::from(ingress.port)];
+        if dnat.is_none() && router.local_port(key.dst).is_some() {
+            let (action, _) = stateful
+                .firewall
+                .evaluate(from, ZoneId::LOCAL, &key, icmp_type);
+            let verdict = match action {
+                Action::Accept if key.protocol == ipv4::protocol::ICMP => {
+                    Verdict::Control(ControlWork::LocalIcmp)
+                }
+                Action::Accept => Verdict::Drop(DropReason::LocalDelivery),
+                Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),
+            };
+            return Stage::Done(verdict);
+        }
+        let (dst, dst_port) = dnat.unwrap_or((key.dst, key.dst_port));
+        let Some(route) = router.routes.lookup(dst) else {
+            return Stage::Done(self.icmp_error(pkt, ingress.port, now_ns, IcmpError::NoRoute));
+        };
+        let egress = usize::from(route.port);
+        let to = stateful.zones[egress];
+        if dnat.is_none() {
+            match stateful.firewall.evaluate(from, to, &key, icmp_type).0 {
+                Action::Accept => {}
+                Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
+                Action::Reject => {
+                    return Stage::Done(self.reject(pkt, ingress, &key, segment, now_ns))
+                }
+            }
+        }
+
+        // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
+        // port must see replies come back through the gateway, so its source becomes ours.
+        let hairpin = dnat.is_some() && !stateful.masquerade[usize::from(ingress.port)];
+        let snat_address = if stateful.masquerade[egress] {
+            Some(None)
+        } else if hairpin {
+            Some(Some(interfaces[egress].addr))
+        } else {
+            None
+        };
+        let has_ports = matches!(
+            key.protocol,
+            ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
+        );
+        let mut binding = None;
+        let (src, src_port) = match (snat_address, nat.as_mut()) {
+            (None, _) => (key.src, key.src_port),
+            (Some(_), None) => return Stage::Done(Verdict::Drop(DropReason::NatPortsExhausted)),
+            (Some(fixed), Some(pool)) if has_ports => {
+                let Some((external, port)) = pool.allocate(key.protocol, (key.src, key.src_port))
+                else {
+                    return Stage::Done(Verdict::Drop(DropReason::NatPortsExhausted));
+                };
+                binding = Some((key.protocol, external, port));
+                (fixed.unwrap_or(external), port)
+            }
+            // Without ports only the address can change (GRE, ESP, ...).
+            (Some(fixed), Some(pool)) => (fixed.unwrap_or(pool.paired_address(key.src)), 0),
+        };
+        let reply = if key.protocol == ipv4::protocol::ICMP {
+            FlowKey {
+                src: dst,
+                dst: src,
+                src_port,
+                dst_port: src_port,
+                protocol: key.protocol,
+            }
+        } else {
+            FlowKey {
+                src: dst,
+                dst: src,
+                src_port: dst_port,
+                dst_port: src_port,
+                protocol: key.protocol,
+            }
+        };
+        let data = FlowData {
+            binding,
+            from_zone: from.0,
+            to_zone: to.0,
+            icmp_type,
+            forwarded: dnat.is_some(),
+            generation: stateful.generation,
+        };
+        let inserted = flows.insert(key, reply, data, segment.as_ref(), now_ns, |evicted| {
+            release(nat, &evicted)
+        });
+        if let Err(error) = inserted {
+            release(nat, &data);
+            let reason = match error {
+                InsertError::Full => DropReason::ConntrackFull,
+                InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
+                    DropReason::ConntrackInvalid
+                }
+            };
+            return Stage::Done(Verdict::Drop(reason));
+        }
+        translate(pkt, &key, &reply.reversed())
+    }
+
+    /// RFC 5508: an ICMP error about a translated flow is translated too, outer header and
+    /// quoted datagram, so the sender of the quoted packet recognises it.
+    fn related_icmp_error(&mut self, pkt: &mut PacketBuf, ingress: Ingress) -> Stage {
+        let ip_bytes = &pkt.bytes()[ethernet::HEADER_LEN..];
+        let Some(quoted) = nat::quoted_flow_key(ip_bytes) else {
+            return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
+        };
+        // The error travels against the quoted datagram: as if it were a reply to it.
+        let as_reply = quoted.reversed();
+        if let Some(worker) = self.foreign_owner(&as_reply, ingress) {
+            return Stage::Done(Verdict::Handoff { worker });
+        }
+        let Some((id, direction)) = self.flows.lookup(&as_reply) else {
+            return Stage::Done(Verdict::Drop(DropReason::UnrelatedIcmpError));
+        };
+        // How the quoted datagram's sender sent it, before the gateway translated it.
+        let sent = self.flows.key(id, direction.opposite());
+        let outer = Ipv4Packet::new_unchecked(ip_bytes);
+        let outer_dst = (outer.dst_addr() != sent.src).then_some(sent.src);
+        let outer_src =
+            (outer.src_addr() == quoted.dst && quoted.dst != sent.dst).then_some(sent.dst);
+        let inner_src = ((quoted.src, quoted.src_port) != (sent.src, sent.src_port))
+            .then_some((sent.src, sent.src_port));
+        let inner_dst = ((quoted.dst, quoted.dst_port) != (sent.dst, sent.dst_port))
+            .then_some((sent.dst, sent.dst_port));
+        if outer_dst.is_none() && outer_src.is_none() && inner_src.is_none() && inner_dst.is_none()
+        {
+            return Stage::Forward;
+        }
+        let ip_bytes = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
+        match nat::rewrite_icmp_error(ip_bytes, outer_dst, outer_src, inner_src, inner_dst) {
+            Ok(()) => Stage::Forward,
+            Err(_) => Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
+        }
+    }
+
+    /// The firewall's reject: a TCP RST for TCP (never in answer to a RST), ICMP
+    /// administratively prohibited otherwise. Both are rate-limited like ICMP errors.
+    fn reject(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        key: &FlowKey,
+        segment: Option<TcpSegment>,
+        now_ns: u64,
+    ) -> Verdict {
+        let Some(segment) = segment else {
+            return self.icmp_error(pkt, ingress.port, now_ns, IcmpError::AdminProhibited);
+        };
+        if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < RESET_LEN {
+            return Verdict::Drop(DropReason::FirewallReject);
+        }
+        if !self.icmp_errors.try_take(now_ns) {
+            self.counters.icmp_errors_rate_limited.inc();
+            return Verdict::Drop(DropReason::FirewallReject);
+        }
+        write_reset(pkt, key, &segment);
+        match self.send_generated(pkt, key.src) {
+            Some(verdict) => {
+                self.counters.record_drop(DropReason::FirewallReject);
+                verdict
+            }
+            None => Verdict::Drop(DropReason::FirewallReject),
+        }
+    }
+}
+
+const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
+
+/// RFC 793's reset for a segment that reached no connection: ACKed segments get
+/// `seq = their ack`; others get `RST|ACK` acknowledging everything they carried.
+fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
+    let (seq, ack, flags) = if segment.flags & tcp::flags::ACK != 0 {
+        (segment.ack, 0, tcp::flags::RST)
+    } else {
+        let syn_fin = u32::from(segment.flags & tcp::flags::SYN != 0)
+            + u32::from(segment.flags & tcp::flags::FIN != 0);
+        let ack = segment
+            .seq
+            .wrapping_add(segment.payload_len)
+            .wrapping_add(syn_fin);
+        (0, ack, tcp::flags::RST | tcp::flags::ACK)
+    };
+    let room = pkt.room_mut();
+    let ip_end = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+    let header = Ipv4Repr::new(
+        key.dst,
+        key.src,
+        ipv4::protocol::TCP,
+        tcp::HEADER_LEN as u16,
+        GENERATED_TTL,
+    );
+    header.emit(&mut Ipv4Packet::new_unchecked(
+        &mut room[ethernet::HEADER_LEN..ip_end],
+    ));
+    let mut reset = TcpPacket::new_unchecked(&mut room[ip_end..RESET_LEN]);
+    reset.set_src_port(key.dst_port);
+    reset.set_dst_port(key.src_port);
+    reset.set_seq_number(seq);
+    reset.set_ack_number(ack);
+    reset.set_header_len(tcp::HEADER_LEN as u8);
+    reset.set_flags(flags);
+    reset.set_window_len(0);
+    reset.set_urgent(0);
+    reset.fill_checksum(key.dst, key.src);
+    pkt.set_len(RESET_LEN);
+}
+
+/// Rewrites the packet's tuple from `current` to `target`.
+fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey) -> Stage {
+    let ip = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
+    if (current.src, current.src_port) != (target.src, target.src_port)
+        && nat::rewrite_source(ip, target.src, target.src_port).is_err()
+    {
+        return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
+    }
+    if (current.dst, current.dst_port) != (target.dst, target.dst_port)
+        && nat::rewrite_destination(ip, target.dst, target.dst_port).is_err()
+    {
+        return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
+    }
+    Stage::Forward
+}
+
+/// The fields the TCP tracker needs, for a TCP packet already validated by the flow key.
+fn tcp_segment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<TcpSegment> {
+    if ip.protocol() != ipv4::protocol::TCP {
+        return None;
+    }
+    let segment = TcpPacket::new_checked(ip.payload()).ok()?;
+    let flags = segment.flags();
+    let window_scale = if flags & tcp::flags::SYN != 0 {
+        window_scale_option(segment.options())
+    } else {
+        None
+    };
+    Some(TcpSegment {
+        flags,
+        seq: segment.seq_number(),
+        ack: segment.ack_number(),
+        window: segment.window_len(),
+        payload_len: segment.payload().len() as u32,
+        window_scale,
+    })
+}
+
+/// RFC 7323's window scale option (kind 3, length 3).
+fn window_scale_option(mut options: &[u8]) -> Option<u8> {
+    const END: u8 = 0;
+    const NOP: u8 = 1;
+    const WINDOW_SCALE: u8 = 3;
+    while let Some(&kind) = options.first() {
+        match kind {
+            END => return None,
+            NOP => options = &options[1..],
+            _ => {
+                let len = usize::from(*options.get(1)?);
+                if len < 2 || len > options.len() {
+                    return None;
+                }
+                if kind == WINDOW_SCALE && len == 3 {
+                    return Some(options[2]);
+                }
+                options = &options[len..];
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_scale_is_found_among_other_options() {
+        // MSS 1460, SACK permitted, timestamps, NOP, window scale 7.
+        let options = [
+            2, 4, 5, 180, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
+        ];
+        assert_eq!(window_scale_option(&options), Some(7));
+        assert_eq!(window_scale_option(&[1, 1, 0, 3, 3, 7]), None, "after END");
+        assert_eq!(window_scale_option(&[3, 9]), None, "truncated");
+        assert_eq!(window_scale_option(&[8, 1, 3, 3, 7]), None, "bad length");
+    }
+}
