@@ -9,13 +9,15 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use pipeline::neigh::NeighborConfig;
 use pipeline::wire::EthernetAddress;
-use pipeline::{IcmpLimits, Interface, NeighborView, RouterConfig, StaticRoute, WorkerCounters};
+use pipeline::{NeighborView, Pipeline, WorkerCounters, WorkerSetup};
 
 use crate::config::{device_name, is_pci_address, GatewayConfig, HugepageMode};
 use crate::control::ControlPlane;
 use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, QueueId};
 use crate::egress::Egress;
+use crate::handoff::HandoffLinks;
 use crate::metrics::{self, Metrics, ReloadStatus, Sources};
+use crate::pipeline_config::{conntrack_config, router_config};
 use crate::published::Published;
 use crate::worker::Worker;
 
@@ -73,34 +75,6 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
         log_level: Some(config.eal.log_level.clone()),
         extra: config.eal.extra_args.clone(),
     })
-}
-
-pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result<RouterConfig> {
-    let interfaces = config
-        .interfaces
-        .iter()
-        .zip(macs)
-        .map(|(iface, mac)| Interface {
-            mac: EthernetAddress(*mac),
-            addr: iface.address.addr,
-            prefix_len: iface.address.len,
-            mtu: iface.mtu,
-        })
-        .collect();
-    let routes: Vec<StaticRoute> = config
-        .routes
-        .iter()
-        .map(|route| StaticRoute {
-            destination: route.destination.addr,
-            len: route.destination.len,
-            via: route.via,
-        })
-        .collect();
-    let icmp = IcmpLimits {
-        errors_per_sec: config.icmp.errors_per_sec,
-        burst: config.icmp.burst,
-    };
-    Ok(RouterConfig::new(interfaces, &routes, icmp)?)
 }
 
 /// Runs until SIGINT or SIGTERM. Returns the per-worker counters for a last report.
@@ -174,6 +148,8 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
     let mut launched = Vec::new();
     let mut from_workers = Vec::new();
     let mut worker_counters = Vec::new();
+    let port_ids: Vec<_> = ports.iter().map(|port| port.id()).collect();
+    let mut handoff_links = HandoffLinks::mesh(worker_lcores.len())?.into_iter();
     for (index, &lcore) in worker_lcores.iter().enumerate() {
         let (to_control, from_worker) = MbufRing::create(
             &format!("to_control_{index}"),
@@ -183,8 +159,20 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
         from_workers.push(from_worker);
         let counters = Arc::new(WorkerCounters::default());
         worker_counters.push(counters.clone());
+        let setup = WorkerSetup {
+            worker: index as u16,
+            workers,
+            conntrack: conntrack_config(config),
+            nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
+            nat_bindings: config.nat.binding_capacity,
+        };
+        let pipeline =
+            Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
+                .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
         let worker = Worker {
             queue: QueueId(index as u16),
+            port_ids: port_ids.clone(),
+            handoff: handoff_links.next().expect("one set of links per worker"),
             egress: Egress::new(handles.clone(), QueueId(index as u16)),
             pool: pool.clone(),
             to_control,
@@ -194,7 +182,7 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
             counters,
             stop: stop.clone(),
         };
-        launched.push(dpdk::launch(lcore, move || worker.run())?);
+        launched.push(dpdk::launch(lcore, move || worker.run(pipeline))?);
     }
 
     let control_counters = Arc::new(WorkerCounters::default());

@@ -310,6 +310,9 @@ pub struct FirewallConfig {
     pub policy: Vec<PolicyConfig>,
     /// Checked in order when a flow starts; the first match decides.
     pub rules: Vec<RuleConfig>,
+    /// After a reload, check established flows against the new rules once and drop those
+    /// now denied. Off: new rules apply to new flows only.
+    pub recheck_established: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -625,7 +628,7 @@ impl GatewayConfig {
                 return Err(invalid(field("to_port"), "the range runs past port 65535"));
             }
             if forward.port.first <= range.last && forward.port.last >= range.first {
-                tracing::info!(
+                tracing::debug!(
                     "nat.port_forwards[{i}]: ports {}-{} are reserved out of the NAT port range",
                     forward.port.first,
                     forward.port.last

@@ -9,6 +9,7 @@ pub mod dpdk;
 pub mod egress;
 pub mod handoff;
 pub mod metrics;
+pub mod pipeline_config;
 pub mod published;
 pub mod reload;
 pub mod worker;

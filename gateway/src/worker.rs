@@ -5,17 +5,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use pipeline::{
-    DropReason, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict, WorkerCounters,
+    DropReason, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict, WorkerCounters,
 };
 
 use crate::clock::Clock;
-use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, QueueId, RingConsumer, RingProducer};
+use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, PortId, QueueId, RingConsumer, RingProducer};
 use crate::egress::Egress;
+use crate::handoff::HandoffLinks;
 use crate::published::Published;
+
+/// Flows the expiry sweep visits per loop: bounded work, yet a full pass over a million
+/// flows takes well under a second at idle and a few seconds under load.
+const EXPIRE_BUDGET: usize = 32;
 
 /// Everything a worker owns or reads, handed to it at launch.
 pub struct Worker {
     pub queue: QueueId,
+    /// DPDK port id of each interface, to tell where a handed-off packet arrived.
+    pub port_ids: Vec<PortId>,
+    pub handoff: HandoffLinks,
     pub egress: Egress,
     pub pool: Arc<Mempool>,
     pub to_control: RingProducer,
@@ -29,10 +37,10 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn run(mut self) {
-        let (router, mut router_version) = self.router.load();
-        let (neighbors, mut neighbors_version) = self.neighbors.load();
-        let mut pipeline = Pipeline::new(router, neighbors, self.counters.clone());
+    /// Polls until told to stop. `pipeline` holds this worker's flows and NAT ports.
+    pub fn run(mut self, mut pipeline: Pipeline) {
+        let (_, mut router_version) = self.router.load();
+        let (_, mut neighbors_version) = self.neighbors.load();
         let clock = Clock::new();
         let ports: Vec<_> = self.egress.ports().to_vec();
         let mut rx = MbufBatch::new();
@@ -60,15 +68,20 @@ impl Worker {
                     if let Some(next) = packets.peek() {
                         next.prefetch();
                     }
-                    if let Some(verdict) =
-                        self.handle(&mut pipeline, &mut mbuf, ingress as u16, now_ns)
-                    {
+                    let ingress = Ingress {
+                        port: ingress as u16,
+                        handed_off: false,
+                    };
+                    if let Some(verdict) = self.handle(&mut pipeline, &mut mbuf, ingress, now_ns) {
                         self.dispatch(&pipeline, mbuf, verdict, &mut control);
                     }
                 }
             }
+            received += self.process_handed_off(&mut pipeline, &mut rx, &mut control, now_ns);
+            pipeline.housekeeping(now_ns, EXPIRE_BUDGET);
             self.transmit_from_control(&mut rx);
             self.egress.flush(&counters);
+            self.handoff.flush(&counters);
             self.flush_control(&mut control);
 
             let loop_end = dpdk::rdtsc();
@@ -90,7 +103,7 @@ impl Worker {
         &self,
         pipeline: &mut Pipeline,
         mbuf: &mut Mbuf,
-        ingress: u16,
+        ingress: Ingress,
         now_ns: u64,
     ) -> Option<Verdict> {
         if mbuf.segments() != 1 {
@@ -99,7 +112,7 @@ impl Worker {
         }
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
-        let verdict = pipeline.process(&mut pkt, ingress, now_ns);
+        let verdict = pipeline.process_from(&mut pkt, ingress, now_ns);
         let new_len = pkt.len();
         // The pipeline only ever sets lengths within the room it was given.
         mbuf.set_len(new_len).ok()?;
@@ -127,10 +140,39 @@ impl Worker {
                     let _ = control.push(mbuf);
                 }
             }
-            // Single-worker handoff has nowhere to go; the multi-core dataplane fills this in.
-            Verdict::Handoff { .. } => self.counters.record_drop(DropReason::HandoffRingFull),
+            Verdict::Handoff { worker } => self.handoff.send(worker, mbuf, &self.counters),
             Verdict::Drop(_) => {}
         }
+    }
+
+    /// Packets other workers received for flows this one owns.
+    fn process_handed_off(
+        &mut self,
+        pipeline: &mut Pipeline,
+        batch: &mut MbufBatch,
+        control: &mut MbufBatch,
+        now_ns: u64,
+    ) -> usize {
+        let arrived = self.handoff.receive(batch);
+        if arrived == 0 {
+            return 0;
+        }
+        self.counters.handoffs_received.add(arrived as u64);
+        for mut mbuf in batch.drain() {
+            let arrival = mbuf.port();
+            let Some(port) = self.port_ids.iter().position(|&id| id == arrival) else {
+                self.counters.record_drop(DropReason::NotOurMac);
+                continue;
+            };
+            let ingress = Ingress {
+                port: port as u16,
+                handed_off: true,
+            };
+            if let Some(verdict) = self.handle(pipeline, &mut mbuf, ingress, now_ns) {
+                self.dispatch(pipeline, mbuf, verdict, control);
+            }
+        }
+        arrived
     }
 
     fn transmit_from_control(&mut self, batch: &mut MbufBatch) {

@@ -87,6 +87,18 @@ impl Pipeline {
         }
     }
 
+    /// A non-initial fragment carries no ports, so it cannot be matched to a flow. From the
+    /// inside, toward a host the gateway does not translate for, it is forwarded as a router
+    /// would; anything else (toward a NAT address, or from outside) is dropped and counted.
+    fn later_fragment<T: AsRef<[u8]>>(&self, ip: &Ipv4Packet<T>, ingress: Ingress) -> Stage {
+        let router = &*self.router;
+        let from_outside = router.stateful.masquerade[usize::from(ingress.port)];
+        if from_outside || router.local_port(ip.dst_addr()).is_some() {
+            return Stage::Done(Verdict::Drop(DropReason::UntrackedFragment));
+        }
+        Stage::Forward
+    }
+
     /// The worker that owns `key`'s flow, when it is not this one.
     #[inline]
     fn foreign_owner(&self, key: &FlowKey, ingress: Ingress) -> Option<u16> {
