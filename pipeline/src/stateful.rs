@@ -57,9 +57,7 @@ impl Pipeline {
         let key = match FlowKey::from_ipv4(&ip) {
             Ok(key) => key,
             Err(KeyError::IcmpError) => return self.related_icmp_error(pkt, ingress),
-            Err(KeyError::Fragment) => {
-                return Stage::Done(Verdict::Drop(DropReason::UntrackedFragment))
-            }
+            Err(KeyError::Fragment) => return self.later_fragment(&ip, ingress),
             Err(KeyError::Malformed) => return Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
         };
         if let Some(worker) = self.foreign_owner(&key, ingress) {
