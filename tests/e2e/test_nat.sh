@@ -3,6 +3,7 @@
 # stateful firewall, measured with iperf3 and checked in the metrics.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$ROOT/scripts/lablib.sh"
 trap cleanup EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
@@ -11,33 +12,7 @@ sed -e 's/^listen = .*/listen = "127.0.0.1:19101"/' -e 's/^file_prefix = .*/file
 start_gateway "$WORK/gateway.toml"
 METRICS=http://127.0.0.1:19101/metrics
 
-# metric NAME_AND_LABELS: the sum of every series that starts with it.
-metric() {
-    curl -sf "$METRICS" | awk -v m="$1" 'index($0, m) == 1 { sum += $NF } END { printf "%d\n", sum }'
-}
-
-# iperf3_run NS_SERVER NS_CLIENT ADDRESS [-R]: a 3 s TCP run; prints the server's view of the
-# client address and the Gbit/s the receiver saw.
-iperf3_run() {
-    local server_ns=$1 client_ns=$2 address=$3
-    shift 3
-    ip netns exec "$server_ns" iperf3 -s -1 -J >"$WORK/server.json" 2>&1 &
-    local server=$!
-    sleep 0.5
-    ip netns exec "$client_ns" timeout 20 iperf3 -c "$address" -t 3 -J "$@" >"$WORK/client.json" \
-        || fail "iperf3 $client_ns -> $address $*: $(tail -c 300 "$WORK/client.json")"
-    wait "$server" || true
-    python3 - "$WORK/server.json" "$WORK/client.json" <<'PY'
-import json, sys
-server = json.load(open(sys.argv[1]))
-client = json.load(open(sys.argv[2]))
-peer = server["start"]["connected"][0]["remote_host"]
-gbps = client["end"]["sum_received"]["bits_per_second"] / 1e9
-print(peer, "%.2f" % gbps)
-PY
-}
-
-read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 10.0.0.2)
+read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 10.0.0.2) || fail "iperf3 through masquerade"
 [[ $peer == 10.0.0.1 ]] || fail "the WAN host saw $peer, not the masquerade address 10.0.0.1"
 pass "LAN -> WAN through masquerade: the WAN host sees 10.0.0.1, $gbps Gbit/s"
 read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 10.0.0.2 -R)
