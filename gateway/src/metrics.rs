@@ -219,6 +219,31 @@ const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
     ),
 ];
 
+/// Every metric family the gateway exports, with the `gateway_` prefix: what dashboards and
+/// alerts may refer to.
+pub fn metric_names() -> Vec<String> {
+    let fixed = [
+        "build_info",
+        "port_queue_packets_total",
+        "port_link_up",
+        "port_link_speed_bytes_per_second",
+        "dropped_packets_total",
+        "config_last_reload_success",
+        "config_last_reload_timestamp_seconds",
+        "config_reloads_total",
+    ];
+    let tables = PORT_COUNTERS
+        .iter()
+        .chain(WORKER_COUNTERS)
+        .map(|(name, _, _)| *name)
+        .chain(WORKER_GAUGES.iter().map(|(name, _, _)| *name));
+    fixed
+        .into_iter()
+        .chain(tables)
+        .map(|name| format!("gateway_{name}"))
+        .collect()
+}
+
 impl Metrics {
     pub fn new(sources: Sources) -> Self {
         let registry = Registry::new_custom(Some("gateway".into()), None).expect("valid prefix");
