@@ -234,8 +234,8 @@ pub fn metric_names() -> Vec<String> {
     ];
     let tables = PORT_COUNTERS
         .iter()
-        .chain(WORKER_COUNTERS)
         .map(|(name, _, _)| *name)
+        .chain(WORKER_COUNTERS.iter().map(|(name, _, _)| *name))
         .chain(WORKER_GAUGES.iter().map(|(name, _, _)| *name));
     fixed
         .into_iter()
