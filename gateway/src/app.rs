@@ -19,6 +19,7 @@ use crate::handoff::HandoffLinks;
 use crate::metrics::{self, Metrics, ReloadStatus, Sources};
 use crate::pipeline_config::{conntrack_config, router_config};
 use crate::published::Published;
+use crate::reload;
 use crate::worker::Worker;
 
 /// Whether this machine has hugepages ready: some free and hugetlbfs mounted.
@@ -84,14 +85,26 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .context("installing the SIGHUP handler")?;
+    let _watcher = reload::watch_file(config_path, reload.clone())
+        .map_err(|err| tracing::warn!("not watching {} for changes: {err}", config_path.display()))
+        .ok();
     let eal = Eal::init(&eal_args(&config)?)?;
     tracing::info!(dpdk = %dpdk::version(), "EAL up");
-    let result = serve(&config, &eal, stop);
+    let result = serve(config_path, &config, &eal, stop, reload);
     drop(eal);
     result
 }
 
-fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+fn serve(
+    config_path: &Path,
+    config: &GatewayConfig,
+    eal: &Eal,
+    stop: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
     let worker_lcores: Vec<LcoreId> = config.workers.lcores.iter().map(|&l| LcoreId(l)).collect();
     let available = eal.worker_lcores();
     for lcore in &worker_lcores {
@@ -193,6 +206,7 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
         reachable_ns: config.neighbors.reachable_secs * 1_000_000_000,
         ..NeighborConfig::default()
     };
+    let router_published = router.clone();
     let mut control = ControlPlane::new(
         control_to_worker,
         ports.iter().map(|port| port.id()).collect(),
@@ -225,9 +239,22 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
     };
     let metrics_failed = metrics_thread.is_none();
     if !metrics_failed {
-        tracing::info!(workers, "gateway running; SIGINT or SIGTERM stops it");
+        tracing::info!(
+            workers,
+            "gateway running; SIGINT or SIGTERM stops it, SIGHUP reloads"
+        );
     }
+    let mut running = config.clone();
     while !stop.load(Ordering::Relaxed) {
+        if reload.swap(false, Ordering::Relaxed) {
+            running = apply_reload(
+                config_path,
+                running,
+                &macs,
+                &router_published,
+                &reload_status,
+            );
+        }
         if control.poll() == 0 {
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -265,6 +292,48 @@ fn serve(config: &GatewayConfig, eal: &Eal, stop: Arc<AtomicBool>) -> anyhow::Re
         );
     }
     Ok(())
+}
+
+/// Reads the config file again and applies what can change at runtime. A file that does not
+/// load or validate changes nothing; the failure is logged with its field and counted.
+fn apply_reload(
+    path: &Path,
+    running: GatewayConfig,
+    macs: &[[u8; 6]],
+    router: &Published<pipeline::RouterConfig>,
+    status: &ReloadStatus,
+) -> GatewayConfig {
+    let new = match GatewayConfig::load(path) {
+        Ok(new) => new,
+        Err(err) => {
+            tracing::error!("reload refused, keeping the running config: {err}");
+            status.record(false);
+            return running;
+        }
+    };
+    let restart = reload::restart_required(&running, &new);
+    if !restart.is_empty() {
+        tracing::warn!(
+            "reload: {} changed and need a restart; applying the rest",
+            restart.join(", ")
+        );
+    }
+    let merged = reload::merge_for_reload(&running, new);
+    match router_config(&merged, macs) {
+        Ok(router_config) => {
+            router.publish(Arc::new(router_config));
+            status.record(true);
+            tracing::info!(
+                "reload applied: new flows follow the new config, established flows continue"
+            );
+            merged
+        }
+        Err(err) => {
+            tracing::error!("reload refused, keeping the running config: {err:#}");
+            status.record(false);
+            running
+        }
+    }
 }
 
 fn report(ports: &[Port], workers: &[Arc<WorkerCounters>], control: &WorkerCounters) {

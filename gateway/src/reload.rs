@@ -31,6 +31,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.nat.port_range != new.nat.port_range {
         fields.push("nat.port_range".to_string());
     }
+    if running.nat.masquerade != new.nat.masquerade {
+        fields.push("nat.masquerade".to_string());
+    }
     if running.neighbors.capacity != new.neighbors.capacity {
         fields.push("neighbors.capacity".to_string());
     }
@@ -51,6 +54,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.mtu != new.mtu {
                 fields.push(format!("interfaces[{i}].mtu"));
             }
+            // The NAT pools hand out ports on the addresses they started with.
+            if old.address != new.address {
+                fields.push(format!("interfaces[{i}].address"));
+            }
         }
     }
     fields
@@ -67,6 +74,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.conntrack.capacity = running.conntrack.capacity;
     merged.nat.binding_capacity = running.nat.binding_capacity;
     merged.nat.port_range = running.nat.port_range;
+    merged.nat.masquerade = running.nat.masquerade.clone();
     merged.neighbors.capacity = running.neighbors.capacity;
     if merged.interfaces.len() != running.interfaces.len() {
         merged.interfaces = running.interfaces.clone();
@@ -77,6 +85,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.rx_descriptors = old.rx_descriptors;
             new.tx_descriptors = old.tx_descriptors;
             new.mtu = old.mtu;
+            new.address = old.address;
         }
     }
     merged
