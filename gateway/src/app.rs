@@ -66,6 +66,7 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
         .partition(|device| is_pci_address(device));
     Ok(EalArgs {
         lcores,
+        cpus: config.eal.cpus.clone(),
         no_huge,
         memory_mb: config.eal.memory_mb,
         in_memory: true,

@@ -73,6 +73,9 @@ pub struct EalConfig {
     /// Keeps this instance's runtime files apart from other DPDK processes.
     pub file_prefix: String,
     pub log_level: String,
+    /// The CPU each lcore runs on, main lcore first, then the workers in order. Empty: lcore
+    /// N runs on CPU N. Lets a small lab box run more lcores than it has CPUs.
+    pub cpus: Vec<u32>,
     /// Passed to the EAL verbatim, after everything the config generates.
     pub extra_args: Vec<String>,
 }
@@ -85,6 +88,7 @@ impl Default for EalConfig {
             memory_mb: 512,
             file_prefix: "gateway".into(),
             log_level: "notice".into(),
+            cpus: Vec::new(),
             extra_args: Vec::new(),
         }
     }
@@ -512,6 +516,17 @@ impl GatewayConfig {
                     format!("lcore {lcore} is listed twice"),
                 ));
             }
+        }
+        if !self.eal.cpus.is_empty() && self.eal.cpus.len() != self.workers.lcores.len() + 1 {
+            return Err(invalid(
+                "eal.cpus",
+                format!(
+                    "lists {} CPUs for {} lcores (the main lcore and {} workers)",
+                    self.eal.cpus.len(),
+                    self.workers.lcores.len() + 1,
+                    self.workers.lcores.len()
+                ),
+            ));
         }
         if self.mempool.cache > 512 || self.mempool.cache as f64 > self.mempool.mbufs as f64 / 1.5 {
             return Err(invalid(

@@ -10,6 +10,8 @@ use super::ids::LcoreId;
 pub struct EalArgs {
     /// Lcores the EAL may use; the first is the main (control) lcore, the rest run workers.
     pub lcores: Vec<LcoreId>,
+    /// The CPU of each lcore, in the same order; empty means lcore N on CPU N.
+    pub cpus: Vec<u32>,
     /// Run without hugepages (`--no-huge`), with `memory_mb` of ordinary memory.
     pub no_huge: bool,
     /// Memory to reserve in MiB (`-m`); 0 lets the EAL decide.
@@ -33,7 +35,15 @@ impl EalArgs {
     pub fn to_argv(&self) -> Vec<String> {
         let mut argv = vec!["gateway".to_string()];
         if !self.lcores.is_empty() {
-            let list: Vec<String> = self.lcores.iter().map(|l| l.0.to_string()).collect();
+            let list: Vec<String> = if self.cpus.len() == self.lcores.len() {
+                self.lcores
+                    .iter()
+                    .zip(&self.cpus)
+                    .map(|(lcore, cpu)| format!("{}@{cpu}", lcore.0))
+                    .collect()
+            } else {
+                self.lcores.iter().map(|l| l.0.to_string()).collect()
+            };
             argv.push(format!("--lcores={}", list.join(",")));
             argv.push(format!("--main-lcore={}", self.lcores[0].0));
         }
@@ -146,6 +156,16 @@ impl Drop for Eal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lcores_can_be_placed_on_cpus() {
+        let args = EalArgs {
+            lcores: vec![LcoreId(0), LcoreId(1), LcoreId(2)],
+            cpus: vec![0, 1, 1],
+            ..Default::default()
+        };
+        assert_eq!(args.to_argv()[1], "--lcores=0@0,1@1,2@1");
+    }
 
     #[test]
     fn argv_comes_from_the_fields() {
