@@ -16,4 +16,5 @@
 #include <rte_bus_vdev.h>
 #include <rte_eth_bond.h>
 #include <rte_eth_bond_8023ad.h>
+#include <rte_eth_ring.h>
 #include "shim.h"

@@ -22,16 +22,17 @@ use crate::published::Published;
 use crate::reload;
 use crate::worker::Worker;
 
-/// Whether this machine has hugepages ready: some free and hugetlbfs mounted.
-pub fn hugepages_available() -> bool {
-    let free = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("HugePages_Free:"))
-                .and_then(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
+/// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs.
+pub fn hugepages_available(memory_mb: u32) -> bool {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        meminfo
+            .lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let free_kib = field("HugePages_Free:") * field("Hugepagesize:");
     let mounted = std::fs::read_to_string("/proc/mounts")
         .map(|mounts| {
             mounts
@@ -39,17 +40,17 @@ pub fn hugepages_available() -> bool {
                 .any(|line| line.split_whitespace().nth(2) == Some("hugetlbfs"))
         })
         .unwrap_or(false);
-    free > 0 && mounted
+    mounted && free_kib > 0 && free_kib >= u64::from(memory_mb) * 1024
 }
 
 pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
     let no_huge = match config.eal.hugepages {
         HugepageMode::Off => true,
-        HugepageMode::Required if !hugepages_available() => {
+        HugepageMode::Required if !hugepages_available(config.eal.memory_mb) => {
             bail!("eal.hugepages = \"required\" but no free hugepages are mounted (see `make hugepages`)")
         }
         HugepageMode::Required => false,
-        HugepageMode::Auto if !hugepages_available() => {
+        HugepageMode::Auto if !hugepages_available(config.eal.memory_mb) => {
             eprintln!(
                 "notice: no hugepages available; running with --no-huge (slower, fine for labs)"
             );

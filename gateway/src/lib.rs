@@ -2,6 +2,7 @@
 //! thread that drive the pure-Rust pipeline.
 
 pub mod app;
+pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod control;

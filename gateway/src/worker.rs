@@ -9,7 +9,9 @@ use pipeline::{
 };
 
 use crate::clock::Clock;
-use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, PortId, QueueId, RingConsumer, RingProducer};
+use crate::dpdk::{
+    self, Mbuf, MbufBatch, Mempool, PortHandle, PortId, QueueId, RingConsumer, RingProducer,
+};
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::published::Published;
@@ -38,63 +40,13 @@ pub struct Worker {
 
 impl Worker {
     /// Polls until told to stop. `pipeline` holds this worker's flows and NAT ports.
-    pub fn run(mut self, mut pipeline: Pipeline) {
-        let (_, mut router_version) = self.router.load();
-        let (_, mut neighbors_version) = self.neighbors.load();
-        let clock = Clock::new();
-        let ports: Vec<_> = self.egress.ports().to_vec();
-        let mut rx = MbufBatch::new();
-        let mut control = MbufBatch::new();
-        let counters = self.counters.clone();
-        let mut loop_start = dpdk::rdtsc();
-
-        while !self.stop.load(Ordering::Relaxed) {
-            if let Some(router) = self.router.changed_since(&mut router_version) {
-                pipeline.set_router(router);
-            }
-            if let Some(neighbors) = self.neighbors.changed_since(&mut neighbors_version) {
-                pipeline.set_neighbors(neighbors);
-            }
-            let now_ns = clock.now_ns();
-            let mut received = 0;
-            for (ingress, port) in ports.iter().enumerate() {
-                if port.rx_burst(self.queue, &mut rx) == 0 {
-                    continue;
-                }
-                received += rx.len();
-                counters.rx_packets.add(rx.len() as u64);
-                let mut packets = rx.drain().peekable();
-                while let Some(mut mbuf) = packets.next() {
-                    if let Some(next) = packets.peek() {
-                        next.prefetch();
-                    }
-                    let ingress = Ingress {
-                        port: ingress as u16,
-                        handed_off: false,
-                    };
-                    if let Some(verdict) = self.handle(&mut pipeline, &mut mbuf, ingress, now_ns) {
-                        self.dispatch(&pipeline, mbuf, verdict, &mut control);
-                    }
-                }
-            }
-            received += self.process_handed_off(&mut pipeline, &mut rx, &mut control, now_ns);
-            pipeline.housekeeping(now_ns, EXPIRE_BUDGET);
-            self.transmit_from_control(&mut rx);
-            self.egress.flush(&counters);
-            self.handoff.flush(&counters);
-            self.flush_control(&mut control);
-
-            let loop_end = dpdk::rdtsc();
-            let spent = loop_end.wrapping_sub(loop_start);
-            if received > 0 {
-                counters.busy_cycles.add(spent);
-            } else {
-                counters.idle_cycles.add(spent);
-            }
-            loop_start = loop_end;
+    pub fn run(self, pipeline: Pipeline) {
+        let stop = self.stop.clone();
+        let mut poll = WorkerLoop::new(self, pipeline);
+        while !stop.load(Ordering::Relaxed) {
+            poll.poll_once();
         }
-        self.egress.flush(&counters);
-        self.flush_control(&mut control);
+        poll.finish();
     }
 
     /// Runs the pipeline over the mbuf's bytes and sets its new length.
@@ -200,5 +152,114 @@ impl Worker {
             self.counters
                 .record_drops(DropReason::ControlRingFull, refused as u64);
         }
+    }
+}
+
+/// A worker's loop, one iteration at a time, so the benchmark can drive the very loop the
+/// gateway runs.
+pub struct WorkerLoop {
+    worker: Worker,
+    pipeline: Pipeline,
+    clock: Clock,
+    ports: Vec<PortHandle>,
+    rx: MbufBatch,
+    control: MbufBatch,
+    router_version: u64,
+    neighbors_version: u64,
+    loop_start: u64,
+    bypass_pipeline: bool,
+}
+
+impl WorkerLoop {
+    pub fn new(worker: Worker, pipeline: Pipeline) -> Self {
+        let (_, router_version) = worker.router.load();
+        let (_, neighbors_version) = worker.neighbors.load();
+        let ports = worker.egress.ports().to_vec();
+        WorkerLoop {
+            worker,
+            pipeline,
+            clock: Clock::new(),
+            ports,
+            rx: MbufBatch::new(),
+            control: MbufBatch::new(),
+            router_version,
+            neighbors_version,
+            loop_start: dpdk::rdtsc(),
+            bypass_pipeline: false,
+        }
+    }
+
+    /// Forward every packet to the other port untouched: the I/O floor of this same loop.
+    pub fn bypass_pipeline(&mut self, bypass: bool) {
+        self.bypass_pipeline = bypass;
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// One pass: new snapshots if published, rx_burst on every port, the pipeline, handoffs,
+    /// upkeep, one tx_burst per port. Returns the packets received.
+    #[inline]
+    pub fn poll_once(&mut self) -> usize {
+        let worker = &mut self.worker;
+        let pipeline = &mut self.pipeline;
+        if let Some(router) = worker.router.changed_since(&mut self.router_version) {
+            pipeline.set_router(router);
+        }
+        if let Some(neighbors) = worker.neighbors.changed_since(&mut self.neighbors_version) {
+            pipeline.set_neighbors(neighbors);
+        }
+        let now_ns = self.clock.now_ns();
+        let mut received = 0;
+        for (ingress, port) in self.ports.iter().enumerate() {
+            if port.rx_burst(worker.queue, &mut self.rx) == 0 {
+                continue;
+            }
+            received += self.rx.len();
+            worker.counters.rx_packets.add(self.rx.len() as u64);
+            let mut packets = self.rx.drain().peekable();
+            while let Some(mut mbuf) = packets.next() {
+                if let Some(next) = packets.peek() {
+                    next.prefetch();
+                }
+                if self.bypass_pipeline {
+                    let other = (ingress + 1) % self.ports.len();
+                    worker.egress.send(other as u16, mbuf, &worker.counters);
+                    continue;
+                }
+                let ingress = Ingress {
+                    port: ingress as u16,
+                    handed_off: false,
+                };
+                if let Some(verdict) = worker.handle(pipeline, &mut mbuf, ingress, now_ns) {
+                    worker.dispatch(pipeline, mbuf, verdict, &mut self.control);
+                }
+            }
+        }
+        received += worker.process_handed_off(pipeline, &mut self.rx, &mut self.control, now_ns);
+        pipeline.housekeeping(now_ns, EXPIRE_BUDGET);
+        worker.transmit_from_control(&mut self.rx);
+        worker.egress.flush(&worker.counters);
+        worker.handoff.flush(&worker.counters);
+        worker.flush_control(&mut self.control);
+
+        let loop_end = dpdk::rdtsc();
+        let spent = loop_end.wrapping_sub(self.loop_start);
+        if received > 0 {
+            worker.counters.busy_cycles.add(spent);
+        } else {
+            worker.counters.idle_cycles.add(spent);
+        }
+        self.loop_start = loop_end;
+        received
+    }
+
+    /// Sends what is still batched.
+    pub fn finish(&mut self) {
+        let worker = &mut self.worker;
+        worker.egress.flush(&worker.counters);
+        worker.handoff.flush(&worker.counters);
+        worker.flush_control(&mut self.control);
     }
 }

@@ -15,7 +15,7 @@ pub use ids::{LcoreId, PortId, QueueId};
 pub use lcore::{launch, LaunchedWork};
 pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 pub use mempool::Mempool;
-pub use port::{Port, PortConfig, PortHandle, PortStats, QUEUE_STAT_COUNTERS};
+pub use port::{Port, PortConfig, PortHandle, PortRings, PortStats, QUEUE_STAT_COUNTERS};
 pub use ring::{MbufRing, RingConsumer, RingProducer};
 
 /// The time-stamp counter: cheap, monotonic per core, what the fast path measures with.

@@ -4,6 +4,7 @@ use super::error::{check, DpdkError, Result};
 use super::ids::{PortId, QueueId};
 use super::mbuf::{MbufBatch, BURST_SIZE};
 use super::mempool::Mempool;
+use super::ring::{RingConsumer, RingProducer};
 
 /// How to bring up one ethdev port. Every value is checked against the device's own limits
 /// in [`Port::start`], so a bad config fails with the limit it broke.
@@ -58,6 +59,12 @@ pub struct PortStats {
 /// How many queues `rte_eth_stats` reports individually.
 pub const QUEUE_STAT_COUNTERS: usize = dpdk_sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
 
+/// The ring ends a net_ring port uses; keep it alive at least as long as the port.
+pub struct PortRings {
+    _rx: RingConsumer,
+    _tx: RingProducer,
+}
+
 /// A started port. Stopped and closed on drop.
 pub struct Port {
     id: PortId,
@@ -97,6 +104,36 @@ impl Port {
             });
         }
         Self::find(device)
+    }
+
+    /// A port over rings the caller owns (net_ring): what is enqueued on `rx` arrives as
+    /// received packets; what the port transmits lands in `tx`. For benchmarks and tests.
+    /// The PMD becomes the consumer of `rx` and the producer of `tx`, so the caller keeps the
+    /// other ends only.
+    pub fn from_rings(
+        name: &str,
+        rx: RingConsumer,
+        tx: RingProducer,
+    ) -> Result<(PortId, PortRings)> {
+        let cname = CString::new(name).map_err(|_| DpdkError::NoSuchPort(name.into()))?;
+        let rx_rings = [rx.as_raw()];
+        let tx_rings = [tx.as_raw()];
+        // SAFETY: valid name; the ring arrays outlive the call and the rings outlive the port
+        // because the returned ends keep them alive.
+        let ret = unsafe {
+            dpdk_sys::rte_eth_from_rings(
+                cname.as_ptr(),
+                rx_rings.as_ptr(),
+                1,
+                tx_rings.as_ptr(),
+                1,
+                dpdk_sys::rte_socket_id(),
+            )
+        };
+        if ret < 0 {
+            return Err(DpdkError::last("rte_eth_from_rings"));
+        }
+        Ok((PortId(ret as u16), PortRings { _rx: rx, _tx: tx }))
     }
 
     /// Configures queues, RSS and MTU, sets up every queue from `pool`, and starts the port.

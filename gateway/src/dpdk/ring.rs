@@ -77,6 +77,12 @@ pub struct RingConsumer {
 }
 
 impl RingProducer {
+    /// For a PMD that enqueues into this ring (net_ring's TX); the caller then must not
+    /// enqueue itself.
+    pub(crate) fn as_raw(&self) -> *mut dpdk_sys::rte_ring {
+        self.ring.ptr.as_ptr()
+    }
+
     /// Moves as many packets as fit from the front of `batch` into the ring; what did not fit
     /// stays in the batch for the caller to free and count. Returns how many were queued.
     pub fn enqueue(&mut self, batch: &mut MbufBatch) -> usize {
@@ -121,6 +127,12 @@ impl RingProducer {
 }
 
 impl RingConsumer {
+    /// For a PMD that dequeues from this ring (net_ring's RX); the caller then must not
+    /// dequeue itself.
+    pub(crate) fn as_raw(&self) -> *mut dpdk_sys::rte_ring {
+        self.ring.ptr.as_ptr()
+    }
+
     /// Fills the free part of `batch` from the ring; returns how many were dequeued.
     pub fn dequeue(&mut self, batch: &mut MbufBatch) -> usize {
         let room = BURST_SIZE - batch.len;

@@ -1,0 +1,526 @@
+//! `gateway bench`: the real worker loop (`WorkerLoop::poll_once`, with rx_burst, the
+//! pipeline and tx_burst) on synthetic traffic, without a NIC. Two net_ring ports stand in for
+//! LAN and WAN. Between polls, a generator on the same core turns what the gateway sent into
+//! the next packets: outbound UDP from LAN hosts becomes, once masqueraded, a reply from the
+//! remote end, and each reply delivered to the LAN becomes the next outbound packet. Only the
+//! cycles inside `poll_once` are counted; the generator's are not.
+
+use std::mem::size_of;
+use std::net::Ipv4Addr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use pipeline::conntrack::{ConntrackConfig, BYTES_PER_FLOW};
+use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::router::Stateful;
+use pipeline::stateful::FlowData;
+use pipeline::wire::{checksum, EthernetAddress};
+use pipeline::{
+    IcmpLimits, Interface, NeighborView, Pipeline, RouterConfig, StaticRoute, WorkerCounters,
+    WorkerSetup,
+};
+
+use crate::app::hugepages_available;
+use crate::dpdk::{
+    self, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, PortRings,
+    QueueId, RingConsumer, RingProducer,
+};
+use crate::egress::Egress;
+use crate::handoff::HandoffLinks;
+use crate::published::Published;
+use crate::worker::{Worker, WorkerLoop};
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Concurrent established flows.
+    pub flows: u32,
+    /// Percent of outbound packets that open a brand-new flow in the mixed run.
+    pub new_percent: u32,
+    /// Seconds per measured run.
+    pub seconds: f64,
+    pub json: bool,
+}
+
+/// LAN hosts; flows are spread over them and over remote addresses.
+const HOSTS: u32 = 1000;
+const FRAME_LEN: usize = 60; // 64 bytes on the wire with the FCS
+const IN_FLIGHT: usize = 2048;
+
+struct Row {
+    name: &'static str,
+    packets: u64,
+    cycles: u64,
+}
+
+impl Row {
+    fn cycles_per_packet(&self) -> f64 {
+        self.cycles as f64 / self.packets.max(1) as f64
+    }
+}
+
+pub fn run(options: &BenchOptions) -> anyhow::Result<()> {
+    const MEMORY_MB: u32 = 256;
+    let no_huge = !hugepages_available(MEMORY_MB);
+    let eal = Eal::init(&EalArgs {
+        lcores: vec![LcoreId(0)],
+        no_huge,
+        memory_mb: MEMORY_MB,
+        in_memory: true,
+        file_prefix: Some("gateway-bench".into()),
+        no_pci: true,
+        log_level: Some("warning".into()),
+        ..Default::default()
+    })?;
+    let result = bench(options, no_huge);
+    drop(eal);
+    result
+}
+
+fn bench(options: &BenchOptions, no_huge: bool) -> anyhow::Result<()> {
+    let hz = dpdk::tsc_hz();
+    let mut lab = Lab::new(options)?;
+
+    // Flow setup: every packet opens a flow; nothing is reflected.
+    let started = lab.poll_cycles;
+    let mut created = 0u32;
+    while created < options.flows {
+        let burst = (options.flows - created).min(32);
+        for _ in 0..burst {
+            let mut mbuf = lab.alloc()?;
+            let len = lab.traffic.outbound(mbuf.room_mut(), created);
+            mbuf.set_len(len)?;
+            lab.lan_in.push(mbuf);
+            created += 1;
+        }
+        lab.inject();
+        lab.poll();
+        lab.discard_output();
+    }
+    while lab.poll() > 0 {
+        lab.discard_output();
+    }
+    let setup_cycles = lab.poll_cycles - started;
+    let flows_in_table = lab.worker.pipeline().flow_count();
+    anyhow::ensure!(
+        flows_in_table as u32 >= options.flows * 9 / 10,
+        "only {flows_in_table} of {} flows were created; see the drop counters",
+        options.flows
+    );
+    let setup_rate = options.flows as f64 / (setup_cycles as f64 / hz as f64);
+
+    let seconds = Duration::from_secs_f64(options.seconds);
+    let floor = lab.steady("io_floor (pipeline bypassed)", seconds, 0, true)?;
+    let established = lab.steady("nat44+spi, established flows", seconds, 0, false)?;
+    let mixed = lab.steady(
+        "nat44+spi, mix with new flows",
+        seconds,
+        options.new_percent,
+        false,
+    )?;
+    let rows = [floor, established, mixed];
+    let drops = lab.counters.dropped_total();
+
+    let memory_per_flow = BYTES_PER_FLOW + size_of::<FlowData>();
+    let ns_per_cycle = 1e9 / hz as f64;
+    if options.json {
+        let rows_json: Vec<String> = rows
+            .iter()
+            .map(|row| {
+                let cpp = row.cycles_per_packet();
+                format!(
+                    "{{\"name\":\"{}\",\"packets\":{},\"mpps\":{:.3},\"ns_per_packet\":{:.2},\"cycles_per_packet\":{:.1}}}",
+                    row.name,
+                    row.packets,
+                    hz as f64 / cpp / 1e6,
+                    cpp * ns_per_cycle,
+                    cpp
+                )
+            })
+            .collect();
+        println!(
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops}}}",
+            options.flows,
+            options.new_percent,
+            rows_json.join(","),
+            rows[1].cycles_per_packet() - rows[0].cycles_per_packet(),
+            setup_rate,
+        );
+        return Ok(());
+    }
+    println!(
+        "gateway bench: 1 worker, {} flows over {HOSTS} LAN hosts, {FRAME_LEN}+4 byte UDP, TSC {:.2} GHz{}",
+        options.flows,
+        hz as f64 / 1e9,
+        if no_huge { ", no hugepages" } else { "" }
+    );
+    println!(
+        "{:<34} {:>12} {:>8} {:>10} {:>12}",
+        "run", "packets", "Mpps", "ns/pkt", "cycles/pkt"
+    );
+    for row in &rows {
+        let cpp = row.cycles_per_packet();
+        println!(
+            "{:<34} {:>12} {:>8.2} {:>10.1} {:>12.1}",
+            row.name,
+            row.packets,
+            hz as f64 / cpp / 1e6,
+            cpp * ns_per_cycle,
+            cpp
+        );
+    }
+    println!(
+        "NAT44+SPI cost above the I/O floor: {:.1} cycles/packet (established flows)",
+        rows[1].cycles_per_packet() - rows[0].cycles_per_packet()
+    );
+    println!(
+        "new-flow setup: {:.2} M flows/s per core ({:.0} cycles per flow, each with a NAT binding lookup)",
+        setup_rate / 1e6,
+        setup_cycles as f64 / options.flows as f64
+    );
+    println!(
+        "memory per flow: {memory_per_flow} bytes (conntrack {BYTES_PER_FLOW} + flow data {}); dropped during the runs: {drops}",
+        size_of::<FlowData>()
+    );
+    Ok(())
+}
+
+/// Two ring ports, one worker loop, and the generator that feeds them.
+struct Lab {
+    worker: WorkerLoop,
+    counters: Arc<WorkerCounters>,
+    pool: Arc<Mempool>,
+    traffic: Traffic,
+    lan_in: Vec<Mbuf>,
+    wan_in: Vec<Mbuf>,
+    lan_rx: RingProducer,
+    wan_rx: RingProducer,
+    lan_tx: RingConsumer,
+    wan_tx: RingConsumer,
+    poll_cycles: u64,
+    // Dropped last: the ports before the rings they use.
+    _ports: Vec<Port>,
+    _rings: Vec<PortRings>,
+}
+
+impl Lab {
+    fn new(options: &BenchOptions) -> anyhow::Result<Lab> {
+        let pool = Arc::new(Mempool::new(
+            "bench_pool",
+            16383,
+            256,
+            2048,
+            dpdk_sys::SOCKET_ID_ANY,
+        )?);
+        let any = dpdk_sys::SOCKET_ID_ANY;
+        let (lan_rx, lan_rx_pmd) = MbufRing::create("bench_lan_rx", 4096, any)?;
+        let (lan_tx_pmd, lan_tx) = MbufRing::create("bench_lan_tx", 4096, any)?;
+        let (wan_rx, wan_rx_pmd) = MbufRing::create("bench_wan_rx", 4096, any)?;
+        let (wan_tx_pmd, wan_tx) = MbufRing::create("bench_wan_tx", 4096, any)?;
+        let (lan_id, lan_rings) = Port::from_rings("bench_lan", lan_rx_pmd, lan_tx_pmd)?;
+        let (wan_id, wan_rings) = Port::from_rings("bench_wan", wan_rx_pmd, wan_tx_pmd)?;
+        let config = PortConfig {
+            rx_descriptors: 1024,
+            tx_descriptors: 1024,
+            ..PortConfig::default()
+        };
+        let lan = Port::start(lan_id, "lan", &config, &pool)?;
+        let wan = Port::start(wan_id, "wan", &config, &pool)?;
+        let traffic = Traffic {
+            lan_mac: EthernetAddress(lan.mac_address()?),
+            wan_mac: EthernetAddress(wan.mac_address()?),
+            flows: options.flows,
+            next_new: options.flows,
+            next_established: 0,
+        };
+        let router = Arc::new(router_config(&traffic)?);
+        let neighbors = Arc::new(NeighborView::new(
+            (0..HOSTS)
+                .map(|h| (Traffic::host(h), Traffic::host_mac(h)))
+                .chain([(UPSTREAM, UPSTREAM_MAC)]),
+        ));
+        let counters = Arc::new(WorkerCounters::default());
+        let capacity = (options.flows as usize + options.flows as usize / 2).next_power_of_two();
+        let pipeline = Pipeline::for_worker(
+            router.clone(),
+            neighbors.clone(),
+            counters.clone(),
+            WorkerSetup {
+                conntrack: ConntrackConfig {
+                    capacity,
+                    ..ConntrackConfig::default()
+                },
+                nat_bindings: 4 * HOSTS as usize,
+                ..WorkerSetup::default()
+            },
+        )
+        .map_err(|err| anyhow::anyhow!("NAT pool: {err:?}"))?;
+        let (to_control, _unread) = MbufRing::create("bench_control", 1024, any)?;
+        let worker = Worker {
+            queue: QueueId(0),
+            port_ids: vec![lan.id(), wan.id()],
+            handoff: HandoffLinks::mesh(1)?.pop().context("one worker's links")?,
+            egress: Egress::new(vec![lan.handle(), wan.handle()], QueueId(0)),
+            pool: pool.clone(),
+            to_control,
+            from_control: None,
+            router: Arc::new(Published::new(router)),
+            neighbors: Arc::new(Published::new(neighbors)),
+            counters: counters.clone(),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        Ok(Lab {
+            worker: WorkerLoop::new(worker, pipeline),
+            counters,
+            pool,
+            traffic,
+            lan_in: Vec::with_capacity(IN_FLIGHT),
+            wan_in: Vec::with_capacity(IN_FLIGHT),
+            lan_rx,
+            wan_rx,
+            lan_tx,
+            wan_tx,
+            poll_cycles: 0,
+            _ports: vec![lan, wan],
+            _rings: vec![lan_rings, wan_rings],
+        })
+    }
+
+    fn alloc(&self) -> anyhow::Result<Mbuf> {
+        Mbuf::alloc(&self.pool).context("the bench's mempool ran dry")
+    }
+
+    /// One timed pass of the worker loop.
+    fn poll(&mut self) -> usize {
+        let start = dpdk::rdtsc();
+        let received = self.worker.poll_once();
+        self.poll_cycles += dpdk::rdtsc() - start;
+        received
+    }
+
+    /// Moves generated packets into the ports' RX rings.
+    fn inject(&mut self) {
+        for (queue, ring) in [
+            (&mut self.lan_in, &mut self.lan_rx),
+            (&mut self.wan_in, &mut self.wan_rx),
+        ] {
+            let mut batch = MbufBatch::new();
+            while !queue.is_empty() {
+                while !batch.is_full() {
+                    let Some(mbuf) = queue.pop() else { break };
+                    let _ = batch.push(mbuf);
+                }
+                ring.enqueue(&mut batch);
+                if !batch.is_empty() {
+                    // The ring is full: keep the rest for the next round.
+                    queue.extend(batch.drain());
+                    break;
+                }
+            }
+        }
+    }
+
+    fn discard_output(&mut self) {
+        let mut batch = MbufBatch::new();
+        while self.lan_tx.dequeue(&mut batch) > 0 || self.wan_tx.dequeue(&mut batch) > 0 {
+            batch.free_all();
+        }
+    }
+
+    /// Runs the loop for `duration` with traffic in flight, `new_percent` of outbound packets
+    /// opening new flows. Returns packets received and cycles spent by the worker loop.
+    fn steady(
+        &mut self,
+        name: &'static str,
+        duration: Duration,
+        new_percent: u32,
+        bypass: bool,
+    ) -> anyhow::Result<Row> {
+        self.worker.bypass_pipeline(bypass);
+        for _ in 0..IN_FLIGHT {
+            let mut mbuf = self.alloc()?;
+            let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+            mbuf.set_len(len)?;
+            self.lan_in.push(mbuf);
+        }
+        let rx_before = self.counters.rx_packets.get();
+        let cycles_before = self.poll_cycles;
+        let deadline = Instant::now() + duration;
+        let mut batch = MbufBatch::new();
+        while Instant::now() < deadline {
+            for _ in 0..64 {
+                self.inject();
+                self.poll();
+                while self.wan_tx.dequeue(&mut batch) > 0 {
+                    for mut mbuf in batch.drain() {
+                        if self.traffic.reflect(mbuf.data_mut()) {
+                            self.wan_in.push(mbuf);
+                        }
+                    }
+                }
+                while self.lan_tx.dequeue(&mut batch) > 0 {
+                    for mut mbuf in batch.drain() {
+                        let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+                        if mbuf.set_len(len).is_ok() {
+                            self.lan_in.push(mbuf);
+                        }
+                    }
+                }
+                // Lost packets (drops) are replaced so the load stays constant.
+                while self.lan_in.len() + self.wan_in.len() < IN_FLIGHT / 4 {
+                    let mut mbuf = self.alloc()?;
+                    let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+                    mbuf.set_len(len)?;
+                    self.lan_in.push(mbuf);
+                }
+            }
+        }
+        let packets = self.counters.rx_packets.get() - rx_before;
+        let cycles = self.poll_cycles - cycles_before;
+        // Drain what is in flight before the next run.
+        self.worker.bypass_pipeline(false);
+        self.lan_in.clear();
+        self.wan_in.clear();
+        for _ in 0..16 {
+            self.poll();
+            self.discard_output();
+        }
+        Ok(Row {
+            name,
+            packets,
+            cycles,
+        })
+    }
+}
+
+const LAN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const WAN_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
+const UPSTREAM: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
+const UPSTREAM_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0xff, 0x01]);
+
+fn router_config(traffic: &Traffic) -> anyhow::Result<RouterConfig> {
+    let interfaces = vec![
+        Interface {
+            mac: traffic.lan_mac,
+            addr: LAN_ADDR,
+            prefix_len: 16,
+            mtu: 1500,
+        },
+        Interface {
+            mac: traffic.wan_mac,
+            addr: WAN_ADDR,
+            prefix_len: 24,
+            mtu: 1500,
+        },
+    ];
+    let default_route = StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: UPSTREAM,
+    };
+    let (lan, wan) = (ZoneId(0), ZoneId(1));
+    let policy = Policy::new(Action::Drop).set(lan, wan, Action::Accept).set(
+        lan,
+        ZoneId::LOCAL,
+        Action::Accept,
+    );
+    let stateful = Stateful {
+        zones: vec![lan, wan],
+        masquerade: vec![false, true],
+        firewall: RuleSet::compile(Vec::new(), policy)?,
+        port_forwards: Vec::new(),
+        recheck_established: false,
+        generation: 0,
+    };
+    let router = RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())?;
+    Ok(router.with_stateful(stateful)?)
+}
+
+/// The synthetic traffic: flow `f` goes from LAN host `f % HOSTS` (one source port per host,
+/// so the NAT keeps one binding per host) to remote `198.18.0.0 + f / HOSTS`, UDP port 443.
+struct Traffic {
+    lan_mac: EthernetAddress,
+    wan_mac: EthernetAddress,
+    flows: u32,
+    next_new: u32,
+    next_established: u32,
+}
+
+impl Traffic {
+    fn host(index: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 1, 0)) + index)
+    }
+
+    fn host_mac(index: u32) -> EthernetAddress {
+        let [_, _, a, b] = index.to_be_bytes();
+        EthernetAddress([0x02, 0, 0, 0x10, a, b])
+    }
+
+    /// The next outbound packet: an established flow, visited in a scattered order so the
+    /// flow table is read the way real traffic reads it, or a new one.
+    fn next_outbound(&mut self, room: &mut [u8], new_percent: u32) -> usize {
+        let counter = self.next_established;
+        self.next_established = self.next_established.wrapping_add(1);
+        if new_percent > 0 && counter % 100 < new_percent {
+            // New flows only ever send one packet: the table evicts them first when full.
+            self.next_new = self.next_new.wrapping_add(1).max(self.flows);
+            return self.outbound(room, self.next_new);
+        }
+        // A multiplicative step scatters consecutive packets over the table.
+        let flow = (counter.wrapping_mul(2_654_435_761)) % self.flows;
+        self.outbound(room, flow)
+    }
+
+    fn outbound(&self, room: &mut [u8], flow: u32) -> usize {
+        let host = flow % HOSTS;
+        let remote = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + flow / HOSTS);
+        let frame = &mut room[..FRAME_LEN];
+        frame[0..6].copy_from_slice(&self.lan_mac.0);
+        frame[6..12].copy_from_slice(&Self::host_mac(host).0);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        write_ipv4_udp(
+            &mut frame[14..],
+            Self::host(host),
+            remote,
+            20000 + host as u16,
+            443,
+        );
+        FRAME_LEN
+    }
+
+    /// Turns a packet the gateway sent upstream into the remote end's reply. False for
+    /// anything that is not UDP from our WAN address.
+    fn reflect(&self, frame: &mut [u8]) -> bool {
+        if frame.len() < FRAME_LEN || frame[23] != 17 || frame[26..30] != WAN_ADDR.octets() {
+            return false;
+        }
+        frame[0..6].copy_from_slice(&self.wan_mac.0);
+        frame[6..12].copy_from_slice(&UPSTREAM_MAC.0);
+        let (src, dst) = (
+            Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
+            Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
+        );
+        let (sport, dport) = (
+            u16::from_be_bytes([frame[34], frame[35]]),
+            u16::from_be_bytes([frame[36], frame[37]]),
+        );
+        write_ipv4_udp(&mut frame[14..], dst, src, dport, sport);
+        true
+    }
+}
+
+/// A 46-byte IPv4/UDP datagram (18 bytes of zero payload, no UDP checksum).
+fn write_ipv4_udp(ip: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) {
+    ip[..20].copy_from_slice(&[
+        0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    let sum = checksum::checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    ip[20..22].copy_from_slice(&sport.to_be_bytes());
+    ip[22..24].copy_from_slice(&dport.to_be_bytes());
+    ip[24..26].copy_from_slice(&26u16.to_be_bytes());
+    ip[26..46].fill(0);
+}
