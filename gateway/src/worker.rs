@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use pipeline::{
-    DropReason, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict, WorkerCounters,
+    DropReason, Ingress, NeighborView, PacketBuf, Pipeline, PrefetchStage, RouterConfig, Verdict,
+    WorkerCounters,
 };
 
 use crate::clock::Clock;
@@ -218,6 +219,17 @@ impl WorkerLoop {
             }
             received += self.rx.len();
             worker.counters.rx_packets.add(self.rx.len() as u64);
+            if !self.bypass_pipeline {
+                // Flow lookups miss the cache with many flows: start every packet's two
+                // dependent reads before processing the first, so the misses overlap.
+                for stage in [PrefetchStage::Index, PrefetchStage::Flow] {
+                    for frame in self.rx.packets() {
+                        if let Some(address) = pipeline.prefetch_address(frame, stage) {
+                            dpdk::prefetch(address);
+                        }
+                    }
+                }
+            }
             let mut packets = self.rx.drain().peekable();
             while let Some(mut mbuf) = packets.next() {
                 if let Some(next) = packets.peek() {

@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::wire::{ipv4, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket};
+use crate::wire::{ipv4, udp, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket};
 
 /// A flow's 5-tuple in one direction. For ICMP queries (echo, timestamp, info) both "ports"
 /// hold the query identifier, so the reply's key is the exact reverse of the request's.
@@ -75,6 +75,15 @@ impl FlowKey {
             ipv4::protocol::TCP => {
                 let tcp = TcpPacket::new_checked(ip.payload()).map_err(|_| KeyError::Malformed)?;
                 (tcp.src_port(), tcp.dst_port())
+            }
+            // The length field of a first fragment's header counts the whole datagram, most
+            // of which is in later fragments: only the header itself must be here.
+            ipv4::protocol::UDP if ip.more_frags() => {
+                if ip.payload().len() < udp::HEADER_LEN {
+                    return Err(KeyError::Malformed);
+                }
+                let udp = UdpPacket::new_unchecked(ip.payload());
+                (udp.src_port(), udp.dst_port())
             }
             ipv4::protocol::UDP => {
                 let udp = UdpPacket::new_checked(ip.payload()).map_err(|_| KeyError::Malformed)?;

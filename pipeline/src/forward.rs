@@ -14,7 +14,7 @@ use crate::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::ratelimit::TokenBucket;
 use crate::router::{Interface, RouterConfig};
-use crate::stateful::{FlowData, Stage};
+use crate::stateful::{FlowData, Stage, Translation};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
 
@@ -44,6 +44,13 @@ impl Default for WorkerSetup {
             nat_bindings: 1 << 16,
         }
     }
+}
+
+/// The two dependent memory reads of a flow lookup, prefetched one after the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefetchStage {
+    Index,
+    Flow,
 }
 
 /// How a packet reached this worker.
@@ -191,6 +198,25 @@ impl Pipeline {
         }
     }
 
+    /// What to prefetch for a received frame before processing its burst: at `PrefetchStage::Index`
+    /// the flow index slot its lookup reads first; at `PrefetchStage::Flow` (after the index
+    /// slots of the burst were prefetched) the flow entry that slot points to. None for
+    /// frames without a flow key. Only addresses are computed: nothing is dereferenced but
+    /// the index slot at the second stage.
+    #[inline]
+    pub fn prefetch_address(&self, frame: &[u8], stage: PrefetchStage) -> Option<*const u8> {
+        let frame = EthernetFrame::new_checked(frame).ok()?;
+        if frame.ethertype() != ethernet::ethertype::IPV4 {
+            return None;
+        }
+        let ip = Ipv4Packet::new_checked(frame.payload()).ok()?;
+        let key = crate::flow::FlowKey::from_ipv4(&ip).ok()?;
+        match stage {
+            PrefetchStage::Index => Some(self.flows.index_address(&key)),
+            PrefetchStage::Flow => self.flows.flow_address(&key),
+        }
+    }
+
     /// Flows in this worker's table.
     pub fn flow_count(&self) -> usize {
         self.flows.len()
@@ -228,14 +254,16 @@ impl Pipeline {
         let frame_len = ethernet::HEADER_LEN + usize::from(ip.total_len());
         let ttl = ip.ttl();
         // A directed-broadcast source must go too (RFC 1812 5.3.7): answering it, with an echo
-        // reply or an ICMP error, would broadcast to the whole subnet.
+        // reply or an ICMP error, would broadcast to the whole subnet. So must one of the
+        // gateway's own addresses as source: it never receives what it sent, so that is a
+        // spoof, and NAT would take it for a host and reflect replies to itself.
         if is_martian_source(src)
             || is_martian_destination(dst)
-            || self
-                .router
-                .interfaces
-                .iter()
-                .any(|iface| is_directed_broadcast(iface, src) || is_directed_broadcast(iface, dst))
+            || self.router.interfaces.iter().any(|iface| {
+                iface.addr == src
+                    || is_directed_broadcast(iface, src)
+                    || is_directed_broadcast(iface, dst)
+            })
         {
             return Verdict::Drop(DropReason::MartianAddress);
         }
@@ -254,15 +282,22 @@ impl Pipeline {
             return self.icmp_error(pkt, ingress.port, now_ns, IcmpError::TimeExceeded);
         }
 
-        match self.stateful(pkt, ingress, now_ns) {
-            Stage::Forward => {}
+        let translation = match self.stateful(pkt, ingress, now_ns) {
+            Stage::Forward(translation) => translation,
             Stage::Done(verdict) => return verdict,
-        }
-        self.route_and_send(pkt, ingress.port, now_ns)
+        };
+        self.route_and_send(pkt, ingress.port, now_ns, translation)
     }
 
     /// Routes a datagram whose headers are final, decrements its TTL and writes its L2 header.
-    fn route_and_send(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+    /// `translation` is how the stateful stage rewrote it, undone for an ICMP error about it.
+    fn route_and_send(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: u16,
+        now_ns: u64,
+        translation: Option<Translation>,
+    ) -> Verdict {
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let (dst, ttl, dont_frag) = (ip.dst_addr(), ip.ttl(), ip.dont_frag());
         let datagram_len = usize::from(ip.total_len());
@@ -272,13 +307,14 @@ impl Pipeline {
             return Verdict::Drop(DropReason::TtlExpired);
         }
         let Some(next_hop) = self.router.routes.lookup(dst) else {
-            return self.icmp_error(pkt, ingress, now_ns, IcmpError::NoRoute);
+            let error = IcmpError::NoRoute;
+            return self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error);
         };
         let egress = &self.router.interfaces[usize::from(next_hop.port)];
         let too_big = usize::from(egress.mtu) < datagram_len;
         if too_big && dont_frag {
-            let mtu = egress.mtu;
-            return self.icmp_error(pkt, ingress, now_ns, IcmpError::FragmentationNeeded { mtu });
+            let error = IcmpError::FragmentationNeeded { mtu: egress.mtu };
+            return self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error);
         }
         let mut ip = Ipv4Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..]);
         ip.decrement_ttl();
@@ -288,6 +324,23 @@ impl Pipeline {
             None => Verdict::Transmit { port },
             Some(unresolved) => unresolved,
         }
+    }
+
+    /// An ICMP error about a packet NAT rewrote must go to its sender and quote what that
+    /// sender sent (the sender of a masqueraded packet would otherwise never learn the path
+    /// MTU: the error would go to the gateway's own address).
+    fn icmp_error_untranslated(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: u16,
+        now_ns: u64,
+        translation: Option<Translation>,
+        error: IcmpError,
+    ) -> Verdict {
+        if translation.is_some_and(|translation| !translation.undo(pkt)) {
+            return Verdict::Drop(error.drop_reason());
+        }
+        self.icmp_error(pkt, ingress, now_ns, error)
     }
 
     /// Writes the Ethernet header toward `next_hop` on `port`; returns a verdict only when

@@ -22,7 +22,7 @@ pub mod verdict;
 pub mod wire;
 
 pub use counters::WorkerCounters;
-pub use forward::{Ingress, Pipeline, WorkerSetup};
+pub use forward::{Ingress, Pipeline, PrefetchStage, WorkerSetup};
 pub use neighbor_view::NeighborView;
 pub use packet::PacketBuf;
 pub use router::{IcmpLimits, Interface, RouterConfig, StaticRoute};

@@ -23,9 +23,26 @@ use crate::wire::{ethernet, ipv4, tcp, Ipv4Packet, Ipv4Repr, TcpPacket};
 
 /// What the stateful stage decided.
 pub(crate) enum Stage {
-    /// Headers are final (translated if need be); route and send.
-    Forward,
+    /// Headers are final (translated if need be); route and send. A translated packet says
+    /// how, so that an ICMP error about it can be about what its sender sent.
+    Forward(Option<Translation>),
     Done(Verdict),
+}
+
+/// A packet's tuple as received and as the stateful stage rewrote it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Translation {
+    received: FlowKey,
+    sent: FlowKey,
+}
+
+impl Translation {
+    /// Rewrites the packet back to what its sender sent, so that an ICMP error the gateway
+    /// raises about it (fragmentation needed, no route) goes to that sender and quotes what it
+    /// sent. False, with the packet unchanged, if the rewrite fails.
+    pub(crate) fn undo(&self, pkt: &mut PacketBuf) -> bool {
+        !matches!(translate(pkt, &self.sent, &self.received), Stage::Done(_))
+    }
 }
 
 /// What a worker keeps per flow besides the tuples.
@@ -90,11 +107,17 @@ impl Pipeline {
     /// would; anything else (toward a NAT address, or from outside) is dropped and counted.
     fn later_fragment<T: AsRef<[u8]>>(&self, ip: &Ipv4Packet<T>, ingress: Ingress) -> Stage {
         let router = &*self.router;
-        let from_outside = router.stateful.masquerade[usize::from(ingress.port)];
-        if from_outside || router.local_port(ip.dst_addr()).is_some() {
+        let masquerade = &router.stateful.masquerade;
+        let from_outside = masquerade[usize::from(ingress.port)];
+        // Toward a masquerading interface it would leave with its inside source address.
+        let to_outside = router
+            .routes
+            .lookup(ip.dst_addr())
+            .is_some_and(|route| masquerade[usize::from(route.port)]);
+        if from_outside || to_outside || router.local_port(ip.dst_addr()).is_some() {
             return Stage::Done(Verdict::Drop(DropReason::UntrackedFragment));
         }
-        Stage::Forward
+        Stage::Forward(None)
     }
 
     /// The worker that owns `key`'s flow, when it is not this one.
@@ -285,11 +308,12 @@ impl Pipeline {
             .then_some((sent.dst, sent.dst_port));
         if outer_dst.is_none() && outer_src.is_none() && inner_src.is_none() && inner_dst.is_none()
         {
-            return Stage::Forward;
+            return Stage::Forward(None);
         }
         let ip_bytes = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
+        // An ICMP error is never answered with one, so it needs no `Translation`.
         match nat::rewrite_icmp_error(ip_bytes, outer_dst, outer_src, inner_src, inner_dst) {
-            Ok(()) => Stage::Forward,
+            Ok(()) => Stage::Forward(None),
             Err(_) => Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
         }
     }
@@ -369,17 +393,18 @@ fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
 /// Rewrites the packet's tuple from `current` to `target`.
 fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey) -> Stage {
     let ip = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
-    if (current.src, current.src_port) != (target.src, target.src_port)
-        && nat::rewrite_source(ip, target.src, target.src_port).is_err()
-    {
+    let new_source = (current.src, current.src_port) != (target.src, target.src_port);
+    if new_source && nat::rewrite_source(ip, target.src, target.src_port).is_err() {
         return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
     }
-    if (current.dst, current.dst_port) != (target.dst, target.dst_port)
-        && nat::rewrite_destination(ip, target.dst, target.dst_port).is_err()
-    {
+    let new_destination = (current.dst, current.dst_port) != (target.dst, target.dst_port);
+    if new_destination && nat::rewrite_destination(ip, target.dst, target.dst_port).is_err() {
         return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
     }
-    Stage::Forward
+    Stage::Forward((new_source || new_destination).then_some(Translation {
+        received: *current,
+        sent: *target,
+    }))
 }
 
 /// The fields the TCP tracker needs, for a TCP packet already validated by the flow key.

@@ -41,39 +41,49 @@ impl Mbuf {
         ptr
     }
 
-    /// Bytes of the packet's first segment. The gateway never enables scatter, so every
-    /// packet it receives has one segment.
-    pub fn data(&self) -> &[u8] {
-        // SAFETY: mtod points at data_len initialised bytes inside the buffer we own.
-        unsafe {
-            let ptr = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr()) as *const u8;
-            std::slice::from_raw_parts(ptr, self.len())
-        }
+    /// The mbuf header. Plain field reads and writes are inlined here rather than going
+    /// through the C shim: they run several times per packet.
+    #[inline]
+    fn header(&self) -> &dpdk_sys::rte_mbuf {
+        // SAFETY: the pointer is a valid mbuf we own for as long as &self lives.
+        unsafe { self.ptr.as_ref() }
     }
 
+    #[inline]
+    fn data_ptr(&self) -> *mut u8 {
+        let header = self.header();
+        // SAFETY: data_off is within the buffer by the mbuf invariant (rte_pktmbuf_mtod).
+        unsafe { (header.buf_addr as *mut u8).add(usize::from(header.data_off)) }
+    }
+
+    /// Bytes of the packet's first segment. The gateway never enables scatter, so every
+    /// packet it receives has one segment.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: data_off + data_len lies inside the buffer we own; the bytes are plain u8.
+        unsafe { std::slice::from_raw_parts(self.data_ptr(), self.len()) }
+    }
+
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `data`, and &mut self makes the access exclusive.
-        unsafe {
-            let ptr = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr()) as *mut u8;
-            std::slice::from_raw_parts_mut(ptr, self.len())
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), self.len()) }
     }
 
     /// The packet's bytes plus the tailroom after them, so a packet can be rewritten into a
     /// longer one in place (an ICMP error quoting it, say). Set the new length with `set_len`.
+    #[inline]
     pub fn room_mut(&mut self) -> &mut [u8] {
-        // SAFETY: mtod plus data_len plus tailroom stays inside buf_len of the buffer we
-        // own; the tailroom bytes may be stale but are plain bytes (any value is valid).
-        unsafe {
-            let ptr = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr()) as *mut u8;
-            let room = self.len() + dpdk_sys::shim_rte_pktmbuf_tailroom(self.ptr.as_ptr()) as usize;
-            std::slice::from_raw_parts_mut(ptr, room)
-        }
+        let header = self.header();
+        let room = usize::from(header.buf_len).saturating_sub(usize::from(header.data_off));
+        // SAFETY: from data_off to buf_len is the buffer we own; stale tailroom bytes are
+        // plain bytes, any value is valid, and &mut self makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), room) }
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
-        // SAFETY: reads a field of the mbuf we own.
-        unsafe { dpdk_sys::shim_rte_pktmbuf_data_len(self.ptr.as_ptr()) as usize }
+        usize::from(self.header().data_len)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -81,34 +91,44 @@ impl Mbuf {
     }
 
     /// Number of segments; more than one means the packet does not fit `data()`.
+    #[inline]
     pub fn segments(&self) -> u16 {
-        // SAFETY: reads a field of the mbuf we own.
-        unsafe { dpdk_sys::shim_rte_mbuf_nb_segs(self.ptr.as_ptr()) }
+        self.header().nb_segs
     }
 
+    /// Sets the length of a single-segment packet, within its buffer.
+    #[inline]
     pub fn set_len(&mut self, len: usize) -> Result<()> {
-        let fits = u16::try_from(len).ok().filter(|&len| {
-            // SAFETY: writes data_len/pkt_len of the mbuf we own; the shim refuses lengths
-            // past the data room and multi-segment mbufs.
-            unsafe { dpdk_sys::shim_rte_pktmbuf_set_len(self.ptr.as_ptr(), len) == 0 }
-        });
-        fits.map(|_| ()).ok_or_else(|| DpdkError::Invalid {
-            what: "mbuf length",
-            detail: format!("{len} bytes do not fit the buffer"),
-        })
+        let header = self.header();
+        let fits = header.nb_segs == 1
+            && usize::from(header.data_off) + len <= usize::from(header.buf_len);
+        if !fits {
+            return Err(DpdkError::Invalid {
+                what: "mbuf length",
+                detail: format!("{len} bytes do not fit the buffer"),
+            });
+        }
+        // SAFETY: we own the mbuf; the length was checked against the buffer above, and
+        // fits in u16 because buf_len does.
+        unsafe {
+            let header = self.ptr.as_mut();
+            header.data_len = len as u16;
+            header.pkt_len = len as u32;
+        }
+        Ok(())
     }
 
     /// The port the packet arrived on.
+    #[inline]
     pub fn port(&self) -> super::PortId {
-        // SAFETY: reads a field of the mbuf we own.
-        super::PortId(unsafe { dpdk_sys::shim_rte_mbuf_port(self.ptr.as_ptr()) })
+        super::PortId(self.header().port)
     }
 
     /// Overwrites the port field. The gateway reuses it on its own rings to say which
     /// interface a packet leaves by.
     pub fn set_port(&mut self, port: u16) {
         // SAFETY: writes a field of the mbuf we own.
-        unsafe { dpdk_sys::shim_rte_mbuf_set_port(self.ptr.as_ptr(), port) }
+        unsafe { self.ptr.as_mut().port = port }
     }
 
     /// The NIC's RSS hash of the packet (0 when the port computed none).
@@ -120,11 +140,7 @@ impl Mbuf {
     /// Hints the CPU to fetch the packet's first cache line.
     #[inline]
     pub fn prefetch(&self) {
-        // SAFETY: prefetch is only a hint; the address is the mbuf's own data.
-        unsafe {
-            let data = dpdk_sys::shim_rte_pktmbuf_mtod(self.ptr.as_ptr());
-            dpdk_sys::shim_rte_prefetch0(data);
-        }
+        super::prefetch(self.data_ptr());
     }
 }
 
@@ -180,6 +196,19 @@ impl MbufBatch {
         self.ptrs[self.len] = mbuf.into_raw();
         self.len += 1;
         Ok(())
+    }
+
+    /// The packets' bytes, without taking them out.
+    pub fn packets(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.ptrs[..self.len].iter().map(|&ptr| {
+            // SAFETY: the first `len` pointers are valid mbufs the batch owns; the slices
+            // borrow the batch, so no mbuf leaves it while they live.
+            unsafe {
+                let header = &*ptr;
+                let data = (header.buf_addr as *const u8).add(usize::from(header.data_off));
+                std::slice::from_raw_parts(data, usize::from(header.data_len))
+            }
+        })
     }
 
     /// Takes the packets out in order, leaving the batch empty.

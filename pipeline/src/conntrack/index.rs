@@ -145,6 +145,19 @@ impl FlowIndex {
         None
     }
 
+    /// The slot `key`'s probe starts at: the first cache line a lookup reads.
+    pub(super) fn home_slot(&self, key: &FlowKey) -> &IndexSlot {
+        &self.slots[self.home(self.tag(key))]
+    }
+
+    /// The flow the home slot refers to, when its tag is `key`'s: usually the flow a lookup
+    /// will compare against next.
+    pub(super) fn likely_flow(&self, key: &FlowKey) -> Option<FlowRef> {
+        let tag = self.tag(key);
+        let slot = self.slots[self.home(tag)];
+        (slot.flow_ref != VACANT && slot.tag == tag).then_some(FlowRef(slot.flow_ref))
+    }
+
     /// False only if the index is full, which its sizing rules out.
     pub(super) fn insert(&mut self, key: &FlowKey, flow_ref: FlowRef) -> bool {
         let tag = self.tag(key);

@@ -1,0 +1,132 @@
+# The gateway as a container image: a Debian 12 build stage with the system DPDK 22.11 and a
+# pinned Rust, and a slim runtime stage with only the DPDK libraries and drivers it loads.
+#
+#   docker build -t gateway .
+#   docker run -d --name gateway --privileged --network host \
+#       --device /dev/vfio -v /dev/hugepages:/dev/hugepages \
+#       -v /etc/gateway/gateway.toml:/etc/gateway/gateway.toml:ro gateway
+#   docker kill -s HUP gateway     # reload the config
+#
+# Capabilities. A DPDK dataplane needs more than a default container; `--privileged` is the
+# simple alternative to the list below. What the gateway really needs:
+#   IPC_LOCK    pin hugepage memory and map it for DMA through vfio (RLIMIT_MEMLOCK otherwise:
+#               add `--ulimit memlock=-1:-1` as well)
+#   SYS_RAWIO   vfio/PCI: physical addresses from /proc/self/pagemap, PCI config space access
+#   SYS_ADMIN   hugetlbfs and vfio container/group ioctls, /sys/bus/pci access
+#   NET_ADMIN   af_packet, af_xdp and tap labs: create tap devices, set promiscuous mode, XDP
+#   NET_RAW     af_packet labs: raw packet sockets
+#   SYS_NICE    pin worker lcores to their cores, and NUMA placement (mbind, set_mempolicy,
+#               which Docker's default seccomp profile allows only with this capability)
+# i.e. --cap-add IPC_LOCK --cap-add SYS_RAWIO --cap-add SYS_ADMIN --cap-add NET_ADMIN \
+#      --cap-add NET_RAW --cap-add SYS_NICE --ulimit memlock=-1:-1
+# plus, on real hardware, `--device /dev/vfio` (the ports bound to vfio-pci on the host) and the
+# host's hugetlbfs (`-v /dev/hugepages:/dev/hugepages`). docs/deploy-x550.md has the whole line.
+
+# ---------------------------------------------------------------------------------------------
+# Build stage
+# ---------------------------------------------------------------------------------------------
+FROM debian:bookworm AS build
+
+# The build packages scripts/deps.sh installs (tests/e2e/test_deploy_kit.sh keeps the two
+# lists in step), plus curl and ca-certificates for rustup.
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        libdpdk-dev \
+        clang \
+        libclang-dev \
+        pkg-config \
+        build-essential \
+        curl \
+        ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+# Rust via rustup: a pinned toolchain, minimal profile (rustc, cargo, rust-std).
+ARG RUST_TOOLCHAIN=1.95.0
+ENV RUSTUP_HOME=/usr/local/rustup \
+    CARGO_HOME=/usr/local/cargo \
+    PATH=/usr/local/cargo/bin:$PATH
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs \
+        | sh -s -- -y --no-modify-path --profile minimal --default-toolchain "${RUST_TOOLCHAIN}" \
+    && rustc --version && cargo --version
+
+WORKDIR /src
+
+# Dependency layer: the manifests and the lock file with stub sources, built once, so a change
+# to the gateway's code does not rebuild the crates.io dependencies. dpdk-sys (bindgen over
+# the DPDK headers, the C shim) changes rarely and goes in whole.
+COPY Cargo.toml Cargo.lock ./
+COPY dpdk-sys/ dpdk-sys/
+COPY pipeline/Cargo.toml pipeline/Cargo.toml
+COPY gateway/Cargo.toml gateway/Cargo.toml
+RUN mkdir -p pipeline/src gateway/src \
+    && touch pipeline/src/lib.rs gateway/src/lib.rs \
+    && echo 'fn main() {}' > gateway/src/main.rs \
+    && cargo build --release --locked -p gateway \
+    && rm -rf pipeline/src gateway/src
+
+# The real sources. COPY keeps the files' modification times, which can be older than the stub
+# build above: touch them so cargo rebuilds the two crates.
+COPY pipeline/ pipeline/
+COPY gateway/ gateway/
+RUN find pipeline gateway -name '*.rs' -exec touch {} + \
+    && cargo build --release --locked -p gateway \
+    && cp target/release/gateway /usr/local/bin/gateway
+
+# ---------------------------------------------------------------------------------------------
+# Runtime stage
+# ---------------------------------------------------------------------------------------------
+FROM debian:bookworm-slim
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# The DPDK 22.11 (ABI 23) runtime. Linked by the binary (`ldd target/release/gateway`): eal,
+# ethdev, mbuf, mempool, ring, kvargs, telemetry, net, meter, pci, the PCI and vdev buses, and
+# the bonding and ring PMDs the gateway calls directly (dpdk-sys links rte_net_bond and
+# rte_net_ring). Loaded by the EAL from /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0: the buses, the
+# mempool ring driver (every mbuf pool needs it), and the PMDs: ixgbe (X550), bonding,
+# af_packet, af_xdp, tap, ring and null. Other drivers are left out on purpose: the EAL loads
+# every driver it finds there. tests/e2e/test_deploy_kit.sh checks this list against ldd.
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        librte-eal23 \
+        librte-ethdev23 \
+        librte-mbuf23 \
+        librte-mempool23 \
+        librte-ring23 \
+        librte-kvargs23 \
+        librte-telemetry23 \
+        librte-net23 \
+        librte-meter23 \
+        librte-pci23 \
+        librte-bus-pci23 \
+        librte-bus-vdev23 \
+        librte-mempool-ring23 \
+        librte-net-ixgbe23 \
+        librte-net-bond23 \
+        librte-net-af-packet23 \
+        librte-net-af-xdp23 \
+        librte-net-tap23 \
+        librte-net-ring23 \
+        librte-net-null23 \
+        ca-certificates \
+        curl \
+    && rm -rf /var/lib/apt/lists/*
+
+COPY --from=build /usr/local/bin/gateway /usr/local/bin/gateway
+COPY configs/ /etc/gateway/
+
+# Fail the image build, not the first start, if a shared library is missing or a shipped
+# config no longer matches the schema.
+RUN if ldd /usr/local/bin/gateway | grep 'not found'; then exit 1; fi \
+    && gateway check-config /etc/gateway/lab.toml \
+    && gateway check-config /etc/gateway/x550.toml
+
+# Prometheus metrics (metrics.listen in the config). The health check scrapes them over
+# loopback: keep metrics.listen on 127.0.0.1:9100 or 0.0.0.0:9100, or change the URL here.
+EXPOSE 9100
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["/bin/sh", "-c", "curl -fsS --max-time 4 -o /dev/null http://127.0.0.1:9100/metrics || exit 1"]
+
+# Mount the operator's config here (read-only); configs/ is copied beside it as examples.
+ENTRYPOINT ["gateway"]
+CMD ["run", "--config", "/etc/gateway/gateway.toml"]

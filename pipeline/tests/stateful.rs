@@ -1,0 +1,2123 @@
+//! The stateful stage end to end, as a home NAT gateway: LAN 192.168.10.1/24 (zone 0) and WAN
+//! 10.0.0.1/24 (zone 1, masquerading), a default route via 10.0.0.2, lan->wan and lan->local
+//! accepted and everything from the WAN dropped unless a port forward (TCP 8080 to
+//! 192.168.10.3:80, UDP 5000-5002 to 192.168.10.3:6000-6002) or a flow admits it.
+//!
+//! Frames are built with etherparse and go through `Pipeline::process`; verdicts, counters,
+//! table gauges and the bytes that come out are checked, and every checksum (IP header, TCP,
+//! UDP, ICMP, and those inside an ICMP error's quote) is verified with etherparse rather than
+//! with the crate's own code.
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, OnceLock};
+
+use etherparse::checksum::Sum16BitWords;
+use etherparse::icmpv4::{DestUnreachableHeader, TimeExceededCode};
+use etherparse::{
+    EtherType, Ethernet2Header, IcmpEchoHeader, Icmpv4Header, Icmpv4Slice, Icmpv4Type, IpNumber,
+    Ipv4Header, PacketBuilder, TcpHeader, TcpOptionElement, UdpHeader,
+};
+use pipeline::conntrack::{ConntrackConfig, Timeouts};
+use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::nat::Ownership;
+use pipeline::router::{PortForward, Stateful};
+use pipeline::wire::EthernetAddress;
+use pipeline::{
+    ControlWork, DropReason, IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline,
+    RouterConfig, StaticRoute, Verdict, WorkerCounters, WorkerSetup,
+};
+use proptest::prelude::*;
+
+/// An mbuf's data room.
+const ROOM: usize = 2048;
+/// Pool buffers are not zeroed: garbage after the frame catches code that relies on zeros.
+const GARBAGE: u8 = 0xa5;
+const ETH_LEN: usize = 14;
+const SECOND: u64 = 1_000_000_000;
+
+const LAN: u16 = 0;
+const WAN: u16 = 1;
+const LAN_ZONE: ZoneId = ZoneId(0);
+const WAN_ZONE: ZoneId = ZoneId(1);
+const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+const LAN_ADDR: [u8; 4] = [192, 168, 10, 1];
+const WAN_ADDR: [u8; 4] = [10, 0, 0, 1];
+/// The LAN client most tests use.
+const HOST: [u8; 4] = [192, 168, 10, 2];
+const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x02];
+/// The target of the port forwards.
+const SERVER: [u8; 4] = [192, 168, 10, 3];
+const SERVER_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x03];
+/// The default route's gateway.
+const UPSTREAM: [u8; 4] = [10, 0, 0, 2];
+const UPSTREAM_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x02];
+const REMOTE: [u8; 4] = [203, 0, 113, 5];
+const OTHER_REMOTE: [u8; 4] = [198, 51, 100, 20];
+/// A router on the path that sends ICMP errors of its own.
+const HOP: [u8; 4] = [198, 51, 100, 9];
+/// What the reject rules of some tests refuse.
+const BLOCKED: [u8; 4] = [203, 0, 113, 66];
+const BROADCAST_MAC: [u8; 6] = [0xff; 6];
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
+const PSH: u8 = 0x08;
+const ACK: u8 = 0x10;
+const URG: u8 = 0x20;
+const ECE: u8 = 0x40;
+const CWR: u8 = 0x80;
+
+/// The client's and the server's initial sequence numbers.
+const C_ISN: u32 = 1000;
+const S_ISN: u32 = 5000;
+
+type Endpoint = ([u8; 4], u16);
+
+fn ip(octets: [u8; 4]) -> Ipv4Addr {
+    Ipv4Addr::from(octets)
+}
+
+// --- The gateway ---------------------------------------------------------------------------
+
+fn interfaces(wan_mtu: u16) -> Vec<Interface> {
+    vec![
+        Interface {
+            mac: EthernetAddress(LAN_MAC),
+            addr: ip(LAN_ADDR),
+            prefix_len: 24,
+            mtu: 1500,
+        },
+        Interface {
+            mac: EthernetAddress(WAN_MAC),
+            addr: ip(WAN_ADDR),
+            prefix_len: 24,
+            mtu: wan_mtu,
+        },
+    ]
+}
+
+fn rule(name: &str, action: Action) -> Rule {
+    Rule {
+        name: name.to_string(),
+        from: None,
+        to: None,
+        src: None,
+        dst: None,
+        protocol: None,
+        src_ports: None,
+        dst_ports: None,
+        icmp_type: None,
+        action,
+    }
+}
+
+fn stateful(rules: Vec<Rule>, generation: u32, recheck_established: bool) -> Stateful {
+    let policy = Policy::new(Action::Drop)
+        .set(LAN_ZONE, WAN_ZONE, Action::Accept)
+        .set(LAN_ZONE, ZoneId::LOCAL, Action::Accept);
+    Stateful {
+        zones: vec![LAN_ZONE, WAN_ZONE],
+        masquerade: vec![false, true],
+        firewall: RuleSet::compile(rules, policy).unwrap(),
+        port_forwards: vec![
+            PortForward {
+                interface: WAN,
+                protocol: TCP,
+                ports: 8080..=8080,
+                to: ip(SERVER),
+                to_port: 80,
+            },
+            PortForward {
+                interface: WAN,
+                protocol: UDP,
+                ports: 5000..=5002,
+                to: ip(SERVER),
+                to_port: 6000,
+            },
+        ],
+        recheck_established,
+        generation,
+    }
+}
+
+fn config(wan_mtu: u16, rules: Vec<Rule>, generation: u32, recheck: bool) -> RouterConfig {
+    let default_route = StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: ip(UPSTREAM),
+    };
+    RouterConfig::new(interfaces(wan_mtu), &[default_route], IcmpLimits::default())
+        .unwrap()
+        .with_stateful(stateful(rules, generation, recheck))
+        .unwrap()
+}
+
+/// The plain home configuration, built once: a route table costs tens of megabytes.
+fn home() -> Arc<RouterConfig> {
+    static HOME: OnceLock<Arc<RouterConfig>> = OnceLock::new();
+    HOME.get_or_init(|| Arc::new(config(1500, Vec::new(), 0, false)))
+        .clone()
+}
+
+/// TCP and UDP to BLOCKED from the LAN are rejected.
+fn reject_rules() -> Vec<Rule> {
+    [(TCP, "reject-tcp"), (UDP, "reject-udp")]
+        .into_iter()
+        .map(|(protocol, name)| Rule {
+            from: Some(LAN_ZONE),
+            dst: Some((ip(BLOCKED), 32)),
+            protocol: Some(protocol),
+            ..rule(name, Action::Reject)
+        })
+        .collect()
+}
+
+fn with_rejects() -> Arc<RouterConfig> {
+    static REJECTS: OnceLock<Arc<RouterConfig>> = OnceLock::new();
+    REJECTS
+        .get_or_init(|| Arc::new(config(1500, reject_rules(), 0, false)))
+        .clone()
+}
+
+fn neighbors() -> NeighborView {
+    NeighborView::new([
+        (ip(UPSTREAM), EthernetAddress(UPSTREAM_MAC)),
+        (ip(HOST), EthernetAddress(HOST_MAC)),
+        (ip(SERVER), EthernetAddress(SERVER_MAC)),
+    ])
+}
+
+/// The table gauges after housekeeping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tables {
+    flows: u64,
+    nat_in_use: u64,
+    nat_available: u64,
+    expirations: u64,
+    evictions: u64,
+}
+
+/// One worker's pipeline plus the counters it writes.
+struct Gateway {
+    pipeline: Pipeline,
+    counters: Arc<WorkerCounters>,
+}
+
+impl Gateway {
+    fn new() -> Gateway {
+        Gateway::with(home(), WorkerSetup::default())
+    }
+
+    fn with(router: Arc<RouterConfig>, setup: WorkerSetup) -> Gateway {
+        let counters = Arc::new(WorkerCounters::default());
+        let pipeline =
+            Pipeline::for_worker(router, Arc::new(neighbors()), counters.clone(), setup).unwrap();
+        Gateway { pipeline, counters }
+    }
+
+    /// Runs the frame through the pipeline in a garbage-filled 2 KiB room and returns the
+    /// verdict and the frame as the worker would send it.
+    fn run(&mut self, frame: &[u8], ingress: Ingress, now_ns: u64) -> (Verdict, Vec<u8>) {
+        let mut room = [GARBAGE; ROOM];
+        room[..frame.len()].copy_from_slice(frame);
+        let mut pkt = PacketBuf::new(&mut room, frame.len());
+        let verdict = self.pipeline.process_from(&mut pkt, ingress, now_ns);
+        assert!(pkt.len() <= ROOM);
+        (verdict, pkt.bytes().to_vec())
+    }
+
+    fn process(&mut self, frame: &[u8], port: u16, now_ns: u64) -> (Verdict, Vec<u8>) {
+        let ingress = Ingress {
+            port,
+            handed_off: false,
+        };
+        self.run(frame, ingress, now_ns)
+    }
+
+    /// Asserts the frame leaves through `egress` translated to `src -> dst` (see
+    /// `assert_translated`), and returns it.
+    fn forward(
+        &mut self,
+        frame: &[u8],
+        ingress: u16,
+        now_ns: u64,
+        egress: u16,
+        src: Endpoint,
+        dst: Endpoint,
+    ) -> Vec<u8> {
+        let (verdict, out) = self.process(frame, ingress, now_ns);
+        assert_eq!(verdict, Verdict::Transmit { port: egress });
+        assert_translated(frame, &out, egress, src, dst);
+        out
+    }
+
+    /// Asserts the frame is dropped for `reason`, counted once.
+    fn expect_drop(&mut self, frame: &[u8], ingress: u16, now_ns: u64, reason: DropReason) {
+        let before = self.dropped(reason);
+        let (verdict, _) = self.process(frame, ingress, now_ns);
+        assert_eq!(verdict, Verdict::Drop(reason));
+        assert_eq!(self.dropped(reason), before + 1, "{reason:?} counted");
+    }
+
+    fn dropped(&self, reason: DropReason) -> u64 {
+        self.counters.dropped(reason)
+    }
+
+    /// Expires what is due at `now_ns` (the whole table in one go) and reads the gauges.
+    fn tables(&mut self, now_ns: u64) -> Tables {
+        self.pipeline.housekeeping(now_ns, usize::MAX);
+        let c = &self.counters;
+        Tables {
+            flows: c.conntrack_entries.get(),
+            nat_in_use: c.nat_ports_in_use.get(),
+            nat_available: c.nat_ports_available.get(),
+            expirations: c.conntrack_expirations.get(),
+            evictions: c.conntrack_evictions.get(),
+        }
+    }
+}
+
+// --- Frames --------------------------------------------------------------------------------
+
+/// The sender's and the gateway's MAC for a frame arriving on `ingress`.
+fn macs(ingress: u16) -> ([u8; 6], [u8; 6]) {
+    match ingress {
+        LAN => (HOST_MAC, LAN_MAC),
+        _ => (UPSTREAM_MAC, WAN_MAC),
+    }
+}
+
+fn port_mac(port: u16) -> [u8; 6] {
+    match port {
+        LAN => LAN_MAC,
+        _ => WAN_MAC,
+    }
+}
+
+fn lan_mac(addr: [u8; 4]) -> [u8; 6] {
+    match addr {
+        HOST => HOST_MAC,
+        SERVER => SERVER_MAC,
+        _ => panic!("no MAC known for {addr:?}"),
+    }
+}
+
+fn data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    window: u16,
+}
+
+fn seg(flags: u8, seq: u32, ack: u32) -> Seg {
+    Seg {
+        flags,
+        seq,
+        ack,
+        window: 1024,
+    }
+}
+
+/// A TCP header with `flags`; SYNs offer MSS 1460 and window scale 7.
+fn tcp_header(src_port: u16, dst_port: u16, seg: Seg) -> TcpHeader {
+    let mut header = TcpHeader::new(src_port, dst_port, seg.seq, seg.window);
+    header.acknowledgment_number = seg.ack;
+    header.fin = seg.flags & FIN != 0;
+    header.syn = seg.flags & SYN != 0;
+    header.rst = seg.flags & RST != 0;
+    header.psh = seg.flags & PSH != 0;
+    header.ack = seg.flags & ACK != 0;
+    header.urg = seg.flags & URG != 0;
+    header.ece = seg.flags & ECE != 0;
+    header.cwr = seg.flags & CWR != 0;
+    if header.syn {
+        header
+            .set_options(&[
+                TcpOptionElement::MaximumSegmentSize(1460),
+                TcpOptionElement::WindowScale(7),
+            ])
+            .unwrap();
+    }
+    header
+}
+
+fn tcp(ingress: u16, src: Endpoint, dst: Endpoint, seg: Seg, payload: &[u8]) -> Vec<u8> {
+    let (from, to) = macs(ingress);
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(from, to)
+        .ipv4(src.0, dst.0, 64)
+        .tcp_header(tcp_header(src.1, dst.1, seg))
+        .write(&mut frame, payload)
+        .unwrap();
+    frame
+}
+
+fn udp(ingress: u16, src: Endpoint, dst: Endpoint, payload: &[u8]) -> Vec<u8> {
+    let (from, to) = macs(ingress);
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(from, to)
+        .ipv4(src.0, dst.0, 64)
+        .udp(src.1, dst.1)
+        .write(&mut frame, payload)
+        .unwrap();
+    frame
+}
+
+fn echo(ingress: u16, src: [u8; 4], dst: [u8; 4], request: bool, id: u16, seq: u16) -> Vec<u8> {
+    let (from, to) = macs(ingress);
+    let mut frame = Vec::new();
+    let ipv4 = PacketBuilder::ethernet2(from, to).ipv4(src, dst, 64);
+    let step = if request {
+        ipv4.icmpv4_echo_request(id, seq)
+    } else {
+        ipv4.icmpv4_echo_reply(id, seq)
+    };
+    step.write(&mut frame, &data(24)).unwrap();
+    frame
+}
+
+/// An ICMP error from `src` to `dst` arriving on `ingress`, quoting `quote`.
+fn icmp_error(ingress: u16, src: [u8; 4], dst: [u8; 4], kind: Icmpv4Type, quote: &[u8]) -> Vec<u8> {
+    let (from, to) = macs(ingress);
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(from, to)
+        .ipv4(src, dst, 64)
+        .icmpv4(kind)
+        .write(&mut frame, quote)
+        .unwrap();
+    frame
+}
+
+/// The datagram in `frame` as the next router receives it: TTL one less and the header
+/// checksum recomputed by etherparse.
+fn as_forwarded(frame: &[u8]) -> Vec<u8> {
+    let mut datagram = frame[ETH_LEN..].to_vec();
+    let (mut header, _) = Ipv4Header::from_slice(&datagram).unwrap();
+    header.time_to_live -= 1;
+    header.header_checksum = header.calc_header_checksum();
+    datagram[..header.header_len()].copy_from_slice(&header.to_bytes());
+    datagram
+}
+
+// --- Checks --------------------------------------------------------------------------------
+
+/// Parses an IPv4 frame with etherparse, checking its header checksum and that the frame ends
+/// exactly where the datagram does.
+fn parse_ipv4(frame: &[u8]) -> (Ethernet2Header, Ipv4Header, &[u8]) {
+    let (eth, rest) = Ethernet2Header::from_slice(frame).unwrap();
+    assert_eq!(eth.ether_type, EtherType::IPV4);
+    let (header, payload) = Ipv4Header::from_slice(rest).unwrap();
+    assert_eq!(raw_sum(&rest[..header.header_len()]), 0, "IPv4 checksum");
+    assert_eq!(
+        usize::from(header.total_len),
+        rest.len(),
+        "frame ends at datagram"
+    );
+    (eth, header, payload)
+}
+
+/// The ones' complement of the sum of `bytes`: 0 over a header whose checksum is right.
+fn raw_sum(bytes: &[u8]) -> u16 {
+    Sum16BitWords::new().add_slice(bytes).ones_complement()
+}
+
+fn check_tcp<'a>(header: &Ipv4Header, segment: &'a [u8]) -> (TcpHeader, &'a [u8]) {
+    let (tcp, payload) = TcpHeader::from_slice(segment).unwrap();
+    let expected = tcp.calc_checksum_ipv4(header, payload).unwrap();
+    assert_eq!(tcp.checksum, expected, "TCP checksum");
+    (tcp, payload)
+}
+
+/// A checksum of 0 means "none" and is left alone.
+fn check_udp<'a>(header: &Ipv4Header, datagram: &'a [u8]) -> (UdpHeader, &'a [u8]) {
+    let (udp, payload) = UdpHeader::from_slice(datagram).unwrap();
+    if udp.checksum != 0 {
+        let expected = udp.calc_checksum_ipv4(header, payload).unwrap();
+        assert_eq!(udp.checksum, expected, "UDP checksum");
+    }
+    (udp, payload)
+}
+
+fn check_icmp(message: &[u8]) -> Icmpv4Slice<'_> {
+    let icmp = Icmpv4Slice::from_slice(message).unwrap();
+    let expected = Icmpv4Header::with_checksum(icmp.icmp_type(), icmp.payload());
+    assert_eq!(icmp.checksum(), expected.checksum, "ICMP checksum");
+    icmp
+}
+
+/// A datagram's endpoints (for ICMP queries the identifier stands for both ports), its
+/// checksums checked.
+fn endpoints(frame: &[u8]) -> (Endpoint, Endpoint) {
+    let (_, header, l4) = parse_ipv4(frame);
+    let (src, dst) = (header.source, header.destination);
+    match header.protocol {
+        IpNumber::TCP => {
+            let (tcp, _) = check_tcp(&header, l4);
+            ((src, tcp.source_port), (dst, tcp.destination_port))
+        }
+        IpNumber::UDP => {
+            let (udp, _) = check_udp(&header, l4);
+            ((src, udp.source_port), (dst, udp.destination_port))
+        }
+        IpNumber::ICMP => match check_icmp(l4).icmp_type() {
+            Icmpv4Type::EchoRequest(echo) | Icmpv4Type::EchoReply(echo) => {
+                ((src, echo.id), (dst, echo.id))
+            }
+            other => panic!("not an ICMP query: {other:?}"),
+        },
+        other => panic!("protocol {other:?}"),
+    }
+}
+
+/// Checks `out` is `input` forwarded through `egress` as `src -> dst`: L2 toward the next hop,
+/// TTL one less, nothing else changed but addresses, ports (or ICMP identifier) and
+/// checksums, and every checksum valid.
+fn assert_translated(input: &[u8], out: &[u8], egress: u16, src: Endpoint, dst: Endpoint) {
+    let (_, before, l4_before) = parse_ipv4(input);
+    let (eth, after, l4_after) = parse_ipv4(out);
+    let next_hop_mac = match egress {
+        WAN => UPSTREAM_MAC,
+        _ => lan_mac(dst.0),
+    };
+    assert_eq!(
+        (eth.destination, eth.source),
+        (next_hop_mac, port_mac(egress)),
+        "L2 toward the next hop"
+    );
+    let mut expected = before.clone();
+    expected.source = src.0;
+    expected.destination = dst.0;
+    expected.time_to_live -= 1;
+    expected.header_checksum = after.header_checksum;
+    assert_eq!(after, expected, "only addresses, TTL and checksum change");
+    assert_eq!(l4_after.len(), l4_before.len());
+    match after.protocol {
+        IpNumber::TCP => {
+            let (old, old_payload) = TcpHeader::from_slice(l4_before).unwrap();
+            let (new, payload) = check_tcp(&after, l4_after);
+            let mut expected = old;
+            expected.source_port = src.1;
+            expected.destination_port = dst.1;
+            expected.checksum = new.checksum;
+            assert_eq!(new, expected, "only ports and checksum change");
+            assert_eq!(payload, old_payload);
+        }
+        IpNumber::UDP => {
+            let (old, old_payload) = UdpHeader::from_slice(l4_before).unwrap();
+            let (new, payload) = check_udp(&after, l4_after);
+            let mut expected = old.clone();
+            expected.source_port = src.1;
+            expected.destination_port = dst.1;
+            expected.checksum = new.checksum;
+            assert_eq!(new, expected, "only ports and checksum change");
+            assert_eq!(
+                new.checksum == 0,
+                old.checksum == 0,
+                "no checksum stays none"
+            );
+            assert_eq!(payload, old_payload);
+        }
+        IpNumber::ICMP => {
+            assert_eq!(src.1, dst.1, "one identifier for both ends");
+            let old = Icmpv4Slice::from_slice(l4_before).unwrap();
+            let new = check_icmp(l4_after);
+            let expected = match old.icmp_type() {
+                Icmpv4Type::EchoRequest(echo) => Icmpv4Type::EchoRequest(IcmpEchoHeader {
+                    id: src.1,
+                    seq: echo.seq,
+                }),
+                Icmpv4Type::EchoReply(echo) => Icmpv4Type::EchoReply(IcmpEchoHeader {
+                    id: src.1,
+                    seq: echo.seq,
+                }),
+                other => panic!("not an echo: {other:?}"),
+            };
+            assert_eq!(new.icmp_type(), expected);
+            assert_eq!(new.payload(), old.payload());
+        }
+        other => panic!("protocol {other:?}"),
+    }
+}
+
+/// Opens a masqueraded TCP connection from `client` to `server` (SYN, SYN+ACK, ACK, each
+/// checked on the way through) and returns the public endpoint it got.
+fn handshake(gw: &mut Gateway, client: Endpoint, server: Endpoint, now: u64) -> Endpoint {
+    let syn = tcp(LAN, client, server, seg(SYN, C_ISN, 0), &[]);
+    let (verdict, out) = gw.process(&syn, LAN, now);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let (public, _) = endpoints(&out);
+    assert_eq!(public.0, WAN_ADDR, "masqueraded");
+    assert_translated(&syn, &out, WAN, public, server);
+    let syn_ack = tcp(WAN, server, public, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
+    gw.forward(&syn_ack, WAN, now, LAN, server, client);
+    let ack = tcp(LAN, client, server, seg(ACK, C_ISN + 1, S_ISN + 1), &[]);
+    gw.forward(&ack, LAN, now, WAN, public, server);
+    public
+}
+
+// --- 1. Masquerade -------------------------------------------------------------------------
+
+#[test]
+fn masquerade_tcp_connection_from_handshake_to_close() {
+    let mut gw = Gateway::new();
+    let initial = gw.tables(0);
+    assert_eq!((initial.flows, initial.nat_in_use), (0, 0));
+    let client = (HOST, 40000);
+    let server = (REMOTE, 443);
+    let public = (WAN_ADDR, 40000);
+    let mut now = SECOND;
+
+    let syn = tcp(LAN, client, server, seg(SYN, C_ISN, 0), &[]);
+    gw.forward(&syn, LAN, now, WAN, public, server);
+    let syn_ack = tcp(WAN, server, public, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
+    gw.forward(&syn_ack, WAN, now, LAN, server, client);
+    let ack = tcp(LAN, client, server, seg(ACK, C_ISN + 1, S_ISN + 1), &[]);
+    gw.forward(&ack, LAN, now, WAN, public, server);
+    let tables = gw.tables(now);
+    assert_eq!((tables.flows, tables.nat_in_use), (1, 1));
+    assert_eq!(tables.nat_available, initial.nat_available - 1);
+
+    // Endpoint-independent mapping: the same internal endpoint to another destination keeps
+    // its external port, and both connections work side by side.
+    let other = (OTHER_REMOTE, 443);
+    gw.forward(
+        &tcp(LAN, client, other, seg(SYN, 77_000, 0), &[]),
+        LAN,
+        now,
+        WAN,
+        public,
+        other,
+    );
+    gw.forward(
+        &tcp(WAN, other, public, seg(SYN | ACK, 99_000, 77_001), &[]),
+        WAN,
+        now,
+        LAN,
+        other,
+        client,
+    );
+    gw.forward(
+        &tcp(LAN, client, other, seg(ACK, 77_001, 99_001), &[]),
+        LAN,
+        now,
+        WAN,
+        public,
+        other,
+    );
+    let tables = gw.tables(now);
+    assert_eq!(
+        (tables.flows, tables.nat_in_use),
+        (2, 1),
+        "one binding, shared"
+    );
+
+    // Data both ways, then FIN, FIN, ACK.
+    now += SECOND;
+    let request = data(100);
+    let segment = tcp(LAN, client, server, seg(PSH | ACK, 1001, 5001), &request);
+    gw.forward(&segment, LAN, now, WAN, public, server);
+    let response = data(200);
+    let segment = tcp(WAN, server, public, seg(PSH | ACK, 5001, 1101), &response);
+    gw.forward(&segment, WAN, now, LAN, server, client);
+    let segment = tcp(LAN, client, server, seg(ACK, 1101, 5201), &[]);
+    gw.forward(&segment, LAN, now, WAN, public, server);
+    let segment = tcp(LAN, client, server, seg(FIN | ACK, 1101, 5201), &[]);
+    gw.forward(&segment, LAN, now, WAN, public, server);
+    let segment = tcp(WAN, server, public, seg(FIN | ACK, 5201, 1102), &[]);
+    gw.forward(&segment, WAN, now, LAN, server, client);
+    let segment = tcp(LAN, client, server, seg(ACK, 1102, 5202), &[]);
+    gw.forward(&segment, LAN, now, WAN, public, server);
+    assert_eq!(gw.counters.dropped_total(), 0);
+
+    // The closed connection lingers in TIME_WAIT (120 s by default), then goes; the binding
+    // stays while the other connection holds it, and is freed with it.
+    assert_eq!(gw.tables(now + 100 * SECOND).flows, 2);
+    let tables = gw.tables(now + 121 * SECOND);
+    assert_eq!((tables.flows, tables.nat_in_use), (1, 1));
+    let tables = gw.tables(now + 8000 * SECOND);
+    assert_eq!((tables.flows, tables.nat_in_use), (0, 0));
+    assert_eq!(tables.nat_available, initial.nat_available);
+    assert_eq!(tables.expirations, 2);
+}
+
+#[test]
+fn masquerade_udp_and_icmp_echo() {
+    let mut gw = Gateway::new();
+    let client = (HOST, 40001);
+    let dns = (REMOTE, 53);
+    let public = (WAN_ADDR, 40001);
+    let query = udp(LAN, client, dns, b"\x12\x34 example.com A?");
+    gw.forward(&query, LAN, 0, WAN, public, dns);
+    let answer = udp(WAN, dns, public, b"\x12\x34 example.com A 93.184.216.34");
+    gw.forward(&answer, WAN, 0, LAN, dns, client);
+
+    // No checksum stays no checksum.
+    let mut unchecked = udp(LAN, (HOST, 40002), dns, b"no checksum");
+    unchecked[ETH_LEN + 20 + 6..ETH_LEN + 20 + 8].fill(0);
+    gw.forward(&unchecked, LAN, 0, WAN, (WAN_ADDR, 40002), dns);
+
+    // Identifier 7 is below the NAT range, so it is translated, and restored on the reply.
+    let ping = echo(LAN, HOST, REMOTE, true, 7, 1);
+    let (verdict, out) = gw.process(&ping, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let (public, _) = endpoints(&out);
+    assert_eq!(public.0, WAN_ADDR);
+    assert!(
+        public.1 >= 1024,
+        "identifier {} from the NAT range",
+        public.1
+    );
+    assert_translated(&ping, &out, WAN, public, (REMOTE, public.1));
+    let pong = echo(WAN, REMOTE, WAN_ADDR, false, public.1, 1);
+    gw.forward(&pong, WAN, 0, LAN, (REMOTE, 7), (HOST, 7));
+
+    // The next ping of the same session uses the same identifier.
+    let ping = echo(LAN, HOST, REMOTE, true, 7, 2);
+    gw.forward(&ping, LAN, 0, WAN, public, (REMOTE, public.1));
+    assert_eq!(gw.counters.dropped_total(), 0);
+    let tables = gw.tables(0);
+    assert_eq!((tables.flows, tables.nat_in_use), (3, 3));
+}
+
+// --- 2. Unsolicited and invalid traffic ----------------------------------------------------
+
+#[test]
+fn unsolicited_wan_traffic_and_invalid_segments_are_dropped() {
+    let mut gw = Gateway::new();
+    let attacker = (REMOTE, 5555);
+    for target in [(WAN_ADDR, 5555), (HOST, 22)] {
+        let syn = tcp(WAN, attacker, target, seg(SYN, 1, 0), &[]);
+        gw.expect_drop(&syn, WAN, 0, DropReason::FirewallDrop);
+    }
+    // A reply to a port no flow holds is unsolicited too.
+    let stray = tcp(WAN, attacker, (WAN_ADDR, 40000), seg(SYN | ACK, 1, 2), &[]);
+    gw.expect_drop(&stray, WAN, 0, DropReason::FirewallDrop);
+    let ping = echo(WAN, REMOTE, WAN_ADDR, true, 9, 1);
+    gw.expect_drop(&ping, WAN, 0, DropReason::FirewallDrop);
+    assert_eq!(gw.dropped(DropReason::FirewallDrop), 4);
+
+    // From the LAN, a TCP flow must start with a SYN; the port it was about to get goes back.
+    let client = (HOST, 40010);
+    let server = (REMOTE, 443);
+    let ack = tcp(LAN, client, server, seg(ACK, 1, 1), &[]);
+    gw.expect_drop(&ack, LAN, 0, DropReason::ConntrackInvalid);
+    let tables = gw.tables(0);
+    assert_eq!((tables.flows, tables.nat_in_use), (0, 0));
+
+    // On an established flow, a segment far beyond the window is invalid and changes nothing.
+    let public = handshake(&mut gw, client, server, 0);
+    let ahead = tcp(
+        LAN,
+        client,
+        server,
+        seg(PSH | ACK, C_ISN + 1 + 10_000_000, S_ISN + 1),
+        &data(10),
+    );
+    gw.expect_drop(&ahead, LAN, 0, DropReason::ConntrackInvalid);
+    let spoofed = tcp(
+        WAN,
+        server,
+        public,
+        seg(ACK | RST, S_ISN + 1 + 10_000_000, C_ISN + 1),
+        &[],
+    );
+    gw.expect_drop(&spoofed, WAN, 0, DropReason::ConntrackInvalid);
+    let in_window = tcp(
+        LAN,
+        client,
+        server,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(10),
+    );
+    gw.forward(&in_window, LAN, 0, WAN, public, server);
+    assert_eq!(gw.dropped(DropReason::ConntrackInvalid), 3);
+    assert_eq!(gw.counters.dropped_total(), 7);
+}
+
+// --- 3. Port forwarding --------------------------------------------------------------------
+
+#[test]
+fn port_forwards_reach_the_server_and_replies_leave_from_the_forwarded_port() {
+    let mut gw = Gateway::new();
+    let peer = (REMOTE, 5555);
+    let forwarded = (WAN_ADDR, 8080);
+    let server = (SERVER, 80);
+    let syn = tcp(WAN, peer, forwarded, seg(SYN, 300, 0), &[]);
+    gw.forward(&syn, WAN, 0, LAN, peer, server);
+    let syn_ack = tcp(LAN, server, peer, seg(SYN | ACK, 900, 301), &[]);
+    gw.forward(&syn_ack, LAN, 0, WAN, forwarded, peer);
+    let ack = tcp(WAN, peer, forwarded, seg(ACK, 301, 901), &[]);
+    gw.forward(&ack, WAN, 0, LAN, peer, server);
+    let request = tcp(
+        WAN,
+        peer,
+        forwarded,
+        seg(PSH | ACK, 301, 901),
+        b"GET / HTTP/1.0\r\n\r\n",
+    );
+    gw.forward(&request, WAN, 0, LAN, peer, server);
+
+    // UDP 5000-5002 maps one to one onto 6000-6002.
+    let game = (WAN_ADDR, 5001);
+    let datagram = udp(WAN, peer, game, b"join");
+    gw.forward(&datagram, WAN, 0, LAN, peer, (SERVER, 6001));
+    let reply = udp(LAN, (SERVER, 6001), peer, b"welcome");
+    gw.forward(&reply, LAN, 0, WAN, game, peer);
+
+    // The server's port unreachable about a forwarded datagram goes out as from the gateway,
+    // quoting the datagram as the peer sent it.
+    let (_, delivered) = gw.process(&udp(WAN, peer, game, b"again"), WAN, 0);
+    let unreachable = icmp_error(
+        LAN,
+        SERVER,
+        REMOTE,
+        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Port),
+        &delivered[ETH_LEN..],
+    );
+    let (verdict, out) = gw.process(&unreachable, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let (_, outer, message) = parse_ipv4(&out);
+    assert_eq!((outer.source, outer.destination), (WAN_ADDR, REMOTE));
+    let icmp = check_icmp(message);
+    let expected = as_forwarded(&udp(WAN, peer, game, b"again"));
+    assert_eq!(
+        icmp.payload(),
+        &expected[..],
+        "the datagram as the peer sent it"
+    );
+
+    // Ports outside the forwards, or of the other protocol, are not forwarded.
+    let not_forwarded = [
+        udp(WAN, peer, (WAN_ADDR, 5003), b"x"),
+        udp(WAN, peer, (WAN_ADDR, 8080), b"x"),
+        tcp(WAN, peer, (WAN_ADDR, 5001), seg(SYN, 1, 0), &[]),
+    ];
+    for frame in not_forwarded {
+        gw.expect_drop(&frame, WAN, 0, DropReason::FirewallDrop);
+    }
+    assert_eq!(gw.counters.dropped_total(), 3);
+    // Forwards take no NAT binding.
+    assert_eq!(gw.tables(0).nat_in_use, 0);
+}
+
+// --- 4. Hairpin ----------------------------------------------------------------------------
+
+#[test]
+fn hairpin_to_a_forwarded_port_comes_back_through_the_gateway() {
+    let mut gw = Gateway::new();
+    let client = (HOST, 40020);
+    let forwarded = (WAN_ADDR, 8080);
+    let server = (SERVER, 80);
+    let syn = tcp(LAN, client, forwarded, seg(SYN, C_ISN, 0), &[]);
+    let (verdict, out) = gw.process(&syn, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (source, destination) = endpoints(&out);
+    assert_eq!(destination, server);
+    assert_eq!(source.0, LAN_ADDR, "the gateway's LAN address");
+    assert!(
+        source.1 >= 1024 && source.1 != 8080,
+        "a NAT port: {}",
+        source.1
+    );
+    assert_translated(&syn, &out, LAN, source, server);
+    assert_eq!(gw.tables(0).nat_in_use, 1);
+
+    let syn_ack = tcp(LAN, server, source, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
+    gw.forward(&syn_ack, LAN, 0, LAN, forwarded, client);
+    let ack = tcp(LAN, client, forwarded, seg(ACK, C_ISN + 1, S_ISN + 1), &[]);
+    gw.forward(&ack, LAN, 0, LAN, source, server);
+    let response = tcp(
+        LAN,
+        server,
+        source,
+        seg(PSH | ACK, S_ISN + 1, C_ISN + 1),
+        b"HTTP/1.0 200 OK\r\n\r\n",
+    );
+    gw.forward(&response, LAN, 0, LAN, forwarded, client);
+    assert_eq!(gw.counters.dropped_total(), 0);
+}
+
+// --- 5. ICMP errors (RFC 5508) -------------------------------------------------------------
+
+/// Parses an ICMP error the gateway forwarded to HOST on the LAN, with every checksum checked,
+/// and returns its outer source, type and quote.
+fn forwarded_error(out: &[u8]) -> ([u8; 4], Icmpv4Type, Vec<u8>) {
+    let (eth, outer, message) = parse_ipv4(out);
+    assert_eq!((eth.destination, eth.source), (HOST_MAC, LAN_MAC));
+    assert_eq!(outer.destination, HOST);
+    assert_eq!(outer.time_to_live, 63);
+    let icmp = check_icmp(message);
+    let quote = icmp.payload();
+    let (quoted, _) = Ipv4Header::from_slice(quote).unwrap();
+    assert_eq!(
+        raw_sum(&quote[..quoted.header_len()]),
+        0,
+        "quoted IPv4 checksum"
+    );
+    (outer.source, icmp.icmp_type(), quote.to_vec())
+}
+
+#[test]
+fn icmp_errors_about_masqueraded_flows_are_translated_back() {
+    let mut gw = Gateway::new();
+    let client = (HOST, 40001);
+    let dns = (REMOTE, 53);
+    let query = udp(LAN, client, dns, b"\x00\x01 example.net AAAA?");
+    let sent = gw.forward(&query, LAN, 0, WAN, (WAN_ADDR, 40001), dns);
+
+    // The server's port unreachable quotes the whole translated datagram.
+    let port_unreachable = Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Port);
+    let error = icmp_error(
+        WAN,
+        REMOTE,
+        WAN_ADDR,
+        port_unreachable.clone(),
+        &sent[ETH_LEN..],
+    );
+    let (verdict, out) = gw.process(&error, WAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (source, kind, quote) = forwarded_error(&out);
+    assert_eq!(source, REMOTE);
+    assert_eq!(kind, port_unreachable);
+    let expected = as_forwarded(&query);
+    assert_eq!(
+        quote, expected,
+        "the datagram as the client sent it, one hop on"
+    );
+    let (quoted_ip, quoted_udp) = Ipv4Header::from_slice(&quote).unwrap();
+    let (udp_header, _) = check_udp(&quoted_ip, quoted_udp);
+    assert_eq!((quoted_ip.source, udp_header.source_port), client);
+
+    // A router on the path keeps its own address and the next-hop MTU; the quote is only the
+    // header and 8 bytes of a TCP SYN.
+    let syn = tcp(LAN, (HOST, 40002), (REMOTE, 443), seg(SYN, C_ISN, 0), &[]);
+    let sent = gw.forward(&syn, LAN, 0, WAN, (WAN_ADDR, 40002), (REMOTE, 443));
+    let too_big = Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
+        next_hop_mtu: 1400,
+    });
+    let error = icmp_error(
+        WAN,
+        HOP,
+        WAN_ADDR,
+        too_big.clone(),
+        &sent[ETH_LEN..ETH_LEN + 28],
+    );
+    let (verdict, out) = gw.process(&error, WAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (source, kind, quote) = forwarded_error(&out);
+    assert_eq!(source, HOP, "the reporting router stays the source");
+    assert_eq!(kind, too_big, "next-hop MTU kept");
+    assert_eq!(quote, &as_forwarded(&syn)[..28]);
+
+    // A time exceeded about a ping gets the identifier back.
+    let ping = echo(LAN, HOST, REMOTE, true, 7, 1);
+    let (_, sent) = gw.process(&ping, LAN, 0);
+    let expired = Icmpv4Type::TimeExceeded(TimeExceededCode::TtlExceededInTransit);
+    let error = icmp_error(WAN, HOP, WAN_ADDR, expired.clone(), &sent[ETH_LEN..]);
+    let (verdict, out) = gw.process(&error, WAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (_, kind, quote) = forwarded_error(&out);
+    assert_eq!(kind, expired);
+    assert_eq!(quote, as_forwarded(&ping));
+    check_icmp(&quote[20..]);
+
+    // An error about nothing the gateway sent is dropped.
+    let never_sent = udp(WAN, (WAN_ADDR, 40999), dns, b"?");
+    let error = icmp_error(
+        WAN,
+        REMOTE,
+        WAN_ADDR,
+        port_unreachable,
+        &never_sent[ETH_LEN..],
+    );
+    gw.expect_drop(&error, WAN, 0, DropReason::UnrelatedIcmpError);
+    assert_eq!(gw.counters.dropped_total(), 1);
+}
+
+// --- 6. Full tables ------------------------------------------------------------------------
+
+fn tiny_table(capacity: usize) -> WorkerSetup {
+    WorkerSetup {
+        conntrack: ConntrackConfig {
+            capacity,
+            ..ConntrackConfig::default()
+        },
+        ..WorkerSetup::default()
+    }
+}
+
+#[test]
+fn a_full_table_keeps_established_flows() {
+    let mut gw = Gateway::with(home(), tiny_table(4));
+    let server = (REMOTE, 443);
+    let publics: Vec<Endpoint> = (0..4)
+        .map(|i| handshake(&mut gw, (HOST, 41000 + i), server, 0))
+        .collect();
+    let syn = tcp(LAN, (HOST, 41004), server, seg(SYN, C_ISN, 0), &[]);
+    gw.expect_drop(&syn, LAN, SECOND, DropReason::ConntrackFull);
+    for (i, public) in publics.into_iter().enumerate() {
+        let client = (HOST, 41000 + i as u16);
+        let segment = tcp(
+            LAN,
+            client,
+            server,
+            seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+            &data(8),
+        );
+        gw.forward(&segment, LAN, SECOND, WAN, public, server);
+    }
+    let tables = gw.tables(SECOND);
+    assert_eq!((tables.flows, tables.evictions), (4, 0));
+    assert_eq!(tables.nat_in_use, 4, "the refused flow's port went back");
+
+    // A half-open flow, by contrast, makes room.
+    let mut gw = Gateway::with(home(), tiny_table(4));
+    for i in 0..3 {
+        handshake(&mut gw, (HOST, 41000 + i), server, 0);
+    }
+    let half_open = tcp(LAN, (HOST, 41003), server, seg(SYN, C_ISN, 0), &[]);
+    gw.forward(&half_open, LAN, 0, WAN, (WAN_ADDR, 41003), server);
+    gw.forward(&syn, LAN, SECOND, WAN, (WAN_ADDR, 41004), server);
+    let tables = gw.tables(SECOND);
+    assert_eq!(
+        (tables.flows, tables.evictions, tables.nat_in_use),
+        (4, 1, 4)
+    );
+    let late_reply = tcp(
+        WAN,
+        server,
+        (WAN_ADDR, 41003),
+        seg(SYN | ACK, S_ISN, C_ISN + 1),
+        &[],
+    );
+    gw.expect_drop(&late_reply, WAN, SECOND, DropReason::FirewallDrop);
+}
+
+#[test]
+fn nat_ports_run_out_and_come_back_when_flows_expire() {
+    const UDP_TIMEOUT: u64 = 30 * SECOND;
+    let setup = WorkerSetup {
+        conntrack: ConntrackConfig {
+            capacity: 1024,
+            timeouts: Timeouts {
+                udp_ns: UDP_TIMEOUT,
+                ..Timeouts::default()
+            },
+            tcp_loose: false,
+        },
+        nat_ports: 20000..=20255,
+        ..WorkerSetup::default()
+    };
+    let mut gw = Gateway::with(home(), setup);
+    let initial = gw.tables(0);
+    assert_eq!(
+        initial.nat_available,
+        3 * 256,
+        "256 ports for each of TCP, UDP, ICMP"
+    );
+    let dns = (REMOTE, 53);
+    let mut ports = HashSet::new();
+    for i in 0..256 {
+        let query = udp(LAN, (HOST, 30000 + i), dns, b"?");
+        let (verdict, out) = gw.process(&query, LAN, 0);
+        assert_eq!(verdict, Verdict::Transmit { port: WAN }, "flow {i}");
+        let (public, _) = endpoints(&out);
+        assert_eq!(public.0, WAN_ADDR);
+        assert!((20000..=20255).contains(&public.1));
+        assert!(ports.insert(public.1), "port {} handed out twice", public.1);
+    }
+    let last = udp(LAN, (HOST, 30256), dns, b"?");
+    gw.expect_drop(&last, LAN, 0, DropReason::NatPortsExhausted);
+    let tables = gw.tables(0);
+    assert_eq!((tables.flows, tables.nat_in_use), (256, 256));
+    assert_eq!(tables.nat_available, 2 * 256);
+
+    // A bound endpoint needs no new port, and the other protocols have their own.
+    let (verdict, out) = gw.process(&udp(LAN, (HOST, 30000), (OTHER_REMOTE, 53), b"?"), LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert!(ports.contains(&endpoints(&out).0 .1));
+    let syn = tcp(LAN, (HOST, 30256), (REMOTE, 443), seg(SYN, C_ISN, 0), &[]);
+    assert_eq!(gw.process(&syn, LAN, 0).0, Verdict::Transmit { port: WAN });
+
+    // Past the UDP timeout the sweep frees every UDP port.
+    let later = UDP_TIMEOUT + SECOND;
+    let tables = gw.tables(later);
+    assert_eq!(
+        (tables.flows, tables.nat_in_use),
+        (1, 1),
+        "only the TCP flow"
+    );
+    assert_eq!(tables.expirations, 257);
+    assert_eq!(tables.nat_available, 3 * 256 - 1);
+    let (verdict, _) = gw.process(&last, LAN, later);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(gw.dropped(DropReason::NatPortsExhausted), 1);
+}
+
+// --- 7. Firewall reject --------------------------------------------------------------------
+
+#[test]
+fn rejected_flows_get_a_reset_or_admin_prohibited() {
+    let mut gw = Gateway::with(with_rejects(), WorkerSetup::default());
+    let client = (HOST, 40030);
+    let blocked = (BLOCKED, 80);
+
+    let syn = tcp(LAN, client, blocked, seg(SYN, 777, 0), &[]);
+    let (verdict, out) = gw.process(&syn, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (eth, header, segment) = parse_ipv4(&out);
+    assert_eq!((eth.destination, eth.source), (HOST_MAC, LAN_MAC));
+    assert_eq!((header.source, header.destination), (BLOCKED, HOST));
+    assert_eq!(header.protocol, IpNumber::TCP);
+    let (reset, payload) = check_tcp(&header, segment);
+    assert_eq!((reset.source_port, reset.destination_port), (80, 40030));
+    assert!(reset.rst && reset.ack && !reset.syn && !reset.fin);
+    assert_eq!(
+        (reset.sequence_number, reset.acknowledgment_number),
+        (0, 778)
+    );
+    assert!(payload.is_empty());
+    assert_eq!(gw.dropped(DropReason::FirewallReject), 1);
+
+    // A segment with an ACK gets a reset at that acknowledgement number (RFC 9293).
+    let ack = tcp(LAN, client, blocked, seg(PSH | ACK, 778, 4242), &data(5));
+    let (verdict, out) = gw.process(&ack, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (_, header, segment) = parse_ipv4(&out);
+    let (reset, _) = check_tcp(&header, segment);
+    assert!(reset.rst && !reset.ack);
+    assert_eq!(reset.sequence_number, 4242);
+    // A reset is never answered.
+    let rst = tcp(LAN, client, blocked, seg(RST, 778, 0), &[]);
+    gw.expect_drop(&rst, LAN, 0, DropReason::FirewallReject);
+    assert_eq!(gw.dropped(DropReason::FirewallReject), 3);
+
+    let datagram = udp(LAN, (HOST, 40031), (BLOCKED, 53), b"?");
+    let (verdict, out) = gw.process(&datagram, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (eth, header, message) = parse_ipv4(&out);
+    assert_eq!((eth.destination, eth.source), (HOST_MAC, LAN_MAC));
+    assert_eq!((header.source, header.destination), (LAN_ADDR, HOST));
+    let icmp = check_icmp(message);
+    assert_eq!(
+        icmp.icmp_type(),
+        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FilterProhibited)
+    );
+    assert_eq!((icmp.type_u8(), icmp.code_u8()), (3, 13));
+    assert_eq!(icmp.payload(), &datagram[ETH_LEN..], "quotes the datagram");
+    assert_eq!(gw.dropped(DropReason::FirewallReject), 4);
+    assert_eq!(gw.counters.icmp_errors_sent.get(), 1);
+    let tables = gw.tables(0);
+    assert_eq!((tables.flows, tables.nat_in_use), (0, 0));
+
+    // Everything else still goes out.
+    handshake(&mut gw, client, (REMOTE, 80), 0);
+}
+
+// --- 8. Several workers ---------------------------------------------------------------------
+
+fn worker_setup(worker: u16) -> WorkerSetup {
+    WorkerSetup {
+        worker,
+        workers: 2,
+        ..WorkerSetup::default()
+    }
+}
+
+/// The egress port of a packet the pipeline sends on (possibly after ARP).
+fn sent_on(verdict: Verdict) -> Option<u16> {
+    match verdict {
+        Verdict::Transmit { port } | Verdict::Control(ControlWork::Resolve { port, .. }) => {
+            Some(port)
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn a_flow_lives_on_one_worker_and_others_hand_its_packets_over() {
+    let ownership = Ownership::new(2);
+    let mut workers = [
+        Gateway::with(home(), worker_setup(0)),
+        Gateway::with(home(), worker_setup(1)),
+    ];
+    let owner = ownership.host_owner(ip(HOST));
+    let other = 1 - owner;
+    let client = (HOST, 40000);
+    let server = (REMOTE, 443);
+    let handed_off = Ingress {
+        port: LAN,
+        handed_off: true,
+    };
+
+    let syn = tcp(LAN, client, server, seg(SYN, C_ISN, 0), &[]);
+    let (verdict, untouched) = workers[usize::from(other)].process(&syn, LAN, 0);
+    assert_eq!(verdict, Verdict::Handoff { worker: owner });
+    assert_eq!(untouched, syn, "handed over as received");
+    let (verdict, out) = workers[usize::from(owner)].run(&syn, handed_off, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let (public, _) = endpoints(&out);
+    assert_eq!(
+        ownership.port_owner(public.1),
+        owner,
+        "a port its owner owns"
+    );
+    assert_translated(&syn, &out, WAN, public, server);
+
+    // The reply is steered by its port, to the same worker.
+    let syn_ack = tcp(WAN, server, public, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
+    let (verdict, _) = workers[usize::from(other)].process(&syn_ack, WAN, 0);
+    assert_eq!(verdict, Verdict::Handoff { worker: owner });
+    workers[usize::from(owner)].forward(&syn_ack, WAN, 0, LAN, server, client);
+    let ack = tcp(LAN, client, server, seg(ACK, C_ISN + 1, S_ISN + 1), &[]);
+    workers[usize::from(owner)].forward(&ack, LAN, 0, WAN, public, server);
+    let segment = tcp(
+        LAN,
+        client,
+        server,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(9),
+    );
+    assert_eq!(
+        workers[usize::from(other)].process(&segment, LAN, 0).0,
+        Verdict::Handoff { worker: owner }
+    );
+    let (verdict, out) = workers[usize::from(owner)].run(&segment, handed_off, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_translated(&segment, &out, WAN, public, server);
+    assert_eq!(workers[usize::from(other)].pipeline.flow_count(), 0);
+    assert_eq!(workers[usize::from(owner)].pipeline.flow_count(), 1);
+    for worker in &workers {
+        assert_eq!(worker.counters.dropped_total(), 0);
+    }
+}
+
+/// SplitMix64: a fixed stream of test values.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The endpoints of the datagram an ICMP error quotes (identifier for both ports of a
+/// query), its quoted header checksum checked.
+fn quoted_endpoints(quote: &[u8]) -> (Endpoint, Endpoint) {
+    let (header, l4) = Ipv4Header::from_slice(quote).unwrap();
+    assert_eq!(
+        raw_sum(&quote[..header.header_len()]),
+        0,
+        "quoted IPv4 checksum"
+    );
+    let word = |at: usize| u16::from_be_bytes([l4[at], l4[at + 1]]);
+    let (src_port, dst_port) = match header.protocol {
+        IpNumber::ICMP => (word(4), word(4)),
+        _ => (word(0), word(2)),
+    };
+    ((header.source, src_port), (header.destination, dst_port))
+}
+
+/// Offers `frame` to both workers: exactly one must take it, the other handing it to that
+/// one untouched. Returns the one that took it, its verdict and its output.
+fn claim(workers: &mut [Gateway; 2], frame: &[u8], ingress: u16) -> (u16, Verdict, Vec<u8>) {
+    let results: Vec<(Verdict, Vec<u8>)> = workers
+        .iter_mut()
+        .map(|worker| worker.process(frame, ingress, 0))
+        .collect();
+    let claimed: Vec<usize> = (0..2)
+        .filter(|&i| !matches!(results[i].0, Verdict::Handoff { .. }))
+        .collect();
+    assert_eq!(claimed.len(), 1, "exactly one worker takes it: {results:?}");
+    let owner = claimed[0];
+    let other = &results[1 - owner];
+    assert_eq!(
+        other.0,
+        Verdict::Handoff {
+            worker: owner as u16
+        }
+    );
+    assert_eq!(other.1, frame, "handed over as received");
+    let (verdict, out) = results[owner].clone();
+    (owner as u16, verdict, out)
+}
+
+#[test]
+fn two_workers_never_both_claim_a_packet() {
+    let ownership = Ownership::new(2);
+    let mut workers = [
+        Gateway::with(home(), worker_setup(0)),
+        Gateway::with(home(), worker_setup(1)),
+    ];
+    let mut rng = Rng(0x5eed);
+    let mut seen = HashSet::new();
+    let mut per_worker = [0; 2];
+    let mut flows = 0;
+    while flows < 400 {
+        let host = [192, 168, 10, 2 + rng.below(253) as u8];
+        let remote = [203, 0, 113, 1 + rng.below(254) as u8];
+        let host_port = 1024 + rng.below(64512) as u16;
+        let remote_port = 1 + rng.below(65535) as u16;
+        let kind = rng.below(6);
+        let (protocol, ingress, src, dst) = match kind {
+            0 => (TCP, LAN, (host, host_port), (remote, remote_port)),
+            1 => (UDP, LAN, (host, host_port), (remote, remote_port)),
+            // An echo request: the identifier stands for both ports.
+            2 => (1, LAN, (host, host_port), (remote, host_port)),
+            3 => (TCP, WAN, (remote, remote_port), (WAN_ADDR, 8080)),
+            4 => (
+                UDP,
+                WAN,
+                (remote, remote_port),
+                (WAN_ADDR, 5000 + rng.below(3) as u16),
+            ),
+            // Hairpin.
+            _ => (TCP, LAN, (host, host_port), (WAN_ADDR, 8080)),
+        };
+        if !seen.insert((protocol, src, dst)) {
+            continue;
+        }
+        flows += 1;
+        let first = match protocol {
+            TCP => tcp(ingress, src, dst, seg(SYN, C_ISN, 0), &[]),
+            UDP => udp(ingress, src, dst, b"hello"),
+            _ => echo(ingress, src.0, dst.0, true, src.1, 1),
+        };
+        let (owner, verdict, first_sent) = claim(&mut workers, &first, ingress);
+        let out = &first_sent;
+        per_worker[usize::from(owner)] += 1;
+        let egress = sent_on(verdict).unwrap_or_else(|| panic!("{verdict:?} for {src:?}->{dst:?}"));
+        let (sent_src, sent_dst) = endpoints(out);
+        if sent_src.0 == WAN_ADDR || sent_src.0 == LAN_ADDR {
+            // Masqueraded or hairpinned: the reply comes back to a port the owner owns.
+            assert_eq!(ownership.port_owner(sent_src.1), owner);
+        }
+
+        let reply = match protocol {
+            TCP => tcp(
+                egress,
+                sent_dst,
+                sent_src,
+                seg(SYN | ACK, S_ISN, C_ISN + 1),
+                &[],
+            ),
+            UDP => udp(egress, sent_dst, sent_src, b"world"),
+            _ => echo(egress, sent_dst.0, sent_src.0, false, sent_src.1, 1),
+        };
+        let (reply_owner, verdict, out) = claim(&mut workers, &reply, egress);
+        assert_eq!(reply_owner, owner, "the reply reaches the flow's worker");
+        assert_eq!(sent_on(verdict), Some(ingress), "{verdict:?}");
+        assert_eq!(endpoints(&out), (dst, src), "the reply is translated back");
+
+        // So does an ICMP error about the first packet, from a router on the WAN or from the
+        // LAN host it went to, and it reaches the sender quoting what the sender sent.
+        let reporter = if egress == WAN { HOP } else { sent_dst.0 };
+        let unreachable = Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Host);
+        let error = icmp_error(
+            egress,
+            reporter,
+            sent_src.0,
+            unreachable,
+            &first_sent[ETH_LEN..],
+        );
+        let (error_owner, verdict, out) = claim(&mut workers, &error, egress);
+        assert_eq!(error_owner, owner, "the error reaches the flow's worker");
+        assert_eq!(sent_on(verdict), Some(ingress), "{verdict:?}");
+        let (_, outer, message) = parse_ipv4(&out);
+        assert_eq!(outer.destination, src.0);
+        assert_eq!(quoted_endpoints(check_icmp(message).payload()), (src, dst));
+    }
+    assert!(per_worker.iter().all(|&n| n > 50), "{per_worker:?}");
+    for worker in &workers {
+        assert_eq!(worker.counters.dropped_total(), 0);
+    }
+}
+
+// --- 9. Reload -----------------------------------------------------------------------------
+
+#[test]
+fn a_reload_applies_to_new_flows_and_rechecks_old_ones_on_request() {
+    let deny = vec![Rule {
+        from: Some(LAN_ZONE),
+        to: Some(WAN_ZONE),
+        dst: Some((ip(REMOTE), 32)),
+        protocol: Some(TCP),
+        dst_ports: Some(443..=443),
+        ..rule("no-https-to-remote", Action::Drop)
+    }];
+    let mut gw = Gateway::with(
+        Arc::new(config(1500, Vec::new(), 7, false)),
+        WorkerSetup::default(),
+    );
+    let server = (REMOTE, 443);
+    let elsewhere = (OTHER_REMOTE, 443);
+    let client = (HOST, 40040);
+    let neighbour = (HOST, 40041);
+    let public = handshake(&mut gw, client, server, 0);
+    let public_elsewhere = handshake(&mut gw, neighbour, elsewhere, 0);
+
+    gw.pipeline
+        .set_router(Arc::new(config(1500, deny.clone(), 8, false)));
+    let segment = tcp(
+        LAN,
+        client,
+        server,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(4),
+    );
+    gw.forward(&segment, LAN, SECOND, WAN, public, server);
+    let reply = tcp(
+        WAN,
+        server,
+        public,
+        seg(PSH | ACK, S_ISN + 1, C_ISN + 5),
+        &data(4),
+    );
+    gw.forward(&reply, WAN, SECOND, LAN, server, client);
+    let syn = tcp(LAN, (HOST, 40042), server, seg(SYN, C_ISN, 0), &[]);
+    gw.expect_drop(&syn, LAN, SECOND, DropReason::FirewallDrop);
+
+    gw.pipeline
+        .set_router(Arc::new(config(1500, deny, 9, true)));
+    let segment = tcp(LAN, client, server, seg(ACK, C_ISN + 5, S_ISN + 5), &[]);
+    gw.expect_drop(&segment, LAN, 2 * SECOND, DropReason::FirewallRecheck);
+    // The flow is gone: its packets are new flows now, and denied.
+    gw.expect_drop(&segment, LAN, 2 * SECOND, DropReason::FirewallDrop);
+    let reply = tcp(WAN, server, public, seg(ACK, S_ISN + 5, C_ISN + 5), &[]);
+    gw.expect_drop(&reply, WAN, 2 * SECOND, DropReason::FirewallDrop);
+    // A flow the new rules still accept carries on.
+    let segment = tcp(
+        LAN,
+        neighbour,
+        elsewhere,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(4),
+    );
+    gw.forward(&segment, LAN, 2 * SECOND, WAN, public_elsewhere, elsewhere);
+    assert_eq!(gw.dropped(DropReason::FirewallRecheck), 1);
+    let tables = gw.tables(2 * SECOND);
+    assert_eq!(
+        (tables.flows, tables.nat_in_use),
+        (1, 1),
+        "the denied flow's port is free"
+    );
+}
+
+// --- Spoofing ------------------------------------------------------------------------------
+
+#[test]
+fn the_gateway_s_own_addresses_are_never_a_source() {
+    // NAT would take the gateway for an inside host and reflect replies to itself.
+    let mut gw = Gateway::new();
+    for own in [LAN_ADDR, WAN_ADDR] {
+        let syn = tcp(LAN, (own, 40000), (REMOTE, 443), seg(SYN, 1, 0), &[]);
+        gw.expect_drop(&syn, LAN, 0, DropReason::MartianAddress);
+        let datagram = udp(WAN, (own, 53), (WAN_ADDR, 5001), b"x");
+        gw.expect_drop(&datagram, WAN, 0, DropReason::MartianAddress);
+    }
+    let tables = gw.tables(0);
+    assert_eq!((tables.flows, tables.nat_in_use), (0, 0));
+}
+
+// --- Path MTU discovery through NAT -------------------------------------------------------
+
+#[test]
+fn fragmentation_needed_reaches_the_masqueraded_sender() {
+    // A PPPoE uplink: 1492 bytes.
+    let mut gw = Gateway::with(
+        Arc::new(config(1492, Vec::new(), 0, false)),
+        WorkerSetup::default(),
+    );
+    let client = (HOST, 40050);
+    let server = (REMOTE, 443);
+    let public = handshake(&mut gw, client, server, 0);
+
+    // 20 (IPv4) + 20 (TCP) + 1460 = 1500 bytes, DF set (etherparse's default).
+    let big = tcp(
+        LAN,
+        client,
+        server,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(1460),
+    );
+    assert_eq!(big.len(), ETH_LEN + 1500);
+    let (verdict, out) = gw.process(&big, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (eth, header, message) = parse_ipv4(&out);
+    assert_eq!((eth.destination, eth.source), (HOST_MAC, LAN_MAC));
+    assert_eq!((header.source, header.destination), (LAN_ADDR, HOST));
+    let icmp = check_icmp(message);
+    assert_eq!(
+        icmp.icmp_type(),
+        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
+            next_hop_mtu: 1492
+        })
+    );
+    let quote = icmp.payload();
+    assert_eq!(
+        quote,
+        &big[ETH_LEN..ETH_LEN + quote.len()],
+        "quotes the segment as the client sent it"
+    );
+    assert_eq!(gw.dropped(DropReason::FragmentationNeeded), 1);
+
+    // What fits goes through.
+    let fits = tcp(
+        LAN,
+        client,
+        server,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(1452),
+    );
+    gw.forward(&fits, LAN, 0, WAN, public, server);
+}
+
+// --- Fragments ----------------------------------------------------------------------------
+
+/// A UDP datagram from `src` to `dst` split in two fragments: the first carries the UDP header
+/// (and the checksum over the whole datagram), the second only data.
+fn fragments(ingress: u16, src: Endpoint, dst: Endpoint) -> (Vec<u8>, Vec<u8>) {
+    let whole = udp(ingress, src, dst, &data(1000));
+    let (header, datagram) = Ipv4Header::from_slice(&whole[ETH_LEN..]).unwrap();
+    let (first_len, (from, to)) = (512, macs(ingress));
+    let build = |offset: usize, more: bool, part: &[u8]| {
+        let mut fragment = header.clone();
+        fragment.dont_fragment = false;
+        fragment.more_fragments = more;
+        fragment.identification = 0x4242;
+        fragment.fragment_offset = etherparse::IpFragOffset::try_new((offset / 8) as u16).unwrap();
+        fragment.set_payload_len(part.len()).unwrap();
+        fragment.header_checksum = fragment.calc_header_checksum();
+        let mut frame = Ethernet2Header {
+            source: from,
+            destination: to,
+            ether_type: EtherType::IPV4,
+        }
+        .to_bytes()
+        .to_vec();
+        frame.extend_from_slice(&fragment.to_bytes());
+        frame.extend_from_slice(part);
+        frame
+    };
+    (
+        build(0, true, &datagram[..first_len]),
+        build(first_len, false, &datagram[first_len..]),
+    )
+}
+
+/// Checks a translated first fragment: `src -> dst` on `egress`, its UDP checksum (which covers
+/// the whole datagram) valid over the data of both fragments.
+fn assert_first_fragment(out: &[u8], later: &[u8], egress: u16, src: Endpoint, dst: Endpoint) {
+    let (eth, header, l4) = parse_ipv4(out);
+    assert_eq!(eth.source, port_mac(egress));
+    assert!(header.more_fragments);
+    assert_eq!((header.source, header.destination), (src.0, dst.0));
+    let (_, _, rest) = parse_ipv4(later);
+    let (udp, first_part) = UdpHeader::from_slice(l4).unwrap();
+    assert_eq!((udp.source_port, udp.destination_port), (src.1, dst.1));
+    let whole = [first_part, rest].concat();
+    let expected = udp.calc_checksum_ipv4_raw(src.0, dst.0, &whole).unwrap();
+    assert_eq!(
+        udp.checksum, expected,
+        "UDP checksum over the reassembled datagram"
+    );
+}
+
+#[test]
+fn fragmented_udp_is_translated_and_later_fragments_never_leak() {
+    let mut gw = Gateway::new();
+    let client = (HOST, 40060);
+    let server = (REMOTE, 53);
+    let public = (WAN_ADDR, 40060);
+    let (first, second) = fragments(LAN, client, server);
+    let (verdict, out) = gw.process(&first, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_first_fragment(&out, &second, WAN, public, server);
+    // A later fragment carries no ports to find the flow by, so it cannot be translated; it
+    // must not go out with the private source address.
+    gw.expect_drop(&second, LAN, 0, DropReason::UntrackedFragment);
+
+    // A fragmented reply: its first fragment finds the flow, later ones cannot.
+    let (first, second) = fragments(WAN, server, public);
+    let (verdict, out) = gw.process(&first, WAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    assert_first_fragment(&out, &second, LAN, server, client);
+    gw.expect_drop(&second, WAN, 0, DropReason::UntrackedFragment);
+}
+
+// --- 10. Arbitrary traffic -----------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Kind {
+    Tcp {
+        flags: u8,
+        seq: u32,
+        ack: u32,
+        window: u16,
+    },
+    Udp {
+        zero_checksum: bool,
+    },
+    Echo {
+        request: bool,
+        ident: u16,
+        seq: u16,
+    },
+    /// Any protocol number over arbitrary bytes.
+    Raw(u8),
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Fresh {
+        ingress: u16,
+        src: [u8; 4],
+        dst: [u8; 4],
+        ports: (u16, u16),
+        ttl: u8,
+        kind: Kind,
+        len: usize,
+        /// More fragments, and the fragment offset in 8-byte units.
+        fragment: Option<(bool, u16)>,
+    },
+    /// Answers an earlier packet the gateway sent, as its receiver would.
+    Reply { index: usize, flags: u8, len: usize },
+    /// An ICMP error about an earlier packet the gateway sent.
+    Error {
+        index: usize,
+        kind: u8,
+        quote: usize,
+        from_hop: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Input {
+    step: Step,
+    worker: u16,
+    dt_ns: u64,
+    /// XOR a byte after the IP header.
+    flip: Option<(usize, u8)>,
+    truncate: Option<usize>,
+    eth_dst: Option<[u8; 6]>,
+}
+
+fn address() -> impl Strategy<Value = [u8; 4]> {
+    prop_oneof![
+        Just(HOST),
+        Just(SERVER),
+        Just([192, 168, 10, 77]),
+        Just(LAN_ADDR),
+        Just(WAN_ADDR),
+        Just(REMOTE),
+        Just(OTHER_REMOTE),
+        Just(BLOCKED),
+        Just(HOP),
+        Just(UPSTREAM),
+        any::<[u8; 4]>(),
+    ]
+}
+
+fn port() -> impl Strategy<Value = u16> {
+    prop_oneof![
+        Just(40000u16),
+        Just(8080),
+        Just(80),
+        Just(5000),
+        Just(5001),
+        Just(5002),
+        Just(6001),
+        Just(53),
+        Just(443),
+        Just(4990),
+        any::<u16>(),
+    ]
+}
+
+fn tcp_flags() -> impl Strategy<Value = u8> {
+    prop_oneof![
+        Just(SYN),
+        Just(SYN | ACK),
+        Just(ACK),
+        Just(PSH | ACK),
+        Just(FIN | ACK),
+        Just(RST),
+        Just(RST | ACK),
+        any::<u8>(),
+    ]
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        4 => (tcp_flags(), any::<u32>(), any::<u32>(), any::<u16>())
+            .prop_map(|(flags, seq, ack, window)| Kind::Tcp { flags, seq, ack, window }),
+        3 => any::<bool>().prop_map(|zero_checksum| Kind::Udp { zero_checksum }),
+        2 => (any::<bool>(), prop_oneof![Just(7u16), Just(40000), any::<u16>()], any::<u16>())
+            .prop_map(|(request, ident, seq)| Kind::Echo { request, ident, seq }),
+        1 => prop_oneof![Just(47u8), any::<u8>()].prop_map(Kind::Raw),
+    ]
+}
+
+fn payload_len() -> impl Strategy<Value = usize> {
+    prop_oneof![4 => 0usize..64, 1 => 0usize..1500]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let fresh = (
+        0u16..2,
+        address(),
+        address(),
+        (port(), port()),
+        prop_oneof![4 => Just(64u8), 1 => 0u8..3, 1 => any::<u8>()],
+        kind(),
+        payload_len(),
+        prop::option::weighted(0.1, (any::<bool>(), prop_oneof![Just(0u16), 1u16..200])),
+    )
+        .prop_map(
+            |(ingress, src, dst, ports, ttl, kind, len, fragment)| Step::Fresh {
+                ingress,
+                src,
+                dst,
+                ports,
+                ttl,
+                kind,
+                len,
+                fragment,
+            },
+        );
+    prop_oneof![
+        5 => fresh,
+        4 => (any::<usize>(), tcp_flags(), payload_len())
+            .prop_map(|(index, flags, len)| Step::Reply { index, flags, len }),
+        1 => (any::<usize>(), 0u8..3, 0usize..700, any::<bool>())
+            .prop_map(|(index, kind, quote, from_hop)| Step::Error { index, kind, quote, from_hop }),
+    ]
+}
+
+fn input() -> impl Strategy<Value = Input> {
+    (
+        step(),
+        0u16..2,
+        0..2 * SECOND,
+        prop::option::weighted(0.1, (any::<usize>(), 1u8..=255)),
+        prop::option::weighted(0.05, any::<usize>()),
+        prop_oneof![
+            18 => Just(None),
+            1 => Just(Some(BROADCAST_MAC)),
+            1 => any::<[u8; 6]>().prop_map(Some),
+        ],
+    )
+        .prop_map(|(step, worker, dt_ns, flip, truncate, eth_dst)| Input {
+            step,
+            worker,
+            dt_ns,
+            flip,
+            truncate,
+            eth_dst,
+        })
+}
+
+fn fresh_frame(
+    ingress: u16,
+    src: [u8; 4],
+    dst: [u8; 4],
+    ports: (u16, u16),
+    ttl: u8,
+    kind: &Kind,
+    len: usize,
+) -> Vec<u8> {
+    let (from, to) = macs(ingress);
+    let payload = data(len);
+    let ipv4 = PacketBuilder::ethernet2(from, to).ipv4(src, dst, ttl);
+    let mut frame = Vec::new();
+    match *kind {
+        Kind::Tcp {
+            flags,
+            seq,
+            ack,
+            window,
+        } => {
+            let header = tcp_header(
+                ports.0,
+                ports.1,
+                Seg {
+                    flags,
+                    seq,
+                    ack,
+                    window,
+                },
+            );
+            ipv4.tcp_header(header).write(&mut frame, &payload).unwrap();
+        }
+        Kind::Udp { zero_checksum } => {
+            ipv4.udp(ports.0, ports.1)
+                .write(&mut frame, &payload)
+                .unwrap();
+            if zero_checksum {
+                frame[ETH_LEN + 26..ETH_LEN + 28].fill(0);
+            }
+        }
+        Kind::Echo {
+            request,
+            ident,
+            seq,
+        } => {
+            let step = if request {
+                ipv4.icmpv4_echo_request(ident, seq)
+            } else {
+                ipv4.icmpv4_echo_reply(ident, seq)
+            };
+            step.write(&mut frame, &payload).unwrap();
+        }
+        Kind::Raw(protocol) => ipv4
+            .write(&mut frame, IpNumber(protocol), &payload)
+            .unwrap(),
+    }
+    frame
+}
+
+/// Turns the datagram in `frame` into a fragment of a larger one, DF cleared.
+fn make_fragment(frame: &mut [u8], more: bool, offset: u16) {
+    let word = u16::from(more) << 13 | (offset & 0x1fff);
+    frame[ETH_LEN + 6..ETH_LEN + 8].copy_from_slice(&word.to_be_bytes());
+    frame[ETH_LEN + 10..ETH_LEN + 12].fill(0);
+    let sum = raw_sum(&frame[ETH_LEN..ETH_LEN + 20]);
+    // etherparse sums native-endian words (see `Ipv4Header::calc_header_checksum`).
+    frame[ETH_LEN + 10..ETH_LEN + 12].copy_from_slice(&sum.to_ne_bytes());
+}
+
+/// What the receiver of `sent` (which left on `port`) would answer: the same flow the other
+/// way, acknowledging what it carried. None if it carries nothing to answer.
+fn reply_frame(sent: &[u8], port: u16, flags: u8, len: usize) -> Option<Vec<u8>> {
+    let (_, rest) = Ethernet2Header::from_slice(sent).ok()?;
+    let (header, l4) = Ipv4Header::from_slice(rest).ok()?;
+    let l4 = l4.get(..usize::from(header.total_len).checked_sub(header.header_len())?)?;
+    let (src, dst) = (header.destination, header.source);
+    let (from, to) = macs(port);
+    let ipv4 = PacketBuilder::ethernet2(from, to).ipv4(src, dst, 64);
+    let payload = data(len);
+    let mut frame = Vec::new();
+    match header.protocol {
+        IpNumber::TCP => {
+            let (theirs, their_payload) = TcpHeader::from_slice(l4).ok()?;
+            let ack = theirs
+                .sequence_number
+                .wrapping_add(their_payload.len() as u32)
+                .wrapping_add(u32::from(theirs.syn) + u32::from(theirs.fin));
+            let seq = if theirs.ack {
+                theirs.acknowledgment_number
+            } else {
+                S_ISN
+            };
+            let mine = tcp_header(
+                theirs.destination_port,
+                theirs.source_port,
+                Seg {
+                    flags,
+                    seq,
+                    ack,
+                    window: 1024,
+                },
+            );
+            ipv4.tcp_header(mine).write(&mut frame, &payload).ok()?;
+        }
+        IpNumber::UDP => {
+            let (theirs, _) = UdpHeader::from_slice(l4).ok()?;
+            ipv4.udp(theirs.destination_port, theirs.source_port)
+                .write(&mut frame, &payload)
+                .ok()?;
+        }
+        IpNumber::ICMP => match Icmpv4Slice::from_slice(l4).ok()?.icmp_type() {
+            Icmpv4Type::EchoRequest(echo) => ipv4
+                .icmpv4_echo_reply(echo.id, echo.seq)
+                .write(&mut frame, &payload)
+                .ok()?,
+            _ => return None,
+        },
+        _ => return None,
+    }
+    Some(frame)
+}
+
+/// An ICMP error about `sent` (which left on `port`), from its destination or from a router
+/// on the way, back toward its source.
+fn error_frame(sent: &[u8], port: u16, kind: u8, quote: usize, from_hop: bool) -> Option<Vec<u8>> {
+    let (_, rest) = Ethernet2Header::from_slice(sent).ok()?;
+    let (header, _) = Ipv4Header::from_slice(rest).ok()?;
+    let datagram = rest.get(..usize::from(header.total_len))?;
+    let quote = &datagram[..quote.clamp(28, 576).min(datagram.len())];
+    let kind = match kind {
+        0 => Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Port),
+        1 => Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
+            next_hop_mtu: 1400,
+        }),
+        _ => Icmpv4Type::TimeExceeded(TimeExceededCode::TtlExceededInTransit),
+    };
+    let source = if from_hop { HOP } else { header.destination };
+    Some(icmp_error(port, source, header.source, kind, quote))
+}
+
+/// Checksum facts about a frame, computed with etherparse's summing only.
+#[derive(Debug)]
+struct Facts {
+    protocol: u8,
+    total_len: usize,
+    ttl: u8,
+    ip_ok: bool,
+    /// None when not checkable: a fragment, an unknown protocol, a truncated header.
+    l4_ok: Option<bool>,
+    icmp_error: bool,
+    quote_ip_ok: Option<bool>,
+    quote_l4_ok: Option<bool>,
+}
+
+fn pseudo_sum_ok(protocol: u8, src: &[u8], dst: &[u8], segment: &[u8]) -> bool {
+    let len = u16::try_from(segment.len()).unwrap();
+    let src: [u8; 4] = src.try_into().unwrap();
+    let dst: [u8; 4] = dst.try_into().unwrap();
+    Sum16BitWords::new()
+        .add_4bytes(src)
+        .add_4bytes(dst)
+        .add_2bytes([0, protocol])
+        .add_2bytes(len.to_be_bytes())
+        .add_slice(segment)
+        .ones_complement()
+        == 0
+}
+
+fn transport_ok(protocol: u8, src: &[u8], dst: &[u8], segment: &[u8]) -> Option<bool> {
+    match protocol {
+        TCP if segment.len() >= 20 => Some(pseudo_sum_ok(protocol, src, dst, segment)),
+        UDP if segment.len() >= 8 => {
+            Some(segment[6..8] == [0, 0] || pseudo_sum_ok(protocol, src, dst, segment))
+        }
+        1 if segment.len() >= 8 => Some(raw_sum(segment) == 0),
+        _ => None,
+    }
+}
+
+/// The header length and total length of a plausible IPv4 header at the start of `bytes`.
+fn ipv4_lengths(bytes: &[u8]) -> Option<(usize, usize)> {
+    if bytes.len() < 20 || bytes[0] >> 4 != 4 {
+        return None;
+    }
+    let header_len = usize::from(bytes[0] & 0x0f) * 4;
+    let total_len = usize::from(u16::from_be_bytes([bytes[2], bytes[3]]));
+    (header_len >= 20 && header_len <= bytes.len() && total_len >= header_len)
+        .then_some((header_len, total_len))
+}
+
+fn facts(frame: &[u8]) -> Option<Facts> {
+    let ip = frame.get(ETH_LEN..)?;
+    let (header_len, total_len) = ipv4_lengths(ip)?;
+    let ip = ip.get(..total_len)?;
+    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
+    let protocol = ip[9];
+    let (src, dst) = (&ip[12..16], &ip[16..20]);
+    let l4 = &ip[header_len..];
+    let l4_ok = if fragment {
+        None
+    } else {
+        transport_ok(protocol, src, dst, l4)
+    };
+    let icmp_error =
+        protocol == 1 && !fragment && l4.len() >= 8 && matches!(l4[0], 3 | 4 | 5 | 11 | 12);
+    let (mut quote_ip_ok, mut quote_l4_ok) = (None, None);
+    if icmp_error {
+        let quote = &l4[8..];
+        if let Some((quoted_header_len, quoted_total)) = ipv4_lengths(quote) {
+            quote_ip_ok = Some(raw_sum(&quote[..quoted_header_len]) == 0);
+            let quoted_fragment = u16::from_be_bytes([quote[6], quote[7]]) & 0x3fff != 0;
+            if quoted_total == quote.len() && !quoted_fragment {
+                quote_l4_ok = transport_ok(
+                    quote[9],
+                    &quote[12..16],
+                    &quote[16..20],
+                    &quote[quoted_header_len..],
+                );
+            }
+        }
+    }
+    Some(Facts {
+        protocol,
+        total_len,
+        ttl: ip[8],
+        ip_ok: raw_sum(&ip[..header_len]) == 0,
+        l4_ok,
+        icmp_error,
+        quote_ip_ok,
+        quote_l4_ok,
+    })
+}
+
+/// What the gateway sends must be well-formed: a valid IP header always; valid L4 and quote
+/// checksums whenever the gateway built the packet itself or the packet arrived with them valid
+/// (NAT patches checksums incrementally, so a corrupt one stays corrupt, on purpose).
+fn check_sent(input: &[u8], ingress: u16, out: &[u8], port: u16) -> Result<(), TestCaseError> {
+    let sent = facts(out).ok_or_else(|| TestCaseError::fail("unparseable output"))?;
+    prop_assert!(sent.ip_ok, "IPv4 checksum: {:?}", sent);
+    prop_assert!(sent.ttl > 0);
+    prop_assert_eq!(
+        out.len(),
+        ETH_LEN + sent.total_len,
+        "frame ends at datagram"
+    );
+    let received = facts(input);
+    let generated = match &received {
+        None => true,
+        Some(r) => r.protocol != sent.protocol || r.total_len != sent.total_len,
+    };
+    if generated {
+        prop_assert_eq!(sent.l4_ok, Some(true), "generated: {:?}", sent);
+        if sent.icmp_error {
+            prop_assert_eq!(sent.quote_ip_ok, Some(true), "quote of {:?}", sent);
+        }
+        return Ok(());
+    }
+    let received = received.unwrap();
+    // Masquerade: nothing a LAN host sends leaves the WAN with another source address. (ICMP
+    // errors about a flow keep the address of a router that reported them; and there is no
+    // reverse-path filter, so what claims an outside source is out of scope here.)
+    let from_lan_host = input[ETH_LEN + 12..ETH_LEN + 15] == LAN_ADDR[..3];
+    if ingress == LAN && from_lan_host && port == WAN && !sent.icmp_error {
+        prop_assert_eq!(
+            &out[ETH_LEN + 12..ETH_LEN + 16],
+            &WAN_ADDR[..],
+            "source on the WAN"
+        );
+    }
+    if received.l4_ok == Some(true) {
+        prop_assert_eq!(sent.l4_ok, Some(true), "{:?} from {:?}", sent, received);
+    }
+    if received.quote_ip_ok == Some(true) {
+        prop_assert_eq!(
+            sent.quote_ip_ok,
+            Some(true),
+            "{:?} from {:?}",
+            sent,
+            received
+        );
+    }
+    if received.quote_l4_ok == Some(true) {
+        prop_assert_eq!(
+            sent.quote_l4_ok,
+            Some(true),
+            "{:?} from {:?}",
+            sent,
+            received
+        );
+    }
+    Ok(())
+}
+
+fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
+    WorkerSetup {
+        worker,
+        workers: 2,
+        conntrack: ConntrackConfig {
+            capacity: 32,
+            timeouts: Timeouts {
+                tcp_established_ns: 30 * SECOND,
+                tcp_transitory_ns: 5 * SECOND,
+                tcp_time_wait_ns: 2 * SECOND,
+                tcp_close_ns: SECOND,
+                udp_ns: 3 * SECOND,
+                icmp_ns: 2 * SECOND,
+                other_ns: 5 * SECOND,
+            },
+            tcp_loose,
+        },
+        // Small, and covering the UDP forward's 5000-5002, so exhaustion and reservation are
+        // both reachable.
+        nat_ports: 4990..=5117,
+        nat_bindings: 48,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn arbitrary_traffic_through_two_workers(
+        inputs in prop::collection::vec(input(), 1..48),
+        tcp_loose in any::<bool>(),
+    ) {
+        let mut workers = [
+            Gateway::with(with_rejects(), fuzz_setup(0, tcp_loose)),
+            Gateway::with(with_rejects(), fuzz_setup(1, tcp_loose)),
+        ];
+        // What the gateway sent, and on which port.
+        let mut history: Vec<(Vec<u8>, u16)> = Vec::new();
+        let mut now = 0;
+        for input in inputs {
+            now += input.dt_ns;
+            let earlier = |index: usize| {
+                (!history.is_empty()).then(|| history[index % history.len()].clone())
+            };
+            let built = match &input.step {
+                Step::Fresh { ingress, src, dst, ports, ttl, kind, len, fragment } => {
+                    let mut frame = fresh_frame(*ingress, *src, *dst, *ports, *ttl, kind, *len);
+                    if let Some((more, offset)) = fragment {
+                        make_fragment(&mut frame, *more, *offset);
+                    }
+                    Some((frame, *ingress))
+                }
+                Step::Reply { index, flags, len } => earlier(*index).and_then(|(sent, port)| {
+                    reply_frame(&sent, port, *flags, *len).map(|frame| (frame, port))
+                }),
+                Step::Error { index, kind, quote, from_hop } => {
+                    earlier(*index).and_then(|(sent, port)| {
+                        error_frame(&sent, port, *kind, *quote, *from_hop).map(|frame| (frame, port))
+                    })
+                }
+            };
+            let Some((mut frame, ingress)) = built else { continue };
+            if let Some(mac) = input.eth_dst {
+                frame[..6].copy_from_slice(&mac);
+            }
+            if let (Some((at, xor)), true) = (input.flip, frame.len() > ETH_LEN + 20) {
+                let l4 = frame.len() - ETH_LEN - 20;
+                frame[ETH_LEN + 20 + at % l4] ^= xor;
+            }
+            if let Some(len) = input.truncate {
+                frame.truncate(len % (frame.len() + 1));
+            }
+
+            let worker = usize::from(input.worker);
+            let (mut verdict, mut out) = workers[worker].process(&frame, ingress, now);
+            if let Verdict::Handoff { worker: owner } = verdict {
+                prop_assert!(usize::from(owner) != worker && owner < 2, "{:?}", verdict);
+                let handed_off = Ingress { port: ingress, handed_off: true };
+                (verdict, out) = workers[usize::from(owner)].run(&frame, handed_off, now);
+                prop_assert!(!matches!(verdict, Verdict::Handoff { .. }), "handed off twice");
+            }
+            if let Some(port) = sent_on(verdict) {
+                prop_assert!(port < 2);
+                check_sent(&frame, ingress, &out, port)?;
+                history.push((out, port));
+            }
+            for worker in &mut workers {
+                worker.pipeline.housekeeping(now, 8);
+            }
+        }
+    }
+}
