@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 GATEWAY := target/release/gateway
 
-.PHONY: all deps hugepages build demo test lint unit e2e bench clean
+.PHONY: all deps hugepages build demo test lint unit e2e bench lab-bench clean
 
 all: build
 
@@ -35,6 +35,11 @@ test: lint unit e2e
 
 bench: build hugepages
 	$(GATEWAY) bench
+
+# Issue 7: iperf3 through the port forward per feature mode, against a Linux router (nftables)
+# and dpdk-testpmd macfwd in the same lab. LAB_BENCH_SECONDS, LAB_BENCH_JSON.
+lab-bench: build hugepages
+	scripts/lab-bench.sh
 
 clean:
 	scripts/lab.sh down || true

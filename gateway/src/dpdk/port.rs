@@ -261,6 +261,15 @@ impl Port {
                 check("rte_eth_dev_set_mtu", ret)?;
             }
         }
+        // Devices such as the ixgbe count every queue in counter 0 unless told otherwise;
+        // drivers that count per queue anyway refuse the mapping, which is fine.
+        for queue in 0..config.rx_queues.min(QUEUE_STAT_COUNTERS as u16) {
+            // SAFETY: configured port, queue in range; the call only sets a register map.
+            unsafe {
+                dpdk_sys::rte_eth_dev_set_rx_queue_stats_mapping(id.0, queue, queue as u8);
+                dpdk_sys::rte_eth_dev_set_tx_queue_stats_mapping(id.0, queue, queue as u8);
+            }
+        }
         // SAFETY: all queues are set up.
         check("rte_eth_dev_start", unsafe {
             dpdk_sys::rte_eth_dev_start(id.0)
