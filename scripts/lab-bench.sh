@@ -1,0 +1,496 @@
+#!/usr/bin/env bash
+# make lab-bench (issue 7): the structure of a router review's summary table, in the namespace
+# lab. iperf3 TCP (default settings) through the port forward 10.0.0.1:5201 -> 192.168.10.2:5201
+# of configs/lab.toml: the server on the LAN host, the client on the WAN host.
+#   downlink = WAN -> LAN (the client sends)      uplink = LAN -> WAN (iperf3 -R)
+# One row per mode: Default, QoS, Traffic Meter, Keyword Block, Parental Control, All on. A mode
+# whose config section the gateway does not know yet says "not implemented"; it is measured as
+# soon as `gateway check-config` accepts its snippet (see FEATURE SNIPPETS below).
+# Two references in the same topology and run:
+#   Linux router    gwl-lan/gwl-wan moved into namespace gwlab-linux: ip_forward, offloads off as
+#                   in the lab, nftables masquerade + DNAT tcp 5201 + a stateful forward chain.
+#   dpdk-testpmd    --forward-mode=mac on the same two net_af_packet vdevs and the same lcores
+#                   (0 main, 1 forwarding) as the gateway: the DPDK af_packet I/O floor. It does
+#                   no NAT, so each host routes the other subnet via a fake next hop with a static
+#                   ARP entry and the WAN host connects to 192.168.10.2 directly.
+# Environment:
+#   LAB_BENCH_SECONDS  iperf3 -t per run (default 10)
+#   LAB_BENCH_JSON     the JSON result (default target/lab-bench.json)
+# Exits 1 if a measurement failed or a landed feature rejects its snippet (after the table).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$ROOT/scripts/lablib.sh"
+LAB=$ROOT/scripts/lab.sh
+GATEWAY=${GATEWAY:-$ROOT/target/release/gateway}
+SECS=${LAB_BENCH_SECONDS:-10}
+JSON_OUT=${LAB_BENCH_JSON:-$ROOT/target/lab-bench.json}
+LINUX_NS=gwlab-linux
+GATEWAY_PREFIX=gateway-lab-bench
+TESTPMD_PREFIX=lab-bench-testpmd
+METRICS_LISTEN=127.0.0.1:19107
+
+[[ $EUID -eq 0 ]] || { echo "lab-bench: run as root (namespaces, DPDK)" >&2; exit 1; }
+[[ -x $GATEWAY ]] || { echo "lab-bench: $GATEWAY missing; make build" >&2; exit 1; }
+[[ $SECS =~ ^[1-9][0-9]*$ ]] || { echo "lab-bench: LAB_BENCH_SECONDS=$SECS is not a positive integer" >&2; exit 1; }
+if ip netns list | grep -qE "^(gwlab-lan|gwlab-wan|$LINUX_NS)\b" || ip link show gwl-lan >/dev/null 2>&1; then
+    echo "lab-bench: the lab is already up (a demo or test running?); stop it or run scripts/lab.sh down" >&2
+    exit 1
+fi
+
+# Other work on the machine skews the numbers (2 cores are typical here): keep the load at start.
+LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
+WORK=$(mktemp -d /tmp/gateway-lab-bench.XXXXXX)
+RESULTS=$WORK/results.tsv
+: >"$RESULTS"
+GATEWAY_PID=
+TESTPMD_PID=
+
+stop_pid() { # pid signal: signal, wait up to 10 s, then SIGKILL
+    local pid=$1 sig=$2
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill "-$sig" "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+stop_gateway() { [[ -z $GATEWAY_PID ]] || stop_pid "$GATEWAY_PID" TERM; GATEWAY_PID=; }
+stop_testpmd() { [[ -z $TESTPMD_PID ]] || stop_pid "$TESTPMD_PID" INT; TESTPMD_PID=; }
+
+remove_linux_router() {
+    if ip netns list | grep -qE "^$LINUX_NS\b"; then
+        ip netns pids "$LINUX_NS" | xargs -r kill 2>/dev/null || true
+        # Deleting the namespace destroys the veth ends in it and the nftables tables with it.
+        ip netns del "$LINUX_NS"
+    fi
+}
+
+teardown() {
+    stop_gateway
+    stop_testpmd
+    remove_linux_router
+    "$LAB" down
+    local prefix mnt
+    for prefix in "$GATEWAY_PREFIX" "$TESTPMD_PREFIX"; do
+        rm -rf "/var/run/dpdk/$prefix"
+        for mnt in $(awk '$3 == "hugetlbfs" { print $2 }' /proc/mounts); do
+            rm -f "$mnt/${prefix}map_"*
+        done
+    done
+    rm -rf "$WORK"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+# --- FEATURE SNIPPETS ---------------------------------------------------------------------------
+# Best guesses written before the features exist. Each must match the feature's config schema
+# when it lands (update it with the feature): until `gateway check-config` accepts the base config
+# plus the snippet, the mode's row says "not implemented" (the gateway rejects unknown fields).
+# Each enables the feature without limiting or blocking the benchmark's own flow, as a review
+# does: QoS rates above what the lab carries, keywords and parental rules that iperf3 never hits.
+feature_section() {
+    case $1 in
+        qos) echo qos ;;
+        meter) echo traffic_meter ;;
+        keyword) echo keyword_block ;;
+        parental) echo parental_control ;;
+    esac
+}
+
+feature_snippet() {
+    case $1 in
+        qos) cat <<'TOML' ;;
+[qos]
+# Egress shaping per interface with priority classes; rates far above the lab's line rate.
+enabled = true
+[[qos.interfaces]]
+interface = "wan"
+egress_kbps = 100000000
+ingress_kbps = 100000000
+[[qos.classes]]
+name = "interactive"
+priority = 0
+protocol = "udp"
+destination_ports = "53"
+TOML
+        meter) cat <<'TOML' ;;
+[traffic_meter]
+# Per-LAN-host byte and packet counters (daily/monthly totals), exported as metrics.
+enabled = true
+interfaces = ["lan"]
+TOML
+        keyword) cat <<'TOML' ;;
+[keyword_block]
+# Drop HTTP requests (Host, URL) and TLS ClientHellos (SNI) containing a keyword.
+enabled = true
+keywords = ["blocked-by-lab-bench.example", "casino"]
+TOML
+        parental) cat <<'TOML' ;;
+[parental_control]
+# Per-device schedules; this device is not one of the lab hosts, so the benchmark flows pass.
+enabled = true
+[[parental_control.devices]]
+name = "kids-tablet"
+address = "192.168.10.50"
+blocked = ["mon 21:00-07:00", "tue 21:00-07:00", "wed 21:00-07:00", "thu 21:00-07:00", "sun 21:00-07:00"]
+TOML
+    esac
+}
+
+# The base config: configs/lab.toml with this run's metrics port and DPDK file prefix.
+BASE_CONFIG=$WORK/base.toml
+sed -e "s/^listen = .*/listen = \"$METRICS_LISTEN\"/" -e "s/^file_prefix = .*/file_prefix = \"$GATEWAY_PREFIX\"/" \
+    "$ROOT/configs/lab.toml" >"$BASE_CONFIG"
+
+# mode_config MODE: the config file for a mode (default: the base; all: every snippet).
+mode_config() {
+    local mode=$1 cfg=$WORK/mode-$1.toml feature
+    {
+        cat "$BASE_CONFIG"
+        case $mode in
+            default) ;;
+            all) for feature in qos meter keyword parental; do echo; feature_snippet "$feature"; done ;;
+            *) echo; feature_snippet "$mode" ;;
+        esac
+    } >"$cfg"
+    echo "$cfg"
+}
+
+# feature_available NAME: true once the gateway's config schema accepts NAME's snippet.
+# Otherwise FEATURE_STATUS is "not implemented" (the section is unknown) or "snippet rejected"
+# (the section exists but the snippet above no longer matches it), and FEATURE_ERROR says why.
+FEATURE_STATUS=
+FEATURE_ERROR=
+feature_available() {
+    local name=$1 cfg
+    cfg=$(mode_config "$name")
+    if FEATURE_ERROR=$("$GATEWAY" check-config "$cfg" 2>&1 >/dev/null); then
+        FEATURE_STATUS=available
+        return 0
+    fi
+    FEATURE_ERROR=$(head -n 1 <<<"$FEATURE_ERROR" | tr '\t' ' ')
+    FEATURE_ERROR=${FEATURE_ERROR#"error: $cfg: "}
+    if [[ $FEATURE_ERROR == *"unknown field \`$(feature_section "$name")\`"* ]]; then
+        FEATURE_STATUS="not implemented"
+    else
+        FEATURE_STATUS="snippet rejected"
+    fi
+    return 1
+}
+
+# record KIND KEY LABEL STATUS DOWN UP DOWN_PEER UP_PEER NOTE (one TSV row; "-" when empty)
+record() {
+    local out=() field
+    for field in "$@"; do out+=("${field:--}"); done
+    (IFS=$'\t'; echo "${out[*]}") >>"$RESULTS"
+}
+
+# measure SERVER_NS CLIENT_NS ADDRESS: downlink then uplink; sets DOWN UP DOWN_PEER UP_PEER NOTE.
+measure() {
+    local server_ns=$1 client_ns=$2 address=$3 out
+    DOWN= UP= DOWN_PEER= UP_PEER= NOTE=
+    if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" 2>"$WORK/iperf3.err"); then
+        read -r DOWN_PEER DOWN <<<"$out"
+    else
+        NOTE="downlink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
+    fi
+    if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" -R 2>"$WORK/iperf3.err"); then
+        read -r UP_PEER UP <<<"$out"
+    else
+        NOTE="${NOTE:+$NOTE; }uplink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
+    fi
+    echo "   downlink ${DOWN:-failed} Gbit/s, uplink ${UP:-failed} Gbit/s"
+    [[ -n $DOWN && -n $UP ]]
+}
+
+start_gateway() { # config
+    "$GATEWAY" run --config "$1" >"$WORK/gateway.log" 2>&1 &
+    GATEWAY_PID=$!
+    for _ in $(seq 1 100); do
+        grep -q "gateway running" "$WORK/gateway.log" && return 0
+        kill -0 "$GATEWAY_PID" 2>/dev/null || break
+        sleep 0.2
+    done
+    echo "   gateway did not start:" >&2
+    tail -n 15 "$WORK/gateway.log" >&2
+    stop_gateway
+    return 1
+}
+
+mac_of() { ip netns exec "$1" cat /sys/class/net/eth0/address; }
+
+# --- the gateway, mode by mode ------------------------------------------------------------------
+"$LAB" up >/dev/null
+MODES=(default qos meter keyword parental all)
+declare -A LABEL=([default]="Default" [qos]="QoS" [meter]="Traffic Meter" [keyword]="Keyword Block"
+                  [parental]="Parental Control" [all]="All on")
+declare -A AVAILABLE=()
+for mode in "${MODES[@]}"; do
+    label=${LABEL[$mode]}
+    status=measured error=
+    case $mode in
+        default) ;;
+        all)
+            for feature in qos meter keyword parental; do
+                [[ ${AVAILABLE[$feature]} == 1 ]] || { status="not implemented"; break; }
+            done
+            if [[ $status == measured ]] && ! "$GATEWAY" check-config "$(mode_config all)" >/dev/null 2>&1; then
+                status="snippet rejected"
+                error=$("$GATEWAY" check-config "$(mode_config all)" 2>&1 >/dev/null | head -n 1 | tr '\t' ' ' || true)
+            fi
+            ;;
+        *)
+            AVAILABLE[$mode]=0
+            if feature_available "$mode"; then
+                AVAILABLE[$mode]=1
+            else
+                status=$FEATURE_STATUS error=$FEATURE_ERROR
+            fi
+            ;;
+    esac
+    if [[ $status != measured ]]; then
+        echo "== $label: $status"
+        record mode "$mode" "$label" "$status" "" "" "" "" "$error"
+        continue
+    fi
+    echo "== $label: gateway with $(basename "$(mode_config "$mode")"), iperf3 ${SECS} s each way"
+    if ! start_gateway "$(mode_config "$mode")"; then
+        record mode "$mode" "$label" failed "" "" "" "" "gateway did not start"
+        continue
+    fi
+    if measure gwlab-lan gwlab-wan 10.0.0.1; then st=measured; else st=failed; fi
+    record mode "$mode" "$label" "$st" "$DOWN" "$UP" "$DOWN_PEER" "$UP_PEER" "$NOTE"
+    stop_gateway
+done
+
+# --- reference: dpdk-testpmd macfwd on the same vdevs and lcores ---------------------------------
+TESTPMD_MEMORY=
+testpmd_reference() {
+    local label="dpdk-testpmd macfwd (DPDK I/O floor)"
+    echo "== $label, iperf3 ${SECS} s each way"
+    if ! command -v dpdk-testpmd >/dev/null; then
+        record ref testpmd "$label" failed "" "" "" "" "dpdk-testpmd not found (package dpdk-dev)"
+        return
+    fi
+    local lan_mac wan_mac mem=() free_kb page_kb
+    lan_mac=$(mac_of gwlab-lan)
+    wan_mac=$(mac_of gwlab-wan)
+    free_kb=$(awk '/^HugePages_Free:/ { f = $2 } /^Hugepagesize:/ { s = $2 } END { print f * s }' /proc/meminfo)
+    if awk '$3 == "hugetlbfs"' /proc/mounts | grep -q . && ((free_kb >= 512 * 1024)); then
+        mem=(-m 512 --huge-unlink)
+        TESTPMD_MEMORY=hugepages
+    else
+        mem=(--no-huge -m 512)
+        TESTPMD_MEMORY=no-huge
+    fi
+    # Non-interactive: forwarding starts on init and --stats-period keeps testpmd running (instead
+    # of waiting for Enter on stdin) until SIGINT.
+    stdbuf -oL -eL dpdk-testpmd -l 0,1 --no-pci --file-prefix="$TESTPMD_PREFIX" "${mem[@]}" \
+        --vdev=net_af_packet0,iface=gwl-lan --vdev=net_af_packet1,iface=gwl-wan -- \
+        --forward-mode=mac --eth-peer=0,"$lan_mac" --eth-peer=1,"$wan_mac" --nb-cores=1 \
+        --auto-start --stats-period=1 </dev/null >"$WORK/testpmd.log" 2>&1 &
+    TESTPMD_PID=$!
+    local started=0
+    for _ in $(seq 1 100); do
+        grep -q "packet forwarding - ports=" "$WORK/testpmd.log" && { started=1; break; }
+        kill -0 "$TESTPMD_PID" 2>/dev/null || break
+        sleep 0.2
+    done
+    if ((!started)); then
+        echo "   dpdk-testpmd did not start:" >&2
+        tail -n 15 "$WORK/testpmd.log" >&2
+        stop_testpmd
+        record ref testpmd "$label" failed "" "" "" "" "dpdk-testpmd did not start: $(grep -m1 -iE 'error|fail|cannot' "$WORK/testpmd.log" | tr '\t' ' ' | cut -c1-200)"
+        return
+    fi
+    # --eth-peer=N names the host on port N's wire: check the vdevs became ports in this order.
+    local port0
+    port0=$(sed -n 's/^Port 0: \([0-9A-Fa-f:]*\).*/\1/p' "$WORK/testpmd.log" | head -n 1)
+    if [[ ${port0,,} != "$(cat /sys/class/net/gwl-lan/address)" ]]; then
+        stop_testpmd
+        record ref testpmd "$label" failed "" "" "" "" "testpmd port 0 is $port0, not gwl-lan"
+        return
+    fi
+    # No NAT here: each host reaches the other subnet via a fake next hop whose ARP entry is the
+    # peer host's MAC; testpmd rewrites the MACs (dst = --eth-peer, src = its port) anyway.
+    ip -n gwlab-wan neigh replace 10.0.0.254 lladdr "$lan_mac" dev eth0 nud permanent
+    ip -n gwlab-wan route replace 192.168.10.0/24 via 10.0.0.254
+    ip -n gwlab-lan neigh replace 192.168.10.254 lladdr "$wan_mac" dev eth0 nud permanent
+    ip -n gwlab-lan route replace 10.0.0.0/24 via 192.168.10.254
+    if measure gwlab-lan gwlab-wan 192.168.10.2; then st=measured; else st=failed; fi
+    record ref testpmd "$label" "$st" "$DOWN" "$UP" "$DOWN_PEER" "$UP_PEER" "${NOTE:-memory: $TESTPMD_MEMORY}"
+    stop_testpmd
+    ip -n gwlab-wan route del 192.168.10.0/24 via 10.0.0.254 2>/dev/null || true
+    ip -n gwlab-lan route del 10.0.0.0/24 via 192.168.10.254 2>/dev/null || true
+}
+testpmd_reference
+
+# --- reference: a Linux router with nftables -----------------------------------------------------
+linux_reference() {
+    local label="Linux router (nftables NAT + SPI)"
+    echo "== $label, iperf3 ${SECS} s each way"
+    if ! command -v nft >/dev/null; then
+        record ref linux "$label" failed "" "" "" "" "nft not found (package nftables)"
+        return
+    fi
+    "$LAB" up >/dev/null # fresh hosts and ARP caches
+    ip netns add "$LINUX_NS"
+    ip -n "$LINUX_NS" link set lo up
+    ip netns exec "$LINUX_NS" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    local spec ifname addr
+    for spec in gwl-lan:192.168.10.1/24 gwl-wan:10.0.0.1/24; do
+        ifname=${spec%%:*} addr=${spec#*:}
+        ip link set "$ifname" netns "$LINUX_NS"
+        ip -n "$LINUX_NS" addr add "$addr" dev "$ifname"
+        ip -n "$LINUX_NS" link set "$ifname" up
+        # As the lab does for the gateway's ports: no TSO/GSO/GRO, no checksum offload.
+        ip netns exec "$LINUX_NS" ethtool -K "$ifname" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+    done
+    ip netns exec "$LINUX_NS" sysctl -qw net.ipv4.ip_forward=1
+    if ! ip netns exec "$LINUX_NS" nft -f - <<'NFT'
+table ip gwlab_bench {
+    chain prerouting {
+        type nat hook prerouting priority dstnat; policy accept;
+        iifname "gwl-wan" ip daddr 10.0.0.1 tcp dport 5201 dnat to 192.168.10.2:5201
+    }
+    chain postrouting {
+        type nat hook postrouting priority srcnat; policy accept;
+        oifname "gwl-wan" masquerade
+    }
+    chain forward {
+        type filter hook forward priority filter; policy drop;
+        ct state established,related accept
+        iifname "gwl-lan" accept
+        ct status dnat accept
+    }
+}
+NFT
+    then
+        record ref linux "$label" failed "" "" "" "" "nft could not load the ruleset"
+        return
+    fi
+    if measure gwlab-lan gwlab-wan 10.0.0.1; then st=measured; else st=failed; fi
+    record ref linux "$label" "$st" "$DOWN" "$UP" "$DOWN_PEER" "$UP_PEER" "$NOTE"
+    remove_linux_router
+    "$LAB" down
+}
+linux_reference
+
+# --- the table and the JSON ----------------------------------------------------------------------
+mkdir -p "$(dirname "$JSON_OUT")"
+export LB_DATE LB_KERNEL LB_CPU LB_CPUS LB_IPERF3 LB_DPDK LB_SECS=$SECS LB_TESTPMD_MEMORY=$TESTPMD_MEMORY
+export LB_LOAD_START=$LOADAVG_START LB_LOAD_END
+LB_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+LB_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+LB_KERNEL=$(uname -r)
+LB_CPU=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+LB_CPUS=$(nproc)
+LB_IPERF3=$(iperf3 --version 2>/dev/null | head -n 1)
+LB_DPDK=$(pkg-config --modversion libdpdk 2>/dev/null || echo unknown)
+python3 - "$RESULTS" "$JSON_OUT" <<'PY'
+import json, os, sys
+
+rows = []
+for line in open(sys.argv[1]):
+    kind, key, label, status, down, up, down_peer, up_peer, note = line.rstrip("\n").split("\t")
+    num = lambda v: None if v == "-" else float(v)
+    rows.append(dict(kind=kind, key=key, label=label, status=status, down=num(down), up=num(up),
+                     down_peer=None if down_peer == "-" else down_peer,
+                     up_peer=None if up_peer == "-" else up_peer,
+                     note="" if note == "-" else note))
+modes = [r for r in rows if r["kind"] == "mode"]
+refs = [r for r in rows if r["kind"] == "ref"]
+by_key = {r["key"]: r for r in rows}
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else round(a / b, 3)
+
+def fmt(v, spec="%.2f"):
+    return "-" if v is None else spec % v
+
+env = os.environ
+default = by_key.get("default", {})
+out = []
+out.append("gateway lab benchmark (issue 7): iperf3 TCP, %s s per run, default settings" % env["LB_SECS"])
+out.append("port forward 10.0.0.1:5201 -> 192.168.10.2:5201 (server on the LAN host, client on the WAN host)")
+out.append("downlink = WAN -> LAN (the client sends), uplink = LAN -> WAN (iperf3 -R)")
+out.append("date %s | kernel %s | CPU %s (%s CPUs) | DPDK %s | %s"
+           % (env["LB_DATE"], env["LB_KERNEL"], env["LB_CPU"], env["LB_CPUS"], env["LB_DPDK"], env["LB_IPERF3"]))
+out.append("load average at start %s, at end %s (the benchmark itself keeps about 2 CPUs busy)"
+           % (env["LB_LOAD_START"], env["LB_LOAD_END"]))
+out.append("")
+head = "%-40s %10s %10s %10s %10s" % ("mode", "down Gb/s", "up Gb/s", "down/Def", "up/Def")
+out.append(head)
+out.append("-" * len(head))
+json_modes = []
+for r in modes:
+    dr, ur = ratio(r["down"], default.get("down")), ratio(r["up"], default.get("up"))
+    if r["status"] in ("measured", "failed") and (r["down"] is not None or r["up"] is not None):
+        line = "%-40s %10s %10s %10s %10s" % (r["label"], fmt(r["down"]), fmt(r["up"]), fmt(dr), fmt(ur))
+        if r["status"] == "failed":
+            line += "  (failed: %s)" % r["note"]
+    else:
+        line = "%-40s %10s" % (r["label"], r["status"])
+    out.append(line)
+    json_modes.append(dict(mode=r["label"], key=r["key"], status=r["status"],
+                           downlink_gbps=r["down"], uplink_gbps=r["up"],
+                           downlink_ratio_to_default=dr, uplink_ratio_to_default=ur,
+                           lan_host_saw_client_as=r["down_peer"] or r["up_peer"], note=r["note"]))
+out.append("")
+head = "%-40s %10s %10s" % ("reference", "down Gb/s", "up Gb/s")
+out.append(head)
+out.append("-" * len(head))
+json_refs = []
+for r in refs:
+    line = "%-40s %10s %10s" % (r["label"], fmt(r["down"]), fmt(r["up"]))
+    if r["status"] != "measured":
+        line += "  (%s: %s)" % (r["status"], r["note"])
+    out.append(line)
+    gw = {}
+    for gkey in ("default", "all"):
+        g = by_key.get(gkey)
+        if g and g["status"] == "measured":
+            gw[gkey] = dict(downlink=ratio(g["down"], r["down"]), uplink=ratio(g["up"], r["up"]))
+    json_refs.append(dict(reference=r["label"], key=r["key"], status=r["status"],
+                          downlink_gbps=r["down"], uplink_gbps=r["up"],
+                          gateway_default_ratio=gw.get("default"), gateway_all_on_ratio=gw.get("all"),
+                          lan_host_saw_client_as=r["down_peer"] or r["up_peer"], note=r["note"]))
+out.append("")
+head = "%-40s %10s %10s" % ("gateway vs reference", "down", "up")
+out.append(head)
+out.append("-" * len(head))
+for r in refs:
+    for gkey, glabel in (("default", "Default"), ("all", "All on")):
+        g = by_key.get(gkey)
+        if g and g["status"] == "measured":
+            out.append("%-40s %10s %10s" % ("%s / %s" % (glabel, r["label"].split(" (")[0]),
+                                            fmt(ratio(g["down"], r["down"])), fmt(ratio(g["up"], r["up"]))))
+notes = [r for r in rows if r["status"] == "snippet rejected"]
+for r in notes:
+    out.append("")
+    out.append("%s: the gateway knows the section but rejects the lab-bench snippet; update it in "
+               "scripts/lab-bench.sh: %s" % (r["label"], r["note"]))
+print("\n".join(out))
+
+doc = dict(benchmark="lab-bench", issue=7, date=env["LB_DATE"], kernel=env["LB_KERNEL"],
+           cpu=env["LB_CPU"], cpus=int(env["LB_CPUS"]), dpdk=env["LB_DPDK"], iperf3=env["LB_IPERF3"],
+           seconds_per_run=int(env["LB_SECS"]), protocol="tcp",
+           loadavg_start=env["LB_LOAD_START"], loadavg_end=env["LB_LOAD_END"],
+           topology=dict(server="gwlab-lan 192.168.10.2:5201", client="gwlab-wan 10.0.0.2",
+                         target="10.0.0.1:5201 (port forward; 192.168.10.2 directly for testpmd)",
+                         downlink="WAN -> LAN (client sends)", uplink="LAN -> WAN (iperf3 -R)",
+                         lcores="0 main/control, 1 forwarding (gateway worker, testpmd fwd core)",
+                         testpmd_memory=env.get("LB_TESTPMD_MEMORY") or None),
+           modes=json_modes, references=json_refs)
+with open(sys.argv[2], "w") as f:
+    json.dump(doc, f, indent=2)
+    f.write("\n")
+PY
+echo
+echo "JSON: $JSON_OUT"
+if grep -qP '\t(failed|snippet rejected)\t' "$RESULTS"; then
+    exit 1
+fi
