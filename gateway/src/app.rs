@@ -11,9 +11,14 @@ use pipeline::neigh::NeighborConfig;
 use pipeline::wire::EthernetAddress;
 use pipeline::{NeighborView, Pipeline, WorkerCounters, WorkerSetup};
 
-use crate::config::{device_name, is_pci_address, GatewayConfig, HugepageMode};
+use crate::bonds::BondWatch;
+use crate::config::{
+    device_name, is_pci_address, BondConfig, GatewayConfig, HugepageMode, LacpRate,
+};
 use crate::control::ControlPlane;
-use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, QueueId};
+use crate::dpdk::{
+    self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, PortId, QueueId,
+};
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::metrics::{self, Metrics, ReloadStatus, Sources};
@@ -63,7 +68,7 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
     let (pci, vdevs): (Vec<_>, Vec<_>) = config
         .interfaces
         .iter()
-        .map(|iface| iface.device.clone())
+        .flat_map(|iface| iface.eal_devices())
         .partition(|device| is_pci_address(device));
     Ok(EalArgs {
         lcores,
@@ -137,7 +142,25 @@ fn serve(
             mtu: Some(iface.mtu),
             ..PortConfig::default()
         };
-        let port = Port::start(id, &iface.name, &port_config, &pool).with_context(|| {
+        let dedicated_lacp = match &iface.bond {
+            Some(bond) => prepare_bond(id, &iface.name, bond)?,
+            None => false,
+        };
+        let started = match Port::start(id, &iface.name, &port_config, &pool) {
+            Err(err) if dedicated_lacp => {
+                // Enabling checks the rule in principle; some members (tap) still refuse it
+                // when the bond starts. Fall back to LACP in the data path.
+                tracing::info!(
+                    bond = iface.name,
+                    "members refused the dedicated LACP queue rule at start ({err}); LACP runs \
+                     in the data path, kept alive by tx bursts every 10 ms even when idle"
+                );
+                dpdk::bond::disable_dedicated_lacp_queues(id)?;
+                Port::start(id, &iface.name, &port_config, &pool)
+            }
+            other => other,
+        };
+        let port = started.with_context(|| {
             format!(
                 "interfaces[{index}] ({}, {})",
                 iface.name,
@@ -150,6 +173,18 @@ fn serve(
         .iter()
         .map(|port| port.mac_address())
         .collect::<Result<Vec<_>, _>>()?;
+    let mut bond_watch = BondWatch::default();
+    for (iface, port) in config.interfaces.iter().zip(&ports) {
+        if let Some(bond) = &iface.bond {
+            let members = bond
+                .members
+                .iter()
+                .map(|member| Ok((device_name(member).to_string(), Port::find(member)?)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            bond_watch.add(&iface.name, port.id(), members);
+        }
+    }
+    let bond_watch = Arc::new(bond_watch);
     for (iface, mac) in config.interfaces.iter().zip(&macs) {
         tracing::info!(interface = %iface.name, address = %iface.address, mac = %EthernetAddress(*mac), "interface up");
     }
@@ -225,6 +260,7 @@ fn serve(
             .iter()
             .map(|port| (port.name().to_string(), port.handle(), usize::from(workers)))
             .collect(),
+        bonds: bond_watch.clone(),
         workers: worker_counters.clone(),
         control: control_counters.clone(),
         reload: reload_status.clone(),
@@ -247,7 +283,12 @@ fn serve(
         );
     }
     let mut running = config.clone();
+    let mut next_bond_sample = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if !bond_watch.bonds.is_empty() && std::time::Instant::now() >= next_bond_sample {
+            bond_watch.sample();
+            next_bond_sample += Duration::from_millis(100);
+        }
         if reload.swap(false, Ordering::Relaxed) {
             running = apply_reload(
                 config_path,
@@ -294,6 +335,27 @@ fn serve(
         );
     }
     Ok(())
+}
+
+/// LACP settings that must be made while the bond is stopped. Returns whether LACP got
+/// dedicated queues.
+fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<bool> {
+    dpdk::bond::set_lacp_rate(id, bond.lacp_rate == LacpRate::Fast)
+        .with_context(|| format!("bond {name}: LACP rate"))?;
+    match dpdk::bond::enable_dedicated_lacp_queues(id) {
+        Ok(()) => {
+            tracing::info!(bond = name, "LACP on dedicated queues");
+            Ok(true)
+        }
+        Err(err) => {
+            tracing::info!(
+                bond = name,
+                "dedicated LACP queues unavailable on these members ({err}); LACP runs in the \
+                 data path, kept alive by tx bursts every 10 ms even when idle"
+            );
+            Ok(false)
+        }
+    }
 }
 
 /// Reads the config file again and applies what can change at runtime. A file that does not

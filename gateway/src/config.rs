@@ -135,8 +135,11 @@ pub struct InterfaceConfig {
     /// A name for logs and metrics, e.g. "lan".
     pub name: String,
     /// A DPDK device: a PCI address ("0000:03:00.0") or a vdev string
-    /// ("net_af_packet0,iface=veth0").
+    /// ("net_af_packet0,iface=veth0"). For a bond, the bond's name: "net_bonding0".
     pub device: String,
+    /// Makes this interface an 802.3ad (LACP) bond of member devices.
+    #[serde(default)]
+    pub bond: Option<BondConfig>,
     /// The gateway's address and the connected subnet, e.g. "192.168.1.1/24".
     pub address: Ipv4Cidr,
     /// The firewall zone; defaults to the interface's name.
@@ -156,6 +159,63 @@ fn default_mtu() -> u16 {
 
 fn default_descriptors() -> u16 {
     1024
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BondConfig {
+    /// Member devices: PCI addresses or vdev strings, as `device` takes.
+    pub members: Vec<String>,
+    /// Which header fields choose the member a flow leaves by.
+    #[serde(default)]
+    pub xmit_policy: XmitPolicy,
+    /// How often the gateway sends LACPDUs: "fast" (every second) or "slow" (every 30 s).
+    #[serde(default)]
+    pub lacp_rate: LacpRate,
+    /// The bond's MAC; defaults to the first member's.
+    #[serde(default)]
+    pub mac: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum XmitPolicy {
+    L2,
+    L23,
+    #[default]
+    L34,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LacpRate {
+    #[default]
+    Fast,
+    Slow,
+}
+
+impl InterfaceConfig {
+    /// The EAL device strings this interface needs, members before the bond that uses them.
+    pub fn eal_devices(&self) -> Vec<String> {
+        let Some(bond) = &self.bond else {
+            return vec![self.device.clone()];
+        };
+        let mut devices = bond.members.clone();
+        let policy = match bond.xmit_policy {
+            XmitPolicy::L2 => "l2",
+            XmitPolicy::L23 => "l23",
+            XmitPolicy::L34 => "l34",
+        };
+        let mut spec = format!("{},mode=4,xmit_policy={policy}", device_name(&self.device));
+        for member in &bond.members {
+            spec.push_str(&format!(",slave={}", device_name(member)));
+        }
+        if let Some(mac) = &bond.mac {
+            spec.push_str(&format!(",mac={mac}"));
+        }
+        devices.push(spec);
+        devices
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

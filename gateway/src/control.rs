@@ -113,9 +113,11 @@ impl ControlPlane {
 
     fn handle(&mut self, mut mbuf: Mbuf) {
         let (router, _) = self.router.load();
-        let Some(ingress) = self.port_ids.iter().position(|&id| id == mbuf.port()) else {
+        // Workers put the ingress interface's index in the port field.
+        let ingress = usize::from(mbuf.port().0);
+        if ingress >= router.interfaces.len() {
             return self.counters.record_drop(DropReason::NotOurMac);
-        };
+        }
         let iface = &router.interfaces[ingress];
         let Ok(frame) = EthernetFrame::new_checked(mbuf.data()) else {
             return self.counters.record_drop(DropReason::TruncatedFrame);

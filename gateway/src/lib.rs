@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod bench;
+pub mod bonds;
 pub mod clock;
 pub mod config;
 pub mod control;

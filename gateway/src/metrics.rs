@@ -11,6 +11,7 @@ use std::time::Duration;
 use pipeline::{DropReason, WorkerCounters};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
+use crate::bonds::BondWatch;
 use crate::dpdk::{PortHandle, PortStats, QUEUE_STAT_COUNTERS};
 
 /// The outcome of config reloads, written by the control thread.
@@ -48,6 +49,7 @@ impl ReloadStatus {
 /// What the metrics read.
 pub struct Sources {
     pub ports: Vec<(String, PortHandle, usize)>,
+    pub bonds: Arc<BondWatch>,
     pub workers: Vec<Arc<WorkerCounters>>,
     pub control: Arc<WorkerCounters>,
     pub reload: Arc<ReloadStatus>,
@@ -78,6 +80,13 @@ pub struct Metrics {
     reload_success: IntGauge,
     reload_timestamp: IntGauge,
     reloads: IntCounterVec,
+    bond_members: IntGaugeVec,
+    bond_active_members: IntGaugeVec,
+    bond_state_changes: IntCounterVec,
+    member_link_up: IntGaugeVec,
+    member_selected: IntGaugeVec,
+    member_collecting: IntGaugeVec,
+    member_distributing: IntGaugeVec,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -231,6 +240,13 @@ pub fn metric_names() -> Vec<String> {
         "config_last_reload_success",
         "config_last_reload_timestamp_seconds",
         "config_reloads_total",
+        "bond_members",
+        "bond_active_members",
+        "bond_member_state_changes_total",
+        "bond_member_link_up",
+        "bond_member_lacp_selected",
+        "bond_member_lacp_collecting",
+        "bond_member_lacp_distributing",
     ];
     let tables = PORT_COUNTERS
         .iter()
@@ -318,6 +334,43 @@ impl Metrics {
                 "Config reload attempts by result (success, failure).",
                 &["result"],
             ),
+            bond_members: gauge_vec(&registry, "bond_members", "Members configured in the bond.", &["bond"]),
+            bond_active_members: gauge_vec(
+                &registry,
+                "bond_active_members",
+                "Members carrying traffic: link up and LACP distributing on them.",
+                &["bond"],
+            ),
+            bond_state_changes: counter_vec(
+                &registry,
+                "bond_member_state_changes_total",
+                "Member changes of link, LACP selection, collecting or distributing.",
+                &["bond"],
+            ),
+            member_link_up: gauge_vec(
+                &registry,
+                "bond_member_link_up",
+                "1 when the member's link is up.",
+                &["bond", "member"],
+            ),
+            member_selected: gauge_vec(
+                &registry,
+                "bond_member_lacp_selected",
+                "1 when LACP selected the member for the aggregator.",
+                &["bond", "member"],
+            ),
+            member_collecting: gauge_vec(
+                &registry,
+                "bond_member_lacp_collecting",
+                "1 when the side (actor: the gateway, partner: the switch) collects on the member.",
+                &["bond", "member", "side"],
+            ),
+            member_distributing: gauge_vec(
+                &registry,
+                "bond_member_lacp_distributing",
+                "1 when the side (actor: the gateway, partner: the switch) distributes on the member.",
+                &["bond", "member", "side"],
+            ),
             registry,
             sources,
         }
@@ -383,6 +436,39 @@ impl Metrics {
                     &[&worker, reason.label()],
                     counters.dropped(reason),
                 );
+            }
+        }
+        for bond in &self.sources.bonds.bonds {
+            let name = bond.name.as_str();
+            self.bond_members
+                .with_label_values(&[name])
+                .set(bond.members.len() as i64);
+            self.bond_active_members
+                .with_label_values(&[name])
+                .set(bond.active.load(Ordering::Relaxed) as i64);
+            sync_counter(
+                &self.bond_state_changes,
+                &[name],
+                bond.state_changes.load(Ordering::Relaxed),
+            );
+            for member in &bond.members {
+                let state = member.sample.get();
+                let labels = [name, member.name.as_str()];
+                self.member_link_up
+                    .with_label_values(&labels)
+                    .set(i64::from(state.link_up));
+                self.member_selected
+                    .with_label_values(&labels)
+                    .set(i64::from(state.selected));
+                for (side, partner) in [("actor", false), ("partner", true)] {
+                    let labels = [name, member.name.as_str(), side];
+                    self.member_collecting
+                        .with_label_values(&labels)
+                        .set(i64::from(state.collecting(partner)));
+                    self.member_distributing
+                        .with_label_values(&labels)
+                        .set(i64::from(state.distributing(partner)));
+                }
             }
         }
         let reload = &self.sources.reload;

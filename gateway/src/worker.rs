@@ -63,6 +63,9 @@ impl Worker {
             self.counters.record_drop(DropReason::MultiSegment);
             return None;
         }
+        // On the gateway's own rings (control, handoff) the port field names the interface
+        // the packet came in by: a bond member's DPDK port id would not.
+        mbuf.set_port(ingress.port);
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
         let verdict = pipeline.process_from(&mut pkt, ingress, now_ns);
@@ -112,13 +115,13 @@ impl Worker {
         }
         self.counters.handoffs_received.add(arrived as u64);
         for mut mbuf in batch.drain() {
-            let arrival = mbuf.port();
-            let Some(port) = self.port_ids.iter().position(|&id| id == arrival) else {
+            let port = mbuf.port().0;
+            if usize::from(port) >= self.port_ids.len() {
                 self.counters.record_drop(DropReason::NotOurMac);
                 continue;
-            };
+            }
             let ingress = Ingress {
-                port: port as u16,
+                port,
                 handed_off: true,
             };
             if let Some(verdict) = self.handle(pipeline, &mut mbuf, ingress, now_ns) {
@@ -168,6 +171,8 @@ pub struct WorkerLoop {
     router_version: u64,
     neighbors_version: u64,
     loop_start: u64,
+    next_idle_tx: u64,
+    idle_tx_interval: u64,
     bypass_pipeline: bool,
 }
 
@@ -186,6 +191,8 @@ impl WorkerLoop {
             router_version,
             neighbors_version,
             loop_start: dpdk::rdtsc(),
+            next_idle_tx: 0,
+            idle_tx_interval: dpdk::tsc_hz() / 100,
             bypass_pipeline: false,
         }
     }
@@ -257,6 +264,14 @@ impl WorkerLoop {
         worker.flush_control(&mut self.control);
 
         let loop_end = dpdk::rdtsc();
+        if loop_end >= self.next_idle_tx {
+            // Bonds send LACPDUs from tx_burst: quiet links must still see calls (802.3ad
+            // wants them at least every 100 ms; every 10 ms leaves a wide margin).
+            for port in &self.ports {
+                port.tx_burst_idle(worker.queue);
+            }
+            self.next_idle_tx = loop_end + self.idle_tx_interval;
+        }
         let spent = loop_end.wrapping_sub(self.loop_start);
         if received > 0 {
             worker.counters.busy_cycles.add(spent);

@@ -1,5 +1,6 @@
 //! The safe layer over DPDK. Every `unsafe` block of the gateway lives under this module.
 
+pub mod bond;
 mod eal;
 mod error;
 mod ids;

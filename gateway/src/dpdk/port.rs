@@ -56,6 +56,9 @@ pub struct PortStats {
     pub tx_queue_packets: [u64; QUEUE_STAT_COUNTERS],
 }
 
+/// `RTE_ETH_DEV_INTR_LSC` from rte_ethdev.h: the device reports link changes by interrupt.
+const RTE_ETH_DEV_INTR_LSC: u32 = 1 << 1;
+
 /// How many queues `rte_eth_stats` reports individually.
 pub const QUEUE_STAT_COUNTERS: usize = dpdk_sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
 
@@ -203,6 +206,17 @@ impl Port {
             }
             conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
             conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
+        }
+        // Link changes by interrupt where the device has them: a bond learns of a member
+        // going down this way (members are configured like the bond), and polls the rest.
+        // SAFETY: dev_flags points at the device's flags word for as long as it exists.
+        let dev_flags = if info.dev_flags.is_null() {
+            0
+        } else {
+            unsafe { *info.dev_flags }
+        };
+        if dev_flags & RTE_ETH_DEV_INTR_LSC != 0 {
+            conf.intr_conf.set_lsc(1);
         }
         if info.tx_offload_capa & dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0 {
             // Safe for us: one pool, and no mbuf is referenced twice.
@@ -397,6 +411,15 @@ impl PortHandle {
 
     pub fn stats(&self) -> Result<PortStats> {
         stats(self.id)
+    }
+
+    /// A burst of nothing. Bonding in 802.3ad mode sends its pending LACPDUs from inside
+    /// tx_burst, so a quiet link still needs calls.
+    #[inline]
+    pub fn tx_burst_idle(&self, queue: QueueId) {
+        let mut none: [*mut dpdk_sys::rte_mbuf; 0] = [];
+        // SAFETY: started port, this worker's queue, zero packets handed over.
+        unsafe { dpdk_sys::shim_rte_eth_tx_burst(self.id.0, queue.0, none.as_mut_ptr(), 0) };
     }
 
     /// Link up, and speed in Mbit/s.
