@@ -209,10 +209,10 @@ impl Port {
         }
         // Link changes by interrupt where the device has them: a bond learns of a member
         // going down this way (members are configured like the bond), and polls the rest.
-        // SAFETY: dev_flags points at the device's flags word for as long as it exists.
         let dev_flags = if info.dev_flags.is_null() {
             0
         } else {
+            // SAFETY: dev_flags points at the device's flags word for as long as it exists.
             unsafe { *info.dev_flags }
         };
         if dev_flags & RTE_ETH_DEV_INTR_LSC != 0 {
