@@ -118,9 +118,10 @@ destination_ports = "53"
 TOML
         meter) cat <<'TOML' ;;
 [traffic_meter]
-# Per-LAN-host byte and packet counters (daily/monthly totals), exported as metrics.
+# Per-LAN-host byte and packet counters on every packet; /hosts lists them.
 enabled = true
-interfaces = ["lan"]
+capacity = 4096
+top_hosts = 10
 TOML
         keyword) cat <<'TOML' ;;
 [keyword_block]

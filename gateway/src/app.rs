@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use pipeline::meter::HostMeter;
 use pipeline::neigh::NeighborConfig;
 use pipeline::wire::EthernetAddress;
 use pipeline::{NeighborView, Pipeline, WorkerCounters, WorkerSetup};
@@ -21,7 +22,7 @@ use crate::dpdk::{
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
-use crate::metrics::{self, Metrics, ReloadStatus, Sources};
+use crate::metrics::{self, MeterSource, Metrics, ReloadStatus, Sources};
 use crate::pipeline_config::{conntrack_config, router_config};
 use crate::published::Published;
 use crate::reload;
@@ -200,6 +201,7 @@ fn serve(
     let mut worker_counters = Vec::new();
     let port_ids: Vec<_> = ports.iter().map(|port| port.id()).collect();
     let mut handoff_links = HandoffLinks::mesh(worker_lcores.len())?.into_iter();
+    let mut meters = Vec::new();
     for (index, &lcore) in worker_lcores.iter().enumerate() {
         let (to_control, from_worker) = MbufRing::create(
             &format!("to_control_{index}"),
@@ -209,12 +211,18 @@ fn serve(
         from_workers.push(from_worker);
         let counters = Arc::new(WorkerCounters::default());
         worker_counters.push(counters.clone());
+        let meter = config
+            .traffic_meter
+            .enabled
+            .then(|| Arc::new(HostMeter::new(config.traffic_meter.capacity)));
+        meters.extend(meter.clone());
         let setup = WorkerSetup {
             worker: index as u16,
             workers,
             conntrack: conntrack_config(config),
             nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
             nat_bindings: config.nat.binding_capacity,
+            meter,
         };
         let pipeline =
             Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
@@ -261,6 +269,11 @@ fn serve(
             .map(|port| (port.name().to_string(), port.handle(), usize::from(workers)))
             .collect(),
         bonds: bond_watch.clone(),
+        meter: MeterSource {
+            workers: meters,
+            top_hosts: config.traffic_meter.top_hosts,
+            named_hosts: config.traffic_meter.named_hosts.clone(),
+        },
         workers: worker_counters.clone(),
         control: control_counters.clone(),
         reload: reload_status.clone(),

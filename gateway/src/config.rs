@@ -33,6 +33,32 @@ pub struct GatewayConfig {
     pub firewall: FirewallConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub traffic_meter: TrafficMeterConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrafficMeterConfig {
+    /// Count bytes and packets per LAN host, up and down.
+    pub enabled: bool,
+    /// Hosts each worker tracks; beyond that, traffic is counted in one overflow entry.
+    pub capacity: usize,
+    /// Prometheus gets the totals, the top N hosts by bytes and the hosts named below; the
+    /// JSON endpoint (/hosts) lists every host.
+    pub top_hosts: usize,
+    pub named_hosts: Vec<Ipv4Addr>,
+}
+
+impl Default for TrafficMeterConfig {
+    fn default() -> Self {
+        TrafficMeterConfig {
+            enabled: false,
+            capacity: 4096,
+            top_hosts: 10,
+            named_hosts: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -646,6 +672,12 @@ impl GatewayConfig {
             }
         }
         self.validate_stateful()?;
+        if self.traffic_meter.top_hosts > 100 {
+            return Err(invalid(
+                "traffic_meter.top_hosts",
+                "at most 100: each host is a metric series",
+            ));
+        }
         if self.neighbors.capacity == 0 || self.neighbors.pending_per_neighbor == 0 {
             return Err(invalid(
                 "neighbors",

@@ -11,6 +11,8 @@ use std::time::Duration;
 use pipeline::{DropReason, WorkerCounters};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
+use pipeline::meter::{self, HostMeter, HostUsage};
+
 use crate::bonds::BondWatch;
 use crate::dpdk::{PortHandle, PortStats, QUEUE_STAT_COUNTERS};
 
@@ -46,8 +48,45 @@ impl ReloadStatus {
     }
 }
 
+/// The traffic meter's per-worker tables and what of them Prometheus gets.
+pub struct MeterSource {
+    pub workers: Vec<Arc<HostMeter>>,
+    pub top_hosts: usize,
+    pub named_hosts: Vec<std::net::Ipv4Addr>,
+}
+
+impl MeterSource {
+    fn hosts(&self) -> Vec<HostUsage> {
+        meter::merge(
+            self.workers
+                .iter()
+                .map(|m| m.snapshot().collect::<Vec<_>>()),
+        )
+    }
+
+    /// Every host, as JSON, for the /hosts endpoint.
+    pub fn json(&self) -> String {
+        let rows: Vec<String> = self
+            .hosts()
+            .iter()
+            .map(|h| {
+                format!(
+                    "{{\"host\":\"{}\",\"up_bytes\":{},\"up_packets\":{},\"down_bytes\":{},\"down_packets\":{}}}",
+                    h.ip, h.up_bytes, h.up_packets, h.down_bytes, h.down_packets
+                )
+            })
+            .collect();
+        format!(
+            "{{\"enabled\":{},\"hosts\":[{}]}}\n",
+            !self.workers.is_empty(),
+            rows.join(",")
+        )
+    }
+}
+
 /// What the metrics read.
 pub struct Sources {
+    pub meter: MeterSource,
     pub ports: Vec<(String, PortHandle, usize)>,
     pub bonds: Arc<BondWatch>,
     pub workers: Vec<Arc<WorkerCounters>>,
@@ -80,6 +119,10 @@ pub struct Metrics {
     reload_success: IntGauge,
     reload_timestamp: IntGauge,
     reloads: IntCounterVec,
+    meter_bytes: IntCounterVec,
+    meter_packets: IntCounterVec,
+    meter_hosts: IntGauge,
+    meter_host_bytes: IntCounterVec,
     bond_members: IntGaugeVec,
     bond_active_members: IntGaugeVec,
     bond_state_changes: IntCounterVec,
@@ -240,6 +283,10 @@ pub fn metric_names() -> Vec<String> {
         "config_last_reload_success",
         "config_last_reload_timestamp_seconds",
         "config_reloads_total",
+        "meter_bytes_total",
+        "meter_packets_total",
+        "meter_hosts",
+        "meter_host_bytes_total",
         "bond_members",
         "bond_active_members",
         "bond_member_state_changes_total",
@@ -333,6 +380,25 @@ impl Metrics {
                 "config_reloads_total",
                 "Config reload attempts by result (success, failure).",
                 &["result"],
+            ),
+            meter_bytes: counter_vec(
+                &registry,
+                "meter_bytes_total",
+                "Traffic meter: bytes of all LAN hosts by direction (up: from the host).",
+                &["direction"],
+            ),
+            meter_packets: counter_vec(
+                &registry,
+                "meter_packets_total",
+                "Traffic meter: packets of all LAN hosts by direction.",
+                &["direction"],
+            ),
+            meter_hosts: gauge(&registry, "meter_hosts", "LAN hosts the traffic meter has seen."),
+            meter_host_bytes: counter_vec(
+                &registry,
+                "meter_host_bytes_total",
+                "Traffic meter: bytes of the top hosts and the configured hosts (all hosts: /hosts).",
+                &["host", "direction"],
             ),
             bond_members: gauge_vec(&registry, "bond_members", "Members configured in the bond.", &["bond"]),
             bond_active_members: gauge_vec(
@@ -438,6 +504,25 @@ impl Metrics {
                 );
             }
         }
+        let meter = &self.sources.meter;
+        if !meter.workers.is_empty() {
+            let hosts = meter.hosts();
+            self.meter_hosts.set(hosts.len() as i64);
+            let sum = |f: fn(&HostUsage) -> u64| hosts.iter().map(f).sum::<u64>();
+            sync_counter(&self.meter_bytes, &["up"], sum(|h| h.up_bytes));
+            sync_counter(&self.meter_bytes, &["down"], sum(|h| h.down_bytes));
+            sync_counter(&self.meter_packets, &["up"], sum(|h| h.up_packets));
+            sync_counter(&self.meter_packets, &["down"], sum(|h| h.down_packets));
+            let mut shown: Vec<&HostUsage> = hosts.iter().collect();
+            shown.sort_by_key(|h| std::cmp::Reverse(h.total_bytes()));
+            shown.truncate(meter.top_hosts);
+            shown.extend(hosts.iter().filter(|h| meter.named_hosts.contains(&h.ip)));
+            for host in shown {
+                let ip = host.ip.to_string();
+                sync_counter(&self.meter_host_bytes, &[&ip, "up"], host.up_bytes);
+                sync_counter(&self.meter_host_bytes, &[&ip, "down"], host.down_bytes);
+            }
+        }
         for bond in &self.sources.bonds.bonds {
             let name = bond.name.as_str();
             self.bond_members
@@ -518,7 +603,20 @@ pub fn serve(
                                 .expect("a valid header"),
                         )
                     }
-                    "/" => tiny_http::Response::from_string("gateway: see /metrics\n"),
+                    "/hosts" => {
+                        let body = metrics
+                            .lock()
+                            .unwrap_or_else(|poison| poison.into_inner())
+                            .sources
+                            .meter
+                            .json();
+                        tiny_http::Response::from_string(body).with_header(
+                            "Content-Type: application/json"
+                                .parse::<tiny_http::Header>()
+                                .expect("a valid header"),
+                        )
+                    }
+                    "/" => tiny_http::Response::from_string("gateway: see /metrics and /hosts\n"),
                     _ => tiny_http::Response::from_string("not found\n").with_status_code(404),
                 };
                 let _ = request.respond(response);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::conntrack::{ConntrackConfig, FlowTable};
 use crate::control::write_l2;
 use crate::counters::WorkerCounters;
+use crate::meter::HostMeter;
 use crate::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 use crate::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
@@ -32,6 +33,9 @@ pub struct WorkerSetup {
     pub conntrack: ConntrackConfig,
     pub nat_ports: RangeInclusive<u16>,
     pub nat_bindings: usize,
+    /// Per-LAN-host byte and packet counts, when the traffic meter is on. Shared so the
+    /// metrics thread can read what this worker alone writes.
+    pub meter: Option<Arc<HostMeter>>,
 }
 
 impl Default for WorkerSetup {
@@ -42,6 +46,7 @@ impl Default for WorkerSetup {
             conntrack: ConntrackConfig::default(),
             nat_ports: DEFAULT_PORTS,
             nat_bindings: 1 << 16,
+            meter: None,
         }
     }
 }
@@ -74,6 +79,7 @@ pub struct Pipeline {
     pub(crate) nat: Option<NatPool>,
     pub(crate) worker: u16,
     pub(crate) ownership: Ownership,
+    meter: Option<Arc<HostMeter>>,
 }
 
 impl Pipeline {
@@ -118,6 +124,7 @@ impl Pipeline {
             nat,
             worker: setup.worker,
             ownership: Ownership::new(setup.workers),
+            meter: setup.meter,
         };
         pipeline.reserve_forwarded_ports();
         pipeline.publish_table_stats();
@@ -286,7 +293,41 @@ impl Pipeline {
             Stage::Forward(translation) => translation,
             Stage::Done(verdict) => return verdict,
         };
-        self.route_and_send(pkt, ingress.port, now_ns, translation)
+        let verdict = self.route_and_send(pkt, ingress.port, now_ns, translation);
+        if self.meter.is_some() {
+            self.meter_packet(ingress.port, src, pkt, verdict, frame_len as u64);
+        }
+        verdict
+    }
+
+    /// Counts a forwarded packet against the LAN hosts it comes from or goes to: "up" from a
+    /// host on an inside (not masqueraded) interface's subnet, "down" to one.
+    fn meter_packet(
+        &self,
+        ingress: u16,
+        src: Ipv4Addr,
+        pkt: &PacketBuf,
+        verdict: Verdict,
+        bytes: u64,
+    ) {
+        let Some(meter) = &self.meter else { return };
+        let egress = match verdict {
+            Verdict::Transmit { port } | Verdict::Fragment { port } => port,
+            Verdict::Control(ControlWork::Resolve { port, .. }) => port,
+            _ => return,
+        };
+        let router = &*self.router;
+        let inside = |port: u16, ip: Ipv4Addr| {
+            let index = usize::from(port);
+            !router.stateful.masquerade[index] && router.interfaces[index].contains(ip)
+        };
+        if inside(ingress, src) {
+            meter.record_up(src, bytes);
+        }
+        let dst = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]).dst_addr();
+        if inside(egress, dst) {
+            meter.record_down(dst, bytes);
+        }
     }
 
     /// Routes a datagram whose headers are final, decrements its TTL and writes its L2 header.

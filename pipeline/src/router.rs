@@ -31,6 +31,11 @@ impl Interface {
         Ipv4Addr::from(u32::from(self.addr) & self.mask())
     }
 
+    /// Whether `ip` is on this interface's connected subnet.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        u32::from(ip) & self.mask() == u32::from(self.network())
+    }
+
     /// The subnet's directed broadcast address.
     pub fn broadcast(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.addr) | !self.mask())
