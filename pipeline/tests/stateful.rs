@@ -2050,6 +2050,7 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         // both reachable.
         nat_ports: 4990..=5117,
         nat_bindings: 48,
+        meter: None,
     }
 }
 
