@@ -98,6 +98,10 @@ RUN apt-get update \
         librte-net23 \
         librte-meter23 \
         librte-pci23 \
+        librte-hash23 \
+        librte-rcu23 \
+        librte-ip-frag23 \
+        librte-sched23 \
         librte-bus-pci23 \
         librte-bus-vdev23 \
         librte-mempool-ring23 \

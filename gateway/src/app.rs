@@ -23,7 +23,7 @@ use crate::dpdk::{
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::metrics::{self, MeterSource, Metrics, ReloadStatus, Sources};
-use crate::pipeline_config::{conntrack_config, router_config};
+use crate::pipeline_config::{conntrack_config, qos_config, router_config};
 use crate::published::Published;
 use crate::reload;
 use crate::worker::Worker;
@@ -202,6 +202,7 @@ fn serve(
     let port_ids: Vec<_> = ports.iter().map(|port| port.id()).collect();
     let mut handoff_links = HandoffLinks::mesh(worker_lcores.len())?.into_iter();
     let mut meters = Vec::new();
+    let mut qos_stats = Vec::new();
     for (index, &lcore) in worker_lcores.iter().enumerate() {
         let (to_control, from_worker) = MbufRing::create(
             &format!("to_control_{index}"),
@@ -223,10 +224,12 @@ fn serve(
             nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
             nat_bindings: config.nat.binding_capacity,
             meter,
+            qos: qos_config(config),
         };
         let pipeline =
             Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
                 .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
+        qos_stats.extend(pipeline.qos_stats());
         let worker = Worker {
             queue: QueueId(index as u16),
             port_ids: port_ids.clone(),
@@ -269,6 +272,7 @@ fn serve(
             .map(|port| (port.name().to_string(), port.handle(), usize::from(workers)))
             .collect(),
         bonds: bond_watch.clone(),
+        qos: qos_stats.clone(),
         meter: MeterSource {
             workers: meters,
             top_hosts: config.traffic_meter.top_hosts,
@@ -297,7 +301,13 @@ fn serve(
     }
     let mut running = config.clone();
     let mut next_bond_sample = std::time::Instant::now();
+    let qos_rates = qos_config(config).map(|q| [q.uplink_bps, q.downlink_bps]);
+    let mut next_qos_rebalance = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if let Some(rates) = qos_rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance) {
+            rebalance_qos(&qos_stats, rates);
+            next_qos_rebalance += Duration::from_millis(5);
+        }
         if !bond_watch.bonds.is_empty() && std::time::Instant::now() >= next_bond_sample {
             bond_watch.sample();
             next_bond_sample += Duration::from_millis(100);
@@ -348,6 +358,20 @@ fn serve(
         );
     }
     Ok(())
+}
+
+/// Shares each link's rate among the workers by their measured demand (max-min fair), so the
+/// aggregate holds the configured rate however flows fall across workers.
+fn rebalance_qos(stats: &[[Arc<pipeline::qos::QosStats>; 2]], rates: [u64; 2]) {
+    for (link, &rate) in rates.iter().enumerate() {
+        let demands: Vec<u64> = stats
+            .iter()
+            .map(|worker| worker[link].demand_bps())
+            .collect();
+        for (worker, share) in stats.iter().zip(pipeline::qos::rebalance(rate, &demands)) {
+            worker[link].assign_share(share);
+        }
+    }
 }
 
 /// LACP settings that must be made while the bond is stopped. Returns whether LACP got

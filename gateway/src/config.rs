@@ -35,6 +35,51 @@ pub struct GatewayConfig {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub traffic_meter: TrafficMeterConfig,
+    #[serde(default)]
+    pub qos: QosSettings,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QosSettings {
+    /// Police the WAN links: traffic between inside hosts and masqueraded interfaces.
+    pub enabled: bool,
+    /// The link rates to hold, LAN -> WAN and WAN -> LAN.
+    pub uplink_mbps: u64,
+    pub downlink_mbps: u64,
+    /// Burst allowance: this many milliseconds of the rate may pass at once. Policing keeps
+    /// no queue, so it adds no delay; the burst bounds how far above the rate a moment goes.
+    pub burst_ms: u32,
+    /// Traffic that goes first; everything else is bulk, shared fairly among LAN hosts.
+    pub priority: Vec<QosPriorityRule>,
+}
+
+impl Default for QosSettings {
+    fn default() -> Self {
+        QosSettings {
+            enabled: false,
+            uplink_mbps: 1000,
+            downlink_mbps: 1000,
+            burst_ms: 5,
+            priority: Vec::new(),
+        }
+    }
+}
+
+/// Every field given must match.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QosPriorityRule {
+    /// A LAN host.
+    #[serde(default)]
+    pub host: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub dscp: Option<u8>,
+    #[serde(default)]
+    pub protocol: Option<L4Protocol>,
+    /// Source or destination port.
+    #[serde(default)]
+    pub ports: Option<PortRange>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -672,6 +717,20 @@ impl GatewayConfig {
             }
         }
         self.validate_stateful()?;
+        if self.qos.enabled && (self.qos.uplink_mbps == 0 || self.qos.downlink_mbps == 0) {
+            return Err(invalid(
+                "qos",
+                "uplink_mbps and downlink_mbps must be positive",
+            ));
+        }
+        if let Some(i) = self
+            .qos
+            .priority
+            .iter()
+            .position(|r| r.dscp.is_some_and(|d| d > 63))
+        {
+            return Err(invalid(format!("qos.priority[{i}].dscp"), "DSCP is 0..=63"));
+        }
         if self.traffic_meter.top_hosts > 100 {
             return Err(invalid(
                 "traffic_meter.top_hosts",

@@ -12,6 +12,7 @@ use pipeline::{DropReason, WorkerCounters};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use pipeline::meter::{self, HostMeter, HostUsage};
+use pipeline::qos::QosStats;
 
 use crate::bonds::BondWatch;
 use crate::dpdk::{PortHandle, PortStats, QUEUE_STAT_COUNTERS};
@@ -87,6 +88,8 @@ impl MeterSource {
 /// What the metrics read.
 pub struct Sources {
     pub meter: MeterSource,
+    /// Per worker: the uplink and downlink policers' statistics.
+    pub qos: Vec<[Arc<QosStats>; 2]>,
     pub ports: Vec<(String, PortHandle, usize)>,
     pub bonds: Arc<BondWatch>,
     pub workers: Vec<Arc<WorkerCounters>>,
@@ -119,6 +122,9 @@ pub struct Metrics {
     reload_success: IntGauge,
     reload_timestamp: IntGauge,
     reloads: IntCounterVec,
+    qos_bytes: IntCounterVec,
+    qos_packets: IntCounterVec,
+    qos_share: IntGaugeVec,
     meter_bytes: IntCounterVec,
     meter_packets: IntCounterVec,
     meter_hosts: IntGauge,
@@ -283,6 +289,9 @@ pub fn metric_names() -> Vec<String> {
         "config_last_reload_success",
         "config_last_reload_timestamp_seconds",
         "config_reloads_total",
+        "qos_bytes_total",
+        "qos_packets_total",
+        "qos_share_bytes_per_second",
         "meter_bytes_total",
         "meter_packets_total",
         "meter_hosts",
@@ -380,6 +389,24 @@ impl Metrics {
                 "config_reloads_total",
                 "Config reload attempts by result (success, failure).",
                 &["result"],
+            ),
+            qos_bytes: counter_vec(
+                &registry,
+                "qos_bytes_total",
+                "QoS: bytes by link (uplink, downlink), class (priority, bulk) and result (passed, dropped).",
+                &["link", "class", "result"],
+            ),
+            qos_packets: counter_vec(
+                &registry,
+                "qos_packets_total",
+                "QoS: packets by link, class and result.",
+                &["link", "class", "result"],
+            ),
+            qos_share: gauge_vec(
+                &registry,
+                "qos_share_bytes_per_second",
+                "QoS: the rate share each worker polices to, by link.",
+                &["worker", "link"],
             ),
             meter_bytes: counter_vec(
                 &registry,
@@ -504,6 +531,7 @@ impl Metrics {
                 );
             }
         }
+        self.collect_qos();
         let meter = &self.sources.meter;
         if !meter.workers.is_empty() {
             let hosts = meter.hosts();
@@ -571,6 +599,40 @@ impl Metrics {
             &["failure"],
             reload.failed.load(Ordering::Relaxed),
         );
+    }
+}
+
+impl Metrics {
+    fn collect_qos(&self) {
+        if self.sources.qos.is_empty() {
+            return;
+        }
+        let links = ["uplink", "downlink"];
+        // [link][class][passed bytes, passed packets, dropped bytes, dropped packets]
+        let mut totals = [[[0u64; 4]; 2]; 2];
+        for (worker, policers) in self.sources.qos.iter().enumerate() {
+            for (link, stats) in policers.iter().enumerate() {
+                self.qos_share
+                    .with_label_values(&[&worker.to_string(), links[link]])
+                    .set((stats.share_bps() / 8) as i64);
+                for (class, counts) in [&stats.priority, &stats.bulk].into_iter().enumerate() {
+                    let total = &mut totals[link][class];
+                    total[0] += counts.passed_bytes.get();
+                    total[1] += counts.passed_packets.get();
+                    total[2] += counts.dropped_bytes.get();
+                    total[3] += counts.dropped_packets.get();
+                }
+            }
+        }
+        for (link, per_class) in totals.iter().enumerate() {
+            for (class, t) in per_class.iter().enumerate() {
+                let labels = |result| [links[link], ["priority", "bulk"][class], result];
+                sync_counter(&self.qos_bytes, &labels("passed"), t[0]);
+                sync_counter(&self.qos_packets, &labels("passed"), t[1]);
+                sync_counter(&self.qos_bytes, &labels("dropped"), t[2]);
+                sync_counter(&self.qos_packets, &labels("dropped"), t[3]);
+            }
+        }
     }
 }
 

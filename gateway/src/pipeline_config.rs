@@ -171,3 +171,35 @@ pub fn conntrack_config(config: &GatewayConfig) -> TableConfig {
         tcp_loose: c.tcp_loose,
     }
 }
+
+/// The QoS policers' settings, when enabled.
+pub fn qos_config(config: &GatewayConfig) -> Option<pipeline::qos::QosConfig> {
+    use pipeline::qos::{Class, ClassRule};
+    let qos = &config.qos;
+    if !qos.enabled {
+        return None;
+    }
+    let classes = qos
+        .priority
+        .iter()
+        .map(|rule| ClassRule {
+            class: Class::Priority,
+            host: rule.host,
+            dscp: rule.dscp,
+            protocol: rule.protocol.map(|p| match p {
+                L4Protocol::Tcp => ipv4::protocol::TCP,
+                L4Protocol::Udp => ipv4::protocol::UDP,
+            }),
+            ports: rule.ports.map(|r| pipeline::qos::PortRange {
+                first: r.first,
+                last: r.last,
+            }),
+        })
+        .collect();
+    Some(pipeline::qos::QosConfig {
+        uplink_bps: qos.uplink_mbps.saturating_mul(1_000_000),
+        downlink_bps: qos.downlink_mbps.saturating_mul(1_000_000),
+        burst_ms: qos.burst_ms,
+        classes,
+    })
+}

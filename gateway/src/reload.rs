@@ -43,6 +43,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.traffic_meter != new.traffic_meter {
         fields.push("traffic_meter".to_string());
     }
+    if running.qos != new.qos {
+        fields.push("qos".to_string());
+    }
     if running.interfaces.len() != new.interfaces.len() {
         fields.push("interfaces (count)".to_string());
     } else {
@@ -75,6 +78,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.workers = running.workers.clone();
     merged.metrics = running.metrics.clone();
     merged.traffic_meter = running.traffic_meter.clone();
+    merged.qos = running.qos.clone();
     merged.conntrack.capacity = running.conntrack.capacity;
     merged.nat.binding_capacity = running.nat.binding_capacity;
     merged.nat.port_range = running.nat.port_range;

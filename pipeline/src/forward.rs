@@ -13,6 +13,7 @@ use crate::meter::HostMeter;
 use crate::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 use crate::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
+use crate::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
 use crate::ratelimit::TokenBucket;
 use crate::router::{Interface, RouterConfig};
 use crate::stateful::{FlowData, Stage, Translation};
@@ -36,6 +37,9 @@ pub struct WorkerSetup {
     /// Per-LAN-host byte and packet counts, when the traffic meter is on. Shared so the
     /// metrics thread can read what this worker alone writes.
     pub meter: Option<Arc<HostMeter>>,
+    /// QoS policing of the WAN uplink and downlink, when configured; this worker starts
+    /// with an equal share of each rate, and the control thread rebalances shares.
+    pub qos: Option<QosConfig>,
 }
 
 impl Default for WorkerSetup {
@@ -47,6 +51,7 @@ impl Default for WorkerSetup {
             nat_ports: DEFAULT_PORTS,
             nat_bindings: 1 << 16,
             meter: None,
+            qos: None,
         }
     }
 }
@@ -80,6 +85,8 @@ pub struct Pipeline {
     pub(crate) worker: u16,
     pub(crate) ownership: Ownership,
     meter: Option<Arc<HostMeter>>,
+    /// Uplink (LAN -> outside) and downlink policers.
+    qos: Option<[Qos; 2]>,
 }
 
 impl Pipeline {
@@ -125,6 +132,11 @@ impl Pipeline {
             worker: setup.worker,
             ownership: Ownership::new(setup.workers),
             meter: setup.meter,
+            qos: setup.qos.map(|config| {
+                let workers = u64::from(setup.workers.max(1));
+                [Link::Uplink, Link::Downlink]
+                    .map(|link| Qos::new(&config, config.rate_bps(link) / workers))
+            }),
         };
         pipeline.reserve_forwarded_ports();
         pipeline.publish_table_stats();
@@ -188,7 +200,20 @@ impl Pipeline {
         let nat = &mut self.nat;
         self.flows
             .expire(now_ns, budget, |data| crate::stateful::release(nat, &data));
+        if let Some(policers) = self.qos.as_mut() {
+            for policer in policers {
+                policer.tick(now_ns);
+            }
+        }
         self.publish_table_stats();
+    }
+
+    /// The QoS statistics of this worker's uplink and downlink policers, for the control
+    /// thread (rebalancing) and metrics.
+    pub fn qos_stats(&self) -> Option<[Arc<QosStats>; 2]> {
+        self.qos
+            .as_ref()
+            .map(|[up, down]| [up.stats().clone(), down.stats().clone()])
     }
 
     fn publish_table_stats(&self) {
@@ -293,11 +318,70 @@ impl Pipeline {
             Stage::Forward(translation) => translation,
             Stage::Done(verdict) => return verdict,
         };
-        let verdict = self.route_and_send(pkt, ingress.port, now_ns, translation);
+        let mut verdict = self.route_and_send(pkt, ingress.port, now_ns, translation);
+        if self.qos.is_some() {
+            verdict = self.police(ingress.port, src, pkt, verdict, frame_len as u64, now_ns);
+        }
         if self.meter.is_some() {
             self.meter_packet(ingress.port, src, pkt, verdict, frame_len as u64);
         }
         verdict
+    }
+
+    /// QoS on the WAN links: traffic from an inside host leaving by a masqueraded interface
+    /// is uplink, traffic entering by one toward an inside host is downlink. Everything else
+    /// (LAN to LAN, to the gateway) is not policed.
+    fn police(
+        &mut self,
+        ingress: u16,
+        src: Ipv4Addr,
+        pkt: &PacketBuf,
+        verdict: Verdict,
+        bytes: u64,
+        now_ns: u64,
+    ) -> Verdict {
+        let egress = match verdict {
+            Verdict::Transmit { port } | Verdict::Fragment { port } => port,
+            Verdict::Control(ControlWork::Resolve { port, .. }) => port,
+            _ => return verdict,
+        };
+        let masquerade = &self.router.stateful.masquerade;
+        let (from_outside, to_outside) = (
+            masquerade[usize::from(ingress)],
+            masquerade[usize::from(egress)],
+        );
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let (link, host) = match (from_outside, to_outside) {
+            (false, true) => (0, src),
+            (true, false) => (1, ip.dst_addr()),
+            _ => return verdict,
+        };
+        let (src_port, dst_port) = match ip.protocol() {
+            ipv4::protocol::TCP | ipv4::protocol::UDP if ip.payload().len() >= 4 => {
+                let l4 = ip.payload();
+                (
+                    u16::from_be_bytes([l4[0], l4[1]]),
+                    u16::from_be_bytes([l4[2], l4[3]]),
+                )
+            }
+            _ => (0, 0),
+        };
+        let info = PacketInfo {
+            host,
+            dscp: ip.dscp(),
+            protocol: ip.protocol(),
+            src_port,
+            dst_port,
+        };
+        let Some(policers) = self.qos.as_mut() else {
+            return verdict;
+        };
+        let policer = &mut policers[link];
+        let class = policer.classify(&info);
+        match policer.police(class, host, bytes, now_ns) {
+            Decision::Pass => verdict,
+            Decision::Drop => Verdict::Drop(DropReason::QosPoliced),
+        }
     }
 
     /// Counts a forwarded packet against the LAN hosts it comes from or goes to: "up" from a

@@ -100,6 +100,8 @@ drop_reasons! {
     FirewallRecheck => "firewall_recheck",
     /// An ICMP error that quotes no flow the gateway knows.
     UnrelatedIcmpError => "unrelated_icmp_error",
+    /// Over the QoS rate of its link and class.
+    QosPoliced => "qos_policed",
     /// More than one mbuf segment (the gateway does not enable scatter).
     MultiSegment => "multi_segment",
     /// The held-packets queue of an unresolved next hop was full.

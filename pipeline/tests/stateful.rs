@@ -2051,6 +2051,7 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         nat_ports: 4990..=5117,
         nat_bindings: 48,
         meter: None,
+        qos: None,
     }
 }
 
