@@ -60,7 +60,7 @@ impl Default for QosSettings {
             enabled: false,
             uplink_mbps: 1000,
             downlink_mbps: 1000,
-            burst_ms: 5,
+            burst_ms: 20,
             priority: Vec::new(),
         }
     }
