@@ -230,6 +230,13 @@ fn serve(
             Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
                 .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
         qos_stats.extend(pipeline.qos_stats());
+        let mut pipeline = pipeline;
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        // Workers' clocks start at zero when they start; close enough for minute windows.
+        pipeline.set_wall_clock(unix_now, 0);
         let worker = Worker {
             queue: QueueId(index as u16),
             port_ids: port_ids.clone(),

@@ -432,6 +432,7 @@ fn router_config(traffic: &Traffic) -> anyhow::Result<RouterConfig> {
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,
+        content: None,
     };
     let router = RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())?;
     Ok(router.with_stateful(stateful)?)

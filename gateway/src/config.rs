@@ -37,6 +37,65 @@ pub struct GatewayConfig {
     pub traffic_meter: TrafficMeterConfig,
     #[serde(default)]
     pub qos: QosSettings,
+    #[serde(default)]
+    pub keyword_block: KeywordBlockConfig,
+    #[serde(default)]
+    pub parental_control: ParentalConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeywordBlockConfig {
+    /// Block DNS queries, TLS connections (by SNI) and HTTP requests (Host, URL) that hit
+    /// these lists, for every LAN device.
+    pub enabled: bool,
+    /// A domain also blocks its subdomains ("example.com" blocks "www.example.com").
+    pub domains: Vec<String>,
+    /// Matched anywhere in a host name or URL.
+    pub keywords: Vec<String>,
+    /// A blocked DNS query gets "nxdomain" (the default) or is dropped ("drop").
+    pub dns_action: DnsActionConfig,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DnsActionConfig {
+    #[default]
+    Nxdomain,
+    Drop,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ParentalConfig {
+    pub enabled: bool,
+    /// The local time zone's offset from UTC, for the allowed hours.
+    pub utc_offset_minutes: i32,
+    /// Named domain lists: a file path each, in hosts-file or plain one-domain-per-line
+    /// format. Read at start and on every reload.
+    pub categories: std::collections::BTreeMap<String, String>,
+    pub devices: Vec<ParentalDevice>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ParentalDevice {
+    pub name: String,
+    /// The device's IP addresses and/or MAC addresses.
+    #[serde(default)]
+    pub addresses: Vec<Ipv4Addr>,
+    #[serde(default)]
+    pub macs: Vec<String>,
+    /// Category names from `parental_control.categories`.
+    #[serde(default)]
+    pub blocked_categories: Vec<String>,
+    /// When the device may go online, e.g. "mon-fri 07:00-21:00", "sat,sun 08:00-22:30",
+    /// "daily 06:00-23:00". A window may cross midnight. Empty: always.
+    #[serde(default)]
+    pub allowed: Vec<String>,
+    /// Blocks the device now, whatever the hours.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

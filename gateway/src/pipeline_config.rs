@@ -10,7 +10,13 @@ use pipeline::router::{PortForward, Stateful};
 use pipeline::wire::{ipv4, EthernetAddress};
 use pipeline::{IcmpLimits, Interface, RouterConfig, StaticRoute};
 
-use crate::config::{FirewallAction, GatewayConfig, L4Protocol, PortRange, RuleProtocol};
+use pipeline::content::{ContentPolicy, DnsAction};
+use pipeline::inspect::parse_domain_list;
+use pipeline::parental::{days, DeviceMatch, Policy as ParentalPolicy, TimeWindow};
+
+use crate::config::{
+    DnsActionConfig, FirewallAction, GatewayConfig, L4Protocol, PortRange, RuleProtocol,
+};
 
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
@@ -132,6 +138,7 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         })
         .collect();
     Ok(Stateful {
+        content: content_policy(config)?.map(std::sync::Arc::new),
         zones,
         masquerade,
         firewall,
@@ -202,4 +209,162 @@ pub fn qos_config(config: &GatewayConfig) -> Option<pipeline::qos::QosConfig> {
         burst_ms: qos.burst_ms,
         classes,
     })
+}
+
+/// Keyword block and parental control, with category lists read from their files.
+fn content_policy(config: &GatewayConfig) -> anyhow::Result<Option<ContentPolicy>> {
+    let block = &config.keyword_block;
+    let parental = &config.parental_control;
+    if !block.enabled && !parental.enabled {
+        return Ok(None);
+    }
+    let (domains, keywords) = if block.enabled {
+        (block.domains.clone(), block.keywords.clone())
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut categories = Vec::new();
+    let mut policies = Vec::new();
+    if parental.enabled {
+        for (name, path) in &parental.categories {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("parental_control.categories.{name}: reading {path}"))?;
+            categories.push((name.clone(), parse_domain_list(&text)));
+        }
+        for (i, device) in parental.devices.iter().enumerate() {
+            let field = |f: &str| format!("parental_control.devices[{i}].{f}");
+            let mut devices: Vec<DeviceMatch> = device
+                .addresses
+                .iter()
+                .map(|&ip| DeviceMatch::Ip(ip))
+                .collect();
+            for mac in &device.macs {
+                let mac = mac.parse::<EthernetAddress>().map_err(|_| {
+                    anyhow::anyhow!("{}: {mac:?} is not a MAC address", field("macs"))
+                })?;
+                devices.push(DeviceMatch::Mac(mac));
+            }
+            let blocked_categories = device
+                .blocked_categories
+                .iter()
+                .map(|name| {
+                    parental
+                        .categories
+                        .keys()
+                        .position(|known| known == name)
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("{}: no category {name:?}", field("blocked_categories"))
+                        })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let windows = device
+                .allowed
+                .iter()
+                .map(|text| {
+                    parse_window(text)
+                        .map_err(|err| anyhow::anyhow!("{}: {text:?}: {err}", field("allowed")))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            policies.push(ParentalPolicy {
+                devices,
+                blocked_categories,
+                windows,
+                paused: device.paused,
+            });
+        }
+    }
+    let dns_action = match block.dns_action {
+        DnsActionConfig::Nxdomain => DnsAction::Nxdomain,
+        DnsActionConfig::Drop => DnsAction::Drop,
+    };
+    let policy = ContentPolicy::new(
+        &domains,
+        &keywords,
+        categories,
+        policies,
+        dns_action,
+        parental.utc_offset_minutes,
+    )
+    .map_err(|err| anyhow::anyhow!("keyword_block / parental_control: {err:?}"))?;
+    Ok(Some(policy))
+}
+
+/// "mon-fri 07:00-21:00", "sat,sun 08:00-22:30", "daily 06:00-23:00".
+pub fn parse_window(text: &str) -> Result<TimeWindow, String> {
+    let (day_spec, hours) = text
+        .trim()
+        .split_once(' ')
+        .ok_or("expected \"<days> HH:MM-HH:MM\"")?;
+    let day = |name: &str| -> Result<u32, String> {
+        ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+            .iter()
+            .position(|d| *d == name.trim().to_ascii_lowercase())
+            .map(|d| d as u32)
+            .ok_or_else(|| format!("{name:?} is not a weekday (mon..sun)"))
+    };
+    let mut weekdays = 0u8;
+    if matches!(day_spec, "daily" | "*") {
+        weekdays = days::EVERY_DAY;
+    } else {
+        for part in day_spec.split(',') {
+            match part.split_once('-') {
+                Some((first, last)) => {
+                    let (first, last) = (day(first)?, day(last)?);
+                    let mut d = first;
+                    loop {
+                        weekdays |= 1 << d;
+                        if d == last {
+                            break;
+                        }
+                        d = (d + 1) % 7;
+                    }
+                }
+                None => weekdays |= 1 << day(part)?,
+            }
+        }
+    }
+    let minute = |hhmm: &str| -> Result<u16, String> {
+        let (h, m) = hhmm.trim().split_once(':').ok_or("times are HH:MM")?;
+        let (h, m): (u16, u16) = (
+            h.parse().map_err(|_| "bad hour")?,
+            m.parse().map_err(|_| "bad minute")?,
+        );
+        if h > 24 || m > 59 || (h == 24 && m != 0) {
+            return Err(format!("{hhmm} is not a time of day"));
+        }
+        Ok(h * 60 + m)
+    };
+    let (start, end) = hours.split_once('-').ok_or("expected HH:MM-HH:MM")?;
+    Ok(TimeWindow {
+        weekdays,
+        start_minute: minute(start)?,
+        end_minute: minute(end)? % (24 * 60),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_parse_days_ranges_and_times() {
+        let window = parse_window("mon-fri 07:00-21:30").unwrap();
+        assert_eq!(window.weekdays, days::WORKDAYS);
+        assert_eq!((window.start_minute, window.end_minute), (420, 1290));
+        assert_eq!(
+            parse_window("sat,sun 22:00-06:00").unwrap().weekdays,
+            days::WEEKEND
+        );
+        assert_eq!(
+            parse_window("fri-mon 00:00-24:00").unwrap().weekdays,
+            days::FRIDAY | days::SATURDAY | days::SUNDAY | days::MONDAY
+        );
+        assert_eq!(
+            parse_window("daily 06:00-23:00").unwrap().weekdays,
+            days::EVERY_DAY
+        );
+        assert!(parse_window("someday 06:00-07:00").is_err());
+        assert!(parse_window("mon 25:00-26:00").is_err());
+        assert!(parse_window("mon").is_err());
+    }
 }

@@ -7,6 +7,7 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use crate::conntrack::{ConntrackConfig, FlowTable};
+use crate::content::{ContentInspector, DEFAULT_SLOTS};
 use crate::control::write_l2;
 use crate::counters::WorkerCounters;
 use crate::meter::HostMeter;
@@ -87,6 +88,11 @@ pub struct Pipeline {
     meter: Option<Arc<HostMeter>>,
     /// Uplink (LAN -> outside) and downlink policers.
     qos: Option<[Qos; 2]>,
+    /// Scanners of TCP flows whose content is still being judged.
+    pub(crate) inspector: ContentInspector,
+    /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
+    /// time, which the per-packet path must not ask the OS for.
+    pub(crate) unix_epoch_at_zero: i64,
 }
 
 impl Pipeline {
@@ -132,6 +138,8 @@ impl Pipeline {
             worker: setup.worker,
             ownership: Ownership::new(setup.workers),
             meter: setup.meter,
+            inspector: ContentInspector::new(DEFAULT_SLOTS),
+            unix_epoch_at_zero: 0,
             qos: setup.qos.map(|config| {
                 let workers = u64::from(setup.workers.max(1));
                 [Link::Uplink, Link::Downlink]
@@ -206,6 +214,12 @@ impl Pipeline {
             }
         }
         self.publish_table_stats();
+    }
+
+    /// Tells the pipeline the Unix time (seconds) at its clock's `now_ns`, for parental time
+    /// windows. Called at start; the pipeline then counts from its own clock.
+    pub fn set_wall_clock(&mut self, unix_seconds: i64, now_ns: u64) {
+        self.unix_epoch_at_zero = unix_seconds - (now_ns / 1_000_000_000) as i64;
     }
 
     /// The QoS statistics of this worker's uplink and downlink policers, for the control

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod conntrack;
+pub mod content;
 pub mod control;
 pub mod counters;
 pub mod firewall;

@@ -6,6 +6,9 @@ use std::net::Ipv4Addr;
 
 use std::ops::RangeInclusive;
 
+use std::sync::Arc;
+
+use crate::content::ContentPolicy;
 use crate::firewall::{Action, Policy, RuleSet, ZoneId};
 use crate::route::{NextHop, Route, RouteError, RouteTable};
 use crate::wire::EthernetAddress;
@@ -132,6 +135,8 @@ pub struct Stateful {
     pub recheck_established: bool,
     /// Changes with every reload, so flows can tell they were admitted under older rules.
     pub generation: u32,
+    /// Keyword block and parental control, when configured.
+    pub content: Option<Arc<ContentPolicy>>,
 }
 
 impl Stateful {
@@ -145,6 +150,7 @@ impl Stateful {
             port_forwards: Vec::new(),
             recheck_established: false,
             generation: 0,
+            content: None,
         }
     }
 

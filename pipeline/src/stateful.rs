@@ -13,13 +13,16 @@
 use std::net::Ipv4Addr;
 
 use crate::conntrack::{InsertError, TcpSegment, Track};
+use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::firewall::{Action, ZoneId};
 use crate::flow::{Direction, FlowKey, KeyError};
 use crate::forward::{IcmpError, Ingress, Pipeline, GENERATED_TTL};
 use crate::nat::{self, NatPool};
 use crate::packet::PacketBuf;
 use crate::verdict::{ControlWork, DropReason, Verdict};
-use crate::wire::{ethernet, ipv4, tcp, Ipv4Packet, Ipv4Repr, TcpPacket};
+use crate::wire::{
+    ethernet, ipv4, tcp, EthernetAddress, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket,
+};
 
 /// What the stateful stage decided.
 pub(crate) enum Stage {
@@ -59,6 +62,18 @@ pub struct FlowData {
     forwarded: bool,
     /// The rules generation the flow was admitted under.
     generation: u32,
+    /// Keyword block and parental control: where the flow stands.
+    content: ContentState,
+}
+
+/// Whether a flow's content was judged: TCP flows from LAN devices are inspected on their
+/// first payload packets; the verdict then stays with the flow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContentState {
+    #[default]
+    Allowed,
+    Inspecting,
+    Blocked,
 }
 
 /// Returns a flow's NAT binding to the pool.
@@ -94,6 +109,18 @@ impl Pipeline {
                 }
                 if let Some(verdict) = self.recheck(id) {
                     return Stage::Done(verdict);
+                }
+                match self.flows.data(id).content {
+                    ContentState::Allowed => {}
+                    ContentState::Blocked => {
+                        return Stage::Done(Verdict::Drop(DropReason::ContentBlocked))
+                    }
+                    ContentState::Inspecting if direction == Direction::Original => {
+                        if let Some(verdict) = self.inspect(pkt, id, &key, segment, now_ns) {
+                            return Stage::Done(verdict);
+                        }
+                    }
+                    ContentState::Inspecting => {}
                 }
                 let target = self.flows.key(id, direction.opposite()).reversed();
                 translate(pkt, &key, &target)
@@ -174,9 +201,7 @@ impl Pipeline {
         icmp_type: Option<u8>,
         now_ns: u64,
     ) -> Stage {
-        let Pipeline {
-            router, flows, nat, ..
-        } = self;
+        let router = &*self.router;
         let stateful = &router.stateful;
         let interfaces = &router.interfaces;
         let forward = stateful.port_forward(interfaces, key.protocol, key.dst, key.dst_port);
@@ -210,6 +235,32 @@ impl Pipeline {
                 }
             }
         }
+        // Parental control and keyword block apply to flows LAN devices open.
+        let mut content = ContentState::Allowed;
+        let from_inside = !stateful.masquerade[usize::from(ingress.port)];
+        if let Some(policy) = stateful.content.clone() {
+            let policy = &*policy;
+            if from_inside {
+                let device = (key.src, Some(source_mac(pkt)));
+                let unix_seconds = self.unix_seconds(now_ns);
+                if !policy.device_allowed(device.0, device.1, unix_seconds) {
+                    return Stage::Done(Verdict::Drop(DropReason::ParentalBlocked));
+                }
+                if key.protocol == ipv4::protocol::UDP && key.dst_port == DNS_PORT {
+                    if let Some(verdict) = self.filter_dns(pkt, ingress, device, policy) {
+                        return Stage::Done(verdict);
+                    }
+                }
+                if key.protocol == ipv4::protocol::TCP && policy.inspects_content() {
+                    content = ContentState::Inspecting;
+                }
+            }
+        }
+        let Pipeline {
+            router, flows, nat, ..
+        } = self;
+        let stateful = &router.stateful;
+        let interfaces = &router.interfaces;
 
         // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
         // port must see replies come back through the gateway, so its source becomes ours.
@@ -264,6 +315,7 @@ impl Pipeline {
             icmp_type,
             forwarded: dnat.is_some(),
             generation: stateful.generation,
+            content,
         };
         let inserted = flows.insert(key, reply, data, segment.as_ref(), now_ns, |evicted| {
             release(nat, &evicted)
@@ -278,7 +330,80 @@ impl Pipeline {
             };
             return Stage::Done(Verdict::Drop(reason));
         }
+        if let Ok(id) = inserted {
+            // A recycled slot must not inherit an earlier flow's half-read stream.
+            self.inspector.forget(id.as_u32());
+        }
         translate(pkt, &key, &reply.reversed())
+    }
+
+    /// Feeds a client's payload to the content inspector; a blocked flow gets a TCP reset
+    /// toward the client, and every later packet of it is dropped.
+    fn inspect(
+        &mut self,
+        pkt: &mut PacketBuf,
+        id: crate::conntrack::FlowId,
+        key: &FlowKey,
+        segment: Option<TcpSegment>,
+        now_ns: u64,
+    ) -> Option<Verdict> {
+        let policy = self.router.stateful.content.clone()?;
+        let segment = segment?;
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+        if tcp.payload().is_empty() {
+            return None;
+        }
+        let device = (key.src, Some(source_mac(pkt)));
+        let verdict = self.inspector.inspect_tcp_seq(
+            &policy,
+            id.as_u32(),
+            device,
+            key.dst_port,
+            segment.seq,
+            tcp.payload(),
+        );
+        match verdict {
+            Inspection::Pending => None,
+            Inspection::Allow => {
+                self.flows.data_mut(id).content = ContentState::Allowed;
+                None
+            }
+            Inspection::Block(_) => {
+                self.flows.data_mut(id).content = ContentState::Blocked;
+                self.inspector.forget(id.as_u32());
+                Some(self.reset_client(pkt, key, &segment, DropReason::ContentBlocked, now_ns))
+            }
+        }
+    }
+
+    /// A DNS query for a blocked name: answered NXDOMAIN from the address asked (or dropped,
+    /// as configured), and never forwarded.
+    fn filter_dns(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        device: (Ipv4Addr, Option<EthernetAddress>),
+        policy: &ContentPolicy,
+    ) -> Option<Verdict> {
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let udp = UdpPacket::new_checked(ip.payload()).ok()?;
+        content::dns_query_blocked(policy, device, udp.payload())?;
+        if policy.dns_action() == DnsAction::Drop {
+            return Some(Verdict::Drop(DropReason::ContentBlocked));
+        }
+        let len = pkt.len();
+        let Some(reply_len) = content::write_dns_nxdomain_reply(pkt.room_mut(), len) else {
+            return Some(Verdict::Drop(DropReason::ContentBlocked));
+        };
+        pkt.set_len(reply_len);
+        self.counters.record_drop(DropReason::ContentBlocked);
+        Some(Verdict::Transmit { port: ingress.port })
+    }
+
+    /// The wall-clock second for `now_ns`, for parental time windows.
+    fn unix_seconds(&self, now_ns: u64) -> i64 {
+        self.unix_epoch_at_zero + (now_ns / 1_000_000_000) as i64
     }
 
     /// RFC 5508: an ICMP error about a translated flow is translated too, outer header and
@@ -331,23 +456,43 @@ impl Pipeline {
         let Some(segment) = segment else {
             return self.icmp_error(pkt, ingress.port, now_ns, IcmpError::AdminProhibited);
         };
+        self.reset_client(pkt, key, &segment, DropReason::FirewallReject, now_ns)
+    }
+
+    /// Answers `segment` with a TCP reset toward its sender (never a reset to a reset),
+    /// rate-limited like ICMP errors; the segment itself counts as dropped for `reason`.
+    fn reset_client(
+        &mut self,
+        pkt: &mut PacketBuf,
+        key: &FlowKey,
+        segment: &TcpSegment,
+        reason: DropReason,
+        now_ns: u64,
+    ) -> Verdict {
         if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < RESET_LEN {
-            return Verdict::Drop(DropReason::FirewallReject);
+            return Verdict::Drop(reason);
         }
         if !self.icmp_errors.try_take(now_ns) {
             self.counters.icmp_errors_rate_limited.inc();
-            return Verdict::Drop(DropReason::FirewallReject);
+            return Verdict::Drop(reason);
         }
-        write_reset(pkt, key, &segment);
+        write_reset(pkt, key, segment);
         match self.send_generated(pkt, key.src) {
             Some(verdict) => {
-                self.counters.record_drop(DropReason::FirewallReject);
+                self.counters.record_drop(reason);
                 verdict
             }
-            None => Verdict::Drop(DropReason::FirewallReject),
+            None => Verdict::Drop(reason),
         }
     }
 }
+
+/// The sender's MAC: parental policies may name devices by it.
+fn source_mac(pkt: &PacketBuf) -> EthernetAddress {
+    crate::wire::EthernetFrame::new_unchecked(pkt.bytes()).src_addr()
+}
+
+const DNS_PORT: u16 = 53;
 
 const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
 

@@ -100,6 +100,11 @@ drop_reasons! {
     FirewallRecheck => "firewall_recheck",
     /// An ICMP error that quotes no flow the gateway knows.
     UnrelatedIcmpError => "unrelated_icmp_error",
+    /// A flow whose DNS name, TLS server name or HTTP host/URL is blocked (keyword block or a
+    /// parental category): the client got NXDOMAIN or a TCP reset.
+    ContentBlocked => "content_blocked",
+    /// A device outside its allowed hours, or paused, by parental control.
+    ParentalBlocked => "parental_blocked",
     /// Over the QoS rate of its link and class.
     QosPoliced => "qos_policed",
     /// More than one mbuf segment (the gateway does not enable scatter).

@@ -122,6 +122,7 @@ fn stateful(rules: Vec<Rule>, generation: u32, recheck_established: bool) -> Sta
         .set(LAN_ZONE, WAN_ZONE, Action::Accept)
         .set(LAN_ZONE, ZoneId::LOCAL, Action::Accept);
     Stateful {
+        content: None,
         zones: vec![LAN_ZONE, WAN_ZONE],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(rules, policy).unwrap(),
