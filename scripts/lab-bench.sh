@@ -104,17 +104,15 @@ feature_snippet() {
     case $1 in
         qos) cat <<'TOML' ;;
 [qos]
-# Egress shaping per interface with priority classes; rates far above the lab's line rate.
+# Policing of the WAN links with a priority class; rates far above what the lab carries, so
+# the row measures the policer's cost, not its limit.
 enabled = true
-[[qos.interfaces]]
-interface = "wan"
-egress_kbps = 100000000
-ingress_kbps = 100000000
-[[qos.classes]]
-name = "interactive"
-priority = 0
+uplink_mbps = 100000
+downlink_mbps = 100000
+burst_ms = 20
+[[qos.priority]]
 protocol = "udp"
-destination_ports = "53"
+ports = "5060-5061"
 TOML
         meter) cat <<'TOML' ;;
 [traffic_meter]
@@ -125,18 +123,19 @@ top_hosts = 10
 TOML
         keyword) cat <<'TOML' ;;
 [keyword_block]
-# Drop HTTP requests (Host, URL) and TLS ClientHellos (SNI) containing a keyword.
+# Block DNS names, TLS SNI and HTTP Host/URL on these lists; the benchmark never hits them.
 enabled = true
-keywords = ["blocked-by-lab-bench.example", "casino"]
+domains = ["blocked-by-lab-bench.example"]
+keywords = ["casino"]
 TOML
         parental) cat <<'TOML' ;;
 [parental_control]
-# Per-device schedules; this device is not one of the lab hosts, so the benchmark flows pass.
+# Per-device hours; this device is not one of the lab hosts, so the benchmark flows pass.
 enabled = true
 [[parental_control.devices]]
 name = "kids-tablet"
-address = "192.168.10.50"
-blocked = ["mon 21:00-07:00", "tue 21:00-07:00", "wed 21:00-07:00", "thu 21:00-07:00", "sun 21:00-07:00"]
+addresses = ["192.168.10.50"]
+allowed = ["mon-fri 07:00-21:00", "sat,sun 08:00-22:00"]
 TOML
     esac
 }
