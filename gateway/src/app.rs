@@ -14,7 +14,7 @@ use pipeline::{NeighborView, Pipeline, WorkerCounters, WorkerSetup};
 
 use crate::bonds::BondWatch;
 use crate::config::{
-    device_name, is_pci_address, BondConfig, GatewayConfig, HugepageMode, LacpRate,
+    device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode, LacpRate,
 };
 use crate::control::ControlPlane;
 use crate::dpdk::{
@@ -141,6 +141,7 @@ fn serve(
             rx_descriptors: iface.rx_descriptors,
             tx_descriptors: iface.tx_descriptors,
             mtu: Some(iface.mtu),
+            rss_key: iface.rss_key.as_deref().and_then(parse_hex),
             ..PortConfig::default()
         };
         let dedicated_lacp = match &iface.bond {

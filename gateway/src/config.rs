@@ -281,6 +281,11 @@ pub struct InterfaceConfig {
     pub rx_descriptors: u16,
     #[serde(default = "default_descriptors")]
     pub tx_descriptors: u16,
+    /// The Toeplitz RSS key as hex (40 bytes on the X550); omitted: the driver's default.
+    /// The redirection table keeps the driver's default, spreading hashes evenly over the
+    /// workers' queues.
+    #[serde(default)]
+    pub rss_key: Option<String>,
 }
 
 fn default_mtu() -> u16 {
@@ -746,6 +751,11 @@ impl GatewayConfig {
             if iface.address.len == 0 || iface.address.len > 30 {
                 return Err(invalid(field("address"), "prefix length must be 1..=30"));
             }
+            if let Some(key) = &iface.rss_key {
+                if parse_hex(key).is_none() {
+                    return Err(invalid(field("rss_key"), "must be an even number of hex digits"));
+                }
+            }
             if iface.mtu < 576 || iface.mtu as u32 + 18 > self.mempool.data_room as u32 {
                 return Err(invalid(
                     field("mtu"),
@@ -918,6 +928,18 @@ impl GatewayConfig {
     }
 }
 
+/// Bytes from hex ("6d5a6d5a..."), ignoring colons and spaces.
+pub fn parse_hex(text: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u8> = text.bytes().filter(|b| !matches!(b, b':' | b' ')).collect();
+    if digits.is_empty() || digits.len() % 2 != 0 {
+        return None;
+    }
+    digits
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
+}
+
 /// The DPDK device name in a device string: the part before the first comma.
 pub fn device_name(device: &str) -> &str {
     device.split(',').next().unwrap_or(device).trim()
@@ -998,6 +1020,19 @@ mod tests {
         let main_as_worker = LAB.replace("lcores = [1]", "lcores = [0]");
         let err = parse(&main_as_worker).unwrap_err().to_string();
         assert!(err.starts_with("workers.lcores[0]:"), "{err}");
+    }
+
+    #[test]
+    fn rss_keys_are_hex() {
+        assert_eq!(parse_hex("6d5a:6D5A"), Some(vec![0x6d, 0x5a, 0x6d, 0x5a]));
+        assert_eq!(parse_hex("6d5"), None);
+        assert_eq!(parse_hex("zz"), None);
+        let bad = LAB.replace(
+            "address = \"10.0.0.1/24\"",
+            "address = \"10.0.0.1/24\"\nrss_key = \"xyz\"",
+        );
+        let err = parse(&bad).unwrap_err().to_string();
+        assert!(err.starts_with("interfaces[1].rss_key:"), "{err}");
     }
 
     #[test]

@@ -49,3 +49,11 @@ pass "metrics agree: $setups flows set up, $entries tracked, $in_use NAT ports b
 
 stop_gateway
 pass "gateway stops cleanly"
+if ls /dev/hugepages 2>/dev/null | grep -q "gateway-e2e"; then
+    fail "hugepage files left behind: $(ls /dev/hugepages | grep gateway-e2e | head -3)"
+fi
+"$ROOT/scripts/lab.sh" down
+if ip netns list | grep -q "^gwlab-" || ip -br link | grep -q "^gwl-"; then
+    fail "namespaces or veths left behind after lab down"
+fi
+pass "nothing left behind: no hugepage file, namespace or veth"
