@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use pipeline::meter::HostMeter;
+use pipeline::nat::Ownership;
 use pipeline::neigh::NeighborConfig;
 use pipeline::wire::EthernetAddress;
 use pipeline::{NeighborView, Pipeline, WorkerCounters, WorkerSetup};
@@ -17,6 +18,7 @@ use crate::config::{
     device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode, LacpRate,
 };
 use crate::control::ControlPlane;
+use crate::dpdk::flow::FlowRule;
 use crate::dpdk::{
     self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, PortId, QueueId,
 };
@@ -175,6 +177,7 @@ fn serve(
         .iter()
         .map(|port| port.mac_address())
         .collect::<Result<Vec<_>, _>>()?;
+    let steering = steer_nat_replies(config, &ports, workers);
     let mut bond_watch = BondWatch::default();
     for (iface, port) in config.interfaces.iter().zip(&ports) {
         if let Some(bond) = &iface.bond {
@@ -348,6 +351,7 @@ fn serve(
     }
     report(&ports, &worker_counters, &control_counters);
     drop(control);
+    drop(steering);
     drop(ports);
     if pool.in_use() != 0 {
         tracing::warn!(
@@ -366,6 +370,50 @@ fn serve(
         );
     }
     Ok(())
+}
+
+/// On devices with rte_flow (the X550's flow director), NAT replies go straight to the queue
+/// of the worker owning their port class. A refused rule is logged once per port; the
+/// handoff rings then carry those replies, as they always do for ICMP and fragments.
+fn steer_nat_replies(config: &GatewayConfig, ports: &[Port], workers: u16) -> Vec<FlowRule> {
+    let mut rules = Vec::new();
+    if workers < 2 {
+        return rules;
+    }
+    let ownership = Ownership::new(workers);
+    for (iface, port) in config.interfaces.iter().zip(ports) {
+        if !config.nat.masquerade.contains(&iface.name) {
+            continue;
+        }
+        let before = rules.len();
+        let attempt = (0..=ownership.mask()).try_for_each(|class| {
+            for protocol in [6, 17] {
+                let queue = QueueId(ownership.port_owner(class));
+                let rule = dpdk::flow::steer_port_class(
+                    port.id(),
+                    iface.address.addr,
+                    protocol,
+                    class,
+                    ownership.mask(),
+                    queue,
+                )?;
+                rules.push(rule);
+            }
+            Ok::<(), dpdk::DpdkError>(())
+        });
+        match attempt {
+            Ok(()) => tracing::info!(
+                port = iface.name,
+                rules = rules.len() - before,
+                "NAT replies steered to their owners' queues by rte_flow"
+            ),
+            Err(err) => tracing::info!(
+                port = iface.name,
+                "rte_flow steering refused ({err}); handoff rings bring NAT replies to their owners"
+            ),
+        }
+    }
+    rules
 }
 
 /// Shares each link's rate among the workers by their measured demand (max-min fair), so the

@@ -753,7 +753,10 @@ impl GatewayConfig {
             }
             if let Some(key) = &iface.rss_key {
                 if parse_hex(key).is_none() {
-                    return Err(invalid(field("rss_key"), "must be an even number of hex digits"));
+                    return Err(invalid(
+                        field("rss_key"),
+                        "must be an even number of hex digits",
+                    ));
                 }
             }
             if iface.mtu < 576 || iface.mtu as u32 + 18 > self.mempool.data_room as u32 {
@@ -931,7 +934,7 @@ impl GatewayConfig {
 /// Bytes from hex ("6d5a6d5a..."), ignoring colons and spaces.
 pub fn parse_hex(text: &str) -> Option<Vec<u8>> {
     let digits: Vec<u8> = text.bytes().filter(|b| !matches!(b, b':' | b' ')).collect();
-    if digits.is_empty() || digits.len() % 2 != 0 {
+    if digits.is_empty() || !digits.len().is_multiple_of(2) {
         return None;
     }
     digits

@@ -20,6 +20,10 @@ grep -q 'lcores = \[1, 2\]' "$WORK/gateway.toml" || fail "test config lacks two 
 METRICS=http://127.0.0.1:19104/metrics
 start_gateway "$WORK/gateway.toml"
 grep -q "rx_queues=2" "$WORK/gateway.log" || fail "ports did not start with two queues"
+# af_packet has no rte_flow: the gateway must try, say so, and fall back to the handoff rings.
+grep -q "rte_flow steering refused" "$WORK/gateway.log" \
+    || fail "no rte_flow steering attempt was logged for the masqueraded port"
+pass "rte_flow steering of NAT replies was tried and refused by af_packet; handoff takes over"
 
 read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 10.0.0.2 -P 8) || fail "8 streams through masquerade"
 [[ $peer == 10.0.0.1 ]] || fail "the WAN host saw $peer, not 10.0.0.1"

@@ -3,6 +3,7 @@
 pub mod bond;
 mod eal;
 mod error;
+pub mod flow;
 mod ids;
 mod lcore;
 mod mbuf;
