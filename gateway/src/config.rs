@@ -981,10 +981,10 @@ mod tests {
     fn parse(text: &str) -> Result<GatewayConfig, ConfigError> {
         let dir = std::env::temp_dir().join(format!("gw-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join(format!(
-            "{:x}.toml",
-            text.len() * 31 + text.bytes().map(usize::from).sum::<usize>()
-        ));
+        // Tests run in parallel threads: each call gets a file of its own.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file = dir.join(format!("config-{n}.toml"));
         std::fs::write(&file, text).unwrap();
         let result = GatewayConfig::load(&file);
         std::fs::remove_file(&file).ok();

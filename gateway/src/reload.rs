@@ -136,9 +136,12 @@ mod tests {
         let text =
             std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/lab.toml"))
                 .unwrap();
+        // Tests run in parallel threads: each gets a file of its own.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("gw-reload-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("lab.toml");
+        let file = dir.join(format!("lab-{n}.toml"));
         std::fs::write(&file, text).unwrap();
         GatewayConfig::load(&file).unwrap()
     }
