@@ -22,7 +22,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/scripts/lablib.sh"
 LAB=$ROOT/scripts/lab.sh
 GATEWAY=${GATEWAY:-$ROOT/target/release/gateway}
-SECS=${LAB_BENCH_SECONDS:-10}
+SECS=${LAB_BENCH_SECONDS:-5}
+RUNS=${LAB_BENCH_RUNS:-3}
 JSON_OUT=${LAB_BENCH_JSON:-$ROOT/target/lab-bench.json}
 LINUX_NS=gwlab-linux
 GATEWAY_PREFIX=gateway-lab-bench
@@ -32,6 +33,7 @@ METRICS_LISTEN=127.0.0.1:19107
 [[ $EUID -eq 0 ]] || { echo "lab-bench: run as root (namespaces, DPDK)" >&2; exit 1; }
 [[ -x $GATEWAY ]] || { echo "lab-bench: $GATEWAY missing; make build" >&2; exit 1; }
 [[ $SECS =~ ^[1-9][0-9]*$ ]] || { echo "lab-bench: LAB_BENCH_SECONDS=$SECS is not a positive integer" >&2; exit 1; }
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "lab-bench: LAB_BENCH_RUNS=$RUNS is not a positive integer" >&2; exit 1; }
 if ip netns list | grep -qE "^(gwlab-lan|gwlab-wan|$LINUX_NS)\b" || ip link show gwl-lan >/dev/null 2>&1; then
     echo "lab-bench: the lab is already up (a demo or test running?); stop it or run scripts/lab.sh down" >&2
     exit 1
@@ -188,22 +190,33 @@ record() {
     (IFS=$'\t'; echo "${out[*]}") >>"$RESULTS"
 }
 
-# measure SERVER_NS CLIENT_NS ADDRESS: downlink then uplink; sets DOWN UP DOWN_PEER UP_PEER NOTE.
+# measure SERVER_NS CLIENT_NS ADDRESS: RUNS rounds of downlink then uplink, the median of each
+# (single runs on a small shared machine vary by 10-20%); sets DOWN UP DOWN_PEER UP_PEER NOTE.
 measure() {
-    local server_ns=$1 client_ns=$2 address=$3 out
+    local server_ns=$1 client_ns=$2 address=$3 out downs=() ups=() round gbps
     DOWN= UP= DOWN_PEER= UP_PEER= NOTE=
-    if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" 2>"$WORK/iperf3.err"); then
-        read -r DOWN_PEER DOWN <<<"$out"
-    else
-        NOTE="downlink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
-    fi
-    if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" -R 2>"$WORK/iperf3.err"); then
-        read -r UP_PEER UP <<<"$out"
-    else
-        NOTE="${NOTE:+$NOTE; }uplink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
-    fi
-    echo "   downlink ${DOWN:-failed} Gbit/s, uplink ${UP:-failed} Gbit/s"
-    [[ -n $DOWN && -n $UP ]]
+    for round in $(seq 1 "$RUNS"); do
+        if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" 2>"$WORK/iperf3.err"); then
+            read -r DOWN_PEER gbps <<<"$out"
+            downs+=("$gbps")
+        else
+            NOTE="downlink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
+        fi
+        if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" -R 2>"$WORK/iperf3.err"); then
+            read -r UP_PEER gbps <<<"$out"
+            ups+=("$gbps")
+        else
+            NOTE="${NOTE:+$NOTE; }uplink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
+        fi
+    done
+    [[ -z $NOTE ]] || { echo "   $NOTE"; return 1; }
+    DOWN=$(median "${downs[@]}")
+    UP=$(median "${ups[@]}")
+    echo "   downlink ${DOWN} Gbit/s (runs: ${downs[*]}), uplink ${UP} Gbit/s (runs: ${ups[*]})"
+}
+
+median() {
+    python3 -c 'import statistics, sys; print("%.2f" % statistics.median(map(float, sys.argv[1:])))' "$@"
 }
 
 start_gateway() { # config
@@ -381,7 +394,7 @@ linux_reference
 
 # --- the table and the JSON ----------------------------------------------------------------------
 mkdir -p "$(dirname "$JSON_OUT")"
-export LB_DATE LB_KERNEL LB_CPU LB_CPUS LB_IPERF3 LB_DPDK LB_SECS=$SECS LB_TESTPMD_MEMORY=$TESTPMD_MEMORY
+export LB_DATE LB_KERNEL LB_CPU LB_CPUS LB_IPERF3 LB_DPDK LB_SECS=$SECS LB_RUNS=$RUNS LB_TESTPMD_MEMORY=$TESTPMD_MEMORY
 export LB_LOAD_START=$LOADAVG_START LB_LOAD_END
 LB_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 LB_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -414,7 +427,7 @@ def fmt(v, spec="%.2f"):
 env = os.environ
 default = by_key.get("default", {})
 out = []
-out.append("gateway lab benchmark (issue 7): iperf3 TCP, %s s per run, default settings" % env["LB_SECS"])
+out.append("gateway lab benchmark (issue 7): iperf3 TCP, median of %s runs of %s s, default settings" % (env["LB_RUNS"], env["LB_SECS"]))
 out.append("port forward 10.0.0.1:5201 -> 192.168.10.2:5201 (server on the LAN host, client on the WAN host)")
 out.append("downlink = WAN -> LAN (the client sends), uplink = LAN -> WAN (iperf3 -R)")
 out.append("date %s | kernel %s | CPU %s (%s CPUs) | DPDK %s | %s"
@@ -477,7 +490,7 @@ print("\n".join(out))
 
 doc = dict(benchmark="lab-bench", issue=7, date=env["LB_DATE"], kernel=env["LB_KERNEL"],
            cpu=env["LB_CPU"], cpus=int(env["LB_CPUS"]), dpdk=env["LB_DPDK"], iperf3=env["LB_IPERF3"],
-           seconds_per_run=int(env["LB_SECS"]), protocol="tcp",
+           seconds_per_run=int(env["LB_SECS"]), runs=int(env["LB_RUNS"]), protocol="tcp",
            loadavg_start=env["LB_LOAD_START"], loadavg_end=env["LB_LOAD_END"],
            topology=dict(server="gwlab-lan 192.168.10.2:5201", client="gwlab-wan 10.0.0.2",
                          target="10.0.0.1:5201 (port forward; 192.168.10.2 directly for testpmd)",
