@@ -203,7 +203,6 @@ fn serve(
     let mut launched = Vec::new();
     let mut from_workers = Vec::new();
     let mut worker_counters = Vec::new();
-    let port_ids: Vec<_> = ports.iter().map(|port| port.id()).collect();
     let mut handoff_links = HandoffLinks::mesh(worker_lcores.len())?.into_iter();
     let mut meters = Vec::new();
     let mut qos_stats = Vec::new();
@@ -243,7 +242,6 @@ fn serve(
         pipeline.set_wall_clock(unix_now, 0);
         let worker = Worker {
             queue: QueueId(index as u16),
-            port_ids: port_ids.clone(),
             handoff: handoff_links.next().expect("one set of links per worker"),
             egress: Egress::new(handles.clone(), QueueId(index as u16)),
             pool: pool.clone(),
@@ -268,7 +266,6 @@ fn serve(
     let router_published = router.clone();
     let mut control = ControlPlane::new(
         control_to_worker,
-        ports.iter().map(|port| port.id()).collect(),
         from_workers,
         pool.clone(),
         router,

@@ -259,7 +259,6 @@ impl Lab {
         let (to_control, _unread) = MbufRing::create("bench_control", 1024, any)?;
         let worker = Worker {
             queue: QueueId(0),
-            port_ids: vec![lan.id(), wan.id()],
             handoff: HandoffLinks::mesh(1)?.pop().context("one worker's links")?,
             egress: Egress::new(vec![lan.handle(), wan.handle()], QueueId(0)),
             pool: pool.clone(),

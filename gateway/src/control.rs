@@ -15,7 +15,7 @@ use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
 use crate::clock::Clock;
-use crate::dpdk::{Mbuf, MbufBatch, Mempool, PortId, RingConsumer, RingProducer};
+use crate::dpdk::{Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer};
 use crate::egress::split_into_fragments;
 use crate::published::Published;
 
@@ -33,8 +33,6 @@ pub struct ControlPlane {
     /// To worker 0, which transmits; each mbuf's port field names its egress interface.
     to_worker: RingProducer,
     outbox: MbufBatch,
-    /// DPDK port id of each interface, to map a packet's arrival port to its interface.
-    pub port_ids: Vec<PortId>,
     pub from_workers: Vec<RingConsumer>,
     pub pool: Arc<Mempool>,
     pub router: Arc<Published<RouterConfig>>,
@@ -49,7 +47,6 @@ impl ControlPlane {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         to_worker: RingProducer,
-        port_ids: Vec<PortId>,
         from_workers: Vec<RingConsumer>,
         pool: Arc<Mempool>,
         router: Arc<Published<RouterConfig>>,
@@ -60,7 +57,6 @@ impl ControlPlane {
         ControlPlane {
             to_worker,
             outbox: MbufBatch::new(),
-            port_ids,
             from_workers,
             pool,
             router,

@@ -11,7 +11,7 @@ use pipeline::{
 
 use crate::clock::Clock;
 use crate::dpdk::{
-    self, Mbuf, MbufBatch, Mempool, PortHandle, PortId, QueueId, RingConsumer, RingProducer,
+    self, Mbuf, MbufBatch, Mempool, PortHandle, QueueId, RingConsumer, RingProducer,
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
@@ -24,8 +24,6 @@ const EXPIRE_BUDGET: usize = 32;
 /// Everything a worker owns or reads, handed to it at launch.
 pub struct Worker {
     pub queue: QueueId,
-    /// DPDK port id of each interface, to tell where a handed-off packet arrived.
-    pub port_ids: Vec<PortId>,
     pub handoff: HandoffLinks,
     pub egress: Egress,
     pub pool: Arc<Mempool>,
@@ -116,7 +114,7 @@ impl Worker {
         self.counters.handoffs_received.add(arrived as u64);
         for mut mbuf in batch.drain() {
             let port = mbuf.port().0;
-            if usize::from(port) >= self.port_ids.len() {
+            if usize::from(port) >= self.egress.ports().len() {
                 self.counters.record_drop(DropReason::NotOurMac);
                 continue;
             }

@@ -64,16 +64,6 @@ pub fn disable_dedicated_lacp_queues(bond: PortId) -> Result<()> {
     Ok(())
 }
 
-/// Every member added to the bond.
-pub fn members(bond: PortId) -> Result<Vec<PortId>> {
-    let mut members = [0u16; dpdk_sys::RTE_MAX_ETHPORTS as usize];
-    let len = members.len() as u16;
-    // SAFETY: valid port; the array holds RTE_MAX_ETHPORTS entries, the most there can be.
-    let count = unsafe { dpdk_sys::rte_eth_bond_slaves_get(bond.0, members.as_mut_ptr(), len) };
-    let count = check("rte_eth_bond_slaves_get", count)? as usize;
-    Ok(members[..count].iter().map(|&id| PortId(id)).collect())
-}
-
 pub fn member_lacp(bond: PortId, member: PortId) -> Result<MemberLacp> {
     let mut info = dpdk_sys::rte_eth_bond_8023ad_slave_info::default();
     // SAFETY: valid ports and out-pointer.
