@@ -129,9 +129,11 @@ impl Default for QosSettings {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct QosPriorityRule {
-    /// A LAN host.
+    /// A LAN host, by address and/or MAC ("02:00:00:00:00:50").
     #[serde(default)]
     pub host: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub mac: Option<String>,
     #[serde(default)]
     pub dscp: Option<u8>,
     #[serde(default)]

@@ -192,6 +192,7 @@ pub fn qos_config(config: &GatewayConfig) -> Option<pipeline::qos::QosConfig> {
         .map(|rule| ClassRule {
             class: Class::Priority,
             host: rule.host,
+            mac: rule.mac.as_deref().and_then(|mac| mac.parse().ok()),
             dscp: rule.dscp,
             protocol: rule.protocol.map(|p| match p {
                 L4Protocol::Tcp => ipv4::protocol::TCP,

@@ -19,7 +19,9 @@ use crate::ratelimit::TokenBucket;
 use crate::router::{Interface, RouterConfig};
 use crate::stateful::{FlowData, Stage, Translation};
 use crate::verdict::{ControlWork, DropReason, Verdict};
-use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
+use crate::wire::{
+    ethernet, icmp, ipv4, EthernetAddress, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr,
+};
 
 /// RFC 1812 4.3.2.3: an ICMP error carries as much of the original as fits in 576 bytes.
 const ICMP_ERROR_MAX_LEN: usize = 576;
@@ -332,9 +334,17 @@ impl Pipeline {
             Stage::Forward(translation) => translation,
             Stage::Done(verdict) => return verdict,
         };
+        let src_mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
         let mut verdict = self.route_and_send(pkt, ingress.port, now_ns, translation);
         if self.qos.is_some() {
-            verdict = self.police(ingress.port, src, pkt, verdict, frame_len as u64, now_ns);
+            verdict = self.police(
+                ingress.port,
+                (src, src_mac),
+                pkt,
+                verdict,
+                frame_len as u64,
+                now_ns,
+            );
         }
         if self.meter.is_some() {
             self.meter_packet(ingress.port, src, pkt, verdict, frame_len as u64);
@@ -348,7 +358,7 @@ impl Pipeline {
     fn police(
         &mut self,
         ingress: u16,
-        src: Ipv4Addr,
+        (src, src_mac): (Ipv4Addr, EthernetAddress),
         pkt: &PacketBuf,
         verdict: Verdict,
         bytes: u64,
@@ -365,9 +375,15 @@ impl Pipeline {
             masquerade[usize::from(egress)],
         );
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let (link, host) = match (from_outside, to_outside) {
-            (false, true) => (0, src),
-            (true, false) => (1, ip.dst_addr()),
+        // The LAN host's MAC: the sender's for uplink (kept before L2 was rewritten), the
+        // next hop's (the host itself) for downlink.
+        let (link, host, mac) = match (from_outside, to_outside) {
+            (false, true) => (0, src, Some(src_mac)),
+            (true, false) => (
+                1,
+                ip.dst_addr(),
+                Some(EthernetFrame::new_unchecked(pkt.bytes()).dst_addr()),
+            ),
             _ => return verdict,
         };
         let (src_port, dst_port) = match ip.protocol() {
@@ -382,6 +398,7 @@ impl Pipeline {
         };
         let info = PacketInfo {
             host,
+            mac,
             dscp: ip.dscp(),
             protocol: ip.protocol(),
             src_port,

@@ -93,6 +93,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::counters::{Counter, Gauge};
+use crate::wire::EthernetAddress;
 
 /// The part of a worker's rate reserved for priority traffic; the rest is bulk's, and bulk
 /// also gets whatever priority leaves unused.
@@ -160,6 +161,8 @@ impl PortRange {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketInfo {
     pub host: Ipv4Addr,
+    /// The LAN host's MAC, where the caller knows it: DHCP may move a device's IP, not its MAC.
+    pub mac: Option<EthernetAddress>,
     pub dscp: u8,
     pub protocol: u8,
     pub src_port: u16,
@@ -173,6 +176,7 @@ pub struct PacketInfo {
 pub struct ClassRule {
     pub class: Class,
     pub host: Option<Ipv4Addr>,
+    pub mac: Option<EthernetAddress>,
     pub dscp: Option<u8>,
     pub protocol: Option<u8>,
     pub ports: Option<PortRange>,
@@ -183,6 +187,7 @@ impl ClassRule {
         ClassRule {
             class,
             host: None,
+            mac: None,
             dscp: None,
             protocol: None,
             ports: None,
@@ -191,6 +196,11 @@ impl ClassRule {
 
     pub const fn with_host(mut self, host: Ipv4Addr) -> Self {
         self.host = Some(host);
+        self
+    }
+
+    pub const fn with_mac(mut self, mac: EthernetAddress) -> Self {
+        self.mac = Some(mac);
         self
     }
 
@@ -212,6 +222,7 @@ impl ClassRule {
     #[inline]
     pub fn matches(&self, pkt: &PacketInfo) -> bool {
         unset_or(self.host, |host| host == pkt.host)
+            && unset_or(self.mac, |mac| pkt.mac == Some(mac))
             && unset_or(self.dscp, |dscp| dscp == pkt.dscp)
             && unset_or(self.protocol, |protocol| protocol == pkt.protocol)
             && unset_or(self.ports, |ports| {
@@ -901,6 +912,7 @@ mod tests {
         ];
         let pkt = |h: u8, dscp: u8, protocol: u8, src_port: u16, dst_port: u16| PacketInfo {
             host: host(h),
+            mac: None,
             dscp,
             protocol,
             src_port,
@@ -921,6 +933,15 @@ mod tests {
         assert_eq!(classify(&rules, &pkt(3, 0, 1, 0, 0)), Class::Priority);
         assert_eq!(classify(&rules, &pkt(3, 0, 6, 1, 2)), Class::Bulk);
         assert_eq!(classify(&[], &pkt(3, 46, 17, 1, 2)), Class::Bulk);
+        // A device by MAC, whatever its address.
+        let tablet = EthernetAddress([2, 0, 0, 0, 0, 0x50]);
+        let by_mac = [ClassRule::new(Class::Priority).with_mac(tablet)];
+        let mut from_tablet = pkt(3, 0, 6, 1, 2);
+        assert_eq!(classify(&by_mac, &from_tablet), Class::Bulk, "MAC unknown");
+        from_tablet.mac = Some(tablet);
+        assert_eq!(classify(&by_mac, &from_tablet), Class::Priority);
+        from_tablet.mac = Some(EthernetAddress([2, 0, 0, 0, 0, 0x51]));
+        assert_eq!(classify(&by_mac, &from_tablet), Class::Bulk);
         // A rule with nothing set matches everything.
         assert_eq!(
             classify(&[ClassRule::new(Class::Priority)], &pkt(3, 0, 6, 1, 2)),
