@@ -7,9 +7,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use pipeline::control::{
-    answer_arp, echo_reply, write_arp_request, write_gratuitous_arp, write_l2,
-};
+use pipeline::control::{answer_arp, echo_reply, write_arp_request, write_l2};
 use pipeline::neigh::{Lookup, NeighborConfig, NeighborState, NeighborTable};
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
@@ -72,15 +70,8 @@ impl ControlPlane {
     pub fn announce(&mut self) {
         let (router, _) = self.router.load();
         for (port, iface) in router.interfaces.iter().enumerate() {
-            if let Some(mut mbuf) = Mbuf::alloc(&self.pool) {
-                let mut pkt = PacketBuf::new(mbuf.room_mut(), 0);
-                if write_gratuitous_arp(&mut pkt, iface) {
-                    let len = pkt.len();
-                    if mbuf.set_len(len).is_ok() {
-                        self.send(port as u16, mbuf);
-                    }
-                }
-            }
+            // A gratuitous ARP is a request for one's own address.
+            self.send_arp_request(&router, port as u16, iface.addr);
         }
         self.flush();
     }
@@ -278,8 +269,7 @@ impl ControlPlane {
     }
 
     fn flush(&mut self) {
-        self.to_worker.enqueue(&mut self.outbox);
-        let refused = self.outbox.free_all();
+        let (_, refused) = self.to_worker.enqueue_or_free(&mut self.outbox);
         if refused > 0 {
             self.counters
                 .record_drops(DropReason::ControlTxRingFull, refused as u64);

@@ -67,9 +67,8 @@ impl HandoffLinks {
         let Some(ring) = self.outgoing[index].as_mut() else {
             return;
         };
-        let queued = ring.enqueue(&mut self.batches[index]);
+        let (queued, refused) = ring.enqueue_or_free(&mut self.batches[index]);
         counters.handoffs_sent.add(queued as u64);
-        let refused = self.batches[index].free_all();
         if refused > 0 {
             counters.record_drops(DropReason::HandoffRingFull, refused as u64);
         }

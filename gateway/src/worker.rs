@@ -148,8 +148,7 @@ impl Worker {
     }
 
     fn flush_control(&mut self, control: &mut MbufBatch) {
-        self.to_control.enqueue(control);
-        let refused = control.free_all();
+        let (_, refused) = self.to_control.enqueue_or_free(control);
         if refused > 0 {
             self.counters
                 .record_drops(DropReason::ControlRingFull, refused as u64);

@@ -305,8 +305,8 @@ impl Pipeline {
         // reply or an ICMP error, would broadcast to the whole subnet. So must one of the
         // gateway's own addresses as source: it never receives what it sent, so that is a
         // spoof, and NAT would take it for a host and reflect replies to itself.
-        if is_martian_source(src)
-            || is_martian_destination(dst)
+        if is_martian(src)
+            || is_martian(dst)
             || self.router.interfaces.iter().any(|iface| {
                 iface.addr == src
                     || is_directed_broadcast(iface, src)
@@ -364,10 +364,8 @@ impl Pipeline {
         bytes: u64,
         now_ns: u64,
     ) -> Verdict {
-        let egress = match verdict {
-            Verdict::Transmit { port } | Verdict::Fragment { port } => port,
-            Verdict::Control(ControlWork::Resolve { port, .. }) => port,
-            _ => return verdict,
+        let Some(egress) = verdict.egress_port() else {
+            return verdict;
         };
         let masquerade = &self.router.stateful.masquerade;
         let (from_outside, to_outside) = (
@@ -426,10 +424,8 @@ impl Pipeline {
         bytes: u64,
     ) {
         let Some(meter) = &self.meter else { return };
-        let egress = match verdict {
-            Verdict::Transmit { port } | Verdict::Fragment { port } => port,
-            Verdict::Control(ControlWork::Resolve { port, .. }) => port,
-            _ => return,
+        let Some(egress) = verdict.egress_port() else {
+            return;
         };
         let router = &*self.router;
         let inside = |port: u16, ip: Ipv4Addr| {
@@ -688,16 +684,8 @@ fn is_directed_broadcast(iface: &Interface, ip: Ipv4Addr) -> bool {
     iface.prefix_len < 31 && iface.broadcast() == ip
 }
 
-/// Sources that must never be forwarded (RFC 1812 5.3.7).
-fn is_martian_source(ip: Ipv4Addr) -> bool {
-    ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || ip.is_broadcast()
-        || ip.octets()[0] == 0
-}
-
-fn is_martian_destination(ip: Ipv4Addr) -> bool {
+/// Addresses that must never be forwarded, as source or destination (RFC 1812 5.3.7).
+fn is_martian(ip: Ipv4Addr) -> bool {
     ip.is_unspecified()
         || ip.is_loopback()
         || ip.is_multicast()

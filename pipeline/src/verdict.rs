@@ -17,6 +17,18 @@ pub enum Verdict {
     Handoff { worker: u16 },
 }
 
+impl Verdict {
+    /// The port a forwarded packet leaves by, now or once its next hop resolves.
+    pub fn egress_port(&self) -> Option<u16> {
+        match *self {
+            Verdict::Transmit { port }
+            | Verdict::Fragment { port }
+            | Verdict::Control(ControlWork::Resolve { port, .. }) => Some(port),
+            _ => None,
+        }
+    }
+}
+
 /// Why a packet goes to the control thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ControlWork {

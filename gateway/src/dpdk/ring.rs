@@ -103,6 +103,13 @@ impl RingProducer {
         queued
     }
 
+    /// Queues what fits and frees the rest, leaving the batch empty: the one way a burst
+    /// leaves for a ring. Returns (queued, freed) so the caller counts both.
+    pub fn enqueue_or_free(&mut self, batch: &mut MbufBatch) -> (usize, usize) {
+        let queued = self.enqueue(batch);
+        (queued, batch.free_all())
+    }
+
     /// Queues one packet, or gives it back when the ring is full.
     pub fn enqueue_one(&mut self, mbuf: Mbuf) -> std::result::Result<(), Mbuf> {
         let mut one = MbufBatch::new();
