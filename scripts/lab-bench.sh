@@ -13,8 +13,17 @@
 #                   (0 main, 1 forwarding) as the gateway: the DPDK af_packet I/O floor. It does
 #                   no NAT, so each host routes the other subnet via a fake next hop with a static
 #                   ARP entry and the WAN host connects to 192.168.10.2 directly.
+# Measuring a few percent on a small shared machine, where one 5 s TCP run varies by 10-20%:
+#   - rounds: every mode runs once per round, in an order rotated each round, so drift in the
+#     machine's load falls on all modes alike; each figure is the mean over the rounds;
+#   - iperf3 (client and server) is pinned to the main lcore's CPU, away from the busy-polling
+#     forwarding lcore, and its first second (slow start) is omitted;
+#   - each ratio to Default comes with a bootstrap 90% interval, so the table says how precise
+#     it is; "within 5%" is judged on the ratio of means.
 # Environment:
-#   LAB_BENCH_SECONDS  iperf3 -t per run (default 10)
+#   LAB_BENCH_SECONDS  measured seconds per iperf3 run, after a 1 s warm-up (default 5)
+#   LAB_BENCH_RUNS     rounds of the gateway's modes (default 12)
+#   LAB_BENCH_REF_RUNS runs of each reference (default 4)
 #   LAB_BENCH_JSON     the JSON result (default target/lab-bench.json)
 # Exits 1 if a measurement failed or a landed feature rejects its snippet (after the table).
 set -euo pipefail
@@ -23,7 +32,8 @@ source "$ROOT/scripts/lablib.sh"
 LAB=$ROOT/scripts/lab.sh
 GATEWAY=${GATEWAY:-$ROOT/target/release/gateway}
 SECS=${LAB_BENCH_SECONDS:-5}
-RUNS=${LAB_BENCH_RUNS:-3}
+RUNS=${LAB_BENCH_RUNS:-12}
+REF_RUNS=${LAB_BENCH_REF_RUNS:-4}
 JSON_OUT=${LAB_BENCH_JSON:-$ROOT/target/lab-bench.json}
 LINUX_NS=gwlab-linux
 GATEWAY_PREFIX=gateway-lab-bench
@@ -34,6 +44,7 @@ METRICS_LISTEN=127.0.0.1:19107
 [[ -x $GATEWAY ]] || { echo "lab-bench: $GATEWAY missing; make build" >&2; exit 1; }
 [[ $SECS =~ ^[1-9][0-9]*$ ]] || { echo "lab-bench: LAB_BENCH_SECONDS=$SECS is not a positive integer" >&2; exit 1; }
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || { echo "lab-bench: LAB_BENCH_RUNS=$RUNS is not a positive integer" >&2; exit 1; }
+[[ $REF_RUNS =~ ^[1-9][0-9]*$ ]] || { echo "lab-bench: LAB_BENCH_REF_RUNS=$REF_RUNS is not a positive integer" >&2; exit 1; }
 if ip netns list | grep -qE "^(gwlab-lan|gwlab-wan|$LINUX_NS)\b" || ip link show gwl-lan >/dev/null 2>&1; then
     echo "lab-bench: the lab is already up (a demo or test running?); stop it or run scripts/lab.sh down" >&2
     exit 1
@@ -183,40 +194,39 @@ feature_available() {
     return 1
 }
 
-# record KIND KEY LABEL STATUS DOWN UP DOWN_PEER UP_PEER NOTE (one TSV row; "-" when empty)
+# record KIND KEY LABEL STATUS ROUND DIRECTION GBPS PEER NOTE (one TSV row; "-" when empty).
+# A measured mode or reference has one row per run; a mode that was not measured has one row.
 record() {
     local out=() field
     for field in "$@"; do out+=("${field:--}"); done
     (IFS=$'\t'; echo "${out[*]}") >>"$RESULTS"
 }
 
-# measure SERVER_NS CLIENT_NS ADDRESS: RUNS rounds of downlink then uplink, the median of each
-# (single runs on a small shared machine vary by 10-20%); sets DOWN UP DOWN_PEER UP_PEER NOTE.
-measure() {
-    local server_ns=$1 client_ns=$2 address=$3 out downs=() ups=() round gbps
-    DOWN= UP= DOWN_PEER= UP_PEER= NOTE=
-    for round in $(seq 1 "$RUNS"); do
-        if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" 2>"$WORK/iperf3.err"); then
-            read -r DOWN_PEER gbps <<<"$out"
-            downs+=("$gbps")
+# iperf3 runs on the main lcore's CPU (0 in the lab config and for testpmd), never on the
+# forwarding lcore, which polls without pause: -A pins the client and, through it, the server.
+IPERF3_CPU=0
+
+# measure_once KIND KEY LABEL ROUND SERVER_NS CLIENT_NS ADDRESS: one downlink and one uplink run.
+measure_once() {
+    local kind=$1 key=$2 label=$3 round=$4 server_ns=$5 client_ns=$6 address=$7
+    local direction flag out peer gbps failed=0 summary=()
+    for direction in down up; do
+        flag=()
+        [[ $direction == up ]] && flag=(-R)
+        if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" -O 1 \
+            -A "$IPERF3_CPU,$IPERF3_CPU" "${flag[@]}" 2>"$WORK/iperf3.err"); then
+            read -r peer gbps <<<"$out"
+            record "$kind" "$key" "$label" measured "$round" "$direction" "$gbps" "$peer" ""
+            summary+=("$direction $gbps")
         else
-            NOTE="downlink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
-        fi
-        if out=$(iperf3_run "$server_ns" "$client_ns" "$address" -t "$SECS" -R 2>"$WORK/iperf3.err"); then
-            read -r UP_PEER gbps <<<"$out"
-            ups+=("$gbps")
-        else
-            NOTE="${NOTE:+$NOTE; }uplink iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
+            record "$kind" "$key" "$label" failed "$round" "$direction" "" "" \
+                "${direction}link iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" | tr '\t' ' ' | cut -c1-200)"
+            summary+=("$direction FAILED")
+            failed=1
         fi
     done
-    [[ -z $NOTE ]] || { echo "   $NOTE"; return 1; }
-    DOWN=$(median "${downs[@]}")
-    UP=$(median "${ups[@]}")
-    echo "   downlink ${DOWN} Gbit/s (runs: ${downs[*]}), uplink ${UP} Gbit/s (runs: ${ups[*]})"
-}
-
-median() {
-    python3 -c 'import statistics, sys; print("%.2f" % statistics.median(map(float, sys.argv[1:])))' "$@"
+    echo "   round $round: ${summary[*]} Gbit/s"
+    return "$failed"
 }
 
 start_gateway() { # config
@@ -241,6 +251,7 @@ MODES=(default qos meter keyword parental all)
 declare -A LABEL=([default]="Default" [qos]="QoS" [meter]="Traffic Meter" [keyword]="Keyword Block"
                   [parental]="Parental Control" [all]="All on")
 declare -A AVAILABLE=()
+MEASURED=()
 for mode in "${MODES[@]}"; do
     label=${LABEL[$mode]}
     status=measured error=
@@ -264,26 +275,35 @@ for mode in "${MODES[@]}"; do
             fi
             ;;
     esac
-    if [[ $status != measured ]]; then
+    if [[ $status == measured ]]; then
+        MEASURED+=("$mode")
+    else
         echo "== $label: $status"
         record mode "$mode" "$label" "$status" "" "" "" "" "$error"
-        continue
     fi
-    echo "== $label: gateway with $(basename "$(mode_config "$mode")"), iperf3 ${SECS} s each way"
-    if ! start_gateway "$(mode_config "$mode")"; then
-        record mode "$mode" "$label" failed "" "" "" "" "gateway did not start"
-        continue
-    fi
-    if measure gwlab-lan gwlab-wan 10.0.0.1; then st=measured; else st=failed; fi
-    record mode "$mode" "$label" "$st" "$DOWN" "$UP" "$DOWN_PEER" "$UP_PEER" "$NOTE"
-    stop_gateway
+done
+
+# Round r runs the modes starting from the r-th, so no mode always follows the same one.
+for round in $(seq 1 "$RUNS"); do
+    count=${#MEASURED[@]}
+    for i in $(seq 0 $((count - 1))); do
+        mode=${MEASURED[$(((i + round - 1) % count))]}
+        label=${LABEL[$mode]}
+        echo "== round $round/$RUNS, $label: gateway with $(basename "$(mode_config "$mode")"), iperf3 ${SECS} s each way"
+        if ! start_gateway "$(mode_config "$mode")"; then
+            record mode "$mode" "$label" failed "$round" "" "" "" "gateway did not start"
+            continue
+        fi
+        measure_once mode "$mode" "$label" "$round" gwlab-lan gwlab-wan 10.0.0.1 || true
+        stop_gateway
+    done
 done
 
 # --- reference: dpdk-testpmd macfwd on the same vdevs and lcores ---------------------------------
 TESTPMD_MEMORY=
 testpmd_reference() {
     local label="dpdk-testpmd macfwd (DPDK I/O floor)"
-    echo "== $label, iperf3 ${SECS} s each way"
+    echo "== $label, $REF_RUNS runs of iperf3 ${SECS} s each way"
     if ! command -v dpdk-testpmd >/dev/null; then
         record ref testpmd "$label" failed "" "" "" "" "dpdk-testpmd not found (package dpdk-dev)"
         return
@@ -333,8 +353,9 @@ testpmd_reference() {
     ip -n gwlab-wan route replace 192.168.10.0/24 via 10.0.0.254
     ip -n gwlab-lan neigh replace 192.168.10.254 lladdr "$wan_mac" dev eth0 nud permanent
     ip -n gwlab-lan route replace 10.0.0.0/24 via 192.168.10.254
-    if measure gwlab-lan gwlab-wan 192.168.10.2; then st=measured; else st=failed; fi
-    record ref testpmd "$label" "$st" "$DOWN" "$UP" "$DOWN_PEER" "$UP_PEER" "${NOTE:-memory: $TESTPMD_MEMORY}"
+    for round in $(seq 1 "$REF_RUNS"); do
+        measure_once ref testpmd "$label" "$round" gwlab-lan gwlab-wan 192.168.10.2 || true
+    done
     stop_testpmd
     ip -n gwlab-wan route del 192.168.10.0/24 via 10.0.0.254 2>/dev/null || true
     ip -n gwlab-lan route del 10.0.0.0/24 via 192.168.10.254 2>/dev/null || true
@@ -344,7 +365,7 @@ testpmd_reference
 # --- reference: a Linux router with nftables -----------------------------------------------------
 linux_reference() {
     local label="Linux router (nftables NAT + SPI)"
-    echo "== $label, iperf3 ${SECS} s each way"
+    echo "== $label, $REF_RUNS runs of iperf3 ${SECS} s each way"
     if ! command -v nft >/dev/null; then
         record ref linux "$label" failed "" "" "" "" "nft not found (package nftables)"
         return
@@ -385,8 +406,9 @@ NFT
         record ref linux "$label" failed "" "" "" "" "nft could not load the ruleset"
         return
     fi
-    if measure gwlab-lan gwlab-wan 10.0.0.1; then st=measured; else st=failed; fi
-    record ref linux "$label" "$st" "$DOWN" "$UP" "$DOWN_PEER" "$UP_PEER" "$NOTE"
+    for round in $(seq 1 "$REF_RUNS"); do
+        measure_once ref linux "$label" "$round" gwlab-lan gwlab-wan 10.0.0.1 || true
+    done
     remove_linux_router
     "$LAB" down
 }
@@ -394,7 +416,7 @@ linux_reference
 
 # --- the table and the JSON ----------------------------------------------------------------------
 mkdir -p "$(dirname "$JSON_OUT")"
-export LB_DATE LB_KERNEL LB_CPU LB_CPUS LB_IPERF3 LB_DPDK LB_SECS=$SECS LB_RUNS=$RUNS LB_TESTPMD_MEMORY=$TESTPMD_MEMORY
+export LB_DATE LB_KERNEL LB_CPU LB_CPUS LB_IPERF3 LB_DPDK LB_SECS=$SECS LB_RUNS=$RUNS LB_REF_RUNS=$REF_RUNS LB_TESTPMD_MEMORY=$TESTPMD_MEMORY
 export LB_LOAD_START=$LOADAVG_START LB_LOAD_END
 LB_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 LB_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -404,30 +426,63 @@ LB_CPUS=$(nproc)
 LB_IPERF3=$(iperf3 --version 2>/dev/null | head -n 1)
 LB_DPDK=$(pkg-config --modversion libdpdk 2>/dev/null || echo unknown)
 python3 - "$RESULTS" "$JSON_OUT" <<'PY'
-import json, os, sys
+import json, os, random, statistics, sys
 
-rows = []
+TOLERANCE = 0.05
+# Fixed seed: the same runs always give the same interval.
+rng = random.Random(7)
+
+entries = {}  # key -> dict(kind, label, status, note, runs={"down": [...], "up": [...]}, peer)
+order = []
 for line in open(sys.argv[1]):
-    kind, key, label, status, down, up, down_peer, up_peer, note = line.rstrip("\n").split("\t")
-    num = lambda v: None if v == "-" else float(v)
-    rows.append(dict(kind=kind, key=key, label=label, status=status, down=num(down), up=num(up),
-                     down_peer=None if down_peer == "-" else down_peer,
-                     up_peer=None if up_peer == "-" else up_peer,
-                     note="" if note == "-" else note))
-modes = [r for r in rows if r["kind"] == "mode"]
-refs = [r for r in rows if r["kind"] == "ref"]
-by_key = {r["key"]: r for r in rows}
+    kind, key, label, status, rnd, direction, gbps, peer, note = line.rstrip("\n").split("\t")
+    if key not in entries:
+        entries[key] = dict(kind=kind, key=key, label=label, status=status, notes=[], peer=None,
+                            runs={"down": [], "up": []})
+        order.append(key)
+    e = entries[key]
+    if status == "measured":
+        e["runs"][direction].append(float(gbps))
+        e["peer"] = e["peer"] or (None if peer == "-" else peer)
+    else:
+        if e["status"] == "measured" or status != "failed":
+            e["status"] = status
+        if note != "-":
+            e["notes"].append(("round %s: " % rnd if rnd != "-" else "") + note)
+
+def mean(values):
+    return statistics.fmean(values) if values else None
 
 def ratio(a, b):
-    return None if a is None or b is None or b == 0 else round(a / b, 3)
+    return None if a is None or b is None or b == 0 else a / b
+
+def ratio_interval(runs, base_runs, draws=2000):
+    """Bootstrap 90% interval of mean(runs) / mean(base_runs)."""
+    if len(runs) < 2 or len(base_runs) < 2:
+        return None
+    ratios = sorted(
+        statistics.fmean(rng.choices(runs, k=len(runs)))
+        / statistics.fmean(rng.choices(base_runs, k=len(base_runs)))
+        for _ in range(draws))
+    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws) - 1]
 
 def fmt(v, spec="%.2f"):
     return "-" if v is None else spec % v
 
+def fmt_interval(iv):
+    return "-" if iv is None else "%.2f-%.2f" % iv
+
 env = os.environ
-default = by_key.get("default", {})
+modes = [entries[k] for k in order if entries[k]["kind"] == "mode"]
+refs = [entries[k] for k in order if entries[k]["kind"] == "ref"]
+default = entries.get("default")
+base = default["runs"] if default else {"down": [], "up": []}
+
 out = []
-out.append("gateway lab benchmark (issue 7): iperf3 TCP, median of %s runs of %s s, default settings" % (env["LB_RUNS"], env["LB_SECS"]))
+out.append("gateway lab benchmark (issue 7): iperf3 TCP, default settings; each figure is the mean of %s rounds"
+           % env["LB_RUNS"])
+out.append("(modes interleaved; references: %s runs) of %s s after a 1 s warm-up; iperf3 on CPU 0, the worker on CPU 1"
+           % (env["LB_REF_RUNS"], env["LB_SECS"]))
 out.append("port forward 10.0.0.1:5201 -> 192.168.10.2:5201 (server on the LAN host, client on the WAN host)")
 out.append("downlink = WAN -> LAN (the client sends), uplink = LAN -> WAN (iperf3 -R)")
 out.append("date %s | kernel %s | CPU %s (%s CPUs) | DPDK %s | %s"
@@ -435,67 +490,99 @@ out.append("date %s | kernel %s | CPU %s (%s CPUs) | DPDK %s | %s"
 out.append("load average at start %s, at end %s (the benchmark itself keeps about 2 CPUs busy)"
            % (env["LB_LOAD_START"], env["LB_LOAD_END"]))
 out.append("")
-head = "%-40s %10s %10s %10s %10s" % ("mode", "down Gb/s", "up Gb/s", "down/Def", "up/Def")
+head = "%-18s %9s %9s %8s %8s %11s %11s %8s" % (
+    "mode", "down Gb/s", "up Gb/s", "down/Def", "up/Def", "down 90%", "up 90%", "<=5%")
 out.append(head)
 out.append("-" * len(head))
 json_modes = []
-for r in modes:
-    dr, ur = ratio(r["down"], default.get("down")), ratio(r["up"], default.get("up"))
-    if r["status"] in ("measured", "failed") and (r["down"] is not None or r["up"] is not None):
-        line = "%-40s %10s %10s %10s %10s" % (r["label"], fmt(r["down"]), fmt(r["up"]), fmt(dr), fmt(ur))
-        if r["status"] == "failed":
-            line += "  (failed: %s)" % r["note"]
-    else:
-        line = "%-40s %10s" % (r["label"], r["status"])
+all_within = True
+for e in modes:
+    d, u = mean(e["runs"]["down"]), mean(e["runs"]["up"])
+    row = dict(mode=e["label"], key=e["key"], status=e["status"], downlink_gbps=d, uplink_gbps=u,
+               downlink_runs=e["runs"]["down"], uplink_runs=e["runs"]["up"],
+               lan_host_saw_client_as=e["peer"], note="; ".join(e["notes"]))
+    if d is None and u is None:
+        out.append("%-18s %9s%s" % (e["label"], e["status"],
+                                    "  (%s)" % row["note"] if row["note"] else ""))
+        all_within = False
+        json_modes.append(row)
+        continue
+    dr, ur = ratio(d, mean(base["down"])), ratio(u, mean(base["up"]))
+    di = ur_i = None
+    within = None
+    if e["key"] != "default":
+        di = ratio_interval(e["runs"]["down"], base["down"])
+        ur_i = ratio_interval(e["runs"]["up"], base["up"])
+        within = all(r is not None and abs(r - 1) <= TOLERANCE for r in (dr, ur))
+        all_within = all_within and within
+    line = "%-18s %9s %9s %8s %8s %11s %11s %8s" % (
+        e["label"], fmt(d), fmt(u), fmt(dr), fmt(ur), fmt_interval(di), fmt_interval(ur_i),
+        "-" if within is None else ("yes" if within else "NO"))
+    if e["status"] != "measured":
+        line += "  (%s: %s)" % (e["status"], row["note"])
+        all_within = False
     out.append(line)
-    json_modes.append(dict(mode=r["label"], key=r["key"], status=r["status"],
-                           downlink_gbps=r["down"], uplink_gbps=r["up"],
-                           downlink_ratio_to_default=dr, uplink_ratio_to_default=ur,
-                           lan_host_saw_client_as=r["down_peer"] or r["up_peer"], note=r["note"]))
+    row.update(downlink_ratio_to_default=dr, uplink_ratio_to_default=ur,
+               downlink_ratio_90pct_interval=di, uplink_ratio_90pct_interval=ur_i,
+               within_tolerance=within)
+    json_modes.append(row)
+out.append("")
+out.append("every mode within 5%% of Default in both directions: %s" % ("yes" if all_within else "NO"))
 out.append("")
 head = "%-40s %10s %10s" % ("reference", "down Gb/s", "up Gb/s")
 out.append(head)
 out.append("-" * len(head))
 json_refs = []
-for r in refs:
-    line = "%-40s %10s %10s" % (r["label"], fmt(r["down"]), fmt(r["up"]))
-    if r["status"] != "measured":
-        line += "  (%s: %s)" % (r["status"], r["note"])
+for e in refs:
+    d, u = mean(e["runs"]["down"]), mean(e["runs"]["up"])
+    line = "%-40s %10s %10s" % (e["label"], fmt(d), fmt(u))
+    if e["status"] != "measured":
+        line += "  (%s: %s)" % (e["status"], "; ".join(e["notes"]))
     out.append(line)
     gw = {}
     for gkey in ("default", "all"):
-        g = by_key.get(gkey)
-        if g and g["status"] == "measured":
-            gw[gkey] = dict(downlink=ratio(g["down"], r["down"]), uplink=ratio(g["up"], r["up"]))
-    json_refs.append(dict(reference=r["label"], key=r["key"], status=r["status"],
-                          downlink_gbps=r["down"], uplink_gbps=r["up"],
+        g = entries.get(gkey)
+        if g and g["runs"]["down"] and g["runs"]["up"]:
+            gw[gkey] = dict(downlink=ratio(mean(g["runs"]["down"]), d),
+                            uplink=ratio(mean(g["runs"]["up"]), u))
+    json_refs.append(dict(reference=e["label"], key=e["key"], status=e["status"],
+                          downlink_gbps=d, uplink_gbps=u,
+                          downlink_runs=e["runs"]["down"], uplink_runs=e["runs"]["up"],
                           gateway_default_ratio=gw.get("default"), gateway_all_on_ratio=gw.get("all"),
-                          lan_host_saw_client_as=r["down_peer"] or r["up_peer"], note=r["note"]))
+                          lan_host_saw_client_as=e["peer"], note="; ".join(e["notes"])))
 out.append("")
 head = "%-40s %10s %10s" % ("gateway vs reference", "down", "up")
 out.append(head)
 out.append("-" * len(head))
-for r in refs:
+for r in json_refs:
     for gkey, glabel in (("default", "Default"), ("all", "All on")):
-        g = by_key.get(gkey)
-        if g and g["status"] == "measured":
-            out.append("%-40s %10s %10s" % ("%s / %s" % (glabel, r["label"].split(" (")[0]),
-                                            fmt(ratio(g["down"], r["down"])), fmt(ratio(g["up"], r["up"]))))
-notes = [r for r in rows if r["status"] == "snippet rejected"]
-for r in notes:
-    out.append("")
-    out.append("%s: the gateway knows the section but rejects the lab-bench snippet; update it in "
-               "scripts/lab-bench.sh: %s" % (r["label"], r["note"]))
+        g = (r["gateway_default_ratio"] if gkey == "default" else r["gateway_all_on_ratio"])
+        if g:
+            out.append("%-40s %10s %10s" % ("%s / %s" % (glabel, r["reference"].split(" (")[0]),
+                                            fmt(g["downlink"]), fmt(g["uplink"])))
+out.append("")
+out.append("runs (Gbit/s, in round order):")
+for e in modes + refs:
+    if e["runs"]["down"] or e["runs"]["up"]:
+        out.append("  %-38s down %s | up %s" % (e["label"], " ".join("%.2f" % v for v in e["runs"]["down"]),
+                                                " ".join("%.2f" % v for v in e["runs"]["up"])))
+for e in modes:
+    if e["status"] == "snippet rejected":
+        out.append("")
+        out.append("%s: the gateway knows the section but rejects the lab-bench snippet; update it in "
+                   "scripts/lab-bench.sh: %s" % (e["label"], "; ".join(e["notes"])))
 print("\n".join(out))
 
 doc = dict(benchmark="lab-bench", issue=7, date=env["LB_DATE"], kernel=env["LB_KERNEL"],
            cpu=env["LB_CPU"], cpus=int(env["LB_CPUS"]), dpdk=env["LB_DPDK"], iperf3=env["LB_IPERF3"],
-           seconds_per_run=int(env["LB_SECS"]), runs=int(env["LB_RUNS"]), protocol="tcp",
+           seconds_per_run=int(env["LB_SECS"]), warmup_seconds=1, rounds=int(env["LB_RUNS"]),
+           reference_runs=int(env["LB_REF_RUNS"]), statistic="mean over runs",
+           protocol="tcp", tolerance=TOLERANCE, every_mode_within_tolerance=all_within,
            loadavg_start=env["LB_LOAD_START"], loadavg_end=env["LB_LOAD_END"],
            topology=dict(server="gwlab-lan 192.168.10.2:5201", client="gwlab-wan 10.0.0.2",
                          target="10.0.0.1:5201 (port forward; 192.168.10.2 directly for testpmd)",
                          downlink="WAN -> LAN (client sends)", uplink="LAN -> WAN (iperf3 -R)",
-                         lcores="0 main/control, 1 forwarding (gateway worker, testpmd fwd core)",
+                         lcores="0 main/control and iperf3, 1 forwarding (gateway worker, testpmd fwd core)",
                          testpmd_memory=env.get("LB_TESTPMD_MEMORY") or None),
            modes=json_modes, references=json_refs)
 with open(sys.argv[2], "w") as f:
@@ -504,6 +591,6 @@ with open(sys.argv[2], "w") as f:
 PY
 echo
 echo "JSON: $JSON_OUT"
-if grep -qP '\t(failed|snippet rejected)\t' "$RESULTS"; then
+if grep -qP '^[^\t]*\t[^\t]*\t[^\t]*\t(failed|snippet rejected)\t' "$RESULTS"; then
     exit 1
 fi

@@ -13,8 +13,8 @@ sed -e 's/^listen = .*/listen = "127.0.0.1:19104"/' \
     -e 's/^file_prefix = .*/file_prefix = "gateway-e2e"/' \
     -e 's/^lcores = \[1\]/lcores = [1, 2]/' \
     -e 's/^extra_args = \[\]/extra_args = []\ncpus = [0, 1, 0]/' \
-    -e 's/iface=gwl-lan"/iface=gwl-lan,qpairs=2"/' \
-    -e 's/iface=gwl-wan"/iface=gwl-wan,qpairs=2"/' \
+    -e 's/iface=gwl-lan\([,"]\)/iface=gwl-lan,qpairs=2\1/' \
+    -e 's/iface=gwl-wan\([,"]\)/iface=gwl-wan,qpairs=2\1/' \
     "$ROOT/configs/lab.toml" >"$WORK/gateway.toml"
 grep -q 'lcores = \[1, 2\]' "$WORK/gateway.toml" || fail "test config lacks two workers"
 METRICS=http://127.0.0.1:19104/metrics
