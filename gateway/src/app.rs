@@ -24,8 +24,8 @@ use crate::dpdk::{
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
-use crate::metrics::{self, MeterSource, Metrics, ReloadStatus, Sources};
-use crate::pipeline_config::{conntrack_config, qos_config, router_config};
+use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
+use crate::pipeline_config::{conntrack_config, router_config};
 use crate::published::Published;
 use crate::reload;
 use crate::worker::Worker;
@@ -215,24 +215,21 @@ fn serve(
         from_workers.push(from_worker);
         let counters = Arc::new(WorkerCounters::default());
         worker_counters.push(counters.clone());
-        let meter = config
-            .traffic_meter
-            .enabled
-            .then(|| Arc::new(HostMeter::new(config.traffic_meter.capacity)));
-        meters.extend(meter.clone());
+        // Allocated even while the meter is off, so that a reload can switch it on.
+        let meter = Arc::new(HostMeter::new(config.traffic_meter.capacity));
+        meters.push(meter.clone());
         let setup = WorkerSetup {
             worker: index as u16,
             workers,
             conntrack: conntrack_config(config),
             nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
             nat_bindings: config.nat.binding_capacity,
-            meter,
-            qos: qos_config(config),
+            meter: Some(meter),
         };
         let pipeline =
             Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
                 .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
-        qos_stats.extend(pipeline.qos_stats());
+        qos_stats.push(pipeline.qos_stats());
         let mut pipeline = pipeline;
         let unix_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -274,6 +271,9 @@ fn serve(
         neighbor_config,
     );
     control.announce();
+    let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
+        &config.traffic_meter,
+    ))));
     let metrics = Metrics::new(Sources {
         ports: ports
             .iter()
@@ -283,8 +283,7 @@ fn serve(
         qos: qos_stats.clone(),
         meter: MeterSource {
             workers: meters,
-            top_hosts: config.traffic_meter.top_hosts,
-            named_hosts: config.traffic_meter.named_hosts.clone(),
+            export: meter_export.clone(),
         },
         workers: worker_counters.clone(),
         control: control_counters.clone(),
@@ -309,10 +308,13 @@ fn serve(
     }
     let mut running = config.clone();
     let mut next_bond_sample = std::time::Instant::now();
-    let qos_rates = qos_config(config).map(|q| [q.uplink_bps, q.downlink_bps]);
+    let qos_rates = |router: &Published<pipeline::RouterConfig>| {
+        (router.load().0.qos.as_ref()).map(|q| [q.uplink_bps, q.downlink_bps])
+    };
+    let mut rates = qos_rates(&router_published);
     let mut next_qos_rebalance = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        if let Some(rates) = qos_rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance) {
+        if let Some(rates) = rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance) {
             rebalance_qos(&qos_stats, rates);
             next_qos_rebalance += Duration::from_millis(5);
         }
@@ -325,9 +327,14 @@ fn serve(
                 config_path,
                 running,
                 &macs,
-                &router_published,
-                &reload_status,
+                &ReloadTargets {
+                    router: &router_published,
+                    qos: &qos_stats,
+                    meter: &meter_export,
+                    status: &reload_status,
+                },
             );
+            rates = qos_rates(&router_published);
         }
         if control.poll() == 0 {
             std::thread::sleep(Duration::from_micros(200));
@@ -450,13 +457,26 @@ fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<boo
 
 /// Reads the config file again and applies what can change at runtime. A file that does not
 /// load or validate changes nothing; the failure is logged with its field and counted.
+/// What a reload publishes to.
+struct ReloadTargets<'a> {
+    router: &'a Published<pipeline::RouterConfig>,
+    qos: &'a [[Arc<pipeline::qos::QosStats>; 2]],
+    meter: &'a Published<MeterExport>,
+    status: &'a ReloadStatus,
+}
+
 fn apply_reload(
     path: &Path,
     running: GatewayConfig,
     macs: &[[u8; 6]],
-    router: &Published<pipeline::RouterConfig>,
-    status: &ReloadStatus,
+    targets: &ReloadTargets,
 ) -> GatewayConfig {
+    let ReloadTargets {
+        router,
+        qos,
+        meter,
+        status,
+    } = targets;
     let new = match GatewayConfig::load(path) {
         Ok(new) => new,
         Err(err) => {
@@ -475,6 +495,11 @@ fn apply_reload(
     let merged = reload::merge_for_reload(&running, new);
     match router_config(&merged, macs) {
         Ok(router_config) => {
+            if router_config.qos != router.load().0.qos {
+                // Before the workers can see it; demand moves the shares from there.
+                pipeline::qos::assign_equal_shares(qos, router_config.qos.as_ref());
+            }
+            meter.publish(Arc::new(MeterExport::from(&merged.traffic_meter)));
             router.publish(Arc::new(router_config));
             status.record(true);
             tracing::info!(

@@ -4,6 +4,10 @@
 //! the next packets: outbound UDP from LAN hosts becomes, once masqueraded, a reply from the
 //! remote end, and each reply delivered to the LAN becomes the next outbound packet. Only the
 //! cycles inside `poll_once` are counted; the generator's are not.
+//!
+//! The same flows are then run again with every feature a router review switches on (QoS,
+//! the traffic meter, keyword block, parental control), published to the worker the way a
+//! reload publishes them: the difference is the features' cost per packet.
 
 use std::mem::size_of;
 use std::net::Ipv4Addr;
@@ -14,21 +18,25 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use pipeline::conntrack::{ConntrackConfig, BYTES_PER_FLOW};
 use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::meter::HostMeter;
+use pipeline::qos::{assign_equal_shares, QosStats};
 use pipeline::router::Stateful;
 use pipeline::stateful::FlowData;
 use pipeline::wire::{checksum, EthernetAddress};
 use pipeline::{
-    IcmpLimits, Interface, NeighborView, Pipeline, RouterConfig, StaticRoute, WorkerCounters,
-    WorkerSetup,
+    DropReason, IcmpLimits, Interface, NeighborView, Pipeline, RouterConfig, StaticRoute,
+    WorkerCounters, WorkerSetup,
 };
 
 use crate::app::hugepages_available;
+use crate::config::{KeywordBlockConfig, ParentalConfig, QosSettings, TrafficMeterConfig};
 use crate::dpdk::{
     self, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, PortRings,
     QueueId, RingConsumer, RingProducer,
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
+use crate::pipeline_config::{content_policy, qos_config};
 use crate::published::Published;
 use crate::worker::{Worker, WorkerLoop};
 
@@ -119,7 +127,36 @@ fn bench(options: &BenchOptions, no_huge: bool) -> anyhow::Result<()> {
         options.new_percent,
         false,
     )?;
-    let rows = [floor, established, mixed];
+    let with_features = router_config(&lab.traffic, Some(&features()?))?;
+    assign_equal_shares(&[lab.qos_stats.clone()], with_features.qos.as_ref());
+    lab.router.publish(Arc::new(with_features));
+    let established_features =
+        lab.steady("all features on, established flows", seconds, 0, false)?;
+    let mixed_features = lab.steady(
+        "all features on, mix with new flows",
+        seconds,
+        options.new_percent,
+        false,
+    )?;
+    // The features were on, and cost what they do without refusing the bench's traffic.
+    let metered = lab.meter.snapshot().count();
+    anyhow::ensure!(
+        metered > 0,
+        "the traffic meter counted no host while it was on"
+    );
+    let policed = lab.counters.dropped(DropReason::QosPoliced);
+    let refused = lab.counters.dropped(DropReason::ParentalBlocked);
+    anyhow::ensure!(
+        policed == 0 && refused == 0,
+        "QoS policed {policed} and parental control refused {refused} of the bench's packets"
+    );
+    let rows = [
+        floor,
+        established,
+        mixed,
+        established_features,
+        mixed_features,
+    ];
     let drops = lab.counters.dropped_total();
 
     let memory_per_flow = BYTES_PER_FLOW + size_of::<FlowData>();
@@ -140,11 +177,13 @@ fn bench(options: &BenchOptions, no_huge: bool) -> anyhow::Result<()> {
             })
             .collect();
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
             rows[1].cycles_per_packet() - rows[0].cycles_per_packet(),
+            rows[3].cycles_per_packet() - rows[1].cycles_per_packet(),
+            rows[4].cycles_per_packet() - rows[2].cycles_per_packet(),
             setup_rate,
         );
         return Ok(());
@@ -175,6 +214,11 @@ fn bench(options: &BenchOptions, no_huge: bool) -> anyhow::Result<()> {
         rows[1].cycles_per_packet() - rows[0].cycles_per_packet()
     );
     println!(
+        "all features on (QoS, traffic meter, keyword block, parental control): {:+.1} cycles/packet established, {:+.1} in the mix",
+        rows[3].cycles_per_packet() - rows[1].cycles_per_packet(),
+        rows[4].cycles_per_packet() - rows[2].cycles_per_packet()
+    );
+    println!(
         "new-flow setup: {:.2} M flows/s per core ({:.0} cycles per flow, each with a NAT binding lookup)",
         setup_rate / 1e6,
         setup_cycles as f64 / options.flows as f64
@@ -198,6 +242,10 @@ struct Lab {
     wan_rx: RingProducer,
     lan_tx: RingConsumer,
     wan_tx: RingConsumer,
+    /// What the worker runs with; publishing to it is how a reload reaches a worker.
+    router: Arc<Published<RouterConfig>>,
+    meter: Arc<HostMeter>,
+    qos_stats: [Arc<QosStats>; 2],
     poll_cycles: u64,
     // Dropped last: the ports before the rings they use.
     _ports: Vec<Port>,
@@ -234,13 +282,14 @@ impl Lab {
             next_new: options.flows,
             next_established: 0,
         };
-        let router = Arc::new(router_config(&traffic)?);
+        let router = Arc::new(router_config(&traffic, None)?);
         let neighbors = Arc::new(NeighborView::new(
             (0..HOSTS)
                 .map(|h| (Traffic::host(h), Traffic::host_mac(h)))
                 .chain([(UPSTREAM, UPSTREAM_MAC)]),
         ));
         let counters = Arc::new(WorkerCounters::default());
+        let meter = Arc::new(HostMeter::new(2 * HOSTS as usize));
         let capacity = (options.flows as usize + options.flows as usize / 2).next_power_of_two();
         let pipeline = Pipeline::for_worker(
             router.clone(),
@@ -252,10 +301,13 @@ impl Lab {
                     ..ConntrackConfig::default()
                 },
                 nat_bindings: 4 * HOSTS as usize,
+                meter: Some(meter.clone()),
                 ..WorkerSetup::default()
             },
         )
         .map_err(|err| anyhow::anyhow!("NAT pool: {err:?}"))?;
+        let qos_stats = pipeline.qos_stats();
+        let router = Arc::new(Published::new(router));
         let (to_control, _unread) = MbufRing::create("bench_control", 1024, any)?;
         let worker = Worker {
             queue: QueueId(0),
@@ -264,7 +316,7 @@ impl Lab {
             pool: pool.clone(),
             to_control,
             from_control: None,
-            router: Arc::new(Published::new(router)),
+            router: router.clone(),
             neighbors: Arc::new(Published::new(neighbors)),
             counters: counters.clone(),
             stop: Arc::new(AtomicBool::new(false)),
@@ -280,6 +332,9 @@ impl Lab {
             wan_rx,
             lan_tx,
             wan_tx,
+            router,
+            meter,
+            qos_stats,
             poll_cycles: 0,
             _ports: vec![lan, wan],
             _rings: vec![lan_rings, wan_rings],
@@ -398,7 +453,54 @@ const WAN_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
 const UPSTREAM: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
 const UPSTREAM_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0xff, 0x01]);
 
-fn router_config(traffic: &Traffic) -> anyhow::Result<RouterConfig> {
+/// Every feature switched on, as in `make lab-bench`'s "All on" row: QoS far above the bench's
+/// rate (its cost, not its limit), the meter, keyword block, and parental control with a
+/// policy for some of the bench's hosts that lets them online all day.
+const FEATURES: &str = r#"
+[qos]
+enabled = true
+uplink_mbps = 1000000
+downlink_mbps = 1000000
+burst_ms = 20
+[[qos.priority]]
+protocol = "udp"
+ports = "5060-5061"
+
+[traffic_meter]
+enabled = true
+
+[keyword_block]
+enabled = true
+domains = ["blocked-by-bench.example"]
+keywords = ["casino"]
+
+[parental_control]
+enabled = true
+[[parental_control.devices]]
+name = "bench-hosts"
+addresses = ["10.0.1.0", "10.0.1.1", "10.0.1.2", "10.0.1.3"]
+allowed = ["daily 00:00-24:00"]
+"#;
+
+/// The feature sections of a config file, parsed and checked as the gateway does.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Features {
+    qos: QosSettings,
+    traffic_meter: TrafficMeterConfig,
+    keyword_block: KeywordBlockConfig,
+    parental_control: ParentalConfig,
+}
+
+fn features() -> anyhow::Result<Features> {
+    config::Config::builder()
+        .add_source(config::File::from_str(FEATURES, config::FileFormat::Toml))
+        .build()?
+        .try_deserialize()
+        .context("the bench's feature sections")
+}
+
+fn router_config(traffic: &Traffic, features: Option<&Features>) -> anyhow::Result<RouterConfig> {
     let interfaces = vec![
         Interface {
             mac: traffic.lan_mac,
@@ -431,10 +533,16 @@ fn router_config(traffic: &Traffic) -> anyhow::Result<RouterConfig> {
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,
-        content: None,
+        content: match features {
+            Some(f) => content_policy(&f.keyword_block, &f.parental_control)?.map(Arc::new),
+            None => None,
+        },
     };
     let router = RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())?;
-    Ok(router.with_stateful(stateful)?)
+    Ok(router
+        .with_stateful(stateful)?
+        .with_qos(features.and_then(|f| qos_config(&f.qos)))
+        .with_traffic_meter(features.is_some_and(|f| f.traffic_meter.enabled)))
 }
 
 /// The synthetic traffic: flow `f` goes from LAN host `f % HOSTS` (one source port per host,

@@ -16,6 +16,7 @@ use pipeline::qos::QosStats;
 
 use crate::bonds::BondWatch;
 use crate::dpdk::{PortHandle, PortStats, QUEUE_STAT_COUNTERS};
+use crate::published::Published;
 
 /// The outcome of config reloads, written by the control thread.
 #[derive(Debug, Default)]
@@ -49,11 +50,28 @@ impl ReloadStatus {
     }
 }
 
+/// What of the traffic meter is shown. A reload publishes a new one.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MeterExport {
+    pub enabled: bool,
+    pub top_hosts: usize,
+    pub named_hosts: Vec<std::net::Ipv4Addr>,
+}
+
+impl From<&crate::config::TrafficMeterConfig> for MeterExport {
+    fn from(config: &crate::config::TrafficMeterConfig) -> Self {
+        MeterExport {
+            enabled: config.enabled,
+            top_hosts: config.top_hosts,
+            named_hosts: config.named_hosts.clone(),
+        }
+    }
+}
+
 /// The traffic meter's per-worker tables and what of them Prometheus gets.
 pub struct MeterSource {
     pub workers: Vec<Arc<HostMeter>>,
-    pub top_hosts: usize,
-    pub named_hosts: Vec<std::net::Ipv4Addr>,
+    pub export: Arc<Published<MeterExport>>,
 }
 
 impl MeterSource {
@@ -79,7 +97,7 @@ impl MeterSource {
             .collect();
         format!(
             "{{\"enabled\":{},\"hosts\":[{}]}}\n",
-            !self.workers.is_empty(),
+            self.export.load().0.enabled,
             rows.join(",")
         )
     }
@@ -533,7 +551,8 @@ impl Metrics {
         }
         self.collect_qos();
         let meter = &self.sources.meter;
-        if !meter.workers.is_empty() {
+        let (export, _) = meter.export.load();
+        if export.enabled {
             let hosts = meter.hosts();
             self.meter_hosts.set(hosts.len() as i64);
             let sum = |f: fn(&HostUsage) -> u64| hosts.iter().map(f).sum::<u64>();
@@ -543,8 +562,8 @@ impl Metrics {
             sync_counter(&self.meter_packets, &["down"], sum(|h| h.down_packets));
             let mut shown: Vec<&HostUsage> = hosts.iter().collect();
             shown.sort_by_key(|h| std::cmp::Reverse(h.total_bytes()));
-            shown.truncate(meter.top_hosts);
-            shown.extend(hosts.iter().filter(|h| meter.named_hosts.contains(&h.ip)));
+            shown.truncate(export.top_hosts);
+            shown.extend(hosts.iter().filter(|h| export.named_hosts.contains(&h.ip)));
             for host in shown {
                 let ip = host.ip.to_string();
                 sync_counter(&self.meter_host_bytes, &[&ip, "up"], host.up_bytes);
@@ -604,9 +623,6 @@ impl Metrics {
 
 impl Metrics {
     fn collect_qos(&self) {
-        if self.sources.qos.is_empty() {
-            return;
-        }
         let links = ["uplink", "downlink"];
         // [link][class][passed bytes, passed packets, dropped bytes, dropped packets]
         let mut totals = [[[0u64; 4]; 2]; 2];

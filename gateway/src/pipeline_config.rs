@@ -1,5 +1,6 @@
 //! Turning the config file into the pipeline's immutable router config: interfaces, routes,
-//! zones, NAT and the compiled firewall. Used at start and on every reload.
+//! zones, NAT, the compiled firewall, QoS, the traffic meter, keyword block and parental
+//! control. Used at start and on every reload.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -15,7 +16,8 @@ use pipeline::inspect::parse_domain_list;
 use pipeline::parental::{days, DeviceMatch, Policy as ParentalPolicy, TimeWindow};
 
 use crate::config::{
-    DnsActionConfig, FirewallAction, GatewayConfig, L4Protocol, PortRange, RuleProtocol,
+    DnsActionConfig, FirewallAction, GatewayConfig, KeywordBlockConfig, L4Protocol, ParentalConfig,
+    PortRange, QosSettings, RuleProtocol,
 };
 
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
@@ -47,7 +49,10 @@ pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result
         burst: config.icmp.burst,
     };
     let router = RouterConfig::new(interfaces, &routes, icmp).context("routes")?;
-    Ok(router.with_stateful(stateful(config)?)?)
+    Ok(router
+        .with_stateful(stateful(config)?)?
+        .with_qos(qos_config(&config.qos))
+        .with_traffic_meter(config.traffic_meter.enabled))
 }
 
 fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
@@ -138,7 +143,8 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         })
         .collect();
     Ok(Stateful {
-        content: content_policy(config)?.map(std::sync::Arc::new),
+        content: content_policy(&config.keyword_block, &config.parental_control)?
+            .map(std::sync::Arc::new),
         zones,
         masquerade,
         firewall,
@@ -180,9 +186,8 @@ pub fn conntrack_config(config: &GatewayConfig) -> TableConfig {
 }
 
 /// The QoS policers' settings, when enabled.
-pub fn qos_config(config: &GatewayConfig) -> Option<pipeline::qos::QosConfig> {
+pub fn qos_config(qos: &QosSettings) -> Option<pipeline::qos::QosConfig> {
     use pipeline::qos::{Class, ClassRule};
-    let qos = &config.qos;
     if !qos.enabled {
         return None;
     }
@@ -213,9 +218,10 @@ pub fn qos_config(config: &GatewayConfig) -> Option<pipeline::qos::QosConfig> {
 }
 
 /// Keyword block and parental control, with category lists read from their files.
-fn content_policy(config: &GatewayConfig) -> anyhow::Result<Option<ContentPolicy>> {
-    let block = &config.keyword_block;
-    let parental = &config.parental_control;
+pub fn content_policy(
+    block: &KeywordBlockConfig,
+    parental: &ParentalConfig,
+) -> anyhow::Result<Option<ContentPolicy>> {
     if !block.enabled && !parental.enabled {
         return Ok(None);
     }

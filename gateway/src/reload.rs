@@ -40,11 +40,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.metrics != new.metrics {
         fields.push("metrics".to_string());
     }
-    if running.traffic_meter != new.traffic_meter {
-        fields.push("traffic_meter".to_string());
-    }
-    if running.qos != new.qos {
-        fields.push("qos".to_string());
+    // Each worker's meter table is allocated at start.
+    if running.traffic_meter.capacity != new.traffic_meter.capacity {
+        fields.push("traffic_meter.capacity".to_string());
     }
     if running.interfaces.len() != new.interfaces.len() {
         fields.push("interfaces (count)".to_string());
@@ -77,8 +75,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.mempool = running.mempool.clone();
     merged.workers = running.workers.clone();
     merged.metrics = running.metrics.clone();
-    merged.traffic_meter = running.traffic_meter.clone();
-    merged.qos = running.qos.clone();
+    merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack.capacity = running.conntrack.capacity;
     merged.nat.binding_capacity = running.nat.binding_capacity;
     merged.nat.port_range = running.nat.port_range;

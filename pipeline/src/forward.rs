@@ -37,12 +37,10 @@ pub struct WorkerSetup {
     pub conntrack: ConntrackConfig,
     pub nat_ports: RangeInclusive<u16>,
     pub nat_bindings: usize,
-    /// Per-LAN-host byte and packet counts, when the traffic meter is on. Shared so the
-    /// metrics thread can read what this worker alone writes.
+    /// This worker's per-LAN-host byte and packet counts, written while the router config
+    /// has the traffic meter on. Shared so the metrics thread can read what this worker alone
+    /// writes. None: the meter cannot be switched on.
     pub meter: Option<Arc<HostMeter>>,
-    /// QoS policing of the WAN uplink and downlink, when configured; this worker starts
-    /// with an equal share of each rate, and the control thread rebalances shares.
-    pub qos: Option<QosConfig>,
 }
 
 impl Default for WorkerSetup {
@@ -54,7 +52,6 @@ impl Default for WorkerSetup {
             nat_ports: DEFAULT_PORTS,
             nat_bindings: 1 << 16,
             meter: None,
-            qos: None,
         }
     }
 }
@@ -88,8 +85,10 @@ pub struct Pipeline {
     pub(crate) worker: u16,
     pub(crate) ownership: Ownership,
     meter: Option<Arc<HostMeter>>,
-    /// Uplink (LAN -> outside) and downlink policers.
+    /// Uplink (LAN -> outside) and downlink policers, while the router config has QoS on.
     qos: Option<[Qos; 2]>,
+    /// Their statistics, which outlive policers a reload rebuilds.
+    qos_stats: [Arc<QosStats>; 2],
     /// Scanners of TCP flows whose content is still being judged.
     pub(crate) inspector: ContentInspector,
     /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
@@ -130,8 +129,16 @@ impl Pipeline {
         let icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
         let flows = FlowTable::new(setup.conntrack, FlowData::default());
         counters.conntrack_capacity.set(flows.capacity() as u64);
+        let qos_stats = [Link::Uplink, Link::Downlink].map(|link| {
+            // An equal split until the control thread rebalances by demand.
+            let workers = u64::from(setup.workers.max(1));
+            let rate = router
+                .qos
+                .as_ref()
+                .map_or(0, |config| config.rate_bps(link));
+            Arc::new(QosStats::new(rate / workers))
+        });
         let mut pipeline = Pipeline {
-            router,
             neighbors,
             icmp_errors,
             counters,
@@ -142,11 +149,12 @@ impl Pipeline {
             meter: setup.meter,
             inspector: ContentInspector::new(DEFAULT_SLOTS),
             unix_epoch_at_zero: 0,
-            qos: setup.qos.map(|config| {
-                let workers = u64::from(setup.workers.max(1));
-                [Link::Uplink, Link::Downlink]
-                    .map(|link| Qos::new(&config, config.rate_bps(link) / workers))
-            }),
+            qos: router
+                .qos
+                .as_ref()
+                .map(|config| policers(config, &qos_stats)),
+            qos_stats,
+            router,
         };
         pipeline.reserve_forwarded_ports();
         pipeline.publish_table_stats();
@@ -161,6 +169,18 @@ impl Pipeline {
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
         if router.icmp != self.router.icmp {
             self.icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
+        }
+        if router.qos != self.router.qos {
+            // Allocates (the hosts table): once per reload, between bursts.
+            self.qos = router
+                .qos
+                .as_ref()
+                .map(|config| policers(config, &self.qos_stats));
+            if self.qos.is_none() {
+                self.qos_stats
+                    .iter()
+                    .for_each(|stats| stats.policing_stopped());
+            }
         }
         self.router = router;
         self.reserve_forwarded_ports();
@@ -225,11 +245,10 @@ impl Pipeline {
     }
 
     /// The QoS statistics of this worker's uplink and downlink policers, for the control
-    /// thread (rebalancing) and metrics.
-    pub fn qos_stats(&self) -> Option<[Arc<QosStats>; 2]> {
-        self.qos
-            .as_ref()
-            .map(|[up, down]| [up.stats().clone(), down.stats().clone()])
+    /// thread (rebalancing) and metrics. They exist with QoS off too, so that a reload can
+    /// switch it on: the control thread assigns shares before it publishes that config.
+    pub fn qos_stats(&self) -> [Arc<QosStats>; 2] {
+        self.qos_stats.clone()
     }
 
     fn publish_table_stats(&self) {
@@ -346,7 +365,7 @@ impl Pipeline {
                 now_ns,
             );
         }
-        if self.meter.is_some() {
+        if self.router.traffic_meter {
             self.meter_packet(ingress.port, src, pkt, verdict, frame_len as u64);
         }
         verdict
@@ -595,6 +614,11 @@ impl Pipeline {
 }
 
 /// The NAT pool of a worker, when any interface masquerades.
+/// Uplink and downlink policers counting into `stats`.
+fn policers(config: &QosConfig, stats: &[Arc<QosStats>; 2]) -> [Qos; 2] {
+    [0, 1].map(|link| Qos::with_stats(config, stats[link].clone()))
+}
+
 fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool>, NatPoolError> {
     let addresses = router.nat_addresses();
     if addresses.is_empty() {

@@ -304,7 +304,9 @@ pub struct QosStats {
 }
 
 impl QosStats {
-    fn new(share_bps: u64) -> Self {
+    /// Statistics of a policer that starts at `share_bps`, which is also its first
+    /// assignment.
+    pub fn new(share_bps: u64) -> Self {
         let share = Gauge::default();
         share.set(share_bps);
         QosStats {
@@ -345,6 +347,19 @@ impl QosStats {
     /// it is this value's single writer.
     pub fn assign_share(&self, rate_bps: u64) {
         self.assigned_bps.0.store(rate_bps, Ordering::Relaxed);
+    }
+
+    /// The share last assigned, which a policer built on these statistics starts from.
+    pub fn assigned_share(&self) -> u64 {
+        self.assigned_bps.0.load(Ordering::Relaxed)
+    }
+
+    /// Policing stopped (a reload turned QoS off): no share, no demand, no active hosts.
+    /// Called by the worker that owned the policer.
+    pub fn policing_stopped(&self) {
+        self.share_bps.set(0);
+        self.demand_bps.set(0);
+        self.active_hosts.set(0);
     }
 }
 
@@ -406,6 +421,13 @@ impl Qos {
     /// The priority bucket's depth is set from this share for good. Allocates: build it at
     /// set-up.
     pub fn new(config: &QosConfig, share_bps: u64) -> Self {
+        Self::with_stats(config, Arc::new(QosStats::new(share_bps)))
+    }
+
+    /// A policer that counts into `stats` and starts from their assigned share: how a
+    /// reload rebuilds a worker's policers without losing their counts.
+    pub fn with_stats(config: &QosConfig, stats: Arc<QosStats>) -> Self {
+        let share_bps = stats.assigned_share();
         let hosts = HOST_SLOTS.next_power_of_two();
         let mut qos = Qos {
             rules: config.classes.clone().into_boxed_slice(),
@@ -433,7 +455,7 @@ impl Qos {
             epoch_passed_bytes: 0,
             epoch_dropped: false,
             last_assigned: share_bps,
-            stats: Arc::new(QosStats::new(share_bps)),
+            stats,
         };
         qos.set_share(share_bps);
         // Fixed from here on; see `set_share`. At least one packet deep even if built with
@@ -738,6 +760,18 @@ impl Qos {
         self.epoch_offered_bytes = 0;
         self.epoch_passed_bytes = 0;
         self.epoch_dropped = false;
+    }
+}
+
+/// Gives every worker an equal share of `config`'s rates (none with QoS off). The control
+/// thread does this before it publishes a QoS change: workers rebuild their policers from
+/// the share assigned to them.
+pub fn assign_equal_shares(workers: &[[Arc<QosStats>; 2]], config: Option<&QosConfig>) {
+    let count = workers.len().max(1) as u64;
+    for worker in workers {
+        for (stats, link) in worker.iter().zip([Link::Uplink, Link::Downlink]) {
+            stats.assign_share(config.map_or(0, |c| c.rate_bps(link)) / count);
+        }
     }
 }
 

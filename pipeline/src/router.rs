@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::content::ContentPolicy;
 use crate::firewall::{Action, Policy, RuleSet, ZoneId};
+use crate::qos::QosConfig;
 use crate::route::{NextHop, Route, RouteError, RouteTable};
 use crate::wire::EthernetAddress;
 
@@ -179,6 +180,11 @@ pub struct RouterConfig {
     pub routes: RouteTable,
     pub icmp: IcmpLimits,
     pub stateful: Stateful,
+    /// Policing of the WAN links; None: off. A reload that changes it rebuilds each worker's
+    /// policers, whose counters carry on.
+    pub qos: Option<QosConfig>,
+    /// Whether workers count per-LAN-host traffic into their meters (if they have one).
+    pub traffic_meter: bool,
 }
 
 impl RouterConfig {
@@ -231,7 +237,21 @@ impl RouterConfig {
             routes,
             icmp,
             stateful,
+            qos: None,
+            traffic_meter: false,
         })
+    }
+
+    /// Turns QoS policing on with `qos`, or off with None.
+    pub fn with_qos(mut self, qos: Option<QosConfig>) -> RouterConfig {
+        self.qos = qos;
+        self
+    }
+
+    /// Turns the traffic meter on or off.
+    pub fn with_traffic_meter(mut self, on: bool) -> RouterConfig {
+        self.traffic_meter = on;
+        self
     }
 
     /// Replaces the plain-router defaults with zones, NAT and firewall.

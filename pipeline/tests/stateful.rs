@@ -20,7 +20,9 @@ use etherparse::{
 };
 use pipeline::conntrack::{ConntrackConfig, Timeouts};
 use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::meter::HostMeter;
 use pipeline::nat::Ownership;
+use pipeline::qos::{assign_equal_shares, QosConfig};
 use pipeline::router::{PortForward, Stateful};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
@@ -2052,7 +2054,6 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         nat_ports: 4990..=5117,
         nat_bindings: 48,
         meter: None,
-        qos: None,
     }
 }
 
@@ -2123,4 +2124,74 @@ proptest! {
             }
         }
     }
+}
+
+/// QoS and the traffic meter switch on and off with a reload (a new router config), on a
+/// worker that keeps running: its flows stay and the policers' counts carry on.
+#[test]
+fn qos_and_the_traffic_meter_switch_on_and_off_with_a_reload() {
+    let meter = Arc::new(HostMeter::new(64));
+    let mut gw = Gateway::with(
+        home(),
+        WorkerSetup {
+            meter: Some(meter.clone()),
+            ..WorkerSetup::default()
+        },
+    );
+    let [uplink, _] = gw.pipeline.qos_stats();
+    let frame = udp(LAN, (HOST, 40000), (REMOTE, 53), &data(1000));
+    // Twenty back-to-back 1 KB datagrams: far more than a 8 kbit/s policer's 4 KiB burst.
+    let send_burst = |gw: &mut Gateway, now: u64| {
+        let mut verdicts = (0, 0);
+        for _ in 0..20 {
+            match gw.process(&frame, LAN, now).0 {
+                Verdict::Transmit { port: WAN } => verdicts.0 += 1,
+                Verdict::Drop(DropReason::QosPoliced) => verdicts.1 += 1,
+                other => panic!("unexpected verdict {other:?}"),
+            }
+        }
+        verdicts
+    };
+    let host_bytes = |meter: &HostMeter| meter.snapshot().map(|h| h.up_bytes).sum::<u64>();
+
+    assert_eq!(send_burst(&mut gw, SECOND), (20, 0), "QoS off: all pass");
+    assert_eq!(host_bytes(&meter), 0, "meter off: nothing counted");
+    assert_eq!(uplink.bulk.passed_packets.get(), 0);
+
+    // The control thread assigns each worker its share before it publishes the config.
+    let qos = QosConfig {
+        uplink_bps: 8_000,
+        downlink_bps: 8_000,
+        burst_ms: 20,
+        classes: Vec::new(),
+    };
+    assign_equal_shares(&[gw.pipeline.qos_stats()], Some(&qos));
+    let on = config(1500, Vec::new(), 1, false)
+        .with_qos(Some(qos))
+        .with_traffic_meter(true);
+    gw.pipeline.set_router(Arc::new(on));
+    let (passed, policed) = send_burst(&mut gw, 2 * SECOND);
+    assert!(
+        passed > 0 && policed > 0,
+        "QoS on: {passed} passed, {policed} policed"
+    );
+    assert_eq!(uplink.bulk.passed_packets.get(), passed);
+    assert_eq!(uplink.bulk.dropped_packets.get(), policed);
+    assert_eq!(uplink.share_bps(), 8_000);
+    let frame_len = frame.len() as u64;
+    assert_eq!(
+        host_bytes(&meter),
+        passed * frame_len,
+        "meter on: what passed"
+    );
+
+    gw.pipeline.set_router(home());
+    assert_eq!(send_burst(&mut gw, 3 * SECOND), (20, 0), "QoS off again");
+    assert_eq!(host_bytes(&meter), passed * frame_len, "meter off again");
+    assert_eq!(uplink.share_bps(), 0, "no share while QoS is off");
+    assert_eq!(
+        gw.tables(3 * SECOND).flows,
+        1,
+        "the flow survived both reloads"
+    );
 }

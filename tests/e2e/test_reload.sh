@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Config reload while traffic flows: established flows cross untouched, a broken file changes
-# nothing (and the metrics say so), and a port forward added by editing the file works
-# without a restart.
+# nothing (and the metrics say so), a port forward added by editing the file works without a
+# restart, and so do QoS and the traffic meter switched on and off.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -88,5 +88,55 @@ wait_reloads success $((succeeded + 1))
 read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 10.0.0.1 -p 8080 -t 1) \
     || fail "the forward added by reload does not work"
 pass "a port forward added by editing the file works without a restart ($gbps Gbit/s)"
+
+# 5. QoS and the traffic meter switch on with a reload, and off with the next one.
+# udp_flood_mbps: a 300 Mbit/s UDP flood from the LAN host for 3 s; prints the Mbit/s of UDP
+# payload the WAN host received.
+udp_flood_mbps() {
+    ip netns exec gwlab-wan iperf3 -s -1 -J >"$WORK/udp-server.json" 2>&1 &
+    local server=$!
+    sleep 0.5
+    lan iperf3 -c 10.0.0.2 -u -b 300M -l 1400 -t 3 >/dev/null || fail "UDP flood"
+    wait "$server" || true
+    # iperf3 3.12's UDP server reports no bit rate, but how many of the datagrams arrived.
+    python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["end"]["sum"]
+print("%.0f" % ((s["packets"] - s["lost_packets"]) * 1400 * 8 / s["seconds"] / 1e6))' "$WORK/udp-server.json"
+}
+meter_enabled() { curl -sf http://127.0.0.1:19103/hosts | python3 -c 'import json, sys; print(json.load(sys.stdin)["enabled"])'; }
+[[ $(meter_enabled) == False ]] || fail "the traffic meter is on before the reload that enables it"
+cp "$CONFIG" "$WORK/plain.toml"
+cp "$CONFIG" "$WORK/next.toml"
+cat >>"$WORK/next.toml" <<'TOML'
+
+[qos]
+enabled = true
+uplink_mbps = 100
+downlink_mbps = 100
+
+[traffic_meter]
+enabled = true
+TOML
+succeeded=$(reloads success)
+mv "$WORK/next.toml" "$CONFIG"
+wait_reloads success $((succeeded + 1))
+if grep -E "need a restart" "$WORK/gateway.log" | grep -qE "qos|traffic_meter"; then
+    fail "the reload asked for a restart to switch QoS or the meter on"
+fi
+mbps=$(udp_flood_mbps)
+(( mbps >= 80 && mbps <= 103 )) || fail "with QoS at 100 Mbit/s switched on by reload, the flood passed $mbps Mbit/s"
+[[ $(meter_enabled) == True ]] || fail "/hosts does not show the meter on after the reload"
+up=$(curl -sf http://127.0.0.1:19103/hosts \
+    | python3 -c 'import json, sys; print(sum(h["up_bytes"] for h in json.load(sys.stdin)["hosts"] if h["host"] == "192.168.10.2"))')
+(( up > 3 * 80 * 1000000 / 8 )) || fail "the meter switched on by reload counted $up bytes up from 192.168.10.2"
+pass "a reload switched QoS (flood held to $mbps Mbit/s of payload) and the meter ($up bytes up) on"
+
+succeeded=$(reloads success)
+cp "$WORK/plain.toml" "$WORK/next.toml"
+mv "$WORK/next.toml" "$CONFIG"
+wait_reloads success $((succeeded + 1))
+mbps=$(udp_flood_mbps)
+(( mbps > 200 )) || fail "with QoS switched off by reload, the 300 Mbit/s flood passed only $mbps Mbit/s"
+[[ $(meter_enabled) == False ]] || fail "/hosts still shows the meter on"
+pass "the next reload switched them off again (flood passed $mbps Mbit/s)"
 
 stop_gateway
