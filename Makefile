@@ -37,7 +37,8 @@ bench: build hugepages
 	$(GATEWAY) bench
 
 # Issue 7: iperf3 through the port forward per feature mode, against a Linux router (nftables)
-# and dpdk-testpmd macfwd in the same lab. LAB_BENCH_SECONDS, LAB_BENCH_JSON.
+# and dpdk-testpmd macfwd in the same lab. LAB_BENCH_RUNS, LAB_BENCH_REF_RUNS, LAB_BENCH_SECONDS,
+# LAB_BENCH_JSON.
 lab-bench: build hugepages
 	scripts/lab-bench.sh
 

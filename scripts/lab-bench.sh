@@ -20,10 +20,11 @@
 #     move all the ratios together;
 #   - iperf3 (client and server) is pinned to the main lcore's CPU, away from the busy-polling
 #     forwarding lcore, and its first second (slow start) is omitted;
-#   - each ratio to Default comes with a bootstrap 90% interval, so the table says how precise
-#     it is. The verdict is whether each mode keeps at least 95% of Default's throughput (ratio
-#     of means >= 0.95): a feature can only cost, and a ratio above 1 is noise (or af_packet
-#     batching better behind a busier worker), not a failure.
+#   - each ratio to Default is paired by round and comes with a bootstrap 90% interval over
+#     the rounds, so the table says how precise it is. The verdict is whether each mode keeps
+#     at least 95% of Default's throughput (ratio >= 0.95): a feature can only cost, and a
+#     ratio above 1 is noise (or af_packet batching better behind a busier worker), not a
+#     failure.
 # Environment:
 #   LAB_BENCH_SECONDS  measured seconds per iperf3 run, after a 1 s warm-up (default 5)
 #   LAB_BENCH_RUNS     rounds of the gateway's modes (default 12)
@@ -442,17 +443,20 @@ TOLERANCE = 0.05
 # Fixed seed: the same runs always give the same interval.
 rng = random.Random(7)
 
-entries = {}  # key -> dict(kind, label, status, note, runs={"down": [...], "up": [...]}, peer)
+# key -> dict(kind, label, status, notes, peer, runs={"down": [Gbit/s...], "up": [...]},
+#             by_round={"down": {round: [Gbit/s...]}, "up": {...}})
+entries = {}
 order = []
 for line in open(sys.argv[1]):
     kind, key, label, status, rnd, direction, gbps, peer, note = line.rstrip("\n").split("\t")
     if key not in entries:
         entries[key] = dict(kind=kind, key=key, label=label, status=status, notes=[], peer=None,
-                            runs={"down": [], "up": []})
+                            runs={"down": [], "up": []}, by_round={"down": {}, "up": {}})
         order.append(key)
     e = entries[key]
     if status == "measured":
         e["runs"][direction].append(float(gbps))
+        e["by_round"][direction].setdefault(rnd, []).append(float(gbps))
         e["peer"] = e["peer"] or (None if peer == "-" else peer)
     else:
         if e["status"] == "measured" or status != "failed":
@@ -466,15 +470,22 @@ def mean(values):
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
-def ratio_interval(runs, base_runs, draws=2000):
-    """Bootstrap 90% interval of mean(runs) / mean(base_runs)."""
-    if len(runs) < 2 or len(base_runs) < 2:
-        return None
-    ratios = sorted(
-        statistics.fmean(rng.choices(runs, k=len(runs)))
-        / statistics.fmean(rng.choices(base_runs, k=len(base_runs)))
-        for _ in range(draws))
-    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws) - 1]
+def paired_ratio(mode_rounds, base_rounds, draws=4000):
+    """A mode's throughput relative to Default's in the same rounds (the sum over rounds of the
+    mode's runs over the sum of Default's, each round's Default being the mean of its runs),
+    and the bootstrap 90% interval of that ratio. The bootstrap resamples whole rounds: drift
+    of the machine between rounds moves a round's Default and mode runs together, so it
+    cancels instead of widening the interval."""
+    rounds = sorted(set(mode_rounds) & set(base_rounds))
+    pairs = [(statistics.fmean(mode_rounds[r]), statistics.fmean(base_rounds[r])) for r in rounds]
+    if not pairs:
+        return None, None
+    def of(sample):
+        return sum(m for m, _ in sample) / sum(b for _, b in sample)
+    if len(pairs) < 2:
+        return of(pairs), None
+    boot = sorted(of(rng.choices(pairs, k=len(pairs))) for _ in range(draws))
+    return of(pairs), (boot[int(0.05 * draws)], boot[int(0.95 * draws) - 1])
 
 def fmt(v, spec="%.2f"):
     return "-" if v is None else spec % v
@@ -486,7 +497,7 @@ env = os.environ
 modes = [entries[k] for k in order if entries[k]["kind"] == "mode"]
 refs = [entries[k] for k in order if entries[k]["kind"] == "ref"]
 default = entries.get("default")
-base = default["runs"] if default else {"down": [], "up": []}
+base = default["by_round"] if default else {"down": {}, "up": {}}
 
 out = []
 out.append("gateway lab benchmark (issue 7): iperf3 TCP, default settings; each figure is the mean of %s rounds"
@@ -517,12 +528,12 @@ for e in modes:
         all_keep = False
         json_modes.append(row)
         continue
-    dr, ur = ratio(d, mean(base["down"])), ratio(u, mean(base["up"]))
+    dr = ur = 1.0
     di = ur_i = None
     keeps = None
     if e["key"] != "default":
-        di = ratio_interval(e["runs"]["down"], base["down"])
-        ur_i = ratio_interval(e["runs"]["up"], base["up"])
+        dr, di = paired_ratio(e["by_round"]["down"], base["down"])
+        ur, ur_i = paired_ratio(e["by_round"]["up"], base["up"])
         keeps = all(r is not None and r >= 1 - TOLERANCE for r in (dr, ur))
         all_keep = all_keep and keeps
     line = "%-18s %9s %9s %8s %8s %11s %11s %8s" % (

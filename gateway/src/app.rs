@@ -311,10 +311,12 @@ fn serve(
     let qos_rates = |router: &Published<pipeline::RouterConfig>| {
         (router.load().0.qos.as_ref()).map(|q| [q.uplink_bps, q.downlink_bps])
     };
-    let mut rates = qos_rates(&router_published);
+    let mut policed_rates = qos_rates(&router_published);
     let mut next_qos_rebalance = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        if let Some(rates) = rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance) {
+        if let Some(rates) =
+            policed_rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance)
+        {
             rebalance_qos(&qos_stats, rates);
             next_qos_rebalance += Duration::from_millis(5);
         }
@@ -334,7 +336,7 @@ fn serve(
                     status: &reload_status,
                 },
             );
-            rates = qos_rates(&router_published);
+            policed_rates = qos_rates(&router_published);
         }
         if control.poll() == 0 {
             std::thread::sleep(Duration::from_micros(200));
@@ -455,8 +457,6 @@ fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<boo
     }
 }
 
-/// Reads the config file again and applies what can change at runtime. A file that does not
-/// load or validate changes nothing; the failure is logged with its field and counted.
 /// What a reload publishes to.
 struct ReloadTargets<'a> {
     router: &'a Published<pipeline::RouterConfig>,
@@ -465,6 +465,8 @@ struct ReloadTargets<'a> {
     status: &'a ReloadStatus,
 }
 
+/// Reads the config file again and applies what can change at runtime. A file that does not
+/// load or validate changes nothing; the failure is logged with its field and counted.
 fn apply_reload(
     path: &Path,
     running: GatewayConfig,

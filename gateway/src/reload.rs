@@ -162,6 +162,29 @@ mod tests {
     }
 
     #[test]
+    fn qos_and_the_meter_apply_on_reload_but_the_meter_capacity_needs_a_restart() {
+        let running = lab();
+        let mut new = running.clone();
+        new.qos.enabled = !running.qos.enabled;
+        new.qos.uplink_mbps += 1;
+        new.traffic_meter.enabled = !running.traffic_meter.enabled;
+        new.traffic_meter.top_hosts += 1;
+        assert!(restart_required(&running, &new).is_empty());
+        let merged = merge_for_reload(&running, new.clone());
+        assert_eq!(merged.qos, new.qos);
+        assert_eq!(merged.traffic_meter, new.traffic_meter);
+
+        new.traffic_meter.capacity *= 2;
+        assert_eq!(restart_required(&running, &new), ["traffic_meter.capacity"]);
+        let merged = merge_for_reload(&running, new.clone());
+        assert_eq!(
+            merged.traffic_meter.capacity,
+            running.traffic_meter.capacity
+        );
+        assert_eq!(merged.traffic_meter.top_hosts, new.traffic_meter.top_hosts);
+    }
+
+    #[test]
     fn an_unchanged_file_needs_no_restart() {
         let running = lab();
         assert!(restart_required(&running, &running.clone()).is_empty());
