@@ -457,6 +457,20 @@ fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<boo
     }
 }
 
+/// Hands the workers a new router config. A QoS change first gives every worker an equal
+/// share of the new rates, since workers rebuild their policers from the share assigned to
+/// them; demand moves the shares from there.
+pub fn publish_router(
+    router: &Published<pipeline::RouterConfig>,
+    qos: &[[Arc<pipeline::qos::QosStats>; 2]],
+    config: Arc<pipeline::RouterConfig>,
+) {
+    if config.qos != router.load().0.qos {
+        pipeline::qos::assign_equal_shares(qos, config.qos.as_ref());
+    }
+    router.publish(config);
+}
+
 /// What a reload publishes to.
 struct ReloadTargets<'a> {
     router: &'a Published<pipeline::RouterConfig>,
@@ -497,12 +511,8 @@ fn apply_reload(
     let merged = reload::merge_for_reload(&running, new);
     match router_config(&merged, macs) {
         Ok(router_config) => {
-            if router_config.qos != router.load().0.qos {
-                // Before the workers can see it; demand moves the shares from there.
-                pipeline::qos::assign_equal_shares(qos, router_config.qos.as_ref());
-            }
             meter.publish(Arc::new(MeterExport::from(&merged.traffic_meter)));
-            router.publish(Arc::new(router_config));
+            publish_router(router, qos, Arc::new(router_config));
             status.record(true);
             tracing::info!(
                 "reload applied: new flows follow the new config, established flows continue"

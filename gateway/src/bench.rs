@@ -19,7 +19,7 @@ use anyhow::Context;
 use pipeline::conntrack::{ConntrackConfig, BYTES_PER_FLOW};
 use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::meter::HostMeter;
-use pipeline::qos::{assign_equal_shares, QosStats};
+use pipeline::qos::QosStats;
 use pipeline::router::Stateful;
 use pipeline::stateful::FlowData;
 use pipeline::wire::{checksum, EthernetAddress};
@@ -28,7 +28,7 @@ use pipeline::{
     WorkerCounters, WorkerSetup,
 };
 
-use crate::app::hugepages_available;
+use crate::app::{hugepages_available, publish_router};
 use crate::config::{KeywordBlockConfig, ParentalConfig, QosSettings, TrafficMeterConfig};
 use crate::dpdk::{
     self, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, PortRings,
@@ -338,11 +338,13 @@ impl Lab {
         })
     }
 
-    /// Hands the worker a new config, as the control thread does on a reload: QoS shares
-    /// first, then the config.
+    /// Hands the worker a new config, as the control thread does on a reload.
     fn publish(&self, router: &Arc<RouterConfig>) {
-        assign_equal_shares(std::slice::from_ref(&self.qos_stats), router.qos.as_ref());
-        self.router.publish(router.clone());
+        publish_router(
+            &self.router,
+            std::slice::from_ref(&self.qos_stats),
+            router.clone(),
+        );
     }
 
     fn alloc(&self) -> anyhow::Result<Mbuf> {

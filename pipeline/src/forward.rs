@@ -613,12 +613,12 @@ impl Pipeline {
     }
 }
 
-/// The NAT pool of a worker, when any interface masquerades.
 /// Uplink and downlink policers counting into `stats`.
 fn policers(config: &QosConfig, stats: &[Arc<QosStats>; 2]) -> [Qos; 2] {
-    [0, 1].map(|link| Qos::with_stats(config, stats[link].clone()))
+    stats.clone().map(|stats| Qos::with_stats(config, stats))
 }
 
+/// The NAT pool of a worker, when any interface masquerades.
 fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool>, NatPoolError> {
     let addresses = router.nat_addresses();
     if addresses.is_empty() {

@@ -11,6 +11,7 @@ pub mod firewall;
 pub mod flow;
 pub mod forward;
 pub mod fragment;
+pub mod hash;
 pub mod inspect;
 pub mod meter;
 pub mod nat;

@@ -189,17 +189,7 @@ impl HostMeter {
 
     #[inline]
     fn home(&self, key: u64) -> usize {
-        // The MurmurHash3 finaliser: sequential LAN addresses differ in their low bits only,
-        // and a plain multiplicative hash maps them to arithmetic progressions that can
-        // collide badly for some multipliers; this mixes every bit into every other.
-        let mut h = key ^ self.seed;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^= h >> 33;
-        // Masked to the table size, so the truncation loses nothing.
-        (h as usize) & self.mask
+        crate::hash::home_slot(key, self.seed, self.mask)
     }
 
     #[inline]

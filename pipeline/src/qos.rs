@@ -645,16 +645,7 @@ impl Qos {
 
     #[inline]
     fn host_home(&self, ip: u32) -> usize {
-        // MurmurHash3's finaliser, keyed: LAN addresses are sequential and a LAN host must
-        // not be able to pick addresses that crowd others out of their slots.
-        let mut h = u64::from(ip) ^ self.host_seed;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^= h >> 33;
-        // Masked to the table size, so the truncation loses nothing.
-        (h as usize) & self.host_mask
+        crate::hash::home_slot(u64::from(ip), self.host_seed, self.host_mask)
     }
 
     /// The host's slot, claimed if need be, marked seen and counted active. `None` if every
