@@ -26,6 +26,13 @@ cleanup() {
     rm -rf "$WORK"
 }
 
+# lab_config METRICS_PORT: configs/lab.toml with metrics on 127.0.0.1:METRICS_PORT and the
+# e2e tests' DPDK file prefix, on stdout.
+lab_config() {
+    sed -e "s/^listen = .*/listen = \"127.0.0.1:$1\"/" -e 's/^file_prefix = .*/file_prefix = "gateway-e2e"/' \
+        "$ROOT/configs/lab.toml"
+}
+
 # start_gateway CONFIG: runs the gateway in the background and waits until it forwards.
 start_gateway() {
     "$GATEWAY" run --config "$1" >"$WORK/gateway.log" 2>&1 &

@@ -34,8 +34,7 @@ SERVERS+=($!)
 
 echo "games.example" >"$WORK/games.txt"
 write_config() { # allowed-hours line for 192.168.10.2
-    sed -e 's/^listen = .*/listen = "127.0.0.1:19110"/' -e 's/^file_prefix = .*/file_prefix = "gateway-e2e"/' \
-        "$ROOT/configs/lab.toml"
+    lab_config 19110
     cat <<TOML
 
 [keyword_block]

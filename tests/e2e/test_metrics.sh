@@ -11,8 +11,7 @@ trap 'stop_prometheus; cleanup' EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
 wan ip route replace 192.168.10.0/24 via 10.0.0.1
-sed -e 's/^listen = .*/listen = "127.0.0.1:19100"/' -e 's/^file_prefix = .*/file_prefix = "gateway-e2e"/' \
-    "$ROOT/configs/lab.toml" >"$WORK/gateway.toml"
+lab_config 19100 >"$WORK/gateway.toml"
 start_gateway "$WORK/gateway.toml"
 
 lan ping -c 20 -i 0.05 -W 1 10.0.0.2 >/dev/null || fail "ping through the gateway"

@@ -7,8 +7,7 @@ source "$ROOT/scripts/lablib.sh"
 trap cleanup EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
-sed -e 's/^listen = .*/listen = "127.0.0.1:19101"/' -e 's/^file_prefix = .*/file_prefix = "gateway-e2e"/' \
-    "$ROOT/configs/lab.toml" >"$WORK/gateway.toml"
+lab_config 19101 >"$WORK/gateway.toml"
 start_gateway "$WORK/gateway.toml"
 METRICS=http://127.0.0.1:19101/metrics
 

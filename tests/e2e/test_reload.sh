@@ -9,8 +9,7 @@ trap cleanup EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
 CONFIG=$WORK/gateway.toml
-sed -e 's/^listen = .*/listen = "127.0.0.1:19103"/' -e 's/^file_prefix = .*/file_prefix = "gateway-e2e"/' \
-    "$ROOT/configs/lab.toml" >"$CONFIG"
+lab_config 19103 >"$CONFIG"
 cp "$CONFIG" "$WORK/good.toml"
 METRICS=http://127.0.0.1:19103/metrics
 start_gateway "$CONFIG"
