@@ -3,12 +3,9 @@
 //! hairpin, ICMP errors per RFC 5508). Rules are consulted once per flow; an established
 //! packet costs one table lookup, the TCP tracker and the rewrite.
 //!
-//! Flow ownership across workers: each flow lives on exactly one worker. The owner of a flow
-//! is a function of what both directions carry: the internal host's address
-//! (`Ownership::host_owner`) for traffic from the inside, the destination port's class
-//! (`Ownership::port_owner`) for replies to the gateway's own addresses (masquerade and hairpin
-//! replies carry a NAT port the owner allocated), and the forward target's host for port
-//! forwards. A packet that lands elsewhere is handed to its owner.
+//! Flow ownership across workers: each flow lives on exactly one worker, which both of its
+//! directions (and the ICMP errors and fragments about it) reach, whichever port and queue
+//! they arrive on: see [`flow_owner`]. A packet that lands elsewhere is handed to its owner.
 
 use std::net::Ipv4Addr;
 
@@ -17,8 +14,9 @@ use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::firewall::{Action, ZoneId};
 use crate::flow::{Direction, FlowKey, KeyError};
 use crate::forward::{IcmpError, Ingress, Pipeline, GENERATED_TTL};
-use crate::nat::{self, NatPool};
+use crate::nat::{self, NatPool, Ownership};
 use crate::packet::PacketBuf;
+use crate::router::RouterConfig;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
     ethernet, ipv4, tcp, EthernetAddress, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket,
@@ -144,6 +142,13 @@ impl Pipeline {
         if from_outside || to_outside || router.local_port(ip.dst_addr()).is_some() {
             return Stage::Done(Verdict::Drop(DropReason::UntrackedFragment));
         }
+        // Kept with the flow's first fragment, so a datagram's pieces leave in order.
+        if self.ownership.workers() > 1 && !ingress.handed_off {
+            let owner = address_owner(router, self.ownership, ip.src_addr(), ip.dst_addr());
+            if owner != self.worker {
+                return Stage::Done(Verdict::Handoff { worker: owner });
+            }
+        }
         Stage::Forward(None)
     }
 
@@ -153,19 +158,7 @@ impl Pipeline {
         if self.ownership.workers() <= 1 || ingress.handed_off {
             return None;
         }
-        let router = &*self.router;
-        let stateful = &router.stateful;
-        let owner = if let Some(forward) =
-            stateful.port_forward(&router.interfaces, key.protocol, key.dst, key.dst_port)
-        {
-            self.ownership.host_owner(forward.to)
-        } else if router.local_port(key.dst).is_some() {
-            self.ownership.port_owner(key.dst_port)
-        } else if stateful.masquerade[usize::from(ingress.port)] {
-            self.ownership.host_owner(key.dst)
-        } else {
-            self.ownership.host_owner(key.src)
-        };
+        let owner = flow_owner(&self.router, self.ownership, key);
         (owner != self.worker).then_some(owner)
     }
 
@@ -484,6 +477,52 @@ impl Pipeline {
             }
             None => Verdict::Drop(reason),
         }
+    }
+}
+
+/// The worker that owns the flow `key` travels in, the same from either direction of the
+/// flow, before and after translation, so both directions meet on one worker:
+/// - toward a port forward: the forward target's host;
+/// - toward one of the gateway's own addresses: the destination port's class (masquerade and
+///   hairpin replies carry a NAT port the owner allocated from its own classes);
+/// - otherwise (routed, or on its way to be masqueraded): the inside host, where exactly one
+///   end is inside (its route leaves by an interface that does not masquerade), so that all
+///   of a host's masqueraded flows share one worker's NAT pool (endpoint-independent mapping)
+///   and its per-host limits; where both ends are inside (a routed DMZ) or neither (transit
+///   between outside links), a symmetric hash of both addresses.
+///
+/// Only addresses, never the ingress port, decide the last case: the two directions of a
+/// routed flow arrive on different ports.
+pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &FlowKey) -> u16 {
+    let stateful = &router.stateful;
+    if let Some(forward) =
+        stateful.port_forward(&router.interfaces, key.protocol, key.dst, key.dst_port)
+    {
+        return ownership.host_owner(forward.to);
+    }
+    if router.local_port(key.dst).is_some() {
+        return ownership.port_owner(key.dst_port);
+    }
+    address_owner(router, ownership, key.src, key.dst)
+}
+
+/// The owner of traffic between two addresses that are not the gateway's: see [`flow_owner`].
+/// Non-initial fragments, which carry no ports, are owned by it too.
+pub(crate) fn address_owner(
+    router: &RouterConfig,
+    ownership: Ownership,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+) -> u16 {
+    let inside = |addr| {
+        router.routes.lookup(addr).is_some_and(|route| {
+            router.stateful.masquerade.get(usize::from(route.port)) == Some(&false)
+        })
+    };
+    match (inside(src), inside(dst)) {
+        (true, false) => ownership.host_owner(src),
+        (false, true) => ownership.host_owner(dst),
+        _ => ownership.pair_owner(src, dst),
     }
 }
 

@@ -117,6 +117,14 @@ impl Ownership {
         (mix32(u32::from(ip)) % u32::from(self.workers)) as u16
     }
 
+    /// The worker for traffic between two hosts, neither of them the flow's one inside host:
+    /// the same for `(a, b)` and `(b, a)`, and spread by both, so that a busy server's peers
+    /// do not all land on one worker.
+    pub fn pair_owner(&self, a: Ipv4Addr, b: Ipv4Addr) -> u16 {
+        let mixed = mix32(u32::from(a)) ^ mix32(u32::from(b));
+        (mix32(mixed) % u32::from(self.workers)) as u16
+    }
+
     pub fn owns(&self, worker: u16, port: u16) -> bool {
         self.port_owner(port) == worker
     }

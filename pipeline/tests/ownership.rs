@@ -1,0 +1,478 @@
+//! Flow ownership across workers, in every topology: for random configs (two to four
+//! interfaces, each masquerading or not, a default route and a static route out of random
+//! interfaces, port forwards on random interfaces) and random flows between any two places
+//! (hosts on each connected subnet, hosts behind the routes, the gateway's own addresses), on 1
+//! to 8 workers, a flow's first packet, its reply and an ICMP error about it all end on the
+//! same worker, whichever worker's queue each arrives on, and the reply matches the flow that
+//! the first packet created (it is translated back, and no second flow appears).
+//!
+//! Frames are built with etherparse; the pipeline is the real one, one per worker, and a
+//! `Handoff` verdict is followed the way the worker loop follows it: to the named worker, with
+//! `handed_off` set.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use etherparse::icmpv4::DestUnreachableHeader;
+use etherparse::{Icmpv4Type, IpNumber, Ipv4Header, PacketBuilder, TcpHeader, UdpHeader};
+use pipeline::conntrack::ConntrackConfig;
+use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::router::{PortForward, Stateful};
+use pipeline::wire::EthernetAddress;
+use pipeline::{
+    DropReason, IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,
+    StaticRoute, Verdict, WorkerCounters, WorkerSetup,
+};
+use proptest::prelude::*;
+
+const ROOM: usize = 2048;
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+const FORWARDED_TCP: u16 = 8080;
+const FORWARDED_UDP: u16 = 5000;
+/// Outside every connected subnet: reached by the static route.
+const ROUTED_NET: [u8; 2] = [172, 16];
+/// Outside every subnet and the static route: reached by the default route.
+const REMOTE_NET: [u8; 2] = [198, 51];
+
+/// Interface `i` is 10.i.0.1/24 with MAC 02:00:00:00:00:0i.
+fn iface_addr(i: u16) -> Ipv4Addr {
+    Ipv4Addr::new(10, i as u8, 0, 1)
+}
+
+fn iface_mac(i: u16) -> [u8; 6] {
+    [0x02, 0, 0, 0, 0, i as u8]
+}
+
+/// The MAC of any host or router beyond the gateway: derived from its address.
+fn host_mac(addr: Ipv4Addr) -> [u8; 6] {
+    let [a, b, c, d] = addr.octets();
+    [0x06, a, b, c, d, 0x01]
+}
+
+/// The default route's and the static route's next hops on their interfaces.
+fn default_hop(port: u16) -> Ipv4Addr {
+    Ipv4Addr::new(10, port as u8, 0, 254)
+}
+
+fn static_hop(port: u16) -> Ipv4Addr {
+    Ipv4Addr::new(10, port as u8, 0, 253)
+}
+
+#[derive(Clone, Debug)]
+struct Topology {
+    masquerade: Vec<bool>,
+    default_port: u16,
+    static_port: u16,
+    /// (interface receiving it, target interface, target host byte)
+    forwards: Vec<(u16, u16, u8)>,
+}
+
+impl Topology {
+    fn interfaces(&self) -> u16 {
+        self.masquerade.len() as u16
+    }
+
+    fn router(&self) -> RouterConfig {
+        let n = self.interfaces();
+        let interfaces: Vec<Interface> = (0..n)
+            .map(|i| Interface {
+                mac: EthernetAddress(iface_mac(i)),
+                addr: iface_addr(i),
+                prefix_len: 24,
+                mtu: 1500,
+            })
+            .collect();
+        let routes = [
+            StaticRoute {
+                destination: Ipv4Addr::UNSPECIFIED,
+                len: 0,
+                via: default_hop(self.default_port),
+            },
+            StaticRoute {
+                destination: Ipv4Addr::new(ROUTED_NET[0], ROUTED_NET[1], 0, 0),
+                len: 16,
+                via: static_hop(self.static_port),
+            },
+        ];
+        let port_forwards = self
+            .forwards
+            .iter()
+            .flat_map(|&(interface, target, host)| {
+                let to = Ipv4Addr::new(10, target as u8, 0, host);
+                [
+                    PortForward {
+                        interface,
+                        protocol: TCP,
+                        ports: FORWARDED_TCP..=FORWARDED_TCP,
+                        to,
+                        to_port: 80,
+                    },
+                    PortForward {
+                        interface,
+                        protocol: UDP,
+                        ports: FORWARDED_UDP..=FORWARDED_UDP,
+                        to,
+                        to_port: 6000,
+                    },
+                ]
+            })
+            .collect();
+        let stateful = Stateful {
+            content: None,
+            zones: (0..n).map(|i| ZoneId(i as u8)).collect(),
+            masquerade: self.masquerade.clone(),
+            // Everything may start a flow: ownership, not policy, is under test.
+            firewall: RuleSet::compile(Vec::new(), Policy::new(Action::Accept)).unwrap(),
+            port_forwards,
+            recheck_established: false,
+            generation: 0,
+        };
+        RouterConfig::new(interfaces, &routes, IcmpLimits::default())
+            .unwrap()
+            .with_stateful(stateful)
+            .unwrap()
+    }
+
+    /// The interface a packet from `addr` arrives on (symmetric routing).
+    fn port_of(&self, addr: Ipv4Addr) -> u16 {
+        let [a, b, c, _] = addr.octets();
+        if a == 10 && c == 0 && u16::from(b) < self.interfaces() {
+            u16::from(b)
+        } else if [a, b] == ROUTED_NET {
+            self.static_port
+        } else {
+            self.default_port
+        }
+    }
+
+    /// The L2 sender of a frame from `addr`: the host itself on a connected subnet, otherwise
+    /// the router it sits behind.
+    fn l2_sender(&self, addr: Ipv4Addr) -> Ipv4Addr {
+        let [a, b, c, _] = addr.octets();
+        if a == 10 && c == 0 && u16::from(b) < self.interfaces() {
+            addr
+        } else if [a, b] == ROUTED_NET {
+            static_hop(self.static_port)
+        } else {
+            default_hop(self.default_port)
+        }
+    }
+}
+
+/// Where an endpoint of a flow is.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// A host on interface `i`'s subnet.
+    Connected(u16, u8),
+    Routed(u8, u8),
+    Remote(u8, u8),
+    /// The gateway's own address on interface `i` (as a destination only).
+    Gateway(u16),
+}
+
+impl Place {
+    fn addr(self, interfaces: u16) -> Ipv4Addr {
+        match self {
+            Place::Connected(i, host) => Ipv4Addr::new(10, (i % interfaces) as u8, 0, host),
+            Place::Routed(c, d) => Ipv4Addr::new(ROUTED_NET[0], ROUTED_NET[1], c, d),
+            Place::Remote(c, d) => Ipv4Addr::new(REMOTE_NET[0], REMOTE_NET[1], c, d),
+            Place::Gateway(i) => iface_addr(i % interfaces),
+        }
+    }
+}
+
+fn host_byte() -> impl Strategy<Value = u8> {
+    // Not .0, .1 (the gateway), .253/.254 (the next hops) or .255 (broadcast).
+    2u8..=252
+}
+
+fn source() -> impl Strategy<Value = Place> {
+    prop_oneof![
+        3 => (0u16..4, host_byte()).prop_map(|(i, h)| Place::Connected(i, h)),
+        1 => (0u8..=255, 1u8..=254).prop_map(|(c, d)| Place::Routed(c, d)),
+        2 => (0u8..=255, 1u8..=254).prop_map(|(c, d)| Place::Remote(c, d)),
+    ]
+}
+
+fn destination() -> impl Strategy<Value = Place> {
+    prop_oneof![
+        3 => source(),
+        2 => (0u16..4).prop_map(Place::Gateway),
+    ]
+}
+
+fn topology() -> impl Strategy<Value = Topology> {
+    (2usize..=4)
+        .prop_flat_map(|n| {
+            (
+                proptest::collection::vec(any::<bool>(), n),
+                0..n as u16,
+                0..n as u16,
+                proptest::collection::vec((0..n as u16, 0..n as u16, host_byte()), 0..=2),
+            )
+        })
+        .prop_map(
+            |(masquerade, default_port, static_port, forwards)| Topology {
+                masquerade,
+                default_port,
+                static_port,
+                forwards,
+            },
+        )
+}
+
+#[derive(Clone, Debug)]
+struct Flow {
+    protocol: u8,
+    src: Place,
+    dst: Place,
+    src_port: u16,
+    /// Used unless the destination is the gateway, where a forwarded or any port is picked.
+    dst_port: u16,
+    to_forwarded_port: bool,
+    /// The worker whose queue each of the three packets arrives on (modulo the worker count).
+    arrivals: [u16; 3],
+}
+
+fn flow() -> impl Strategy<Value = Flow> {
+    (
+        prop_oneof![Just(TCP), Just(UDP)],
+        source(),
+        destination(),
+        1024u16..,
+        1u16..,
+        any::<bool>(),
+        [0u16..8, 0u16..8, 0u16..8],
+    )
+        .prop_map(
+            |(protocol, src, dst, src_port, dst_port, to_forwarded_port, arrivals)| Flow {
+                protocol,
+                src,
+                dst,
+                src_port,
+                dst_port,
+                to_forwarded_port,
+                arrivals,
+            },
+        )
+}
+
+fn frame(
+    topology: &Topology,
+    protocol: u8,
+    (src, src_port): (Ipv4Addr, u16),
+    (dst, dst_port): (Ipv4Addr, u16),
+    tcp_flags: u8,
+) -> Vec<u8> {
+    let ingress = topology.port_of(src);
+    let builder = PacketBuilder::ethernet2(host_mac(topology.l2_sender(src)), iface_mac(ingress))
+        .ipv4(src.octets(), dst.octets(), 64);
+    let payload = [0x5a; 16];
+    let mut out = Vec::new();
+    if protocol == TCP {
+        let mut builder = builder.tcp(src_port, dst_port, 1000, 65535);
+        if tcp_flags & SYN != 0 {
+            builder = builder.syn();
+        }
+        if tcp_flags & ACK != 0 {
+            // Both sides start at sequence 1000; a reply acknowledges the SYN.
+            builder = builder.ack(1001);
+        }
+        let body: &[u8] = if tcp_flags == SYN { &[] } else { &payload };
+        builder.write(&mut out, body).unwrap();
+    } else {
+        builder
+            .udp(src_port, dst_port)
+            .write(&mut out, &payload)
+            .unwrap();
+    }
+    out
+}
+
+/// The IP addresses and L4 ports of a frame the pipeline sent.
+fn tuple(frame: &[u8]) -> (Ipv4Addr, u16, Ipv4Addr, u16) {
+    let (ip, rest) = Ipv4Header::from_slice(&frame[14..]).unwrap();
+    let (src_port, dst_port) = match ip.protocol {
+        IpNumber::TCP => {
+            let tcp = TcpHeader::from_slice(rest).unwrap().0;
+            (tcp.source_port, tcp.destination_port)
+        }
+        _ => {
+            let udp = UdpHeader::from_slice(rest).unwrap().0;
+            (udp.source_port, udp.destination_port)
+        }
+    };
+    (
+        Ipv4Addr::from(ip.source),
+        src_port,
+        Ipv4Addr::from(ip.destination),
+        dst_port,
+    )
+}
+
+struct Workers {
+    pipelines: Vec<Pipeline>,
+    counters: Vec<Arc<WorkerCounters>>,
+}
+
+impl Workers {
+    fn new(router: Arc<RouterConfig>, topology: &Topology, workers: u16) -> Workers {
+        // Every next hop and host resolved, so a sent packet is always a Transmit.
+        let neighbors: Vec<(Ipv4Addr, EthernetAddress)> = (0..topology.interfaces())
+            .flat_map(|i| (2..=254).map(move |h| Ipv4Addr::new(10, i as u8, 0, h)))
+            .map(|addr| (addr, EthernetAddress(host_mac(addr))))
+            .collect();
+        let neighbors = Arc::new(NeighborView::new(neighbors));
+        let counters: Vec<_> = (0..workers)
+            .map(|_| Arc::new(WorkerCounters::default()))
+            .collect();
+        let pipelines = (0..workers)
+            .map(|worker| {
+                let setup = WorkerSetup {
+                    worker,
+                    workers,
+                    conntrack: ConntrackConfig {
+                        capacity: 64,
+                        ..ConntrackConfig::default()
+                    },
+                    nat_bindings: 64,
+                    ..WorkerSetup::default()
+                };
+                Pipeline::for_worker(
+                    router.clone(),
+                    neighbors.clone(),
+                    counters[usize::from(worker)].clone(),
+                    setup,
+                )
+                .unwrap()
+            })
+            .collect();
+        Workers {
+            pipelines,
+            counters,
+        }
+    }
+
+    /// Offers the frame to `arrival`'s queue and follows a handoff: returns the worker that
+    /// decided, its verdict and the frame as it left.
+    fn deliver(&mut self, frame: &[u8], port: u16, arrival: u16) -> (u16, Verdict, Vec<u8>) {
+        let workers = self.pipelines.len() as u16;
+        let mut worker = arrival % workers;
+        let mut ingress = Ingress {
+            port,
+            handed_off: false,
+        };
+        loop {
+            let mut room = [0xa5; ROOM];
+            room[..frame.len()].copy_from_slice(frame);
+            let mut pkt = PacketBuf::new(&mut room, frame.len());
+            let verdict = self.pipelines[usize::from(worker)].process_from(&mut pkt, ingress, 0);
+            match verdict {
+                Verdict::Handoff { worker: owner } => {
+                    assert!(!ingress.handed_off, "a handed-off packet was handed on");
+                    assert_ne!(owner, worker, "handed to itself");
+                    assert!(owner < workers);
+                    worker = owner;
+                    ingress.handed_off = true;
+                }
+                verdict => return (worker, verdict, pkt.bytes().to_vec()),
+            }
+        }
+    }
+
+    fn flows(&self) -> usize {
+        self.pipelines.iter().map(Pipeline::flow_count).sum()
+    }
+
+    fn dropped(&self, reason: DropReason) -> u64 {
+        self.counters.iter().map(|c| c.dropped(reason)).sum()
+    }
+}
+
+/// An ICMP port unreachable about `sent`, from the host or router it was sent toward.
+fn icmp_error_about(topology: &Topology, sent: &[u8]) -> Vec<u8> {
+    let (_, _, dst, _) = tuple(sent);
+    let reporter = topology.l2_sender(dst);
+    let quote = &sent[14..14 + 28];
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(host_mac(reporter), iface_mac(topology.port_of(dst)))
+        .ipv4(
+            reporter.octets(),
+            Ipv4Header::from_slice(&sent[14..]).unwrap().0.source,
+            64,
+        )
+        .icmpv4(Icmpv4Type::DestinationUnreachable(
+            DestUnreachableHeader::Port,
+        ))
+        .write(&mut out, quote)
+        .unwrap();
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn both_directions_and_errors_of_every_flow_meet_on_one_worker(
+        topology in topology(),
+        flows in proptest::collection::vec(flow(), 1..6),
+        workers in 1u16..=8,
+    ) {
+        let router = Arc::new(topology.router());
+        let mut gateway = Workers::new(router, &topology, workers);
+        let n = topology.interfaces();
+        let mut seen = std::collections::HashSet::new();
+        for flow in flows {
+            let src = flow.src.addr(n);
+            let dst = flow.dst.addr(n);
+            // A repeated source is another packet of an earlier flow, or shares its mapping.
+            if src == dst || !seen.insert((flow.protocol, src, flow.src_port)) {
+                continue;
+            }
+            let dst_port = match (flow.dst, flow.to_forwarded_port, flow.protocol) {
+                (Place::Gateway(_), true, TCP) => FORWARDED_TCP,
+                (Place::Gateway(_), true, _) => FORWARDED_UDP,
+                _ => flow.dst_port,
+            };
+            let first = frame(&topology, flow.protocol, (src, flow.src_port), (dst, dst_port), SYN);
+            let ingress = topology.port_of(src);
+            let flows_before = gateway.flows();
+            let (owner, verdict, sent) = gateway.deliver(&first, ingress, flow.arrivals[0]);
+            let Verdict::Transmit { port: egress } = verdict else {
+                // Local delivery, a martian pair, a repeated tuple: nothing to follow.
+                continue;
+            };
+            prop_assert_eq!(gateway.flows(), flows_before + 1, "the first packet made one flow");
+
+            // The reply: the far end answers what it received, from where it sits.
+            let (out_src, out_src_port, out_dst, out_dst_port) = tuple(&sent);
+            prop_assert_eq!(topology.port_of(out_dst), egress, "sent toward its route");
+            let reply = frame(
+                &topology,
+                flow.protocol,
+                (out_dst, out_dst_port),
+                (out_src, out_src_port),
+                SYN | ACK,
+            );
+            let (reply_owner, verdict, back) =
+                gateway.deliver(&reply, egress, flow.arrivals[1]);
+            prop_assert_eq!(reply_owner, owner, "the reply reached another worker");
+            prop_assert_eq!(verdict, Verdict::Transmit { port: ingress }, "the reply was not sent back");
+            prop_assert_eq!(gateway.flows(), flows_before + 1, "the reply made a flow of its own");
+            let (back_src, back_src_port, back_dst, back_dst_port) = tuple(&back);
+            prop_assert_eq!((back_dst, back_dst_port), (src, flow.src_port), "reply not translated back");
+            prop_assert_eq!((back_src, back_src_port), (dst, dst_port), "reply source not restored");
+
+            // An ICMP error about the packet as it left, from where it went.
+            let error = icmp_error_about(&topology, &sent);
+            let (error_owner, verdict, _) = gateway.deliver(&error, egress, flow.arrivals[2]);
+            prop_assert_eq!(error_owner, owner, "the ICMP error reached another worker");
+            prop_assert_eq!(verdict, Verdict::Transmit { port: ingress }, "the ICMP error was not relayed");
+        }
+        prop_assert_eq!(gateway.dropped(DropReason::ConntrackInvalid), 0);
+        prop_assert_eq!(gateway.dropped(DropReason::UnrelatedIcmpError), 0);
+    }
+}
