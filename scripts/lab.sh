@@ -4,11 +4,14 @@
 #
 #   gwlab-lan (192.168.10.2/24) --veth-- gwl-lan [gateway] gwl-wan --veth-- gwlab-wan (10.0.0.2/24)
 #
-# Usage: scripts/lab.sh up|down|status
+# `up dmz` adds a third host, a routed DMZ: gwlab-dmz (172.16.20.2/24) --veth-- gwl-dmz.
+#
+# Usage: scripts/lab.sh up [dmz]|down|status
 set -euo pipefail
 
 LAN_NS=gwlab-lan
 WAN_NS=gwlab-wan
+DMZ_NS=gwlab-dmz
 
 quiet_offloads() {
     # af_packet sees what the kernel hands it; with offloads on it would get 64 KiB GSO
@@ -36,27 +39,31 @@ up() {
     host "$LAN_NS" gwl-lan 192.168.10.2/24 192.168.10.1
     host "$WAN_NS" gwl-wan 10.0.0.2/24 10.0.0.1
     echo "lab up: $LAN_NS 192.168.10.2 <-> gwl-lan [gateway] gwl-wan <-> $WAN_NS 10.0.0.2"
+    if [[ ${1:-} == dmz ]]; then
+        host "$DMZ_NS" gwl-dmz 172.16.20.2/24 172.16.20.1
+        echo "lab up: $DMZ_NS 172.16.20.2 <-> gwl-dmz [gateway]"
+    fi
 }
 
 down() {
-    for ns in "$LAN_NS" "$WAN_NS"; do
+    for ns in "$LAN_NS" "$WAN_NS" "$DMZ_NS"; do
         if ip netns pids "$ns" >/dev/null 2>&1; then
             ip netns pids "$ns" | xargs -r kill 2>/dev/null || true
         fi
         ip netns del "$ns" 2>/dev/null || true
     done
-    for ifname in gwl-lan gwl-wan; do
+    for ifname in gwl-lan gwl-wan gwl-dmz; do
         ip link del "$ifname" 2>/dev/null || true
     done
 }
 
 status() {
-    ip netns list | grep -E "^($LAN_NS|$WAN_NS)\b" || echo "no lab namespaces"
+    ip netns list | grep -E "^($LAN_NS|$WAN_NS|$DMZ_NS)\b" || echo "no lab namespaces"
     ip -br link show | grep -E '^gwl-' || echo "no lab veths"
 }
 
 case "${1:-}" in
-    up) up ;;
+    up) up "${2:-}" ;;
     down) down ;;
     status) status ;;
     *) echo "usage: $0 up|down|status" >&2; exit 2 ;;

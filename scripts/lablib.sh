@@ -31,3 +31,38 @@ PY
 metric() {
     curl -sf "$METRICS" | awk -v m="$1" 'index($0, m) == 1 { sum += $NF } END { printf "%d\n", sum }'
 }
+
+# udp_echo_server NS PORT: a UDP echo server in namespace NS, in the background; prints its pid.
+udp_echo_server() {
+    ip netns exec "$1" python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+while True:
+    data, peer = s.recvfrom(2048)
+    s.sendto(data, peer)
+' "$2" >/dev/null 2>&1 &
+    echo $!
+}
+
+# udp_exchange NS ADDRESS PORT COUNT: COUNT request/answer exchanges from NS, each from a new
+# socket (a new source port, so a new flow); prints how many were answered within a second.
+udp_exchange() {
+    ip netns exec "$1" python3 -c '
+import socket, sys
+address, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+answered = 0
+for i in range(count):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1.0)
+    message = b"exchange %d" % i
+    s.sendto(message, (address, port))
+    try:
+        data, _ = s.recvfrom(2048)
+        answered += data == message
+    except socket.timeout:
+        pass
+    s.close()
+print(answered)
+' "$2" "$3" "$4"
+}

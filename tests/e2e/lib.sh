@@ -27,10 +27,28 @@ cleanup() {
 }
 
 # lab_config METRICS_PORT: configs/lab.toml with metrics on 127.0.0.1:METRICS_PORT and the
-# e2e tests' DPDK file prefix, on stdout.
+# e2e tests' DPDK file prefix, on stdout; with E2E_WORKERS=2, on two workers (see below).
 lab_config() {
     sed -e "s/^listen = .*/listen = \"127.0.0.1:$1\"/" -e 's/^file_prefix = .*/file_prefix = "gateway-e2e"/' \
-        "$ROOT/configs/lab.toml"
+        "$ROOT/configs/lab.toml" >"$WORK/lab-config.toml"
+    with_e2e_workers "$WORK/lab-config.toml"
+    cat "$WORK/lab-config.toml"
+}
+
+# with_e2e_workers CONFIG: when E2E_WORKERS=2 (run.sh's second pass over the router, NAT and
+# firewall tests), edits CONFIG in place to run two workers on af_packet with two queue pairs
+# per port, so that the kernel's fanout lands packets on either worker. The main lcore and one
+# worker share CPU 0 on a two-CPU box.
+with_e2e_workers() {
+    [[ ${E2E_WORKERS:-1} == 2 ]] || return 0
+    sed -i -e 's/^lcores = \[1\]/lcores = [1, 2]/' \
+        -e 's/^\(device = "net_af_packet[^"]*\)"/\1,qpairs=2"/' "$1"
+    if grep -q '^cpus = ' "$1"; then
+        sed -i 's/^cpus = .*/cpus = [0, 1, 0]/' "$1"
+    else
+        sed -i 's/^\[eal\]$/[eal]\ncpus = [0, 1, 0]/' "$1"
+    fi
+    grep -q '^lcores = \[1, 2\]' "$1" || fail "with_e2e_workers: $1 has no 'lcores = [1]' to widen"
 }
 
 # start_gateway CONFIG: runs the gateway in the background and waits until it forwards.
@@ -52,6 +70,15 @@ stop_gateway() {
     wait "$GATEWAY_PID" || status=$?
     GATEWAY_PID=
     [[ $status -eq 0 ]] || fail "gateway exited with status $status on SIGTERM"
+}
+
+# assert_no_conntrack_invalid: well-behaved traffic must never be refused by the flow tracker,
+# however many workers carry it. Needs $METRICS.
+assert_no_conntrack_invalid() {
+    local invalid
+    invalid=$(curl -sf "$METRICS" | awk 'index($0, "gateway_dropped_packets_total{reason=\"conntrack_invalid\"") == 1 { sum += $NF } END { printf "%d\n", sum }')
+    [[ $invalid == 0 ]] || fail "$invalid packets of well-behaved traffic were dropped as conntrack_invalid"
+    pass "no packet was dropped as conntrack_invalid"
 }
 
 lan() { ip netns exec gwlab-lan "$@"; }

@@ -14,6 +14,13 @@ for test in test_*.sh; do
         failed+=("$test")
     fi
 done
+# The router, NAT and firewall checks again on two workers (see with_e2e_workers in lib.sh).
+for test in test_router.sh test_nat.sh; do
+    echo "== $test on two workers"
+    if ! E2E_WORKERS=2 bash "$test"; then
+        failed+=("$test (two workers)")
+    fi
+done
 if ((${#failed[@]})); then
     echo "e2e: FAILED: ${failed[*]}" >&2
     exit 1

@@ -45,6 +45,7 @@ entries=$(metric 'gateway_conntrack_entries')
 in_use=$(metric 'gateway_nat_ports_in_use')
 (( in_use >= 1 )) || fail "no NAT ports in use after masqueraded runs"
 pass "metrics agree: $setups flows set up, $entries tracked, $in_use NAT ports bound"
+assert_no_conntrack_invalid
 
 stop_gateway
 pass "gateway stops cleanly"

@@ -3,6 +3,7 @@
 # fragmentation needed, and fragmentation.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$ROOT/scripts/lablib.sh"
 trap cleanup EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
@@ -22,7 +23,11 @@ name = "wan"
 device = "net_af_packet1,iface=gwl-wan"
 address = "10.0.0.1/24"
 mtu = 1400
+[metrics]
+listen = "127.0.0.1:19112"
 TOML
+with_e2e_workers "$WORK/router.toml"
+METRICS=http://127.0.0.1:19112/metrics
 wan ip route replace 192.168.10.0/24 via 10.0.0.1
 # The WAN link's MTU is 1400 at both ends, as on a real link; the gateway sets its own side.
 wan ip link set eth0 mtu 1400
@@ -43,6 +48,12 @@ expect_output "DF over the WAN MTU gets fragmentation needed with the MTU" \
     lan ping -c 1 -W 2 -M do -s 1450 10.0.0.2
 expect_output "without DF the gateway fragments and the WAN host answers" \
     " 0% packet loss" lan ping -c 2 -i 0.2 -W 2 -M dont -s 1450 10.0.0.2
+read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 10.0.0.2 -P 4 -t 2) || fail "iperf3 through the router"
+[[ $peer == 192.168.10.2 ]] || fail "the WAN host saw $peer: a plain router must not translate"
+pass "TCP LAN -> WAN routed untranslated: 4 streams, $gbps Gbit/s"
+read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 192.168.10.2 -P 4 -t 2) || fail "iperf3 WAN -> LAN"
+pass "TCP WAN -> LAN routed: 4 streams, $gbps Gbit/s"
+assert_no_conntrack_invalid
 
 stop_gateway
 grep -q "worker totals" "$WORK/gateway.log" || fail "no worker totals in the log after SIGTERM"
