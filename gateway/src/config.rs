@@ -288,6 +288,35 @@ pub struct InterfaceConfig {
     /// workers' queues.
     #[serde(default)]
     pub rss_key: Option<String>,
+    /// RFC 3704 source validation of what arrives here: "strict" (the route back to the
+    /// source leaves by this interface), "loose" (the source is routable and not another
+    /// interface's connected subnet) or "off". Omitted: loose where a default route leaves,
+    /// strict elsewhere.
+    #[serde(default)]
+    pub source_validation: Option<SourceValidationConfig>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum SourceValidationConfig {
+    Strict,
+    Loose,
+    Off,
+}
+
+impl TryFrom<String> for SourceValidationConfig {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        match text.as_str() {
+            "strict" => Ok(Self::Strict),
+            "loose" => Ok(Self::Loose),
+            "off" => Ok(Self::Off),
+            _ => Err(format!(
+                "source_validation: {text:?} is not strict, loose or off"
+            )),
+        }
+    }
 }
 
 fn default_mtu() -> u16 {
@@ -1038,6 +1067,27 @@ mod tests {
         );
         let err = parse(&bad).unwrap_err().to_string();
         assert!(err.starts_with("interfaces[1].rss_key:"), "{err}");
+    }
+
+    #[test]
+    fn source_validation_is_strict_loose_or_off() {
+        let loose = LAB.replace(
+            "address = \"192.168.10.1/24\"",
+            "address = \"192.168.10.1/24\"\nsource_validation = \"loose\"",
+        );
+        let config = parse(&loose).unwrap();
+        assert_eq!(
+            config.interfaces[0].source_validation,
+            Some(SourceValidationConfig::Loose)
+        );
+        assert_eq!(config.interfaces[1].source_validation, None);
+        let bad = LAB.replace(
+            "address = \"10.0.0.1/24\"",
+            "address = \"10.0.0.1/24\"\nsource_validation = \"paranoid\"",
+        );
+        let err = parse(&bad).unwrap_err().to_string();
+        assert!(err.contains("source_validation"), "{err}");
+        assert!(err.contains("strict"), "the error lists the choices: {err}");
     }
 
     #[test]

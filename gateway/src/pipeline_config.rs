@@ -9,7 +9,7 @@ use pipeline::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::router::{PortForward, Stateful};
 use pipeline::wire::{ipv4, EthernetAddress};
-use pipeline::{IcmpLimits, Interface, RouterConfig, StaticRoute};
+use pipeline::{IcmpLimits, Interface, RouterConfig, SourceValidation, StaticRoute};
 
 use pipeline::content::{ContentPolicy, DnsAction};
 use pipeline::inspect::parse_domain_list;
@@ -17,7 +17,7 @@ use pipeline::parental::{days, DeviceMatch, Policy as ParentalPolicy, TimeWindow
 
 use crate::config::{
     DnsActionConfig, FirewallAction, GatewayConfig, KeywordBlockConfig, L4Protocol, ParentalConfig,
-    PortRange, QosSettings, RuleProtocol,
+    PortRange, QosSettings, RuleProtocol, SourceValidationConfig,
 };
 
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
@@ -48,7 +48,20 @@ pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result
         errors_per_sec: config.icmp.errors_per_sec,
         burst: config.icmp.burst,
     };
-    let router = RouterConfig::new(interfaces, &routes, icmp).context("routes")?;
+    let source_validation: Vec<Option<SourceValidation>> = config
+        .interfaces
+        .iter()
+        .map(|iface| {
+            iface.source_validation.map(|mode| match mode {
+                SourceValidationConfig::Strict => SourceValidation::Strict,
+                SourceValidationConfig::Loose => SourceValidation::Loose,
+                SourceValidationConfig::Off => SourceValidation::Off,
+            })
+        })
+        .collect();
+    let router = RouterConfig::new(interfaces, &routes, icmp)
+        .context("routes")?
+        .with_source_validation(&source_validation)?;
     Ok(router
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))

@@ -334,6 +334,10 @@ impl Pipeline {
         {
             return Verdict::Drop(DropReason::MartianAddress);
         }
+        // A handed-off packet was checked by the worker that received it.
+        if !ingress.handed_off && !self.router.source_allowed(ingress.port, src) {
+            return Verdict::Drop(DropReason::SourceValidation);
+        }
         let local = self.router.local_port(dst).is_some();
         // RFC 1812 5.3.4: a unicast datagram in a link-layer broadcast is not forwarded.
         if !local

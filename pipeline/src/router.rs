@@ -185,6 +185,25 @@ pub struct RouterConfig {
     pub qos: Option<QosConfig>,
     /// Whether workers count per-LAN-host traffic into their meters (if they have one).
     pub traffic_meter: bool,
+    /// RFC 3704 source validation, per interface.
+    pub source_validation: Vec<SourceValidation>,
+    /// Whether a default route exists: loose validation then needs no route lookup.
+    has_default_route: bool,
+}
+
+/// How a packet's source address is checked against the interface it came in on (RFC 3704).
+/// Refused packets are dropped as `source_validation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceValidation {
+    /// The route back to the source must leave by this interface (strict reverse path).
+    /// The default on interfaces that no default route leaves by: LANs, DMZs.
+    Strict,
+    /// The source must be routable, and must not be in another interface's connected
+    /// subnet. The default where a default route leaves: the uplink, where the reverse path
+    /// to most of the internet is the default route anyway, and where asymmetric routing
+    /// (several uplinks) would break strict checks.
+    Loose,
+    Off,
 }
 
 impl RouterConfig {
@@ -230,6 +249,20 @@ impl RouterConfig {
                 },
             });
         }
+        let default_ports: Vec<u16> = routes
+            .iter()
+            .filter(|route| route.len == 0)
+            .map(|route| route.next_hop.port)
+            .collect();
+        let source_validation = (0..interfaces.len() as u16)
+            .map(|port| {
+                if default_ports.contains(&port) {
+                    SourceValidation::Loose
+                } else {
+                    SourceValidation::Strict
+                }
+            })
+            .collect();
         let routes = RouteTable::build(&routes).map_err(RouterError::Route)?;
         let stateful = Stateful::open(interfaces.len());
         Ok(RouterConfig {
@@ -239,7 +272,44 @@ impl RouterConfig {
             stateful,
             qos: None,
             traffic_meter: false,
+            source_validation,
+            has_default_route: !default_ports.is_empty(),
         })
+    }
+
+    /// Overrides the default source validation of the interfaces given `Some`.
+    pub fn with_source_validation(
+        mut self,
+        modes: &[Option<SourceValidation>],
+    ) -> Result<RouterConfig, RouterError> {
+        if modes.len() != self.interfaces.len() {
+            return Err(RouterError::StatefulMismatch);
+        }
+        for (current, mode) in self.source_validation.iter_mut().zip(modes) {
+            if let Some(mode) = mode {
+                *current = *mode;
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether a packet from `src` may come in on `port` (RFC 3704; see [`SourceValidation`]).
+    #[inline]
+    pub fn source_allowed(&self, port: u16, src: Ipv4Addr) -> bool {
+        match self.source_validation.get(usize::from(port)) {
+            None | Some(SourceValidation::Off) => true,
+            Some(SourceValidation::Strict) => {
+                self.routes.lookup(src).is_some_and(|hop| hop.port == port)
+            }
+            Some(SourceValidation::Loose) => {
+                let on_another_link = self
+                    .interfaces
+                    .iter()
+                    .enumerate()
+                    .any(|(i, iface)| i != usize::from(port) && iface.contains(src));
+                !on_another_link && (self.has_default_route || self.routes.lookup(src).is_some())
+            }
+        }
     }
 
     /// Turns QoS policing on with `qos`, or off with None.

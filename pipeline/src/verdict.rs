@@ -82,6 +82,9 @@ drop_reasons! {
     Ipv4Checksum => "ipv4_checksum",
     /// Source or destination that must never be routed (loopback, multicast, broadcast source...).
     MartianAddress => "martian_address",
+    /// A source address the interface it came in on must not see (RFC 3704: not routed back
+    /// out that interface, or another interface's connected subnet).
+    SourceValidation => "source_validation",
     /// A unicast IPv4 datagram sent to a link-layer broadcast or multicast address.
     LinkLayerBroadcast => "link_layer_broadcast",
     /// TTL ran out here; an ICMP time exceeded went back (rate permitting).

@@ -1,0 +1,181 @@
+//! RFC 3704 source validation on a home gateway: LAN 192.168.10.1/24, WAN 10.0.0.1/24 with
+//! the default route and masquerade, and a port forward of WAN TCP 8080 to 192.168.10.3:80.
+//! By default the LAN is strict (only sources routed back out the LAN) and the WAN loose (any
+//! routable source, but never one of the LAN's addresses).
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use etherparse::PacketBuilder;
+use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::router::{PortForward, Stateful};
+use pipeline::wire::EthernetAddress;
+use pipeline::{
+    DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,
+    SourceValidation, StaticRoute, Verdict, WorkerCounters,
+};
+
+const LAN: u16 = 0;
+const WAN: u16 = 1;
+const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+const PEER_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x09];
+const SERVER: [u8; 4] = [192, 168, 10, 3];
+const UPSTREAM: [u8; 4] = [10, 0, 0, 2];
+
+fn router(modes: [Option<SourceValidation>; 2]) -> Arc<RouterConfig> {
+    let interfaces = vec![
+        Interface {
+            mac: EthernetAddress(LAN_MAC),
+            addr: Ipv4Addr::new(192, 168, 10, 1),
+            prefix_len: 24,
+            mtu: 1500,
+        },
+        Interface {
+            mac: EthernetAddress(WAN_MAC),
+            addr: Ipv4Addr::new(10, 0, 0, 1),
+            prefix_len: 24,
+            mtu: 1500,
+        },
+    ];
+    let default_route = StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: Ipv4Addr::from(UPSTREAM),
+    };
+    let stateful = Stateful {
+        content: None,
+        zones: vec![ZoneId(0), ZoneId(1)],
+        masquerade: vec![false, true],
+        firewall: RuleSet::compile(
+            Vec::new(),
+            Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept),
+        )
+        .unwrap(),
+        port_forwards: vec![PortForward {
+            interface: WAN,
+            protocol: 6,
+            ports: 8080..=8080,
+            to: Ipv4Addr::from(SERVER),
+            to_port: 80,
+        }],
+        recheck_established: false,
+        generation: 0,
+    };
+    Arc::new(
+        RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())
+            .unwrap()
+            .with_stateful(stateful)
+            .unwrap()
+            .with_source_validation(&modes)
+            .unwrap(),
+    )
+}
+
+fn pipeline(router: Arc<RouterConfig>) -> (Pipeline, Arc<WorkerCounters>) {
+    let neighbors = NeighborView::new([
+        (
+            Ipv4Addr::from(UPSTREAM),
+            EthernetAddress([0x02, 0xbb, 0, 0, 0, 2]),
+        ),
+        (
+            Ipv4Addr::from(SERVER),
+            EthernetAddress([0x02, 0xaa, 0, 0, 0, 3]),
+        ),
+    ]);
+    let counters = Arc::new(WorkerCounters::default());
+    let pipeline = Pipeline::new(router, Arc::new(neighbors), counters.clone());
+    (pipeline, counters)
+}
+
+fn syn(ingress: u16, src: [u8; 4], dst: [u8; 4], dst_port: u16) -> Vec<u8> {
+    let our_mac = if ingress == LAN { LAN_MAC } else { WAN_MAC };
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, our_mac)
+        .ipv4(src, dst, 64)
+        .tcp(40000, dst_port, 1000, 65535)
+        .syn()
+        .write(&mut out, &[])
+        .unwrap();
+    out
+}
+
+fn verdict(pipeline: &mut Pipeline, frame: &[u8], ingress: u16) -> Verdict {
+    let mut room = [0u8; 2048];
+    room[..frame.len()].copy_from_slice(frame);
+    let mut pkt = PacketBuf::new(&mut room, frame.len());
+    pipeline.process(&mut pkt, ingress, 0)
+}
+
+const REFUSED: Verdict = Verdict::Drop(DropReason::SourceValidation);
+
+#[test]
+fn by_default_the_wan_cannot_claim_lan_addresses_and_the_lan_cannot_claim_others() {
+    let (mut gw, counters) = pipeline(router([None, None]));
+    // The conformance suite's spoofing probe: a WAN packet with a LAN source at the forward.
+    let spoofed = syn(WAN, [192, 168, 10, 77], [10, 0, 0, 1], 8080);
+    assert_eq!(verdict(&mut gw, &spoofed, WAN), REFUSED);
+    // The same forward from a real internet address is open.
+    let genuine = syn(WAN, [203, 0, 113, 5], [10, 0, 0, 1], 8080);
+    assert_eq!(
+        verdict(&mut gw, &genuine, WAN),
+        Verdict::Transmit { port: LAN }
+    );
+    // The LAN is strict: only its own subnet may be a source there.
+    for src in [[203, 0, 113, 5], [10, 0, 0, 9], [172, 16, 0, 1]] {
+        let frame = syn(LAN, src, [198, 51, 100, 1], 443);
+        assert_eq!(verdict(&mut gw, &frame, LAN), REFUSED, "LAN source {src:?}");
+    }
+    let from_lan = syn(LAN, [192, 168, 10, 2], [198, 51, 100, 1], 443);
+    assert_eq!(
+        verdict(&mut gw, &from_lan, LAN),
+        Verdict::Transmit { port: WAN }
+    );
+    assert_eq!(counters.dropped(DropReason::SourceValidation), 4);
+}
+
+#[test]
+fn loose_and_off_are_chosen_per_interface() {
+    // Loose on the LAN (a routed network behind a LAN router with no route of ours).
+    let (mut gw, _) = pipeline(router([Some(SourceValidation::Loose), None]));
+    let behind_a_lan_router = syn(LAN, [203, 0, 113, 5], [198, 51, 100, 1], 443);
+    assert_eq!(
+        verdict(&mut gw, &behind_a_lan_router, LAN),
+        Verdict::Transmit { port: WAN }
+    );
+    // Loose still refuses another link's connected subnet.
+    let wan_subnet = syn(LAN, [10, 0, 0, 9], [198, 51, 100, 1], 443);
+    assert_eq!(verdict(&mut gw, &wan_subnet, LAN), REFUSED);
+
+    // Strict on the WAN: the default route leaves by it, so internet sources pass and LAN
+    // ones do not.
+    let (mut gw, _) = pipeline(router([None, Some(SourceValidation::Strict)]));
+    let genuine = syn(WAN, [203, 0, 113, 5], [10, 0, 0, 1], 8080);
+    assert_eq!(
+        verdict(&mut gw, &genuine, WAN),
+        Verdict::Transmit { port: LAN }
+    );
+    let spoofed = syn(WAN, [192, 168, 10, 77], [10, 0, 0, 1], 8080);
+    assert_eq!(verdict(&mut gw, &spoofed, WAN), REFUSED);
+
+    // Off: anything goes (the firewall and NAT still decide).
+    let (mut gw, _) = pipeline(router([Some(SourceValidation::Off); 2]));
+    let spoofed = syn(WAN, [192, 168, 10, 77], [10, 0, 0, 1], 8080);
+    assert_eq!(
+        verdict(&mut gw, &spoofed, WAN),
+        Verdict::Transmit { port: LAN }
+    );
+    assert_eq!(
+        verdict(&mut gw, &wan_subnet, LAN),
+        Verdict::Transmit { port: WAN }
+    );
+}
+
+#[test]
+fn the_defaults_follow_the_default_route() {
+    let config = router([None, None]);
+    assert_eq!(
+        config.source_validation,
+        vec![SourceValidation::Strict, SourceValidation::Loose]
+    );
+}
