@@ -167,15 +167,27 @@ impl Pipeline {
     fn recheck(&mut self, id: crate::conntrack::FlowId) -> Option<Verdict> {
         let stateful = &self.router.stateful;
         let data = *self.flows.data(id);
-        if !stateful.recheck_established || data.generation == stateful.generation || data.forwarded
-        {
+        if !stateful.recheck_established || data.generation == stateful.generation {
             return None;
         }
         let original = self.flows.key(id, Direction::Original);
+        // Where the flow's first packet went after a forward's translation.
+        let reply = self.flows.key(id, Direction::Reply);
         let (from, to) = (ZoneId(data.from_zone), ZoneId(data.to_zone));
-        let (action, _) = stateful
-            .firewall
-            .evaluate(from, to, &original, data.icmp_type);
+        let target = if data.forwarded {
+            (reply.src, reply.src_port)
+        } else {
+            (original.dst, original.dst_port)
+        };
+        let action = admit(
+            stateful,
+            from,
+            to,
+            &original,
+            target,
+            data.forwarded,
+            data.icmp_type,
+        );
         if action == Action::Accept {
             self.flows.data_mut(id).generation = stateful.generation;
             return None;
@@ -219,14 +231,18 @@ impl Pipeline {
         };
         let egress = usize::from(route.port);
         let to = stateful.zones[egress];
-        if dnat.is_none() {
-            match stateful.firewall.evaluate(from, to, &key, icmp_type).0 {
-                Action::Accept => {}
-                Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
-                Action::Reject => {
-                    return Stage::Done(self.reject(pkt, ingress, &key, segment, now_ns))
-                }
-            }
+        match admit(
+            stateful,
+            from,
+            to,
+            &key,
+            (dst, dst_port),
+            dnat.is_some(),
+            icmp_type,
+        ) {
+            Action::Accept => {}
+            Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
+            Action::Reject => return Stage::Done(self.reject(pkt, ingress, &key, segment, now_ns)),
         }
         // Parental control and keyword block apply to flows LAN devices open.
         let mut content = ContentState::Allowed;
@@ -523,6 +539,31 @@ pub(crate) fn address_owner(
         (true, false) => ownership.host_owner(src),
         (false, true) => ownership.host_owner(dst),
         _ => ownership.pair_owner(src, dst),
+    }
+}
+
+/// The firewall's verdict on a new flow from zone `from` to zone `to`. Rules see the flow as
+/// it leaves, after a port forward's translation (`target`: the forward's host and port, as
+/// Linux's forward chain sees it after DNAT). A forward is open unless a rule says otherwise:
+/// only a matching rule, never the zone pair's default, decides a forwarded flow, so that a
+/// rule can limit a forward to some sources while forwards without rules work as configured.
+fn admit(
+    stateful: &crate::router::Stateful,
+    from: ZoneId,
+    to: ZoneId,
+    key: &FlowKey,
+    (dst, dst_port): (Ipv4Addr, u16),
+    forwarded: bool,
+    icmp_type: Option<u8>,
+) -> Action {
+    let leaving = FlowKey {
+        dst,
+        dst_port,
+        ..*key
+    };
+    match stateful.firewall.evaluate(from, to, &leaving, icmp_type) {
+        (_, None) if forwarded => Action::Accept,
+        (action, _) => action,
     }
 }
 
