@@ -453,3 +453,102 @@ fn a_unicast_probe_goes_to_the_known_mac_only() {
         }
     );
 }
+
+mod guest_sequences {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One frame from the guest's port: any operation, sender address among the interesting
+    /// ones (a WAN host, the upstream router, the LAN host, the gateway's own address), any
+    /// target, always with the guest's MAC as sender.
+    #[derive(Clone, Debug)]
+    struct GuestFrame {
+        reply: bool,
+        spa: [u8; 4],
+        to_gateway: bool,
+        gratuitous: bool,
+        after_ms: u64,
+    }
+
+    fn guest_frame() -> impl Strategy<Value = GuestFrame> {
+        (
+            any::<bool>(),
+            prop::sample::select(vec![WAN_HOST, UPSTREAM, HOST, LAN_ADDR, WAN_ADDR]),
+            any::<bool>(),
+            any::<bool>(),
+            0u64..1500,
+        )
+            .prop_map(
+                |(reply, spa, to_gateway, gratuitous, after_ms)| GuestFrame {
+                    reply,
+                    spa,
+                    to_gateway,
+                    gratuitous,
+                    after_ms,
+                },
+            )
+    }
+
+    impl GuestFrame {
+        fn bytes(&self) -> Vec<u8> {
+            let lan = lan();
+            let (tha, tpa) = match (self.gratuitous, self.to_gateway) {
+                (true, _) => ([0; 6], self.spa),
+                (false, true) => (lan.mac.0, LAN_ADDR),
+                (false, false) => ([0; 6], [192, 168, 10, 77]),
+            };
+            Frame {
+                eth_dst: if self.to_gateway {
+                    LAN_MAC
+                } else {
+                    BROADCAST_MAC
+                },
+                op: if self.reply { REPLY } else { REQUEST },
+                sha: GUEST_MAC,
+                spa: self.spa,
+                tha,
+                tpa,
+            }
+            .bytes()
+        }
+    }
+
+    proptest! {
+        /// Whatever the guest sends, and whenever, the upstream router and the WAN host keep
+        /// the MACs learnt on the WAN port, and the LAN host, which answers every probe sent
+        /// to it, keeps its own. Nothing the guest sends is ever answered.
+        #[test]
+        fn no_guest_sequence_moves_another_hosts_binding(
+            frames in proptest::collection::vec(guest_frame(), 1..120),
+        ) {
+            let mut control = Control::new();
+            control.resolve(&wan(), UPSTREAM, UPSTREAM_MAC, 0);
+            control.resolve(&wan(), WAN_HOST, UPSTREAM_MAC, 0);
+            control.resolve(&lan(), HOST, HOST_MAC, 0);
+            let mut now = 0;
+            for frame in frames {
+                now += frame.after_ms * 1_000_000;
+                let (handled, _) = control.receive(&frame.bytes(), &lan(), now);
+                prop_assert!(!handled.replied);
+                prop_assert!(!handled.view_changed);
+                prop_assert!(handled.dropped.is_some());
+                if let Some(probe) = handled.probe {
+                    // Only the LAN host's binding is ever checked, and only with its own MAC.
+                    prop_assert_eq!(probe, ArpProbe { ip: ip(HOST), unicast: Some(HOST_MAC) });
+                    let answer = reply_to(&lan(), HOST_MAC, HOST);
+                    prop_assert_eq!(control.receive(&answer, &lan(), now + 1).0, consumed(false));
+                }
+                let mut probes = Vec::new();
+                control.table.expire(now, 1024, |_| (), |probe| probes.push(probe));
+                prop_assert!(
+                    probes.iter().all(|probe| probe.unicast.is_none() && probe.ip != ip(HOST)),
+                    "no broadcast check of the LAN host, which always answered: {:?}",
+                    probes
+                );
+                prop_assert_eq!(control.mac_of(UPSTREAM), Some(UPSTREAM_MAC));
+                prop_assert_eq!(control.mac_of(WAN_HOST), Some(UPSTREAM_MAC));
+                prop_assert_eq!(control.mac_of(HOST), Some(HOST_MAC));
+            }
+        }
+    }
+}
