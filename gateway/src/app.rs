@@ -258,6 +258,8 @@ fn serve(
         capacity: config.neighbors.capacity,
         pending_per_neighbor: config.neighbors.pending_per_neighbor,
         reachable_ns: config.neighbors.reachable_secs * 1_000_000_000,
+        pending_total: config.neighbors.pending_total,
+        locktime_ns: config.neighbors.locktime_ms * 1_000_000,
         ..NeighborConfig::default()
     };
     let router_published = router.clone();

@@ -419,6 +419,14 @@ pub struct NeighborsConfig {
     pub pending_per_neighbor: usize,
     /// How long an ARP answer is trusted before it is refreshed.
     pub reachable_secs: u64,
+    /// Packets held over all unresolved next hops together; more are dropped and counted
+    /// (`neighbor_held_limit`), so that unresolvable next hops cannot drain the mempool.
+    pub pending_total: usize,
+    /// Milliseconds after a neighbour's confirmation during which ARP claiming another MAC
+    /// for it is refused outright (Linux's `locktime`). Later, a claim sends a probe to the
+    /// known MAC first and is believed only if that goes unanswered and a broadcast probe is
+    /// answered with the new MAC. 0: no lock, claims are still checked by probe.
+    pub locktime_ms: u64,
 }
 
 impl Default for NeighborsConfig {
@@ -427,6 +435,8 @@ impl Default for NeighborsConfig {
             capacity: 4096,
             pending_per_neighbor: 4,
             reachable_secs: 300,
+            pending_total: 512,
+            locktime_ms: 1000,
         }
     }
 }
@@ -846,6 +856,25 @@ impl GatewayConfig {
                 "capacity and pending_per_neighbor must be positive",
             ));
         }
+        if self.neighbors.pending_total == 0
+            || self.neighbors.pending_total > self.mempool.mbufs as usize / 4
+        {
+            return Err(invalid(
+                "neighbors.pending_total",
+                format!(
+                    "must be positive and at most a quarter of mempool.mbufs ({}), so packets \
+                     held for unresolved next hops cannot starve the ports of buffers",
+                    self.mempool.mbufs / 4
+                ),
+            ));
+        }
+        if self.neighbors.locktime_ms >= self.neighbors.reachable_secs.saturating_mul(1000) {
+            return Err(invalid(
+                "neighbors.locktime_ms",
+                "must be shorter than neighbors.reachable_secs, or no neighbour could ever \
+                 change its MAC",
+            ));
+        }
         Ok(())
     }
 
@@ -1054,6 +1083,27 @@ mod tests {
         let main_as_worker = LAB.replace("lcores = [1]", "lcores = [0]");
         let err = parse(&main_as_worker).unwrap_err().to_string();
         assert!(err.starts_with("workers.lcores[0]:"), "{err}");
+    }
+
+    #[test]
+    fn neighbor_arp_limits_have_defaults_and_are_checked_by_name() {
+        let config = parse(LAB).unwrap();
+        assert_eq!(
+            (config.neighbors.pending_total, config.neighbors.locktime_ms),
+            (512, 1000)
+        );
+        for (setting, field) in [
+            ("pending_total = 0", "neighbors.pending_total:"),
+            // A quarter of the default 16383 mbufs is 4095.
+            ("pending_total = 4096", "neighbors.pending_total:"),
+            ("locktime_ms = 300000", "neighbors.locktime_ms:"),
+        ] {
+            let bad = format!("{LAB}\n[neighbors]\n{setting}\n");
+            let err = parse(&bad).unwrap_err().to_string();
+            assert!(err.starts_with(field), "{setting}: {err}");
+        }
+        let fine = format!("{LAB}\n[neighbors]\npending_total = 4095\nlocktime_ms = 0\n");
+        assert_eq!(parse(&fine).unwrap().neighbors.pending_total, 4095);
     }
 
     #[test]

@@ -7,8 +7,8 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use pipeline::control::{answer_arp, echo_reply, write_arp_request, write_l2};
-use pipeline::neigh::{Lookup, NeighborConfig, NeighborState, NeighborTable};
+use pipeline::control::{echo_reply, handle_arp, write_arp_probe, write_l2};
+use pipeline::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
@@ -71,7 +71,7 @@ impl ControlPlane {
         let (router, _) = self.router.load();
         for (port, iface) in router.interfaces.iter().enumerate() {
             // A gratuitous ARP is a request for one's own address.
-            self.send_arp_request(&router, port as u16, iface.addr);
+            self.send_arp_request(&router, port as u16, iface.addr, None);
         }
         self.flush();
     }
@@ -110,21 +110,7 @@ impl ControlPlane {
             return self.counters.record_drop(DropReason::TruncatedFrame);
         };
         if frame.ethertype() == ethernet::ethertype::ARP {
-            let len = mbuf.len();
-            let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
-            let Some(outcome) = answer_arp(&mut pkt, iface) else {
-                return self.counters.record_drop(DropReason::MalformedArp);
-            };
-            let reply_len = pkt.len();
-            if let Some((ip, mac)) = outcome.learned {
-                self.learn(ip, mac);
-            }
-            if outcome.replied && mbuf.set_len(reply_len).is_ok() {
-                self.send(ingress as u16, mbuf);
-            } else if outcome.learned.is_none() {
-                self.counters.record_drop(DropReason::ArpNotForUs);
-            }
-            return;
+            return self.handle_arp(&router, ingress as u16, mbuf);
         }
         let Ok(ip) = Ipv4Packet::new_checked(&mbuf.data()[ethernet::HEADER_LEN..]) else {
             return self.counters.record_drop(DropReason::MalformedIpv4);
@@ -150,22 +136,30 @@ impl ControlPlane {
             port: route.port,
         };
         let now_ns = self.clock.now_ns();
-        match self.table.lookup(next_hop, now_ns) {
+        let evictions_before = self.table.evictions();
+        let counters = &self.counters;
+        let evicted = |_held| counters.record_drop(DropReason::NeighborEvicted);
+        match self.table.lookup(next_hop, now_ns, evicted) {
             Lookup::Resolved { mac, refresh } => {
                 self.transmit_held(&router, held, EthernetAddress(mac));
                 if refresh {
-                    self.send_arp_request(&router, route.port, next_hop);
+                    let mac = Some(EthernetAddress(mac));
+                    self.send_arp_request(&router, route.port, next_hop, mac);
                 }
             }
             Lookup::Pending { send_request } => {
-                if self.table.enqueue(next_hop, held).is_err() {
-                    self.counters.record_drop(DropReason::NeighborQueueFull);
+                if let Err((_held, reason)) = self.table.enqueue(next_hop, held) {
+                    self.counters.record_drop(reason);
                 }
                 if send_request {
-                    self.send_arp_request(&router, route.port, next_hop);
+                    self.send_arp_request(&router, route.port, next_hop, None);
                 }
             }
             Lookup::TableFull => self.counters.record_drop(DropReason::NeighborQueueFull),
+        }
+        if self.table.evictions() != evictions_before {
+            // The entry that made room may have been one the workers use.
+            self.publish_view();
         }
     }
 
@@ -188,28 +182,37 @@ impl ControlPlane {
         }
     }
 
-    /// Records an ARP answer, sends what waited for it, and republishes the workers' view.
-    fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
-        let (router, _) = self.router.load();
-        if router
-            .routes
-            .lookup(ip)
-            .is_none_or(|route| route.gateway.is_some())
-        {
-            // Only neighbours on a connected subnet belong in the table.
-            return;
-        }
-        let known = self.table.get(ip);
-        let now_ns = self.clock.now_ns();
+    /// Lets the neighbour table learn from an ARP packet (see `pipeline::control::handle_arp`
+    /// for what it may change), sends what waited for its sender, the reply if there is one
+    /// and any probe, and republishes the workers' view when a binding changed.
+    fn handle_arp(&mut self, router: &RouterConfig, ingress: u16, mut mbuf: Mbuf) {
+        let iface = &router.interfaces[usize::from(ingress)];
+        let len = mbuf.len();
+        let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
         let mut released = Vec::new();
-        self.table
-            .learn_unsolicited(ip, mac.0, now_ns, |held| released.push(held));
-        for held in released {
-            self.transmit_held(&router, held, mac);
+        let counters = &self.counters;
+        let now_ns = self.clock.now_ns();
+        let handled = handle_arp(
+            &mut pkt,
+            iface,
+            &mut self.table,
+            now_ns,
+            |held, mac| released.push((held, mac)),
+            |_held| counters.record_drop(DropReason::NeighborEvicted),
+        );
+        let reply_len = pkt.len();
+        if let Some(reason) = handled.dropped {
+            self.counters.record_drop(reason);
+        } else if handled.replied && mbuf.set_len(reply_len).is_ok() {
+            self.send(ingress, mbuf);
         }
-        if known
-            .is_none_or(|(old_mac, state)| old_mac != mac.0 || state == NeighborState::Incomplete)
-        {
+        if let Some(ArpProbe { ip, unicast }) = handled.probe {
+            self.send_arp_request(router, ingress, ip, unicast.map(EthernetAddress));
+        }
+        for (held, mac) in released {
+            self.transmit_held(router, held, mac);
+        }
+        if handled.view_changed {
             self.publish_view();
         }
     }
@@ -223,7 +226,7 @@ impl ControlPlane {
             now_ns,
             EXPIRE_BUDGET,
             |_held| counters.record_drop(DropReason::NeighborUnreachable),
-            |ip| probes.push(ip),
+            |probe| probes.push(probe),
         );
         // Entries in use are refreshed before they go stale, so workers never lose them.
         let resolved: Vec<Ipv4Addr> = self
@@ -233,13 +236,20 @@ impl ControlPlane {
             .map(|(ip, _, _)| ip)
             .collect();
         for ip in resolved {
-            if let Lookup::Resolved { refresh: true, .. } = self.table.lookup(ip, now_ns) {
-                probes.push(ip);
+            // Only known addresses are looked up here, so nothing is created or evicted.
+            let lookup = self.table.lookup(ip, now_ns, |_held| {
+                counters.record_drop(DropReason::NeighborEvicted)
+            });
+            if let Lookup::Resolved { mac, refresh: true } = lookup {
+                probes.push(ArpProbe {
+                    ip,
+                    unicast: Some(mac),
+                });
             }
         }
-        for ip in probes {
+        for ArpProbe { ip, unicast } in probes {
             if let Some(route) = router.routes.lookup(ip) {
-                self.send_arp_request(&router, route.port, ip);
+                self.send_arp_request(&router, route.port, ip, unicast.map(EthernetAddress));
             }
         }
         if self.table.len() != before {
@@ -247,12 +257,20 @@ impl ControlPlane {
         }
     }
 
-    fn send_arp_request(&mut self, router: &RouterConfig, port: u16, target: Ipv4Addr) {
+    /// Broadcast, or unicast to `unicast`: the MAC we have for a neighbour we are checking.
+    fn send_arp_request(
+        &mut self,
+        router: &RouterConfig,
+        port: u16,
+        target: Ipv4Addr,
+        unicast: Option<EthernetAddress>,
+    ) {
         let Some(mut mbuf) = Mbuf::alloc(&self.pool) else {
             return self.counters.record_drop(DropReason::NoBuffer);
         };
         let mut pkt = PacketBuf::new(mbuf.room_mut(), 0);
-        if write_arp_request(&mut pkt, &router.interfaces[usize::from(port)], target) {
+        let iface = &router.interfaces[usize::from(port)];
+        if write_arp_probe(&mut pkt, iface, target, unicast) {
             let len = pkt.len();
             if mbuf.set_len(len).is_ok() {
                 self.send(port, mbuf);

@@ -1,10 +1,12 @@
-//! Packet work for the control thread: ARP answers, echo replies, ARP requests. Each rewrites
-//! or writes a frame in place; the control thread decides when to call them.
+//! Packet work for the control thread: ARP (what to learn, answers, requests), echo replies.
+//! Each rewrites or writes a frame in place; the control thread decides when to call them.
 
 use std::net::Ipv4Addr;
 
+use crate::neigh::{ArpProbe, ArpSource, Learn, NeighborTable};
 use crate::packet::PacketBuf;
 use crate::router::Interface;
+use crate::verdict::DropReason;
 use crate::wire::{
     arp, checksum, ethernet, icmp, ipv4, ArpOperation, ArpPacket, ArpRepr, EthernetAddress,
     EthernetFrame, IcmpPacket, Ipv4Packet,
@@ -13,46 +15,146 @@ use crate::wire::{
 /// Ethernet's minimum frame without FCS; shorter frames are padded with zeros.
 pub const MIN_FRAME_LEN: usize = 60;
 
-/// What an ARP packet told us and whether it became a reply.
+/// What the control thread does with one received ARP packet, decided by [`handle_arp`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArpOutcome {
-    /// The sender's binding, worth learning: it asked us, or it answered.
-    pub learned: Option<(Ipv4Addr, EthernetAddress)>,
+pub struct ArpHandled {
     /// The packet now holds our reply, ready to send back out the ingress port.
     pub replied: bool,
+    /// The neighbour table changed a binding the workers use: republish their view.
+    pub view_changed: bool,
+    /// A request to send out the ingress port (a check that a neighbour is still where we
+    /// think, before another MAC is believed for it).
+    pub probe: Option<ArpProbe>,
+    /// Neither answered nor learnt from: drop it, counted under this reason. `None` with
+    /// `replied` false: consumed, its binding stored or confirmed.
+    pub dropped: Option<DropReason>,
 }
 
-/// Handles one received ARP frame on `iface`. None if it is not valid Ethernet/IPv4 ARP.
-pub fn answer_arp(pkt: &mut PacketBuf, iface: &Interface) -> Option<ArpOutcome> {
-    let frame = EthernetFrame::new_checked(pkt.bytes()).ok()?;
-    let request = ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).ok()?).ok()?;
-    let for_us = request.target_protocol_addr == iface.addr;
-    let sender_valid =
-        request.source_hardware_addr.is_unicast() && !request.source_protocol_addr.is_unspecified();
-    let learned = (sender_valid && (for_us || request.operation == ArpOperation::Reply))
-        .then_some((request.source_protocol_addr, request.source_hardware_addr));
-    if request.operation != ArpOperation::Request || !for_us || !sender_valid {
-        return Some(ArpOutcome {
-            learned,
+impl ArpHandled {
+    fn dropped(reason: DropReason) -> ArpHandled {
+        ArpHandled {
             replied: false,
+            view_changed: false,
+            probe: None,
+            dropped: Some(reason),
+        }
+    }
+}
+
+/// Handles one ARP frame received on `iface`: checks that its sender may be a neighbour on
+/// this interface, lets `table` apply the binding (see [`crate::neigh`] for what may change
+/// what), and turns a request for our address into the reply in place, unless the sender's
+/// binding was refused. Packets the binding releases go to `on_released` with the MAC to send
+/// them to; packets of an entry evicted to make room go to `on_evicted`.
+///
+/// The sender must be a host of `iface`'s own connected subnet: the port an ARP packet came
+/// in on is where its sender is, so a host on one port can never bind another port's
+/// addresses (a LAN guest claiming a WAN host's address or the upstream router's).
+pub fn handle_arp<P>(
+    pkt: &mut PacketBuf,
+    iface: &Interface,
+    table: &mut NeighborTable<P>,
+    now_ns: u64,
+    mut on_released: impl FnMut(P, EthernetAddress),
+    on_evicted: impl FnMut(P),
+) -> ArpHandled {
+    let Some(arp) = parse_arp(pkt.bytes()) else {
+        return ArpHandled::dropped(DropReason::MalformedArp);
+    };
+    let source = match arp.operation {
+        ArpOperation::Request if arp.target_protocol_addr == iface.addr => ArpSource::RequestForUs,
+        ArpOperation::Reply
+            if arp.target_protocol_addr == iface.addr && arp.target_hardware_addr == iface.mac =>
+        {
+            ArpSource::ReplyToUs
+        }
+        ArpOperation::Request | ArpOperation::Reply => ArpSource::Other,
+        ArpOperation::Unknown(_) => return ArpHandled::dropped(DropReason::MalformedArp),
+    };
+    let (ip, mac) = (arp.source_protocol_addr, arp.source_hardware_addr);
+    if !mac.is_unicast() || ip.is_unspecified() {
+        // Address probes (RFC 5227) and nonsense: no binding, and a reply would go nowhere.
+        return ArpHandled::dropped(DropReason::ArpNotForUs);
+    }
+    if ip == iface.addr {
+        return ArpHandled::dropped(if mac == iface.mac {
+            // Our own gratuitous ARP, seen again.
+            DropReason::ArpNotForUs
+        } else {
+            DropReason::ArpClaimsOurAddress
         });
     }
-    let reply = ArpRepr {
-        operation: ArpOperation::Reply,
-        source_hardware_addr: iface.mac,
-        source_protocol_addr: iface.addr,
-        target_hardware_addr: request.source_hardware_addr,
-        target_protocol_addr: request.source_protocol_addr,
+    if !is_neighbor_address(iface, ip) {
+        return ArpHandled::dropped(DropReason::ArpWrongInterface);
+    }
+    let released = |held| on_released(held, mac);
+    let learned = table.learn(ip, mac.0, source, now_ns, released, on_evicted);
+    let mut handled = ArpHandled {
+        replied: false,
+        view_changed: learned == Learn::Changed,
+        probe: None,
+        dropped: None,
     };
-    write_arp(pkt, &reply, request.source_hardware_addr)?;
-    Some(ArpOutcome {
-        learned,
-        replied: true,
-    })
+    match learned {
+        Learn::Refused {
+            reason,
+            probe_old_mac,
+        } => {
+            handled.dropped = Some(reason);
+            handled.probe = probe_old_mac.map(|old| ArpProbe {
+                ip,
+                unicast: Some(old),
+            });
+            return handled;
+        }
+        Learn::Ignored if source != ArpSource::RequestForUs => {
+            handled.dropped = Some(DropReason::ArpNotForUs);
+            return handled;
+        }
+        Learn::Changed | Learn::Confirmed | Learn::Ignored => {}
+    }
+    if source == ArpSource::RequestForUs {
+        let reply = ArpRepr {
+            operation: ArpOperation::Reply,
+            source_hardware_addr: iface.mac,
+            source_protocol_addr: iface.addr,
+            target_hardware_addr: mac,
+            target_protocol_addr: ip,
+        };
+        handled.replied = write_arp(pkt, &reply, mac).is_some();
+        if !handled.replied {
+            handled.dropped = Some(DropReason::NoBuffer);
+        }
+    }
+    handled
+}
+
+fn parse_arp(frame: &[u8]) -> Option<ArpRepr> {
+    let frame = EthernetFrame::new_checked(frame).ok()?;
+    ArpRepr::parse(&ArpPacket::new_checked(frame.payload()).ok()?).ok()
+}
+
+/// Whether `ip` can be a neighbour on `iface`: a host address of its connected subnet (on a
+/// /31 or /32 every address is a host; RFC 3021).
+pub fn is_neighbor_address(iface: &Interface, ip: Ipv4Addr) -> bool {
+    iface.contains(ip)
+        && (iface.prefix_len >= 31 || (ip != iface.network() && ip != iface.broadcast()))
 }
 
 /// Writes a broadcast ARP request from `iface` for `target` into `pkt`.
 pub fn write_arp_request(pkt: &mut PacketBuf, iface: &Interface, target: Ipv4Addr) -> bool {
+    write_arp_probe(pkt, iface, target, None)
+}
+
+/// Writes an ARP request from `iface` for `target` into `pkt`: broadcast, or unicast to the
+/// MAC we have for it, as Linux probes a known neighbour, so that only it can hear and answer.
+/// The target hardware address is zero either way (RFC 826 leaves it unset in requests).
+pub fn write_arp_probe(
+    pkt: &mut PacketBuf,
+    iface: &Interface,
+    target: Ipv4Addr,
+    unicast: Option<EthernetAddress>,
+) -> bool {
     let request = ArpRepr {
         operation: ArpOperation::Request,
         source_hardware_addr: iface.mac,
@@ -60,7 +162,8 @@ pub fn write_arp_request(pkt: &mut PacketBuf, iface: &Interface, target: Ipv4Add
         target_hardware_addr: EthernetAddress([0; 6]),
         target_protocol_addr: target,
     };
-    write_arp(pkt, &request, EthernetAddress::BROADCAST).is_some()
+    let eth_dst = unicast.unwrap_or(EthernetAddress::BROADCAST);
+    write_arp(pkt, &request, eth_dst).is_some()
 }
 
 /// A gratuitous ARP announcing `iface`'s address, so neighbours update their caches at start.

@@ -95,6 +95,17 @@ drop_reasons! {
     FragmentationNeeded => "fragmentation_needed",
     /// ARP about other hosts (learned from where useful, then consumed).
     ArpNotForUs => "arp_not_for_us",
+    /// ARP whose sender address is not a host of the ingress interface's connected subnet
+    /// (another port's subnet, a routed address, the subnet's network or broadcast address):
+    /// neither learnt nor answered, so one port's hosts cannot claim another port's neighbours.
+    ArpWrongInterface => "arp_wrong_interface",
+    /// ARP from another MAC claiming the ingress interface's own address (an address conflict).
+    ArpClaimsOurAddress => "arp_claims_our_address",
+    /// ARP claiming another MAC for a neighbour confirmed less than `neighbors.locktime_ms` ago.
+    ArpLocked => "arp_locked",
+    /// ARP claiming another MAC for a known neighbour that no probe of ours has confirmed (one
+    /// is sent to the MAC we know, unless a check is already under way).
+    ArpMacChangeUnconfirmed => "arp_mac_change_unconfirmed",
     /// Addressed to the gateway on a protocol it does not serve.
     LocalDelivery => "local_delivery",
     /// A non-initial fragment: its ports are in another packet, so it cannot be tracked.
@@ -128,6 +139,10 @@ drop_reasons! {
     NeighborQueueFull => "neighbor_queue_full",
     /// The next hop never answered ARP.
     NeighborUnreachable => "neighbor_unreachable",
+    /// All unresolved next hops together already held `neighbors.pending_total` packets.
+    NeighborHeldLimit => "neighbor_held_limit",
+    /// Held for an unresolved next hop whose entry a full neighbour table evicted.
+    NeighborEvicted => "neighbor_evicted",
     /// The control thread's ring was full.
     ControlRingFull => "control_ring_full",
     /// The ring carrying the control thread's packets to worker 0 was full.

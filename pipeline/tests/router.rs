@@ -12,7 +12,8 @@ use etherparse::{
     EtherType, Ethernet2Header, IcmpEchoHeader, Icmpv4Header, Icmpv4Slice, Icmpv4Type,
     IpFragOffset, IpHeaders, IpNumber, Ipv4Header, PacketBuilder, UdpHeader, VlanId,
 };
-use pipeline::control::{self, ArpOutcome};
+use pipeline::control;
+use pipeline::neigh::{NeighborConfig, NeighborTable};
 use pipeline::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress};
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline,
@@ -852,88 +853,6 @@ fn parse_arp(frame: &[u8]) -> (Ethernet2Header, ArpRepr) {
 }
 
 #[test]
-fn answer_arp_replies_to_a_request_for_our_address() {
-    let request = arp_frame(BROADCAST_MAC, 1, HOST_MAC, HOST, LAN_ADDR);
-    let (outcome, reply) = with_room(&request, |pkt| control::answer_arp(pkt, &lan()));
-    assert_eq!(
-        outcome,
-        Some(ArpOutcome {
-            learned: Some((ip(HOST), EthernetAddress(HOST_MAC))),
-            replied: true,
-        })
-    );
-    let mut expected = Vec::new();
-    expected.extend_from_slice(&HOST_MAC);
-    expected.extend_from_slice(&LAN_MAC);
-    expected.extend_from_slice(&[0x08, 0x06]);
-    expected.extend_from_slice(&[0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x02]);
-    expected.extend_from_slice(&LAN_MAC);
-    expected.extend_from_slice(&LAN_ADDR);
-    expected.extend_from_slice(&HOST_MAC);
-    expected.extend_from_slice(&HOST);
-    expected.resize(60, 0);
-    assert_eq!(reply, expected);
-    let (eth, repr) = parse_arp(&reply);
-    assert_eq!((eth.destination, eth.source), (HOST_MAC, LAN_MAC));
-    assert_eq!(repr.operation, ArpOperation::Reply);
-}
-
-#[test]
-fn answer_arp_ignores_requests_for_other_addresses() {
-    let request = arp_frame(BROADCAST_MAC, 1, HOST_MAC, HOST, [192, 168, 10, 77]);
-    let (outcome, after) = with_room(&request, |pkt| control::answer_arp(pkt, &lan()));
-    assert_eq!(
-        outcome,
-        Some(ArpOutcome {
-            learned: None,
-            replied: false,
-        })
-    );
-    assert_eq!(after, request, "left as it was");
-
-    // A request for us from a multicast MAC or an unspecified IP is neither learned nor
-    // answered: the answer would go nowhere useful.
-    for (sha, spa) in [([0x01, 0, 0x5e, 0, 0, 1], HOST), (HOST_MAC, [0, 0, 0, 0])] {
-        let odd = arp_frame(BROADCAST_MAC, 1, sha, spa, LAN_ADDR);
-        let (outcome, _) = with_room(&odd, |pkt| control::answer_arp(pkt, &lan()));
-        assert_eq!(
-            outcome,
-            Some(ArpOutcome {
-                learned: None,
-                replied: false,
-            })
-        );
-    }
-}
-
-#[test]
-fn answer_arp_learns_from_replies() {
-    let reply = arp_frame(WAN_MAC, 2, UPSTREAM_MAC, UPSTREAM, WAN_ADDR);
-    let (outcome, after) = with_room(&reply, |pkt| control::answer_arp(pkt, &wan(1500)));
-    assert_eq!(
-        outcome,
-        Some(ArpOutcome {
-            learned: Some((ip(UPSTREAM), EthernetAddress(UPSTREAM_MAC))),
-            replied: false,
-        })
-    );
-    assert_eq!(after, reply);
-}
-
-#[test]
-fn answer_arp_rejects_what_is_not_ethernet_ipv4_arp() {
-    let request = arp_frame(BROADCAST_MAC, 1, HOST_MAC, HOST, LAN_ADDR);
-    for len in [0, 13, 14, 41] {
-        let (outcome, _) = with_room(&request[..len], |pkt| control::answer_arp(pkt, &lan()));
-        assert_eq!(outcome, None, "{len} bytes");
-    }
-    let mut not_ipv4 = request.clone();
-    not_ipv4[16] = 0x86;
-    let (outcome, _) = with_room(&not_ipv4, |pkt| control::answer_arp(pkt, &lan()));
-    assert_eq!(outcome, None);
-}
-
-#[test]
 fn echo_reply_answers_a_ping() {
     for (request, data_len) in [
         (echo_request(LAN_ADDR, 56), 56),
@@ -1113,7 +1032,10 @@ proptest! {
         }
 
         for iface in [lan(), wan(1500)] {
-            let (_, out) = with_room(&frame, |pkt| control::answer_arp(pkt, &iface));
+            let mut table = NeighborTable::<()>::new(NeighborConfig::default());
+            let (_, out) = with_room(&frame, |pkt| {
+                control::handle_arp(pkt, &iface, &mut table, now_ns, |_, _| (), |_| ())
+            });
             prop_assert!(out.len() <= ROOM);
             let (_, out) = with_room(&frame, |pkt| control::echo_reply(pkt, &iface));
             prop_assert!(out.len() <= ROOM);
