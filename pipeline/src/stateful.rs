@@ -100,7 +100,7 @@ impl Pipeline {
             None
         };
         match self.flows.lookup(&key) {
-            Some((id, _)) if reopens(segment.as_ref(), self.flows.tcp_state(id)) => {
+            Some((id, _)) if is_bare_syn(segment.as_ref()) && self.is_closed(id) => {
                 if !l4_checksum_ok(pkt) {
                     return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
@@ -197,6 +197,14 @@ impl Pipeline {
         let data = self.flows.remove(id);
         release(&mut self.nat, &data);
         Some(Verdict::Drop(DropReason::FirewallRecheck))
+    }
+
+    /// A TCP flow in TIME_WAIT or closed by a reset.
+    fn is_closed(&self, id: crate::conntrack::FlowId) -> bool {
+        matches!(
+            self.flows.tcp_state(id),
+            Some(TcpState::TimeWait | TcpState::Closed)
+        )
     }
 
     /// Ends a closed TCP flow whose tuple a new connection reuses (RFC 9293 3.6.1), as Linux
@@ -588,12 +596,11 @@ fn changes_tcp_state(segment: Option<&TcpSegment>) -> bool {
     })
 }
 
-/// A bare SYN on a flow in TIME_WAIT or closed by a reset starts a new connection on the same
-/// tuple, from either direction (as Linux's tracker lets it).
-fn reopens(segment: Option<&TcpSegment>, state: Option<TcpState>) -> bool {
+/// A bare SYN, which on a closed flow (see `Pipeline::is_closed`) starts a new connection on
+/// the same tuple, from either direction (as Linux's tracker lets it).
+fn is_bare_syn(segment: Option<&TcpSegment>) -> bool {
     const SIGNIFICANT: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
     segment.is_some_and(|segment| segment.flags & SIGNIFICANT == tcp::flags::SYN)
-        && matches!(state, Some(TcpState::TimeWait | TcpState::Closed))
 }
 
 /// The packet's TCP, UDP (a zero UDP checksum is "none", which IPv4 allows) or ICMP checksum

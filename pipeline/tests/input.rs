@@ -361,10 +361,25 @@ fn a_syn_with_a_bad_checksum_creates_nothing_unless_the_nic_vouched_for_it() {
     unchecked[ETH_LEN + 20 + 6..ETH_LEN + 20 + 8].copy_from_slice(&[0, 0]);
     gw.pass(&unchecked, LAN, 0, WAN);
 
+    // And an ICMP query's.
+    let mut ping = Vec::new();
+    PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+        .ipv4(HOST, REMOTE, 64)
+        .icmpv4_echo_request(9, 1)
+        .write(&mut ping, &[0; 8])
+        .unwrap();
+    gw.expect_drop(
+        &corrupt_l4_checksum(ping.clone()),
+        LAN,
+        0,
+        DropReason::L4Checksum,
+    );
+    gw.pass(&ping, LAN, 0, WAN);
+
     // The NIC's RX flag is trusted when it says good: nothing is summed again.
     let (verdict, _) = gw.run(&bad_syn, LAN, 0, true);
     assert_eq!(verdict, Verdict::Transmit { port: WAN });
-    assert_eq!(gw.counters.dropped(DropReason::L4Checksum), 2);
+    assert_eq!(gw.counters.dropped(DropReason::L4Checksum), 3);
 }
 
 #[test]
