@@ -209,7 +209,7 @@ fn serve(
     for (index, &lcore) in worker_lcores.iter().enumerate() {
         let (to_control, from_worker) = MbufRing::create(
             &format!("to_control_{index}"),
-            1024,
+            crate::worker::CONTROL_RING_CAPACITY,
             dpdk_sys::SOCKET_ID_ANY,
         )?;
         from_workers.push(from_worker);

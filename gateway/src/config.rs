@@ -397,9 +397,13 @@ pub struct RouteConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct IcmpConfig {
     /// ICMP errors (time exceeded, unreachable, fragmentation needed) each worker may send
-    /// per second; the rest are dropped and counted.
+    /// per second; the rest are dropped and counted. Each kind has a bucket of its own.
     pub errors_per_sec: u32,
     pub burst: u32,
+    /// Echo requests to the gateway each worker passes to the control thread per second;
+    /// the rest are dropped as slow_path_policed. ARP is exempt.
+    pub echo_per_sec: u32,
+    pub echo_burst: u32,
 }
 
 impl Default for IcmpConfig {
@@ -407,6 +411,8 @@ impl Default for IcmpConfig {
         IcmpConfig {
             errors_per_sec: 1000,
             burst: 100,
+            echo_per_sec: 1000,
+            echo_burst: 100,
         }
     }
 }
@@ -1058,6 +1064,24 @@ mod tests {
         assert_eq!(config.eal.hugepages, HugepageMode::Auto);
         assert_eq!(config.routes[0].destination.len, 0);
         assert_eq!(config.interface_for("10.0.0.2".parse().unwrap()), Some(1));
+    }
+
+    #[test]
+    fn icmp_echo_budget_is_optional_beside_the_error_budget() {
+        let config = parse(&format!("{LAB}\n[icmp]\nerrors_per_sec = 5\n")).unwrap();
+        let defaults = IcmpConfig::default();
+        assert_eq!(config.icmp.errors_per_sec, 5);
+        assert_eq!(config.icmp.burst, defaults.burst);
+        assert_eq!(
+            (config.icmp.echo_per_sec, config.icmp.echo_burst),
+            (1000, 100)
+        );
+        let config = parse(&format!(
+            "{LAB}\n[icmp]\necho_per_sec = 7\necho_burst = 2\n"
+        ))
+        .unwrap();
+        assert_eq!((config.icmp.echo_per_sec, config.icmp.echo_burst), (7, 2));
+        assert_eq!(config.icmp.errors_per_sec, defaults.errors_per_sec);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use pipeline::control::{echo_reply, handle_arp, write_arp_probe, write_l2};
+use pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe, write_l2};
 use pipeline::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
@@ -81,13 +81,28 @@ impl ControlPlane {
     pub fn poll(&mut self) -> usize {
         let mut handled = 0;
         let mut batch = MbufBatch::new();
-        for ring in 0..self.from_workers.len() {
-            while self.from_workers[ring].dequeue(&mut batch) > 0 {
-                handled += batch.len();
+        // ARP first: echo replies and held packets can wait, and the held ones wait on it.
+        // One burst per ring per round, so no worker's flood delays another's ARP.
+        let mut later = MbufBatch::new();
+        loop {
+            let mut dequeued = 0;
+            for ring in 0..self.from_workers.len() {
+                dequeued += self.from_workers[ring].dequeue(&mut batch);
                 for mbuf in batch.drain() {
-                    self.handle(mbuf);
+                    if is_arp(mbuf.data()) {
+                        self.handle(mbuf);
+                    } else if let Err(mbuf) = later.push(mbuf) {
+                        self.handle(mbuf);
+                    }
                 }
             }
+            for mbuf in later.drain() {
+                self.handle(mbuf);
+            }
+            if dequeued == 0 {
+                break;
+            }
+            handled += dequeued;
         }
         let now_ns = self.clock.now_ns();
         if now_ns >= self.next_maintenance_ns {

@@ -47,6 +47,8 @@ pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result
     let icmp = IcmpLimits {
         errors_per_sec: config.icmp.errors_per_sec,
         burst: config.icmp.burst,
+        echo_per_sec: config.icmp.echo_per_sec,
+        echo_burst: config.icmp.echo_burst,
     };
     let source_validation: Vec<Option<SourceValidation>> = config
         .interfaces

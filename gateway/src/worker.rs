@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use pipeline::control::admits_to_control;
 use pipeline::{
     DropReason, Ingress, NeighborView, PacketBuf, Pipeline, PrefetchStage, RouterConfig, Verdict,
     WorkerCounters,
@@ -20,6 +21,9 @@ use crate::published::Published;
 /// Flows the expiry sweep visits per loop: bounded work, yet a full pass over a million
 /// flows takes well under a second at idle and a few seconds under load.
 const EXPIRE_BUDGET: usize = 32;
+/// Packets each worker's ring to the control thread holds. Echo requests and packets
+/// awaiting ARP may fill only half of it (`pipeline::control::admits_to_control`).
+pub const CONTROL_RING_CAPACITY: u32 = 1024;
 
 /// Everything a worker owns or reads, handed to it at launch.
 pub struct Worker {
@@ -65,7 +69,8 @@ impl Worker {
         // the packet came in by: a bond member's DPDK port id would not.
         mbuf.set_port(ingress.port);
         let len = mbuf.len();
-        let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
+        let l4_checksum_good = mbuf.rx_l4_checksum_good();
+        let mut pkt = PacketBuf::new(mbuf.room_mut(), len).with_l4_checksum_good(l4_checksum_good);
         let verdict = pipeline.process_from(&mut pkt, ingress, now_ns);
         let new_len = pkt.len();
         // The pipeline only ever sets lengths within the room it was given.
@@ -88,7 +93,12 @@ impl Worker {
                 self.egress
                     .send_fragments(port, mbuf, mtu, &self.pool, &self.counters);
             }
-            Verdict::Control(_) => {
+            Verdict::Control(work) => {
+                let queued = self.to_control.len() as usize + control.len();
+                if !admits_to_control(work, queued, CONTROL_RING_CAPACITY as usize) {
+                    self.counters.record_drop(DropReason::SlowPathPoliced);
+                    return;
+                }
                 if let Err(mbuf) = control.push(mbuf) {
                     self.flush_control(control);
                     let _ = control.push(mbuf);

@@ -6,6 +6,7 @@ use std::net::Ipv4Addr;
 use crate::neigh::{ArpProbe, ArpSource, Learn, NeighborTable};
 use crate::packet::PacketBuf;
 use crate::router::Interface;
+use crate::verdict::ControlWork;
 use crate::verdict::DropReason;
 use crate::wire::{
     arp, checksum, ethernet, icmp, ipv4, ArpOperation, ArpPacket, ArpRepr, EthernetAddress,
@@ -14,6 +15,22 @@ use crate::wire::{
 
 /// Ethernet's minimum frame without FCS; shorter frames are padded with zeros.
 pub const MIN_FRAME_LEN: usize = 60;
+
+/// Whether slow-path `work` may join a control ring holding `queued` of `capacity` packets.
+/// ARP may fill it; echo requests and packets awaiting resolution stop at half, so however
+/// those flood, the ARP that every next hop depends on still finds room.
+pub fn admits_to_control(work: ControlWork, queued: usize, capacity: usize) -> bool {
+    match work {
+        ControlWork::Arp => queued < capacity,
+        ControlWork::LocalIcmp | ControlWork::Resolve { .. } => queued < capacity / 2,
+    }
+}
+
+/// The control thread's order within a batch: ARP first, as the rest may wait on it.
+pub fn is_arp(frame: &[u8]) -> bool {
+    EthernetFrame::new_checked(frame)
+        .is_ok_and(|frame| frame.ethertype() == ethernet::ethertype::ARP)
+}
 
 /// What the control thread does with one received ARP packet, decided by [`handle_arp`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,5 +248,37 @@ pub fn write_l2(pkt: &mut PacketBuf, dst: EthernetAddress, src: EthernetAddress)
     if let Ok(mut frame) = EthernetFrame::new_checked(pkt.bytes_mut()) {
         frame.set_dst_addr(dst);
         frame.set_src_addr(src);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arp_keeps_half_the_control_ring_for_itself() {
+        let resolve = ControlWork::Resolve {
+            port: 0,
+            next_hop: Ipv4Addr::new(192, 168, 10, 2),
+        };
+        for work in [ControlWork::LocalIcmp, resolve] {
+            assert!(admits_to_control(work, 0, 1024));
+            assert!(admits_to_control(work, 511, 1024));
+            assert!(!admits_to_control(work, 512, 1024), "{work:?}");
+            assert!(!admits_to_control(work, 1024, 1024));
+        }
+        assert!(admits_to_control(ControlWork::Arp, 512, 1024));
+        assert!(admits_to_control(ControlWork::Arp, 1023, 1024));
+        assert!(!admits_to_control(ControlWork::Arp, 1024, 1024));
+    }
+
+    #[test]
+    fn arp_frames_are_told_from_the_rest() {
+        let mut frame = [0u8; MIN_FRAME_LEN];
+        frame[12..14].copy_from_slice(&ethernet::ethertype::ARP.to_be_bytes());
+        assert!(is_arp(&frame));
+        frame[12..14].copy_from_slice(&ethernet::ethertype::IPV4.to_be_bytes());
+        assert!(!is_arp(&frame));
+        assert!(!is_arp(&frame[..10]), "truncated");
     }
 }

@@ -16,7 +16,7 @@ use crate::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
 use crate::ratelimit::TokenBucket;
-use crate::router::{Interface, RouterConfig};
+use crate::router::{IcmpLimits, Interface, RouterConfig};
 use crate::stateful::{FlowData, Stage, Translation};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
@@ -78,7 +78,9 @@ pub struct Ingress {
 pub struct Pipeline {
     pub(crate) router: Arc<RouterConfig>,
     pub(crate) neighbors: Arc<NeighborView>,
-    pub(crate) icmp_errors: TokenBucket,
+    pub(crate) icmp_errors: IcmpBudgets,
+    /// Echo requests to the gateway this worker may pass to the control thread.
+    echo_requests: TokenBucket,
     pub(crate) counters: Arc<WorkerCounters>,
     pub(crate) flows: FlowTable<FlowData>,
     pub(crate) nat: Option<NatPool>,
@@ -126,7 +128,8 @@ impl Pipeline {
         setup: WorkerSetup,
         nat: Option<NatPool>,
     ) -> Self {
-        let icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
+        let icmp_errors = IcmpBudgets::new(&router.icmp);
+        let echo_requests = echo_bucket(&router.icmp);
         let flows = FlowTable::new(setup.conntrack, FlowData::default());
         counters.conntrack_capacity.set(flows.capacity() as u64);
         let qos_stats = [Link::Uplink, Link::Downlink].map(|link| {
@@ -141,6 +144,7 @@ impl Pipeline {
         let mut pipeline = Pipeline {
             neighbors,
             icmp_errors,
+            echo_requests,
             counters,
             flows,
             nat,
@@ -168,7 +172,8 @@ impl Pipeline {
     /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
         if router.icmp != self.router.icmp {
-            self.icmp_errors = TokenBucket::new(router.icmp.errors_per_sec, router.icmp.burst);
+            self.icmp_errors = IcmpBudgets::new(&router.icmp);
+            self.echo_requests = echo_bucket(&router.icmp);
         }
         if router.qos != self.router.qos {
             // Allocates (the hosts table): once per reload, between bursts.
@@ -219,7 +224,12 @@ impl Pipeline {
     /// As `process`, for a packet that may have come from another worker.
     #[inline]
     pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
-        let verdict = self.classify(pkt, ingress, now_ns);
+        let mut verdict = self.classify(pkt, ingress, now_ns);
+        if verdict == Verdict::Control(ControlWork::LocalIcmp)
+            && !self.echo_requests.try_take(now_ns)
+        {
+            verdict = Verdict::Drop(DropReason::SlowPathPoliced);
+        }
         self.counters.count(&verdict);
         verdict
     }
@@ -316,6 +326,9 @@ impl Pipeline {
         };
         if !ip.verify_checksum() {
             return Verdict::Drop(DropReason::Ipv4Checksum);
+        }
+        if let Some(reason) = options_drop_reason(&ip) {
+            return Verdict::Drop(reason);
         }
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let frame_len = ethernet::HEADER_LEN + usize::from(ip.total_len());
@@ -561,7 +574,7 @@ impl Pipeline {
         let Some(route) = self.router.routes.lookup(sender) else {
             return Verdict::Drop(reason);
         };
-        if !self.icmp_errors.try_take(now_ns) {
+        if !self.icmp_errors.try_take(error.budget(), now_ns) {
             self.counters.icmp_errors_rate_limited.inc();
             return Verdict::Drop(reason);
         }
@@ -617,6 +630,12 @@ impl Pipeline {
     }
 }
 
+/// The slow path is policed per worker so that a ping flood cannot keep the control thread
+/// (and its ring) from ARP, which every forwarded packet depends on; ARP itself is exempt.
+fn echo_bucket(limits: &IcmpLimits) -> TokenBucket {
+    TokenBucket::new(limits.echo_per_sec, limits.echo_burst)
+}
+
 /// Uplink and downlink policers counting into `stats`.
 fn policers(config: &QosConfig, stats: &[Arc<QosStats>; 2]) -> [Qos; 2] {
     stats.clone().map(|stats| Qos::with_stats(config, stats))
@@ -649,7 +668,51 @@ pub(crate) enum IcmpError {
     AdminProhibited,
 }
 
+/// The budgets ICMP errors and resets are spent from, one each, so that a flood of one kind
+/// (TTL expiry from a traceroute storm or a routing loop, unreachables from a scan) cannot
+/// starve another: above all "fragmentation needed", without which path-MTU discovery
+/// black-holes TCP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IcmpBudget {
+    TimeExceeded,
+    /// No route.
+    Unreachable,
+    FragmentationNeeded,
+    /// The firewall's rejects and content blocking's resets (TCP RST or ICMP prohibited).
+    Reject,
+}
+
+impl IcmpBudget {
+    const COUNT: usize = 4;
+}
+
+/// One token bucket per [`IcmpBudget`], each with the configured rate and burst.
+#[derive(Clone, Debug)]
+pub(crate) struct IcmpBudgets([TokenBucket; IcmpBudget::COUNT]);
+
+impl IcmpBudgets {
+    pub(crate) fn new(limits: &IcmpLimits) -> Self {
+        IcmpBudgets(std::array::from_fn(|_| {
+            TokenBucket::new(limits.errors_per_sec, limits.burst)
+        }))
+    }
+
+    #[inline]
+    pub(crate) fn try_take(&mut self, budget: IcmpBudget, now_ns: u64) -> bool {
+        self.0[budget as usize].try_take(now_ns)
+    }
+}
+
 impl IcmpError {
+    fn budget(self) -> IcmpBudget {
+        match self {
+            IcmpError::TimeExceeded => IcmpBudget::TimeExceeded,
+            IcmpError::NoRoute => IcmpBudget::Unreachable,
+            IcmpError::FragmentationNeeded { .. } => IcmpBudget::FragmentationNeeded,
+            IcmpError::AdminProhibited => IcmpBudget::Reject,
+        }
+    }
+
     fn drop_reason(self) -> DropReason {
         match self {
             IcmpError::TimeExceeded => DropReason::TtlExpired,
@@ -704,6 +767,20 @@ fn may_answer_with_icmp_error(frame: &[u8]) -> bool {
         );
     }
     true
+}
+
+/// Source-routed datagrams (RFC 7126) and options that do not parse are not forwarded. Most
+/// datagrams carry no options, and pay one comparison.
+#[inline]
+fn options_drop_reason<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<DropReason> {
+    if usize::from(ip.header_len()) == ipv4::HEADER_LEN {
+        return None;
+    }
+    match ipv4::check_options(ip.options()) {
+        Ok(()) => None,
+        Err(ipv4::OptionsError::SourceRoute) => Some(DropReason::Ipv4SourceRoute),
+        Err(ipv4::OptionsError::Malformed) => Some(DropReason::MalformedIpv4Options),
+    }
 }
 
 /// /31 and /32 subnets have no broadcast address (RFC 3021): the all-ones address there is a

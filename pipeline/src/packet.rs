@@ -7,13 +7,34 @@
 pub struct PacketBuf<'a> {
     room: &'a mut [u8],
     len: usize,
+    /// The NIC checked the TCP or UDP checksum of the frame as received and found it good.
+    l4_checksum_good: bool,
 }
 
 impl<'a> PacketBuf<'a> {
     /// `len` is clamped to the room.
     pub fn new(room: &'a mut [u8], len: usize) -> Self {
         let len = len.min(room.len());
-        PacketBuf { room, len }
+        PacketBuf {
+            room,
+            len,
+            l4_checksum_good: false,
+        }
+    }
+
+    /// Says the NIC found the received frame's TCP or UDP checksum good (DPDK's
+    /// `RTE_MBUF_F_RX_L4_CKSUM_GOOD`), so the pipeline need not verify it in software.
+    /// Anything else the NIC says (bad, none, unknown) leaves it to the software check.
+    pub fn with_l4_checksum_good(mut self, good: bool) -> Self {
+        self.l4_checksum_good = good;
+        self
+    }
+
+    /// Whether the NIC vouched for the L4 checksum of the frame as it was received; says
+    /// nothing about the frame once the pipeline has rewritten it.
+    #[inline]
+    pub fn l4_checksum_good(&self) -> bool {
+        self.l4_checksum_good
     }
 
     #[inline]

@@ -88,11 +88,17 @@ impl fmt::Display for RouterError {
 
 impl std::error::Error for RouterError {}
 
-/// ICMP error generation limits, per worker.
+/// ICMP limits, per worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IcmpLimits {
+    /// Each kind of ICMP error (time exceeded, unreachable, fragmentation needed, reject)
+    /// has its own bucket of this rate and burst.
     pub errors_per_sec: u32,
     pub burst: u32,
+    /// Echo requests to the gateway's addresses handed to the control thread; the rest are
+    /// dropped as `slow_path_policed`. ARP is never held to this.
+    pub echo_per_sec: u32,
+    pub echo_burst: u32,
 }
 
 impl Default for IcmpLimits {
@@ -100,6 +106,8 @@ impl Default for IcmpLimits {
         IcmpLimits {
             errors_per_sec: 1000,
             burst: 100,
+            echo_per_sec: 1000,
+            echo_burst: 100,
         }
     }
 }

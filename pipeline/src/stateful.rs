@@ -9,17 +9,17 @@
 
 use std::net::Ipv4Addr;
 
-use crate::conntrack::{InsertError, TcpSegment, Track};
+use crate::conntrack::{InsertError, TcpSegment, TcpState, Track};
 use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::firewall::{Action, ZoneId};
 use crate::flow::{Direction, FlowKey, KeyError};
-use crate::forward::{IcmpError, Ingress, Pipeline, GENERATED_TTL};
+use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline, GENERATED_TTL};
 use crate::nat::{self, NatPool, Ownership};
 use crate::packet::PacketBuf;
 use crate::router::RouterConfig;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
-    ethernet, ipv4, tcp, EthernetAddress, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket,
+    ethernet, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket,
 };
 
 /// What the stateful stage decided.
@@ -100,7 +100,17 @@ impl Pipeline {
             None
         };
         match self.flows.lookup(&key) {
+            Some((id, _)) if is_bare_syn(segment.as_ref()) && self.is_closed(id) => {
+                if !l4_checksum_ok(pkt) {
+                    return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
+                }
+                self.end_for_reuse(id);
+                self.new_flow(pkt, ingress, key, segment, icmp_type, now_ns)
+            }
             Some((id, direction)) => {
+                if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(pkt) {
+                    return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
+                }
                 if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
                 {
                     return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
@@ -120,9 +130,13 @@ impl Pipeline {
                     }
                     ContentState::Inspecting => {}
                 }
+                if let Some(verdict) = self.filter_later_dns(pkt, ingress, &key, direction) {
+                    return Stage::Done(verdict);
+                }
                 let target = self.flows.key(id, direction.opposite()).reversed();
                 translate(pkt, &key, &target)
             }
+            None if !l4_checksum_ok(pkt) => Stage::Done(Verdict::Drop(DropReason::L4Checksum)),
             None => self.new_flow(pkt, ingress, key, segment, icmp_type, now_ns),
         }
     }
@@ -195,6 +209,25 @@ impl Pipeline {
         let data = self.flows.remove(id);
         release(&mut self.nat, &data);
         Some(Verdict::Drop(DropReason::FirewallRecheck))
+    }
+
+    /// A TCP flow in TIME_WAIT or closed by a reset.
+    fn is_closed(&self, id: crate::conntrack::FlowId) -> bool {
+        matches!(
+            self.flows.tcp_state(id),
+            Some(TcpState::TimeWait | TcpState::Closed)
+        )
+    }
+
+    /// Ends a closed TCP flow whose tuple a new connection reuses (RFC 9293 3.6.1), as Linux
+    /// does: the new connection is a new flow, admitted by today's rules and forwards, with
+    /// its content judged afresh (an old verdict must not pass or block a new stream) and
+    /// its own NAT mapping. The binding is released first, so endpoint-independent mapping
+    /// and port preservation hand the same external port back unless it has been taken.
+    fn end_for_reuse(&mut self, id: crate::conntrack::FlowId) {
+        let data = self.flows.remove(id);
+        release(&mut self.nat, &data);
+        self.inspector.forget(id.as_u32());
     }
 
     fn new_flow(
@@ -410,6 +443,32 @@ impl Pipeline {
         Some(Verdict::Transmit { port: ingress.port })
     }
 
+    /// Every query of a DNS flow is checked, not only the one that created it: a resolver
+    /// stub may send many names from one socket, so one 5-tuple carries them all. Only UDP to
+    /// port 53 from a LAN device, with a content policy on, pays for it.
+    #[inline]
+    fn filter_later_dns(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        key: &FlowKey,
+        direction: Direction,
+    ) -> Option<Verdict> {
+        if key.protocol != ipv4::protocol::UDP
+            || key.dst_port != DNS_PORT
+            || direction != Direction::Original
+        {
+            return None;
+        }
+        let stateful = &self.router.stateful;
+        if stateful.masquerade[usize::from(ingress.port)] {
+            return None;
+        }
+        let policy = stateful.content.clone()?;
+        let device = (key.src, Some(source_mac(pkt)));
+        self.filter_dns(pkt, ingress, device, &policy)
+    }
+
     /// The wall-clock second for `now_ns`, for parental time windows.
     fn unix_seconds(&self, now_ns: u64) -> i64 {
         self.unix_epoch_at_zero + (now_ns / 1_000_000_000) as i64
@@ -481,7 +540,7 @@ impl Pipeline {
         if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < RESET_LEN {
             return Verdict::Drop(reason);
         }
-        if !self.icmp_errors.try_take(now_ns) {
+        if !self.icmp_errors.try_take(IcmpBudget::Reject, now_ns) {
             self.counters.icmp_errors_rate_limited.inc();
             return Verdict::Drop(reason);
         }
@@ -564,6 +623,48 @@ fn admit(
     match stateful.firewall.evaluate(from, to, &leaving, icmp_type) {
         (_, None) if forwarded => Action::Accept,
         (action, _) => action,
+    }
+}
+
+/// SYN, FIN and RST open, close and abort connections: like Linux's `nf_conntrack_checksum`,
+/// the tracker believes them only with a valid checksum, so that a corrupted (or forged
+/// without care) segment cannot tear down or reopen a connection. Plain ACKs and data, the
+/// established path, are not summed: the endpoint drops them if they are bad.
+#[inline]
+fn changes_tcp_state(segment: Option<&TcpSegment>) -> bool {
+    segment.is_some_and(|segment| {
+        segment.flags & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0
+    })
+}
+
+/// A bare SYN, which on a closed flow (see `Pipeline::is_closed`) starts a new connection on
+/// the same tuple, from either direction (as Linux's tracker lets it).
+fn is_bare_syn(segment: Option<&TcpSegment>) -> bool {
+    const SIGNIFICANT: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
+    segment.is_some_and(|segment| segment.flags & SIGNIFICANT == tcp::flags::SYN)
+}
+
+/// The packet's TCP, UDP (a zero UDP checksum is "none", which IPv4 allows) or ICMP checksum
+/// is right, or the NIC said so on receipt. Other protocols, and first fragments (whose
+/// checksum covers data not here), pass unchecked. Call before the packet is rewritten.
+fn l4_checksum_ok(pkt: &PacketBuf) -> bool {
+    if pkt.l4_checksum_good() {
+        return true;
+    }
+    let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+    if ip.more_frags() {
+        return true;
+    }
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    match ip.protocol() {
+        ipv4::protocol::TCP => TcpPacket::new_checked(ip.payload())
+            .is_ok_and(|segment| segment.verify_checksum(src, dst)),
+        ipv4::protocol::UDP => UdpPacket::new_checked(ip.payload())
+            .is_ok_and(|datagram| datagram.verify_checksum(src, dst)),
+        ipv4::protocol::ICMP => {
+            IcmpPacket::new_checked(ip.payload()).is_ok_and(|message| message.verify_checksum())
+        }
+        _ => true,
     }
 }
 

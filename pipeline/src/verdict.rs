@@ -80,6 +80,10 @@ drop_reasons! {
     MalformedIpv4 => "malformed_ipv4",
     /// IPv4 header checksum mismatch.
     Ipv4Checksum => "ipv4_checksum",
+    /// IPv4 options carrying a source route (LSRR, SSRR), refused as RFC 7126 advises.
+    Ipv4SourceRoute => "ipv4_source_route",
+    /// IPv4 options whose lengths run past the header or are too short to be an option.
+    MalformedIpv4Options => "malformed_ipv4_options",
     /// Source or destination that must never be routed (loopback, multicast, broadcast source...).
     MartianAddress => "martian_address",
     /// A source address the interface it came in on must not see (RFC 3704: not routed back
@@ -112,6 +116,9 @@ drop_reasons! {
     UntrackedFragment => "untracked_fragment",
     /// A TCP, UDP or ICMP header that is truncated or inconsistent.
     MalformedL4 => "malformed_l4",
+    /// A TCP, UDP or ICMP checksum mismatch on a packet that would change or create a flow
+    /// (TCP SYN, FIN or RST; a flow's first packet), and that the NIC did not vouch for.
+    L4Checksum => "l4_checksum",
     /// A packet that does not fit its flow's TCP state or window, or cannot start a flow.
     ConntrackInvalid => "conntrack_invalid",
     /// The worker's flow table is full and nothing could be evicted.
@@ -145,6 +152,9 @@ drop_reasons! {
     NeighborEvicted => "neighbor_evicted",
     /// The control thread's ring was full.
     ControlRingFull => "control_ring_full",
+    /// Over this worker's budget of slow-path work for echo requests to the gateway, or
+    /// refused because the control ring is over half full: ARP keeps the rest.
+    SlowPathPoliced => "slow_path_policed",
     /// The ring carrying the control thread's packets to worker 0 was full.
     ControlTxRingFull => "control_tx_ring_full",
     /// Another worker's handoff ring was full.

@@ -578,6 +578,7 @@ fn icmp_errors_are_rate_limited() {
         IcmpLimits {
             errors_per_sec: 1,
             burst: 2,
+            ..IcmpLimits::default()
         },
     );
     let frame = udp(HOST, REMOTE, 1, 20);

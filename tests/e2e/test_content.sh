@@ -79,6 +79,28 @@ PY
 [[ $(dns_rcode www.blocked.example) == 3 ]] || fail "a blocked name's DNS query was not answered NXDOMAIN"
 [[ $(dns_rcode www.allowed.example) == 0 ]] || fail "an allowed name's DNS query did not reach the server"
 pass "DNS: www.blocked.example gets NXDOMAIN from the gateway, www.allowed.example reaches the server"
+# Two queries from one socket (one 5-tuple, one flow): the second, for a blocked name, is
+# checked too.
+same_socket=$(lan python3 - <<'PY'
+import socket, struct
+def query(name):
+    q = struct.pack(">HHHHHH", 0x4321, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00"
+    return q + struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+codes = []
+for name in ("www.allowed.example", "www.blocked.example"):
+    s.sendto(query(name), ("10.0.0.2", 53))
+    try:
+        codes.append(str(s.recv(512)[3] & 0x0F))
+    except socket.timeout:
+        codes.append("none")
+print(" ".join(codes))
+PY
+)
+[[ $same_socket == "0 3" ]] || fail "two queries on one socket: rcodes $same_socket, not 0 then 3"
+pass "DNS: a blocked name asked on an established DNS flow gets NXDOMAIN too"
 
 tls() { lan timeout 10 openssl s_client -connect 10.0.0.2:443 -servername "$1" </dev/null 2>&1; }
 tls www.allowed.example | grep -q "BEGIN CERTIFICATE\|Server certificate" \

@@ -23,6 +23,9 @@ name = "wan"
 device = "net_af_packet1,iface=gwl-wan"
 address = "10.0.0.1/24"
 mtu = 1400
+[icmp]
+echo_per_sec = 50
+echo_burst = 10
 [metrics]
 listen = "127.0.0.1:19112"
 TOML
@@ -54,6 +57,19 @@ pass "TCP LAN -> WAN routed untranslated: 4 streams, $gbps Gbit/s"
 read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 192.168.10.2 -P 4 -t 2) || fail "iperf3 WAN -> LAN"
 pass "TCP WAN -> LAN routed: 4 streams, $gbps Gbit/s"
 assert_no_conntrack_invalid
+
+# A ping flood at the gateway is policed per worker, and ARP still gets through: the LAN host
+# forgets the gateway's MAC mid-flood and must resolve it again to reach the WAN host.
+lan ping -f -q -w 4 192.168.10.1 >/dev/null 2>&1 &
+FLOOD=$!
+sleep 1
+lan ip neigh flush all
+expect_output "ARP and forwarding carry on under a ping flood at the gateway" \
+    " 0% packet loss" lan ping -c 5 -i 0.2 -W 2 10.0.0.2
+wait "$FLOOD" || true
+policed=$(metric 'gateway_dropped_packets_total{reason="slow_path_policed"')
+(( policed > 0 )) || fail "the ping flood was not policed (slow_path_policed = $policed)"
+pass "the ping flood was policed: $policed echo requests dropped as slow_path_policed"
 
 stop_gateway
 grep -q "worker totals" "$WORK/gateway.log" || fail "no worker totals in the log after SIGTERM"

@@ -7,6 +7,11 @@ use super::mempool::Mempool;
 /// enough to stay in L1.
 pub const BURST_SIZE: usize = 32;
 
+/// `RTE_MBUF_F_RX_L4_CKSUM_MASK` and `_GOOD` from rte_mbuf_core.h (bindgen types them as
+/// 32-bit; `ol_flags` is 64).
+const RX_L4_CKSUM_MASK: u64 = dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK as u64;
+const RX_L4_CKSUM_GOOD: u64 = dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD as u64;
+
 /// One owned packet buffer, freed exactly once: on drop, or by whoever `into_raw` hands it to.
 /// Deliberately not `Clone`: a cloned owner would free twice.
 pub struct Mbuf {
@@ -135,6 +140,16 @@ impl Mbuf {
     pub fn rss_hash(&self) -> u32 {
         // SAFETY: reads a field of the mbuf we own.
         unsafe { dpdk_sys::shim_rte_mbuf_rss_hash(self.ptr.as_ptr()) }
+    }
+
+    /// The NIC verified the packet's TCP or UDP checksum and found it good. Only with the
+    /// port's RX checksum offloads on; otherwise the flag is unknown and this says false.
+    #[inline]
+    pub fn rx_l4_checksum_good(&self) -> bool {
+        // SAFETY: reads a field of the mbuf we own.
+        let ol_flags = unsafe { self.ptr.as_ref().ol_flags };
+        // Two bits: GOOD alone; both set means NONE (no valid checksum), not good.
+        ol_flags & RX_L4_CKSUM_MASK == RX_L4_CKSUM_GOOD
     }
 
     /// Hints the CPU to fetch the packet's first cache line.

@@ -218,6 +218,11 @@ impl Port {
         if dev_flags & RTE_ETH_DEV_INTR_LSC != 0 {
             conf.intr_conf.set_lsc(1);
         }
+        // The NIC's verdict on TCP and UDP checksums spares the pipeline checking in software
+        // the SYNs, FINs and RSTs it must verify before they may change a flow.
+        conf.rxmode.offloads |= info.rx_offload_capa
+            & (dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_TCP_CKSUM
+                | dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
         if info.tx_offload_capa & dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0 {
             // Safe for us: one pool, and no mbuf is referenced twice.
             conf.txmode.offloads |= dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;

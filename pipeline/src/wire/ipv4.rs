@@ -276,6 +276,54 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
+/// IPv4 option types (RFC 791) the gateway must recognise: the ones that end the list, and
+/// the source routes a middlebox refuses.
+pub mod option {
+    pub const END: u8 = 0;
+    pub const NOP: u8 = 1;
+    /// Loose source and record route.
+    pub const LSRR: u8 = 131;
+    /// Strict source and record route.
+    pub const SSRR: u8 = 137;
+}
+
+/// Why a datagram's options make it unfit to forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionsError {
+    /// LSRR or SSRR: RFC 7126 4.3 and 4.4 say drop them by default; they let a sender pick
+    /// a path through (or around) the gateway and its filters.
+    SourceRoute,
+    /// An option whose length byte is missing, below 2, or runs past the header.
+    Malformed,
+}
+
+/// Walks the options area of a header (what [`Packet::options`] returns). Each step moves
+/// forward by at least one byte, so the walk ends within `options.len()` (at most 40) steps
+/// and never indexes past the slice. Options after END are padding and are not read.
+pub fn check_options(options: &[u8]) -> core::result::Result<(), OptionsError> {
+    let mut rest = options;
+    while let Some((&kind, after_kind)) = rest.split_first() {
+        match kind {
+            option::END => return Ok(()),
+            option::NOP => rest = after_kind,
+            _ => {
+                let Some(&len) = after_kind.first() else {
+                    return Err(OptionsError::Malformed);
+                };
+                let len = usize::from(len);
+                if len < 2 || len > rest.len() {
+                    return Err(OptionsError::Malformed);
+                }
+                if kind == option::LSRR || kind == option::SSRR {
+                    return Err(OptionsError::SourceRoute);
+                }
+                rest = &rest[len..];
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An option-less header to emit, e.g. in front of a locally generated ICMP error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
@@ -348,6 +396,43 @@ mod tests {
     use super::*;
     use etherparse::{IpFragOffset, IpNumber, Ipv4Dscp, Ipv4Ecn, Ipv4Header};
     use proptest::prelude::*;
+
+    #[test]
+    fn options_with_source_routes_or_bad_lengths_are_refused() {
+        assert_eq!(check_options(&[]), Ok(()));
+        // Record route (7, length 7, pointer 4, one empty slot) and NOPs are fine.
+        assert_eq!(check_options(&[1, 7, 7, 4, 0, 0, 0, 0]), Ok(()));
+        // Router alert (148, length 4), then END and garbage padding that is never read.
+        assert_eq!(check_options(&[148, 4, 0, 0, 0, 131, 0, 0]), Ok(()));
+        let lsrr = [option::LSRR, 7, 4, 10, 0, 0, 1, option::END];
+        assert_eq!(check_options(&lsrr), Err(OptionsError::SourceRoute));
+        let ssrr = [1, option::SSRR, 7, 4, 10, 0, 0, 1];
+        assert_eq!(check_options(&ssrr), Err(OptionsError::SourceRoute));
+        for malformed in [
+            &[7][..],
+            &[7, 0, 0, 0],
+            &[7, 1, 0, 0],
+            &[68, 9, 5, 0, 0, 0, 0, 0],
+            &[1, 1, 1, 130],
+        ] {
+            assert_eq!(
+                check_options(malformed),
+                Err(OptionsError::Malformed),
+                "{malformed:?}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn option_walk_never_panics(options in proptest::collection::vec(any::<u8>(), 0..=40)) {
+            let verdict = check_options(&options);
+            // A refusal for a source route names a byte that really is LSRR or SSRR.
+            if verdict == Err(OptionsError::SourceRoute) {
+                prop_assert!(options.iter().any(|&b| b == option::LSRR || b == option::SSRR));
+            }
+        }
+    }
 
     /// An ICMP echo request as sent by `ping`, followed by two bytes of Ethernet padding.
     const ECHO_REQUEST: [u8; 46] = [
