@@ -1018,6 +1018,7 @@ fn nat_ports_run_out_and_come_back_when_flows_expire() {
                 ..Timeouts::default()
             },
             tcp_loose: false,
+            ..ConntrackConfig::default()
         },
         nat_ports: 20000..=20255,
         ..WorkerSetup::default()
@@ -2048,11 +2049,13 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
                 other_ns: 5 * SECOND,
             },
             tcp_loose,
+            ..ConntrackConfig::default()
         },
         // Small, and covering the UDP forward's 5000-5002, so exhaustion and reservation are
         // both reachable.
         nat_ports: 4990..=5117,
         nat_bindings: 48,
+        nat_host_ports: pipeline::forward::DEFAULT_HOST_PORTS,
         meter: None,
     }
 }
