@@ -1082,6 +1082,69 @@ mod tests {
     }
 
     #[test]
+    fn a_host_spraying_new_source_ports_takes_its_limit_and_others_still_get_ports() {
+        // 256 UDP ports, at most 100 per host.
+        let mut p = pool(3000..=3255, 0, 1).with_host_limit(100, 16);
+        let sprayer = host(1);
+        let mut sprayed = Vec::new();
+        for port in 10000.. {
+            match p.allocate_checked(UDP, (sprayer, port)) {
+                Ok(external) => sprayed.push(external),
+                Err(error) => {
+                    assert_eq!(error, AllocError::HostLimit);
+                    break;
+                }
+            }
+        }
+        assert_eq!(sprayed.len(), 100);
+        assert_eq!((p.host_ports(sprayer), p.hosts_at_limit()), (100, 1));
+        // Its existing bindings still serve new flows (endpoint-independent mapping).
+        assert_eq!(p.allocate_checked(UDP, (sprayer, 10000)), Ok(sprayed[0]));
+        // The limit spans protocols: a binding is a port whatever its protocol.
+        assert_eq!(
+            p.allocate_checked(TCP, (sprayer, 1)),
+            Err(AllocError::HostLimit)
+        );
+        // Every other host still gets ports.
+        for i in 2..20 {
+            assert!(p.allocate_checked(UDP, (host(i), 53)).is_ok(), "host {i}");
+        }
+        // Exhaustion is told apart from the limit.
+        let mut others = 2;
+        let exhausted = loop {
+            others += 1;
+            match p.allocate_checked(UDP, (host(others % 200 + 20), others as u16)) {
+                Ok(_) => continue,
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(exhausted, AllocError::Exhausted);
+        // The last release of a binding gives the host its room back.
+        assert!(p.release(UDP, sprayed[0]));
+        assert_eq!(p.host_ports(sprayer), 100);
+        assert!(p.release(UDP, sprayed[0]));
+        assert_eq!((p.host_ports(sprayer), p.hosts_at_limit()), (99, 0));
+        for external in &sprayed[1..] {
+            assert!(p.release(UDP, *external));
+        }
+        assert_eq!(p.host_ports(sprayer), 0);
+        assert!(p.allocate_checked(UDP, (sprayer, 1)).is_ok());
+    }
+
+    #[test]
+    fn without_a_host_limit_nothing_is_counted() {
+        let mut p = pool(3000..=3255, 0, 1);
+        for port in 0..256 {
+            assert!(p.allocate_checked(UDP, (host(1), port)).is_ok());
+        }
+        assert_eq!(
+            p.allocate_checked(UDP, (host(1), 999)),
+            Err(AllocError::Exhausted)
+        );
+        assert_eq!((p.host_ports(host(1)), p.hosts_at_limit()), (0, 0));
+    }
+
+    #[test]
     fn reserved_ports_are_never_allocated() {
         let mut p = NatPool::new(
             &[EXT, Ipv4Addr::new(203, 0, 113, 2)],
