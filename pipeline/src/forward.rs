@@ -307,6 +307,11 @@ impl Pipeline {
         self.flows.len()
     }
 
+    /// The most half-open TCP flows the worker's table holds (`conntrack.half_open`).
+    pub fn flow_half_open_limit(&self) -> usize {
+        self.flows.config().half_open
+    }
+
     fn classify(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
         let Some(iface) = self.router.interfaces.get(usize::from(ingress.port)) else {
             return Verdict::Drop(DropReason::NotOurMac);
