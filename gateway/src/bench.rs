@@ -597,8 +597,11 @@ impl Lab {
                         }
                     }
                 }
-                // Lost packets (drops) are replaced so the load stays constant.
-                while self.lan_in.len() + self.wan_in.len() < IN_FLIGHT / 4 {
+                // Lost packets (drops) are replaced so the load stays constant; never so many
+                // that the pool runs dry (packets waiting in the rings count too).
+                while self.lan_in.len() + self.wan_in.len() < IN_FLIGHT / 4
+                    && self.pool.in_use() < self.pool.capacity() * 3 / 4
+                {
                     let mut mbuf = self.alloc()?;
                     let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
                     mbuf.set_len(len)?;

@@ -112,8 +112,8 @@ drop_reasons! {
     /// A new TCP flow from a host holding its limit of half-open flows
     /// (`conntrack.host_half_open`).
     HostHalfOpenLimit => "host_half_open_limit",
-    /// A new TCP flow beyond the worker's half-open limit (`conntrack.half_open`) with no
-    /// half-open flow near the eviction cursor to replace.
+    /// A new TCP flow beyond the worker's half-open limit (`conntrack.half_open`) that no
+    /// older half-open flow could make room for (not expected: the oldest is replaced).
     HalfOpenLimit => "half_open_limit",
     /// A new flow denied by a firewall rule or zone policy.
     FirewallDrop => "firewall_drop",

@@ -23,8 +23,9 @@
 //! `index.rs`) holds both tuples of every flow in `4 * capacity` slots rounded up to a power
 //! of two, so it is at most half full. The hash is keyed per table from
 //! [`std::collections::hash_map::RandomState`], so remote hosts cannot aim flows at one
-//! probe chain. Memory per flow is [`BYTES_PER_FLOW`] (132 bytes on 64-bit targets: a
-//! 96-byte arena slot, four 8-byte index slots and a 4-byte free-list entry) plus
+//! probe chain. Memory per flow is [`BYTES_PER_FLOW`] (140 bytes on 64-bit targets: a
+//! 96-byte arena slot, four 8-byte index slots, a 4-byte free-list entry and 8 bytes of
+//! half-open list links) plus
 //! `size_of::<D>()`; exact when `capacity` is a power of two, otherwise the index rounds up
 //! to at most twice its size (up to 32 more bytes per flow).
 //!
@@ -49,10 +50,10 @@
 //! [`InsertError::HostHalfOpenLimit`]). A host that finds no room in the count (only under an
 //! attack from very many addresses) is admitted uncounted. *Half-open* is a TCP flow in
 //! SYN_SENT or SYN_RECEIVED, or picked up mid-stream and not yet answered. The whole table
-//! holds at most [`ConntrackConfig::half_open`] of them: a new one beyond replaces the least
-//! recently used half-open flow among the next [`EVICTION_SCAN_MAX`] slots, or is refused
-//! ([`InsertError::HalfOpenLimit`]) if there is none there. So a SYN flood, even from random
-//! sources, churns only its own half-open flows.
+//! holds at most [`ConntrackConfig::half_open`] of them: a new one beyond replaces the flow
+//! that has been half-open longest (a list through the arena finds it in O(1), 8 bytes per
+//! flow). So a SYN flood, even from random sources, churns only its own half-open flows, and
+//! a legitimate connection attempt lives as long as `half_open` flood SYNs take to arrive.
 //!
 //! # Early drop
 //!
@@ -70,6 +71,7 @@
 //! (counted in `refused_full`); the next insert looks further on. A TCP flow picked up
 //! mid-stream keeps the transitory timeout until it is answered, not the established one.
 
+mod half_open;
 mod index;
 mod table;
 mod tcp;
@@ -88,7 +90,8 @@ pub use timeouts::Timeouts;
 /// index slots for its two tuples at half load, and its free-list entry.
 pub const BYTES_PER_FLOW: usize = size_of::<table::Flow>()
     + index::SLOTS_PER_FLOW * size_of::<index::IndexSlot>()
-    + size_of::<u32>();
+    + size_of::<u32>()
+    + size_of::<[u32; 2]>();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConntrackConfig {
@@ -213,8 +216,8 @@ pub enum InsertError {
     HostFlowLimit,
     /// The opening host holds [`ConntrackConfig::host_half_open`] half-open flows already.
     HostHalfOpenLimit,
-    /// The table holds [`ConntrackConfig::half_open`] half-open flows and none near the
-    /// eviction cursor could make room.
+    /// The table holds [`ConntrackConfig::half_open`] half-open flows and none could make
+    /// room (not expected: the oldest always can).
     HalfOpenLimit,
 }
 

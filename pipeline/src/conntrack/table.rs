@@ -3,6 +3,7 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use super::half_open::HalfOpenList;
 use super::index::{FlowHasher, FlowIndex, FlowRef};
 use super::tcp::{TcpConn, TcpSegment, TcpState};
 use super::timeouts::Timeouts;
@@ -49,15 +50,6 @@ enum Tracker {
     Stateless,
 }
 
-/// Which flows an eviction may take.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Victims {
-    /// Anything the early-drop order allows.
-    Any,
-    /// Half-open flows only, to keep their number within the table's limit.
-    HalfOpen,
-}
-
 const UNSPECIFIED_KEY: FlowKey = FlowKey {
     src: Ipv4Addr::UNSPECIFIED,
     dst: Ipv4Addr::UNSPECIFIED,
@@ -98,9 +90,7 @@ impl Flow {
     /// A TCP flow whose handshake is not complete, or picked up mid-stream and unanswered.
     fn is_half_open(&self) -> bool {
         match self.tracker {
-            Tracker::Tcp(conn) => {
-                !self.replied || matches!(conn.state(), TcpState::SynSent | TcpState::SynReceived)
-            }
+            Tracker::Tcp(conn) => tcp_half_open(conn.state(), self.replied),
             Tracker::Free | Tracker::Stateless => false,
         }
     }
@@ -133,12 +123,20 @@ impl Flow {
     /// as the tracker knows, but keeps the transitory timeout until the other end answers.
     fn timeout(&self, timeouts: &Timeouts) -> u64 {
         match self.tracker {
-            Tracker::Tcp(conn) => match conn.state() {
-                TcpState::Established if !self.replied => timeouts.tcp_transitory_ns,
-                state => timeouts.for_tcp(state),
-            },
+            Tracker::Tcp(conn) => tcp_timeout(timeouts, conn.state(), self.replied),
             Tracker::Free | Tracker::Stateless => timeouts.for_stateless(self.original.protocol),
         }
+    }
+}
+
+fn tcp_half_open(state: TcpState, replied: bool) -> bool {
+    !replied || matches!(state, TcpState::SynSent | TcpState::SynReceived)
+}
+
+fn tcp_timeout(timeouts: &Timeouts, state: TcpState, replied: bool) -> u64 {
+    match state {
+        TcpState::Established if !replied => timeouts.tcp_transitory_ns,
+        state => timeouts.for_tcp(state),
     }
 }
 
@@ -158,8 +156,8 @@ pub struct FlowTable<D: Copy> {
     eviction_cursor: usize,
     /// Per opening host: flows, half-open flows.
     hosts: HostCounts<2>,
-    /// Half-open flows in the table.
-    half_open: usize,
+    /// The half-open flows, oldest first.
+    half_open: HalfOpenList,
     stats: ConntrackStats,
 }
 
@@ -195,7 +193,7 @@ impl<D: Copy> FlowTable<D> {
             sweep_cursor: 0,
             eviction_cursor: 0,
             hosts: HostCounts::new(config.hosts, [config.host_flows, config.host_half_open]),
-            half_open: 0,
+            half_open: HalfOpenList::new(capacity),
             stats: ConntrackStats::default(),
             config,
         }
@@ -277,14 +275,21 @@ impl<D: Copy> FlowTable<D> {
                 InsertError::HostHalfOpenLimit
             });
         }
-        if half_open && self.half_open >= self.config.half_open {
-            if !self.evict(now_ns, Victims::HalfOpen, &mut on_evicted) {
+        if half_open && self.half_open.len() >= self.config.half_open {
+            // The oldest half-open flow makes room, wherever it is.
+            let Some(oldest) = self.half_open.oldest() else {
                 self.stats.refused_half_open += 1;
                 return Err(InsertError::HalfOpenLimit);
+            };
+            if now_ns >= self.flows[oldest].deadline_ns {
+                self.stats.expirations += 1;
+            } else {
+                self.stats.evictions += 1;
             }
             self.stats.half_open_replaced += 1;
+            on_evicted(self.release(oldest));
         }
-        if self.free_flows.is_empty() && !self.evict(now_ns, Victims::Any, &mut on_evicted) {
+        if self.free_flows.is_empty() && !self.evict(now_ns, &mut on_evicted) {
             self.stats.refused_full += 1;
             return Err(InsertError::Full);
         }
@@ -311,8 +316,10 @@ impl<D: Copy> FlowTable<D> {
             charged,
         };
         flow.deadline_ns = now_ns.saturating_add(flow.timeout(&self.config.timeouts));
-        self.half_open += usize::from(half_open);
         self.flows[slot] = flow;
+        if half_open {
+            self.half_open.push(slot);
+        }
         self.data[slot] = data;
         let indexed = self
             .index
@@ -360,22 +367,31 @@ impl<D: Copy> FlowTable<D> {
             return Track::Invalid(reason);
         }
         flow.replied |= direction == Direction::Reply;
-        if let Tracker::Tcp(conn) = &flow.tracker {
-            flow.assured |= flow.replied && conn.state() == TcpState::Established;
-        }
-        flow.deadline_ns = now_ns.saturating_add(flow.timeout(&self.config.timeouts));
-        let is_half_open = flow.is_half_open();
+        let timeouts = &self.config.timeouts;
+        let (timeout, is_half_open) = match &flow.tracker {
+            // The state once, for all three: this is the established path.
+            Tracker::Tcp(conn) => {
+                let state = conn.state();
+                flow.assured |= flow.replied && state == TcpState::Established;
+                (
+                    tcp_timeout(timeouts, state, flow.replied),
+                    tcp_half_open(state, flow.replied),
+                )
+            }
+            Tracker::Free | Tracker::Stateless => (flow.timeout(timeouts), false),
+        };
+        flow.deadline_ns = now_ns.saturating_add(timeout);
         if is_half_open != was_half_open {
             let (host, charged) = (flow.original.src, flow.charged);
             let change = [0, 1];
             if is_half_open {
                 // A closed connection opened again: counted, never refused.
-                self.half_open += 1;
+                self.half_open.push(id.index());
                 if charged {
                     self.hosts.force(host, change);
                 }
             } else {
-                self.half_open -= 1;
+                self.half_open.remove(id.index());
                 if charged {
                     self.hosts.credit(host, change);
                 }
@@ -412,7 +428,7 @@ impl<D: Copy> FlowTable<D> {
 
     /// Half-open TCP flows in the table.
     pub fn half_open_len(&self) -> usize {
-        self.half_open
+        self.half_open.len()
     }
 
     /// The flows and half-open flows `host` has opened, as counted for its limits (zeros
@@ -496,7 +512,7 @@ impl<D: Copy> FlowTable<D> {
     /// Early drop, as the module doc orders it: from the eviction cursor, windows of
     /// [`EVICTION_SCAN`] slots until one holds a candidate or [`EVICTION_SCAN_MAX`] slots
     /// were seen; the candidate of lowest rank, least recently used within its rank, goes.
-    fn evict(&mut self, now_ns: u64, victims: Victims, on_evicted: &mut impl FnMut(D)) -> bool {
+    fn evict(&mut self, now_ns: u64, on_evicted: &mut impl FnMut(D)) -> bool {
         let capacity = self.flows.len();
         let most = EVICTION_SCAN_MAX.min(capacity);
         let timeouts = &self.config.timeouts;
@@ -511,12 +527,9 @@ impl<D: Copy> FlowTable<D> {
                     slot -= capacity;
                 }
                 let flow = &self.flows[slot];
-                let rank = match victims {
-                    Victims::Any => flow.eviction_rank(now_ns),
-                    Victims::HalfOpen if flow.is_half_open() => flow.eviction_rank(now_ns),
-                    Victims::HalfOpen => None,
+                let Some(rank) = flow.eviction_rank(now_ns) else {
+                    continue;
                 };
-                let Some(rank) = rank else { continue };
                 let last_seen = flow.deadline_ns.saturating_sub(flow.timeout(timeouts));
                 let better = match victim {
                     Some((_, best_rank, best_seen)) => (rank, last_seen) < (best_rank, best_seen),
@@ -548,7 +561,9 @@ impl<D: Copy> FlowTable<D> {
     fn release(&mut self, slot: usize) -> D {
         let flow = self.flows[slot];
         let half_open = flow.is_half_open();
-        self.half_open -= usize::from(half_open);
+        if half_open {
+            self.half_open.remove(slot);
+        }
         if flow.charged {
             self.hosts
                 .credit(flow.original.src, [1, u32::from(half_open)]);

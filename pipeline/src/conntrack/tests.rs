@@ -937,7 +937,7 @@ fn capacity_is_clamped_and_memory_per_flow_is_as_documented() {
     assert_eq!(FlowTable::new(config(0), 0_u32).capacity(), 1);
     assert_eq!(FlowTable::new(config(1000), 0_u32).capacity(), 1000);
     #[cfg(target_pointer_width = "64")]
-    assert_eq!(BYTES_PER_FLOW, 132);
+    assert_eq!(BYTES_PER_FLOW, 140);
 }
 
 // --- Eviction -----------------------------------------------------------------------------
@@ -1182,30 +1182,32 @@ fn half_open_flows_are_capped_and_replace_each_other_not_established_ones() {
 }
 
 #[test]
-fn half_open_limit_refuses_when_no_half_open_flow_is_near_the_cursor() {
+fn the_oldest_half_open_flow_is_replaced_wherever_it_sits() {
     let capacity = 2 * EVICTION_SCAN_MAX;
     let mut table = FlowTable::new(
         ConntrackConfig {
-            half_open: 1,
+            half_open: 2,
             ..config(capacity)
         },
         0_u32,
     );
     let mut evicted = Vec::new();
-    // Slots 0 and on: assured flows; the last slot: one half-open flow.
-    for port in 0..capacity as u16 - 1 {
+    // Slot 0: a half-open flow; then assured flows; the last slot: another half-open flow.
+    syn_from(&mut table, [10, 0, 0, 2], 1, 0, &mut evicted).unwrap();
+    for port in 100..100 + capacity as u16 - 2 {
         let id = syn_from(&mut table, [10, 0, 0, 1], port, 0, &mut evicted).unwrap();
         complete_handshake(&mut table, id, 0);
     }
-    syn_from(&mut table, [10, 0, 0, 2], 1, 0, &mut evicted).unwrap();
-    assert_eq!(
-        syn_from(&mut table, [10, 0, 0, 3], 1, 0, &mut evicted),
-        Err(InsertError::HalfOpenLimit)
-    );
-    assert_eq!(table.stats().refused_half_open, 1);
-    // The next scan reaches the half-open flow and replaces it.
-    syn_from(&mut table, [10, 0, 0, 3], 1, 0, &mut evicted).unwrap();
-    assert_eq!(evicted, [1]);
+    syn_from(&mut table, [10, 0, 0, 2], 2, SECOND, &mut evicted).unwrap();
+    assert_eq!(table.len(), capacity);
+    // Far from the eviction cursor or not, the oldest goes first, then the next oldest.
+    syn_from(&mut table, [10, 0, 0, 3], 3, 2 * SECOND, &mut evicted).unwrap();
+    syn_from(&mut table, [10, 0, 0, 3], 4, 3 * SECOND, &mut evicted).unwrap();
+    assert_eq!(evicted, [1, 2]);
+    assert_eq!(table.half_open_len(), 2);
+    let stats = table.stats();
+    assert_eq!((stats.half_open_replaced, stats.refused_half_open), (2, 0));
+    assert_eq!(stats.refused_full, 0);
 }
 
 #[test]
