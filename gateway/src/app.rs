@@ -224,6 +224,7 @@ fn serve(
             conntrack: conntrack_config(config),
             nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
             nat_bindings: config.nat.binding_capacity,
+            nat_host_ports: config.nat.host_ports,
             meter: Some(meter),
         };
         let pipeline =

@@ -466,6 +466,14 @@ pub struct ConntrackConfig {
     pub other_secs: u64,
     /// Accept TCP flows picked up mid-stream (after a restart) instead of requiring a SYN.
     pub tcp_loose: bool,
+    /// Flows one host (the address that opened them) may hold per worker.
+    pub host_flows: u32,
+    /// Half-open TCP flows one host may hold per worker.
+    pub host_half_open: u32,
+    /// Half-open TCP flows per worker; by default a quarter of `capacity`.
+    pub half_open: Option<usize>,
+    /// Hosts per worker that the per-host counts have room for (flows and NAT ports).
+    pub hosts: usize,
 }
 
 impl Default for ConntrackConfig {
@@ -480,6 +488,10 @@ impl Default for ConntrackConfig {
             icmp_secs: 60,
             other_secs: 600,
             tcp_loose: false,
+            host_flows: pipeline::conntrack::DEFAULT_HOST_FLOWS,
+            host_half_open: pipeline::conntrack::DEFAULT_HOST_HALF_OPEN,
+            half_open: None,
+            hosts: pipeline::conntrack::DEFAULT_HOSTS,
         }
     }
 }
@@ -493,6 +505,8 @@ pub struct NatConfig {
     pub port_range: PortRange,
     /// NAT bindings (internal endpoint -> external port) per worker.
     pub binding_capacity: usize,
+    /// NAT bindings (so external ports) one internal host may hold per worker.
+    pub host_ports: u32,
     pub port_forwards: Vec<PortForwardConfig>,
 }
 
@@ -505,6 +519,7 @@ impl Default for NatConfig {
                 last: 65535,
             },
             binding_capacity: 65536,
+            host_ports: pipeline::forward::DEFAULT_HOST_PORTS,
             port_forwards: Vec::new(),
         }
     }
@@ -888,6 +903,31 @@ impl GatewayConfig {
         if self.conntrack.capacity == 0 {
             return Err(invalid("conntrack.capacity", "must be positive"));
         }
+        let conntrack = &self.conntrack;
+        if conntrack.host_flows == 0 {
+            return Err(invalid("conntrack.host_flows", "must be positive"));
+        }
+        if conntrack.host_half_open == 0 {
+            return Err(invalid("conntrack.host_half_open", "must be positive"));
+        }
+        if conntrack
+            .half_open
+            .is_some_and(|half_open| half_open == 0 || half_open > conntrack.capacity)
+        {
+            return Err(invalid(
+                "conntrack.half_open",
+                "must be positive and at most conntrack.capacity",
+            ));
+        }
+        if conntrack.hosts == 0 || conntrack.hosts > pipeline::conntrack::MAX_CAPACITY {
+            return Err(invalid(
+                "conntrack.hosts",
+                format!("must be 1..={}", pipeline::conntrack::MAX_CAPACITY),
+            ));
+        }
+        if self.nat.host_ports == 0 {
+            return Err(invalid("nat.host_ports", "must be positive"));
+        }
         if self.conntrack.tcp_established_secs < 7440 {
             tracing::warn!("conntrack.tcp_established_secs is below RFC 5382's 2 h 4 min");
         }
@@ -1128,6 +1168,38 @@ mod tests {
         }
         let fine = format!("{LAB}\n[neighbors]\npending_total = 4095\nlocktime_ms = 0\n");
         assert_eq!(parse(&fine).unwrap().neighbors.pending_total, 4095);
+    }
+
+    #[test]
+    fn per_host_limits_default_and_are_validated_by_field() {
+        let config = parse(LAB).unwrap();
+        assert_eq!(config.conntrack.host_flows, 4096);
+        assert_eq!(config.nat.host_ports, 4096);
+        let table = crate::pipeline_config::conntrack_config(&config);
+        assert_eq!(table.half_open, config.conntrack.capacity / 4);
+        for (section, line, field) in [
+            ("[conntrack]", "host_flows = 0", "conntrack.host_flows:"),
+            (
+                "[conntrack]",
+                "host_half_open = 0",
+                "conntrack.host_half_open:",
+            ),
+            ("[conntrack]", "half_open = 0", "conntrack.half_open:"),
+            (
+                "[conntrack]",
+                "capacity = 100\nhalf_open = 101",
+                "conntrack.half_open:",
+            ),
+            ("[conntrack]", "hosts = 0", "conntrack.hosts:"),
+            ("[nat]", "host_ports = 0", "nat.host_ports:"),
+        ] {
+            let bad = format!("{LAB}\n{section}\n{line}\n");
+            let err = parse(&bad).unwrap_err().to_string();
+            assert!(err.starts_with(field), "{line}: {err}");
+        }
+        let set = format!("{LAB}\n[conntrack]\nhalf_open = 77\nhost_flows = 9\n");
+        let table = crate::pipeline_config::conntrack_config(&parse(&set).unwrap());
+        assert_eq!((table.half_open, table.host_flows), (77, 9));
     }
 
     #[test]

@@ -33,6 +33,13 @@ enum Command {
         /// Seconds per measured run.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// Percent of generated packets that are spoofed SYNs at a port forward in the
+        /// SYN-flood run.
+        #[arg(long, default_value_t = 2)]
+        syn_percent: u32,
+        /// Run only the flow setup and the SYN-flood runs.
+        #[arg(long)]
+        syn_flood_only: bool,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -55,11 +62,15 @@ fn main() -> ExitCode {
             flows,
             new_percent,
             seconds,
+            syn_percent,
+            syn_flood_only,
             json,
         } => gateway::bench::run(&gateway::bench::BenchOptions {
             flows: flows.max(1),
             new_percent: new_percent.min(100),
             seconds,
+            syn_percent: syn_percent.min(100),
+            syn_flood_only,
             json,
         }),
         Command::CheckConfig { config } => GatewayConfig::load(&config)

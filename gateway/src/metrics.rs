@@ -293,6 +293,26 @@ const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
         "NAT ports this worker may still hand out.",
         |c| c.nat_ports_available.get(),
     ),
+    (
+        "conntrack_half_open",
+        "Half-open TCP flows in the worker's table (capped by conntrack.half_open).",
+        |c| c.conntrack_half_open.get(),
+    ),
+    (
+        "hosts_at_flow_limit",
+        "Hosts holding conntrack.host_flows flows on this worker now.",
+        |c| c.hosts_at_flow_limit.get(),
+    ),
+    (
+        "hosts_at_half_open_limit",
+        "Hosts holding conntrack.host_half_open half-open flows on this worker now.",
+        |c| c.hosts_at_half_open_limit.get(),
+    ),
+    (
+        "hosts_at_nat_port_limit",
+        "LAN hosts holding nat.host_ports NAT ports on this worker now.",
+        |c| c.hosts_at_nat_port_limit.get(),
+    ),
 ];
 
 /// Every metric family the gateway exports, with the `gateway_` prefix: what dashboards and

@@ -197,6 +197,10 @@ pub fn conntrack_config(config: &GatewayConfig) -> TableConfig {
             other_ns: secs(c.other_secs),
         },
         tcp_loose: c.tcp_loose,
+        host_flows: c.host_flows,
+        host_half_open: c.host_half_open,
+        half_open: c.half_open.unwrap_or(c.capacity / 4),
+        hosts: c.hosts,
     }
 }
 

@@ -28,6 +28,16 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.nat.binding_capacity != new.nat.binding_capacity {
         fields.push("nat.binding_capacity".to_string());
     }
+    // Per-host and half-open limits are the flow tables' and NAT pools', set at start.
+    let (old, now) = (&running.conntrack, &new.conntrack);
+    if (old.host_flows, old.host_half_open, old.half_open, old.hosts)
+        != (now.host_flows, now.host_half_open, now.half_open, now.hosts)
+    {
+        fields.push("conntrack.host_flows/host_half_open/half_open/hosts".to_string());
+    }
+    if running.nat.host_ports != new.nat.host_ports {
+        fields.push("nat.host_ports".to_string());
+    }
     if running.nat.port_range != new.nat.port_range {
         fields.push("nat.port_range".to_string());
     }
@@ -78,6 +88,11 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack.capacity = running.conntrack.capacity;
     merged.nat.binding_capacity = running.nat.binding_capacity;
+    merged.conntrack.host_flows = running.conntrack.host_flows;
+    merged.conntrack.host_half_open = running.conntrack.host_half_open;
+    merged.conntrack.half_open = running.conntrack.half_open;
+    merged.conntrack.hosts = running.conntrack.hosts;
+    merged.nat.host_ports = running.nat.host_ports;
     merged.nat.port_range = running.nat.port_range;
     merged.nat.masquerade = running.nat.masquerade.clone();
     merged.neighbors.capacity = running.neighbors.capacity;

@@ -66,6 +66,12 @@ pub struct WorkerCounters {
     pub conntrack_evictions: Gauge,
     pub nat_ports_in_use: Gauge,
     pub nat_ports_available: Gauge,
+    /// Half-open TCP flows in the worker's table.
+    pub conntrack_half_open: Gauge,
+    /// Hosts at their flow, half-open and NAT port limits now.
+    pub hosts_at_flow_limit: Gauge,
+    pub hosts_at_half_open_limit: Gauge,
+    pub hosts_at_nat_port_limit: Gauge,
     drops: [Counter; DropReason::COUNT],
 }
 
@@ -89,6 +95,10 @@ impl Default for WorkerCounters {
             conntrack_evictions: Gauge::default(),
             nat_ports_in_use: Gauge::default(),
             nat_ports_available: Gauge::default(),
+            conntrack_half_open: Gauge::default(),
+            hosts_at_flow_limit: Gauge::default(),
+            hosts_at_half_open_limit: Gauge::default(),
+            hosts_at_nat_port_limit: Gauge::default(),
             drops: std::array::from_fn(|_| Counter::default()),
         }
     }

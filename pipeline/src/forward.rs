@@ -12,6 +12,10 @@ use crate::control::write_l2;
 use crate::counters::WorkerCounters;
 use crate::meter::HostMeter;
 use crate::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
+
+/// NAT ports per internal host and worker unless configured: a few thousand, so that about
+/// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
+pub const DEFAULT_HOST_PORTS: u32 = 4096;
 use crate::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
@@ -37,6 +41,8 @@ pub struct WorkerSetup {
     pub conntrack: ConntrackConfig,
     pub nat_ports: RangeInclusive<u16>,
     pub nat_bindings: usize,
+    /// NAT bindings (external ports) one internal host may hold on this worker.
+    pub nat_host_ports: u32,
     /// This worker's per-LAN-host byte and packet counts, written while the router config
     /// has the traffic meter on. Shared so the metrics thread can read what this worker alone
     /// writes. None: the meter cannot be switched on.
@@ -51,6 +57,7 @@ impl Default for WorkerSetup {
             conntrack: ConntrackConfig::default(),
             nat_ports: DEFAULT_PORTS,
             nat_bindings: 1 << 16,
+            nat_host_ports: DEFAULT_HOST_PORTS,
             meter: None,
         }
     }
@@ -267,7 +274,18 @@ impl Pipeline {
         self.counters.conntrack_setups.set(stats.setups);
         self.counters.conntrack_expirations.set(stats.expirations);
         self.counters.conntrack_evictions.set(stats.evictions);
+        let (_, at_flow_limit, at_half_open_limit) = self.flows.hosts_at_limit();
+        self.counters
+            .conntrack_half_open
+            .set(self.flows.half_open_len() as u64);
+        self.counters.hosts_at_flow_limit.set(at_flow_limit as u64);
+        self.counters
+            .hosts_at_half_open_limit
+            .set(at_half_open_limit as u64);
         if let Some(nat) = &self.nat {
+            self.counters
+                .hosts_at_nat_port_limit
+                .set(nat.hosts_at_limit() as u64);
             self.counters.nat_ports_in_use.set(nat.in_use() as u64);
             self.counters
                 .nat_ports_available
@@ -297,6 +315,11 @@ impl Pipeline {
     /// Flows in this worker's table.
     pub fn flow_count(&self) -> usize {
         self.flows.len()
+    }
+
+    /// The most half-open TCP flows the worker's table holds (`conntrack.half_open`).
+    pub fn flow_half_open_limit(&self) -> usize {
+        self.flows.config().half_open
     }
 
     fn classify(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
@@ -654,7 +677,7 @@ fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool
         Ownership::new(setup.workers),
         setup.nat_bindings,
     )
-    .map(Some)
+    .map(|pool| Some(pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts)))
 }
 
 #[derive(Clone, Copy, Debug)]

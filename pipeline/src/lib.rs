@@ -12,6 +12,7 @@ pub mod flow;
 pub mod forward;
 pub mod fragment;
 pub mod hash;
+pub mod hosts;
 pub mod inspect;
 pub mod meter;
 pub mod nat;

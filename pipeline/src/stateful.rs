@@ -14,7 +14,7 @@ use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::firewall::{Action, ZoneId};
 use crate::flow::{Direction, FlowKey, KeyError};
 use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline, GENERATED_TTL};
-use crate::nat::{self, NatPool, Ownership};
+use crate::nat::{self, AllocError, NatPool, Ownership};
 use crate::packet::PacketBuf;
 use crate::router::RouterConfig;
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -323,10 +323,16 @@ impl Pipeline {
             (None, _) => (key.src, key.src_port),
             (Some(_), None) => return Stage::Done(Verdict::Drop(DropReason::NatPortsExhausted)),
             (Some(fixed), Some(pool)) if has_ports => {
-                let Some((external, port)) = pool.allocate(key.protocol, (key.src, key.src_port))
-                else {
-                    return Stage::Done(Verdict::Drop(DropReason::NatPortsExhausted));
-                };
+                let (external, port) =
+                    match pool.allocate_checked(key.protocol, (key.src, key.src_port)) {
+                        Ok(endpoint) => endpoint,
+                        Err(AllocError::HostLimit) => {
+                            return Stage::Done(Verdict::Drop(DropReason::HostNatPortLimit))
+                        }
+                        Err(AllocError::Exhausted) => {
+                            return Stage::Done(Verdict::Drop(DropReason::NatPortsExhausted))
+                        }
+                    };
                 binding = Some((key.protocol, external, port));
                 (fixed.unwrap_or(external), port)
             }
@@ -366,6 +372,9 @@ impl Pipeline {
             release(nat, &data);
             let reason = match error {
                 InsertError::Full => DropReason::ConntrackFull,
+                InsertError::HostFlowLimit => DropReason::HostFlowLimit,
+                InsertError::HostHalfOpenLimit => DropReason::HostHalfOpenLimit,
+                InsertError::HalfOpenLimit => DropReason::HalfOpenLimit,
                 InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
                     DropReason::ConntrackInvalid
                 }

@@ -125,6 +125,17 @@ drop_reasons! {
     ConntrackFull => "conntrack_full",
     /// The worker's NAT ports for this host's external address are all in use.
     NatPortsExhausted => "nat_ports_exhausted",
+    /// The LAN host holds its limit of NAT ports on this worker (`nat.host_ports`).
+    HostNatPortLimit => "host_nat_port_limit",
+    /// The host that opened the flow holds its limit of flows on this worker
+    /// (`conntrack.host_flows`).
+    HostFlowLimit => "host_flow_limit",
+    /// A new TCP flow from a host holding its limit of half-open flows
+    /// (`conntrack.host_half_open`).
+    HostHalfOpenLimit => "host_half_open_limit",
+    /// A new TCP flow beyond the worker's half-open limit (`conntrack.half_open`) that no
+    /// older half-open flow could make room for (not expected: the oldest is replaced).
+    HalfOpenLimit => "half_open_limit",
     /// A new flow denied by a firewall rule or zone policy.
     FirewallDrop => "firewall_drop",
     /// A new flow rejected by the firewall (a TCP RST or ICMP unreachable went back).

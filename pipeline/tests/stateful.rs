@@ -1018,6 +1018,7 @@ fn nat_ports_run_out_and_come_back_when_flows_expire() {
                 ..Timeouts::default()
             },
             tcp_loose: false,
+            ..ConntrackConfig::default()
         },
         nat_ports: 20000..=20255,
         ..WorkerSetup::default()
@@ -1066,6 +1067,246 @@ fn nat_ports_run_out_and_come_back_when_flows_expire() {
     let (verdict, _) = gw.process(&last, LAN, later);
     assert_eq!(verdict, Verdict::Transmit { port: WAN });
     assert_eq!(gw.dropped(DropReason::NatPortsExhausted), 1);
+}
+
+// --- 6b. Bounded state per host ----------------------------------------------------------
+
+/// Limits small enough to reach in a test.
+fn limited(configure: impl FnOnce(&mut WorkerSetup)) -> WorkerSetup {
+    let mut setup = WorkerSetup {
+        nat_ports: 20000..=20255,
+        ..WorkerSetup::default()
+    };
+    configure(&mut setup);
+    setup
+}
+
+/// A DNS query from `client` through NAT and its answer back; true if both got through.
+fn dns_exchange(gw: &mut Gateway, client: Endpoint, now: u64) -> bool {
+    let dns = (REMOTE, 53);
+    let (verdict, out) = gw.process(&udp(LAN, client, dns, b"?"), LAN, now);
+    if verdict != (Verdict::Transmit { port: WAN }) {
+        return false;
+    }
+    let (public, _) = endpoints(&out);
+    let (verdict, out) = gw.process(&udp(WAN, dns, public, b"!"), WAN, now);
+    verdict == Verdict::Transmit { port: LAN } && endpoints(&out).1 == client
+}
+
+#[test]
+fn a_host_spraying_udp_from_new_ports_takes_its_nat_share_and_another_still_gets_through() {
+    // The measured failure: one host spraying from ever-new source ports took every UDP port
+    // and another host then got 0 of 20 exchanges through.
+    let mut gw = Gateway::with(home(), limited(|setup| setup.nat_host_ports = 100));
+    let mut sent = 0;
+    for port in 0..1000 {
+        let spray = udp(LAN, (HOST, 10000 + port), (REMOTE, 9), b"x");
+        match gw.process(&spray, LAN, 0).0 {
+            Verdict::Transmit { port: WAN } => sent += 1,
+            Verdict::Drop(DropReason::HostNatPortLimit) => {}
+            other => panic!("spray packet {port}: {other:?}"),
+        }
+    }
+    assert_eq!(sent, 100);
+    assert_eq!(gw.dropped(DropReason::HostNatPortLimit), 900);
+    assert_eq!(gw.dropped(DropReason::NatPortsExhausted), 0);
+    let tables = gw.tables(0);
+    assert_eq!(tables.nat_in_use, 100);
+    assert_eq!(gw.counters.hosts_at_nat_port_limit.get(), 1);
+    // The sprayer's own mapped endpoints keep working.
+    assert!(dns_exchange(&mut gw, (HOST, 10000), 0));
+    let got_through = (0..20)
+        .filter(|&i| dns_exchange(&mut gw, (SERVER, 33000 + i), SECOND))
+        .count();
+    assert_eq!(got_through, 20, "the other host's exchanges");
+}
+
+#[test]
+fn a_host_at_its_flow_limit_is_refused_and_another_host_is_not() {
+    let mut gw = Gateway::with(home(), limited(|setup| setup.conntrack.host_flows = 50));
+    // One source port (one NAT binding), many destinations: flows, not ports, run out.
+    for n in 0..60_u8 {
+        let frame = udp(LAN, (HOST, 5000), ([203, 0, 113, n], 9), b"x");
+        let verdict = gw.process(&frame, LAN, 0).0;
+        if n < 50 {
+            assert_eq!(verdict, Verdict::Transmit { port: WAN }, "flow {n}");
+        } else {
+            assert_eq!(
+                verdict,
+                Verdict::Drop(DropReason::HostFlowLimit),
+                "flow {n}"
+            );
+        }
+    }
+    gw.tables(0);
+    assert_eq!(gw.counters.hosts_at_flow_limit.get(), 1);
+    assert!(dns_exchange(&mut gw, (SERVER, 33000), 0));
+    // Past the UDP timeout the host has its room again.
+    let later = 301 * SECOND;
+    gw.tables(later);
+    assert_eq!(gw.counters.hosts_at_flow_limit.get(), 0);
+    assert!(dns_exchange(&mut gw, (HOST, 5000), later));
+}
+
+#[test]
+fn udp_flows_with_one_reply_make_room_for_another_hosts_flows() {
+    // Before early drop, flows that got one reply were never evicted: one host could fill the
+    // table with them.
+    let mut gw = Gateway::with(home(), limited(|setup| setup.conntrack.capacity = 32));
+    for i in 0..32 {
+        assert!(dns_exchange(&mut gw, (HOST, 30000 + i), 0));
+    }
+    assert_eq!(gw.tables(0).flows, 32);
+    // An assured stream of another host, then more of its exchanges: each takes the place of
+    // one of the sprayer's unassured flows, and the stream is never the one evicted.
+    assert!(dns_exchange(&mut gw, (SERVER, 40000), SECOND));
+    assert!(dns_exchange(&mut gw, (SERVER, 40000), SECOND));
+    for i in 0..20 {
+        assert!(
+            dns_exchange(&mut gw, (SERVER, 41000 + i), 2 * SECOND),
+            "exchange {i}"
+        );
+        assert!(
+            dns_exchange(&mut gw, (SERVER, 40000), 2 * SECOND),
+            "the stream, {i}"
+        );
+    }
+    assert_eq!(gw.dropped(DropReason::ConntrackFull), 0);
+    let tables = gw.tables(2 * SECOND);
+    assert_eq!((tables.flows, tables.evictions), (32, 21));
+}
+
+#[test]
+fn a_syn_flood_at_a_forward_churns_half_open_flows_and_established_ones_keep_going() {
+    let mut gw = Gateway::with(
+        home(),
+        limited(|setup| {
+            setup.conntrack.capacity = 64;
+            setup.conntrack.half_open = 8;
+        }),
+    );
+    let forwarded = (WAN_ADDR, 8080);
+    let server = (SERVER, 80);
+    // Three connections through the forward and a LAN client's own connection, established.
+    let peers: Vec<Endpoint> = (0..3).map(|i| (REMOTE, 5000 + i)).collect();
+    for &peer in &peers {
+        let syn = tcp(WAN, peer, forwarded, seg(SYN, 300, 0), &[]);
+        gw.forward(&syn, WAN, 0, LAN, peer, server);
+        let syn_ack = tcp(LAN, server, peer, seg(SYN | ACK, 900, 301), &[]);
+        gw.forward(&syn_ack, LAN, 0, WAN, forwarded, peer);
+        let ack = tcp(WAN, peer, forwarded, seg(ACK, 301, 901), &[]);
+        gw.forward(&ack, WAN, 0, LAN, peer, server);
+    }
+    let web = (OTHER_REMOTE, 443);
+    let public = handshake(&mut gw, (HOST, 41000), web, 0);
+    // Fill the rest of the table with assured UDP streams, so the flood meets a full table.
+    for i in 0..52 {
+        assert!(dns_exchange(&mut gw, (HOST, 30000 + i), 0));
+        assert!(dns_exchange(&mut gw, (HOST, 30000 + i), 0));
+    }
+    assert_eq!(gw.tables(0).flows, 56);
+
+    // Spoofed SYNs from random sources, interleaved with the established traffic.
+    let mut seed = 0x2545_f491_u32;
+    let mut refused_established = 0;
+    let mut forwarded_syns = 0;
+    for n in 0..2000_u32 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        let spoofed = (seed.to_be_bytes(), (seed >> 7) as u16 | 1024);
+        let now = SECOND + u64::from(n) * 1_000_000;
+        let syn = tcp(WAN, spoofed, forwarded, seg(SYN, seed, 0), &[]);
+        match gw.process(&syn, WAN, now).0 {
+            Verdict::Transmit { port: LAN } => forwarded_syns += 1,
+            // A martian source (or, in general, one source validation refuses).
+            Verdict::Drop(reason) => assert_ne!(reason, DropReason::ConntrackFull, "SYN {n}"),
+            other => panic!("SYN {n}: {other:?}"),
+        }
+        if n % 10 == 0 {
+            let peer = peers[n as usize / 10 % 3];
+            let download = tcp(WAN, peer, forwarded, seg(PSH | ACK, 301, 901), &data(8));
+            let answer = tcp(LAN, server, peer, seg(ACK, 901, 309), &[]);
+            let upload = tcp(
+                LAN,
+                (HOST, 41000),
+                web,
+                seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+                &data(8),
+            );
+            for (frame, ingress) in [(download, WAN), (answer, LAN), (upload, LAN)] {
+                if !matches!(gw.process(&frame, ingress, now).0, Verdict::Transmit { .. }) {
+                    refused_established += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(refused_established, 0);
+    let tables = gw.tables(3 * SECOND);
+    assert_eq!(gw.counters.conntrack_half_open.get(), 8);
+    assert_eq!(tables.flows, 64, "56 established and 8 half-open");
+    // The first 8 took the free slots; every later one replaced the oldest half-open flow.
+    assert!(forwarded_syns > 1800, "{forwarded_syns}");
+    assert_eq!(
+        tables.evictions,
+        forwarded_syns - 8,
+        "the flood churned itself"
+    );
+    assert_eq!(gw.dropped(DropReason::ConntrackFull), 0);
+    // Every established flow is still there, both ways.
+    for &peer in &peers {
+        let download = tcp(WAN, peer, forwarded, seg(PSH | ACK, 301, 901), &data(8));
+        gw.forward(&download, WAN, 3 * SECOND, LAN, peer, server);
+    }
+    let upload = tcp(
+        LAN,
+        (HOST, 41000),
+        web,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(8),
+    );
+    gw.forward(&upload, LAN, 3 * SECOND, WAN, public, web);
+    for i in 0..52 {
+        assert!(
+            dns_exchange(&mut gw, (HOST, 30000 + i), 3 * SECOND),
+            "stream {i}"
+        );
+    }
+    // A new connection from the LAN still gets a place (a half-open flow's).
+    handshake(&mut gw, (SERVER, 42000), web, 3 * SECOND);
+}
+
+#[test]
+fn one_host_is_capped_in_half_open_connections_and_others_are_not() {
+    let mut gw = Gateway::with(home(), limited(|setup| setup.conntrack.host_half_open = 5));
+    // Connection attempts to a host that never answers.
+    for i in 0..8 {
+        let syn = tcp(
+            LAN,
+            (HOST, 50000 + i),
+            (REMOTE, 22),
+            seg(SYN, C_ISN, 0),
+            &[],
+        );
+        let verdict = gw.process(&syn, LAN, 0).0;
+        if i < 5 {
+            assert_eq!(verdict, Verdict::Transmit { port: WAN }, "SYN {i}");
+        } else {
+            assert_eq!(
+                verdict,
+                Verdict::Drop(DropReason::HostHalfOpenLimit),
+                "SYN {i}"
+            );
+        }
+    }
+    gw.tables(0);
+    assert_eq!(gw.counters.hosts_at_half_open_limit.get(), 1);
+    handshake(&mut gw, (SERVER, 50000), (REMOTE, 22), 0);
+    assert_eq!(
+        gw.tables(0).nat_in_use,
+        6,
+        "the refused SYNs' ports went back"
+    );
 }
 
 // --- 7. Firewall reject --------------------------------------------------------------------
@@ -2048,11 +2289,13 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
                 other_ns: 5 * SECOND,
             },
             tcp_loose,
+            ..ConntrackConfig::default()
         },
         // Small, and covering the UDP forward's 5000-5002, so exhaustion and reservation are
         // both reachable.
         nat_ports: 4990..=5117,
         nat_bindings: 48,
+        nat_host_ports: pipeline::forward::DEFAULT_HOST_PORTS,
         meter: None,
     }
 }

@@ -23,8 +23,9 @@
 //! `index.rs`) holds both tuples of every flow in `4 * capacity` slots rounded up to a power
 //! of two, so it is at most half full. The hash is keyed per table from
 //! [`std::collections::hash_map::RandomState`], so remote hosts cannot aim flows at one
-//! probe chain. Memory per flow is [`BYTES_PER_FLOW`] (124 bytes on 64-bit targets: an
-//! 88-byte arena slot, four 8-byte index slots and a 4-byte free-list entry) plus
+//! probe chain. Memory per flow is [`BYTES_PER_FLOW`] (140 bytes on 64-bit targets: a
+//! 96-byte arena slot, four 8-byte index slots, a 4-byte free-list entry and 8 bytes of
+//! half-open list links) plus
 //! `size_of::<D>()`; exact when `capacity` is a power of two, otherwise the index rounds up
 //! to at most twice its size (up to 32 more bytes per flow).
 //!
@@ -40,18 +41,37 @@
 //! without changing anything; a SYN from the original direction in TIME_WAIT or after a
 //! reset starts a new connection in the same flow, keeping its data.
 //!
-//! # Eviction
+//! # Bounded state
 //!
-//! An insert into a full table looks at the next [`EVICTION_SCAN`] (16) arena slots from an
-//! eviction cursor, which then moves past them. Among those flows it evicts the one with the
-//! earliest deadline that is either expired or not established (TCP in any state but
-//! `Established`; another protocol that has not seen a reply) — an expired flow whenever the
-//! window holds one, since its deadline is the earliest. Established flows are never evicted
-//! while alive, so a SYN or UDP flood cannot push out working connections, while half-open
-//! flood flows make room for each other. If the window holds no candidate the insert fails
-//! with [`InsertError::Full`] (counted in `refused_full`); the next insert looks at the next
-//! window.
+//! Every flow is charged to the host that opened it (its original source address), in a
+//! fixed per-table count ([`crate::hosts::HostCounts`]): a host holds at most
+//! [`ConntrackConfig::host_flows`] flows and [`ConntrackConfig::host_half_open`] half-open
+//! TCP flows; beyond, the insert fails ([`InsertError::HostFlowLimit`],
+//! [`InsertError::HostHalfOpenLimit`]). A host that finds no room in the count (only under an
+//! attack from very many addresses) is admitted uncounted. *Half-open* is a TCP flow in
+//! SYN_SENT or SYN_RECEIVED, or picked up mid-stream and not yet answered. The whole table
+//! holds at most [`ConntrackConfig::half_open`] of them: a new one beyond replaces the flow
+//! that has been half-open longest (a list through the arena finds it in O(1), 8 bytes per
+//! flow). So a SYN flood, even from random sources, churns only its own half-open flows, and
+//! a legitimate connection attempt lives as long as `half_open` flood SYNs take to arrive.
+//!
+//! # Early drop
+//!
+//! A flow is *assured*, as with Linux's ASSURED bit, once it has seen two-way traffic: a TCP
+//! flow past its handshake (or, picked up mid-stream, once the reply direction has spoken);
+//! a flow of another protocol at its first packet after the first reply (a DNS query and its
+//! answer are not assured; a stream is). An insert into a full table looks at the next
+//! [`EVICTION_SCAN`] (16) arena slots from an eviction cursor, and at further windows of 16 up
+//! to [`EVICTION_SCAN_MAX`] while it has found nothing; the cursor moves past what it looked
+//! at. It evicts, in this order: an expired flow; an unreplied or half-open flow; a flow that
+//! saw a reply but is not assured, or a TCP flow in TIME_WAIT or CLOSED; within each, the
+//! least recently used (the last packet's time is the deadline less the state's timeout).
+//! Assured flows are never evicted while alive, so no flood can push out working
+//! connections. If the windows hold no candidate the insert fails with [`InsertError::Full`]
+//! (counted in `refused_full`); the next insert looks further on. A TCP flow picked up
+//! mid-stream keeps the transitory timeout until it is answered, not the established one.
 
+mod half_open;
 mod index;
 mod table;
 mod tcp;
@@ -62,7 +82,7 @@ mod tests;
 
 use std::mem::size_of;
 
-pub use table::{FlowTable, EVICTION_SCAN, MAX_CAPACITY};
+pub use table::{FlowTable, EVICTION_SCAN, EVICTION_SCAN_MAX, MAX_CAPACITY};
 pub use tcp::{TcpSegment, TcpState};
 pub use timeouts::Timeouts;
 
@@ -70,7 +90,8 @@ pub use timeouts::Timeouts;
 /// index slots for its two tuples at half load, and its free-list entry.
 pub const BYTES_PER_FLOW: usize = size_of::<table::Flow>()
     + index::SLOTS_PER_FLOW * size_of::<index::IndexSlot>()
-    + size_of::<u32>();
+    + size_of::<u32>()
+    + size_of::<[u32; 2]>();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConntrackConfig {
@@ -80,7 +101,22 @@ pub struct ConntrackConfig {
     /// Accept a TCP flow's first packet mid-connection (a plain ACK), as after a gateway
     /// restart. Off by default: it lets any host that can send an ACK create state.
     pub tcp_loose: bool,
+    /// Flows one host (the address that opened them) may hold in this table (0 is taken as 1).
+    pub host_flows: u32,
+    /// Half-open TCP flows one host may hold (0 is taken as 1).
+    pub host_half_open: u32,
+    /// Half-open TCP flows in the table, clamped to 1..=capacity.
+    pub half_open: usize,
+    /// Hosts the per-host counts have room for; more are admitted uncounted.
+    pub hosts: usize,
 }
+
+/// A few thousand flows per host: far above what a browser or a game needs, far below a
+/// worker's table.
+pub const DEFAULT_HOST_FLOWS: u32 = 4096;
+/// Enough for a burst of connection attempts to hosts that do not answer.
+pub const DEFAULT_HOST_HALF_OPEN: u32 = 1024;
+pub const DEFAULT_HOSTS: usize = 16384;
 
 impl Default for ConntrackConfig {
     fn default() -> Self {
@@ -88,6 +124,10 @@ impl Default for ConntrackConfig {
             capacity: 1 << 16,
             timeouts: Timeouts::default(),
             tcp_loose: false,
+            host_flows: DEFAULT_HOST_FLOWS,
+            host_half_open: DEFAULT_HOST_HALF_OPEN,
+            half_open: (1 << 16) / 4,
+            hosts: DEFAULT_HOSTS,
         }
     }
 }
@@ -172,6 +212,13 @@ pub enum InsertError {
     Ambiguous,
     /// The first packet cannot start a flow.
     Invalid(InvalidReason),
+    /// The opening host holds [`ConntrackConfig::host_flows`] flows already.
+    HostFlowLimit,
+    /// The opening host holds [`ConntrackConfig::host_half_open`] half-open flows already.
+    HostHalfOpenLimit,
+    /// The table holds [`ConntrackConfig::half_open`] half-open flows and none could make
+    /// room (not expected: the oldest always can).
+    HalfOpenLimit,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -186,6 +233,17 @@ pub struct ConntrackStats {
     pub removals: u64,
     pub refused_full: u64,
     pub refused_exists: u64,
+    /// Inserts refused by [`InsertError::HostFlowLimit`].
+    pub refused_host_flows: u64,
+    /// Inserts refused by [`InsertError::HostHalfOpenLimit`].
+    pub refused_host_half_open: u64,
+    /// Inserts refused by [`InsertError::HalfOpenLimit`].
+    pub refused_half_open: u64,
+    /// Half-open flows evicted to keep the table within [`ConntrackConfig::half_open`] (also
+    /// counted in `evictions`).
+    pub half_open_replaced: u64,
+    /// Flows admitted without a per-host count, their host finding no room in it.
+    pub untracked_hosts: u64,
     /// Packets rejected by `track` or `insert`, indexed by [`InvalidReason::index`].
     pub invalid_by_reason: [u64; InvalidReason::COUNT],
 }

@@ -3,10 +3,13 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use super::half_open::HalfOpenList;
 use super::index::{FlowHasher, FlowIndex, FlowRef};
 use super::tcp::{TcpConn, TcpSegment, TcpState};
+use super::timeouts::Timeouts;
 use super::{ConntrackConfig, ConntrackStats, FlowId, InsertError, InvalidReason, Track};
 use crate::flow::{Direction, FlowKey};
+use crate::hosts::{HostCounts, Refusal};
 use crate::wire::ipv4::protocol;
 
 /// Keeps arena slots (and so [`FlowId`]s) below 2^31, as the index's flow references need,
@@ -15,6 +18,14 @@ pub const MAX_CAPACITY: usize = 1 << 28;
 /// How many flows a full table's insert looks at for one to evict: enough that under a SYN
 /// flood (every slot a half-open flow) a victim is always found, few enough to stay cheap.
 pub const EVICTION_SCAN: usize = 16;
+/// While the windows of [`EVICTION_SCAN`] slots hold no candidate, the insert looks at the
+/// next, up to this many slots in all: a table mostly of assured flows still finds the
+/// unassured few, at a bounded cost (sequential reads of the arena).
+pub const EVICTION_SCAN_MAX: usize = 4 * EVICTION_SCAN;
+
+/// The per-host counters of [`FlowTable::hosts`].
+const HOST_FLOWS: usize = 0;
+const HOST_HALF_OPEN: usize = 1;
 
 #[derive(Clone, Copy)]
 pub(super) struct Flow {
@@ -22,6 +33,12 @@ pub(super) struct Flow {
     reply: FlowKey,
     deadline_ns: u64,
     tracker: Tracker,
+    /// A packet travelling in the reply direction has been accepted.
+    replied: bool,
+    /// Two-way traffic seen (the module doc's early drop): never evicted while alive.
+    assured: bool,
+    /// Counted against its opening host (`original.src`) in [`FlowTable::hosts`].
+    charged: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -29,10 +46,8 @@ enum Tracker {
     Free,
     Tcp(TcpConn),
     /// UDP, ICMP queries and other protocols: all there is to know is whether the other end
-    /// has answered.
-    Stateless {
-        seen_reply: bool,
-    },
+    /// has answered (`Flow::replied`), and whether traffic went on after that.
+    Stateless,
 }
 
 const UNSPECIFIED_KEY: FlowKey = FlowKey {
@@ -47,6 +62,9 @@ const FREE_FLOW: Flow = Flow {
     reply: UNSPECIFIED_KEY,
     deadline_ns: 0,
     tracker: Tracker::Free,
+    replied: false,
+    assured: false,
+    charged: false,
 };
 
 impl Flow {
@@ -65,8 +83,60 @@ impl Flow {
         match self.tracker {
             Tracker::Free => false,
             Tracker::Tcp(conn) => conn.state() == TcpState::Established,
-            Tracker::Stateless { seen_reply } => seen_reply,
+            Tracker::Stateless => self.replied,
         }
+    }
+
+    /// A TCP flow whose handshake is not complete, or picked up mid-stream and unanswered.
+    fn is_half_open(&self) -> bool {
+        match self.tracker {
+            Tracker::Tcp(conn) => tcp_half_open(conn.state(), self.replied),
+            Tracker::Free | Tracker::Stateless => false,
+        }
+    }
+
+    /// Where the flow stands in the early-drop order (lower goes first), None if it must be
+    /// kept: 0 expired, 1 unreplied or half-open, 2 replied but not assured, or TCP that is
+    /// over (TIME_WAIT, CLOSED).
+    fn eviction_rank(&self, now_ns: u64) -> Option<u8> {
+        if self.is_free() {
+            return None;
+        }
+        if now_ns >= self.deadline_ns {
+            return Some(0);
+        }
+        if !self.replied {
+            return Some(1);
+        }
+        match self.tracker {
+            Tracker::Free => None,
+            Tracker::Tcp(conn) => match conn.state() {
+                TcpState::SynSent | TcpState::SynReceived => Some(1),
+                TcpState::TimeWait | TcpState::Closed => Some(2),
+                _ => (!self.assured).then_some(2),
+            },
+            Tracker::Stateless => (!self.assured).then_some(2),
+        }
+    }
+
+    /// The timeout its state gives it. A TCP flow picked up mid-stream is established as far
+    /// as the tracker knows, but keeps the transitory timeout until the other end answers.
+    fn timeout(&self, timeouts: &Timeouts) -> u64 {
+        match self.tracker {
+            Tracker::Tcp(conn) => tcp_timeout(timeouts, conn.state(), self.replied),
+            Tracker::Free | Tracker::Stateless => timeouts.for_stateless(self.original.protocol),
+        }
+    }
+}
+
+fn tcp_half_open(state: TcpState, replied: bool) -> bool {
+    !replied || matches!(state, TcpState::SynSent | TcpState::SynReceived)
+}
+
+fn tcp_timeout(timeouts: &Timeouts, state: TcpState, replied: bool) -> u64 {
+    match state {
+        TcpState::Established if !replied => timeouts.tcp_transitory_ns,
+        state => timeouts.for_tcp(state),
     }
 }
 
@@ -84,6 +154,10 @@ pub struct FlowTable<D: Copy> {
     index: FlowIndex,
     sweep_cursor: usize,
     eviction_cursor: usize,
+    /// Per opening host: flows, half-open flows.
+    hosts: HostCounts<2>,
+    /// The half-open flows, oldest first.
+    half_open: HalfOpenList,
     stats: ConntrackStats,
 }
 
@@ -107,6 +181,7 @@ impl<D: Copy> FlowTable<D> {
 
     pub(super) fn with_hasher(mut config: ConntrackConfig, fill: D, hasher: FlowHasher) -> Self {
         config.capacity = config.capacity.clamp(1, MAX_CAPACITY);
+        config.half_open = config.half_open.clamp(1, config.capacity);
         let capacity = config.capacity;
         Self {
             flows: vec![FREE_FLOW; capacity],
@@ -117,6 +192,8 @@ impl<D: Copy> FlowTable<D> {
             index: FlowIndex::new(capacity, hasher),
             sweep_cursor: 0,
             eviction_cursor: 0,
+            hosts: HostCounts::new(config.hosts, [config.host_flows, config.host_half_open]),
+            half_open: HalfOpenList::new(capacity),
             stats: ConntrackStats::default(),
             config,
         }
@@ -152,8 +229,9 @@ impl<D: Copy> FlowTable<D> {
     /// `original.reversed()`. A TCP flow must start with a bare SYN (or, with `tcp_loose`,
     /// a plain ACK), and needs `tcp`; other protocols ignore it.
     ///
-    /// A full table first makes room as the module doc's eviction policy says, handing the
-    /// evicted flow's data to `on_evicted` (the NAT releases its ports).
+    /// The opening host's limits and the table's half-open limit apply first (see the module
+    /// doc). A full table then makes room by early drop, handing the evicted flow's data to
+    /// `on_evicted` (the NAT releases its ports).
     pub fn insert(
         &mut self,
         original: FlowKey,
@@ -179,13 +257,39 @@ impl<D: Copy> FlowTable<D> {
                 }
             }
         } else {
-            Tracker::Stateless { seen_reply: false }
+            Tracker::Stateless
         };
         if self.lookup(&original).is_some() || self.lookup(&reply).is_some() {
             self.stats.refused_exists += 1;
             return Err(InsertError::Exists);
         }
-        if self.free_flows.is_empty() && !self.evict_one(now_ns, &mut on_evicted) {
+        // Every TCP flow starts half-open.
+        let half_open = matches!(tracker, Tracker::Tcp(_));
+        let charge = [1, u32::from(half_open)];
+        if let Err(Refusal::AtLimit { counter }) = self.hosts.check(original.src, charge) {
+            return Err(if counter == HOST_FLOWS {
+                self.stats.refused_host_flows += 1;
+                InsertError::HostFlowLimit
+            } else {
+                self.stats.refused_host_half_open += 1;
+                InsertError::HostHalfOpenLimit
+            });
+        }
+        if half_open && self.half_open.len() >= self.config.half_open {
+            // The oldest half-open flow makes room, wherever it is.
+            let Some(oldest) = self.half_open.oldest() else {
+                self.stats.refused_half_open += 1;
+                return Err(InsertError::HalfOpenLimit);
+            };
+            if now_ns >= self.flows[oldest].deadline_ns {
+                self.stats.expirations += 1;
+            } else {
+                self.stats.evictions += 1;
+            }
+            self.stats.half_open_replaced += 1;
+            on_evicted(self.release(oldest));
+        }
+        if self.free_flows.is_empty() && !self.evict(now_ns, &mut on_evicted) {
             self.stats.refused_full += 1;
             return Err(InsertError::Full);
         }
@@ -194,14 +298,28 @@ impl<D: Copy> FlowTable<D> {
             return Err(InsertError::Full);
         };
         let slot = slot as usize;
+        // Evictions only lowered what the host holds, so only a full host count refuses here.
+        let charged = match self.hosts.charge(original.src, charge) {
+            Ok(()) => true,
+            Err(_) => {
+                self.stats.untracked_hosts += 1;
+                false
+            }
+        };
         let mut flow = Flow {
             original,
             reply,
             deadline_ns: 0,
             tracker,
+            replied: false,
+            assured: false,
+            charged,
         };
-        flow.deadline_ns = now_ns.saturating_add(self.timeout(&flow));
+        flow.deadline_ns = now_ns.saturating_add(flow.timeout(&self.config.timeouts));
         self.flows[slot] = flow;
+        if half_open {
+            self.half_open.push(slot);
+        }
         self.data[slot] = data;
         let indexed = self
             .index
@@ -230,31 +348,56 @@ impl<D: Copy> FlowTable<D> {
         tcp: Option<&TcpSegment>,
         now_ns: u64,
     ) -> Track {
-        let timeouts = self.config.timeouts;
         let flow = &mut self.flows[id.index()];
-        let timeout = match &mut flow.tracker {
+        let was_half_open = flow.is_half_open();
+        let accepted = match &mut flow.tracker {
             Tracker::Free => Err(InvalidReason::NoSuchFlow),
             Tracker::Tcp(conn) => match tcp {
-                Some(segment) => conn
-                    .track(direction, segment)
-                    .map(|()| timeouts.for_tcp(conn.state())),
+                Some(segment) => conn.track(direction, segment),
                 None => Err(InvalidReason::NoTcpSegment),
             },
-            Tracker::Stateless { seen_reply } => {
-                *seen_reply |= direction == Direction::Reply;
-                Ok(timeouts.for_stateless(flow.original.protocol))
+            Tracker::Stateless => {
+                // Traffic after the first reply: a stream, not a query and its answer.
+                flow.assured |= flow.replied;
+                Ok(())
             }
         };
-        match timeout {
-            Ok(timeout) => {
-                flow.deadline_ns = now_ns.saturating_add(timeout);
-                Track::Ok
+        if let Err(reason) = accepted {
+            self.stats.count_invalid(reason);
+            return Track::Invalid(reason);
+        }
+        flow.replied |= direction == Direction::Reply;
+        let timeouts = &self.config.timeouts;
+        let (timeout, is_half_open) = match &flow.tracker {
+            // The state once, for all three: this is the established path.
+            Tracker::Tcp(conn) => {
+                let state = conn.state();
+                flow.assured |= flow.replied && state == TcpState::Established;
+                (
+                    tcp_timeout(timeouts, state, flow.replied),
+                    tcp_half_open(state, flow.replied),
+                )
             }
-            Err(reason) => {
-                self.stats.count_invalid(reason);
-                Track::Invalid(reason)
+            Tracker::Free | Tracker::Stateless => (flow.timeout(timeouts), false),
+        };
+        flow.deadline_ns = now_ns.saturating_add(timeout);
+        if is_half_open != was_half_open {
+            let (host, charged) = (flow.original.src, flow.charged);
+            let change = [0, 1];
+            if is_half_open {
+                // A closed connection opened again: counted, never refused.
+                self.half_open.push(id.index());
+                if charged {
+                    self.hosts.force(host, change);
+                }
+            } else {
+                self.half_open.remove(id.index());
+                if charged {
+                    self.hosts.credit(host, change);
+                }
             }
         }
+        Track::Ok
     }
 
     pub fn data(&self, id: FlowId) -> &D {
@@ -274,8 +417,35 @@ impl<D: Copy> FlowTable<D> {
     pub fn tcp_state(&self, id: FlowId) -> Option<TcpState> {
         match self.flows[id.index()].tracker {
             Tracker::Tcp(conn) => Some(conn.state()),
-            Tracker::Free | Tracker::Stateless { .. } => None,
+            Tracker::Free | Tracker::Stateless => None,
         }
+    }
+
+    /// Has seen two-way traffic, so early drop keeps it (see the module doc).
+    pub fn is_assured(&self, id: FlowId) -> bool {
+        self.flows[id.index()].assured
+    }
+
+    /// Half-open TCP flows in the table.
+    pub fn half_open_len(&self) -> usize {
+        self.half_open.len()
+    }
+
+    /// The flows and half-open flows `host` has opened, as counted for its limits (zeros
+    /// for a host admitted uncounted).
+    pub fn host_usage(&self, host: Ipv4Addr) -> (u32, u32) {
+        let [flows, half_open] = self.hosts.counts(host);
+        (flows, half_open)
+    }
+
+    /// Hosts with a count, and of them how many are at their flow limit and at their
+    /// half-open limit now.
+    pub fn hosts_at_limit(&self) -> (usize, usize, usize) {
+        (
+            self.hosts.len(),
+            self.hosts.at_limit(HOST_FLOWS),
+            self.hosts.at_limit(HOST_HALF_OPEN),
+        )
     }
 
     /// A TCP flow in [`TcpState::Established`], or a flow of another protocol that has seen a
@@ -339,47 +509,46 @@ impl<D: Copy> FlowTable<D> {
         &self.config
     }
 
-    fn timeout(&self, flow: &Flow) -> u64 {
-        let timeouts = &self.config.timeouts;
-        match flow.tracker {
-            Tracker::Tcp(conn) => timeouts.for_tcp(conn.state()),
-            Tracker::Free | Tracker::Stateless { .. } => {
-                timeouts.for_stateless(flow.original.protocol)
-            }
-        }
-    }
-
-    /// The eviction policy of the module doc: among the next [`EVICTION_SCAN`] slots from
-    /// the eviction cursor, the expired or not yet established flow with the earliest
-    /// deadline (so an expired one whenever there is one).
-    fn evict_one(&mut self, now_ns: u64, on_evicted: &mut impl FnMut(D)) -> bool {
+    /// Early drop, as the module doc orders it: from the eviction cursor, windows of
+    /// [`EVICTION_SCAN`] slots until one holds a candidate or [`EVICTION_SCAN_MAX`] slots
+    /// were seen; the candidate of lowest rank, least recently used within its rank, goes.
+    fn evict(&mut self, now_ns: u64, on_evicted: &mut impl FnMut(D)) -> bool {
         let capacity = self.flows.len();
-        let scan = EVICTION_SCAN.min(capacity);
-        let mut victim: Option<(usize, u64)> = None;
-        for step in 0..scan {
-            let mut slot = self.eviction_cursor + step;
-            if slot >= capacity {
-                slot -= capacity;
+        let most = EVICTION_SCAN_MAX.min(capacity);
+        let timeouts = &self.config.timeouts;
+        // (slot, rank, the last packet's time)
+        let mut victim: Option<(usize, u8, u64)> = None;
+        let mut seen = 0;
+        while seen < most && victim.is_none() {
+            let window = (seen + EVICTION_SCAN).min(most);
+            for step in seen..window {
+                let mut slot = self.eviction_cursor + step;
+                if slot >= capacity {
+                    slot -= capacity;
+                }
+                let flow = &self.flows[slot];
+                let Some(rank) = flow.eviction_rank(now_ns) else {
+                    continue;
+                };
+                let last_seen = flow.deadline_ns.saturating_sub(flow.timeout(timeouts));
+                let better = match victim {
+                    Some((_, best_rank, best_seen)) => (rank, last_seen) < (best_rank, best_seen),
+                    None => true,
+                };
+                if better {
+                    victim = Some((slot, rank, last_seen));
+                }
             }
-            let flow = &self.flows[slot];
-            let evictable =
-                !flow.is_free() && (now_ns >= flow.deadline_ns || !flow.is_established());
-            let earlier = match victim {
-                Some((_, deadline_ns)) => flow.deadline_ns < deadline_ns,
-                None => true,
-            };
-            if evictable && earlier {
-                victim = Some((slot, flow.deadline_ns));
-            }
+            seen = window;
         }
-        self.eviction_cursor += scan;
+        self.eviction_cursor += seen;
         if self.eviction_cursor >= capacity {
             self.eviction_cursor -= capacity;
         }
-        let Some((slot, deadline_ns)) = victim else {
+        let Some((slot, rank, _)) = victim else {
             return false;
         };
-        if now_ns >= deadline_ns {
+        if rank == 0 {
             self.stats.expirations += 1;
         } else {
             self.stats.evictions += 1;
@@ -391,6 +560,14 @@ impl<D: Copy> FlowTable<D> {
     /// Unindexes a live flow, frees its slot and returns its data.
     fn release(&mut self, slot: usize) -> D {
         let flow = self.flows[slot];
+        let half_open = flow.is_half_open();
+        if half_open {
+            self.half_open.remove(slot);
+        }
+        if flow.charged {
+            self.hosts
+                .credit(flow.original.src, [1, u32::from(half_open)]);
+        }
         self.index
             .remove(&flow.original, FlowRef::new(slot, Direction::Original));
         self.index

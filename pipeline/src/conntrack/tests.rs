@@ -67,6 +67,7 @@ fn config(capacity: usize) -> ConntrackConfig {
         capacity,
         timeouts: distinct_timeouts(),
         tcp_loose: false,
+        ..ConntrackConfig::default()
     }
 }
 
@@ -649,16 +650,21 @@ fn loose_mode_picks_up_connections_mid_stream() {
         )
         .unwrap();
     assert_eq!(table.tcp_state(id), Some(TcpState::Established));
-    assert_eq!(
-        table.deadline_ns(id),
-        distinct_timeouts().tcp_established_ns
-    );
+    // Unanswered, it is half-open and unassured, with the transitory timeout: an ACK flood
+    // cannot hold the table for the established timeout.
+    assert_eq!(table.deadline_ns(id), distinct_timeouts().tcp_transitory_ns);
+    assert_eq!((table.half_open_len(), table.is_assured(id)), (1, false));
     // The reply direction's window scale is unknown, so its large segments must pass.
     let reply = TcpSegment {
         payload_len: 1000,
         ..segment(ACK, 987_654 + 300_000, 123_556)
     };
     assert_eq!(table.track(id, Reply, Some(&reply), 1), Track::Ok);
+    assert_eq!(
+        table.deadline_ns(id),
+        1 + distinct_timeouts().tcp_established_ns
+    );
+    assert_eq!((table.half_open_len(), table.is_assured(id)), (0, true));
     for flags in [SYN | ACK, FIN | ACK, RST] {
         let first = segment(flags, 1, 1);
         let other = key([10, 0, 0, 2], 1, [192, 0, 2, 1], 2, protocol::TCP);
@@ -931,13 +937,14 @@ fn capacity_is_clamped_and_memory_per_flow_is_as_documented() {
     assert_eq!(FlowTable::new(config(0), 0_u32).capacity(), 1);
     assert_eq!(FlowTable::new(config(1000), 0_u32).capacity(), 1000);
     #[cfg(target_pointer_width = "64")]
-    assert_eq!(BYTES_PER_FLOW, 124);
+    assert_eq!(BYTES_PER_FLOW, 140);
 }
 
 // --- Eviction -----------------------------------------------------------------------------
 
-/// A UDP flow `n` with data `n`, created at `now_ns`, answered (so established) if `answered`.
-fn add_udp(table: &mut FlowTable<u32>, n: u16, now_ns: u64, answered: bool) -> FlowId {
+/// A UDP flow `n` with data `n`, created at `now_ns`; if `assured`, answered and then used
+/// again (two-way traffic), so early drop keeps it.
+fn add_udp(table: &mut FlowTable<u32>, n: u16, now_ns: u64, assured: bool) -> FlowId {
     let id = table
         .insert(
             udp_key(n),
@@ -948,8 +955,10 @@ fn add_udp(table: &mut FlowTable<u32>, n: u16, now_ns: u64, answered: bool) -> F
             no_eviction,
         )
         .unwrap();
-    if answered {
+    if assured {
         assert_eq!(table.track(id, Reply, None, now_ns), Track::Ok);
+        assert_eq!(table.track(id, Original, None, now_ns), Track::Ok);
+        assert!(table.is_assured(id));
     }
     id
 }
@@ -1026,11 +1035,16 @@ fn full_table_of_live_established_flows_refuses() {
 
 #[test]
 fn eviction_scan_is_bounded_and_moves_on() {
-    let capacity = 2 * EVICTION_SCAN;
+    let capacity = EVICTION_SCAN_MAX + EVICTION_SCAN;
     let mut table = FlowTable::new(config(capacity), 0_u32);
-    // Flows fill slots in order: the first scan window is all established.
+    // Flows fill slots in order: the first EVICTION_SCAN_MAX slots are all assured.
     for n in 0..capacity as u16 {
-        let id = add_udp(&mut table, n, u64::from(n), usize::from(n) < EVICTION_SCAN);
+        let id = add_udp(
+            &mut table,
+            n,
+            u64::from(n),
+            usize::from(n) < EVICTION_SCAN_MAX,
+        );
         assert_eq!(id.as_u32(), u32::from(n));
     }
     assert_eq!(
@@ -1055,8 +1069,199 @@ fn eviction_scan_is_bounded_and_moves_on() {
             |data| evicted.push(data),
         )
         .unwrap();
-    // The earliest deadline in the second window.
-    assert_eq!(evicted, [EVICTION_SCAN as u32]);
+    // The least recently used in the window after the first EVICTION_SCAN_MAX slots.
+    assert_eq!(evicted, [EVICTION_SCAN_MAX as u32]);
+}
+
+#[test]
+fn early_drop_takes_unreplied_then_unassured_and_never_assured_flows() {
+    let mut table = FlowTable::new(config(4), 0_u32);
+    let replied_once = add_udp(&mut table, 0, 0, false);
+    assert_eq!(table.track(replied_once, Reply, None, 0), Track::Ok);
+    // A UDP flow with a single reply (a DNS answer) is not assured.
+    assert!(table.is_established(replied_once) && !table.is_assured(replied_once));
+    add_udp(&mut table, 1, 5 * SECOND, false);
+    add_udp(&mut table, 2, 0, true);
+    add_udp(&mut table, 3, 0, true);
+    let mut evicted = Vec::new();
+    let mut insert = |table: &mut FlowTable<u32>, n: u16| {
+        table.insert(
+            udp_key(n),
+            udp_key(n).reversed(),
+            u32::from(n),
+            None,
+            10 * SECOND,
+            |data| evicted.push(data),
+        )
+    };
+    // The unreplied flow goes first, though the replied one is older.
+    let fresh = insert(&mut table, 10).unwrap();
+    assert_eq!(table.track(fresh, Reply, None, 10 * SECOND), Track::Ok);
+    assert_eq!(table.track(fresh, Original, None, 10 * SECOND), Track::Ok);
+    // Then the replied but unassured flow; the assured ones stay.
+    let unreplied = insert(&mut table, 11).unwrap();
+    // A new unreplied flow is the next to go.
+    insert(&mut table, 12).unwrap();
+    assert_eq!(table.lookup(&udp_key(11)), None);
+    assert_eq!(
+        table.lookup(&udp_key(12)).map(|(id, _)| id),
+        Some(unreplied)
+    );
+    let twelve = table.lookup(&udp_key(12)).unwrap().0;
+    assert_eq!(table.track(twelve, Reply, None, 10 * SECOND), Track::Ok);
+    assert_eq!(table.track(twelve, Reply, None, 10 * SECOND), Track::Ok);
+    // Every flow assured: nothing may go.
+    assert_eq!(insert(&mut table, 13), Err(InsertError::Full));
+    assert_eq!(evicted, [1, 0, 11]);
+    for n in [2, 3, 10, 12] {
+        assert!(table.lookup(&udp_key(n)).is_some(), "flow {n}");
+    }
+    assert_eq!(table.stats().evictions, 3);
+}
+
+/// A TCP SYN from `src` to port 80 of a server, through `table`.
+fn syn_from(
+    table: &mut FlowTable<u32>,
+    src: [u8; 4],
+    port: u16,
+    now_ns: u64,
+    evicted: &mut Vec<u32>,
+) -> Result<FlowId, InsertError> {
+    let original = key(src, port, [192, 0, 2, 80], 80, protocol::TCP);
+    let syn = segment(SYN, CLIENT_ISN, 0);
+    table.insert(
+        original,
+        original.reversed(),
+        u32::from(port),
+        Some(&syn),
+        now_ns,
+        |data| evicted.push(data),
+    )
+}
+
+/// Completes the handshake of the flow `syn_from` opened.
+fn complete_handshake(table: &mut FlowTable<u32>, id: FlowId, now_ns: u64) {
+    let syn_ack = segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1);
+    assert_eq!(table.track(id, Reply, Some(&syn_ack), now_ns), Track::Ok);
+    let ack = segment(ACK, CLIENT_ISN + 1, SERVER_ISN + 1);
+    assert_eq!(table.track(id, Original, Some(&ack), now_ns), Track::Ok);
+    assert!(table.is_assured(id));
+}
+
+#[test]
+fn half_open_flows_are_capped_and_replace_each_other_not_established_ones() {
+    let mut table = FlowTable::new(
+        ConntrackConfig {
+            half_open: 4,
+            ..config(16)
+        },
+        0_u32,
+    );
+    let mut evicted = Vec::new();
+    let mut established = Vec::new();
+    for port in 1..=3 {
+        let id = syn_from(&mut table, [10, 0, 0, 1], port, 0, &mut evicted).unwrap();
+        complete_handshake(&mut table, id, 0);
+        established.push(id);
+    }
+    assert_eq!(table.half_open_len(), 0);
+    // A flood from random sources: never more than 4 half-open, the oldest replaced first.
+    for n in 0..40_u16 {
+        let [a, b] = n.to_be_bytes();
+        let now = u64::from(n) * SECOND;
+        syn_from(&mut table, [198, 51, a, b], 1000 + n, now, &mut evicted).unwrap();
+        assert!(table.half_open_len() <= 4);
+    }
+    assert_eq!(table.half_open_len(), 4);
+    assert_eq!(evicted, (1000..1036).collect::<Vec<u32>>());
+    assert_eq!(table.stats().half_open_replaced, 36);
+    for id in established {
+        assert_eq!(table.tcp_state(id), Some(TcpState::Established));
+    }
+    assert_eq!(table.len(), 7);
+}
+
+#[test]
+fn the_oldest_half_open_flow_is_replaced_wherever_it_sits() {
+    let capacity = 2 * EVICTION_SCAN_MAX;
+    let mut table = FlowTable::new(
+        ConntrackConfig {
+            half_open: 2,
+            ..config(capacity)
+        },
+        0_u32,
+    );
+    let mut evicted = Vec::new();
+    // Slot 0: a half-open flow; then assured flows; the last slot: another half-open flow.
+    syn_from(&mut table, [10, 0, 0, 2], 1, 0, &mut evicted).unwrap();
+    for port in 100..100 + capacity as u16 - 2 {
+        let id = syn_from(&mut table, [10, 0, 0, 1], port, 0, &mut evicted).unwrap();
+        complete_handshake(&mut table, id, 0);
+    }
+    syn_from(&mut table, [10, 0, 0, 2], 2, SECOND, &mut evicted).unwrap();
+    assert_eq!(table.len(), capacity);
+    // Far from the eviction cursor or not, the oldest goes first, then the next oldest.
+    syn_from(&mut table, [10, 0, 0, 3], 3, 2 * SECOND, &mut evicted).unwrap();
+    syn_from(&mut table, [10, 0, 0, 3], 4, 3 * SECOND, &mut evicted).unwrap();
+    assert_eq!(evicted, [1, 2]);
+    assert_eq!(table.half_open_len(), 2);
+    let stats = table.stats();
+    assert_eq!((stats.half_open_replaced, stats.refused_half_open), (2, 0));
+    assert_eq!(stats.refused_full, 0);
+}
+
+#[test]
+fn one_host_is_held_to_its_flow_and_half_open_limits_and_others_are_not() {
+    let mut table = FlowTable::new(
+        ConntrackConfig {
+            host_flows: 4,
+            host_half_open: 2,
+            ..config(64)
+        },
+        0_u32,
+    );
+    let mut evicted = Vec::new();
+    let sprayer = [10, 0, 0, 9];
+    let first = syn_from(&mut table, sprayer, 1, 0, &mut evicted).unwrap();
+    syn_from(&mut table, sprayer, 2, 0, &mut evicted).unwrap();
+    assert_eq!(
+        syn_from(&mut table, sprayer, 3, 0, &mut evicted),
+        Err(InsertError::HostHalfOpenLimit)
+    );
+    // A completed handshake is no longer half-open: the host may try again.
+    complete_handshake(&mut table, first, 0);
+    syn_from(&mut table, sprayer, 3, 0, &mut evicted).unwrap();
+    assert_eq!(table.host_usage(sprayer.into()), (3, 2));
+    // UDP counts toward the flow limit only.
+    let udp = |n: u16| key(sprayer, n, [192, 0, 2, 53], 53, protocol::UDP);
+    table
+        .insert(udp(1), udp(1).reversed(), 0, None, 0, no_eviction)
+        .unwrap();
+    assert_eq!(
+        table.insert(udp(2), udp(2).reversed(), 0, None, 0, no_eviction),
+        Err(InsertError::HostFlowLimit)
+    );
+    let stats = table.stats();
+    assert_eq!(
+        (stats.refused_host_flows, stats.refused_host_half_open),
+        (1, 1)
+    );
+    assert_eq!(table.hosts_at_limit(), (1, 1, 1));
+    // Another host is not affected.
+    let other = key([10, 0, 0, 10], 1, [192, 0, 2, 53], 53, protocol::UDP);
+    table
+        .insert(other, other.reversed(), 0, None, 0, no_eviction)
+        .unwrap();
+    // Removing a flow gives the host its room back; expiry does too.
+    table.remove(first);
+    table
+        .insert(udp(2), udp(2).reversed(), 0, None, 0, no_eviction)
+        .unwrap();
+    table.expire(1000 * SECOND, 1000, |_| {});
+    assert!(table.is_empty());
+    assert_eq!(table.host_usage(sprayer.into()), (0, 0));
+    assert_eq!(table.hosts_at_limit(), (0, 0, 0));
+    assert_eq!(table.half_open_len(), 0);
 }
 
 #[test]
@@ -1181,6 +1386,7 @@ struct ModelFlow {
     original: FlowKey,
     reply: FlowKey,
     answered: bool,
+    assured: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -1268,7 +1474,11 @@ proptest! {
                                 let victim = flows.remove(&evicted[0]);
                                 prop_assert!(victim.is_some());
                                 let victim = victim.unwrap();
-                                prop_assert!(!victim.answered);
+                                prop_assert!(!victim.assured);
+                                // Unreplied flows go before replied ones.
+                                prop_assert!(
+                                    !victim.answered || flows.values().all(|flow| flow.answered)
+                                );
                                 by_key.remove(&victim.original);
                                 by_key.remove(&victim.reply);
                             }
@@ -1276,12 +1486,12 @@ proptest! {
                                 // The scan covers tables this small whole.
                                 prop_assert_eq!(error, InsertError::Full);
                                 prop_assert_eq!(evicted.len(), 0);
-                                prop_assert!(flows.values().all(|flow| flow.answered));
+                                prop_assert!(flows.values().all(|flow| flow.assured));
                             }
                         }
                     }
                     if result.is_ok() {
-                        flows.insert(data, ModelFlow { original, reply, answered: false });
+                        flows.insert(data, ModelFlow { original, reply, answered: false, assured: false });
                         by_key.insert(original, (data, Original));
                         by_key.insert(reply, (data, Reply));
                     }
@@ -1303,7 +1513,11 @@ proptest! {
                     if let Some((id, _)) = table.lookup(&model_key(n)) {
                         prop_assert_eq!(table.track(id, Reply, None, 0), Track::Ok);
                         let data = *table.data(id);
-                        flows.get_mut(&data).unwrap().answered = true;
+                        let flow = flows.get_mut(&data).unwrap();
+                        // Traffic after the first reply assures it.
+                        flow.assured |= flow.answered;
+                        flow.answered = true;
+                        prop_assert_eq!(table.is_assured(id), flow.assured);
                     }
                 }
             }

@@ -29,14 +29,24 @@
 //!   at most half full. That is 36 bytes per binding when `binding_capacity` is a power of
 //!   two, up to 52 bytes otherwise: a million bindings cost 36 MB.
 //!
-//! Everything is allocated by [`NatPool::new`]; allocate, release and the lookups never
-//! allocate, and each is O(1) (expected, for the hashed indexes).
+//! Everything is allocated by [`NatPool::new`] (and [`NatPool::with_host_limit`]); allocate,
+//! release and the lookups never allocate, and each is O(1) (expected, for the hashed
+//! indexes).
+//!
+//! # Per-host limit
+//!
+//! With [`NatPool::with_host_limit`], an internal host holds at most that many bindings (so
+//! external ports, whatever the protocol) on this worker; a new one beyond is refused with
+//! [`AllocError::HostLimit`], while its existing bindings keep serving new flows (EIM). A host
+//! spraying from ever-new source ports then takes its share, not the pool. The count is a
+//! fixed [`HostCounts`] table; a host that finds no room in it is not limited (fail open).
 
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
+use crate::hosts::{HostCounts, Refusal};
 use crate::wire::ipv4::protocol;
 
 /// IANA's dynamic range plus the registered one: everything above the well-known ports, which
@@ -208,6 +218,16 @@ impl fmt::Display for NatPoolError {
 
 impl std::error::Error for NatPoolError {}
 
+/// Why [`NatPool::allocate_checked`] found no external endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// No free port on the host's paired address, no free binding entry, or a protocol
+    /// without ports.
+    Exhausted,
+    /// The internal host holds its limit of bindings.
+    HostLimit,
+}
+
 /// One endpoint-independent mapping.
 #[derive(Clone, Copy, Debug, Default)]
 struct Binding {
@@ -219,6 +239,8 @@ struct Binding {
     /// Index into the pool's sorted address list.
     address: u16,
     protocol: u8,
+    /// Counted against its internal host's limit.
+    charged: bool,
 }
 
 // The memory figures in the module docs depend on it.
@@ -360,6 +382,8 @@ pub struct NatPool {
     free_bindings: Vec<u32>,
     by_internal: Index,
     by_external: Index,
+    /// Bindings per internal host, when limited.
+    hosts: Option<HostCounts<1>>,
 }
 
 impl fmt::Debug for NatPool {
@@ -452,7 +476,25 @@ impl NatPool {
             by_internal: Index::new(binding_capacity, random.hash_one(0x696e_7465_726e_616c_u64)),
             by_external: Index::new(binding_capacity, random.hash_one(0x6578_7465_726e_616c_u64)),
             addresses,
+            hosts: None,
         })
+    }
+
+    /// Limits every internal host to `ports_per_host` bindings (0 is taken as 1), counted in
+    /// a table with room for `hosts` hosts. Allocates: call at set-up.
+    pub fn with_host_limit(mut self, ports_per_host: u32, hosts: usize) -> NatPool {
+        self.hosts = Some(HostCounts::new(hosts, [ports_per_host]));
+        self
+    }
+
+    /// The bindings `ip` holds, as counted for its limit (0 without a limit).
+    pub fn host_ports(&self, ip: Ipv4Addr) -> u32 {
+        self.hosts.as_ref().map_or(0, |hosts| hosts.counts(ip)[0])
+    }
+
+    /// Internal hosts at their binding limit now.
+    pub fn hosts_at_limit(&self) -> usize {
+        self.hosts.as_ref().map_or(0, |hosts| hosts.at_limit(0))
     }
 
     /// The external endpoint for a new flow from `internal`: its existing binding if it has
@@ -464,7 +506,27 @@ impl NatPool {
     /// paired address has no free port or when the binding table is full; the caller drops
     /// the packet and counts it. Every `Some` must be matched by one [`NatPool::release`].
     pub fn allocate(&mut self, protocol: u8, internal: (Ipv4Addr, u16)) -> Option<(Ipv4Addr, u16)> {
-        let protocol = protocol_index(protocol)?;
+        self.allocate_checked(protocol, internal).ok()
+    }
+
+    /// As [`allocate`](Self::allocate), saying why it failed: a host at its limit (see the
+    /// module doc) is told apart from exhaustion.
+    pub fn allocate_checked(
+        &mut self,
+        protocol: u8,
+        internal: (Ipv4Addr, u16),
+    ) -> Result<(Ipv4Addr, u16), AllocError> {
+        self.allocate_new(protocol, internal)
+            .map_err(|refused| refused.unwrap_or(AllocError::Exhausted))
+    }
+
+    /// `Err(None)` is exhaustion, so that `?` on an Option says it.
+    fn allocate_new(
+        &mut self,
+        protocol: u8,
+        internal: (Ipv4Addr, u16),
+    ) -> Result<(Ipv4Addr, u16), Option<AllocError>> {
+        let protocol = protocol_index(protocol).ok_or(None)?;
         let (ip, port) = (u32::from(internal.0), internal.1);
         let key = internal_key(protocol, ip, port);
         let internal_slot = match self
@@ -473,22 +535,27 @@ impl NatPool {
         {
             Probe::Found { binding, .. } => {
                 let binding = &mut self.bindings[binding];
-                binding.refcount = binding.refcount.checked_add(1)?;
-                return Some((
+                binding.refcount = binding.refcount.checked_add(1).ok_or(None)?;
+                return Ok((
                     self.addresses[usize::from(binding.address)],
                     binding.external_port,
                 ));
             }
             Probe::Vacant { slot } => slot,
-            Probe::Full => return None,
+            Probe::Full => return Err(None),
         };
-        let binding = *self.free_bindings.last()?;
+        let binding = *self.free_bindings.last().ok_or(None)?;
+        if let Some(hosts) = &self.hosts {
+            if let Err(Refusal::AtLimit { .. }) = hosts.check(internal.0, [1]) {
+                return Err(Some(AllocError::HostLimit));
+            }
+        }
 
         let address = self.paired_index(internal.0);
         let group = protocol * self.addresses.len() + address;
         let (slot, preserved) = match self.slot_of(port) {
             Some(slot) if self.is_free(group, slot) => (slot, true),
-            _ => (self.find_free(group)?, false),
+            _ => (self.find_free(group).ok_or(None)?, false),
         };
         let external_port = self.port_of(slot);
         let external_slot = match self.by_external.find(
@@ -499,8 +566,12 @@ impl NatPool {
             Probe::Vacant { slot } => slot,
             // A free port with a binding would be a bookkeeping bug; refusing keeps the
             // existing binding intact rather than handing its port out twice.
-            Probe::Found { .. } | Probe::Full => return None,
+            Probe::Found { .. } | Probe::Full => return Err(None),
         };
+        let charged = self
+            .hosts
+            .as_mut()
+            .is_some_and(|hosts| hosts.charge(internal.0, [1]).is_ok());
 
         self.take(group, slot);
         if !preserved {
@@ -514,10 +585,11 @@ impl NatPool {
             external_port,
             address: address as u16,
             protocol: protocol as u8,
+            charged,
         };
         self.by_internal.slots[internal_slot] = binding;
         self.by_external.slots[external_slot] = binding;
-        Some((self.addresses[address], external_port))
+        Ok((self.addresses[address], external_port))
     }
 
     /// Drops one flow's hold on the binding of `external`; the last release frees the port.
@@ -542,6 +614,12 @@ impl NatPool {
             return true;
         }
         let internal_key = entry.internal_key();
+        if entry.charged {
+            let ip = Ipv4Addr::from(entry.internal_ip);
+            if let Some(hosts) = self.hosts.as_mut() {
+                hosts.credit(ip, [1]);
+            }
+        }
 
         self.by_external
             .remove(external_slot, &self.bindings, Binding::external_key);
@@ -1009,6 +1087,69 @@ mod tests {
         assert_eq!(small.allocate(ICMP, (host(1), 1)), None);
         assert!(small.release(UDP, a));
         assert!(small.allocate(ICMP, (host(1), 1)).is_some());
+    }
+
+    #[test]
+    fn a_host_spraying_new_source_ports_takes_its_limit_and_others_still_get_ports() {
+        // 256 UDP ports, at most 100 per host.
+        let mut p = pool(3000..=3255, 0, 1).with_host_limit(100, 16);
+        let sprayer = host(1);
+        let mut sprayed = Vec::new();
+        for port in 10000.. {
+            match p.allocate_checked(UDP, (sprayer, port)) {
+                Ok(external) => sprayed.push(external),
+                Err(error) => {
+                    assert_eq!(error, AllocError::HostLimit);
+                    break;
+                }
+            }
+        }
+        assert_eq!(sprayed.len(), 100);
+        assert_eq!((p.host_ports(sprayer), p.hosts_at_limit()), (100, 1));
+        // Its existing bindings still serve new flows (endpoint-independent mapping).
+        assert_eq!(p.allocate_checked(UDP, (sprayer, 10000)), Ok(sprayed[0]));
+        // The limit spans protocols: a binding is a port whatever its protocol.
+        assert_eq!(
+            p.allocate_checked(TCP, (sprayer, 1)),
+            Err(AllocError::HostLimit)
+        );
+        // Every other host still gets ports.
+        for i in 2..20 {
+            assert!(p.allocate_checked(UDP, (host(i), 53)).is_ok(), "host {i}");
+        }
+        // Exhaustion is told apart from the limit.
+        let mut others = 2;
+        let exhausted = loop {
+            others += 1;
+            match p.allocate_checked(UDP, (host(others % 200 + 20), others as u16)) {
+                Ok(_) => continue,
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(exhausted, AllocError::Exhausted);
+        // The last release of a binding gives the host its room back.
+        assert!(p.release(UDP, sprayed[0]));
+        assert_eq!(p.host_ports(sprayer), 100);
+        assert!(p.release(UDP, sprayed[0]));
+        assert_eq!((p.host_ports(sprayer), p.hosts_at_limit()), (99, 0));
+        for external in &sprayed[1..] {
+            assert!(p.release(UDP, *external));
+        }
+        assert_eq!(p.host_ports(sprayer), 0);
+        assert!(p.allocate_checked(UDP, (sprayer, 1)).is_ok());
+    }
+
+    #[test]
+    fn without_a_host_limit_nothing_is_counted() {
+        let mut p = pool(3000..=3255, 0, 1);
+        for port in 0..256 {
+            assert!(p.allocate_checked(UDP, (host(1), port)).is_ok());
+        }
+        assert_eq!(
+            p.allocate_checked(UDP, (host(1), 999)),
+            Err(AllocError::Exhausted)
+        );
+        assert_eq!((p.host_ports(host(1)), p.hosts_at_limit()), (0, 0));
     }
 
     #[test]

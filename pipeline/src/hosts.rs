@@ -1,0 +1,325 @@
+//! Per-host counters with limits, in a table allocated once: how many flows, half-open TCP
+//! flows or NAT ports each host holds, so that one host cannot take what all the others need.
+//!
+//! The table is open-addressed (linear probing from [`crate::hash::home_slot`], keyed per
+//! table so that a host cannot pick addresses that crowd others out) with backward-shift
+//! deletion: a host whose counts all fall to zero leaves, and no tombstones accumulate, so
+//! the table only ever holds hosts that hold something. A host is placed within
+//! [`PROBE_LIMIT`] slots of its home, at most half the slots are used, and nothing allocates
+//! after [`HostCounts::new`].
+//!
+//! When no slot is free near its home, the host is *untracked*: [`HostCounts::charge`] says
+//! so and the caller admits it without a count (fail open, counted), since refusing would let
+//! whoever fills the table shut every newcomer out. With the table sized for the hosts a
+//! worker serves, that only happens under an attack from many addresses.
+
+use std::hash::{BuildHasher, RandomState};
+use std::net::Ipv4Addr;
+
+/// How far from its home slot a host may be placed.
+pub const PROBE_LIMIT: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot<const N: usize> {
+    host: u32,
+    /// All zero: the slot is vacant (whatever `host` says).
+    counts: [u32; N],
+}
+
+impl<const N: usize> Slot<N> {
+    const VACANT: Slot<N> = Slot {
+        host: 0,
+        counts: [0; N],
+    };
+
+    fn is_vacant(&self) -> bool {
+        self.counts.iter().all(|&count| count == 0)
+    }
+}
+
+/// Why [`HostCounts::charge`] did not count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The host holds `limits[counter]` already: refuse what it asked for.
+    AtLimit { counter: usize },
+    /// No slot for a new host near its home: admit it uncounted.
+    Untracked,
+}
+
+/// `N` counters per host, each with its own limit.
+#[derive(Debug)]
+pub struct HostCounts<const N: usize> {
+    slots: Box<[Slot<N>]>,
+    mask: usize,
+    seed: u64,
+    limits: [u32; N],
+    hosts: usize,
+    /// Per counter, how many hosts are at its limit now.
+    at_limit: [usize; N],
+}
+
+impl<const N: usize> HostCounts<N> {
+    /// Room for `hosts` hosts (twice as many slots, rounded up to a power of two). A limit of
+    /// 0 is taken as 1. Allocates: call at set-up.
+    pub fn new(hosts: usize, limits: [u32; N]) -> Self {
+        let len = hosts.max(1).saturating_mul(2).next_power_of_two();
+        HostCounts {
+            slots: vec![Slot::VACANT; len].into_boxed_slice(),
+            mask: len - 1,
+            seed: RandomState::new().hash_one(u64::from_le_bytes(*b"hostlimt")),
+            limits: limits.map(|limit| limit.max(1)),
+            hosts: 0,
+            at_limit: [0; N],
+        }
+    }
+
+    pub fn limits(&self) -> [u32; N] {
+        self.limits
+    }
+
+    /// Hosts holding anything.
+    pub fn len(&self) -> usize {
+        self.hosts
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hosts == 0
+    }
+
+    /// Hosts at the limit of `counter` now.
+    pub fn at_limit(&self, counter: usize) -> usize {
+        self.at_limit[counter]
+    }
+
+    /// What `host` holds (zeros if nothing, or if it is untracked).
+    pub fn counts(&self, host: Ipv4Addr) -> [u32; N] {
+        match self.find(u32::from(host)) {
+            Ok(slot) => self.slots[slot].counts,
+            Err(_) => [0; N],
+        }
+    }
+
+    /// Whether `host` may take `adds` more: the refusal [`charge`](Self::charge) would give,
+    /// without changing anything.
+    pub fn check(&self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
+        match self.find(u32::from(host)) {
+            Ok(slot) => self.within_limits(&self.slots[slot].counts, &adds),
+            Err(Some(_)) => self.within_limits(&[0; N], &adds),
+            Err(None) => Err(Refusal::Untracked),
+        }
+    }
+
+    /// Adds `adds` to what `host` holds if every counter it raises stays within its limit;
+    /// otherwise changes nothing.
+    pub fn charge(&mut self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
+        let slot = match self.find(u32::from(host)) {
+            Ok(slot) => slot,
+            Err(Some(vacant)) => vacant,
+            Err(None) => return Err(Refusal::Untracked),
+        };
+        self.within_limits(&self.slots[slot].counts, &adds)?;
+        self.add_at(slot, u32::from(host), adds);
+        Ok(())
+    }
+
+    /// Adds `adds` whatever the limits say, for a change of state the caller cannot refuse
+    /// (a closed TCP flow opened again). False if the host is untracked.
+    pub fn force(&mut self, host: Ipv4Addr, adds: [u32; N]) -> bool {
+        let slot = match self.find(u32::from(host)) {
+            Ok(slot) => slot,
+            Err(Some(vacant)) => vacant,
+            Err(None) => return false,
+        };
+        self.add_at(slot, u32::from(host), adds);
+        true
+    }
+
+    /// Takes back what an earlier `charge` or `force` added (saturating at zero). A host
+    /// left holding nothing leaves the table.
+    pub fn credit(&mut self, host: Ipv4Addr, subs: [u32; N]) {
+        let Ok(slot) = self.find(u32::from(host)) else {
+            return;
+        };
+        let entry = &mut self.slots[slot];
+        for (counter, sub) in subs.into_iter().enumerate() {
+            let before = entry.counts[counter];
+            let after = before.saturating_sub(sub);
+            entry.counts[counter] = after;
+            if before >= self.limits[counter] && after < self.limits[counter] {
+                self.at_limit[counter] -= 1;
+            }
+        }
+        if entry.is_vacant() {
+            self.hosts -= 1;
+            self.remove(slot);
+        }
+    }
+
+    fn within_limits(&self, counts: &[u32; N], adds: &[u32; N]) -> Result<(), Refusal> {
+        for counter in 0..N {
+            if adds[counter] > 0
+                && counts[counter].saturating_add(adds[counter]) > self.limits[counter]
+            {
+                return Err(Refusal::AtLimit { counter });
+            }
+        }
+        Ok(())
+    }
+
+    fn add_at(&mut self, slot: usize, host: u32, adds: [u32; N]) {
+        let entry = &mut self.slots[slot];
+        if entry.is_vacant() {
+            if adds.iter().all(|&add| add == 0) {
+                return;
+            }
+            entry.host = host;
+            self.hosts += 1;
+        }
+        for (counter, add) in adds.into_iter().enumerate() {
+            let before = entry.counts[counter];
+            let after = before.saturating_add(add);
+            entry.counts[counter] = after;
+            if before < self.limits[counter] && after >= self.limits[counter] {
+                self.at_limit[counter] += 1;
+            }
+        }
+    }
+
+    #[inline]
+    fn home(&self, host: u32) -> usize {
+        crate::hash::home_slot(u64::from(host), self.seed, self.mask)
+    }
+
+    /// `Ok(slot)` holding `host`; else `Err(Some(slot))`, the vacant slot where it would go,
+    /// or `Err(None)` when there is none within [`PROBE_LIMIT`]. Hosts sit within the limit
+    /// of their home and deletion leaves no holes in a probe sequence, so the first vacant
+    /// slot ends the search.
+    fn find(&self, host: u32) -> Result<usize, Option<usize>> {
+        let home = self.home(host);
+        for step in 0..PROBE_LIMIT.min(self.slots.len()) {
+            let slot = (home + step) & self.mask;
+            let entry = &self.slots[slot];
+            if entry.is_vacant() {
+                return Err(Some(slot));
+            }
+            if entry.host == host {
+                return Ok(slot);
+            }
+        }
+        Err(None)
+    }
+
+    /// Backward-shift deletion: later hosts of the cluster move into the hole unless that
+    /// would put them before their home. Moving a host only brings it nearer its home.
+    fn remove(&mut self, mut hole: usize) {
+        let mask = self.mask;
+        let mut slot = (hole + 1) & mask;
+        for _ in 0..self.slots.len() {
+            if self.slots[slot].is_vacant() {
+                break;
+            }
+            let home = self.home(self.slots[slot].host);
+            if slot.wrapping_sub(home) & mask >= slot.wrapping_sub(hole) & mask {
+                self.slots[hole] = self.slots[slot];
+                hole = slot;
+            }
+            slot = (slot + 1) & mask;
+        }
+        self.slots[hole] = Slot::VACANT;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn host(n: u32) -> Ipv4Addr {
+        Ipv4Addr::from(0x0a00_0000 + n)
+    }
+
+    #[test]
+    fn a_host_at_its_limit_is_refused_and_others_are_not() {
+        let mut hosts = HostCounts::new(16, [3, 1]);
+        for _ in 0..3 {
+            assert_eq!(hosts.charge(host(1), [1, 0]), Ok(()));
+        }
+        assert_eq!(
+            hosts.charge(host(1), [1, 0]),
+            Err(Refusal::AtLimit { counter: 0 })
+        );
+        assert_eq!(
+            hosts.check(host(1), [1, 0]),
+            Err(Refusal::AtLimit { counter: 0 })
+        );
+        assert_eq!(hosts.at_limit(0), 1);
+        // The second counter is its own limit; a refusal changes nothing.
+        assert_eq!(hosts.charge(host(1), [0, 1]), Ok(()));
+        assert_eq!(
+            hosts.charge(host(1), [1, 1]),
+            Err(Refusal::AtLimit { counter: 0 })
+        );
+        assert_eq!(hosts.counts(host(1)), [3, 1]);
+        assert_eq!(hosts.charge(host(2), [1, 1]), Ok(()));
+        assert_eq!((hosts.len(), hosts.at_limit(1)), (2, 2));
+        hosts.credit(host(1), [1, 1]);
+        assert_eq!(hosts.counts(host(1)), [2, 0]);
+        assert_eq!((hosts.at_limit(0), hosts.at_limit(1)), (0, 1));
+        assert_eq!(hosts.charge(host(1), [1, 0]), Ok(()));
+        hosts.credit(host(1), [3, 0]);
+        hosts.credit(host(2), [1, 1]);
+        assert!(hosts.is_empty());
+        assert_eq!(hosts.counts(host(1)), [0, 0]);
+    }
+
+    #[test]
+    fn a_full_table_leaves_newcomers_untracked_until_a_host_leaves() {
+        // Two slots: room for one host, and PROBE_LIMIT covers the whole table.
+        let mut hosts = HostCounts::new(1, [10]);
+        assert_eq!(hosts.charge(host(1), [1]), Ok(()));
+        assert_eq!(hosts.charge(host(2), [1]), Ok(()));
+        assert_eq!(hosts.charge(host(3), [1]), Err(Refusal::Untracked));
+        assert!(!hosts.force(host(3), [1]));
+        hosts.credit(host(3), [1]);
+        assert_eq!(hosts.len(), 2);
+        hosts.credit(host(1), [1]);
+        assert_eq!(hosts.charge(host(3), [1]), Ok(()));
+        assert_eq!(hosts.counts(host(2)), [1]);
+        assert_eq!(hosts.counts(host(3)), [1]);
+    }
+
+    proptest! {
+        /// Against a map: counts, limits and the at-limit gauge agree after any sequence of
+        /// charges and credits over few hosts, in a table small enough to collide.
+        #[test]
+        fn agrees_with_a_map(ops in proptest::collection::vec((0..12u32, any::<bool>()), 0..400)) {
+            let limit = 3;
+            let mut hosts = HostCounts::new(8, [limit]);
+            let mut model: HashMap<u32, u32> = HashMap::new();
+            for (n, add) in ops {
+                if add {
+                    match hosts.charge(host(n), [1]) {
+                        Ok(()) => *model.entry(n).or_default() += 1,
+                        Err(Refusal::AtLimit { .. }) => prop_assert_eq!(model[&n], limit),
+                        Err(Refusal::Untracked) => prop_assert!(!model.contains_key(&n)),
+                    }
+                } else if let Some(count) = model.get_mut(&n) {
+                    hosts.credit(host(n), [1]);
+                    *count -= 1;
+                    if *count == 0 {
+                        model.remove(&n);
+                    }
+                }
+                prop_assert_eq!(hosts.len(), model.len());
+                for (&n, &count) in &model {
+                    prop_assert_eq!(hosts.counts(host(n)), [count]);
+                }
+                let full = model.values().filter(|&&count| count == limit).count();
+                prop_assert_eq!(hosts.at_limit(0), full);
+            }
+        }
+    }
+}
