@@ -194,8 +194,26 @@ impl Pipeline {
                     .for_each(|stats| stats.policing_stopped());
             }
         }
-        self.router = router;
+        let old = std::mem::replace(&mut self.router, router);
+        self.release_unforwarded_ports(&old);
         self.reserve_forwarded_ports();
+    }
+
+    /// Ports that `old`'s forwards kept out of masquerade and the current config no longer
+    /// forwards go back to the pool.
+    fn release_unforwarded_ports(&mut self, old: &RouterConfig) {
+        let Some(nat) = self.nat.as_mut() else { return };
+        let forwards = &self.router.stateful.port_forwards;
+        for forward in &old.stateful.port_forwards {
+            for port in forward.ports.clone() {
+                let still_forwarded = forwards
+                    .iter()
+                    .any(|f| f.protocol == forward.protocol && f.ports.contains(&port));
+                if !still_forwarded {
+                    nat.unreserve(forward.protocol, port);
+                }
+            }
+        }
     }
 
     /// Ports a forward uses are never handed out by masquerade.

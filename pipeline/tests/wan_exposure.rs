@@ -265,3 +265,41 @@ fn a_reload_that_limits_a_forward_rechecks_its_flows() {
     assert_eq!(counters.dropped(DropReason::FirewallRecheck), 1);
     assert_eq!(gw.flow_count(), 0);
 }
+
+/// An outbound SYN from LAN host 192.168.10.`host` and source port 8080, which masquerade
+/// keeps as its external port (port preservation) unless a forward reserves it.
+fn lan_syn_from_8080(host: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, LAN_MAC)
+        .ipv4([192, 168, 10, host], [198, 51, 100, 1], 64)
+        .tcp(8080, 443, 1000, 65535)
+        .syn()
+        .write(&mut out, &[])
+        .unwrap();
+    out
+}
+
+fn external_source_port(pipeline: &mut Pipeline, frame: &[u8]) -> u16 {
+    let mut room = [0u8; 2048];
+    room[..frame.len()].copy_from_slice(frame);
+    let mut pkt = PacketBuf::new(&mut room, frame.len());
+    assert_eq!(
+        pipeline.process(&mut pkt, LAN, 0),
+        Verdict::Transmit { port: WAN }
+    );
+    let (_, rest) = etherparse::Ipv4Header::from_slice(&pkt.bytes()[14..]).unwrap();
+    etherparse::TcpHeader::from_slice(rest)
+        .unwrap()
+        .0
+        .source_port
+}
+
+#[test]
+fn a_reload_that_removes_a_forward_gives_its_port_back_to_masquerade() {
+    let (mut gw, _) = pipeline(router([None, None]));
+    assert_ne!(external_source_port(&mut gw, &lan_syn_from_8080(2)), 8080);
+    let mut without_forward = Arc::try_unwrap(router([None, None])).unwrap();
+    without_forward.stateful.port_forwards.clear();
+    gw.set_router(Arc::new(without_forward));
+    assert_eq!(external_source_port(&mut gw, &lan_syn_from_8080(4)), 8080);
+}

@@ -703,6 +703,34 @@ impl NatPool {
         }
     }
 
+    /// Gives back a port that [`NatPool::reserve`] kept out, when its forward is removed: free
+    /// again on every external address where no binding holds it (one made before the
+    /// reservation keeps it until released, and then frees it as usual).
+    pub fn unreserve(&mut self, protocol: u8, external_port: u16) {
+        let (Some(protocol), Some(slot)) = (protocol_index(protocol), self.slot_of(external_port))
+        else {
+            return;
+        };
+        if !self.is_reserved(protocol, slot) {
+            return;
+        }
+        let (word, bit) = self.bit(protocol * self.words, slot);
+        self.reserved[word] &= !bit;
+        self.reserved_count[protocol] -= 1;
+        for address in 0..self.addresses.len() {
+            let group = protocol * self.addresses.len() + address;
+            let key = external_key(protocol, address as u16, external_port);
+            let bound = matches!(
+                self.by_external
+                    .find(key, &self.bindings, Binding::external_key),
+                Probe::Found { .. }
+            );
+            if !bound && !self.is_free(group, slot) {
+                self.put(group, slot);
+            }
+        }
+    }
+
     /// Live bindings.
     pub fn in_use(&self) -> usize {
         self.bindings.len() - self.free_bindings.len()
@@ -1188,6 +1216,38 @@ mod tests {
             p.allocate(UDP, (host(3), 1030)).map(|e| e.1 != 1030),
             Some(true)
         );
+    }
+
+    #[test]
+    fn unreserved_ports_come_back_once_unbound() {
+        let mut p = NatPool::new(
+            &[EXT, Ipv4Addr::new(203, 0, 113, 2)],
+            1024..=1100,
+            0,
+            Ownership::new(1),
+            4096,
+        )
+        .unwrap();
+        let full = p.capacity();
+        p.reserve(TCP, 1025);
+        p.unreserve(TCP, 1025);
+        p.unreserve(TCP, 1025); // twice: nothing more to give back
+        p.unreserve(TCP, 80); // out of range
+        assert_eq!((p.capacity(), p.available()), (full, full));
+        assert_eq!(p.allocate(TCP, (host(1), 1025)).unwrap().1, 1025);
+
+        // A binding made before the reservation keeps the port until released, then frees it.
+        let (ip, port) = p.allocate(UDP, (host(3), 1030)).unwrap();
+        p.reserve(UDP, 1030);
+        p.unreserve(UDP, 1030);
+        assert_eq!(
+            p.available(),
+            full - 2,
+            "the other address's 1030 is free again"
+        );
+        assert!(p.release(UDP, (ip, port)));
+        assert_eq!(p.available(), full - 1);
+        assert_eq!(p.allocate(UDP, (host(3), 1030)).unwrap().1, 1030);
     }
 
     #[test]
