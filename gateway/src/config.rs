@@ -722,6 +722,30 @@ pub enum ConfigError {
     Invalid { field: String, reason: String },
 }
 
+/// Neighbour confirmations older than this are not worth trusting, and the nanoseconds stay
+/// far from wrapping.
+const MAX_REACHABLE_SECS: u64 = 86_400;
+
+/// Rejected rather than masked: a prefix with host bits is almost always a typo.
+fn no_host_bits(field: String, prefix: &Ipv4Cidr) -> Result<(), ConfigError> {
+    if u32::from(prefix.addr) & !prefix.mask() == 0 {
+        return Ok(());
+    }
+    Err(invalid(
+        field,
+        format!(
+            "{prefix} has host bits set; did you mean {}/{}?",
+            prefix.network(),
+            prefix.len
+        ),
+    ))
+}
+
+fn subnets_overlap(a: &Ipv4Cidr, b: &Ipv4Cidr) -> bool {
+    let wider = a.mask() & b.mask();
+    u32::from(a.addr) & wider == u32::from(b.addr) & wider
+}
+
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
@@ -736,7 +760,7 @@ impl GatewayConfig {
             path: path.display().to_string(),
             source,
         };
-        let config: GatewayConfig = config::Config::builder()
+        let source = config::Config::builder()
             .add_source(config::File::from(path).format(config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix("GATEWAY")
@@ -745,9 +769,16 @@ impl GatewayConfig {
                     .try_parsing(true),
             )
             .build()
-            .map_err(load_error)?
-            .try_deserialize()
             .map_err(load_error)?;
+        // The path to a value that fails to deserialize (a range that runs backwards, an
+        // unknown mode) names the field, as every other error here does.
+        let config: GatewayConfig = serde_path_to_error::deserialize(source).map_err(|err| {
+            let field = err.path().to_string();
+            ConfigError::Invalid {
+                field,
+                reason: err.into_inner().to_string(),
+            }
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -813,6 +844,19 @@ impl GatewayConfig {
             if iface.address.len == 0 || iface.address.len > 30 {
                 return Err(invalid(field("address"), "prefix length must be 1..=30"));
             }
+            if let Some((j, other)) = self.interfaces[..i]
+                .iter()
+                .enumerate()
+                .find(|(_, other)| subnets_overlap(&other.address, &iface.address))
+            {
+                return Err(invalid(
+                    field("address"),
+                    format!(
+                        "{} overlaps interfaces[{j}] ({}, {}): a connected subnet must belong to one interface",
+                        iface.address, other.name, other.address
+                    ),
+                ));
+            }
             if let Some(key) = &iface.rss_key {
                 if parse_hex(key).is_none() {
                     return Err(invalid(
@@ -833,14 +877,18 @@ impl GatewayConfig {
         }
         for (i, route) in self.routes.iter().enumerate() {
             let dest = route.destination;
-            if u32::from(dest.addr) & !dest.mask() != 0 {
+            no_host_bits(format!("routes[{i}].destination"), &dest)?;
+            if let Some(j) = self.routes[..i].iter().position(|other| {
+                (other.destination.addr, other.destination.len) == (dest.addr, dest.len)
+            }) {
+                let what = if dest.len == 0 {
+                    "a second default route"
+                } else {
+                    "a second route"
+                };
                 return Err(invalid(
                     format!("routes[{i}].destination"),
-                    format!(
-                        "{dest} has host bits set; did you mean {}/{}?",
-                        dest.network(),
-                        dest.len
-                    ),
+                    format!("{what} for {dest} (routes[{j}] is one); one next hop per prefix"),
                 ));
             }
             if self.interface_for(route.via).is_none() {
@@ -865,10 +913,28 @@ impl GatewayConfig {
         {
             return Err(invalid(format!("qos.priority[{i}].dscp"), "DSCP is 0..=63"));
         }
+        for (i, rule) in self.qos.priority.iter().enumerate() {
+            if let Some(mac) = &rule.mac {
+                if mac.parse::<pipeline::wire::EthernetAddress>().is_err() {
+                    return Err(invalid(
+                        format!("qos.priority[{i}].mac"),
+                        format!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"),
+                    ));
+                }
+            }
+        }
         if self.traffic_meter.top_hosts > 100 {
             return Err(invalid(
                 "traffic_meter.top_hosts",
                 "at most 100: each host is a metric series",
+            ));
+        }
+        self.validate_mempool_size()?;
+        if self.neighbors.reachable_secs == 0 || self.neighbors.reachable_secs > MAX_REACHABLE_SECS
+        {
+            return Err(invalid(
+                "neighbors.reachable_secs",
+                format!("must be 1..={MAX_REACHABLE_SECS} (a day)"),
             ));
         }
         if self.neighbors.capacity == 0 || self.neighbors.pending_per_neighbor == 0 {
@@ -894,6 +960,38 @@ impl GatewayConfig {
                 "neighbors.locktime_ms",
                 "must be shorter than neighbors.reachable_secs, or no neighbour could ever \
                  change its MAC",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every RX descriptor holds a buffer from start, and every lcore's cache may hold
+    /// `mempool.cache` more: a pool smaller than that cannot even start the ports. TX
+    /// descriptors, rings and held packets want more (DPDK's l3fwd sizes for all of them).
+    fn validate_mempool_size(&self) -> Result<(), ConfigError> {
+        let workers = self.workers.lcores.len() as u64;
+        let rx: u64 = self
+            .interfaces
+            .iter()
+            .map(|iface| u64::from(iface.rx_descriptors) * workers)
+            .sum();
+        let tx: u64 = self
+            .interfaces
+            .iter()
+            .map(|iface| u64::from(iface.tx_descriptors) * (workers + 1))
+            .sum();
+        let caches = u64::from(self.mempool.cache) * (workers + 1);
+        let needed = rx + caches;
+        if u64::from(self.mempool.mbufs) < needed {
+            return Err(invalid(
+                "mempool.mbufs",
+                format!(
+                    "{} cannot fill the RX descriptors ({rx}: rx_descriptors x {workers} workers \
+                     per interface) and the lcore caches ({caches}); at least {needed} are \
+                     needed, {} with the TX descriptors",
+                    self.mempool.mbufs,
+                    needed + tx
+                ),
             ));
         }
         Ok(())
@@ -958,10 +1056,27 @@ impl GatewayConfig {
                     format!("no interface named {:?}", forward.interface),
                 ));
             }
-            if self.interface_for(forward.to).is_none() {
+            let Some(target_iface) = self.interface_for(forward.to) else {
                 return Err(invalid(
                     field("to"),
                     format!("{} is not on a connected subnet", forward.to),
+                ));
+            };
+            let subnet = &self.interfaces[target_iface].address;
+            if forward.to == subnet.addr {
+                return Err(invalid(
+                    field("to"),
+                    format!("{} is the gateway's own address", forward.to),
+                ));
+            }
+            let host_bits = u32::from(forward.to) & !subnet.mask();
+            if host_bits == 0 || host_bits == !subnet.mask() {
+                return Err(invalid(
+                    field("to"),
+                    format!(
+                        "{} is the network or broadcast address of {subnet}",
+                        forward.to
+                    ),
                 ));
             }
             let span = forward.port.last - forward.port.first;
@@ -1012,6 +1127,11 @@ impl GatewayConfig {
                     format!("firewall.rules[{i}].icmp_type"),
                     "needs protocol = \"icmp\"",
                 ));
+            }
+            for (what, prefix) in [("source", &rule.source), ("destination", &rule.destination)] {
+                if let Some(prefix) = prefix {
+                    no_host_bits(format!("firewall.rules[{i}].{what}"), prefix)?;
+                }
             }
         }
         Ok(())

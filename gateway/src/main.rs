@@ -74,8 +74,9 @@ fn main() -> ExitCode {
             json,
         }),
         Command::CheckConfig { config } => GatewayConfig::load(&config)
-            .map(|_| println!("{}: ok", config.display()))
-            .map_err(Into::into),
+            .map_err(anyhow::Error::from)
+            .and_then(|loaded| gateway::pipeline_config::check_startable(&loaded))
+            .map(|()| println!("{}: ok", config.display())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

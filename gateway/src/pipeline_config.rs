@@ -23,6 +23,41 @@ use crate::config::{
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
+/// What start builds from a validated config, short of the devices: the compiled router
+/// config (routes, firewall, forwards, QoS, category files and hours) and every worker's NAT
+/// pool. `gateway check-config` runs it, so that a file it calls ok also starts. The
+/// interfaces' MACs are placeholders here: nothing in the checks depends on them.
+pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
+    let macs: Vec<[u8; 6]> = (0..config.interfaces.len())
+        .map(|i| [0x02, 0, 0, 0, 0, i as u8])
+        .collect();
+    let router = std::sync::Arc::new(router_config(config, &macs)?);
+    let workers = config.workers.lcores.len() as u16;
+    for worker in 0..workers {
+        let setup = pipeline::WorkerSetup {
+            worker,
+            workers,
+            // The table's size was validated; a small one spares check-config the memory.
+            conntrack: TableConfig {
+                capacity: 1,
+                ..conntrack_config(config)
+            },
+            nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
+            nat_bindings: config.nat.binding_capacity,
+            nat_host_ports: config.nat.host_ports,
+            meter: None,
+        };
+        pipeline::Pipeline::for_worker(
+            router.clone(),
+            std::sync::Arc::new(pipeline::NeighborView::default()),
+            std::sync::Arc::new(pipeline::WorkerCounters::default()),
+            setup,
+        )
+        .map_err(|err| anyhow::anyhow!("nat.port_range: worker {worker}'s NAT pool: {err:?}"))?;
+    }
+    Ok(())
+}
+
 pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result<RouterConfig> {
     let interfaces = config
         .interfaces
@@ -264,9 +299,9 @@ pub fn content_policy(
                 .iter()
                 .map(|&ip| DeviceMatch::Ip(ip))
                 .collect();
-            for mac in &device.macs {
+            for (k, mac) in device.macs.iter().enumerate() {
                 let mac = mac.parse::<EthernetAddress>().map_err(|_| {
-                    anyhow::anyhow!("{}: {mac:?} is not a MAC address", field("macs"))
+                    anyhow::anyhow!("{}[{k}]: {mac:?} is not a MAC address", field("macs"))
                 })?;
                 devices.push(DeviceMatch::Mac(mac));
             }
@@ -286,9 +321,11 @@ pub fn content_policy(
             let windows = device
                 .allowed
                 .iter()
-                .map(|text| {
-                    parse_window(text)
-                        .map_err(|err| anyhow::anyhow!("{}: {text:?}: {err}", field("allowed")))
+                .enumerate()
+                .map(|(k, text)| {
+                    parse_window(text).map_err(|err| {
+                        anyhow::anyhow!("{}[{k}]: {text:?}: {err}", field("allowed"))
+                    })
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             policies.push(ParentalPolicy {

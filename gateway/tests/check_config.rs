@@ -1,0 +1,230 @@
+//! `gateway check-config` runs the validation start runs: a table of bad files, each refused
+//! with a message that names the field and says why. Each case is the lab config with one
+//! change (a line replaced, or a section appended).
+
+use std::path::PathBuf;
+
+use gateway::config::GatewayConfig;
+use gateway::pipeline_config::check_startable;
+
+const LAB: &str = include_str!("../../configs/lab.toml");
+
+/// Writes `text` to a file of its own and runs check-config's validation on it.
+fn check(name: &str, text: &str) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("gw-check-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path: PathBuf = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    let result = GatewayConfig::load(&path)
+        .map_err(anyhow::Error::from)
+        .and_then(|config| check_startable(&config))
+        .map_err(|err| format!("{err:#}"));
+    std::fs::remove_file(&path).ok();
+    result
+}
+
+/// The lab config with `from` replaced by `to` (which must occur).
+fn replaced(from: &str, to: &str) -> String {
+    assert!(LAB.contains(from), "the lab config has no {from:?}");
+    LAB.replacen(from, to, 1)
+}
+
+fn appended(extra: &str) -> String {
+    format!("{LAB}\n{extra}\n")
+}
+
+#[test]
+fn the_shipped_configs_pass() {
+    for (name, text) in [
+        ("lab", LAB),
+        ("x550", include_str!("../../configs/x550.toml")),
+        ("x550-lacp", include_str!("../../configs/x550-lacp.toml")),
+    ] {
+        check(name, text).unwrap_or_else(|err| panic!("configs/{name}.toml: {err}"));
+    }
+}
+
+#[test]
+fn every_bad_file_is_refused_naming_its_field() {
+    let missing_list = std::env::temp_dir().join("gw-check-config-no-such-list.txt");
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "overlapping subnets",
+            replaced("address = \"10.0.0.1/24\"", "address = \"192.168.10.200/16\""),
+            "interfaces[1].address",
+        ),
+        (
+            "two default routes",
+            appended("[[routes]]\ndestination = \"0.0.0.0/0\"\nvia = \"10.0.0.3\""),
+            "routes[1].destination",
+        ),
+        (
+            "a missing category file",
+            appended(&format!(
+                "[parental_control]\nenabled = true\ncategories = {{ games = {:?} }}",
+                missing_list.display().to_string()
+            )),
+            "parental_control.categories.games",
+        ),
+        (
+            "a firewall prefix with host bits",
+            replaced("icmp_type = 8\n", "icmp_type = 8\nsource = \"203.0.113.7/24\"\n"),
+            "firewall.rules[0].source",
+        ),
+        (
+            "hours on no day",
+            appended(
+                "[parental_control]\nenabled = true\n[[parental_control.devices]]\nname = \"tab\"\naddresses = [\"192.168.10.50\"]\nallowed = [\"someday 25:00-26:00\"]",
+            ),
+            "parental_control.devices[0].allowed[0]",
+        ),
+        (
+            "a forward to the gateway itself",
+            replaced("to = \"192.168.10.2\"", "to = \"192.168.10.1\""),
+            "nat.port_forwards[0].to",
+        ),
+        (
+            "a forward to no connected subnet's host",
+            replaced("to = \"192.168.10.2\"", "to = \"192.168.10.255\""),
+            "nat.port_forwards[0].to",
+        ),
+        (
+            "a mempool smaller than the descriptors",
+            replaced("mbufs = 16383", "mbufs = 2047"),
+            "mempool.mbufs",
+        ),
+        (
+            "a reachable time that wraps",
+            replaced("reachable_secs = 300", "reachable_secs = 20000000000"),
+            "neighbors.reachable_secs",
+        ),
+        (
+            "a QoS MAC that does not parse",
+            appended(
+                "[qos]\nenabled = true\nuplink_mbps = 100\ndownlink_mbps = 100\n[[qos.priority]]\nmac = \"02:00:zz:00:00:05\"",
+            ),
+            "qos.priority[0].mac",
+        ),
+        (
+            "a parental MAC that does not parse",
+            appended(
+                "[parental_control]\nenabled = true\n[[parental_control.devices]]\nname = \"tab\"\nmacs = [\"not-a-mac\"]",
+            ),
+            "parental_control.devices[0].macs[0]",
+        ),
+        (
+            "an unknown blocked category",
+            appended(
+                "[parental_control]\nenabled = true\n[[parental_control.devices]]\nname = \"tab\"\naddresses = [\"192.168.10.50\"]\nblocked_categories = [\"nope\"]",
+            ),
+            "parental_control.devices[0].blocked_categories",
+        ),
+        (
+            "a route via an unconnected router",
+            replaced("via = \"10.0.0.2\"", "via = \"172.16.0.1\""),
+            "routes[0].via",
+        ),
+        (
+            "a route prefix with host bits",
+            replaced("destination = \"0.0.0.0/0\"", "destination = \"10.9.9.9/16\""),
+            "routes[0].destination",
+        ),
+        (
+            "the main lcore as a worker",
+            replaced("lcores = [1]", "lcores = [0]"),
+            "workers.lcores[0]",
+        ),
+        (
+            "no workers",
+            replaced("lcores = [1]", "lcores = []"),
+            "workers.lcores",
+        ),
+        (
+            "an MTU the buffers cannot hold",
+            replaced("mtu = 1500\n", "mtu = 9000\n"),
+            "interfaces[0].mtu",
+        ),
+        (
+            "a masquerade of no interface",
+            replaced("masquerade = [\"wan\"]", "masquerade = [\"wna\"]"),
+            "nat.masquerade",
+        ),
+        (
+            "a forward on no interface",
+            replaced("interface = \"wan\"\nprotocol", "interface = \"dmz\"\nprotocol"),
+            "nat.port_forwards[0].interface",
+        ),
+        (
+            "an empty port range",
+            replaced("port_range = \"1024-65535\"", "port_range = \"2000-1000\""),
+            "nat.port_range",
+        ),
+        (
+            "a policy for an unknown zone",
+            replaced(
+                "{ from = \"lan\", to = \"wan\", action = \"accept\" }",
+                "{ from = \"lan\", to = \"wna\", action = \"accept\" }",
+            ),
+            "firewall.policy",
+        ),
+        (
+            "a rule for an unknown zone",
+            replaced("from = \"wan\"\nto = \"local\"", "from = \"wna\"\nto = \"local\""),
+            "firewall.rules[0].from",
+        ),
+        (
+            "ports on an ICMP rule",
+            replaced("icmp_type = 8\n", "icmp_type = 8\ndestination_ports = \"22\"\n"),
+            "firewall.rules[0]",
+        ),
+        (
+            "a zero conntrack capacity",
+            replaced("capacity = 262144", "capacity = 0"),
+            "conntrack.capacity",
+        ),
+        (
+            "a cache larger than the pool allows",
+            replaced("cache = 256", "cache = 4096"),
+            "mempool.cache",
+        ),
+        (
+            "a bad RSS key",
+            replaced(
+                "address = \"10.0.0.1/24\"",
+                "address = \"10.0.0.1/24\"\nrss_key = \"xyz\"",
+            ),
+            "interfaces[1].rss_key",
+        ),
+        (
+            "an unknown source validation mode",
+            replaced(
+                "address = \"10.0.0.1/24\"",
+                "address = \"10.0.0.1/24\"\nsource_validation = \"paranoid\"",
+            ),
+            "source_validation",
+        ),
+        (
+            "an unknown field",
+            replaced("[workers]", "[workers]\nspeed = 3"),
+            "speed",
+        ),
+    ];
+    assert!(cases.len() >= 25);
+    let mut wrong = Vec::new();
+    for (i, (what, text, field)) in cases.iter().enumerate() {
+        match check(&format!("case-{i}"), text) {
+            Ok(()) => wrong.push(format!("{what}: accepted")),
+            Err(message) if !message.contains(field) => {
+                wrong.push(format!("{what}: {message:?} does not name {field}"))
+            }
+            Err(_) => {}
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} cases:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
+}
