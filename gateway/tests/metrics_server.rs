@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use gateway::bonds::BondWatch;
 use gateway::metrics::{
     self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, HEADER_READ_TIMEOUT,
+    MAX_CONNECTIONS,
 };
 use gateway::published::Published;
 use pipeline::WorkerCounters;
@@ -145,6 +146,16 @@ fn idle_connections_and_trickling_clients_leave_scrapes_answered_on_few_threads(
     for _ in 0..1000 {
         idle.push(TcpStream::connect(server.addr).expect("open an idle connection"));
     }
+    // The server holds at most MAX_CONNECTIONS of them (and the evicted ones close at once):
+    // this process's descriptors are the 1,000 client ends and not many more.
+    std::thread::sleep(Duration::from_millis(300));
+    let descriptors = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .count();
+    assert!(
+        descriptors < 1000 + MAX_CONNECTIONS + 100,
+        "{descriptors} open descriptors: the server holds more than {MAX_CONNECTIONS} connections"
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     let closed = Arc::new(AtomicUsize::new(0));
