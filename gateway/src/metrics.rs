@@ -1,15 +1,25 @@
 //! Prometheus metrics over HTTP. A scrape reads the workers' counters (atomics each worker
 //! alone writes) and the ports' DPDK stats; it never writes anything a worker reads, so it
-//! cannot stall the dataplane. The HTTP server is an ordinary thread, not an lcore.
+//! cannot stall the dataplane. The HTTP server is one ordinary thread, not an lcore, running
+//! hyper on a current-thread tokio runtime: connections are tasks, not threads, so no number
+//! of them adds a thread, and the limits below bound what each may hold.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::CONTENT_TYPE;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use pipeline::{DropReason, WorkerCounters};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use tokio::sync::oneshot;
 
 use pipeline::meter::{self, HostMeter, HostUsage};
 use pipeline::qos::QosStats;
@@ -672,52 +682,190 @@ impl Metrics {
     }
 }
 
+/// Connections the kernel queues for the metrics server before it accepts them (capped by
+/// `net.core.somaxconn`).
+pub const ACCEPT_BACKLOG: u32 = 1024;
+
+/// How many connections the metrics server serves at once. Beyond it, each new connection
+/// closes the oldest one (an idle one at once; one mid-request gets [`SHUTDOWN_GRACE`] to
+/// finish), so a flood of connections cannot lock Prometheus out: its scrape is the newest.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request's headers, counted from when the server
+/// starts waiting for them: a new connection and an idle keep-alive one are closed after it,
+/// and so is a client trickling header bytes. Prometheus sends its scrape at once.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most bytes a request's start line and headers may take; more gets `431 Request Header
+/// Fields Too Large` and the connection closed. A scrape sends a few hundred.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// The longest a connection lives, however busy: a client that reads its response slowly
+/// cannot hold a connection (and its buffered response) longer than this.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
+/// What a closed connection (the oldest beyond [`MAX_CONNECTIONS`], or one past
+/// [`CONNECTION_LIFETIME`]) gets to finish a response it is writing.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// How long the accept loop waits after a failed accept (e.g. out of file descriptors)
+/// rather than spin on it.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How often the server looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(200);
+
+const TEXT_PLAIN: &str = "text/plain; charset=UTF-8";
+
+/// One answer of the metrics server.
+struct Page {
+    status: StatusCode,
+    content_type: &'static str,
+    body: String,
+}
+
+/// The server's pages, by request target (path and query, as the request line has it).
+fn page(metrics: &Mutex<Metrics>, target: &str) -> Page {
+    let metrics = || metrics.lock().unwrap_or_else(|poison| poison.into_inner());
+    let ok = |content_type, body| Page {
+        status: StatusCode::OK,
+        content_type,
+        body,
+    };
+    match target {
+        "/metrics" => ok(
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics().render(),
+        ),
+        "/hosts" => ok("application/json", metrics().sources.meter.json()),
+        "/" => ok(TEXT_PLAIN, "gateway: see /metrics and /hosts\n".into()),
+        _ => Page {
+            status: StatusCode::NOT_FOUND,
+            content_type: TEXT_PLAIN,
+            body: "not found\n".into(),
+        },
+    }
+}
+
 /// Serves `/metrics` on `listen` until `stop` is set.
 pub fn serve(
     listen: SocketAddr,
     metrics: Metrics,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let server = tiny_http::Server::http(listen)
-        .map_err(|err| anyhow::anyhow!("metrics.listen {listen}: {err}"))?;
-    tracing::info!(%listen, "metrics on http://{listen}/metrics");
-    let metrics = Mutex::new(metrics);
-    Ok(std::thread::Builder::new()
+    let (bound, thread) = serve_on(listen, metrics, stop)?;
+    tracing::info!(listen = %bound, "metrics on http://{bound}/metrics");
+    Ok(thread)
+}
+
+/// Like [`serve`], and says where it listens (port 0 gets one from the kernel). One thread
+/// running a current-thread tokio runtime, whatever the number of connections, within the
+/// limits above.
+pub fn serve_on(
+    listen: SocketAddr,
+    metrics: Metrics,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let listener = {
+        // The listener registers with this runtime's reactor.
+        let _runtime = runtime.enter();
+        bind(listen).map_err(|err| anyhow::anyhow!("metrics.listen {listen}: {err}"))?
+    };
+    let bound = listener.local_addr()?;
+    let metrics = Arc::new(Mutex::new(metrics));
+    let thread = std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(Some(request)) = server.recv_timeout(Duration::from_millis(200)) else {
-                    continue;
-                };
-                let response = match request.url() {
-                    "/metrics" => {
-                        let body = metrics
-                            .lock()
-                            .unwrap_or_else(|poison| poison.into_inner())
-                            .render();
-                        tiny_http::Response::from_string(body).with_header(
-                            "Content-Type: text/plain; version=0.0.4; charset=utf-8"
-                                .parse::<tiny_http::Header>()
-                                .expect("a valid header"),
-                        )
-                    }
-                    "/hosts" => {
-                        let body = metrics
-                            .lock()
-                            .unwrap_or_else(|poison| poison.into_inner())
-                            .sources
-                            .meter
-                            .json();
-                        tiny_http::Response::from_string(body).with_header(
-                            "Content-Type: application/json"
-                                .parse::<tiny_http::Header>()
-                                .expect("a valid header"),
-                        )
-                    }
-                    "/" => tiny_http::Response::from_string("gateway: see /metrics and /hosts\n"),
-                    _ => tiny_http::Response::from_string("not found\n").with_status_code(404),
-                };
-                let _ = request.respond(response);
+        .spawn(move || runtime.block_on(accept_connections(listener, metrics, stop)))?;
+    Ok((bound, thread))
+}
+
+/// A listener whose accept queue holds [`ACCEPT_BACKLOG`] connections: std's 128 fills in
+/// a few milliseconds of a connection flood, and a scrape's SYN dropped on a full queue is
+/// only retried a second later.
+fn bind(listen: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match listen {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As std does: a restart may bind while the last run's connections sit in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(listen)?;
+    socket.listen(ACCEPT_BACKLOG)
+}
+
+async fn accept_connections(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Mutex<Metrics>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_header_size(MAX_HEADER_BYTES);
+    // One sender per open connection, oldest first; a connection's task drops its receiver
+    // when it ends, which is how closed ones are told apart.
+    let mut open: VecDeque<oneshot::Sender<()>> = VecDeque::new();
+    let mut stop_poll = tokio::time::interval(STOP_POLL);
+    while !stop.load(Ordering::Relaxed) {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => Some(accepted),
+            _ = stop_poll.tick() => None,
+        };
+        let stream = match accepted {
+            None => continue,
+            Some(Ok((stream, _))) => stream,
+            Some(Err(err)) => {
+                tracing::warn!(%err, "metrics: accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
             }
-        })?)
+        };
+        open.retain(|connection| !connection.is_closed());
+        if open.len() >= MAX_CONNECTIONS {
+            if let Some(oldest) = open.pop_front() {
+                let _ = oldest.send(());
+            }
+        }
+        let (close, closed) = oneshot::channel();
+        open.push_back(close);
+        tokio::spawn(serve_connection(
+            http.clone(),
+            stream,
+            metrics.clone(),
+            closed,
+        ));
+    }
+    // Returning drops the runtime and with it every connection.
+}
+
+/// Answers requests on one connection until the client closes it, a limit closes it, or
+/// `close` fires (or its sender is dropped).
+async fn serve_connection(
+    http: hyper::server::conn::http1::Builder,
+    stream: tokio::net::TcpStream,
+    metrics: Arc<Mutex<Metrics>>,
+    mut close: oneshot::Receiver<()>,
+) {
+    let service = service_fn(|request: Request<Incoming>| {
+        let target = request.uri().path_and_query().map_or("", |p| p.as_str());
+        let page = page(&metrics, target);
+        let response = Response::builder()
+            .status(page.status)
+            .header(CONTENT_TYPE, page.content_type)
+            .body(Full::new(Bytes::from(page.body)));
+        std::future::ready(response)
+    });
+    let connection = http.serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        _ = &mut close => {}
+        _ = tokio::time::sleep(CONNECTION_LIFETIME) => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, connection).await;
 }
