@@ -22,18 +22,13 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.workers != new.workers {
         fields.push("workers".to_string());
     }
-    if running.conntrack.capacity != new.conntrack.capacity {
-        fields.push("conntrack.capacity".to_string());
+    // The whole section (size, timeouts, loose pickup, per-host and half-open limits) is
+    // the flow tables' own settings, fixed when each worker's table is made.
+    if running.conntrack != new.conntrack {
+        fields.push("conntrack".to_string());
     }
     if running.nat.binding_capacity != new.nat.binding_capacity {
         fields.push("nat.binding_capacity".to_string());
-    }
-    // Per-host and half-open limits are the flow tables' and NAT pools', set at start.
-    let (old, now) = (&running.conntrack, &new.conntrack);
-    if (old.host_flows, old.host_half_open, old.half_open, old.hosts)
-        != (now.host_flows, now.host_half_open, now.half_open, now.hosts)
-    {
-        fields.push("conntrack.host_flows/host_half_open/half_open/hosts".to_string());
     }
     if running.nat.host_ports != new.nat.host_ports {
         fields.push("nat.host_ports".to_string());
@@ -44,8 +39,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.nat.masquerade != new.nat.masquerade {
         fields.push("nat.masquerade".to_string());
     }
-    if running.neighbors.capacity != new.neighbors.capacity {
-        fields.push("neighbors.capacity".to_string());
+    // The control thread builds its neighbour table once, at start.
+    if running.neighbors != new.neighbors {
+        fields.push("neighbors".to_string());
     }
     if running.metrics != new.metrics {
         fields.push("metrics".to_string());
@@ -68,6 +64,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.mtu != new.mtu {
                 fields.push(format!("interfaces[{i}].mtu"));
             }
+            // Bonds and the RSS key are set up with the port.
+            if old.bond != new.bond || old.rss_key != new.rss_key {
+                fields.push(format!("interfaces[{i}].bond/rss_key"));
+            }
             // The NAT pools hand out ports on the addresses they started with.
             if old.address != new.address {
                 fields.push(format!("interfaces[{i}].address"));
@@ -86,16 +86,12 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.workers = running.workers.clone();
     merged.metrics = running.metrics.clone();
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
-    merged.conntrack.capacity = running.conntrack.capacity;
+    merged.conntrack = running.conntrack.clone();
     merged.nat.binding_capacity = running.nat.binding_capacity;
-    merged.conntrack.host_flows = running.conntrack.host_flows;
-    merged.conntrack.host_half_open = running.conntrack.host_half_open;
-    merged.conntrack.half_open = running.conntrack.half_open;
-    merged.conntrack.hosts = running.conntrack.hosts;
     merged.nat.host_ports = running.nat.host_ports;
     merged.nat.port_range = running.nat.port_range;
     merged.nat.masquerade = running.nat.masquerade.clone();
-    merged.neighbors.capacity = running.neighbors.capacity;
+    merged.neighbors = running.neighbors.clone();
     if merged.interfaces.len() != running.interfaces.len() {
         merged.interfaces = running.interfaces.clone();
     } else {
@@ -106,6 +102,8 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.tx_descriptors = old.tx_descriptors;
             new.mtu = old.mtu;
             new.address = old.address;
+            new.bond = old.bond.clone();
+            new.rss_key = old.rss_key.clone();
         }
     }
     merged
@@ -173,6 +171,30 @@ mod tests {
         assert_eq!(
             merged.icmp.errors_per_sec, 5,
             "runtime settings still apply"
+        );
+    }
+
+    #[test]
+    fn start_only_settings_of_the_tables_neighbours_and_ports_are_reported_and_kept() {
+        let running = lab();
+        let mut new = running.clone();
+        new.conntrack.udp_secs += 1;
+        new.conntrack.tcp_loose = !running.conntrack.tcp_loose;
+        new.neighbors.locktime_ms += 1;
+        new.interfaces[1].rss_key = Some("6d5a".repeat(20));
+        new.interfaces[0].source_validation = Some(crate::config::SourceValidationConfig::Off);
+        let fields = restart_required(&running, &new);
+        assert_eq!(
+            fields,
+            ["conntrack", "neighbors", "interfaces[1].bond/rss_key"]
+        );
+        let merged = merge_for_reload(&running, new.clone());
+        assert_eq!(merged.conntrack, running.conntrack);
+        assert_eq!(merged.neighbors, running.neighbors);
+        assert_eq!(merged.interfaces[1].rss_key, running.interfaces[1].rss_key);
+        assert_eq!(
+            merged.interfaces[0].source_validation, new.interfaces[0].source_validation,
+            "source validation applies with the router config"
         );
     }
 
