@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use crossbeam_channel::{Receiver, Sender};
 use pipeline::meter::HostMeter;
 use pipeline::nat::Ownership;
 use pipeline::neigh::NeighborConfig;
@@ -24,6 +25,7 @@ use crate::dpdk::{
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
+use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
 use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
 use crate::pipeline_config::{conntrack_config, router_config};
 use crate::published::Published;
@@ -88,23 +90,63 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
     })
 }
 
-/// Runs until SIGINT or SIGTERM. Returns the per-worker counters for a last report.
+/// What the control thread waits for between its polls of the workers' rings.
+#[derive(Debug)]
+enum ControlEvent {
+    /// SIGHUP arrived.
+    ReloadSignal,
+    /// The config file was written and has been quiet for `reload::QUIET_BEFORE_RELOAD`.
+    FileChanged,
+    /// A worker's lcore finished: a panic, or a return nobody asked for.
+    WorkerExited(WorkerExit),
+}
+
+/// The environment variable that makes start-up fail on purpose once every worker runs, for
+/// the test that workers stop before the ports close. Read once at start.
+const FAIL_START_ON_PURPOSE_VAR: &str = "GATEWAY_TEST_FAIL_START";
+
+/// Runs until SIGINT or SIGTERM, or until a worker dies (an error, so that the process exits
+/// non-zero and the service manager restarts it).
 pub fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = GatewayConfig::load(config_path)?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
-    let reload = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+    let (events, control_events) = crossbeam_channel::unbounded();
+    let mut hangups = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])
         .context("installing the SIGHUP handler")?;
-    let _watcher = reload::watch_file(config_path, reload.clone())
+    let hangup_handle = hangups.handle();
+    let hangup_thread = {
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name("sighup".into())
+            .spawn(move || {
+                for _ in hangups.forever() {
+                    let _ = events.send(ControlEvent::ReloadSignal);
+                }
+            })
+            .context("starting the SIGHUP thread")?
+    };
+    let watcher = {
+        let events = events.clone();
+        reload::watch_file(config_path, reload::QUIET_BEFORE_RELOAD, move || {
+            let _ = events.send(ControlEvent::FileChanged);
+        })
         .map_err(|err| tracing::warn!("not watching {} for changes: {err}", config_path.display()))
-        .ok();
-    let eal = Eal::init(&eal_args(&config)?)?;
-    tracing::info!(dpdk = %dpdk::version(), "EAL up");
-    let result = serve(config_path, &config, &eal, stop, reload);
-    drop(eal);
+        .ok()
+    };
+    let result = Eal::init(&eal_args(&config)?)
+        .map_err(anyhow::Error::from)
+        .and_then(|eal| {
+            tracing::info!(dpdk = %dpdk::version(), "EAL up");
+            let result = serve(config_path, &config, &eal, stop, (events, control_events));
+            drop(eal);
+            result
+        });
+    drop(watcher);
+    hangup_handle.close();
+    let _ = hangup_thread.join();
     result
 }
 
@@ -113,7 +155,7 @@ fn serve(
     config: &GatewayConfig,
     eal: &Eal,
     stop: Arc<AtomicBool>,
-    reload: Arc<AtomicBool>,
+    (events, control_events): (Sender<ControlEvent>, Receiver<ControlEvent>),
 ) -> anyhow::Result<()> {
     let worker_lcores: Vec<LcoreId> = config.workers.lcores.iter().map(|&l| LcoreId(l)).collect();
     let available = eal.worker_lcores();
@@ -200,12 +242,15 @@ fn serve(
     let (control_to_worker, worker_from_control) =
         MbufRing::create("control_to_worker0", 1024, dpdk_sys::SOCKET_ID_ANY)?;
     let mut worker_from_control = Some(worker_from_control);
-    let mut launched = Vec::new();
     let mut from_workers = Vec::new();
     let mut worker_counters = Vec::new();
+    let mut heartbeats = Vec::new();
     let mut handoff_links = HandoffLinks::mesh(worker_lcores.len())?.into_iter();
     let mut meters = Vec::new();
     let mut qos_stats = Vec::new();
+    let panic_on_purpose = PanicOnPurpose::from_env();
+    // Declared after the ports, rings and pool: dropped first, on every path out of here.
+    let mut running_workers = Workers::new(stop.clone());
     for (index, &lcore) in worker_lcores.iter().enumerate() {
         let (to_control, from_worker) = MbufRing::create(
             &format!("to_control_{index}"),
@@ -250,7 +295,27 @@ fn serve(
             counters,
             stop: stop.clone(),
         };
-        launched.push(dpdk::launch(lcore, move || worker.run(pipeline))?);
+        let heartbeat = Arc::new(Heartbeat::new());
+        heartbeats.push(heartbeat.clone());
+        let panic_at = panic_on_purpose.and_then(|hook| hook.deadline_tsc(index));
+        let exits = events.clone();
+        let work = dpdk::launch_watched(
+            lcore,
+            move || worker.run(pipeline, heartbeat, panic_at),
+            move |panic| {
+                let _ = exits.send(ControlEvent::WorkerExited(WorkerExit {
+                    worker: index,
+                    panic,
+                }));
+            },
+        )?;
+        running_workers.push(index, work);
+    }
+    if std::env::var_os(FAIL_START_ON_PURPOSE_VAR).is_some() {
+        bail!(
+            "start-up fails on purpose ({FAIL_START_ON_PURPOSE_VAR}) with {} workers running",
+            running_workers.len()
+        );
     }
 
     let control_counters = Arc::new(WorkerCounters::default());
@@ -289,6 +354,7 @@ fn serve(
             export: meter_export.clone(),
         },
         workers: worker_counters.clone(),
+        heartbeats,
         control: control_counters.clone(),
         reload: reload_status.clone(),
     });
@@ -316,6 +382,7 @@ fn serve(
     };
     let mut policed_rates = qos_rates(&router_published);
     let mut next_qos_rebalance = std::time::Instant::now();
+    let mut worker_died = false;
     while !stop.load(Ordering::Relaxed) {
         if let Some(rates) =
             policed_rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance)
@@ -327,31 +394,53 @@ fn serve(
             bond_watch.sample();
             next_bond_sample += Duration::from_millis(100);
         }
-        if reload.swap(false, Ordering::Relaxed) {
-            running = apply_reload(
-                config_path,
-                running,
-                &macs,
-                &ReloadTargets {
-                    router: &router_published,
-                    qos: &qos_stats,
-                    meter: &meter_export,
-                    status: &reload_status,
-                },
-            );
-            policed_rates = qos_rates(&router_published);
-        }
-        if control.poll() == 0 {
-            std::thread::sleep(Duration::from_micros(200));
+        // Idle: wait for an event as long as the old sleep lasted, so ARP stays prompt.
+        let event = match control.poll() {
+            0 => control_events.recv_timeout(Duration::from_micros(200)).ok(),
+            _ => control_events.try_recv().ok(),
+        };
+        match event {
+            None => {}
+            Some(ControlEvent::ReloadSignal | ControlEvent::FileChanged) => {
+                if matches!(event, Some(ControlEvent::FileChanged)) {
+                    tracing::info!("{} changed and is quiet: reloading", config_path.display());
+                }
+                running = apply_reload(
+                    config_path,
+                    running,
+                    &macs,
+                    &ReloadTargets {
+                        router: &router_published,
+                        qos: &qos_stats,
+                        meter: &meter_export,
+                        status: &reload_status,
+                    },
+                );
+                policed_rates = qos_rates(&router_published);
+            }
+            Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
+                if panic.is_none() && stop.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let why = panic.map_or("returned unasked".to_string(), |message| {
+                    format!("panicked: {message}")
+                });
+                tracing::error!(
+                    worker,
+                    lcore = worker_lcores[worker].0,
+                    "worker {worker} {why}; its queues are unserved, so the gateway stops \
+                     (exit status 1) for the service manager to restart it"
+                );
+                worker_died = true;
+                stop.store(true, Ordering::Relaxed);
+            }
         }
     }
 
     tracing::info!("stopping workers");
-    let mut failures = Vec::new();
-    for work in launched {
-        if let Err(err) = work.join() {
-            failures.push(err.to_string());
-        }
+    let mut failures = running_workers.stop_and_join();
+    if worker_died && failures.is_empty() {
+        failures.push("a worker stopped without being told to".into());
     }
     control.poll();
     metrics_stop.store(true, Ordering::Relaxed);

@@ -10,6 +10,7 @@ pub mod control;
 pub mod dpdk;
 pub mod egress;
 pub mod handoff;
+pub mod liveness;
 pub mod metrics;
 pub mod pipeline_config;
 pub mod published;

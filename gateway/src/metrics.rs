@@ -121,6 +121,8 @@ pub struct Sources {
     pub ports: Vec<(String, PortHandle, usize)>,
     pub bonds: Arc<BondWatch>,
     pub workers: Vec<Arc<WorkerCounters>>,
+    /// Per worker: the TSC of its latest loop, turned into an age at each scrape.
+    pub heartbeats: Vec<Arc<crate::liveness::Heartbeat>>,
     pub control: Arc<WorkerCounters>,
     pub reload: Arc<ReloadStatus>,
 }
@@ -146,6 +148,7 @@ pub struct Metrics {
     port_speed: IntGaugeVec,
     worker_counters: Vec<Family<WorkerCounters>>,
     worker_gauges: Vec<GaugeFamily<WorkerCounters>>,
+    heartbeat_age: prometheus::GaugeVec,
     drops: IntCounterVec,
     reload_success: IntGauge,
     reload_timestamp: IntGauge,
@@ -337,6 +340,7 @@ pub fn metric_names() -> Vec<String> {
         "config_last_reload_success",
         "config_last_reload_timestamp_seconds",
         "config_reloads_total",
+        "worker_heartbeat_age_seconds",
         "qos_bytes_total",
         "qos_packets_total",
         "qos_share_bytes_per_second",
@@ -416,6 +420,20 @@ impl Metrics {
                     read,
                 })
                 .collect(),
+            heartbeat_age: {
+                let vec = prometheus::GaugeVec::new(
+                    Opts::new(
+                        "worker_heartbeat_age_seconds",
+                        "Seconds since the worker's poll loop last ran (a live worker: a few ms).",
+                    ),
+                    &["worker"],
+                )
+                .expect("valid metric definition");
+                registry
+                    .register(Box::new(vec.clone()))
+                    .expect("metric names are unique");
+                vec
+            },
             drops: counter_vec(
                 &registry,
                 "dropped_packets_total",
@@ -578,6 +596,12 @@ impl Metrics {
                     counters.dropped(reason),
                 );
             }
+        }
+        let (now_tsc, hz) = (crate::dpdk::rdtsc(), crate::dpdk::tsc_hz());
+        for (worker, heartbeat) in self.sources.heartbeats.iter().enumerate() {
+            self.heartbeat_age
+                .with_label_values(&[&worker.to_string()])
+                .set(heartbeat.age_seconds(now_tsc, hz));
         }
         self.collect_qos();
         let meter = &self.sources.meter;

@@ -1,11 +1,11 @@
-//! Config reload: on SIGHUP or when the file changes. The new file is parsed and validated
-//! first; if it is bad, nothing changes. Settings that need a restart (EAL, pools, workers,
+//! Config reload: on SIGHUP or when the file changes and then stays quiet for a moment. The
+//! new file is read whole, parsed and validated first; if it is bad, nothing changes. Settings that need a restart (EAL, pools, workers,
 //! the set of interfaces) are reported and kept as they are; everything else applies.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::time::Duration;
 
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use notify::{RecursiveMode, Watcher};
 
 use crate::config::GatewayConfig;
@@ -109,18 +109,32 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged
 }
 
-/// Sets `flag` whenever the config file is written, renamed over or recreated. Editors and
-/// config-management tools replace files in several ways, so the directory is watched.
+/// How long the config file must go without a write before it is read: long enough for an
+/// editor or a slow copy that writes in chunks to finish, short enough to feel immediate.
+/// Writers that cannot promise to finish in time replace the file atomically (README, Reload).
+pub const QUIET_BEFORE_RELOAD: Duration = Duration::from_millis(500);
+
+/// Watches the config file and calls `on_quiet` once it has been written, renamed over or
+/// recreated and then left alone for `quiet`. Editors and config-management tools replace
+/// files in several ways, so the directory is watched. Dropping the `FileWatch` ends it.
+pub struct FileWatch {
+    /// Owns the sender the debouncer listens to: dropped first, it ends the debouncer.
+    watcher: Option<notify::RecommendedWatcher>,
+    debouncer: Option<std::thread::JoinHandle<()>>,
+}
+
 pub fn watch_file(
     path: &Path,
-    flag: Arc<AtomicBool>,
-) -> notify::Result<notify::RecommendedWatcher> {
+    quiet: Duration,
+    on_quiet: impl Fn() + Send + 'static,
+) -> notify::Result<FileWatch> {
     let file: PathBuf = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     let name = file.file_name().map(|n| n.to_os_string());
     let dir = file
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
+    let (writes, written) = crossbeam_channel::unbounded::<()>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
         if !(event.kind.is_modify() || event.kind.is_create()) {
@@ -131,11 +145,42 @@ pub fn watch_file(
             .iter()
             .any(|p| p.file_name().map(|n| n.to_os_string()) == name)
         {
-            flag.store(true, Ordering::Relaxed);
+            let _ = writes.send(());
         }
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    Ok(watcher)
+    let debouncer = std::thread::Builder::new()
+        .name("config-watch".into())
+        .spawn(move || debounce(&written, quiet, on_quiet))
+        .map_err(|err| notify::Error::generic(&format!("starting the debounce thread: {err}")))?;
+    Ok(FileWatch {
+        watcher: Some(watcher),
+        debouncer: Some(debouncer),
+    })
+}
+
+/// Calls `on_quiet` once per burst of writes, `quiet` after the last one. Returns when the
+/// watcher is gone.
+fn debounce(written: &Receiver<()>, quiet: Duration, on_quiet: impl Fn()) {
+    while written.recv().is_ok() {
+        loop {
+            match written.recv_timeout(quiet) {
+                Ok(()) => continue,
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        on_quiet();
+    }
+}
+
+impl Drop for FileWatch {
+    fn drop(&mut self) {
+        drop(self.watcher.take());
+        if let Some(debouncer) = self.debouncer.take() {
+            let _ = debouncer.join();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -225,5 +270,83 @@ mod tests {
     fn an_unchanged_file_needs_no_restart() {
         let running = lab();
         assert!(restart_required(&running, &running.clone()).is_empty());
+    }
+
+    /// Writes as a slow rewrite makes them (truncate, then chunks with pauses shorter than
+    /// the quiet period) give one reload, after the last write.
+    #[test]
+    fn a_burst_of_writes_gives_one_reload_after_the_last_write() {
+        let (writes, written) = crossbeam_channel::unbounded();
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = calls.clone();
+        let quiet = Duration::from_millis(150);
+        let debouncer = std::thread::spawn(move || {
+            debounce(&written, quiet, move || {
+                recorded.lock().unwrap().push(std::time::Instant::now())
+            })
+        });
+        let mut last_write = std::time::Instant::now();
+        for _ in 0..8 {
+            writes.send(()).unwrap();
+            last_write = std::time::Instant::now();
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(calls.lock().unwrap().is_empty(), "reloaded mid-burst");
+        }
+        std::thread::sleep(quiet * 3);
+        {
+            let calls = calls.lock().unwrap();
+            assert_eq!(calls.len(), 1, "one reload per burst");
+            assert!(
+                calls[0] >= last_write + quiet,
+                "reloaded before the file was quiet"
+            );
+        }
+        writes.send(()).unwrap();
+        std::thread::sleep(quiet * 3);
+        assert_eq!(
+            calls.lock().unwrap().len(),
+            2,
+            "the next burst reloads again"
+        );
+        drop(writes);
+        debouncer.join().unwrap();
+    }
+
+    /// The real watcher on a real file: a chunked in-place rewrite is reported once, quiet
+    /// after its last chunk, and an atomic replacement (`mv`) once too.
+    #[test]
+    fn the_watcher_reports_a_chunked_rewrite_once_it_is_quiet() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("gw-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("gateway.toml");
+        std::fs::write(&path, "a = 1\n").unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let quiet = Duration::from_millis(300);
+        let watch = watch_file(&path, quiet, move || {
+            let _ = tx.send(std::time::Instant::now());
+        })
+        .unwrap();
+        let mut file = std::fs::File::create(&path).unwrap(); // truncates
+        for _ in 0..6 {
+            file.write_all(&[b'#'; 512]).unwrap();
+            file.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let last_write = std::time::Instant::now();
+        drop(file);
+        let reported = rx.recv_timeout(Duration::from_secs(3)).expect("no reload");
+        assert!(reported >= last_write + quiet - Duration::from_millis(120));
+        assert!(
+            rx.recv_timeout(quiet * 2).is_err(),
+            "one rewrite, two reloads"
+        );
+        let temp = dir.join("gateway.toml.new");
+        std::fs::write(&temp, "a = 2\n").unwrap();
+        std::fs::rename(&temp, &path).unwrap();
+        rx.recv_timeout(Duration::from_secs(3))
+            .expect("a rename over the file is a change too");
+        drop(watch);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

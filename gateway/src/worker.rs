@@ -16,6 +16,7 @@ use crate::dpdk::{
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
+use crate::liveness::{Heartbeat, HEARTBEAT_LOOPS};
 use crate::published::Published;
 
 /// Flows the expiry sweep visits per loop: bounded work, yet a full pass over a million
@@ -46,14 +47,19 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Polls until told to stop. `pipeline` holds this worker's flows and NAT ports.
-    pub fn run(self, pipeline: Pipeline) {
+    /// Polls until told to stop. `pipeline` holds this worker's flows and NAT ports; the loop
+    /// beats `heartbeat`, and panics at `panic_at_tsc` if given (the liveness tests' hook).
+    pub fn run(self, pipeline: Pipeline, heartbeat: Arc<Heartbeat>, panic_at_tsc: Option<u64>) {
         let stop = self.stop.clone();
+        let index = self.queue.0;
         let mut poll = WorkerLoop::new(self, pipeline);
+        poll.heartbeat = heartbeat;
+        poll.panic_at_tsc = panic_at_tsc;
         while !stop.load(Ordering::Relaxed) {
             poll.poll_once();
         }
         poll.finish();
+        tracing::info!(worker = index, "worker stopped");
     }
 
     /// Runs the pipeline over the mbuf's bytes and sets its new length.
@@ -186,6 +192,9 @@ pub struct WorkerLoop {
     next_idle_upkeep_ns: u64,
     idle_tx_interval: u64,
     bypass_pipeline: bool,
+    loops: u64,
+    heartbeat: Arc<Heartbeat>,
+    panic_at_tsc: Option<u64>,
 }
 
 impl WorkerLoop {
@@ -207,6 +216,9 @@ impl WorkerLoop {
             next_idle_upkeep_ns: 0,
             idle_tx_interval: dpdk::tsc_hz() / 100,
             bypass_pipeline: false,
+            loops: 0,
+            heartbeat: Arc::new(Heartbeat::new()),
+            panic_at_tsc: None,
         }
     }
 
@@ -295,7 +307,26 @@ impl WorkerLoop {
             worker.counters.idle_cycles.add(spent);
         }
         self.loop_start = loop_end;
+        self.loops = self.loops.wrapping_add(1);
+        if self.loops.is_multiple_of(HEARTBEAT_LOOPS) {
+            self.beat(loop_end);
+        }
         received
+    }
+
+    /// Every `HEARTBEAT_LOOPS` loops: the heartbeat, and the test hook's deliberate panic.
+    #[cold]
+    fn beat(&self, tsc: u64) {
+        self.heartbeat.beat(tsc);
+        if self.panic_at_tsc.is_some_and(|at| tsc >= at) {
+            let worker = self.worker.queue.0;
+            tracing::error!(worker, "worker {worker} panics on purpose now");
+            panic!(
+                "worker {} panics on purpose ({})",
+                self.worker.queue.0,
+                crate::liveness::PANIC_ON_PURPOSE_VAR
+            );
+        }
     }
 
     /// Sends what is still batched.

@@ -38,6 +38,7 @@ impl Server {
             workers: vec![Arc::new(WorkerCounters::default())],
             control: Arc::new(WorkerCounters::default()),
             reload: Arc::new(ReloadStatus::new()),
+            heartbeats: Vec::new(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

@@ -234,7 +234,7 @@ promtool check rules deploy/prometheus/gateway-alerts.yml >"$WORK/promtool.txt" 
     || fail "promtool check rules: $(cat "$WORK/promtool.txt")"
 pass "promtool check rules: $(grep -o '[0-9]* rules found' "$WORK/promtool.txt")"
 for alert in GatewayConntrackNearlyFull GatewayNatPortsNearlyExhausted GatewayRxMissed \
-    GatewayWorkerBusy GatewayConfigReloadFailed GatewayBondMemberDown; do
+    GatewayWorkerBusy GatewayWorkerStalled GatewayConfigReloadFailed GatewayBondMemberDown; do
     grep -q "alert: $alert\$" deploy/prometheus/gateway-alerts.yml || fail "alert $alert missing"
     grep -q "alertname: $alert\$" deploy/prometheus/gateway-alerts.test.yml \
         || fail "alert $alert has no unit test in gateway-alerts.test.yml"

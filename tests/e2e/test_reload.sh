@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Config reload while traffic flows: established flows cross untouched, a broken file changes
 # nothing (and the metrics say so), a port forward added by editing the file works without a
-# restart, and so do QoS and the traffic meter switched on and off.
+# restart, and so do QoS and the traffic meter switched on and off. A slow in-place rewrite is
+# read only once the file is quiet (no failed reload counted while it is half-written), and a
+# file left half-written is refused without changing anything.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -137,5 +139,80 @@ mbps=$(udp_flood_mbps)
 (( mbps > 200 )) || fail "with QoS switched off by reload, the 300 Mbit/s flood passed only $mbps Mbit/s"
 [[ $(meter_enabled) == False ]] || fail "/hosts still shows the meter on"
 pass "the next reload switched them off again (flood passed $mbps Mbit/s)"
+
+# 6. A slow in-place rewrite (truncate, then 512-byte chunks 200 ms apart, under the 500 ms the
+# file must be quiet) counts nothing while half-written, then applies once. The new file adds
+# a forward on port 8081, so the whole file must have been read for it to work.
+# rewrite_slowly FILE SOURCE [BYTES]: rewrites FILE in place with SOURCE's first BYTES (all),
+# checking after every chunk that no reload was counted; prints the chunks written.
+rewrite_slowly() {
+    python3 - "$1" "$2" "${3:-}" "$METRICS" <<'PY'
+import sys, time, urllib.request
+path, source, limit, metrics = sys.argv[1:]
+data = open(source, "rb").read()
+data = data[: int(limit)] if limit else data
+def reloads():
+    text = urllib.request.urlopen(metrics, timeout=5).read().decode()
+    return sorted(l for l in text.splitlines() if l.startswith("gateway_config_reloads_total"))
+before = reloads()
+with open(path, "r+b") as f:
+    f.truncate(0)
+    f.flush()
+    chunks = [data[i : i + 512] for i in range(0, len(data), 512)]
+    for chunk in chunks:
+        time.sleep(0.2)
+        f.write(chunk)
+        f.flush()
+        if reloads() != before:
+            sys.exit(f"a reload was counted while the file was half-written: {reloads()} (before: {before})")
+print(len(chunks))
+PY
+}
+cp "$CONFIG" "$WORK/before-slow.toml"
+cp "$CONFIG" "$WORK/slow.toml"
+cat >>"$WORK/slow.toml" <<'TOML'
+
+[[nat.port_forwards]]
+interface = "wan"
+protocol = "tcp"
+port = 8081
+to = "192.168.10.2"
+to_port = 5201
+TOML
+succeeded=$(reloads success)
+failed=$(reloads failure)
+chunks=$(rewrite_slowly "$CONFIG" "$WORK/slow.toml") || fail "slow rewrite: $chunks"
+wait_reloads success $((succeeded + 1))
+sleep 1.5
+[[ $(reloads success) == $((succeeded + 1)) ]] || fail "the slow rewrite applied $(( $(reloads success) - succeeded )) times, not once"
+[[ $(reloads failure) == "$failed" ]] || fail "the slow rewrite counted $(( $(reloads failure) - failed )) failed reload(s)"
+[[ $(metric gateway_config_last_reload_success) == 1 ]] || fail "the slow rewrite is not shown as applied"
+read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 10.0.0.1 -p 8081 -t 1) \
+    || fail "the forward in the slowly rewritten file does not work"
+pass "a slow in-place rewrite ($chunks chunks) counted nothing until complete, then applied once"
+
+# 7. A file left half-written (cut inside a quoted value: invalid) is refused once it is
+# quiet, and nothing changes: both forwards still work.
+cut=$(python3 -c 'import sys; t = open(sys.argv[1], "rb").read(); print(t.index(b"address = \"") + 14)' "$WORK/slow.toml")
+succeeded=$(reloads success)
+failed=$(reloads failure)
+chunks=$(rewrite_slowly "$CONFIG" "$WORK/slow.toml" "$cut") || fail "half rewrite: $chunks"
+wait_reloads failure $((failed + 1))
+sleep 1.5
+[[ $(reloads failure) == $((failed + 1)) ]] || fail "the half-written file counted $(( $(reloads failure) - failed )) failed reloads, not one"
+[[ $(reloads success) == "$succeeded" ]] || fail "a half-written file was applied"
+[[ $(metric gateway_config_last_reload_success) == 0 ]] || fail "the refused half-written file is not shown as a failure"
+for port in 8080 8081; do
+    read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 10.0.0.1 -p "$port" -t 1) \
+        || fail "the forward on $port stopped working after a refused half-written file"
+done
+expect_output "traffic still flows after the refused half-written file" " 0% packet loss" lan ping -c 3 -i 0.2 -W 2 10.0.0.2
+pass "a file left half-written ($cut bytes) is refused once, and nothing changed"
+
+# Atomic replacement, as the README recommends, applies in one reload.
+succeeded=$(reloads success)
+cp "$WORK/before-slow.toml" "$WORK/next.toml"
+mv "$WORK/next.toml" "$CONFIG"
+wait_reloads success $((succeeded + 1))
 
 stop_gateway

@@ -25,12 +25,27 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    launch_watched(lcore, work, |_| {})
+}
+
+/// `launch`, and `on_exit` runs on the lcore as soon as `work` has returned or panicked, with
+/// the panic's message if it panicked: the way to learn of a dead worker at once rather than
+/// at the next `join`. `join` still returns the outcome.
+pub fn launch_watched<T, F, E>(lcore: LcoreId, work: F, on_exit: E) -> Result<LaunchedWork<T>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+    E: FnOnce(Option<String>) + Send + 'static,
+{
     let outcome: Outcome<T> = Arc::new(Mutex::new(None));
     let slot = outcome.clone();
     let job = Box::new(Job {
         run: Box::new(move || {
             let result = catch_unwind(AssertUnwindSafe(work));
+            let panic = result.as_ref().err().map(panic_message);
             *slot.lock().unwrap_or_else(|poison| poison.into_inner()) = Some(result);
+            // A panic in the hook must not unwind into C either.
+            let _ = catch_unwind(AssertUnwindSafe(|| on_exit(panic)));
         }),
     });
     let arg = Box::into_raw(job) as *mut c_void;

@@ -14,7 +14,7 @@ mod ring;
 pub use eal::{Eal, EalArgs};
 pub use error::{DpdkError, Result};
 pub use ids::{LcoreId, PortId, QueueId};
-pub use lcore::{launch, LaunchedWork};
+pub use lcore::{launch, launch_watched, LaunchedWork};
 pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 pub use mempool::Mempool;
 pub use port::{Port, PortConfig, PortHandle, PortRings, PortStats, QUEUE_STAT_COUNTERS};

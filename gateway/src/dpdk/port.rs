@@ -359,6 +359,7 @@ impl Drop for Port {
             dpdk_sys::rte_eth_dev_stop(self.id.0);
             dpdk_sys::rte_eth_dev_close(self.id.0);
         }
+        tracing::debug!(port = self.name, "port stopped and closed");
     }
 }
 
