@@ -117,7 +117,8 @@ fn flight(input: &mut Bytes) -> (Vec<u8>, u16) {
     let name = name(input);
     let port = match kind % 6 {
         0 | 1 => {
-            let method: &[u8] = input.pick(&[b"GET".as_slice(), b"POST", b"HEAD", b"CONNECT", b"get"]);
+            let method: &[u8] =
+                input.pick(&[b"GET".as_slice(), b"POST", b"HEAD", b"CONNECT", b"get"]);
             out.extend_from_slice(method);
             out.extend_from_slice(b" /");
             if kind & 0x40 != 0 {
@@ -153,7 +154,9 @@ fn flight(input: &mut Bytes) -> (Vec<u8>, u16) {
 
 fn pick_device(input: &mut Bytes) -> (Ipv4Addr, Option<EthernetAddress>) {
     let ip = input.pick(&[KID, [192, 168, 10, 2], [10, 0, 0, 7]]);
-    let mac = input.bool().then_some(EthernetAddress([2, 0, 0, 0, 0, ip[3]]));
+    let mac = input
+        .bool()
+        .then_some(EthernetAddress([2, 0, 0, 0, 0, ip[3]]));
     (Ipv4Addr::from(ip), mac)
 }
 
@@ -180,7 +183,11 @@ fn deliver(
         let (start, end) = match op % 4 {
             // The next segment, or a retransmit overlapping the end of what was sent.
             0 | 1 => {
-                let back = if op & 0x10 != 0 { usize::from(input.u8()).min(next) } else { 0 };
+                let back = if op & 0x10 != 0 {
+                    usize::from(input.u8()).min(next)
+                } else {
+                    0
+                };
                 let start = next - back;
                 (start, start + 1 + usize::from(input.u16() % 700))
             }
@@ -190,7 +197,14 @@ fn deliver(
                 (start, start + 1 + usize::from(input.u8()))
             }
             // A pure ACK (no payload) or a duplicate of the start.
-            _ => (0, if op & 0x10 != 0 { 0 } else { 1 + usize::from(input.u8()) }),
+            _ => (
+                0,
+                if op & 0x10 != 0 {
+                    0
+                } else {
+                    1 + usize::from(input.u8())
+                },
+            ),
         };
         let (start, end) = (start.min(flight.len()), end.min(flight.len()));
         if first && start != 0 && end > start {
@@ -217,8 +231,8 @@ fn deliver(
         if verdict != Inspection::Pending {
             // The packet that reaches the limit gives up, unless the flight it completes
             // decides.
-            let within = packets < u32::from(MAX_PAYLOAD_PACKETS)
-                || (next >= flight.len() && decided_whole);
+            let within =
+                packets < u32::from(MAX_PAYLOAD_PACKETS) || (next >= flight.len() && decided_whole);
             return (verdict, from_start, in_order && within);
         }
         if next >= flight.len() {
@@ -249,7 +263,8 @@ fuzz_target!(|data: &[u8]| {
     );
     if in_order && verdict != Inspection::Pending {
         assert_eq!(
-            verdict, reference,
+            verdict,
+            reference,
             "segmenting the flight changed the verdict ({} bytes to port {port})",
             flight.len()
         );
@@ -300,7 +315,13 @@ fuzz_target!(|data: &[u8]| {
             dst_port: 53,
             ..L4::default()
         };
-        let len = write_frame(&mut room, ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 5]), &ip, &l4, &query);
+        let len = write_frame(
+            &mut room,
+            ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 5]),
+            &ip,
+            &l4,
+            &query,
+        );
         if len > 0 {
             // None (not a standard query) is dropped by the pipeline instead.
             if let Some(reply_len) = write_dns_nxdomain_reply(&mut room, len) {

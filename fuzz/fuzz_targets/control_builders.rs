@@ -43,7 +43,12 @@ fn arp(input: &mut Bytes, room: &mut [u8]) -> usize {
         room[..raw.len()].copy_from_slice(raw);
         return raw.len();
     }
-    let sender_mac = input.pick(&[[0x02, 0xaa, 0, 0, 0, 2], [0xff; 6], [0x01, 0, 0x5e, 0, 0, 1], [0; 6]]);
+    let sender_mac = input.pick(&[
+        [0x02, 0xaa, 0, 0, 0, 2],
+        [0xff; 6],
+        [0x01, 0, 0x5e, 0, 0, 1],
+        [0; 6],
+    ]);
     let sender_ip = input.pick(&[[192, 168, 10, 2], [0, 0, 0, 0], [10, 0, 0, 2], OUR_ADDR]);
     let target_ip = input.pick(&[OUR_ADDR, OUR_ADDR, [192, 168, 10, 7], [10, 0, 0, 1]]);
     let op = input.pick(&[1u16, 1, 2, 3, 0]);
@@ -87,8 +92,16 @@ fn check_arp(input: &mut Bytes) {
             assert_eq!(&frame[0..6], &before[22..28]);
             assert_eq!(&frame[32..38], &before[22..28]);
             assert_eq!(&frame[38..42], &before[28..32]);
-            assert_eq!(word(&before, 20), 1, "replied to something that is not a request");
-            assert_eq!(&before[38..42], &OUR_ADDR, "replied to a request for another address");
+            assert_eq!(
+                word(&before, 20),
+                1,
+                "replied to something that is not a request"
+            );
+            assert_eq!(
+                &before[38..42],
+                &OUR_ADDR,
+                "replied to a request for another address"
+            );
             let (ip, mac) = outcome.learned.expect("a request for us is learnt");
             assert!(!ip.is_unspecified());
             assert!(mac.0[0] & 1 == 0, "learnt a multicast MAC");
@@ -96,7 +109,10 @@ fn check_arp(input: &mut Bytes) {
         Some(outcome) => {
             assert_eq!(&room[..], &before[..], "an unanswered ARP was changed");
             if let Some((ip, mac)) = outcome.learned {
-                assert!(!ip.is_unspecified() && mac.0[0] & 1 == 0, "learnt {ip} at {mac:?}");
+                assert!(
+                    !ip.is_unspecified() && mac.0[0] & 1 == 0,
+                    "learnt {ip} at {mac:?}"
+                );
             }
         }
         None => assert_eq!(&room[..], &before[..], "a refused ARP was changed"),
@@ -111,8 +127,15 @@ fn check_arp(input: &mut Bytes) {
     } else {
         write_gratuitous_arp(&mut pkt, &iface())
     };
-    assert_eq!(written, room_len >= 60, "ARP request in a room of {room_len}");
-    assert!(room[room_len..].iter().all(|&b| b == GARBAGE), "wrote past the room");
+    assert_eq!(
+        written,
+        room_len >= 60,
+        "ARP request in a room of {room_len}"
+    );
+    assert!(
+        room[room_len..].iter().all(|&b| b == GARBAGE),
+        "wrote past the room"
+    );
     if written {
         assert_eq!(&room[0..6], &[0xff; 6]);
         assert_eq!(word(&room, 20), 1);
@@ -140,7 +163,13 @@ fn check_echo(input: &mut Bytes) {
             ..L4::default()
         };
         let payload = input.slice(1400);
-        write_frame(&mut room, (OUR_MAC, [0x02, 0xaa, 0, 0, 0, 2]), &ip, &l4, payload)
+        write_frame(
+            &mut room,
+            (OUR_MAC, [0x02, 0xaa, 0, 0, 0, 2]),
+            &ip,
+            &l4,
+            payload,
+        )
     };
     if input.u8() == 0xff && len > 30 {
         let at = usize::from(input.u16()) % len;
@@ -157,8 +186,16 @@ fn check_echo(input: &mut Bytes) {
     let header_len = ip_header_len(&frame[ETH_LEN..]).expect("replied to a bad IP header");
     let ip = &frame[ETH_LEN..];
     assert_eq!(checksum(&ip[..header_len], 0), 0, "echo reply IP checksum");
-    assert_eq!(&ip[12..16], &before[ETH_LEN + 16..ETH_LEN + 20], "source is the request's destination");
-    assert_eq!(&ip[16..20], &before[ETH_LEN + 12..ETH_LEN + 16], "destination is the requester");
+    assert_eq!(
+        &ip[12..16],
+        &before[ETH_LEN + 16..ETH_LEN + 20],
+        "source is the request's destination"
+    );
+    assert_eq!(
+        &ip[16..20],
+        &before[ETH_LEN + 12..ETH_LEN + 16],
+        "destination is the requester"
+    );
     assert_eq!(&frame[0..6], &before[6..12], "to the requester's MAC");
     assert_eq!(&frame[6..12], &OUR_MAC);
     let total = usize::from(word(ip, 2));
@@ -168,7 +205,11 @@ fn check_echo(input: &mut Bytes) {
     if checksum(request_icmp, 0) == 0 {
         assert_eq!(checksum(icmp, 0), 0, "echo reply ICMP checksum");
     }
-    assert_eq!(&icmp[4..], &request_icmp[4..], "the reply echoes the request");
+    assert_eq!(
+        &icmp[4..],
+        &request_icmp[4..],
+        "the reply echoes the request"
+    );
 }
 
 fn check_fragments(input: &mut Bytes) {
@@ -178,11 +219,19 @@ fn check_fragments(input: &mut Bytes) {
         frame[..raw.len()].copy_from_slice(raw);
         raw.len()
     } else {
-        let mut ip = Ip::new(Ipv4Addr::from(input.u32()), Ipv4Addr::from(input.u32()), input.pick(&[17, 6, 1, 47]));
+        let mut ip = Ip::new(
+            Ipv4Addr::from(input.u32()),
+            Ipv4Addr::from(input.u32()),
+            input.pick(&[17, 6, 1, 47]),
+        );
         let flags = input.u8();
         ip.dont_frag = flags & 1 != 0 && flags & 0xf0 == 0;
         ip.more_frags = flags & 2 != 0;
-        ip.frag_offset = if flags & 4 != 0 { input.u16() & 0x1fff } else { 0 };
+        ip.frag_offset = if flags & 4 != 0 {
+            input.u16() & 0x1fff
+        } else {
+            0
+        };
         let l4 = L4 {
             src_port: input.u16(),
             dst_port: input.u16(),
@@ -190,7 +239,13 @@ fn check_fragments(input: &mut Bytes) {
         };
         let payload = input.slice(1900);
         let mut built = [0u8; 2048];
-        let len = write_frame(&mut built, ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]), &ip, &l4, payload);
+        let len = write_frame(
+            &mut built,
+            ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]),
+            &ip,
+            &l4,
+            payload,
+        );
         if len == 0 {
             return;
         }
@@ -199,13 +254,16 @@ fn check_fragments(input: &mut Bytes) {
             b"".as_slice(),
             &[0x94, 0x04, 0, 0],             // router alert: copied
             &[0x07, 0x07, 4, 0, 0, 0, 0, 1], // record route: not copied, then EOL
-            &[0x01, 0x82, 0x0b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0x01, 0x00, 0, 0], // NOP, copied, NOP, EOL
+            &[
+                0x01, 0x82, 0x0b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0x01, 0x00, 0, 0,
+            ], // NOP, copied, NOP, EOL
             &[0x44, 0x02, 0x01, 0x00],       // bad length
         ]);
         let options_len = options.len();
         frame[..ETH_LEN + 20].copy_from_slice(&built[..ETH_LEN + 20]);
         frame[ETH_LEN + 20..ETH_LEN + 20 + options_len].copy_from_slice(options);
-        frame[ETH_LEN + 20 + options_len..len + options_len].copy_from_slice(&built[ETH_LEN + 20..len]);
+        frame[ETH_LEN + 20 + options_len..len + options_len]
+            .copy_from_slice(&built[ETH_LEN + 20..len]);
         let ip_bytes = &mut frame[ETH_LEN..];
         ip_bytes[0] = 0x45 + (options_len / 4) as u8;
         let total = (len - ETH_LEN + options_len) as u16;
@@ -216,7 +274,9 @@ fn check_fragments(input: &mut Bytes) {
         len + options_len
     };
     let frame = &frame[..len];
-    let mtu = input.pick(&[1500u16, 1400, 576, 68, 28, 27, 0, 9000, 1280]).saturating_add(u16::from(input.u8() % 8));
+    let mtu = input
+        .pick(&[1500u16, 1400, 576, 68, 28, 27, 0, 9000, 1280])
+        .saturating_add(u16::from(input.u8() % 8));
     let count = fragment_count(frame, mtu);
     let mut out = [GARBAGE; 2048];
     let out_len = input.pick(&[2048usize, 1514, 600, 60]);
@@ -241,7 +301,10 @@ fn check_fragments(input: &mut Bytes) {
             return;
         };
         assert!(written <= out_len);
-        assert!(out[written..].iter().all(|&b| b == GARBAGE), "wrote past the fragment");
+        assert!(
+            out[written..].iter().all(|&b| b == GARBAGE),
+            "wrote past the fragment"
+        );
         let f = &out[ETH_LEN..written];
         assert_eq!(&out[..ETH_LEN], &frame[..ETH_LEN], "Ethernet header kept");
         let f_header = ip_header_len(f).expect("fragment header");
@@ -258,15 +321,29 @@ fn check_fragments(input: &mut Bytes) {
         assert!(flags & 0x4000 == 0 || count == 1, "DF on a fragment");
         let offset = usize::from(flags & 0x1fff) * 8;
         let last = index + 1 == count;
-        assert_eq!(flags & 0x2000 != 0, !last || original_mf, "MF of fragment {index}");
+        assert_eq!(
+            flags & 0x2000 != 0,
+            !last || original_mf,
+            "MF of fragment {index}"
+        );
         let start = offset - original_offset;
-        assert_eq!(start, covered, "fragment {index} does not follow the previous one");
+        assert_eq!(
+            start, covered,
+            "fragment {index} does not follow the previous one"
+        );
         let data = &f[f_header..];
-        assert!(last || data.len() % 8 == 0, "a middle fragment's payload is not a multiple of 8");
+        assert!(
+            last || data.len() % 8 == 0,
+            "a middle fragment's payload is not a multiple of 8"
+        );
         reassembled[start..start + data.len()].copy_from_slice(data);
         covered += data.len();
         if index == 0 {
-            assert_eq!(&f[20..f_header], &ip[20..header_len], "the first fragment keeps all options");
+            assert_eq!(
+                &f[20..f_header],
+                &ip[20..header_len],
+                "the first fragment keeps all options"
+            );
         } else {
             // Only copied options (and NOP/EOL padding) after the first.
             let mut options = &f[20..f_header];
@@ -283,8 +360,15 @@ fn check_fragments(input: &mut Bytes) {
             }
         }
     }
-    assert_eq!(covered, payload.len(), "the fragments do not cover the payload");
-    assert_eq!(reassembled, payload, "the fragments do not reassemble to the original");
+    assert_eq!(
+        covered,
+        payload.len(),
+        "the fragments do not cover the payload"
+    );
+    assert_eq!(
+        reassembled, payload,
+        "the fragments do not reassemble to the original"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {

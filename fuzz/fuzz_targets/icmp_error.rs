@@ -30,7 +30,9 @@ const ADDRS: [[u8; 4]; 6] = [
 
 fn addr(input: &mut Bytes) -> Ipv4Addr {
     match input.u8() {
-        n if usize::from(n) < ADDRS.len() * 40 => Ipv4Addr::from(ADDRS[usize::from(n) % ADDRS.len()]),
+        n if usize::from(n) < ADDRS.len() * 40 => {
+            Ipv4Addr::from(ADDRS[usize::from(n) % ADDRS.len()])
+        }
         _ => Ipv4Addr::from(input.u32()),
     }
 }
@@ -49,7 +51,11 @@ fn build(input: &mut Bytes, out: &mut [u8; 1600]) -> usize {
     let mut inner = Ip::new(addr(input), addr(input), protocol);
     let frag = input.u8();
     inner.more_frags = frag & 1 != 0;
-    inner.frag_offset = if frag & 6 == 6 { u16::from(frag >> 3) } else { 0 };
+    inner.frag_offset = if frag & 6 == 6 {
+        u16::from(frag >> 3)
+    } else {
+        0
+    };
     let l4 = L4 {
         src_port: input.u16(),
         dst_port: input.u16(),
@@ -100,7 +106,13 @@ fn build(input: &mut Bytes, out: &mut [u8; 1600]) -> usize {
         icmp_rest: u32::from(input.u16()),
         ..L4::default()
     };
-    let len = write_frame(&mut frame, ([0; 6], [0; 6]), &outer, &error, &quoted[..quoted_len]);
+    let len = write_frame(
+        &mut frame,
+        ([0; 6], [0; 6]),
+        &outer,
+        &error,
+        &quoted[..quoted_len],
+    );
     out[..len - ETH_LEN].copy_from_slice(&frame[ETH_LEN..len]);
     len - ETH_LEN
 }
@@ -141,7 +153,9 @@ fn checksums(ip: &[u8]) -> Option<Checksums> {
         );
         let l4 = &quote[len..];
         match quote[9] {
-            TCP if l4.len() >= 20 => Some(checksum(l4, pseudo_header(src, dst, TCP, l4.len())) == 0),
+            TCP if l4.len() >= 20 => {
+                Some(checksum(l4, pseudo_header(src, dst, TCP, l4.len())) == 0)
+            }
             UDP if l4.len() >= 8 && word(l4, 6) != 0 => {
                 Some(checksum(l4, pseudo_header(src, dst, UDP, l4.len())) == 0)
             }
@@ -255,7 +269,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     if rewrite_icmp_error(ip, outer_dst, outer_src, inner_src, inner_dst).is_err() {
-        assert_eq!(&ip[..], &original[..len], "a failed rewrite changed the packet");
+        assert_eq!(
+            &ip[..],
+            &original[..len],
+            "a failed rewrite changed the packet"
+        );
         return;
     }
     if let (Some(before), Some(after)) = (before, checksums(ip)) {
@@ -263,7 +281,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let allowed = mutable_offsets(&original[..len]);
     for (i, (a, b)) in ip.iter().zip(&original[..len]).enumerate() {
-        assert!(a == b || allowed.contains(&i), "byte {i} changed: {b:#x} -> {a:#x}");
+        assert!(
+            a == b || allowed.contains(&i),
+            "byte {i} changed: {b:#x} -> {a:#x}"
+        );
     }
     if let Some(dst) = outer_dst {
         assert_eq!(&ip[16..20], &dst.octets());
@@ -302,7 +323,11 @@ fuzz_target!(|data: &[u8]| {
         let undo_dst = inner_dst.map(|_| (key.dst, key.dst_port));
         rewrite_icmp_error(ip, undo_outer_dst, undo_outer_src, undo_src, undo_dst)
             .expect("rewriting back works");
-        assert_eq!(quoted_flow_key(ip), Some(key), "rewriting back did not restore the key");
+        assert_eq!(
+            quoted_flow_key(ip),
+            Some(key),
+            "rewriting back did not restore the key"
+        );
         if let (Some(before), Some(after)) = (before, checksums(ip)) {
             still_valid(before, after, ip);
         }

@@ -312,7 +312,10 @@ pub fn check_datagram(frame: &[u8]) -> Result<(), String> {
     }
     let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
     if total != ip.len() {
-        return Err(format!("total length {total} in a datagram of {}", ip.len()));
+        return Err(format!(
+            "total length {total} in a datagram of {}",
+            ip.len()
+        ));
     }
     let flags_offset = u16::from_be_bytes([ip[6], ip[7]]);
     if flags_offset & 0x3fff != 0 {
