@@ -317,6 +317,12 @@ struct Conversation {
     server_seq: u32,
 }
 
+/// A NAT port: (protocol, port). The only NAT address is the WAN's (hairpin uses the
+/// interface addresses with the same ports).
+type NatPort = (u8, u16);
+/// Who holds it: (worker, internal address, internal port).
+type NatPortHolder = (u16, Ipv4Addr, u16);
+
 struct Harness {
     workers: Vec<Pipeline>,
     counters: Vec<Arc<WorkerCounters>>,
@@ -329,9 +335,8 @@ struct Harness {
     /// only trusted within one epoch.
     epoch: u64,
     removals: u64,
-    /// NAT ports seen on the gateway's addresses this epoch: (protocol, port) -> (worker,
-    /// internal endpoint).
-    nat_ports: Vec<((u8, u16), (u16, Ipv4Addr, u16))>,
+    /// NAT ports seen on the gateway's addresses this epoch.
+    nat_ports: Vec<(NatPort, NatPortHolder)>,
     ownership: Ownership,
     buf: [u8; ROOM],
 }
@@ -1015,7 +1020,7 @@ fn run_program(harness: &mut Harness, data: &[u8]) {
         let count = harness.conversations.len();
         match op % 8 {
             0 => harness.new_conversation(&mut input),
-            1 | 2 | 3 if count > 0 => {
+            1..=3 if count > 0 => {
                 let index = usize::from(input.u8()) % count;
                 let shape = shape(&mut input);
                 let skew = match input.u8() {

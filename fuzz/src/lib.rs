@@ -325,15 +325,15 @@ pub fn check_datagram(frame: &[u8]) -> Result<(), String> {
     let (src, dst, protocol) = (addr(&ip[12..16]), addr(&ip[16..20]), ip[9]);
     let l4 = &ip[header_len..];
     match protocol {
-        TCP => {
-            if checksum(l4, pseudo_header(src, dst, TCP, l4.len())) != 0 {
-                return Err("TCP checksum".into());
-            }
+        TCP if checksum(l4, pseudo_header(src, dst, TCP, l4.len())) != 0 => {
+            return Err("TCP checksum".into());
         }
-        UDP if l4.len() >= 8 && l4[6..8] != [0, 0] => {
-            if checksum(l4, pseudo_header(src, dst, UDP, l4.len())) != 0 {
-                return Err("UDP checksum".into());
-            }
+        // A UDP checksum of 0 is none.
+        UDP if l4.len() >= 8
+            && l4[6..8] != [0, 0]
+            && checksum(l4, pseudo_header(src, dst, UDP, l4.len())) != 0 =>
+        {
+            return Err("UDP checksum".into());
         }
         ICMP => {
             if checksum(l4, 0) != 0 {
