@@ -9,8 +9,8 @@
 //! `handed_off: true`.
 //!
 //! Checked, besides "no panic":
-//! - everything transmitted has valid IP, TCP, UDP and ICMP checksums (the quoted IP header of
-//!   an ICMP error too) and a total length that matches the frame;
+//! - what arrived with valid checksums leaves with valid IP, TCP, UDP and ICMP checksums (the
+//!   quoted IP header of an ICMP error too) and a total length that matches the frame;
 //! - translation is invertible: while a conversation's flow lives, its packets keep the tuple
 //!   they first left with, and the other side's answer to that tuple arrives as exactly the
 //!   reverse of what the first side sent, on the port it came from; an ICMP error about a
@@ -23,6 +23,7 @@
 #![no_main]
 
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use gateway_fuzz::{
@@ -397,6 +398,9 @@ impl Harness {
 
     /// Runs the frame in `self.buf[..len]` through worker `worker`, following a handoff.
     fn process(&mut self, len: usize, port: u16, worker: u16) -> Outcome {
+        // A router forwards a bad transport checksum as it came (NAT patches it, keeping it
+        // bad); only what arrived valid must leave valid.
+        let arrived_valid = check_datagram(&self.buf[..len]).is_ok();
         let mut pkt = PacketBuf::new(&mut self.buf, len);
         let ingress = Ingress {
             port,
@@ -430,6 +434,10 @@ impl Harness {
         }
         self.note_removals();
         if let Verdict::Transmit { port } | Verdict::Fragment { port } = verdict {
+            count(Check::Transmitted);
+            if arrived_valid {
+                count(Check::ChecksumsVerified);
+            }
             assert!(port < PORTS, "transmit on port {port}");
             let frame = &self.buf[..len];
             assert_eq!(
@@ -437,7 +445,7 @@ impl Harness {
                 &gateway_mac(port),
                 "source MAC of port {port}"
             );
-            if let Err(what) = check_datagram(frame) {
+            if let (true, Err(what)) = (arrived_valid, check_datagram(frame)) {
                 panic!("transmitted a bad datagram ({what}) on port {port}: {verdict:?}");
             }
         }
@@ -496,6 +504,7 @@ impl Harness {
             "worker {worker} sent NAT port {} of another worker's class: {out:?}",
             out.src_port
         );
+        count(Check::NatPortOwned);
         let key = (out.protocol, out.src_port);
         let value = (worker, internal.src, internal.src_port);
         match self.nat_ports.iter().find(|(k, _)| *k == key) {
@@ -721,6 +730,7 @@ impl Harness {
                 Some(out) if shape.fragment < 2 && is_forwarded_copy(&c, out) => {
                     match c.outside {
                         Some((seen, seen_port, epoch)) if epoch == self.epoch => {
+                            count(Check::StableTranslation);
                             assert_eq!(out, seen, "a live flow's packet left translated otherwise");
                             assert_eq!(
                                 port, seen_port,
@@ -776,6 +786,7 @@ impl Harness {
                         "the answer to a translated tuple did not translate back: {c:?}"
                     );
                     assert_eq!(port, c.client_port, "the answer left by another port");
+                    count(Check::AnswerTranslatedBack);
                     remember(&mut c.seen[1], datagram, self.epoch);
                 }
                 _ => {}
@@ -864,6 +875,7 @@ impl Harness {
                 outer_dst, original.src,
                 "an ICMP error went to someone else"
             );
+            count(Check::IcmpErrorTranslatedBack);
         }
     }
 
@@ -979,6 +991,51 @@ fn known_portless_ownership(c: &Conversation, outside: &Tuple) -> bool {
     !strict && !matches!(c.protocol, TCP | UDP | ICMP) && outside.src != c.client.src
 }
 
+/// How often each check ran, so a campaign can show its invariants were not vacuous:
+/// FUZZ_STATS=1 prints them every 10,000 inputs (e.g. over a corpus with -runs=0).
+#[derive(Clone, Copy)]
+enum Check {
+    Transmitted,
+    ChecksumsVerified,
+    StableTranslation,
+    AnswerTranslatedBack,
+    IcmpErrorTranslatedBack,
+    NatPortOwned,
+    Drained,
+}
+
+static CHECKS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+const CHECK_NAMES: [&str; 7] = [
+    "transmitted",
+    "checksums verified",
+    "stable translation",
+    "answer translated back",
+    "ICMP error translated back",
+    "NAT port owned",
+    "drained",
+];
+
+fn count(check: Check) {
+    CHECKS[check as usize].fetch_add(1, Relaxed);
+}
+
+fn report_checks() {
+    static STATS: OnceLock<bool> = OnceLock::new();
+    static INPUTS: AtomicU64 = AtomicU64::new(0);
+    if !*STATS.get_or_init(|| std::env::var_os("FUZZ_STATS").is_some_and(|v| v == "1")) {
+        return;
+    }
+    let inputs = INPUTS.fetch_add(1, Relaxed) + 1;
+    if inputs % 1000 == 0 {
+        let counts: Vec<String> = CHECKS
+            .iter()
+            .zip(CHECK_NAMES)
+            .map(|(n, name)| format!("{name} {}", n.load(Relaxed)))
+            .collect();
+        eprintln!("checks after {inputs} inputs: {}", counts.join(", "));
+    }
+}
+
 fn fresh() -> bool {
     static FRESH: OnceLock<bool> = OnceLock::new();
     *FRESH.get_or_init(|| std::env::var_os("FUZZ_FRESH").is_some_and(|v| v == "1"))
@@ -1046,6 +1103,8 @@ fn run_program(harness: &mut Harness, data: &[u8]) {
         }
     }
     harness.drain();
+    count(Check::Drained);
+    report_checks();
 }
 
 fuzz_target!(|data: &[u8]| run(data));
