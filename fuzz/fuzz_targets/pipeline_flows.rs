@@ -1045,7 +1045,7 @@ fn report_checks() {
         return;
     }
     let inputs = INPUTS.fetch_add(1, Relaxed) + 1;
-    if inputs % 1000 == 0 {
+    if inputs.is_multiple_of(1000) {
         let counts: Vec<String> = CHECKS
             .iter()
             .zip(CHECK_NAMES)
