@@ -8,8 +8,10 @@
 #                                       fuzz/corpus/TARGET (not committed)
 #   scripts/fuzz.sh list                the targets
 #
-# FUZZ_ARGS adds libFuzzer flags (e.g. FUZZ_ARGS=-runs=10000000). A crash stops the run, leaves
-# its input in fuzz/artifacts/TARGET/ and makes this script fail. Fuzzing runs at nice 19.
+# FUZZ_ARGS adds libFuzzer flags (e.g. FUZZ_ARGS=-runs=10000000), FUZZ_BUILD_ARGS cargo-fuzz
+# build flags (e.g. -a: debug assertions and overflow checks, which release builds and so the
+# gateway run without). A crash stops the run, leaves its input in fuzz/artifacts/TARGET/ and
+# makes this script fail. Fuzzing runs at nice 19.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,7 +48,7 @@ list)
     ;;
 smoke)
     seconds=${FUZZ_SMOKE_SECONDS:-5}
-    fuzz build -s none
+    fuzz build -s none ${FUZZ_BUILD_ARGS:-}
     for target in "${targets[@]}"; do
         # Crashes found earlier, fixed since: each must still pass.
         regressions=("$FUZZ/regressions/$target"/*)
@@ -75,7 +77,7 @@ smoke)
     ;;
 run)
     seconds=${FUZZ_SECONDS:-300}
-    fuzz build -s none
+    fuzz build -s none ${FUZZ_BUILD_ARGS:-}
     for target in "${targets[@]}"; do
         mkdir -p "$FUZZ/corpus/$target" "$FUZZ/artifacts/$target"
         log=$FUZZ/target/fuzz-$target.log
@@ -92,7 +94,7 @@ run)
     done
     ;;
 *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
