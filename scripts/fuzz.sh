@@ -9,9 +9,9 @@
 #   scripts/fuzz.sh list                the targets
 #
 # FUZZ_ARGS adds libFuzzer flags (e.g. FUZZ_ARGS=-runs=10000000), FUZZ_BUILD_ARGS cargo-fuzz
-# build flags (e.g. -a: debug assertions and overflow checks, which release builds and so the
-# gateway run without). A crash stops the run, leaves its input in fuzz/artifacts/TARGET/ and
-# makes this script fail. Fuzzing runs at nice 19.
+# build flags (cargo-fuzz builds optimised with debug assertions and overflow checks; -O drops
+# them, as the gateway's release build does). A crash stops the run, leaves its input in
+# fuzz/artifacts/TARGET/ and makes this script fail. Fuzzing runs at nice 19.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -38,10 +38,24 @@ fn parse(text: &str) -> Option<GatewayConfig> {
     parsed.ok()
 }
 
+/// Known, not ours: the `config` crate (0.14.1) turns a key with a negative subscript past
+/// the array's start (`["1[-9].12"]`) into `len - 9`, which overflows; with overflow checks
+/// that panics there, and in a release build it wraps and `Vec::resize` panics with
+/// "capacity overflow", so `gateway check-config`, `run` and a reload panic on such a file.
+/// Skipped unless FUZZ_STRICT=1, so the campaign can look for anything else.
+fn known_negative_subscript(text: &str) -> bool {
+    static STRICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*STRICT.get_or_init(|| std::env::var_os("FUZZ_STRICT").is_some_and(|v| v == "1"))
+        && text.contains("[-")
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    if known_negative_subscript(text) {
+        return;
+    }
     let Some(mut config) = parse(text) else {
         return;
     };
