@@ -52,10 +52,12 @@ fn known_subscript_key(text: &str) -> bool {
     }
     text.lines().any(|line| {
         line.split('"').skip(1).step_by(2).any(|quoted| {
-            quoted
-                .as_bytes()
-                .windows(2)
-                .any(|w| w[0] == b'[' && (w[1] == b'-' || w[1].is_ascii_digit()))
+            // The path parser allows whitespace inside the brackets.
+            quoted.split('[').skip(1).any(|after| {
+                after
+                    .trim_start()
+                    .starts_with(|c: char| c == '-' || c.is_ascii_digit())
+            })
         })
     })
 }
