@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 GATEWAY := target/release/gateway
 
-.PHONY: all deps hugepages build demo test lint unit e2e bench lab-bench clean
+.PHONY: all deps hugepages build demo test lint unit e2e bench lab-bench clean fuzz fuzz-smoke
 
 all: build
 
@@ -31,7 +31,15 @@ unit: deps hugepages
 e2e: build hugepages
 	tests/e2e/run.sh
 
-test: lint unit e2e
+test: lint unit fuzz-smoke e2e
+
+# The coverage-guided fuzz targets (fuzz/, cargo-fuzz): each for FUZZ_SECONDS (default 300).
+fuzz: deps
+	scripts/fuzz.sh run $(FUZZ_TARGETS)
+
+# Each fuzz target for a few seconds from its committed seeds, after replaying old crashes.
+fuzz-smoke: deps
+	scripts/fuzz.sh smoke $(FUZZ_TARGETS)
 
 bench: build hugepages
 	$(GATEWAY) bench

@@ -22,6 +22,11 @@ if ! command -v cargo >/dev/null; then
     echo "deps: cargo not found; install Rust with rustup (https://rustup.rs) first" >&2
     exit 1
 fi
+# cargo-fuzz, for make fuzz and the fuzz smoke in make test (libFuzzer, stable toolchain).
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "deps: installing cargo-fuzz"
+    cargo install --locked cargo-fuzz
+fi
 pkg-config --atleast-version=22.11 libdpdk || {
     echo "deps: libdpdk $(pkg-config --modversion libdpdk 2>/dev/null || echo missing) is older than 22.11" >&2
     exit 1

@@ -231,6 +231,13 @@ pub fn echo_reply(pkt: &mut PacketBuf, iface: &Interface) -> bool {
         let updated = checksum::update16(echo.checksum(), word_before, word_after);
         echo.set_checksum(updated);
     }
+    // Eqn. 3 gives 0x0000 where recomputation gives 0xffff: for all-zero data, which a reply
+    // with zero identifier and sequence and no payload is (found by fuzzing). A receiver
+    // summing such a reply would not get 0xffff and would drop it.
+    let message = ip.payload_mut();
+    if message[2..4] == [0, 0] && message.iter().all(|&b| b == 0) {
+        message[2..4].copy_from_slice(&[0xff, 0xff]);
+    }
     ip.set_src_addr(dst);
     ip.set_dst_addr(src);
     ip.set_ttl(64);
@@ -254,6 +261,63 @@ pub fn write_l2(pkt: &mut PacketBuf, dst: EthernetAddress, src: EthernetAddress)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::checksum;
+
+    /// An echo request of `data` with the given identifier and sequence, to 192.168.10.1.
+    fn echo_request(ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
+        let mut frame = vec![0u8; ethernet::HEADER_LEN + ipv4::HEADER_LEN + icmp::HEADER_LEN];
+        frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+        frame[6..12].copy_from_slice(&[0x02, 0xaa, 0, 0, 0, 0x02]);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        frame.extend_from_slice(data);
+        let total = (frame.len() - ethernet::HEADER_LEN) as u16;
+        let ip = &mut frame[ethernet::HEADER_LEN..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = ipv4::protocol::ICMP;
+        ip[12..16].copy_from_slice(&[192, 168, 10, 2]);
+        ip[16..20].copy_from_slice(&[192, 168, 10, 1]);
+        let header_sum = !checksum::fold(checksum::sum(&ip[..ipv4::HEADER_LEN]));
+        ip[10..12].copy_from_slice(&header_sum.to_be_bytes());
+        let message = &mut ip[ipv4::HEADER_LEN..];
+        message[0] = icmp::msg_type::ECHO_REQUEST;
+        message[4..6].copy_from_slice(&ident.to_be_bytes());
+        message[6..8].copy_from_slice(&seq.to_be_bytes());
+        let sum = !checksum::fold(checksum::sum(message));
+        message[2..4].copy_from_slice(&sum.to_be_bytes());
+        frame
+    }
+
+    fn reply_to(mut frame: Vec<u8>) -> Vec<u8> {
+        let iface = Interface {
+            mac: EthernetAddress([0x02, 0, 0, 0, 0, 0x01]),
+            addr: Ipv4Addr::new(192, 168, 10, 1),
+            prefix_len: 24,
+            mtu: 1500,
+        };
+        let len = frame.len();
+        let mut pkt = PacketBuf::new(&mut frame, len);
+        assert!(echo_reply(&mut pkt, &iface));
+        frame
+    }
+
+    /// A fuzzing find (fuzz target control_builders): identifier 0, sequence 0 and no data
+    /// make the reply all zeros but its checksum, which must then be 0xffff, not 0x0000.
+    #[test]
+    fn echo_reply_of_all_zero_data_has_a_checksum_that_verifies() {
+        for (ident, seq, data) in [(0, 0, &b""[..]), (0, 0, &[0, 0][..]), (7, 1, &b"ping"[..])] {
+            let reply = reply_to(echo_request(ident, seq, data));
+            let message = &reply[ethernet::HEADER_LEN + ipv4::HEADER_LEN..];
+            assert_eq!(message[0], icmp::msg_type::ECHO_REPLY);
+            assert_eq!(
+                checksum::fold(checksum::sum(message)),
+                0xffff,
+                "ident {ident} seq {seq} data {data:?}: checksum {:#06x}",
+                u16::from_be_bytes([message[2], message[3]])
+            );
+        }
+    }
 
     #[test]
     fn arp_keeps_half_the_control_ring_for_itself() {
