@@ -783,8 +783,7 @@ impl Harness {
                 Some(arrived)
                     if epoch == self.epoch
                         && shape.fragment < 2
-                        && !is_generated(arrived, &outside.reversed())
-                        && !known_portless_ownership(&c, &outside) =>
+                        && !is_generated(arrived, &outside.reversed()) =>
                 {
                     assert_eq!(
                         arrived,
@@ -793,7 +792,7 @@ impl Harness {
                     );
                     assert_eq!(port, c.client_port, "the answer left by another port");
                     assert!(
-                        !strict() || outcome.worker == c.owner,
+                        outcome.worker == c.owner,
                         "the answer was handled by worker {}, the flow by {}: {c:?}",
                         outcome.worker,
                         c.owner
@@ -864,8 +863,7 @@ impl Harness {
             let frame = &self.buf[..outcome.len];
             let quoted = quoted_tuple(frame);
             let Some(quoted) = quoted else { return };
-            if seen.epoch != self.epoch || quote_len < 28 || known_portless_ownership(&c, &outside)
-            {
+            if seen.epoch != self.epoch || quote_len < 28 {
                 return;
             }
             // The sent side of the erroring datagram, before the gateway translated it.
@@ -990,25 +988,6 @@ thread_local! {
 
 /// Far from where `now` would overflow, even after the largest time steps of an input.
 const REBUILD_AFTER_NS: u64 = 1 << 62;
-
-/// Known, not fixed here (stateful.rs belongs to the ownership change of the same issue): a
-/// masqueraded flow of a protocol without ports (GRE, ESP, ...) lives on its inside host's
-/// worker, but replies to the gateway's address go to the owner of port 0's class. With two
-/// inside hosts on two workers talking GRE to one outside host, both workers hold a flow with
-/// the same reply tuple, and replies for one reach the other's host. Tolerated unless
-/// FUZZ_STRICT=1, so the campaign can look for anything else.
-fn known_portless_ownership(c: &Conversation, outside: &Tuple) -> bool {
-    !strict() && !matches!(c.protocol, TCP | UDP | ICMP) && outside.src != c.client.src
-}
-
-/// FUZZ_STRICT=1: known issues fail, and both directions of a conversation must be handled
-/// by one worker (issue 14 item 1: today an untranslated flow's owner is its source host's,
-/// which differs between the directions; the answer then starts a flow of its own on the
-/// other worker, which the routed case's policy may let through).
-fn strict() -> bool {
-    static STRICT: OnceLock<bool> = OnceLock::new();
-    *STRICT.get_or_init(|| std::env::var_os("FUZZ_STRICT").is_some_and(|v| v == "1"))
-}
 
 /// How often each check ran, so a campaign can show its invariants were not vacuous:
 /// FUZZ_STATS=1 prints them every 1,000 inputs (e.g. over a corpus with -runs=0).

@@ -741,6 +741,51 @@ fn no_host_bits(field: String, prefix: &Ipv4Cidr) -> Result<(), ConfigError> {
     ))
 }
 
+/// Every key of the file must be a plain name (letters, digits, `_`, `-`). The config crate
+/// reads a quoted key such as `"a[-9]"` or `"a[33333333333332]"` as a path with an array
+/// subscript and panics or aborts on the allocation (config 0.14; found by fuzzing), which
+/// would take a running gateway down on reload. No field of the schema needs another key.
+fn check_keys(path: &Path) -> Result<(), ConfigError> {
+    fn walk(value: &toml::Value, at: &str) -> Result<(), ConfigError> {
+        match value {
+            toml::Value::Table(table) => {
+                for (key, value) in table {
+                    let field = if at.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{at}.{key}")
+                    };
+                    let plain = !key.is_empty()
+                        && key
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                    if !plain {
+                        return Err(invalid(
+                            field,
+                            format!("{key:?} is not a field name (letters, digits, _ and - only)"),
+                        ));
+                    }
+                    walk(value, &field)?;
+                }
+                Ok(())
+            }
+            toml::Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, item)| walk(item, &format!("{at}[{i}]"))),
+            _ => Ok(()),
+        }
+    }
+    // Unreadable or not TOML: the config crate's own error says it, with the line.
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    match text.parse::<toml::Table>() {
+        Ok(table) => walk(&toml::Value::Table(table), ""),
+        Err(_) => Ok(()),
+    }
+}
+
 fn subnets_overlap(a: &Ipv4Cidr, b: &Ipv4Cidr) -> bool {
     let wider = a.mask() & b.mask();
     u32::from(a.addr) & wider == u32::from(b.addr) & wider
@@ -760,6 +805,7 @@ impl GatewayConfig {
             path: path.display().to_string(),
             source,
         };
+        check_keys(path)?;
         let source = config::Config::builder()
             .add_source(config::File::from(path).format(config::FileFormat::Toml))
             .add_source(

@@ -204,6 +204,16 @@ fn every_bad_file_is_refused_naming_its_field() {
             "source_validation",
         ),
         (
+            "a quoted key with a negative subscript (crashed the config crate)",
+            appended("[\"1[-9].12\"]"),
+            "1[-9].12",
+        ),
+        (
+            "a quoted key with a huge subscript (aborted on the allocation)",
+            appended("[\"a[33333333333332]\"]\nx = 1"),
+            "a[33333333333332]",
+        ),
+        (
             "an unknown field",
             replaced("[workers]", "[workers]\nspeed = 3"),
             "speed",

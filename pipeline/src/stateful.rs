@@ -158,7 +158,13 @@ impl Pipeline {
         }
         // Kept with the flow's first fragment, so a datagram's pieces leave in order.
         if self.ownership.workers() > 1 && !ingress.handed_off {
-            let owner = address_owner(router, self.ownership, ip.src_addr(), ip.dst_addr());
+            let owner = address_owner(
+                router,
+                self.ownership,
+                ip.protocol(),
+                ip.src_addr(),
+                ip.dst_addr(),
+            );
             if owner != self.worker {
                 return Stage::Done(Verdict::Handoff { worker: owner });
             }
@@ -314,10 +320,7 @@ impl Pipeline {
         } else {
             None
         };
-        let has_ports = matches!(
-            key.protocol,
-            ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
-        );
+        let has_ports = has_ports(key.protocol);
         let mut binding = None;
         let (src, src_port) = match (snat_address, nat.as_mut()) {
             (None, _) => (key.src, key.src_port),
@@ -585,9 +588,22 @@ pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &Flow
         return ownership.host_owner(forward.to);
     }
     if router.local_port(key.dst).is_some() {
+        // A masqueraded protocol without ports (GRE, ESP) keeps its outside peer's address
+        // alone: its replies name nothing else.
+        if !has_ports(key.protocol) {
+            return ownership.host_owner(key.src);
+        }
         return ownership.port_owner(key.dst_port);
     }
-    address_owner(router, ownership, key.src, key.dst)
+    address_owner(router, ownership, key.protocol, key.src, key.dst)
+}
+
+/// TCP, UDP and ICMP queries carry the ports (or identifiers) NAT translates.
+fn has_ports(protocol: u8) -> bool {
+    matches!(
+        protocol,
+        ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
+    )
 }
 
 /// The owner of traffic between two addresses that are not the gateway's: see [`flow_owner`].
@@ -595,6 +611,7 @@ pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &Flow
 pub(crate) fn address_owner(
     router: &RouterConfig,
     ownership: Ownership,
+    protocol: u8,
     src: Ipv4Addr,
     dst: Ipv4Addr,
 ) -> u16 {
@@ -603,6 +620,17 @@ pub(crate) fn address_owner(
             router.stateful.masquerade.get(usize::from(route.port)) == Some(&false)
         })
     };
+    if !has_ports(protocol) {
+        // A masqueraded flow without ports is answered to the gateway's address by its
+        // outside peer alone (see `flow_owner`): the outside end owns such flows, the
+        // destination first, since a flow toward the outside is the one masquerade
+        // translates.
+        return match (inside(src), inside(dst)) {
+            (_, false) => ownership.host_owner(dst),
+            (false, true) => ownership.host_owner(src),
+            (true, true) => ownership.pair_owner(src, dst),
+        };
+    }
     match (inside(src), inside(dst)) {
         (true, false) => ownership.host_owner(src),
         (false, true) => ownership.host_owner(dst),

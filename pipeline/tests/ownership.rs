@@ -28,6 +28,8 @@ use proptest::prelude::*;
 const ROOM: usize = 2048;
 const TCP: u8 = 6;
 const UDP: u8 = 17;
+/// A protocol without ports: masquerade can only change its address.
+const GRE: u8 = 47;
 const SYN: u8 = 0x02;
 const ACK: u8 = 0x10;
 const FORWARDED_TCP: u16 = 8080;
@@ -239,7 +241,7 @@ struct Flow {
 
 fn flow() -> impl Strategy<Value = Flow> {
     (
-        prop_oneof![Just(TCP), Just(UDP)],
+        prop_oneof![Just(TCP), Just(UDP), Just(GRE)],
         source(),
         destination(),
         1024u16..,
@@ -283,10 +285,14 @@ fn frame(
         }
         let body: &[u8] = if tcp_flags == SYN { &[] } else { &payload };
         builder.write(&mut out, body).unwrap();
-    } else {
+    } else if protocol == UDP {
         builder
             .udp(src_port, dst_port)
             .write(&mut out, &payload)
+            .unwrap();
+    } else {
+        builder
+            .write(&mut out, IpNumber(protocol), &payload)
             .unwrap();
     }
     out
@@ -300,6 +306,7 @@ fn tuple(frame: &[u8]) -> (Ipv4Addr, u16, Ipv4Addr, u16) {
             let tcp = TcpHeader::from_slice(rest).unwrap().0;
             (tcp.source_port, tcp.destination_port)
         }
+        IpNumber(GRE) => (0, 0),
         _ => {
             let udp = UdpHeader::from_slice(rest).unwrap().0;
             (udp.source_port, udp.destination_port)
@@ -429,15 +436,20 @@ proptest! {
             let src = flow.src.addr(n);
             let dst = flow.dst.addr(n);
             // A repeated source is another packet of an earlier flow, or shares its mapping.
-            if src == dst || !seen.insert((flow.protocol, src, flow.src_port)) {
+            // Without ports, two inside hosts masqueraded to one peer would share a reply
+            // tuple: one such flow per case.
+            let src_port = if flow.protocol == GRE { 0 } else { flow.src_port };
+            let dedupe = if flow.protocol == GRE { Ipv4Addr::UNSPECIFIED } else { src };
+            if src == dst || !seen.insert((flow.protocol, dedupe, src_port)) {
                 continue;
             }
             let dst_port = match (flow.dst, flow.to_forwarded_port, flow.protocol) {
                 (Place::Gateway(_), true, TCP) => FORWARDED_TCP,
-                (Place::Gateway(_), true, _) => FORWARDED_UDP,
+                (Place::Gateway(_), true, UDP) => FORWARDED_UDP,
+                _ if flow.protocol == GRE => 0,
                 _ => flow.dst_port,
             };
-            let first = frame(&topology, flow.protocol, (src, flow.src_port), (dst, dst_port), SYN);
+            let first = frame(&topology, flow.protocol, (src, src_port), (dst, dst_port), SYN);
             let ingress = topology.port_of(src);
             let flows_before = gateway.flows();
             let (owner, verdict, sent) = gateway.deliver(&first, ingress, flow.arrivals[0]);
@@ -463,7 +475,7 @@ proptest! {
             prop_assert_eq!(verdict, Verdict::Transmit { port: ingress }, "the reply was not sent back");
             prop_assert_eq!(gateway.flows(), flows_before + 1, "the reply made a flow of its own");
             let (back_src, back_src_port, back_dst, back_dst_port) = tuple(&back);
-            prop_assert_eq!((back_dst, back_dst_port), (src, flow.src_port), "reply not translated back");
+            prop_assert_eq!((back_dst, back_dst_port), (src, src_port), "reply not translated back");
             prop_assert_eq!((back_src, back_src_port), (dst, dst_port), "reply source not restored");
 
             // An ICMP error about the packet as it left, from where it went.
