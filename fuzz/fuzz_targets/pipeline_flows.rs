@@ -265,6 +265,7 @@ fn config(variant: usize) -> RouterConfig {
     let icmp = IcmpLimits {
         errors_per_sec: 50,
         burst: 8,
+        ..IcmpLimits::default()
     };
     RouterConfig::new(interfaces, &routes, icmp)
         .expect("the fuzz router config builds")
@@ -367,10 +368,12 @@ impl Harness {
                         capacity: FLOWS,
                         timeouts: timeouts(),
                         tcp_loose: worker == 1,
+                        ..ConntrackConfig::default()
                     },
                     nat_ports: NAT_PORTS,
                     nat_bindings: NAT_BINDINGS,
                     meter: Some(Arc::new(pipeline::meter::HostMeter::new(16))),
+                    ..WorkerSetup::default()
                 };
                 let mut pipeline = Pipeline::for_worker(
                     shared.configs[0].clone(),
