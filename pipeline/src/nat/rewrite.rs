@@ -444,7 +444,17 @@ pub fn rewrite_icmp_error(
         &mut icmp_sum,
     );
     if let (Some(at), Some(sum)) = (l4_checksum_at, l4_sum) {
-        let sum = if udp && sum == 0 { 0xffff } else { sum };
+        // UDP sends a computed 0 as 0xffff (0 is "no checksum"). A quoted ICMP query whose
+        // bytes are all zero checks only as 0xffff, as in `rewrite_endpoint`: Eqn. 3 gives 0.
+        let checksum_field = at..at + 2;
+        let all_zero_query = quote.l4 == QuotedL4::IcmpQuery
+            && (quote.l4_start..message.len())
+                .all(|i| checksum_field.contains(&i) || message[i] == 0);
+        let sum = if sum == 0 && (udp || all_zero_query) {
+            0xffff
+        } else {
+            sum
+        };
         write_word(message, at, sum, &mut icmp_sum);
     }
     message[offset::ICMP_CHECKSUM..offset::ICMP_CHECKSUM + 2]
