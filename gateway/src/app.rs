@@ -12,7 +12,7 @@ use pipeline::meter::HostMeter;
 use pipeline::nat::Ownership;
 use pipeline::neigh::NeighborConfig;
 use pipeline::wire::EthernetAddress;
-use pipeline::{NeighborView, Pipeline, WorkerCounters, WorkerSetup};
+use pipeline::{NeighborView, Pipeline, WorkerCounters};
 
 use crate::bonds::BondWatch;
 use crate::config::{
@@ -27,7 +27,7 @@ use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
 use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
-use crate::pipeline_config::{conntrack_config, router_config};
+use crate::pipeline_config::{router_config, worker_setup};
 use crate::published::Published;
 use crate::reload;
 use crate::worker::Worker;
@@ -263,15 +263,7 @@ fn serve(
         // Allocated even while the meter is off, so that a reload can switch it on.
         let meter = Arc::new(HostMeter::new(config.traffic_meter.capacity));
         meters.push(meter.clone());
-        let setup = WorkerSetup {
-            worker: index as u16,
-            workers,
-            conntrack: conntrack_config(config),
-            nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
-            nat_bindings: config.nat.binding_capacity,
-            nat_host_ports: config.nat.host_ports,
-            meter: Some(meter),
-        };
+        let setup = worker_setup(config, index as u16, workers, Some(meter));
         let pipeline =
             Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
                 .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;

@@ -34,19 +34,9 @@ pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
     let router = std::sync::Arc::new(router_config(config, &macs)?);
     let workers = config.workers.lcores.len() as u16;
     for worker in 0..workers {
-        let setup = pipeline::WorkerSetup {
-            worker,
-            workers,
-            // The table's size was validated; a small one spares check-config the memory.
-            conntrack: TableConfig {
-                capacity: 1,
-                ..conntrack_config(config)
-            },
-            nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
-            nat_bindings: config.nat.binding_capacity,
-            nat_host_ports: config.nat.host_ports,
-            meter: None,
-        };
+        let mut setup = worker_setup(config, worker, workers, None);
+        // The table's size was validated; a small one spares check-config the memory.
+        setup.conntrack.capacity = 1;
         pipeline::Pipeline::for_worker(
             router.clone(),
             std::sync::Arc::new(pipeline::NeighborView::default()),
@@ -56,6 +46,24 @@ pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
         .map_err(|err| anyhow::anyhow!("nat.port_range: worker {worker}'s NAT pool: {err:?}"))?;
     }
     Ok(())
+}
+
+/// Worker `worker` of `workers` as the config sizes it: its flow table and NAT pool.
+pub fn worker_setup(
+    config: &GatewayConfig,
+    worker: u16,
+    workers: u16,
+    meter: Option<std::sync::Arc<pipeline::meter::HostMeter>>,
+) -> pipeline::WorkerSetup {
+    pipeline::WorkerSetup {
+        worker,
+        workers,
+        conntrack: conntrack_config(config),
+        nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
+        nat_bindings: config.nat.binding_capacity,
+        nat_host_ports: config.nat.host_ports,
+        meter,
+    }
 }
 
 pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result<RouterConfig> {
