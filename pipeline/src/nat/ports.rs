@@ -1180,16 +1180,21 @@ mod tests {
         assert_eq!((p.host_ports(host(1)), p.hosts_at_limit()), (0, 0));
     }
 
-    #[test]
-    fn reserved_ports_are_never_allocated() {
-        let mut p = NatPool::new(
+    /// One worker's pool of ports 1024-1100 on two external addresses.
+    fn two_address_pool() -> NatPool {
+        NatPool::new(
             &[EXT, Ipv4Addr::new(203, 0, 113, 2)],
             1024..=1100,
             0,
             Ownership::new(1),
             4096,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn reserved_ports_are_never_allocated() {
+        let mut p = two_address_pool();
         let full = p.capacity();
         p.reserve(TCP, 1025);
         p.reserve(TCP, 1025);
@@ -1220,14 +1225,7 @@ mod tests {
 
     #[test]
     fn unreserved_ports_come_back_once_unbound() {
-        let mut p = NatPool::new(
-            &[EXT, Ipv4Addr::new(203, 0, 113, 2)],
-            1024..=1100,
-            0,
-            Ownership::new(1),
-            4096,
-        )
-        .unwrap();
+        let mut p = two_address_pool();
         let full = p.capacity();
         p.reserve(TCP, 1025);
         p.unreserve(TCP, 1025);
