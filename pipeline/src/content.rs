@@ -558,6 +558,11 @@ impl ContentInspector {
 
     /// A flow ended, or was decided elsewhere: frees its slot, if it has one.
     pub fn forget(&mut self, flow: u32) {
+        // Every new flow is forgotten: with nothing inspected (keyword block off, or no
+        // stream in flight), that must not cost a cache miss in the table.
+        if self.in_use == 0 {
+            return;
+        }
         if let Some(i) = self.find(flow) {
             self.free(i);
         }
