@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 GATEWAY := target/release/gateway
 
-.PHONY: all deps hugepages build demo test lint unit e2e bench lab-bench clean fuzz fuzz-smoke
+.PHONY: all deps hugepages build demo test lint unit e2e bench lab-bench clean fuzz fuzz-smoke instructions
 
 all: build
 
@@ -43,6 +43,10 @@ fuzz-smoke: deps
 
 bench: build hugepages
 	$(GATEWAY) bench
+
+# Pipeline instructions per packet under callgrind: repeatable where cycles are noise.
+instructions: deps
+	scripts/instructions.sh
 
 # Issue 7: iperf3 through the port forward per feature mode, against a Linux router (nftables)
 # and dpdk-testpmd macfwd in the same lab. LAB_BENCH_RUNS, LAB_BENCH_REF_RUNS, LAB_BENCH_SECONDS,

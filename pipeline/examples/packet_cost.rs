@@ -1,10 +1,13 @@
-//! What a spoofed SYN at a port forward costs next to established NAT traffic, without DPDK,
-//! so that valgrind can count it: `cargo run --release -p pipeline --example syn_cost --
-//! FLOWS PACKETS SYN_EVERY`. Established UDP flows through masquerade (outbound and reply, as
-//! `gateway bench` sends them) run for PACKETS packets; every SYN_EVERY-th packet (0: none) is
-//! instead a SYN from a random source at the forwarded port. Under
-//! `valgrind --tool=callgrind`, the difference between SYN_EVERY = 0 and another value, over
-//! the number of SYNs, is the instructions (and with `--cache-sim=yes`, the misses) per SYN.
+//! What a packet costs the pipeline, without DPDK, so that valgrind can count it to the
+//! instruction on a noisy machine: `packet_cost FLOWS PACKETS KIND EVERY`. Established UDP
+//! flows through masquerade (outbound and reply, as `gateway bench` sends them) run for
+//! PACKETS packets; every EVERY-th packet (0: none) is instead one of KIND:
+//! - `syn`: a SYN from a random (spoofed) source at a TCP port forward;
+//! - `new`: the first packet of a new UDP flow from a LAN host through masquerade.
+//!
+//! `scripts/instructions.sh` runs it under `valgrind --tool=callgrind` at two lengths and
+//! reports the difference over the packets between them: instructions per packet, free of
+//! set-up costs. Run alone, it prints nanoseconds per packet (noisy, for a first look).
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -16,8 +19,8 @@ use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::router::{PortForward, Stateful};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
-    IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig, StaticRoute, Verdict,
-    WorkerCounters, WorkerSetup,
+    DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,
+    StaticRoute, Verdict, WorkerCounters, WorkerSetup,
 };
 
 const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
@@ -27,6 +30,22 @@ const WAN_ADDR: [u8; 4] = [100, 64, 0, 1];
 const UPSTREAM: [u8; 4] = [100, 64, 0, 2];
 const HOSTS: u32 = 1000;
 const FORWARDED_PORT: u16 = 8080;
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Syn,
+    NewFlow,
+}
+
+impl Kind {
+    /// SYNs come from the WAN, new flows from the LAN.
+    fn ingress(self) -> u16 {
+        match self {
+            Kind::Syn => 1,
+            Kind::NewFlow => 0,
+        }
+    }
+}
 
 fn host(h: u32) -> Ipv4Addr {
     Ipv4Addr::from(0x0a00_0100 + h)
@@ -119,12 +138,17 @@ fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16, room: &mut [u8])
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|arg| arg.parse().expect("FLOWS PACKETS SYN_EVERY"))
-        .collect();
-    let [flows, packets, syn_every] = args[..] else {
-        panic!("usage: syn_cost FLOWS PACKETS SYN_EVERY");
+    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new EVERY";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [flows, packets, kind, every] = &args[..] else {
+        panic!("{USAGE}");
+    };
+    let number = |arg: &str| arg.parse::<u64>().expect(USAGE);
+    let (flows, packets, every) = (number(flows), number(packets), number(every));
+    let kind = match kind.as_str() {
+        "syn" => Kind::Syn,
+        "new" => Kind::NewFlow,
+        _ => panic!("{USAGE}"),
     };
     let flows = flows as u32;
     let neighbors = NeighborView::new(
@@ -132,11 +156,14 @@ fn main() {
             .map(|h| (host(h), EthernetAddress(host_mac(h))))
             .chain([(Ipv4Addr::from(UPSTREAM), EthernetAddress(UPSTREAM_MAC))]),
     );
-    let capacity = (flows as usize + flows as usize / 2).next_power_of_two();
+    // As `gateway bench` sizes it, with room for the new flows too.
+    let extras = packets.checked_div(every).unwrap_or(0) as usize;
+    let capacity = (flows as usize + extras + (flows as usize + extras) / 2).next_power_of_two();
+    let counters = Arc::new(WorkerCounters::default());
     let mut pipeline = Pipeline::for_worker(
         router(),
         Arc::new(neighbors),
-        Arc::new(WorkerCounters::default()),
+        counters.clone(),
         WorkerSetup {
             conntrack: ConntrackConfig {
                 capacity,
@@ -144,7 +171,8 @@ fn main() {
                 half_open: capacity / 16,
                 ..ConntrackConfig::default()
             },
-            nat_bindings: 4 * HOSTS as usize,
+            // Room for the new flows' bindings too.
+            nat_bindings: 4 * HOSTS as usize + packets as usize,
             ..WorkerSetup::default()
         },
     )
@@ -182,31 +210,45 @@ fn main() {
             )
         })
         .collect();
-    let syns: Vec<Vec<u8>> = (0..packets.checked_div(syn_every).unwrap_or(0) as u32)
+    let extras: Vec<Vec<u8>> = (0..extras as u32)
         .map(|i| {
             let x = i.wrapping_mul(0x9e37_79b9) ^ (i >> 7);
-            syn(
-                Ipv4Addr::from(0x0b00_0000 | (x & 0x00ff_ffff)),
-                1024 | (x >> 22) as u16,
-                x,
-            )
+            match kind {
+                Kind::Syn => syn(
+                    Ipv4Addr::from(0x0b00_0000 | (x & 0x00ff_ffff)),
+                    1024 | (x >> 22) as u16,
+                    x,
+                ),
+                // Host i % HOSTS, a source port of its own per flow.
+                Kind::NewFlow => udp(
+                    host_mac(i % HOSTS),
+                    LAN_MAC,
+                    host(i % HOSTS),
+                    remote(x),
+                    (10_000 + (i / HOSTS) as u16, 443),
+                ),
+            }
         })
         .collect();
-
     let start = Instant::now();
-    let (forwarded, syns_sent) = measure(
+    let (forwarded, extras_sent) = measure(
         &mut pipeline,
         &outbound,
         &replies,
-        &syns,
+        (&extras, kind.ingress()),
         packets,
-        syn_every,
+        every,
     );
     let elapsed = start.elapsed();
     println!(
-        "{packets} packets ({syns_sent} SYNs), {forwarded} forwarded, {:.1} ns/packet",
+        "{packets} packets ({extras_sent} {kind:?}), {forwarded} forwarded, {:.1} ns/packet",
         elapsed.as_nanos() as f64 / packets as f64
     );
+    for &reason in DropReason::ALL {
+        if counters.dropped(reason) > 0 {
+            println!("dropped as {reason:?}: {}", counters.dropped(reason));
+        }
+    }
 }
 
 /// The measured loop, apart so that `valgrind --toggle-collect='*measure*'` counts only it.
@@ -215,17 +257,17 @@ fn measure(
     pipeline: &mut Pipeline,
     outbound: &[Vec<u8>],
     replies: &[Vec<u8>],
-    syns: &[Vec<u8>],
+    (extras, ingress): (&[Vec<u8>], u16),
     packets: u64,
-    syn_every: u64,
+    every: u64,
 ) -> (u64, usize) {
-    let (mut forwarded, mut syns_sent) = (0u64, 0usize);
+    let (mut forwarded, mut extras_sent) = (0u64, 0usize);
     let mut room = vec![0u8; 2048];
     let flows = outbound.len() as u64;
     for i in 0..packets {
-        let verdict = if syn_every != 0 && i % syn_every == 0 && syns_sent < syns.len() {
-            syns_sent += 1;
-            process(pipeline, &syns[syns_sent - 1], 1, &mut room)
+        let verdict = if every != 0 && i % every == 0 && extras_sent < extras.len() {
+            extras_sent += 1;
+            process(pipeline, &extras[extras_sent - 1], ingress, &mut room)
         } else {
             let flow = (i / 2 % flows) as usize;
             if i % 2 == 0 {
@@ -236,5 +278,5 @@ fn measure(
         };
         forwarded += u64::from(matches!(verdict, Verdict::Transmit { .. }));
     }
-    (forwarded, syns_sent)
+    (forwarded, extras_sent)
 }
