@@ -16,8 +16,9 @@
 use crate::firewall::{Action, ZoneId};
 use crate::flow::FlowKey;
 use crate::forward::{Ingress, Pipeline};
+use crate::router::Interface;
 use crate::verdict::{DropReason, Verdict};
-use crate::wire::{ipv4, Ipv4Packet};
+use crate::wire::{ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet};
 
 /// The DHCP server's UDP port (the kernel twin's dnsmasq, for a LAN).
 pub const DHCP_SERVER_PORT: u16 = 67;
@@ -99,5 +100,117 @@ impl Pipeline {
             Action::Accept => Verdict::Punt { port: ingress.port },
             Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),
         })
+    }
+}
+
+/// Whether an ARP frame received on `iface` concerns the gateway's address there (a request
+/// for it, a reply to it), so that the kernel twin gets a copy: Linux then learns its
+/// neighbours as it would on a wire of its own. The dataplane's table stays the one that
+/// forwarding uses, and still decides what to answer and learn.
+pub fn arp_for_twin(frame: &[u8], iface: &Interface) -> bool {
+    parse_arp(frame).is_some_and(|arp| {
+        arp.target_protocol_addr() == iface.addr
+            && matches!(arp.operation(), ArpOperation::Request | ArpOperation::Reply)
+    })
+}
+
+/// Whether a frame the kernel sent on `iface`'s twin must stay off the wire: an ARP reply
+/// from the gateway's own address. The dataplane answers requests for it itself, after its
+/// checks (a sender it refuses to bind gets no answer), which the kernel's answer would
+/// bypass. The kernel's requests, and everything else, go out.
+pub fn is_kernel_arp_reply(frame: &[u8], iface: &Interface) -> bool {
+    parse_arp(frame).is_some_and(|arp| {
+        arp.operation() == ArpOperation::Reply && arp.sender_protocol_addr() == iface.addr
+    })
+}
+
+fn parse_arp(frame: &[u8]) -> Option<ArpPacket<&[u8]>> {
+    let frame = EthernetFrame::new_checked(frame).ok()?;
+    if frame.ethertype() != ethernet::ethertype::ARP {
+        return None;
+    }
+    let payload = &frame.into_inner()[ethernet::HEADER_LEN..];
+    ArpPacket::new_checked(payload).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{ArpRepr, EthernetAddress};
+    use std::net::Ipv4Addr;
+
+    const OURS: Ipv4Addr = Ipv4Addr::new(192, 168, 10, 1);
+    const HOST: Ipv4Addr = Ipv4Addr::new(192, 168, 10, 2);
+    const OTHER: Ipv4Addr = Ipv4Addr::new(192, 168, 10, 3);
+    const OUR_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+    const HOST_MAC: EthernetAddress = EthernetAddress([2, 0xaa, 0, 0, 0, 2]);
+
+    fn iface() -> Interface {
+        Interface {
+            mac: OUR_MAC,
+            addr: OURS,
+            prefix_len: 24,
+            mtu: 1500,
+        }
+    }
+
+    fn arp(
+        operation: ArpOperation,
+        sender: (EthernetAddress, Ipv4Addr),
+        target: Ipv4Addr,
+    ) -> Vec<u8> {
+        let mut frame = vec![0u8; 42];
+        frame[..6].copy_from_slice(&[0xff; 6]);
+        frame[6..12].copy_from_slice(&sender.0 .0);
+        frame[12..14].copy_from_slice(&ethernet::ethertype::ARP.to_be_bytes());
+        let repr = ArpRepr {
+            operation,
+            source_hardware_addr: sender.0,
+            source_protocol_addr: sender.1,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        };
+        repr.emit(&mut ArpPacket::new_unchecked(&mut frame[14..]));
+        frame
+    }
+
+    #[test]
+    fn the_twin_gets_arp_about_our_address_only() {
+        let iface = iface();
+        assert!(arp_for_twin(
+            &arp(ArpOperation::Request, (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(arp_for_twin(
+            &arp(ArpOperation::Reply, (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(!arp_for_twin(
+            &arp(ArpOperation::Request, (HOST_MAC, HOST), OTHER),
+            &iface
+        ));
+        assert!(!arp_for_twin(
+            &arp(ArpOperation::Unknown(9), (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(!arp_for_twin(&[0u8; 10], &iface));
+    }
+
+    #[test]
+    fn the_kernels_replies_for_our_address_stay_off_the_wire_its_requests_go() {
+        let iface = iface();
+        assert!(is_kernel_arp_reply(
+            &arp(ArpOperation::Reply, (OUR_MAC, OURS), HOST),
+            &iface
+        ));
+        assert!(!is_kernel_arp_reply(
+            &arp(ArpOperation::Request, (OUR_MAC, OURS), HOST),
+            &iface
+        ));
+        assert!(!is_kernel_arp_reply(
+            &arp(ArpOperation::Reply, (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(!is_kernel_arp_reply(&[0u8; 60], &iface));
     }
 }
