@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Kernel twins: the LAN interface's twin (a net_tap device with the LAN's MAC and
-# 192.168.10.1/24) lives in the namespace gwlab-gw, never in the root namespace the gateway
-# runs in, so the test host's routes are untouched. Real daemons on it:
-# - a TCP service on the twin is reachable from the LAN host and refused from the WAN by the
-#   default local policy (wan -> local: drop);
+# Kernel twins: the LAN's and the WAN's twins (net_tap devices with their interface's MAC and
+# address) live in the namespace gwlab-gw, never in the root namespace the gateway runs in,
+# so the test host's routes are untouched. Real daemons on them:
+# - a TCP service on the twins is reachable from the LAN host and refused from the WAN by
+#   the default local policy (wan -> local: drop), until a local rule (applied by a reload)
+#   opens its port to the WAN;
 # - the LAN host, its address removed, gets a lease from dnsmasq on the twin with dhclient
 #   (broadcast DHCP punted, the kernel's unicast answers transmitted by worker 0), resolves
 #   a name with that dnsmasq, and reaches the WAN host through masquerade;
@@ -49,6 +50,7 @@ kernel_twin = true
 name = "wan"
 device = "net_af_packet1,iface=gwl-wan"
 address = "10.0.0.1/24"
+kernel_twin = true
 [[routes]]
 destination = "0.0.0.0/0"
 via = "10.0.0.2"
@@ -61,6 +63,7 @@ punt_burst = 200
 [metrics]
 listen = "127.0.0.1:19131"
 TOML
+with_e2e_workers "$WORK/twins.toml"
 METRICS=http://127.0.0.1:19131/metrics
 start_gateway "$WORK/twins.toml"
 
@@ -96,6 +99,25 @@ dropped_after=$(metric 'gateway_dropped_packets_total{reason="firewall_drop"')
 ((dropped_after > dropped_before)) ||
     fail "the WAN's attempts were not counted as firewall_drop ($dropped_before -> $dropped_after)"
 pass "the WAN host is refused by the default local policy ($((dropped_after - dropped_before)) firewall drops)"
+cat >>"$WORK/twins.toml" <<'TOML'
+[[firewall.rules]]
+name = "web-on-the-gateway-from-wan"
+from = "wan"
+to = "local"
+protocol = "tcp"
+destination_ports = "8080"
+action = "accept"
+TOML
+reloaded_before=$(metric 'gateway_config_reloads_total{result="success"}')
+kill -HUP "$GATEWAY_PID"
+for _ in $(seq 1 50); do
+    (($(metric 'gateway_config_reloads_total{result="success"}') > reloaded_before)) && break
+    sleep 0.1
+done
+(($(metric 'gateway_config_reloads_total{result="success"}') > reloaded_before)) ||
+    fail "the reload adding the local rule was not applied"
+expect_output "a local rule opens the service to the WAN host, on the WAN twin" \
+    "served by the LAN twin" wan curl -sf --max-time 5 http://10.0.0.1:8080/twin.txt
 
 # (b) DHCP from dnsmasq on the twin, DNS from it, then masquerade.
 gw dnsmasq --keep-in-foreground --conf-file=/dev/null --user=root --interface=lan \
