@@ -10,6 +10,8 @@
 #   a name with that dnsmasq, and reaches the WAN host through masquerade;
 # - a UDP flood at 192.168.10.1 is held to the punt budget and counted, while forwarding
 #   goes on.
+# Then a gateway run inside gwlab-gw without kernel_twins.netns: its twin appears in that,
+# its own, namespace, under kernel_twin_name, with the port's MAC and IPv6 off.
 # (The HTTP servers bind 0.0.0.0: http.server looks up the name of a specific address first,
 # and the lab namespaces have no DNS to answer it.)
 set -euo pipefail
@@ -201,4 +203,40 @@ from_twins=$(metric gateway_worker_from_twins_total)
 ((from_twins > 0)) || fail "nothing the kernel sent was counted"
 pass "the kernel sent $from_twins frames through the gateway"
 stop_gateway
-pass "the gateway stops cleanly with its twin"
+pass "the gateway stops cleanly with its twins"
+ip -n "$TWIN_NS" link show lan >/dev/null 2>&1 && fail "the LAN twin outlived the gateway"
+pass "the twins are gone with the gateway"
+
+# Without kernel_twins.netns the twin lives in the gateway's own namespace. Run a gateway
+# inside $TWIN_NS (on a null device, so nothing of the lab is involved) and find its twin
+# there, under its configured name, with the port's MAC and address.
+cat >"$WORK/own-ns.toml" <<'TOML'
+[eal]
+hugepages = "off"
+file_prefix = "gateway-e2e-twin"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "null"
+device = "net_null0,no-rx=1"
+address = "192.168.50.1/24"
+kernel_twin = true
+kernel_twin_name = "twin-null"
+[metrics]
+listen = "127.0.0.1:19132"
+TOML
+cat >"$WORK/gateway-in-ns" <<SH
+#!/bin/sh
+exec ip netns exec $TWIN_NS "$GATEWAY" "\$@"
+SH
+chmod +x "$WORK/gateway-in-ns"
+GATEWAY="$WORK/gateway-in-ns" start_gateway "$WORK/own-ns.toml"
+expect_output "without a netns the twin is in the gateway's own namespace, named as configured" \
+    "inet 192\.168\.50\.1/24" gw ip -4 addr show dev twin-null
+port_mac=$(grep -o 'interface=null address=192.168.50.1/24 mac=[0-9a-f:]*' "$WORK/gateway.log" | sed 's/.*mac=//')
+[[ -n $port_mac && $(gw cat /sys/class/net/twin-null/address) == "$port_mac" ]] ||
+    fail "the twin's MAC is not the port's ($port_mac)"
+[[ $(gw cat /proc/sys/net/ipv6/conf/twin-null/disable_ipv6) == 1 ]] || fail "IPv6 is on on the twin"
+pass "the twin has the port's MAC ($port_mac) and IPv6 off"
+stop_gateway
+pass "that gateway stops cleanly too"
