@@ -5,7 +5,8 @@
 # - a TCP service on the twins is reachable from the LAN host and refused from the WAN by
 #   the default local policy (wan -> local: drop), until a local rule (applied by a reload)
 #   opens its port to the WAN;
-# - the LAN host, its address removed, gets a lease from dnsmasq on the twin with dhclient
+# - the LAN host, its address removed, gets a lease from dnsmasq on the twin (with the shipped
+#   deploy/dnsmasq/gateway-lan.conf) with dhclient
 #   (broadcast DHCP punted, the kernel's unicast answers transmitted by worker 0), resolves
 #   a name with that dnsmasq, and reaches the WAN host through masquerade;
 # - a UDP flood at 192.168.10.1 is held to the punt budget and counted, while forwarding
@@ -32,6 +33,16 @@ gw() { ip netns exec "$TWIN_NS" "$@"; }
 for tool in dnsmasq dhclient; do
     command -v "$tool" >/dev/null || fail "$tool is missing: make deps installs it"
 done
+# The shipped unit that runs dnsmasq on the twin, after the gateway.
+if command -v systemd-analyze >/dev/null; then
+    mkdir -p "$WORK/systemd"
+    cp "$ROOT/deploy/systemd/gateway.service" "$ROOT/deploy/systemd/gateway-dnsmasq.service" "$WORK/systemd/"
+    systemd-analyze verify "$WORK/systemd/gateway-dnsmasq.service" >"$WORK/verify.txt" 2>&1 ||
+        fail "systemd-analyze verify gateway-dnsmasq.service: $(cat "$WORK/verify.txt")"
+    grep -q '^After=gateway.service' "$WORK/systemd/gateway-dnsmasq.service" ||
+        fail "gateway-dnsmasq.service does not start after the gateway"
+    pass "systemd-analyze verify accepts deploy/systemd/gateway-dnsmasq.service"
+fi
 "$ROOT/scripts/lab.sh" up >/dev/null
 ip netns del "$TWIN_NS" 2>/dev/null || true
 ip netns add "$TWIN_NS"
@@ -122,12 +133,23 @@ expect_output "a local rule opens the service to the WAN host, on the WAN twin" 
     "served by the LAN twin" wan curl -sf --max-time 5 http://10.0.0.1:8080/twin.txt
 
 # (b) DHCP from dnsmasq on the twin, DNS from it, then masquerade.
-gw dnsmasq --keep-in-foreground --conf-file=/dev/null --user=root --interface=lan \
-    --bind-interfaces --no-resolv --no-hosts --address=/gateway.lan/192.168.10.1 \
-    --dhcp-range=192.168.10.100,192.168.10.150,255.255.255.0,10m \
-    --dhcp-option=option:router,192.168.10.1 --dhcp-option=option:dns-server,192.168.10.1 \
-    --dhcp-leasefile="$WORK/dnsmasq.leases" --pid-file="$WORK/dnsmasq.pid" \
-    --dhcp-authoritative --no-ping --log-dhcp --log-facility="$WORK/dnsmasq.log" &
+# The shipped config (deploy/dnsmasq/gateway-lan.conf), moved to the lab's subnet, with the
+# test's files and a name to resolve; no upstream resolvers in the lab.
+sed 's/192\.168\.1\./192.168.10./g' "$ROOT/deploy/dnsmasq/gateway-lan.conf" >"$WORK/dnsmasq.conf"
+cat >>"$WORK/dnsmasq.conf" <<CONF
+user=root
+no-resolv
+no-hosts
+address=/gateway.lan/192.168.10.1
+dhcp-leasefile=$WORK/dnsmasq.leases
+pid-file=$WORK/dnsmasq.pid
+log-facility=$WORK/dnsmasq.log
+log-dhcp
+no-ping
+CONF
+gw dnsmasq --test --conf-file="$WORK/dnsmasq.conf" >/dev/null 2>&1 ||
+    fail "dnsmasq refuses deploy/dnsmasq/gateway-lan.conf: $(gw dnsmasq --test --conf-file="$WORK/dnsmasq.conf" 2>&1)"
+gw dnsmasq --keep-in-foreground --conf-file="$WORK/dnsmasq.conf" &
 cat >"$WORK/dhclient-script" <<'SH'
 #!/bin/sh
 # Sets the address and default route only: nothing on the host (resolv.conf) is touched.
@@ -148,7 +170,7 @@ lan timeout 30 dhclient -4 -1 -v -sf "$WORK/dhclient-script" -lf "$WORK/dhclient
     -pf "$WORK/dhclient.pid" eth0 >"$WORK/dhclient.log" 2>&1 ||
     fail "dhclient got no lease: $(tail -n 5 "$WORK/dhclient.log"); dnsmasq: $(tail -n 5 "$WORK/dnsmasq.log" 2>/dev/null)"
 read -r leased dns_server <"$WORK/lease"
-[[ $leased == 192.168.10.1[0-4][0-9] || $leased == 192.168.10.150 ]] ||
+[[ $leased == 192.168.10.1[0-9][0-9] ]] ||
     fail "the lease $leased is not from dnsmasq's range"
 expect_output "the LAN host holds its lease $leased" "inet $leased/24" lan ip -4 addr show dev eth0
 [[ $dns_server == 192.168.10.1 ]] || fail "the lease names DNS server $dns_server"
