@@ -3,7 +3,8 @@
 set -euo pipefail
 
 packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
-          ethtool procps iputils-ping python3 curl prometheus nftables openvswitch-switch)
+          ethtool procps iputils-ping python3 curl prometheus nftables openvswitch-switch
+          dnsmasq-base isc-dhcp-client)
 missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

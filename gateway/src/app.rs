@@ -30,6 +30,7 @@ use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sour
 use crate::pipeline_config::{router_config, worker_setup};
 use crate::published::Published;
 use crate::reload;
+use crate::twins::Twins;
 use crate::worker::Worker;
 
 /// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs.
@@ -238,6 +239,8 @@ fn serve(
     let router = Arc::new(Published::new(Arc::new(router_config(config, &macs)?)));
     let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
     let handles: Vec<_> = ports.iter().map(|port| port.handle()).collect();
+    let twins = Twins::start(config, &macs, &pool)?;
+    let mut punt_rings = Vec::new();
 
     let (control_to_worker, worker_from_control) =
         MbufRing::create("control_to_worker0", 1024, dpdk_sys::SOCKET_ID_ANY)?;
@@ -258,6 +261,13 @@ fn serve(
             dpdk_sys::SOCKET_ID_ANY,
         )?;
         from_workers.push(from_worker);
+        let punt = if twins.any() {
+            let (link, from_worker) = crate::twins::punt_ring(index)?;
+            punt_rings.push(from_worker);
+            Some(link)
+        } else {
+            None
+        };
         let counters = Arc::new(WorkerCounters::default());
         worker_counters.push(counters.clone());
         // Allocated even while the meter is off, so that a reload can switch it on.
@@ -282,6 +292,7 @@ fn serve(
             pool: pool.clone(),
             to_control,
             from_control: worker_from_control.take(),
+            punt,
             router: router.clone(),
             neighbors: neighbors.clone(),
             counters,
@@ -329,7 +340,8 @@ fn serve(
         neighbors,
         control_counters.clone(),
         neighbor_config,
-    );
+    )
+    .with_twins(twins.with_rings(punt_rings));
     control.announce();
     let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
         &config.traffic_meter,

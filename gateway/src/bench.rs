@@ -477,6 +477,7 @@ impl Lab {
             pool: pool.clone(),
             to_control,
             from_control: None,
+            punt: None,
             router: router.clone(),
             neighbors: Arc::new(Published::new(neighbors)),
             counters: counters.clone(),

@@ -41,6 +41,9 @@ pub struct GatewayConfig {
     pub keyword_block: KeywordBlockConfig,
     #[serde(default)]
     pub parental_control: ParentalConfig,
+    /// The interfaces' twins in the kernel and the punt budget (gateway/src/twins.rs).
+    #[serde(default)]
+    pub kernel_twins: crate::twins::KernelTwinsConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Default)]
@@ -294,6 +297,14 @@ pub struct InterfaceConfig {
     /// strict elsewhere.
     #[serde(default)]
     pub source_validation: Option<SourceValidationConfig>,
+    /// Whether the interface has a kernel twin (a tap device with its MAC and address, for
+    /// Linux daemons); omitted: `kernel_twins.inside_by_default` for interfaces that do not
+    /// masquerade, no twin for those that do.
+    #[serde(default)]
+    pub kernel_twin: Option<bool>,
+    /// The twin's name in the kernel; omitted: the interface's name.
+    #[serde(default)]
+    pub kernel_twin_name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -945,6 +956,7 @@ impl GatewayConfig {
             }
         }
         self.validate_stateful()?;
+        crate::twins::validate(self)?;
         if self.qos.enabled && (self.qos.uplink_mbps == 0 || self.qos.downlink_mbps == 0) {
             return Err(invalid(
                 "qos",

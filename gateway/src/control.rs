@@ -16,6 +16,7 @@ use crate::clock::Clock;
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer};
 use crate::egress::split_into_fragments;
 use crate::published::Published;
+use crate::twins::Twins;
 
 /// How often the neighbour table is swept and stale entries re-probed.
 const MAINTENANCE_INTERVAL_NS: u64 = 100_000_000;
@@ -37,6 +38,8 @@ pub struct ControlPlane {
     pub neighbors: Arc<Published<NeighborView>>,
     pub counters: Arc<WorkerCounters>,
     table: NeighborTable<HeldPacket>,
+    /// The interfaces' kernel twins (`crate::twins`); none unless configured.
+    twins: Twins,
     clock: Clock,
     next_maintenance_ns: u64,
 }
@@ -61,9 +64,16 @@ impl ControlPlane {
             neighbors,
             counters,
             table: NeighborTable::new(neighbor_config),
+            twins: Twins::default(),
             clock: Clock::new(),
             next_maintenance_ns: 0,
         }
+    }
+
+    /// Hands the control thread the kernel twins, which it then serves in every `poll`.
+    pub fn with_twins(mut self, twins: Twins) -> Self {
+        self.twins = twins;
+        self
     }
 
     /// Announces every interface's address, so neighbours refresh stale caches at once.
@@ -104,12 +114,24 @@ impl ControlPlane {
             }
             handled += dequeued;
         }
+        handled += self.poll_twins();
         let now_ns = self.clock.now_ns();
         if now_ns >= self.next_maintenance_ns {
             self.maintain(now_ns);
             self.next_maintenance_ns = now_ns + MAINTENANCE_INTERVAL_NS;
         }
         self.flush();
+        handled
+    }
+
+    /// What workers punted goes to the twins; what the kernel sent on them goes to worker 0
+    /// to transmit, as everything else the control thread sends.
+    fn poll_twins(&mut self) -> usize {
+        let mut twins = std::mem::take(&mut self.twins);
+        let (router, _) = self.router.load();
+        let counters = self.counters.clone();
+        let handled = twins.poll(&router, &counters, |port, mbuf| self.send(port, mbuf));
+        self.twins = twins;
         handled
     }
 
@@ -202,6 +224,9 @@ impl ControlPlane {
     /// and any probe, and republishes the workers' view when a binding changed.
     fn handle_arp(&mut self, router: &RouterConfig, ingress: u16, mut mbuf: Mbuf) {
         let iface = &router.interfaces[usize::from(ingress)];
+        // Before the reply is written over it: the kernel learns its neighbours too.
+        self.twins
+            .copy_arp(ingress, mbuf.data(), iface, &self.pool, &self.counters);
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
         let mut released = Vec::new();

@@ -258,6 +258,16 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
         |c| c.to_control.get(),
     ),
     (
+        "worker_punted_total",
+        "Packets for the gateway's addresses sent to a kernel twin.",
+        |c| c.punted.get(),
+    ),
+    (
+        "worker_from_twins_total",
+        "Frames the kernel sent on a twin, passed to the wire (control thread).",
+        |c| c.from_twins.get(),
+    ),
+    (
         "worker_fragmented_total",
         "Datagrams split into fragments.",
         |c| c.fragmented.get(),

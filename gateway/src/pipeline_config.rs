@@ -110,7 +110,8 @@ pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result
     Ok(router
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))
-        .with_traffic_meter(config.traffic_meter.enabled))
+        .with_traffic_meter(config.traffic_meter.enabled)
+        .with_punt(crate::twins::punt_config(config))?)
 }
 
 fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {

@@ -43,6 +43,14 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.neighbors != new.neighbors {
         fields.push("neighbors".to_string());
     }
+    // The twins are made at start; their punt budget applies on reload.
+    if (
+        running.kernel_twins.inside_by_default,
+        &running.kernel_twins.netns,
+    ) != (new.kernel_twins.inside_by_default, &new.kernel_twins.netns)
+    {
+        fields.push("kernel_twins.inside_by_default/netns".to_string());
+    }
     if running.metrics != new.metrics {
         fields.push("metrics".to_string());
     }
@@ -72,6 +80,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.address != new.address {
                 fields.push(format!("interfaces[{i}].address"));
             }
+            // Twins are made at start.
+            if old.kernel_twin != new.kernel_twin || old.kernel_twin_name != new.kernel_twin_name {
+                fields.push(format!("interfaces[{i}].kernel_twin"));
+            }
         }
     }
     fields
@@ -92,6 +104,8 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.nat.port_range = running.nat.port_range;
     merged.nat.masquerade = running.nat.masquerade.clone();
     merged.neighbors = running.neighbors.clone();
+    merged.kernel_twins.inside_by_default = running.kernel_twins.inside_by_default;
+    merged.kernel_twins.netns = running.kernel_twins.netns.clone();
     if merged.interfaces.len() != running.interfaces.len() {
         merged.interfaces = running.interfaces.clone();
     } else {
@@ -104,6 +118,8 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.address = old.address;
             new.bond = old.bond.clone();
             new.rss_key = old.rss_key.clone();
+            new.kernel_twin = old.kernel_twin;
+            new.kernel_twin_name = old.kernel_twin_name.clone();
         }
     }
     merged

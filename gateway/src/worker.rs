@@ -18,6 +18,7 @@ use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, HEARTBEAT_LOOPS};
 use crate::published::Published;
+use crate::twins::PuntLink;
 
 /// Flows the expiry sweep visits per loop: bounded work, yet a full pass over a million
 /// flows takes well under a second at idle and a few seconds under load.
@@ -40,6 +41,8 @@ pub struct Worker {
     /// Packets the control thread built (ARP, echo replies, released held packets), for this
     /// worker to transmit. Only worker 0 has one. Each mbuf's port field is its egress.
     pub from_control: Option<RingConsumer>,
+    /// To the control thread's kernel twins (`crate::twins`); None when no interface has one.
+    pub punt: Option<PuntLink>,
     pub router: Arc<Published<RouterConfig>>,
     pub neighbors: Arc<Published<NeighborView>>,
     pub counters: Arc<WorkerCounters>,
@@ -115,6 +118,10 @@ impl Worker {
                 }
             }
             Verdict::Handoff { worker } => self.handoff.send(worker, mbuf, &self.counters),
+            Verdict::Punt { port } => match self.punt.as_mut() {
+                Some(link) => link.send(port, mbuf, &self.counters),
+                None => self.counters.record_drop(DropReason::LocalDelivery),
+            },
             Verdict::Drop(_) => {}
         }
     }
@@ -172,6 +179,9 @@ impl Worker {
         if refused > 0 {
             self.counters
                 .record_drops(DropReason::ControlRingFull, refused as u64);
+        }
+        if let Some(link) = self.punt.as_mut() {
+            link.flush(&self.counters);
         }
     }
 }

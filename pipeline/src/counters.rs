@@ -53,6 +53,9 @@ pub struct WorkerCounters {
     pub transmitted: Counter,
     pub fragmented: Counter,
     pub to_control: Counter,
+    /// Packets for the kernel twins (punted), and what the kernel sent on them to the wire.
+    pub punted: Counter,
+    pub from_twins: Counter,
     pub handoffs_sent: Counter,
     pub handoffs_received: Counter,
     pub icmp_errors_sent: Counter,
@@ -82,6 +85,8 @@ impl Default for WorkerCounters {
             transmitted: Counter::default(),
             fragmented: Counter::default(),
             to_control: Counter::default(),
+            punted: Counter::default(),
+            from_twins: Counter::default(),
             handoffs_sent: Counter::default(),
             handoffs_received: Counter::default(),
             icmp_errors_sent: Counter::default(),
@@ -130,6 +135,7 @@ impl WorkerCounters {
             Verdict::Drop(reason) => self.record_drop(*reason),
             Verdict::Control(_) => self.to_control.inc(),
             Verdict::Fragment { .. } => self.fragmented.inc(),
+            Verdict::Punt { .. } => self.punted.inc(),
             Verdict::Transmit { .. } | Verdict::Handoff { .. } => {}
         }
     }

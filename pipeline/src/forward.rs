@@ -88,6 +88,8 @@ pub struct Pipeline {
     pub(crate) icmp_errors: IcmpBudgets,
     /// Echo requests to the gateway this worker may pass to the control thread.
     echo_requests: TokenBucket,
+    /// Packets this worker may punt to the kernel twins ([`crate::punt`]).
+    punts: TokenBucket,
     pub(crate) counters: Arc<WorkerCounters>,
     pub(crate) flows: FlowTable<FlowData>,
     pub(crate) nat: Option<NatPool>,
@@ -137,6 +139,7 @@ impl Pipeline {
     ) -> Self {
         let icmp_errors = IcmpBudgets::new(&router.icmp);
         let echo_requests = echo_bucket(&router.icmp);
+        let punts = punt_bucket(&router.punt);
         let flows = FlowTable::new(setup.conntrack, FlowData::default());
         counters.conntrack_capacity.set(flows.capacity() as u64);
         let qos_stats = [Link::Uplink, Link::Downlink].map(|link| {
@@ -152,6 +155,7 @@ impl Pipeline {
             neighbors,
             icmp_errors,
             echo_requests,
+            punts,
             counters,
             flows,
             nat,
@@ -181,6 +185,11 @@ impl Pipeline {
         if router.icmp != self.router.icmp {
             self.icmp_errors = IcmpBudgets::new(&router.icmp);
             self.echo_requests = echo_bucket(&router.icmp);
+        }
+        if (router.punt.per_sec, router.punt.burst)
+            != (self.router.punt.per_sec, self.router.punt.burst)
+        {
+            self.punts = punt_bucket(&router.punt);
         }
         if router.qos != self.router.qos {
             // Allocates (the hosts table): once per reload, between bursts.
@@ -250,10 +259,14 @@ impl Pipeline {
     #[inline]
     pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
         let mut verdict = self.classify(pkt, ingress, now_ns);
-        if verdict == Verdict::Control(ControlWork::LocalIcmp)
-            && !self.echo_requests.try_take(now_ns)
-        {
-            verdict = Verdict::Drop(DropReason::SlowPathPoliced);
+        match verdict {
+            Verdict::Control(ControlWork::LocalIcmp) if !self.echo_requests.try_take(now_ns) => {
+                verdict = Verdict::Drop(DropReason::SlowPathPoliced);
+            }
+            Verdict::Punt { .. } if !self.punts.try_take(now_ns) => {
+                verdict = Verdict::Drop(DropReason::PuntPoliced);
+            }
+            _ => {}
         }
         self.counters.count(&verdict);
         verdict
@@ -386,7 +399,10 @@ impl Pipeline {
                     || is_directed_broadcast(iface, dst)
             })
         {
-            return Verdict::Drop(DropReason::MartianAddress);
+            // Broadcast DHCP is for the kernel twin, when there is one.
+            return self
+                .punt_broadcast(&ip, ingress)
+                .unwrap_or(Verdict::Drop(DropReason::MartianAddress));
         }
         // A handed-off packet was checked by the worker that received it.
         if !ingress.handed_off && !self.router.source_allowed(ingress.port, src) {
@@ -675,6 +691,10 @@ impl Pipeline {
 /// (and its ring) from ARP, which every forwarded packet depends on; ARP itself is exempt.
 fn echo_bucket(limits: &IcmpLimits) -> TokenBucket {
     TokenBucket::new(limits.echo_per_sec, limits.echo_burst)
+}
+
+fn punt_bucket(punt: &crate::punt::PuntConfig) -> TokenBucket {
+    TokenBucket::new(punt.per_sec, punt.burst)
 }
 
 /// Uplink and downlink policers counting into `stats`.

@@ -20,6 +20,7 @@ pub mod neigh;
 pub mod neighbor_view;
 pub mod packet;
 pub mod parental;
+pub mod punt;
 pub mod qos;
 pub mod ratelimit;
 pub mod route;

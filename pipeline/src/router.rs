@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::content::ContentPolicy;
 use crate::firewall::{Action, Policy, RuleSet, ZoneId};
+use crate::punt::PuntConfig;
 use crate::qos::QosConfig;
 use crate::route::{NextHop, Route, RouteError, RouteTable};
 use crate::wire::EthernetAddress;
@@ -197,6 +198,8 @@ pub struct RouterConfig {
     pub source_validation: Vec<SourceValidation>,
     /// Whether a default route exists: loose validation then needs no route lookup.
     has_default_route: bool,
+    /// The kernel twins and the budget for what goes to them ([`crate::punt`]).
+    pub punt: PuntConfig,
 }
 
 /// How a packet's source address is checked against the interface it came in on (RFC 3704).
@@ -273,6 +276,7 @@ impl RouterConfig {
             .collect();
         let routes = RouteTable::build(&routes).map_err(RouterError::Route)?;
         let stateful = Stateful::open(interfaces.len());
+        let punt = PuntConfig::none(interfaces.len());
         Ok(RouterConfig {
             interfaces,
             routes,
@@ -282,7 +286,17 @@ impl RouterConfig {
             traffic_meter: false,
             source_validation,
             has_default_route: !default_ports.is_empty(),
+            punt,
         })
+    }
+
+    /// Gives the interfaces marked in `punt.twins` a kernel twin to punt to.
+    pub fn with_punt(mut self, punt: PuntConfig) -> Result<RouterConfig, RouterError> {
+        if punt.twins.len() != self.interfaces.len() {
+            return Err(RouterError::StatefulMismatch);
+        }
+        self.punt = punt;
+        Ok(self)
     }
 
     /// Overrides the default source validation of the interfaces given `Some`.

@@ -19,7 +19,8 @@ use crate::packet::PacketBuf;
 use crate::router::RouterConfig;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
-    ethernet, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, Ipv4Repr, TcpPacket, UdpPacket,
+    ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, Ipv4Repr, TcpPacket,
+    UdpPacket,
 };
 
 /// What the stateful stage decided.
@@ -255,11 +256,17 @@ impl Pipeline {
             let (action, _) = stateful
                 .firewall
                 .evaluate(from, ZoneId::LOCAL, &key, icmp_type);
+            // The dataplane answers echo requests itself; other ICMP (the replies to the
+            // kernel's own pings) is the kernel twin's, when the interface has one.
+            let kernels = |icmp_type| {
+                icmp_type != Some(icmp::msg_type::ECHO_REQUEST)
+                    && router.punt.has_twin(ingress.port)
+            };
             let verdict = match action {
-                Action::Accept if key.protocol == ipv4::protocol::ICMP => {
+                Action::Accept if key.protocol == ipv4::protocol::ICMP && !kernels(icmp_type) => {
                     Verdict::Control(ControlWork::LocalIcmp)
                 }
-                Action::Accept => Verdict::Drop(DropReason::LocalDelivery),
+                Action::Accept => self.deliver_locally(ingress.port),
                 Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),
             };
             return Stage::Done(verdict);

@@ -15,6 +15,9 @@ pub enum Verdict {
     Control(ControlWork),
     /// The flow lives on another worker's core.
     Handoff { worker: u16 },
+    /// For the kernel: hand the frame, unchanged, to the kernel twin of interface `port`
+    /// (see [`crate::punt`]), where Linux's own services answer it.
+    Punt { port: u16 },
 }
 
 impl Verdict {
@@ -170,6 +173,16 @@ drop_reasons! {
     ControlTxRingFull => "control_tx_ring_full",
     /// Another worker's handoff ring was full.
     HandoffRingFull => "handoff_ring_full",
+    /// For the kernel, over this worker's punt budget (`kernel_twins.punt_per_sec`): a flood
+    /// at the gateway's addresses costs a worker at most its budget.
+    PuntPoliced => "punt_policed",
+    /// For the kernel, but the worker's ring to the control thread's twins was full.
+    PuntRingFull => "punt_ring_full",
+    /// For the kernel, but its twin's queue refused it (the kernel side is slow or gone).
+    TwinTxFull => "twin_tx_full",
+    /// An ARP reply the kernel sent on a twin for the gateway's own address: the dataplane
+    /// answers those itself, so its ARP guard stays the only one that decides.
+    KernelArpReply => "kernel_arp_reply",
     /// The NIC's TX queue refused the packet.
     TxQueueFull => "tx_queue_full",
     /// No packet buffer was free to build a reply or a fragment.

@@ -1,0 +1,499 @@
+//! Kernel twins: the exception path to Linux. An interface with a twin gets a network device
+//! in the kernel (DPDK's net_tap PMD) carrying its MAC, address and MTU, in the gateway's own
+//! network namespace or in `kernel_twins.netns`, so that Linux daemons (dnsmasq for DHCP and
+//! DNS, sshd) serve the interface's link as if they sat on the wire.
+//!
+//! - What goes to the kernel is decided per packet by the pipeline (`pipeline::punt`): a
+//!   worker sends it over its SPSC punt ring to the control thread, which writes it to the
+//!   twin. The worker never makes the syscall; a full ring is a counted drop, never a wait.
+//! - What the kernel sends on a twin, the control thread reads and puts on its ring to
+//!   worker 0, which transmits it with everything else the control thread sends: every TX
+//!   queue keeps its single writer.
+//! - ARP: the control thread copies the ARP it receives about the gateway's address to the
+//!   twin, so the kernel learns its neighbours, and keeps the kernel's own ARP replies off the
+//!   wire: the dataplane answers for its addresses and its neighbour table stays the one
+//!   forwarding uses.
+//!
+//! Why net_tap and not virtio-user over vhost-net (the faster, KNI-replacing path): this
+//! project's machines for tests have /dev/net/tun but no /dev/vhost-net, and a path that
+//! cannot be tested is not offered. The twin is set up with `ip` once at start, never per
+//! packet.
+
+use std::process::Command;
+
+use anyhow::{bail, Context};
+use pipeline::punt::{arp_for_twin, is_kernel_arp_reply, PuntConfig};
+use pipeline::wire::EthernetAddress;
+use pipeline::{DropReason, Interface, RouterConfig, WorkerCounters};
+use serde::Deserialize;
+
+use crate::config::{ConfigError, GatewayConfig};
+use crate::dpdk::{
+    Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, PortHandle, QueueId, RingConsumer,
+    RingProducer,
+};
+
+/// Packets each worker's punt ring to the control thread holds.
+pub const PUNT_RING_CAPACITY: u32 = 512;
+/// Descriptors of a twin's queues (the tap PMD's own limits are generous).
+const TWIN_DESCRIPTORS: u16 = 512;
+/// Linux's limit on interface names (IFNAMSIZ less the NUL).
+const MAX_NAME_LEN: usize = 15;
+
+/// The `[kernel_twins]` section.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KernelTwinsConfig {
+    /// Whether interfaces that do not masquerade (LANs, DMZs) get a twin when they do not
+    /// say (`kernel_twin`). Off unless set, so that starting a gateway never adds addresses
+    /// and routes to a namespace unasked; the deployment configs turn it on.
+    pub inside_by_default: bool,
+    /// The network namespace (`ip netns` name, which must exist) the twins live in;
+    /// omitted: the gateway's own.
+    pub netns: Option<String>,
+    /// Packets each worker may punt to the twins per second, with this burst; the rest are
+    /// dropped as punt_policed.
+    pub punt_per_sec: u32,
+    pub punt_burst: u32,
+}
+
+impl Default for KernelTwinsConfig {
+    fn default() -> Self {
+        KernelTwinsConfig {
+            inside_by_default: false,
+            netns: None,
+            punt_per_sec: PuntConfig::DEFAULT_PER_SEC,
+            punt_burst: PuntConfig::DEFAULT_BURST,
+        }
+    }
+}
+
+/// Each interface's twin name (in interface order), None where it has no twin.
+pub fn twin_names(config: &GatewayConfig) -> Vec<Option<String>> {
+    config
+        .interfaces
+        .iter()
+        .map(|iface| {
+            let inside = !config.nat.masquerade.contains(&iface.name);
+            let default = inside && config.kernel_twins.inside_by_default;
+            iface.kernel_twin.unwrap_or(default).then(|| {
+                iface
+                    .kernel_twin_name
+                    .clone()
+                    .unwrap_or_else(|| iface.name.clone())
+            })
+        })
+        .collect()
+}
+
+/// What the pipeline needs to know: which interfaces have a twin, and the budget.
+pub fn punt_config(config: &GatewayConfig) -> PuntConfig {
+    PuntConfig {
+        twins: twin_names(config).iter().map(Option::is_some).collect(),
+        per_sec: config.kernel_twins.punt_per_sec,
+        burst: config.kernel_twins.punt_burst,
+    }
+}
+
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The twin settings' checks, naming the field at fault.
+pub fn validate(config: &GatewayConfig) -> Result<(), ConfigError> {
+    let invalid = |field: String, reason: String| ConfigError::Invalid { field, reason };
+    let names = twin_names(config);
+    for (i, (iface, name)) in config.interfaces.iter().zip(&names).enumerate() {
+        let field = |f: &str| format!("interfaces[{i}].{f}");
+        if iface.kernel_twin_name.is_some() && name.is_none() {
+            return Err(invalid(
+                field("kernel_twin_name"),
+                "is set but the interface has no twin (kernel_twin = true makes one)".into(),
+            ));
+        }
+        let Some(name) = name else { continue };
+        let which = if iface.kernel_twin_name.is_some() {
+            field("kernel_twin_name")
+        } else {
+            field("name")
+        };
+        if name.len() > MAX_NAME_LEN || !is_plain_name(name) {
+            return Err(invalid(
+                which,
+                format!(
+                    "{name:?} cannot name a kernel twin: at most {MAX_NAME_LEN} letters, digits, \
+                     '-', '_' or '.' (set kernel_twin_name)"
+                ),
+            ));
+        }
+        if names[..i].iter().flatten().any(|other| other == name) {
+            return Err(invalid(
+                which,
+                format!("{name:?} is another interface's twin too"),
+            ));
+        }
+    }
+    let section = &config.kernel_twins;
+    if let Some(netns) = &section.netns {
+        if !is_plain_name(netns) {
+            return Err(invalid(
+                "kernel_twins.netns".into(),
+                format!("{netns:?} is not a namespace name (letters, digits, '-', '_', '.')"),
+            ));
+        }
+    }
+    if section.punt_per_sec > 0 && section.punt_burst == 0 {
+        return Err(invalid(
+            "kernel_twins.punt_burst".into(),
+            "must be positive while punt_per_sec is (0 and 0 turn punting off)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A worker's end of its punt ring: batched, flushed once per loop, never waiting.
+pub struct PuntLink {
+    ring: RingProducer,
+    batch: MbufBatch,
+}
+
+impl PuntLink {
+    /// Queues a packet for the twin of interface `port`.
+    #[inline]
+    pub fn send(&mut self, port: u16, mut mbuf: Mbuf, counters: &WorkerCounters) {
+        mbuf.set_port(port);
+        if let Err(mbuf) = self.batch.push(mbuf) {
+            self.flush(counters);
+            // Empty after a flush, so this push succeeds.
+            let _ = self.batch.push(mbuf);
+        }
+    }
+
+    /// What the ring refuses (the control thread is behind) is freed and counted.
+    #[inline]
+    pub fn flush(&mut self, counters: &WorkerCounters) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let (_, refused) = self.ring.enqueue_or_free(&mut self.batch);
+        if refused > 0 {
+            counters.record_drops(DropReason::PuntRingFull, refused as u64);
+        }
+    }
+}
+
+/// The punt ring of worker `index`: the worker's end and the control thread's.
+pub fn punt_ring(index: usize) -> anyhow::Result<(PuntLink, RingConsumer)> {
+    let (ring, consumer) = MbufRing::create(
+        &format!("punt_{index}"),
+        PUNT_RING_CAPACITY,
+        dpdk_sys::SOCKET_ID_ANY,
+    )?;
+    let link = PuntLink {
+        ring,
+        batch: MbufBatch::new(),
+    };
+    Ok((link, consumer))
+}
+
+/// One interface's twin: the tap port (its single queue pair is the control thread's) and
+/// what waits to be written to it.
+struct Twin {
+    port: Port,
+    handle: PortHandle,
+    to_kernel: MbufBatch,
+}
+
+impl Twin {
+    fn queue(&mut self, mbuf: Mbuf, counters: &WorkerCounters) {
+        if let Err(mbuf) = self.to_kernel.push(mbuf) {
+            self.flush(counters);
+            let _ = self.to_kernel.push(mbuf);
+        }
+    }
+
+    /// A kernel that is slow or gone refuses: counted, never waited for.
+    fn flush(&mut self, counters: &WorkerCounters) {
+        let (_, refused) = self.handle.tx_burst(QueueId(0), &mut self.to_kernel);
+        if refused > 0 {
+            counters.record_drops(DropReason::TwinTxFull, refused as u64);
+        }
+    }
+}
+
+/// The twins, owned by the control thread, and the workers' punt rings it drains.
+#[derive(Default)]
+pub struct Twins {
+    twins: Vec<Option<Twin>>,
+    from_workers: Vec<RingConsumer>,
+    batch: MbufBatch,
+}
+
+impl Twins {
+    /// Makes the twin of every interface that has one (`macs` in interface order): a tap
+    /// with the interface's name (or `kernel_twin_name`), MAC and MTU, moved to the
+    /// configured namespace, with the interface's address, IPv6 off (the dataplane routes
+    /// IPv4 only), and up.
+    pub fn start(config: &GatewayConfig, macs: &[[u8; 6]], pool: &Mempool) -> anyhow::Result<Self> {
+        let mut twins = Vec::new();
+        for (index, name) in twin_names(config).into_iter().enumerate() {
+            let Some(name) = name else {
+                twins.push(None);
+                continue;
+            };
+            let iface = &config.interfaces[index];
+            let field = format!("interfaces[{index}] ({}) kernel twin {name:?}", iface.name);
+            let mac = EthernetAddress(macs[index]);
+            let device = format!("net_tap_twin{index},iface={name},mac={mac}");
+            let id = Port::probe(&device).with_context(|| field.clone())?;
+            let port_config = PortConfig {
+                rx_queues: 1,
+                tx_queues: 1,
+                rx_descriptors: TWIN_DESCRIPTORS,
+                tx_descriptors: TWIN_DESCRIPTORS,
+                mtu: Some(iface.mtu),
+                rss_key: None,
+                promiscuous: false,
+                ..PortConfig::default()
+            };
+            let port = Port::start(id, &format!("twin-{name}"), &port_config, pool)
+                .with_context(|| field.clone())?;
+            let netns = config.kernel_twins.netns.as_deref();
+            let address = format!("{}/{}", iface.address.addr, iface.address.len);
+            set_up_kernel_side(&name, &address, netns).with_context(|| field.clone())?;
+            let handle = port.handle();
+            let twin = Twin {
+                port,
+                handle,
+                to_kernel: MbufBatch::new(),
+            };
+            // What the kernel sent before it was set up (IPv6 autoconfiguration) is dropped.
+            let mut early = MbufBatch::new();
+            while twin.handle.rx_burst(QueueId(0), &mut early) > 0 {
+                early.free_all();
+            }
+            tracing::info!(
+                interface = %iface.name,
+                twin = %name,
+                netns = netns.unwrap_or("(the gateway's)"),
+                %address,
+                %mac,
+                tap_port = twin.port.id().0,
+                "kernel twin up"
+            );
+            twins.push(Some(twin));
+        }
+        Ok(Twins {
+            twins,
+            from_workers: Vec::new(),
+            batch: MbufBatch::new(),
+        })
+    }
+
+    /// Whether any interface has a twin: the workers need punt rings only then.
+    pub fn any(&self) -> bool {
+        self.twins.iter().any(Option::is_some)
+    }
+
+    /// The control thread's ends of the workers' punt rings.
+    pub fn with_rings(mut self, from_workers: Vec<RingConsumer>) -> Self {
+        self.from_workers = from_workers;
+        self
+    }
+
+    /// An ARP frame received on `ingress` (`iface`): the twin gets a copy if it is about the
+    /// gateway's address there. The copy is a new buffer; the original goes on to the
+    /// dataplane's ARP handling, which may rewrite it into the reply.
+    pub fn copy_arp(
+        &mut self,
+        ingress: u16,
+        frame: &[u8],
+        iface: &Interface,
+        pool: &Mempool,
+        counters: &WorkerCounters,
+    ) {
+        let Some(Some(twin)) = self.twins.get_mut(usize::from(ingress)) else {
+            return;
+        };
+        if !arp_for_twin(frame, iface) {
+            return;
+        }
+        let Some(mut copy) = Mbuf::alloc(pool) else {
+            return counters.record_drop(DropReason::NoBuffer);
+        };
+        let Some(room) = copy.room_mut().get_mut(..frame.len()) else {
+            return counters.record_drop(DropReason::NoBuffer);
+        };
+        room.copy_from_slice(frame);
+        if copy.set_len(frame.len()).is_ok() {
+            twin.queue(copy, counters);
+        }
+    }
+
+    /// One round on the control thread: what the workers punted goes to the twins (a burst
+    /// per ring); what the kernel sent (a burst per twin) goes to `to_wire` with its
+    /// interface, but for the kernel's ARP replies. Returns the packets handled.
+    pub fn poll(
+        &mut self,
+        router: &RouterConfig,
+        counters: &WorkerCounters,
+        mut to_wire: impl FnMut(u16, Mbuf),
+    ) -> usize {
+        let Twins {
+            twins,
+            from_workers,
+            batch,
+        } = self;
+        let mut handled = 0;
+        for ring in from_workers.iter_mut() {
+            handled += ring.dequeue(batch);
+            for mbuf in batch.drain() {
+                match twins.get_mut(usize::from(mbuf.port().0)) {
+                    Some(Some(twin)) => twin.queue(mbuf, counters),
+                    // A reload cannot add twins; nothing to take it.
+                    _ => counters.record_drop(DropReason::LocalDelivery),
+                }
+            }
+        }
+        for (index, twin) in twins.iter_mut().enumerate() {
+            let Some(twin) = twin else { continue };
+            twin.flush(counters);
+            let Some(iface) = router.interfaces.get(index) else {
+                continue;
+            };
+            handled += twin.handle.rx_burst(QueueId(0), batch);
+            for mbuf in batch.drain() {
+                if mbuf.segments() != 1 {
+                    counters.record_drop(DropReason::MultiSegment);
+                } else if is_kernel_arp_reply(mbuf.data(), iface) {
+                    counters.record_drop(DropReason::KernelArpReply);
+                } else {
+                    counters.from_twins.inc();
+                    to_wire(index as u16, mbuf);
+                }
+            }
+        }
+        handled
+    }
+
+    /// Writes what is still queued for the kernel (ARP copies made since the last poll).
+    pub fn flush(&mut self, counters: &WorkerCounters) {
+        for twin in self.twins.iter_mut().flatten() {
+            twin.flush(counters);
+        }
+    }
+}
+
+/// Moves the tap `name` to `netns` (if given), turns IPv6 off on it, gives it `address` and
+/// brings it up. `ip` and `sysctl`, once, at start.
+fn set_up_kernel_side(name: &str, address: &str, netns: Option<&str>) -> anyhow::Result<()> {
+    let ip = |args: &[&str]| -> anyhow::Result<()> {
+        let mut command = Command::new("ip");
+        if let Some(netns) = netns {
+            command.args(["-n", netns]);
+        }
+        run(command.args(args))
+    };
+    if let Some(netns) = netns {
+        run(Command::new("ip").args(["link", "set", "dev", name, "netns", netns]))
+            .with_context(|| format!("moving the twin to namespace {netns:?} (does it exist?)"))?;
+    }
+    let ipv6_off = format!("net.ipv6.conf.{name}.disable_ipv6=1");
+    let sysctl = match netns {
+        Some(netns) => {
+            run(Command::new("ip").args(["netns", "exec", netns, "sysctl", "-qw", &ipv6_off]))
+        }
+        None => run(Command::new("sysctl").args(["-qw", &ipv6_off])),
+    };
+    if let Err(err) = sysctl {
+        // A kernel without IPv6 has nothing to turn off.
+        tracing::debug!(twin = name, "IPv6 left as it is: {err:#}");
+    }
+    ip(&["addr", "replace", address, "dev", name])?;
+    ip(&["link", "set", "dev", name, "up"])?;
+    Ok(())
+}
+
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{command:?}");
+    let output = command
+        .output()
+        .with_context(|| format!("running {shown}"))?;
+    if !output.status.success() {
+        bail!(
+            "{shown} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra_lan: &str, section: &str) -> Result<GatewayConfig, String> {
+        let text = format!(
+            r#"
+[[interfaces]]
+name = "lan"
+device = "net_null0"
+address = "192.168.10.1/24"
+{extra_lan}
+[[interfaces]]
+name = "wan"
+device = "net_null1"
+address = "10.0.0.1/24"
+[nat]
+masquerade = ["wan"]
+{section}
+"#
+        );
+        let dir = std::env::temp_dir().join(format!("gw-twins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{:x}.toml", text.len() * 31 + section.len()));
+        std::fs::write(&path, text).unwrap();
+        let loaded = GatewayConfig::load(&path).map_err(|err| err.to_string());
+        let _ = std::fs::remove_file(&path);
+        loaded
+    }
+
+    #[test]
+    fn twins_are_off_unless_asked_and_inside_by_default_gives_the_lan_one() {
+        let plain = config("", "").unwrap();
+        assert_eq!(twin_names(&plain), vec![None, None]);
+        assert_eq!(punt_config(&plain).twins, vec![false, false]);
+        let inside = config("", "[kernel_twins]\ninside_by_default = true").unwrap();
+        assert_eq!(twin_names(&inside), vec![Some("lan".to_string()), None]);
+        let off = config(
+            "kernel_twin = false",
+            "[kernel_twins]\ninside_by_default = true",
+        )
+        .unwrap();
+        assert_eq!(twin_names(&off), vec![None, None]);
+        let named = config("kernel_twin = true\nkernel_twin_name = \"gw-lan\"", "").unwrap();
+        assert_eq!(twin_names(&named), vec![Some("gw-lan".to_string()), None]);
+        assert_eq!(punt_config(&named).twins, vec![true, false]);
+    }
+
+    #[test]
+    fn bad_twin_settings_name_their_field() {
+        let err = config("kernel_twin_name = \"x\"", "").unwrap_err();
+        assert!(err.starts_with("interfaces[0].kernel_twin_name:"), "{err}");
+        let err = config(
+            "kernel_twin = true\nkernel_twin_name = \"a-name-far-too-long\"",
+            "",
+        )
+        .unwrap_err();
+        assert!(err.starts_with("interfaces[0].kernel_twin_name:"), "{err}");
+        let err = config("kernel_twin = true\nkernel_twin_name = \"a,b\"", "").unwrap_err();
+        assert!(err.starts_with("interfaces[0].kernel_twin_name:"), "{err}");
+        let err = config("", "[kernel_twins]\nnetns = \"../x\"").unwrap_err();
+        assert!(err.starts_with("kernel_twins.netns:"), "{err}");
+        let err = config("", "[kernel_twins]\npunt_burst = 0").unwrap_err();
+        assert!(err.starts_with("kernel_twins.punt_burst:"), "{err}");
+    }
+}

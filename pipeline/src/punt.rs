@@ -1,0 +1,216 @@
+//! The exception path to Linux: which packets go to an interface's kernel twin.
+//!
+//! An interface may have a kernel twin: a network device in Linux carrying the interface's
+//! MAC and address (the gateway makes it; see gateway/src/twins.rs). Traffic for the
+//! gateway's own addresses that the dataplane does not serve itself (it answers ARP and echo
+//! requests, and port forwards are not the gateway's) goes to the twin of the interface it
+//! arrived on, once the `local` zone's rules admit it, so that Linux daemons (dnsmasq, sshd)
+//! can serve it. So does broadcast DHCP, which the martian check would otherwise refuse.
+//!
+//! Nothing else ever takes this path: both checks sit on branches forwarding has already
+//! left (a destination that is one of ours, a martian address), so routed packets pay
+//! nothing for it. The path is policed per worker (`PuntConfig::per_sec`): what is over
+//! budget is dropped as `punt_policed`, so a flood at the gateway's addresses costs each
+//! worker at most its budget.
+
+use crate::firewall::{Action, ZoneId};
+use crate::flow::FlowKey;
+use crate::forward::{Ingress, Pipeline};
+use crate::router::Interface;
+use crate::verdict::{DropReason, Verdict};
+use crate::wire::{ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet};
+
+/// The DHCP server's UDP port (the kernel twin's dnsmasq, for a LAN).
+pub const DHCP_SERVER_PORT: u16 = 67;
+/// The DHCP client's UDP port (a DHCP client on the twin, for a WAN).
+pub const DHCP_CLIENT_PORT: u16 = 68;
+
+/// Which interfaces have a kernel twin, and each worker's budget for what goes to them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PuntConfig {
+    /// Per interface, in port order: whether it has a twin to punt to.
+    pub twins: Vec<bool>,
+    /// Packets per second each worker may punt, with this burst; the rest are dropped as
+    /// `punt_policed`.
+    pub per_sec: u32,
+    pub burst: u32,
+}
+
+impl PuntConfig {
+    /// Enough for DHCP, DNS and an SSH session many times over, yet a small share of a
+    /// worker's packet rate (a few million per second).
+    pub const DEFAULT_PER_SEC: u32 = 10_000;
+    pub const DEFAULT_BURST: u32 = 256;
+
+    /// No twins: nothing is punted (what the gateway did before twins existed).
+    pub fn none(interfaces: usize) -> Self {
+        PuntConfig {
+            twins: vec![false; interfaces],
+            per_sec: Self::DEFAULT_PER_SEC,
+            burst: Self::DEFAULT_BURST,
+        }
+    }
+
+    #[inline]
+    pub fn has_twin(&self, port: u16) -> bool {
+        self.twins.get(usize::from(port)).copied().unwrap_or(false)
+    }
+}
+
+impl Pipeline {
+    /// Traffic for one of the gateway's addresses that the `local` rules accepted and that
+    /// the dataplane does not answer itself: to the twin of the interface it came in by.
+    /// Without a twin there, nothing can take it: dropped as `local_delivery`.
+    #[inline]
+    pub(crate) fn deliver_locally(&self, ingress: u16) -> Verdict {
+        if self.router.punt.has_twin(ingress) {
+            Verdict::Punt { port: ingress }
+        } else {
+            Verdict::Drop(DropReason::LocalDelivery)
+        }
+    }
+
+    /// A datagram the martian check refused. Broadcast DHCP (UDP to port 67 or 68, to the
+    /// limited broadcast address; a client without an address sends from 0.0.0.0) on an
+    /// interface with a twin is the one kind the kernel must see, if the rules from the
+    /// interface's zone to `local` admit it. None: the martian drop stands.
+    #[cold]
+    pub(crate) fn punt_broadcast<T: AsRef<[u8]>>(
+        &self,
+        ip: &Ipv4Packet<T>,
+        ingress: Ingress,
+    ) -> Option<Verdict> {
+        let router = &*self.router;
+        if !router.punt.has_twin(ingress.port)
+            || ip.protocol() != ipv4::protocol::UDP
+            || !ip.dst_addr().is_broadcast()
+        {
+            return None;
+        }
+        let key = FlowKey::from_ipv4(ip).ok()?;
+        if !matches!(key.dst_port, DHCP_SERVER_PORT | DHCP_CLIENT_PORT) {
+            return None;
+        }
+        let from = *router.stateful.zones.get(usize::from(ingress.port))?;
+        let (action, _) = router
+            .stateful
+            .firewall
+            .evaluate(from, ZoneId::LOCAL, &key, None);
+        Some(match action {
+            Action::Accept => Verdict::Punt { port: ingress.port },
+            Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),
+        })
+    }
+}
+
+/// Whether an ARP frame received on `iface` concerns the gateway's address there (a request
+/// for it, a reply to it), so that the kernel twin gets a copy: Linux then learns its
+/// neighbours as it would on a wire of its own. The dataplane's table stays the one that
+/// forwarding uses, and still decides what to answer and learn.
+pub fn arp_for_twin(frame: &[u8], iface: &Interface) -> bool {
+    parse_arp(frame).is_some_and(|arp| {
+        arp.target_protocol_addr() == iface.addr
+            && matches!(arp.operation(), ArpOperation::Request | ArpOperation::Reply)
+    })
+}
+
+/// Whether a frame the kernel sent on `iface`'s twin must stay off the wire: an ARP reply
+/// from the gateway's own address. The dataplane answers requests for it itself, after its
+/// checks (a sender it refuses to bind gets no answer), which the kernel's answer would
+/// bypass. The kernel's requests, and everything else, go out.
+pub fn is_kernel_arp_reply(frame: &[u8], iface: &Interface) -> bool {
+    parse_arp(frame).is_some_and(|arp| {
+        arp.operation() == ArpOperation::Reply && arp.sender_protocol_addr() == iface.addr
+    })
+}
+
+fn parse_arp(frame: &[u8]) -> Option<ArpPacket<&[u8]>> {
+    let frame = EthernetFrame::new_checked(frame).ok()?;
+    if frame.ethertype() != ethernet::ethertype::ARP {
+        return None;
+    }
+    let payload = &frame.into_inner()[ethernet::HEADER_LEN..];
+    ArpPacket::new_checked(payload).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{ArpRepr, EthernetAddress};
+    use std::net::Ipv4Addr;
+
+    const OURS: Ipv4Addr = Ipv4Addr::new(192, 168, 10, 1);
+    const HOST: Ipv4Addr = Ipv4Addr::new(192, 168, 10, 2);
+    const OTHER: Ipv4Addr = Ipv4Addr::new(192, 168, 10, 3);
+    const OUR_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+    const HOST_MAC: EthernetAddress = EthernetAddress([2, 0xaa, 0, 0, 0, 2]);
+
+    fn iface() -> Interface {
+        Interface {
+            mac: OUR_MAC,
+            addr: OURS,
+            prefix_len: 24,
+            mtu: 1500,
+        }
+    }
+
+    fn arp(
+        operation: ArpOperation,
+        sender: (EthernetAddress, Ipv4Addr),
+        target: Ipv4Addr,
+    ) -> Vec<u8> {
+        let mut frame = vec![0u8; 42];
+        frame[..6].copy_from_slice(&[0xff; 6]);
+        frame[6..12].copy_from_slice(&sender.0 .0);
+        frame[12..14].copy_from_slice(&ethernet::ethertype::ARP.to_be_bytes());
+        let repr = ArpRepr {
+            operation,
+            source_hardware_addr: sender.0,
+            source_protocol_addr: sender.1,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: target,
+        };
+        repr.emit(&mut ArpPacket::new_unchecked(&mut frame[14..]));
+        frame
+    }
+
+    #[test]
+    fn the_twin_gets_arp_about_our_address_only() {
+        let iface = iface();
+        assert!(arp_for_twin(
+            &arp(ArpOperation::Request, (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(arp_for_twin(
+            &arp(ArpOperation::Reply, (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(!arp_for_twin(
+            &arp(ArpOperation::Request, (HOST_MAC, HOST), OTHER),
+            &iface
+        ));
+        assert!(!arp_for_twin(
+            &arp(ArpOperation::Unknown(9), (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(!arp_for_twin(&[0u8; 10], &iface));
+    }
+
+    #[test]
+    fn the_kernels_replies_for_our_address_stay_off_the_wire_its_requests_go() {
+        let iface = iface();
+        assert!(is_kernel_arp_reply(
+            &arp(ArpOperation::Reply, (OUR_MAC, OURS), HOST),
+            &iface
+        ));
+        assert!(!is_kernel_arp_reply(
+            &arp(ArpOperation::Request, (OUR_MAC, OURS), HOST),
+            &iface
+        ));
+        assert!(!is_kernel_arp_reply(
+            &arp(ArpOperation::Reply, (HOST_MAC, HOST), OURS),
+            &iface
+        ));
+        assert!(!is_kernel_arp_reply(&[0u8; 60], &iface));
+    }
+}

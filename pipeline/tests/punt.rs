@@ -1,0 +1,355 @@
+//! The exception path to the kernel twins: what is punted (traffic for the gateway's own
+//! addresses that the `local` rules admit and the dataplane does not answer, broadcast DHCP)
+//! and what never is (routed traffic, port forwards, echo requests, ARP), the local rules,
+//! and the per-worker budget. A home gateway: LAN 192.168.10.1/24 (zone 0, with a twin
+//! unless a test says otherwise), WAN 10.0.0.1/24 (zone 1, masquerading, no twin), lan->wan
+//! and lan->local accepted, everything else dropped.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use etherparse::PacketBuilder;
+use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::punt::PuntConfig;
+use pipeline::router::{PortForward, Stateful};
+use pipeline::wire::EthernetAddress;
+use pipeline::{
+    ControlWork, DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline,
+    RouterConfig, StaticRoute, Verdict, WorkerCounters,
+};
+
+const LAN: u16 = 0;
+const WAN: u16 = 1;
+const LAN_ZONE: ZoneId = ZoneId(0);
+const WAN_ZONE: ZoneId = ZoneId(1);
+const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+const LAN_ADDR: [u8; 4] = [192, 168, 10, 1];
+const WAN_ADDR: [u8; 4] = [10, 0, 0, 1];
+const HOST: [u8; 4] = [192, 168, 10, 2];
+const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x02];
+const UPSTREAM: [u8; 4] = [10, 0, 0, 2];
+const UPSTREAM_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x02];
+const REMOTE: [u8; 4] = [203, 0, 113, 5];
+const BROADCAST_MAC: [u8; 6] = [0xff; 6];
+const SECOND: u64 = 1_000_000_000;
+
+fn ip(octets: [u8; 4]) -> Ipv4Addr {
+    Ipv4Addr::from(octets)
+}
+
+fn allow(name: &str, from: ZoneId, protocol: u8, port: u16) -> Rule {
+    Rule {
+        name: name.to_string(),
+        from: Some(from),
+        to: Some(ZoneId::LOCAL),
+        src: None,
+        dst: None,
+        protocol: Some(protocol),
+        src_ports: None,
+        dst_ports: Some(port..=port),
+        icmp_type: None,
+        action: Action::Accept,
+    }
+}
+
+/// The gateway with `twins` (per port) and `rules`; `lan_local` is the lan->local policy.
+fn gateway(twins: [bool; 2], rules: Vec<Rule>, lan_local: Action, budget: (u32, u32)) -> Gw {
+    let interfaces = vec![
+        Interface {
+            mac: EthernetAddress(LAN_MAC),
+            addr: ip(LAN_ADDR),
+            prefix_len: 24,
+            mtu: 1500,
+        },
+        Interface {
+            mac: EthernetAddress(WAN_MAC),
+            addr: ip(WAN_ADDR),
+            prefix_len: 24,
+            mtu: 1500,
+        },
+    ];
+    let default = StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: ip(UPSTREAM),
+    };
+    let policy = Policy::new(Action::Drop)
+        .set(LAN_ZONE, WAN_ZONE, Action::Accept)
+        .set(LAN_ZONE, ZoneId::LOCAL, lan_local);
+    let stateful = Stateful {
+        content: None,
+        zones: vec![LAN_ZONE, WAN_ZONE],
+        masquerade: vec![false, true],
+        firewall: RuleSet::compile(rules, policy).unwrap(),
+        port_forwards: vec![PortForward {
+            interface: WAN,
+            protocol: 6,
+            ports: 8080..=8080,
+            to: ip(HOST),
+            to_port: 80,
+        }],
+        recheck_established: false,
+        generation: 0,
+    };
+    let config = RouterConfig::new(interfaces, &[default], IcmpLimits::default())
+        .unwrap()
+        .with_stateful(stateful)
+        .unwrap()
+        .with_punt(PuntConfig {
+            twins: twins.to_vec(),
+            per_sec: budget.0,
+            burst: budget.1,
+        })
+        .unwrap();
+    let neighbors = NeighborView::new([
+        (ip(UPSTREAM), EthernetAddress(UPSTREAM_MAC)),
+        (ip(HOST), EthernetAddress(HOST_MAC)),
+    ]);
+    let counters = Arc::new(WorkerCounters::default());
+    let pipeline = Pipeline::new(Arc::new(config), Arc::new(neighbors), counters.clone());
+    Gw { pipeline, counters }
+}
+
+fn lan_gateway() -> Gw {
+    let budget = (PuntConfig::DEFAULT_PER_SEC, PuntConfig::DEFAULT_BURST);
+    gateway([true, false], Vec::new(), Action::Accept, budget)
+}
+
+struct Gw {
+    pipeline: Pipeline,
+    counters: Arc<WorkerCounters>,
+}
+
+impl Gw {
+    /// The verdict, and whether the frame came out as it went in.
+    fn process(&mut self, frame: &[u8], ingress: u16, now_ns: u64) -> (Verdict, bool) {
+        let mut room = [0xa5; 2048];
+        room[..frame.len()].copy_from_slice(frame);
+        let mut pkt = PacketBuf::new(&mut room, frame.len());
+        let verdict = self.pipeline.process(&mut pkt, ingress, now_ns);
+        let unchanged = pkt.bytes() == frame;
+        (verdict, unchanged)
+    }
+}
+
+fn tcp_syn(src_mac: [u8; 6], dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], port: u16) -> Vec<u8> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src, dst, 64)
+        .tcp(40000, port, 1, 1024)
+        .syn()
+        .write(&mut frame, &[])
+        .unwrap();
+    frame
+}
+
+fn udp(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: [u8; 4],
+    dst: [u8; 4],
+    ports: (u16, u16),
+) -> Vec<u8> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src, dst, 64)
+        .udp(ports.0, ports.1)
+        .write(&mut frame, &[0u8; 240])
+        .unwrap();
+    frame
+}
+
+/// A DHCPDISCOVER as a client without an address sends it.
+fn dhcp_discover() -> Vec<u8> {
+    udp(HOST_MAC, BROADCAST_MAC, [0; 4], [255; 4], (68, 67))
+}
+
+fn icmp(src_mac: [u8; 6], dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], reply: bool) -> Vec<u8> {
+    let mut frame = Vec::new();
+    let builder = PacketBuilder::ethernet2(src_mac, dst_mac).ipv4(src, dst, 64);
+    let builder = if reply {
+        builder.icmpv4_echo_reply(7, 1)
+    } else {
+        builder.icmpv4_echo_request(7, 1)
+    };
+    builder.write(&mut frame, &[0u8; 32]).unwrap();
+    frame
+}
+
+#[test]
+fn tcp_to_the_lan_address_goes_to_the_lan_twin_unchanged() {
+    let mut gw = lan_gateway();
+    let syn = tcp_syn(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, 22);
+    let (verdict, unchanged) = gw.process(&syn, LAN, 0);
+    assert_eq!(verdict, Verdict::Punt { port: LAN });
+    assert!(unchanged, "the kernel must get the frame as it was sent");
+    // The gateway's other address, reached from the LAN, is the kernel's too (weak host).
+    let syn = tcp_syn(HOST_MAC, LAN_MAC, HOST, WAN_ADDR, 22);
+    assert_eq!(gw.process(&syn, LAN, 0).0, Verdict::Punt { port: LAN });
+    let reply = udp(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, (53, 33000));
+    assert_eq!(gw.process(&reply, LAN, 0).0, Verdict::Punt { port: LAN });
+    assert_eq!(gw.counters.punted.get(), 3);
+    assert_eq!(gw.counters.dropped_total(), 0);
+}
+
+#[test]
+fn without_a_twin_local_traffic_is_dropped_as_before() {
+    let budget = (PuntConfig::DEFAULT_PER_SEC, PuntConfig::DEFAULT_BURST);
+    let mut gw = gateway([false, false], Vec::new(), Action::Accept, budget);
+    let syn = tcp_syn(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, 22);
+    assert_eq!(
+        gw.process(&syn, LAN, 0).0,
+        Verdict::Drop(DropReason::LocalDelivery)
+    );
+    assert_eq!(
+        gw.process(&dhcp_discover(), LAN, 0).0,
+        Verdict::Drop(DropReason::MartianAddress)
+    );
+    assert_eq!(gw.counters.punted.get(), 0);
+}
+
+#[test]
+fn the_wan_is_refused_by_the_local_policy_and_a_rule_cannot_punt_without_a_twin() {
+    let mut gw = lan_gateway();
+    for dst in [LAN_ADDR, WAN_ADDR] {
+        let syn = tcp_syn(UPSTREAM_MAC, WAN_MAC, REMOTE, dst, 22);
+        assert_eq!(
+            gw.process(&syn, WAN, 0).0,
+            Verdict::Drop(DropReason::FirewallDrop),
+            "from the WAN to {dst:?}"
+        );
+    }
+    // A local rule admits it, but the WAN has no twin to take it.
+    let budget = (PuntConfig::DEFAULT_PER_SEC, PuntConfig::DEFAULT_BURST);
+    let rules = vec![allow("ssh-from-wan", WAN_ZONE, 6, 22)];
+    let mut gw = gateway([true, false], rules.clone(), Action::Accept, budget);
+    let syn = tcp_syn(UPSTREAM_MAC, WAN_MAC, REMOTE, WAN_ADDR, 22);
+    assert_eq!(
+        gw.process(&syn, WAN, 0).0,
+        Verdict::Drop(DropReason::LocalDelivery)
+    );
+    // With a WAN twin, the rule opens it.
+    let mut gw = gateway([true, true], rules, Action::Accept, budget);
+    assert_eq!(gw.process(&syn, WAN, 0).0, Verdict::Punt { port: WAN });
+    let other = tcp_syn(UPSTREAM_MAC, WAN_MAC, REMOTE, WAN_ADDR, 23);
+    assert_eq!(
+        gw.process(&other, WAN, 0).0,
+        Verdict::Drop(DropReason::FirewallDrop)
+    );
+}
+
+#[test]
+fn a_lan_local_drop_policy_keeps_the_kernel_out_of_reach() {
+    let budget = (PuntConfig::DEFAULT_PER_SEC, PuntConfig::DEFAULT_BURST);
+    let rules = vec![allow("dhcp", LAN_ZONE, 17, 67)];
+    let mut gw = gateway([true, false], rules, Action::Drop, budget);
+    let syn = tcp_syn(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, 22);
+    assert_eq!(
+        gw.process(&syn, LAN, 0).0,
+        Verdict::Drop(DropReason::FirewallDrop)
+    );
+    // The rule for DHCP admits broadcast DHCP; other broadcast UDP stays martian.
+    assert_eq!(
+        gw.process(&dhcp_discover(), LAN, 0).0,
+        Verdict::Punt { port: LAN }
+    );
+    let broadcast_dns = udp(HOST_MAC, BROADCAST_MAC, HOST, [255; 4], (5353, 53));
+    assert_eq!(
+        gw.process(&broadcast_dns, LAN, 0).0,
+        Verdict::Drop(DropReason::MartianAddress)
+    );
+    // Without the rule, the policy drops DHCP too.
+    let mut gw = gateway([true, false], Vec::new(), Action::Drop, budget);
+    assert_eq!(
+        gw.process(&dhcp_discover(), LAN, 0).0,
+        Verdict::Drop(DropReason::FirewallDrop)
+    );
+}
+
+#[test]
+fn broadcast_dhcp_reaches_the_twin_of_the_port_it_came_in_by_only() {
+    let mut gw = lan_gateway();
+    let (verdict, unchanged) = gw.process(&dhcp_discover(), LAN, 0);
+    assert_eq!(verdict, Verdict::Punt { port: LAN });
+    assert!(unchanged);
+    // A renewing client broadcasts from its address (REBINDING).
+    let rebind = udp(HOST_MAC, BROADCAST_MAC, HOST, [255; 4], (68, 67));
+    assert_eq!(gw.process(&rebind, LAN, 0).0, Verdict::Punt { port: LAN });
+    // The WAN has no twin: broadcast DHCP there is martian, as it always was.
+    let on_wan = udp(UPSTREAM_MAC, BROADCAST_MAC, [0; 4], [255; 4], (68, 67));
+    assert_eq!(
+        gw.process(&on_wan, WAN, 0).0,
+        Verdict::Drop(DropReason::MartianAddress)
+    );
+}
+
+#[test]
+fn echo_requests_and_arp_stay_with_the_dataplane_echo_replies_go_to_the_kernel() {
+    let mut gw = lan_gateway();
+    let request = icmp(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, false);
+    assert_eq!(
+        gw.process(&request, LAN, 0).0,
+        Verdict::Control(ControlWork::LocalIcmp)
+    );
+    let reply = icmp(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, true);
+    assert_eq!(gw.process(&reply, LAN, 0).0, Verdict::Punt { port: LAN });
+    let mut arp = Vec::new();
+    arp.extend_from_slice(&BROADCAST_MAC);
+    arp.extend_from_slice(&HOST_MAC);
+    arp.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&HOST_MAC);
+    arp.extend_from_slice(&HOST);
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&LAN_ADDR);
+    assert_eq!(
+        gw.process(&arp, LAN, 0).0,
+        Verdict::Control(ControlWork::Arp)
+    );
+}
+
+#[test]
+fn routed_and_forwarded_traffic_is_never_punted() {
+    let mut gw = lan_gateway();
+    let out = tcp_syn(HOST_MAC, LAN_MAC, HOST, REMOTE, 443);
+    assert_eq!(gw.process(&out, LAN, 0).0, Verdict::Transmit { port: WAN });
+    // To the WAN address, but a port forward's: the LAN host's, not the kernel's.
+    let forwarded = tcp_syn(UPSTREAM_MAC, WAN_MAC, REMOTE, WAN_ADDR, 8080);
+    assert_eq!(
+        gw.process(&forwarded, WAN, 0).0,
+        Verdict::Transmit { port: LAN }
+    );
+    assert_eq!(gw.counters.punted.get(), 0);
+}
+
+#[test]
+fn a_flood_at_the_lan_address_is_held_to_the_punt_budget_and_forwarding_goes_on() {
+    let mut gw = gateway([true, false], Vec::new(), Action::Accept, (10, 3));
+    let mut punted = 0;
+    for port in 0..100u16 {
+        let flood = udp(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, (40000 + port, 9));
+        match gw.process(&flood, LAN, SECOND).0 {
+            Verdict::Punt { port: LAN } => punted += 1,
+            Verdict::Drop(DropReason::PuntPoliced) => {}
+            other => panic!("{other:?}"),
+        }
+        let routed = udp(HOST_MAC, LAN_MAC, HOST, REMOTE, (50000 + port, 9));
+        assert_eq!(
+            gw.process(&routed, LAN, SECOND).0,
+            Verdict::Transmit { port: WAN },
+            "forwarding during the flood"
+        );
+    }
+    assert_eq!(punted, 3, "the burst");
+    assert_eq!(gw.counters.dropped(DropReason::PuntPoliced), 97);
+    // Half a second later, five more tokens.
+    let mut later = 0;
+    for port in 0..20u16 {
+        let flood = udp(HOST_MAC, LAN_MAC, HOST, LAN_ADDR, (41000 + port, 9));
+        later += matches!(
+            gw.process(&flood, LAN, SECOND + SECOND / 2).0,
+            Verdict::Punt { .. }
+        ) as u32;
+    }
+    assert_eq!(later, 3, "refilled at 10/s but capped at the burst of 3");
+}
