@@ -55,7 +55,7 @@ fn main() {
         .clang_args(&clang_args)
         .allowlist_function("rte_.*|shim_.*")
         .allowlist_type("rte_.*")
-        .allowlist_var("RTE_.*|RING_F_.*|SOCKET_ID_ANY|LCORE_ID_ANY")
+        .allowlist_var("RTE_.*|RING_F_.*|SOCKET_ID_ANY|LCORE_ID_ANY|SHIM_.*")
         // Packed and aligned at once: bindgen cannot lay these out. We never read them from Rust.
         .opaque_type("rte_arp_hdr|rte_arp_ipv4|rte_l2tpv2_.*|rte_ecpri_.*|rte_gtp_.*|port_params")
         .blocklist_function("rte_.*_trace_.*")

@@ -3,7 +3,24 @@
 #include <rte_lcore.h>
 #include <rte_cycles.h>
 #include <rte_prefetch.h>
+#include <stddef.h>
 #include "shim.h"
+
+#define SHIM_CHECK_MBUF_FIELD(field, FIELD)                                                  \
+	_Static_assert(offsetof(struct rte_mbuf, field) == SHIM_MBUF_##FIELD##_OFFSET,       \
+		       "rte_mbuf." #field " moved: gateway/src/dpdk/mbuf.rs reads it directly"); \
+	_Static_assert(sizeof(((struct rte_mbuf *)0)->field) == SHIM_MBUF_##FIELD##_SIZE,    \
+		       "rte_mbuf." #field " changed size: gateway/src/dpdk/mbuf.rs reads it directly")
+
+_Static_assert(sizeof(struct rte_mbuf) == SHIM_MBUF_SIZE, "rte_mbuf changed size");
+SHIM_CHECK_MBUF_FIELD(buf_addr, BUF_ADDR);
+SHIM_CHECK_MBUF_FIELD(data_off, DATA_OFF);
+SHIM_CHECK_MBUF_FIELD(nb_segs, NB_SEGS);
+SHIM_CHECK_MBUF_FIELD(port, PORT);
+SHIM_CHECK_MBUF_FIELD(ol_flags, OL_FLAGS);
+SHIM_CHECK_MBUF_FIELD(pkt_len, PKT_LEN);
+SHIM_CHECK_MBUF_FIELD(data_len, DATA_LEN);
+SHIM_CHECK_MBUF_FIELD(buf_len, BUF_LEN);
 
 uint16_t shim_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts)
 {
@@ -42,6 +59,14 @@ uint32_t shim_rte_mbuf_rss_hash(const struct rte_mbuf *m) { return m->hash.rss; 
 uint16_t shim_rte_mbuf_port(const struct rte_mbuf *m) { return m->port; }
 void shim_rte_mbuf_set_port(struct rte_mbuf *m, uint16_t port) { m->port = port; }
 uint16_t shim_rte_mbuf_nb_segs(const struct rte_mbuf *m) { return m->nb_segs; }
+
+int shim_rte_mbuf_fast_free_ok(const struct rte_mbuf *m, const struct rte_mempool *pool)
+{
+	return m->pool == pool && rte_mbuf_refcnt_read(m) == 1 && RTE_MBUF_DIRECT(m) &&
+	       m->nb_segs == 1 && m->next == NULL;
+}
+
+unsigned int shim_rte_mempool_size(const struct rte_mempool *mp) { return mp->size; }
 
 unsigned int shim_rte_ring_sp_enqueue_burst(struct rte_ring *r, void *const *obj_table, unsigned int n, unsigned int *free_space)
 {

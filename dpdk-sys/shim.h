@@ -9,6 +9,30 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+/*
+ * The rte_mbuf layout the Rust side reads and writes directly (gateway/src/dpdk/mbuf.rs), as
+ * DPDK 22.11 lays it out on x86_64. shim.c checks these against the C header with
+ * _Static_assert; mbuf.rs checks them against bindgen's struct with const assertions. A DPDK
+ * whose layout differs fails the build on one side or the other instead of corrupting packets.
+ */
+#define SHIM_MBUF_SIZE 128
+#define SHIM_MBUF_BUF_ADDR_OFFSET 0
+#define SHIM_MBUF_BUF_ADDR_SIZE 8
+#define SHIM_MBUF_DATA_OFF_OFFSET 16
+#define SHIM_MBUF_DATA_OFF_SIZE 2
+#define SHIM_MBUF_NB_SEGS_OFFSET 20
+#define SHIM_MBUF_NB_SEGS_SIZE 2
+#define SHIM_MBUF_PORT_OFFSET 22
+#define SHIM_MBUF_PORT_SIZE 2
+#define SHIM_MBUF_OL_FLAGS_OFFSET 24
+#define SHIM_MBUF_OL_FLAGS_SIZE 8
+#define SHIM_MBUF_PKT_LEN_OFFSET 36
+#define SHIM_MBUF_PKT_LEN_SIZE 4
+#define SHIM_MBUF_DATA_LEN_OFFSET 40
+#define SHIM_MBUF_DATA_LEN_SIZE 2
+#define SHIM_MBUF_BUF_LEN_OFFSET 54
+#define SHIM_MBUF_BUF_LEN_SIZE 2
+
 uint16_t shim_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts);
 uint16_t shim_rte_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts);
 
@@ -26,6 +50,13 @@ uint32_t shim_rte_mbuf_rss_hash(const struct rte_mbuf *m);
 uint16_t shim_rte_mbuf_port(const struct rte_mbuf *m);
 void shim_rte_mbuf_set_port(struct rte_mbuf *m, uint16_t port);
 uint16_t shim_rte_mbuf_nb_segs(const struct rte_mbuf *m);
+/*
+ * 1 when `m` may be transmitted on a queue with RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE whose
+ * mbufs all come from `pool`: from that pool, reference count 1, direct (no indirect or
+ * external buffer), one segment. The safe layer checks it in debug builds.
+ */
+int shim_rte_mbuf_fast_free_ok(const struct rte_mbuf *m, const struct rte_mempool *pool);
+unsigned int shim_rte_mempool_size(const struct rte_mempool *mp);
 
 unsigned int shim_rte_ring_sp_enqueue_burst(struct rte_ring *r, void *const *obj_table, unsigned int n, unsigned int *free_space);
 unsigned int shim_rte_ring_sc_dequeue_burst(struct rte_ring *r, void **obj_table, unsigned int n, unsigned int *available);

@@ -21,7 +21,8 @@ use crate::config::{
 use crate::control::ControlPlane;
 use crate::dpdk::flow::FlowRule;
 use crate::dpdk::{
-    self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, PortId, QueueId,
+    self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, PortId, RxQueueId, SocketId,
+    TxQueueId,
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
@@ -166,20 +167,29 @@ fn serve(
         }
     }
     let workers = worker_lcores.len() as u16;
+    let port_ids = config
+        .interfaces
+        .iter()
+        .enumerate()
+        .map(|(index, iface)| {
+            Port::find(eal, &iface.device)
+                .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let socket = nic_socket(eal, config, &port_ids, &worker_lcores);
     let pool = Arc::new(
         Mempool::new(
+            eal,
             "gateway_pool",
             config.mempool.mbufs,
             config.mempool.cache,
             config.mempool.data_room,
-            dpdk_sys::SOCKET_ID_ANY,
+            socket,
         )
         .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
     );
     let mut ports = Vec::new();
-    for (index, iface) in config.interfaces.iter().enumerate() {
-        let id = Port::find(&iface.device)
-            .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))?;
+    for (index, (iface, &id)) in config.interfaces.iter().zip(&port_ids).enumerate() {
         let port_config = PortConfig {
             rx_queues: workers,
             tx_queues: workers,
@@ -193,7 +203,7 @@ fn serve(
             Some(bond) => prepare_bond(id, &iface.name, bond)?,
             None => false,
         };
-        let started = match Port::start(id, &iface.name, &port_config, &pool) {
+        let started = match Port::start(eal, id, &iface.name, &port_config, &pool) {
             Err(err) if dedicated_lacp => {
                 // Enabling checks the rule in principle; some members (tap) still refuse it
                 // when the bond starts. Fall back to LACP in the data path.
@@ -203,7 +213,7 @@ fn serve(
                      in the data path, kept alive by tx bursts every 10 ms even when idle"
                 );
                 dpdk::bond::disable_dedicated_lacp_queues(id)?;
-                Port::start(id, &iface.name, &port_config, &pool)
+                Port::start(eal, id, &iface.name, &port_config, &pool)
             }
             other => other,
         };
@@ -227,7 +237,7 @@ fn serve(
             let members = bond
                 .members
                 .iter()
-                .map(|member| Ok((device_name(member).to_string(), Port::find(member)?)))
+                .map(|member| Ok((device_name(member).to_string(), Port::find(eal, member)?)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             bond_watch.add(&iface.name, port.id(), members);
         }
@@ -238,17 +248,27 @@ fn serve(
     }
     let router = Arc::new(Published::new(Arc::new(router_config(config, &macs)?)));
     let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
-    let handles: Vec<_> = ports.iter().map(|port| port.handle()).collect();
-    let twins = Twins::start(config, &macs, &pool)?;
+    let twins = Twins::start(eal, config, &macs, &pool)?;
     let mut punt_rings = Vec::new();
+    // The metrics thread's view of each port, taken before the queues leave for the workers.
+    let port_monitors: Vec<_> = ports
+        .iter()
+        .map(|port| {
+            (
+                port.name().to_string(),
+                port.monitor(),
+                usize::from(workers),
+            )
+        })
+        .collect();
 
     let (control_to_worker, worker_from_control) =
-        MbufRing::create("control_to_worker0", 1024, dpdk_sys::SOCKET_ID_ANY)?;
+        MbufRing::create(eal, "control_to_worker0", 1024, socket)?;
     let mut worker_from_control = Some(worker_from_control);
     let mut from_workers = Vec::new();
     let mut worker_counters = Vec::new();
     let mut heartbeats = Vec::new();
-    let mut handoff_links = HandoffLinks::mesh(worker_lcores.len())?.into_iter();
+    let mut handoff_links = HandoffLinks::mesh(eal, worker_lcores.len(), socket)?.into_iter();
     let mut meters = Vec::new();
     let mut qos_stats = Vec::new();
     let panic_on_purpose = PanicOnPurpose::from_env();
@@ -256,13 +276,14 @@ fn serve(
     let mut running_workers = Workers::new(stop.clone());
     for (index, &lcore) in worker_lcores.iter().enumerate() {
         let (to_control, from_worker) = MbufRing::create(
+            eal,
             &format!("to_control_{index}"),
             crate::worker::CONTROL_RING_CAPACITY,
-            dpdk_sys::SOCKET_ID_ANY,
+            socket,
         )?;
         from_workers.push(from_worker);
         let punt = if twins.any() {
-            let (link, from_worker) = crate::twins::punt_ring(index)?;
+            let (link, from_worker) = crate::twins::punt_ring(eal, index, socket)?;
             punt_rings.push(from_worker);
             Some(link)
         } else {
@@ -285,10 +306,20 @@ fn serve(
             .unwrap_or(0);
         // Workers' clocks start at zero when they start; close enough for minute windows.
         pipeline.set_wall_clock(unix_now, 0);
+        // Worker i polls and transmits on queue i of every port, and nobody else does.
+        let rx = ports
+            .iter_mut()
+            .map(|port| port.take_rx_queue(RxQueueId(index as u16)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tx = ports
+            .iter_mut()
+            .map(|port| port.take_tx_queue(TxQueueId(index as u16)))
+            .collect::<Result<Vec<_>, _>>()?;
         let worker = Worker {
-            queue: QueueId(index as u16),
+            index: index as u16,
+            rx,
             handoff: handoff_links.next().expect("one set of links per worker"),
-            egress: Egress::new(handles.clone(), QueueId(index as u16)),
+            egress: Egress::new(tx),
             pool: pool.clone(),
             to_control,
             from_control: worker_from_control.take(),
@@ -303,6 +334,7 @@ fn serve(
         let panic_at = panic_on_purpose.and_then(|hook| hook.deadline_tsc(index));
         let exits = events.clone();
         let work = dpdk::launch_watched(
+            eal,
             lcore,
             move || worker.run(pipeline, heartbeat, panic_at),
             move |panic| {
@@ -347,10 +379,7 @@ fn serve(
         &config.traffic_meter,
     ))));
     let metrics = Metrics::new(Sources {
-        ports: ports
-            .iter()
-            .map(|port| (port.name().to_string(), port.handle(), usize::from(workers)))
-            .collect(),
+        ports: port_monitors,
         bonds: bond_watch.clone(),
         qos: qos_stats.clone(),
         meter: MeterSource {
@@ -474,6 +503,50 @@ fn serve(
     Ok(())
 }
 
+/// The NUMA node for the pool and rings: the NICs'. Logs when the NICs sit on different
+/// nodes (one pool serves them all, on the first's) and when a worker lcore runs on another
+/// node than a NIC it polls, which costs a cross-node access per packet.
+fn nic_socket(
+    eal: &Eal,
+    config: &GatewayConfig,
+    port_ids: &[PortId],
+    worker_lcores: &[LcoreId],
+) -> SocketId {
+    let sockets: Vec<SocketId> = port_ids.iter().map(|&id| Port::socket(eal, id)).collect();
+    let socket = sockets
+        .iter()
+        .copied()
+        .find(|socket| socket.node().is_some())
+        .unwrap_or(SocketId::ANY);
+    for (iface, &port_socket) in config.interfaces.iter().zip(&sockets) {
+        let Some(port_node) = port_socket.node() else {
+            continue;
+        };
+        if port_socket != socket {
+            tracing::warn!(
+                interface = %iface.name,
+                "{} is on NUMA node {port_node}, the packet pool on {socket}: its packets cross \
+                 nodes",
+                iface.name
+            );
+        }
+        for &lcore in worker_lcores {
+            let lcore_socket = eal.lcore_socket(lcore);
+            if lcore_socket.node().is_some_and(|node| node != port_node) {
+                tracing::warn!(
+                    interface = %iface.name,
+                    lcore = lcore.0,
+                    "worker {lcore} runs on {lcore_socket} but polls {} on NUMA node \
+                     {port_node}: pin workers to CPUs of the NIC's node (eal.cpus)",
+                    iface.name
+                );
+            }
+        }
+    }
+    tracing::info!(%socket, "packet pool and rings on the NICs' NUMA node");
+    socket
+}
+
 /// On devices with rte_flow (the X550's flow director), NAT replies go straight to the queue
 /// of the worker owning their port class. A refused rule is logged once per port; the
 /// handoff rings then carry those replies, as they always do for ICMP and fragments.
@@ -490,9 +563,9 @@ fn steer_nat_replies(config: &GatewayConfig, ports: &[Port], workers: u16) -> Ve
         let before = rules.len();
         let attempt = (0..=ownership.mask()).try_for_each(|class| {
             for protocol in [6, 17] {
-                let queue = QueueId(ownership.port_owner(class));
+                let queue = RxQueueId(ownership.port_owner(class));
                 let rule = dpdk::flow::steer_port_class(
-                    port.id(),
+                    port,
                     iface.address.addr,
                     protocol,
                     class,

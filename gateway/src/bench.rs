@@ -36,8 +36,8 @@ use pipeline::{
 use crate::app::{hugepages_available, publish_router};
 use crate::config::{KeywordBlockConfig, ParentalConfig, QosSettings, TrafficMeterConfig};
 use crate::dpdk::{
-    self, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, PortRings,
-    QueueId, RingConsumer, RingProducer,
+    self, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig,
+    RingConsumer, RingProducer, RxQueueId, SocketId, TxQueueId,
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
@@ -156,14 +156,14 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<()> {
         log_level: Some("warning".into()),
         ..Default::default()
     })?;
-    let result = bench(options, no_huge);
+    let result = bench(&eal, options, no_huge);
     drop(eal);
     result
 }
 
-fn bench(options: &BenchOptions, no_huge: bool) -> anyhow::Result<()> {
+fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()> {
     let hz = dpdk::tsc_hz();
-    let mut lab = Lab::new(options)?;
+    let mut lab = Lab::new(eal, options)?;
 
     // Flow setup: every packet opens a flow; nothing is reflected.
     let started = lab.poll_cycles;
@@ -402,34 +402,27 @@ struct Lab {
     meter: Arc<HostMeter>,
     qos_stats: [Arc<QosStats>; 2],
     poll_cycles: u64,
-    // Dropped last: the ports before the rings they use.
+    /// The ports own the rings they use, and stay open while the worker's queues live.
     _ports: Vec<Port>,
-    _rings: Vec<PortRings>,
 }
 
 impl Lab {
-    fn new(options: &BenchOptions) -> anyhow::Result<Lab> {
-        let pool = Arc::new(Mempool::new(
-            "bench_pool",
-            16383,
-            256,
-            2048,
-            dpdk_sys::SOCKET_ID_ANY,
-        )?);
-        let any = dpdk_sys::SOCKET_ID_ANY;
-        let (lan_rx, lan_rx_pmd) = MbufRing::create("bench_lan_rx", 4096, any)?;
-        let (lan_tx_pmd, lan_tx) = MbufRing::create("bench_lan_tx", 4096, any)?;
-        let (wan_rx, wan_rx_pmd) = MbufRing::create("bench_wan_rx", 4096, any)?;
-        let (wan_tx_pmd, wan_tx) = MbufRing::create("bench_wan_tx", 4096, any)?;
-        let (lan_id, lan_rings) = Port::from_rings("bench_lan", lan_rx_pmd, lan_tx_pmd)?;
-        let (wan_id, wan_rings) = Port::from_rings("bench_wan", wan_rx_pmd, wan_tx_pmd)?;
+    fn new(eal: &Eal, options: &BenchOptions) -> anyhow::Result<Lab> {
+        let any = SocketId::ANY;
+        let pool = Arc::new(Mempool::new(eal, "bench_pool", 16383, 256, 2048, any)?);
+        let (lan_rx, lan_rx_pmd) = MbufRing::create(eal, "bench_lan_rx", 4096, any)?;
+        let (lan_tx_pmd, lan_tx) = MbufRing::create(eal, "bench_lan_tx", 4096, any)?;
+        let (wan_rx, wan_rx_pmd) = MbufRing::create(eal, "bench_wan_rx", 4096, any)?;
+        let (wan_tx_pmd, wan_tx) = MbufRing::create(eal, "bench_wan_tx", 4096, any)?;
+        let lan_device = Port::from_rings(eal, "bench_lan", lan_rx_pmd, lan_tx_pmd)?;
+        let wan_device = Port::from_rings(eal, "bench_wan", wan_rx_pmd, wan_tx_pmd)?;
         let config = PortConfig {
             rx_descriptors: 1024,
             tx_descriptors: 1024,
             ..PortConfig::default()
         };
-        let lan = Port::start(lan_id, "lan", &config, &pool)?;
-        let wan = Port::start(wan_id, "wan", &config, &pool)?;
+        let mut lan = Port::start_rings(eal, lan_device, "lan", &config, &pool)?;
+        let mut wan = Port::start_rings(eal, wan_device, "wan", &config, &pool)?;
         let traffic = Traffic {
             lan_mac: EthernetAddress(lan.mac_address()?),
             wan_mac: EthernetAddress(wan.mac_address()?),
@@ -469,11 +462,20 @@ impl Lab {
         .map_err(|err| anyhow::anyhow!("NAT pool: {err:?}"))?;
         let qos_stats = pipeline.qos_stats();
         let router = Arc::new(Published::new(router));
-        let (to_control, _unread) = MbufRing::create("bench_control", 1024, any)?;
+        let (to_control, _unread) = MbufRing::create(eal, "bench_control", 1024, any)?;
         let worker = Worker {
-            queue: QueueId(0),
-            handoff: HandoffLinks::mesh(1)?.pop().context("one worker's links")?,
-            egress: Egress::new(vec![lan.handle(), wan.handle()], QueueId(0)),
+            index: 0,
+            rx: vec![
+                lan.take_rx_queue(RxQueueId(0))?,
+                wan.take_rx_queue(RxQueueId(0))?,
+            ],
+            handoff: HandoffLinks::mesh(eal, 1, any)?
+                .pop()
+                .context("one worker's links")?,
+            egress: Egress::new(vec![
+                lan.take_tx_queue(TxQueueId(0))?,
+                wan.take_tx_queue(TxQueueId(0))?,
+            ]),
             pool: pool.clone(),
             to_control,
             from_control: None,
@@ -499,7 +501,6 @@ impl Lab {
             qos_stats,
             poll_cycles: 0,
             _ports: vec![lan, wan],
-            _rings: vec![lan_rings, wan_rings],
         })
     }
 

@@ -3,27 +3,30 @@
 
 use pipeline::{fragment, DropReason, WorkerCounters};
 
-use crate::dpdk::{Mbuf, MbufBatch, Mempool, PortHandle, QueueId};
+use crate::dpdk::{Mbuf, MbufBatch, Mempool, TxQueue};
 
 pub struct Egress {
-    ports: Vec<PortHandle>,
-    queue: QueueId,
+    queues: Vec<TxQueue>,
     batches: Vec<MbufBatch>,
 }
 
 impl Egress {
-    /// `ports` is indexed by interface number; `queue` is this thread's TX queue on each.
-    pub fn new(ports: Vec<PortHandle>, queue: QueueId) -> Self {
-        let batches = ports.iter().map(|_| MbufBatch::new()).collect();
-        Egress {
-            ports,
-            queue,
-            batches,
-        }
+    /// `queues` is indexed by interface number: this thread's TX queue on each port.
+    pub fn new(queues: Vec<TxQueue>) -> Self {
+        let batches = queues.iter().map(|_| MbufBatch::new()).collect();
+        Egress { queues, batches }
     }
 
-    pub fn ports(&self) -> &[PortHandle] {
-        &self.ports
+    /// How many interfaces there are to send by.
+    pub fn port_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// An empty burst on every queue, for the bonds' LACPDUs on quiet links.
+    pub fn tx_idle(&mut self) {
+        for queue in &mut self.queues {
+            queue.tx_burst_idle();
+        }
     }
 
     #[inline]
@@ -58,7 +61,7 @@ impl Egress {
 
     #[inline]
     fn flush_port(&mut self, index: usize, counters: &WorkerCounters) {
-        let (sent, refused) = self.ports[index].tx_burst(self.queue, &mut self.batches[index]);
+        let (sent, refused) = self.queues[index].tx_burst(&mut self.batches[index]);
         counters.transmitted.add(sent as u64);
         if refused > 0 {
             counters.record_drops(DropReason::TxQueueFull, refused as u64);

@@ -4,7 +4,7 @@
 
 use pipeline::{DropReason, WorkerCounters};
 
-use crate::dpdk::{self, Mbuf, MbufBatch, MbufRing, RingConsumer, RingProducer};
+use crate::dpdk::{self, Eal, Mbuf, MbufBatch, MbufRing, RingConsumer, RingProducer, SocketId};
 
 /// Packets a ring holds: a few bursts, enough to ride out a busy moment on the owner.
 const RING_CAPACITY: u32 = 2048;
@@ -18,8 +18,8 @@ pub struct HandoffLinks {
 }
 
 impl HandoffLinks {
-    /// The links of every worker, index i for worker i.
-    pub fn mesh(workers: usize) -> dpdk::Result<Vec<HandoffLinks>> {
+    /// The links of every worker, index i for worker i, with the rings in `socket`'s memory.
+    pub fn mesh(eal: &Eal, workers: usize, socket: SocketId) -> dpdk::Result<Vec<HandoffLinks>> {
         let mut links: Vec<HandoffLinks> = (0..workers)
             .map(|_| HandoffLinks {
                 outgoing: (0..workers).map(|_| None).collect(),
@@ -29,11 +29,8 @@ impl HandoffLinks {
             .collect();
         for from in 0..workers {
             for to in (0..workers).filter(|&to| to != from) {
-                let (producer, consumer) = MbufRing::create(
-                    &format!("handoff_{from}_{to}"),
-                    RING_CAPACITY,
-                    dpdk_sys::SOCKET_ID_ANY,
-                )?;
+                let (producer, consumer) =
+                    MbufRing::create(eal, &format!("handoff_{from}_{to}"), RING_CAPACITY, socket)?;
                 links[from].outgoing[to] = Some(producer);
                 links[to].incoming.push(consumer);
             }

@@ -25,7 +25,7 @@ use pipeline::meter::{self, HostMeter, HostUsage};
 use pipeline::qos::QosStats;
 
 use crate::bonds::BondWatch;
-use crate::dpdk::{PortHandle, PortStats, QUEUE_STAT_COUNTERS};
+use crate::dpdk::{PortMonitor, PortStats, QUEUE_STAT_COUNTERS};
 use crate::published::Published;
 
 /// The outcome of config reloads, written by the control thread.
@@ -118,7 +118,7 @@ pub struct Sources {
     pub meter: MeterSource,
     /// Per worker: the uplink and downlink policers' statistics.
     pub qos: Vec<[Arc<QosStats>; 2]>,
-    pub ports: Vec<(String, PortHandle, usize)>,
+    pub ports: Vec<(String, PortMonitor, usize)>,
     pub bonds: Arc<BondWatch>,
     pub workers: Vec<Arc<WorkerCounters>>,
     /// Per worker: the TSC of its latest loop, turned into an age at each scrape.

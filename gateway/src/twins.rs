@@ -20,6 +20,7 @@
 //! packet.
 
 use std::process::Command;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use pipeline::punt::{arp_for_twin, is_kernel_arp_reply, PuntConfig};
@@ -29,8 +30,8 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, GatewayConfig};
 use crate::dpdk::{
-    Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, PortHandle, QueueId, RingConsumer,
-    RingProducer,
+    Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer,
+    RxQueue, RxQueueId, SocketId, TxQueue, TxQueueId,
 };
 
 /// Packets each worker's punt ring to the control thread holds.
@@ -186,11 +187,16 @@ impl PuntLink {
 }
 
 /// The punt ring of worker `index`: the worker's end and the control thread's.
-pub fn punt_ring(index: usize) -> anyhow::Result<(PuntLink, RingConsumer)> {
+pub fn punt_ring(
+    eal: &Eal,
+    index: usize,
+    socket: SocketId,
+) -> anyhow::Result<(PuntLink, RingConsumer)> {
     let (ring, consumer) = MbufRing::create(
+        eal,
         &format!("punt_{index}"),
         PUNT_RING_CAPACITY,
-        dpdk_sys::SOCKET_ID_ANY,
+        socket,
     )?;
     let link = PuntLink {
         ring,
@@ -199,11 +205,11 @@ pub fn punt_ring(index: usize) -> anyhow::Result<(PuntLink, RingConsumer)> {
     Ok((link, consumer))
 }
 
-/// One interface's twin: the tap port (its single queue pair is the control thread's) and
-/// what waits to be written to it.
+/// One interface's twin: the tap port's single queue pair, the control thread's (the queues
+/// hold the port open), and what waits to be written to it.
 struct Twin {
-    port: Port,
-    handle: PortHandle,
+    rx: RxQueue,
+    tx: TxQueue,
     to_kernel: MbufBatch,
 }
 
@@ -217,7 +223,7 @@ impl Twin {
 
     /// A kernel that is slow or gone refuses: counted, never waited for.
     fn flush(&mut self, counters: &WorkerCounters) {
-        let (_, refused) = self.handle.tx_burst(QueueId(0), &mut self.to_kernel);
+        let (_, refused) = self.tx.tx_burst(&mut self.to_kernel);
         if refused > 0 {
             counters.record_drops(DropReason::TwinTxFull, refused as u64);
         }
@@ -237,7 +243,12 @@ impl Twins {
     /// with the interface's name (or `kernel_twin_name`), MAC and MTU, moved to the
     /// configured namespace, with the interface's address, IPv6 off (the dataplane routes
     /// IPv4 only), and up.
-    pub fn start(config: &GatewayConfig, macs: &[[u8; 6]], pool: &Mempool) -> anyhow::Result<Self> {
+    pub fn start(
+        eal: &Eal,
+        config: &GatewayConfig,
+        macs: &[[u8; 6]],
+        pool: &Arc<Mempool>,
+    ) -> anyhow::Result<Self> {
         let mut twins = Vec::new();
         for (index, name) in twin_names(config).into_iter().enumerate() {
             let Some(name) = name else {
@@ -248,7 +259,7 @@ impl Twins {
             let field = format!("interfaces[{index}] ({}) kernel twin {name:?}", iface.name);
             let mac = EthernetAddress(macs[index]);
             let device = format!("net_tap_twin{index},iface={name},mac={mac}");
-            let id = Port::probe(&device).with_context(|| field.clone())?;
+            let id = Port::probe(eal, &device).with_context(|| field.clone())?;
             let port_config = PortConfig {
                 rx_queues: 1,
                 tx_queues: 1,
@@ -259,20 +270,19 @@ impl Twins {
                 promiscuous: false,
                 ..PortConfig::default()
             };
-            let port = Port::start(id, &format!("twin-{name}"), &port_config, pool)
+            let mut port = Port::start(eal, id, &format!("twin-{name}"), &port_config, pool)
                 .with_context(|| field.clone())?;
             let netns = config.kernel_twins.netns.as_deref();
             let address = format!("{}/{}", iface.address.addr, iface.address.len);
             set_up_kernel_side(&name, &address, netns).with_context(|| field.clone())?;
-            let handle = port.handle();
-            let twin = Twin {
-                port,
-                handle,
+            let mut twin = Twin {
+                rx: port.take_rx_queue(RxQueueId(0))?,
+                tx: port.take_tx_queue(TxQueueId(0))?,
                 to_kernel: MbufBatch::new(),
             };
             // What the kernel sent before it was set up (IPv6 autoconfiguration) is dropped.
             let mut early = MbufBatch::new();
-            while twin.handle.rx_burst(QueueId(0), &mut early) > 0 {
+            while twin.rx.rx_burst(&mut early) > 0 {
                 early.free_all();
             }
             tracing::info!(
@@ -281,7 +291,7 @@ impl Twins {
                 netns = netns.unwrap_or("(the gateway's)"),
                 %address,
                 %mac,
-                tap_port = twin.port.id().0,
+                tap_port = id.0,
                 "kernel twin up"
             );
             twins.push(Some(twin));
@@ -364,7 +374,7 @@ impl Twins {
             let Some(iface) = router.interfaces.get(index) else {
                 continue;
             };
-            handled += twin.handle.rx_burst(QueueId(0), batch);
+            handled += twin.rx.rx_burst(batch);
             for mbuf in batch.drain() {
                 if mbuf.segments() != 1 {
                     counters.record_drop(DropReason::MultiSegment);

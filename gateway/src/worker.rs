@@ -11,9 +11,7 @@ use pipeline::{
 };
 
 use crate::clock::Clock;
-use crate::dpdk::{
-    self, Mbuf, MbufBatch, Mempool, PortHandle, QueueId, RingConsumer, RingProducer,
-};
+use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer, RxQueue};
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, HEARTBEAT_LOOPS};
@@ -33,7 +31,10 @@ pub const CONTROL_RING_CAPACITY: u32 = 1024;
 
 /// Everything a worker owns or reads, handed to it at launch.
 pub struct Worker {
-    pub queue: QueueId,
+    /// The worker's number, which is also its queue number on every port.
+    pub index: u16,
+    /// This worker's RX queue on every port, indexed by interface number.
+    pub rx: Vec<RxQueue>,
     pub handoff: HandoffLinks,
     pub egress: Egress,
     pub pool: Arc<Mempool>,
@@ -54,7 +55,7 @@ impl Worker {
     /// beats `heartbeat`, and panics at `panic_at_tsc` if given (the liveness tests' hook).
     pub fn run(self, pipeline: Pipeline, heartbeat: Arc<Heartbeat>, panic_at_tsc: Option<u64>) {
         let stop = self.stop.clone();
-        let index = self.queue.0;
+        let index = self.index;
         let mut poll = WorkerLoop::new(self, pipeline);
         poll.heartbeat = heartbeat;
         poll.panic_at_tsc = panic_at_tsc;
@@ -141,7 +142,7 @@ impl Worker {
         self.counters.handoffs_received.add(arrived as u64);
         for mut mbuf in batch.drain() {
             let port = mbuf.port().0;
-            if usize::from(port) >= self.egress.ports().len() {
+            if usize::from(port) >= self.egress.port_count() {
                 self.counters.record_drop(DropReason::NotOurMac);
                 continue;
             }
@@ -163,7 +164,7 @@ impl Worker {
         if ring.dequeue(batch) == 0 {
             return;
         }
-        let ports = self.egress.ports().len();
+        let ports = self.egress.port_count();
         for mbuf in batch.drain() {
             let port = mbuf.port();
             if usize::from(port.0) < ports {
@@ -192,7 +193,8 @@ pub struct WorkerLoop {
     worker: Worker,
     pipeline: Pipeline,
     clock: Clock,
-    ports: Vec<PortHandle>,
+    /// Taken out of the worker so the loop can poll them while it hands the worker packets.
+    rx_queues: Vec<RxQueue>,
     rx: MbufBatch,
     control: MbufBatch,
     router_version: u64,
@@ -208,15 +210,15 @@ pub struct WorkerLoop {
 }
 
 impl WorkerLoop {
-    pub fn new(worker: Worker, pipeline: Pipeline) -> Self {
+    pub fn new(mut worker: Worker, pipeline: Pipeline) -> Self {
         let (_, router_version) = worker.router.load();
         let (_, neighbors_version) = worker.neighbors.load();
-        let ports = worker.egress.ports().to_vec();
+        let rx_queues = std::mem::take(&mut worker.rx);
         WorkerLoop {
             worker,
             pipeline,
             clock: Clock::new(),
-            ports,
+            rx_queues,
             rx: MbufBatch::new(),
             control: MbufBatch::new(),
             router_version,
@@ -255,8 +257,9 @@ impl WorkerLoop {
         }
         let now_ns = self.clock.now_ns();
         let mut received = 0;
-        for (ingress, port) in self.ports.iter().enumerate() {
-            if port.rx_burst(worker.queue, &mut self.rx) == 0 {
+        let ports = self.rx_queues.len();
+        for (ingress, queue) in self.rx_queues.iter_mut().enumerate() {
+            if queue.rx_burst(&mut self.rx) == 0 {
                 continue;
             }
             received += self.rx.len();
@@ -278,7 +281,7 @@ impl WorkerLoop {
                     next.prefetch();
                 }
                 if self.bypass_pipeline {
-                    let other = (ingress + 1) % self.ports.len();
+                    let other = (ingress + 1) % ports;
                     worker.egress.send(other as u16, mbuf, &worker.counters);
                     continue;
                 }
@@ -305,9 +308,7 @@ impl WorkerLoop {
         if loop_end >= self.next_idle_tx {
             // Bonds send LACPDUs from tx_burst: quiet links must still see calls (802.3ad
             // wants them at least every 100 ms; every 10 ms leaves a wide margin).
-            for port in &self.ports {
-                port.tx_burst_idle(worker.queue);
-            }
+            worker.egress.tx_idle();
             self.next_idle_tx = loop_end + self.idle_tx_interval;
         }
         let spent = loop_end.wrapping_sub(self.loop_start);
@@ -329,11 +330,11 @@ impl WorkerLoop {
     fn beat(&self, tsc: u64) {
         self.heartbeat.beat(tsc);
         if self.panic_at_tsc.is_some_and(|at| tsc >= at) {
-            let worker = self.worker.queue.0;
+            let worker = self.worker.index;
             tracing::error!(worker, "worker {worker} panics on purpose now");
             panic!(
                 "worker {} panics on purpose ({})",
-                self.worker.queue.0,
+                self.worker.index,
                 crate::liveness::PANIC_ON_PURPOSE_VAR
             );
         }

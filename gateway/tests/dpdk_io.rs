@@ -1,15 +1,16 @@
 //! The safe DPDK layer against a real EAL, in-process, on virtual devices: no NIC, no
 //! hugepages. One EAL serves every test of this binary (DPDK allows one per process).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use gateway::dpdk::{
-    launch, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, QueueId,
-    BURST_SIZE,
+    launch, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RxQueueId,
+    SocketId, TxQueueId, BURST_SIZE,
 };
 
-fn eal() {
-    static STARTED: OnceLock<()> = OnceLock::new();
+/// The EAL every test shares. Each test has a vdev of its own: closing a port releases it.
+fn eal() -> &'static Eal {
+    static STARTED: OnceLock<Eal> = OnceLock::new();
     STARTED.get_or_init(|| {
         let args = EalArgs {
             lcores: vec![LcoreId(0), LcoreId(1)],
@@ -17,14 +18,19 @@ fn eal() {
             memory_mb: 256,
             in_memory: true,
             no_pci: true,
-            vdevs: vec!["net_ring0".into(), "net_null0".into()],
+            vdevs: vec![
+                "net_ring0".into(),
+                "net_null0".into(),
+                "net_ring1".into(),
+                "net_null1".into(),
+                "net_null2".into(),
+            ],
             log_level: Some("warning".into()),
             ..Default::default()
         };
-        let eal = Eal::init(&args).expect("EAL starts on --no-huge with vdevs");
         // Tests share the EAL until the process exits; cleanup at exit is the OS's job.
-        std::mem::forget(eal);
-    });
+        Eal::init(&args).expect("EAL starts on --no-huge with vdevs")
+    })
 }
 
 /// Lcore 1 runs one job at a time; tests that launch on it take turns.
@@ -42,11 +48,12 @@ fn stamp(mbuf: &mut Mbuf, seq: u32) {
 
 #[test]
 fn packets_loop_through_net_ring_and_every_mbuf_returns_to_its_pool() {
-    eal();
-    let pool = Mempool::new("ring_test_pool", 2047, 0, 2048, -1).unwrap();
-    let id = Port::find("net_ring0").unwrap();
-    let port = Port::start(id, "net_ring0", &PortConfig::default(), &pool).unwrap();
-    let io = port.handle();
+    let eal = eal();
+    let pool = Arc::new(Mempool::new(eal, "ring_test_pool", 2047, 0, 2048, SocketId::ANY).unwrap());
+    let id = Port::find(eal, "net_ring0").unwrap();
+    let mut port = Port::start(eal, id, "net_ring0", &PortConfig::default(), &pool).unwrap();
+    let mut rxq = port.take_rx_queue(RxQueueId(0)).unwrap();
+    let mut txq = port.take_tx_queue(TxQueueId(0)).unwrap();
     let total: u32 = 12_800;
     let mut sent_seq = 0u32;
     let mut next_expected = 0u32;
@@ -59,11 +66,11 @@ fn packets_loop_through_net_ring_and_every_mbuf_returns_to_its_pool() {
             tx.push(mbuf).ok().unwrap();
             sent_seq += 1;
         }
-        let (sent, dropped) = io.tx_burst(QueueId(0), &mut tx);
+        let (sent, dropped) = txq.tx_burst(&mut tx);
         assert_eq!(sent + dropped, BURST_SIZE.min(sent + dropped));
         sent_seq -= dropped as u32; // refused packets were freed; send those numbers again
         assert!(tx.is_empty());
-        io.rx_burst(QueueId(0), &mut rx);
+        rxq.rx_burst(&mut rx);
         for mbuf in rx.drain() {
             assert_eq!(mbuf.len(), 64);
             let seq = u32::from_be_bytes(mbuf.data()[..4].try_into().unwrap());
@@ -75,18 +82,19 @@ fn packets_loop_through_net_ring_and_every_mbuf_returns_to_its_pool() {
     let stats = port.stats().unwrap();
     assert_eq!(stats.rx_packets, u64::from(total));
     assert_eq!(stats.tx_packets, u64::from(total));
-    drop(port);
+    drop((rxq, txq, port));
     assert_eq!(pool.in_use(), 0, "no mbuf leaked");
     assert_eq!(pool.available(), pool.capacity(), "no mbuf freed twice");
 }
 
 #[test]
 fn null_device_consumes_tx_and_produces_rx_from_our_pool() {
-    eal();
-    let pool = Mempool::new("null_test_pool", 1023, 0, 2048, -1).unwrap();
-    let id = Port::find("net_null0").unwrap();
-    let port = Port::start(id, "net_null0", &PortConfig::default(), &pool).unwrap();
-    let io = port.handle();
+    let eal = eal();
+    let pool = Arc::new(Mempool::new(eal, "null_test_pool", 1023, 0, 2048, SocketId::ANY).unwrap());
+    let id = Port::find(eal, "net_null0").unwrap();
+    let mut port = Port::start(eal, id, "net_null0", &PortConfig::default(), &pool).unwrap();
+    let mut rxq = port.take_rx_queue(RxQueueId(0)).unwrap();
+    let mut txq = port.take_tx_queue(TxQueueId(0)).unwrap();
     let mut moved = 0;
     let mut batch = MbufBatch::new();
     while moved < 10_000 {
@@ -95,32 +103,34 @@ fn null_device_consumes_tx_and_produces_rx_from_our_pool() {
             stamp(&mut mbuf, moved as u32);
             batch.push(mbuf).ok().unwrap();
         }
-        let (sent, dropped) = io.tx_burst(QueueId(0), &mut batch);
+        let (sent, dropped) = txq.tx_burst(&mut batch);
         assert_eq!(
             (sent, dropped),
             (BURST_SIZE, 0),
             "net_null takes every packet"
         );
-        let got = io.rx_burst(QueueId(0), &mut batch);
+        let got = rxq.rx_burst(&mut batch);
         assert!(got > 0, "net_null always has packets to give");
         assert!(batch.drain().all(|mbuf| mbuf.segments() == 1));
         moved += sent + got;
     }
-    drop(port);
+    drop((rxq, txq, port));
     assert_eq!(pool.in_use(), 0, "no mbuf leaked");
     assert_eq!(pool.available(), pool.capacity());
 }
 
 #[test]
 fn ring_hands_packets_from_a_worker_lcore_to_the_main_thread() {
-    eal();
-    let pool = std::sync::Arc::new(Mempool::new("handoff_test_pool", 4095, 0, 2048, -1).unwrap());
-    let (mut producer, mut consumer) = MbufRing::create("handoff_test_ring", 1024, -1).unwrap();
+    let eal = eal();
+    let pool =
+        Arc::new(Mempool::new(eal, "handoff_test_pool", 4095, 0, 2048, SocketId::ANY).unwrap());
+    let (mut producer, mut consumer) =
+        MbufRing::create(eal, "handoff_test_ring", 1024, SocketId::ANY).unwrap();
     assert!(producer.is_empty());
     let total: u32 = 10_000;
     let worker_pool = pool.clone();
     let _turn = worker_lcore();
-    let worker = launch(LcoreId(1), move || {
+    let worker = launch(eal, LcoreId(1), move || {
         let mut batch = MbufBatch::new();
         let mut seq = 0u32;
         let mut ring_full = 0u64;
@@ -156,9 +166,9 @@ fn ring_hands_packets_from_a_worker_lcore_to_the_main_thread() {
 
 #[test]
 fn a_panicking_worker_is_reported_not_fatal() {
-    eal();
+    let eal = eal();
     let _turn = worker_lcore();
-    let work = launch(LcoreId(1), || -> u32 { panic!("boom on purpose") }).unwrap();
+    let work = launch(eal, LcoreId(1), || -> u32 { panic!("boom on purpose") }).unwrap();
     let err = work.join().unwrap_err().to_string();
     assert!(
         err.contains("lcore 1") && err.contains("boom on purpose"),
@@ -168,10 +178,12 @@ fn a_panicking_worker_is_reported_not_fatal() {
 
 #[test]
 fn an_unknown_device_is_named_in_the_error() {
-    eal();
-    let err = Port::find("net_nosuch7,iface=x").unwrap_err().to_string();
+    let eal = eal();
+    let err = Port::find(eal, "net_nosuch7,iface=x")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("net_nosuch7"), "{err}");
-    let err = Port::probe("net_bogusdriver0,foo=1")
+    let err = Port::probe(eal, "net_bogusdriver0,foo=1")
         .unwrap_err()
         .to_string();
     assert!(err.contains("net_bogusdriver0"), "{err}");
@@ -179,16 +191,98 @@ fn an_unknown_device_is_named_in_the_error() {
 
 #[test]
 fn a_port_config_beyond_the_device_limits_is_refused_clearly() {
-    eal();
-    let pool = Mempool::new("limits_test_pool", 511, 0, 2048, -1).unwrap();
-    let id = Port::find("net_ring0").unwrap();
+    let eal = eal();
+    let pool =
+        Arc::new(Mempool::new(eal, "limits_test_pool", 511, 0, 2048, SocketId::ANY).unwrap());
+    let id = Port::find(eal, "net_ring1").unwrap();
     let config = PortConfig {
         rx_queues: 200,
         ..Default::default()
     };
-    let err = Port::start(id, "net_ring0", &config, &pool)
+    let err = Port::start(eal, id, "net_ring1", &config, &pool)
         .err()
         .expect("200 rx queues exceed net_ring's limit")
         .to_string();
     assert!(err.contains("rx queues") && err.contains("200"), "{err}");
+}
+
+#[test]
+fn queues_keep_their_port_open_and_the_port_closes_after_the_last() {
+    let eal = eal();
+    let pool =
+        Arc::new(Mempool::new(eal, "owner_test_pool", 1023, 0, 2048, SocketId::ANY).unwrap());
+    let id = Port::find(eal, "net_null1").unwrap();
+    let config = PortConfig {
+        rx_queues: 2,
+        tx_queues: 2,
+        ..PortConfig::default()
+    };
+    let mut port = Port::start(eal, id, "net_null1", &config, &pool).unwrap();
+    let mut rxq = port.take_rx_queue(RxQueueId(1)).unwrap();
+    let mut txq = port.take_tx_queue(TxQueueId(0)).unwrap();
+    assert_eq!(
+        (rxq.port(), rxq.id(), txq.id()),
+        (id, RxQueueId(1), TxQueueId(0))
+    );
+
+    let again = port.take_rx_queue(RxQueueId(1)).err().unwrap().to_string();
+    assert!(again.contains("already handed out"), "{again}");
+    let beyond = port.take_tx_queue(TxQueueId(2)).err().unwrap().to_string();
+    assert!(beyond.contains("no tx queue 2"), "{beyond}");
+    let twice = Port::start(eal, id, "net_null1", &config, &pool)
+        .err()
+        .expect("a started port cannot be started a second time")
+        .to_string();
+    assert!(twice.contains("already started"), "{twice}");
+
+    // The owner goes first; the queues still work, because they hold the port open.
+    drop(port);
+    let mut batch = MbufBatch::new();
+    assert!(rxq.rx_burst(&mut batch) > 0, "net_null1 still receives");
+    assert_eq!(txq.tx_burst(&mut batch).1, 0, "and still transmits");
+    assert!(
+        Port::find(eal, "net_null1").is_ok(),
+        "not closed under its queues"
+    );
+
+    // The last queue closes it: closing releases a vdev's port, so its name is gone.
+    drop(rxq);
+    assert!(
+        Port::find(eal, "net_null1").is_ok(),
+        "one queue still holds it"
+    );
+    drop(txq);
+    assert!(
+        Port::find(eal, "net_null1").is_err(),
+        "closed with its last queue"
+    );
+    assert_eq!(
+        pool.in_use(),
+        0,
+        "closing returned the RX descriptors' mbufs"
+    );
+}
+
+#[test]
+fn a_monitor_reads_a_port_the_workers_use() {
+    let eal = eal();
+    let pool =
+        Arc::new(Mempool::new(eal, "monitor_test_pool", 1023, 0, 2048, SocketId::ANY).unwrap());
+    let id = Port::find(eal, "net_null2").unwrap();
+    let mut port = Port::start(eal, id, "net_null2", &PortConfig::default(), &pool).unwrap();
+    assert!(!port.fast_free(), "net_null has no MBUF_FAST_FREE to give");
+    let monitor = port.monitor();
+    let mut rxq = port.take_rx_queue(RxQueueId(0)).unwrap();
+    let mut batch = MbufBatch::new();
+    let got = rxq.rx_burst(&mut batch);
+    drop(batch);
+    let seen = std::thread::spawn(move || monitor.stats().unwrap().rx_packets)
+        .join()
+        .unwrap();
+    assert_eq!(seen, got as u64);
+    drop((rxq, port));
+    assert!(
+        Port::find(eal, "net_null2").is_err(),
+        "closed once the monitor and queue went"
+    );
 }

@@ -1,8 +1,9 @@
 use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::error::{DpdkError, Result};
-use super::ids::LcoreId;
+use super::ids::{LcoreId, SocketId};
 
 /// What the EAL is started with. Built from the gateway's config; `to_argv` is the one place
 /// that turns it into DPDK's command line.
@@ -78,9 +79,58 @@ impl EalArgs {
 
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
 
-/// The running EAL. There is at most one per process; dropping it calls `rte_eal_cleanup`.
+/// The running EAL: the proof, required by every constructor of the safe layer (pools, rings,
+/// ports, lcore launches), that `rte_eal_init` succeeded. There is at most one per process
+/// and it cannot be cloned or built but by [`Eal::init`].
+///
+/// Everything made from it holds a share of it ([`EalHold`]), so `rte_eal_cleanup` runs when
+/// the last of them is gone, whatever order the owner drops them in: after every port, ring
+/// and pool, never under them.
+///
+/// ```compile_fail
+/// // No EAL without rte_eal_init: the token's fields are private.
+/// let eal = gateway::dpdk::Eal { guard: todo!() };
+/// ```
 pub struct Eal {
-    _not_send: std::marker::PhantomData<*const ()>,
+    guard: Arc<EalGuard>,
+}
+
+/// A share of the EAL, kept by each object made from it. Not public: only the layer's
+/// constructors take one, from a borrowed [`Eal`].
+#[derive(Clone)]
+pub(crate) struct EalHold(#[allow(dead_code)] Arc<EalGuard>);
+
+impl EalHold {
+    /// Keeps the EAL up until the process exits: for an object that must not be freed (a
+    /// pool with mbufs still out, an lcore that may still run), whose memory must stay mapped.
+    pub(crate) fn keep_until_exit(self) {
+        std::mem::forget(self);
+    }
+}
+
+/// Runs `rte_eal_cleanup` when the last share is dropped.
+struct EalGuard {
+    main_lcore: u32,
+}
+
+impl Drop for EalGuard {
+    fn drop(&mut self) {
+        // DPDK wants cleanup from the main lcore. If the last share goes away on another
+        // thread, leave the EAL to the process exit rather than tear it down from there.
+        if Eal::current_lcore() != Some(LcoreId(self.main_lcore)) {
+            tracing::warn!(
+                main_lcore = self.main_lcore,
+                "the EAL's last user went away off the main lcore; EAL cleanup left to the exit"
+            );
+            return;
+        }
+        // SAFETY: this is the last share of the EAL: every port, ring, pool and launched lcore
+        // made from it is gone (each held a share), and we are on the main lcore. Runs once.
+        let ret = unsafe { dpdk_sys::rte_eal_cleanup() };
+        if ret < 0 {
+            tracing::warn!(error = %DpdkError::from_errno("rte_eal_cleanup", ret), "EAL cleanup");
+        }
+    }
 }
 
 impl Eal {
@@ -116,9 +166,26 @@ impl Eal {
         if ret < 0 {
             return Err(DpdkError::last("rte_eal_init"));
         }
+        // SAFETY: the EAL is up; reads a value set at init.
+        let main_lcore = unsafe { dpdk_sys::rte_get_main_lcore() };
         Ok(Eal {
-            _not_send: std::marker::PhantomData,
+            guard: Arc::new(EalGuard { main_lcore }),
         })
+    }
+
+    /// A share for an object made from the EAL, which keeps the EAL up while it lives.
+    pub(crate) fn hold(&self) -> EalHold {
+        EalHold(self.guard.clone())
+    }
+
+    /// The NUMA node an lcore runs on; `ANY` when DPDK does not know.
+    pub fn lcore_socket(&self, lcore: LcoreId) -> SocketId {
+        // SAFETY: a read of EAL state set at init; an unknown lcore gives an invalid socket.
+        let socket = unsafe { dpdk_sys::rte_lcore_to_socket_id(lcore.0) };
+        if socket >= dpdk_sys::RTE_MAX_NUMA_NODES {
+            return SocketId::ANY;
+        }
+        SocketId::from_raw(socket as i32)
     }
 
     /// The lcore the calling thread runs as, if it is an EAL thread.
@@ -139,17 +206,6 @@ impl Eal {
             id = unsafe { dpdk_sys::rte_get_next_lcore(id, 1, 0) };
         }
         lcores
-    }
-}
-
-impl Drop for Eal {
-    fn drop(&mut self) {
-        // SAFETY: every port, ring and pool borrows nothing from the EAL handle, but callers
-        // drop them before the EAL (they are created after it); cleanup runs once.
-        let ret = unsafe { dpdk_sys::rte_eal_cleanup() };
-        if ret < 0 {
-            tracing::warn!(error = %DpdkError::from_errno("rte_eal_cleanup", ret), "EAL cleanup");
-        }
     }
 }
 

@@ -5,13 +5,15 @@
 
 use std::ffi::{c_void, CStr};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use super::error::{DpdkError, Result};
-use super::ids::{PortId, QueueId};
+use super::ids::RxQueueId;
+use super::port::{Port, PortInner};
 
-/// A rule installed on a port; destroyed when dropped.
+/// A rule installed on a port; destroyed when dropped, and keeping the port open until then.
 pub struct FlowRule {
-    port: PortId,
+    port: Arc<PortInner>,
     flow: *mut dpdk_sys::rte_flow,
 }
 
@@ -22,21 +24,30 @@ unsafe impl Send for FlowRule {}
 impl Drop for FlowRule {
     fn drop(&mut self) {
         let mut error = dpdk_sys::rte_flow_error::default();
-        // SAFETY: the rule was created on this port and is destroyed once.
-        unsafe { dpdk_sys::rte_flow_destroy(self.port.0, self.flow, &mut error) };
+        // SAFETY: the rule was created on this port, which is still open (we hold it), and is
+        // destroyed once.
+        unsafe { dpdk_sys::rte_flow_destroy(self.port.id().0, self.flow, &mut error) };
     }
 }
 
 /// Steers packets to `dst` whose destination port matches `class` under `mask` to `queue`.
 /// Validated first, so a refusal changes nothing; the error carries the driver's reason.
 pub fn steer_port_class(
-    port: PortId,
+    port: &Port,
     dst: Ipv4Addr,
     protocol: u8,
     class: u16,
     mask: u16,
-    queue: QueueId,
+    queue: RxQueueId,
 ) -> Result<FlowRule> {
+    if queue.0 >= port.rx_queues() {
+        return Err(DpdkError::Invalid {
+            what: "flow rule",
+            detail: format!("{} has no {queue}", port.name()),
+        });
+    }
+    let owner = port.owner();
+    let port_id = port.id();
     let mut attr = dpdk_sys::rte_flow_attr::default();
     attr.set_ingress(1);
 
@@ -114,7 +125,7 @@ pub fn steer_port_class(
     // validation changes nothing on the device.
     let ret = unsafe {
         dpdk_sys::rte_flow_validate(
-            port.0,
+            port_id.0,
             &attr,
             pattern.as_ptr(),
             actions.as_ptr(),
@@ -127,7 +138,7 @@ pub fn steer_port_class(
     // SAFETY: as above; the driver copies what it needs.
     let flow = unsafe {
         dpdk_sys::rte_flow_create(
-            port.0,
+            port_id.0,
             &attr,
             pattern.as_ptr(),
             actions.as_ptr(),
@@ -137,7 +148,7 @@ pub fn steer_port_class(
     if flow.is_null() {
         return Err(flow_error("rte_flow_create", -1, &error));
     }
-    Ok(FlowRule { port, flow })
+    Ok(FlowRule { port: owner, flow })
 }
 
 fn flow_error(call: &'static str, ret: i32, error: &dpdk_sys::rte_flow_error) -> DpdkError {

@@ -3,15 +3,19 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use super::eal::{Eal, EalHold};
 use super::error::{DpdkError, Result};
 use super::ids::LcoreId;
 
 type Outcome<T> = Arc<Mutex<Option<std::thread::Result<T>>>>;
 
 /// Work running on a worker lcore. `join` waits for it and reports a panic as an error.
+/// Dropped without `join`, it keeps the EAL up until the process exits, since the lcore may
+/// still be running.
 pub struct LaunchedWork<T> {
     lcore: LcoreId,
     outcome: Outcome<T>,
+    eal: Option<EalHold>,
 }
 
 struct Job {
@@ -20,18 +24,23 @@ struct Job {
 
 /// Runs `work` on `lcore` (`rte_eal_remote_launch`). A panic in it is caught at the lcore
 /// boundary, since unwinding into DPDK's C frames is undefined behaviour.
-pub fn launch<T, F>(lcore: LcoreId, work: F) -> Result<LaunchedWork<T>>
+pub fn launch<T, F>(eal: &Eal, lcore: LcoreId, work: F) -> Result<LaunchedWork<T>>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    launch_watched(lcore, work, |_| {})
+    launch_watched(eal, lcore, work, |_| {})
 }
 
 /// `launch`, and `on_exit` runs on the lcore as soon as `work` has returned or panicked, with
 /// the panic's message if it panicked: the way to learn of a dead worker at once rather than
 /// at the next `join`. `join` still returns the outcome.
-pub fn launch_watched<T, F, E>(lcore: LcoreId, work: F, on_exit: E) -> Result<LaunchedWork<T>>
+pub fn launch_watched<T, F, E>(
+    eal: &Eal,
+    lcore: LcoreId,
+    work: F,
+    on_exit: E,
+) -> Result<LaunchedWork<T>>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
@@ -57,7 +66,11 @@ where
         drop(unsafe { Box::from_raw(arg as *mut Job) });
         return Err(DpdkError::from_errno("rte_eal_remote_launch", ret));
     }
-    Ok(LaunchedWork { lcore, outcome })
+    Ok(LaunchedWork {
+        lcore,
+        outcome,
+        eal: Some(eal.hold()),
+    })
 }
 
 unsafe extern "C" fn trampoline(arg: *mut c_void) -> c_int {
@@ -74,9 +87,11 @@ impl<T> LaunchedWork<T> {
 
     /// Waits for the lcore to finish. A panic in the work comes back as an error naming the
     /// lcore and the panic message.
-    pub fn join(self) -> Result<T> {
+    pub fn join(mut self) -> Result<T> {
         // SAFETY: waits on an lcore we launched; called from the main lcore.
         unsafe { dpdk_sys::rte_eal_wait_lcore(self.lcore.0) };
+        // The lcore is idle again: its share of the EAL can go.
+        drop(self.eal.take());
         let outcome = self
             .outcome
             .lock()
@@ -92,6 +107,14 @@ impl<T> LaunchedWork<T> {
                 what: "worker",
                 detail: format!("{} finished without a result", self.lcore),
             }),
+        }
+    }
+}
+
+impl<T> Drop for LaunchedWork<T> {
+    fn drop(&mut self) {
+        if let Some(eal) = self.eal.take() {
+            eal.keep_until_exit();
         }
     }
 }

@@ -12,8 +12,53 @@ pub const BURST_SIZE: usize = 32;
 const RX_L4_CKSUM_MASK: u64 = dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK as u64;
 const RX_L4_CKSUM_GOOD: u64 = dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD as u64;
 
+/// The `rte_mbuf` fields read and written directly below, checked at compile time against
+/// the layout dpdk-sys/shim.h declares, which shim.c checks against the C header with
+/// `_Static_assert`. bindgen, the C compiler and this file therefore agree, or nothing builds.
+mod layout {
+    use dpdk_sys::rte_mbuf;
+    use std::mem::{offset_of, size_of};
+
+    /// The size of a field's type, from a never-called accessor.
+    const fn size_of_field<T, F>(_: fn(&T) -> &F) -> usize {
+        size_of::<F>()
+    }
+
+    macro_rules! check_field {
+        ($field:ident, $offset:ident, $size:ident) => {
+            const _: () = assert!(
+                offset_of!(rte_mbuf, $field) == dpdk_sys::$offset as usize,
+                concat!(
+                    "bindgen's rte_mbuf.",
+                    stringify!($field),
+                    " is not where shim.h says"
+                )
+            );
+            const _: () = assert!(
+                size_of_field(|m: &rte_mbuf| &m.$field) == dpdk_sys::$size as usize,
+                concat!(
+                    "bindgen's rte_mbuf.",
+                    stringify!($field),
+                    " is not the size shim.h says"
+                )
+            );
+        };
+    }
+
+    const _: () = assert!(size_of::<rte_mbuf>() == dpdk_sys::SHIM_MBUF_SIZE as usize);
+    check_field!(buf_addr, SHIM_MBUF_BUF_ADDR_OFFSET, SHIM_MBUF_BUF_ADDR_SIZE);
+    check_field!(data_off, SHIM_MBUF_DATA_OFF_OFFSET, SHIM_MBUF_DATA_OFF_SIZE);
+    check_field!(nb_segs, SHIM_MBUF_NB_SEGS_OFFSET, SHIM_MBUF_NB_SEGS_SIZE);
+    check_field!(port, SHIM_MBUF_PORT_OFFSET, SHIM_MBUF_PORT_SIZE);
+    check_field!(ol_flags, SHIM_MBUF_OL_FLAGS_OFFSET, SHIM_MBUF_OL_FLAGS_SIZE);
+    check_field!(pkt_len, SHIM_MBUF_PKT_LEN_OFFSET, SHIM_MBUF_PKT_LEN_SIZE);
+    check_field!(data_len, SHIM_MBUF_DATA_LEN_OFFSET, SHIM_MBUF_DATA_LEN_SIZE);
+    check_field!(buf_len, SHIM_MBUF_BUF_LEN_OFFSET, SHIM_MBUF_BUF_LEN_SIZE);
+}
+
 /// One owned packet buffer, freed exactly once: on drop, or by whoever `into_raw` hands it to.
-/// Deliberately not `Clone`: a cloned owner would free twice.
+/// Deliberately not `Clone`: a cloned owner would free twice. Nor is there any way to share,
+/// attach or reference-count one: what MBUF_FAST_FREE relies on (see `mempool.rs`).
 pub struct Mbuf {
     ptr: NonNull<dpdk_sys::rte_mbuf>,
 }

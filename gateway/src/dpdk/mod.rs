@@ -13,11 +13,14 @@ mod ring;
 
 pub use eal::{Eal, EalArgs};
 pub use error::{DpdkError, Result};
-pub use ids::{LcoreId, PortId, QueueId};
+pub use ids::{LcoreId, PortId, RxQueueId, SocketId, TxQueueId};
 pub use lcore::{launch, launch_watched, LaunchedWork};
 pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 pub use mempool::Mempool;
-pub use port::{Port, PortConfig, PortHandle, PortRings, PortStats, QUEUE_STAT_COUNTERS};
+pub use port::{
+    Port, PortConfig, PortMonitor, PortRings, PortStats, RingDevice, RxQueue, TxQueue,
+    QUEUE_STAT_COUNTERS,
+};
 pub use ring::{MbufRing, RingConsumer, RingProducer};
 
 /// The time-stamp counter: cheap, monotonic per core, what the fast path measures with.

@@ -1,9 +1,26 @@
-use std::ffi::CString;
+//! Ports and their queues, with the rules of DPDK's ethdev API carried by the types:
+//!
+//! - a port is started once ([`Port::start`] claims its id) and hands out each of its queues
+//!   once, as an owned [`RxQueue`] or [`TxQueue`] that is neither `Copy` nor `Clone`;
+//! - a queue is `Send` (a worker lcore takes it) but not `Sync`, and bursts take `&mut self`:
+//!   one thread at a time polls it, which is what DPDK's lock-free bursts require;
+//! - every queue, flow rule and monitor holds the port's shared state, so the port is stopped
+//!   and closed only when the last of them is gone, and the port in turn holds its mempool and
+//!   the EAL: drop order is ownership, not convention.
+//!
+//! The hot path pays nothing for this: a burst reads two `u16`s from the queue it is given.
 
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+use super::eal::{Eal, EalHold};
 use super::error::{check, DpdkError, Result};
-use super::ids::{PortId, QueueId};
+use super::ids::{PortId, RxQueueId, SocketId, TxQueueId};
 use super::mbuf::{MbufBatch, BURST_SIZE};
-use super::mempool::Mempool;
+use super::mempool::{FastFreeClaim, Mempool};
 use super::ring::{RingConsumer, RingProducer};
 
 /// How to bring up one ethdev port. Every value is checked against the device's own limits
@@ -21,6 +38,10 @@ pub struct PortConfig {
     /// A 40-byte (or device-sized) Toeplitz key; `None` lets the driver choose.
     pub rss_key: Option<Vec<u8>>,
     pub promiscuous: bool,
+    /// Ask for `RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE` where the device has it. Granted only while
+    /// the pool is the process's one packet pool (see `mempool.rs`), and never on a bond,
+    /// whose PMD transmits LACPDUs from pools of its own on the data queues.
+    pub fast_free: bool,
 }
 
 impl Default for PortConfig {
@@ -34,6 +55,7 @@ impl Default for PortConfig {
             rss_hash_types: dpdk_sys::flags::RTE_ETH_RSS_IPV4_TCP_UDP,
             rss_key: None,
             promiscuous: true,
+            fast_free: true,
         }
     }
 }
@@ -62,28 +84,118 @@ const RTE_ETH_DEV_INTR_LSC: u32 = 1 << 1;
 /// How many queues `rte_eth_stats` reports individually.
 pub const QUEUE_STAT_COUNTERS: usize = dpdk_sys::RTE_ETHDEV_QUEUE_STAT_CNTRS as usize;
 
-/// The ring ends a net_ring port uses; keep it alive at least as long as the port.
+/// The ring ends a net_ring port uses. The port owns them once started, so they outlive it.
 pub struct PortRings {
     _rx: RingConsumer,
     _tx: RingProducer,
 }
 
-/// A started port. Stopped and closed on drop.
-pub struct Port {
+/// Port ids some owner in this process holds: a started [`Port`] or an unstarted
+/// [`RingDevice`]. Claiming is what makes a second `Port::start` of one device fail instead
+/// of giving two owners that would both stop and close it.
+static CLAIMED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+struct PortClaim(PortId);
+
+impl PortClaim {
+    fn try_new(id: PortId, name: &str) -> Result<PortClaim> {
+        let mut claimed = CLAIMED_PORTS
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if !claimed.insert(id.0) {
+            return Err(DpdkError::Invalid {
+                what: "port",
+                detail: format!("{name} ({id}) is already started or owned in this process"),
+            });
+        }
+        Ok(PortClaim(id))
+    }
+}
+
+impl Drop for PortClaim {
+    fn drop(&mut self) {
+        CLAIMED_PORTS
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .remove(&self.0 .0);
+    }
+}
+
+/// A net_ring device made by [`Port::from_rings`], not started yet. Start it with
+/// [`Port::start_rings`]; dropped unstarted, it closes the device before freeing its rings.
+pub struct RingDevice {
+    id: PortId,
+    parts: Option<(PortClaim, PortRings)>,
+    _eal: EalHold,
+}
+
+impl RingDevice {
+    pub fn id(&self) -> PortId {
+        self.id
+    }
+}
+
+impl Drop for RingDevice {
+    fn drop(&mut self) {
+        if self.parts.is_some() {
+            // SAFETY: the device was made by rte_eth_from_rings and never started (start_rings
+            // takes the parts out); closing releases it before its rings are freed below.
+            unsafe { dpdk_sys::rte_eth_dev_close(self.id.0) };
+        }
+    }
+}
+
+/// What a port's owner, its queues, flow rules and monitors share. The last of them to go
+/// stops and closes the port, then releases (in field order) the fast-free right, the claim
+/// on the id, the rings of a net_ring port, the pool it receives into, and its EAL share.
+pub(crate) struct PortInner {
     id: PortId,
     name: String,
-    rx_queues: u16,
-    tx_queues: u16,
+    started: bool,
+    fast_free: Option<FastFreeClaim>,
+    _claim: PortClaim,
+    rings: Option<PortRings>,
+    /// Kept so the pool outlives the port's descriptors; read by debug builds' checks.
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    pool: Arc<Mempool>,
+    _eal: EalHold,
+}
+
+impl Drop for PortInner {
+    fn drop(&mut self) {
+        if self.started {
+            // SAFETY: the last user of the started port is gone: no queue, flow rule or
+            // monitor is left to touch it.
+            unsafe {
+                dpdk_sys::rte_eth_dev_stop(self.id.0);
+                dpdk_sys::rte_eth_dev_close(self.id.0);
+            }
+            tracing::debug!(port = self.name, "port stopped and closed");
+        } else if self.rings.is_some() {
+            // SAFETY: a net_ring device whose start failed; closing it releases the device
+            // before its rings are freed with this struct's fields.
+            unsafe { dpdk_sys::rte_eth_dev_close(self.id.0) };
+        }
+    }
+}
+
+/// A started port: configures and owns the device, and hands out each of its queues once.
+/// Stopped and closed when it and every queue, flow rule and monitor it gave out are gone.
+pub struct Port {
+    inner: Arc<PortInner>,
+    rx_taken: Vec<bool>,
+    tx_taken: Vec<bool>,
+    socket: SocketId,
 }
 
 impl Port {
     /// Finds the port a device string names. For `net_af_packet0,iface=x` that is
     /// `net_af_packet0`; for a PCI device, its address.
-    pub fn find(device: &str) -> Result<PortId> {
+    pub fn find(_eal: &Eal, device: &str) -> Result<PortId> {
         let name = device.split(',').next().unwrap_or(device).trim();
         let cname = CString::new(name).map_err(|_| DpdkError::NoSuchPort(name.into()))?;
         let mut id = 0u16;
-        // SAFETY: valid C string and out-pointer.
+        // SAFETY: valid C string and out-pointer; the EAL is up.
         let ret = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
         if ret < 0 {
             return Err(DpdkError::NoSuchPort(name.into()));
@@ -92,9 +204,9 @@ impl Port {
     }
 
     /// Probes a device after EAL start (hotplug), e.g. a vdev string, and returns its port.
-    pub fn probe(device: &str) -> Result<PortId> {
+    pub fn probe(eal: &Eal, device: &str) -> Result<PortId> {
         let cdev = CString::new(device).map_err(|_| DpdkError::NoSuchPort(device.into()))?;
-        // SAFETY: valid C string; the EAL is running.
+        // SAFETY: valid C string; the EAL is up.
         let ret = unsafe { dpdk_sys::rte_dev_probe(cdev.as_ptr()) };
         if ret < 0 {
             let name = device.split(',').next().unwrap_or(device);
@@ -106,23 +218,31 @@ impl Port {
                 other => other,
             });
         }
-        Self::find(device)
+        Self::find(eal, device)
+    }
+
+    /// The NUMA node of a port's device, where its pool and rings belong; `ANY` when the
+    /// device does not say (virtual devices, single-node machines).
+    pub fn socket(_eal: &Eal, id: PortId) -> SocketId {
+        // SAFETY: the EAL is up; an unknown port returns an error value (negative).
+        SocketId::from_raw(unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) })
     }
 
     /// A port over rings the caller owns (net_ring): what is enqueued on `rx` arrives as
     /// received packets; what the port transmits lands in `tx`. For benchmarks and tests.
     /// The PMD becomes the consumer of `rx` and the producer of `tx`, so the caller keeps the
-    /// other ends only.
+    /// other ends only; the device keeps these ends, and the started port after it.
     pub fn from_rings(
+        eal: &Eal,
         name: &str,
         rx: RingConsumer,
         tx: RingProducer,
-    ) -> Result<(PortId, PortRings)> {
+    ) -> Result<RingDevice> {
         let cname = CString::new(name).map_err(|_| DpdkError::NoSuchPort(name.into()))?;
         let rx_rings = [rx.as_raw()];
         let tx_rings = [tx.as_raw()];
-        // SAFETY: valid name; the ring arrays outlive the call and the rings outlive the port
-        // because the returned ends keep them alive.
+        // SAFETY: valid name; the ring arrays outlive the call and the rings outlive the
+        // device because the RingDevice (then the Port) keeps their ends.
         let ret = unsafe {
             dpdk_sys::rte_eth_from_rings(
                 cname.as_ptr(),
@@ -136,11 +256,72 @@ impl Port {
         if ret < 0 {
             return Err(DpdkError::last("rte_eth_from_rings"));
         }
-        Ok((PortId(ret as u16), PortRings { _rx: rx, _tx: tx }))
+        let id = PortId(ret as u16);
+        let rings = PortRings { _rx: rx, _tx: tx };
+        match PortClaim::try_new(id, name) {
+            Ok(claim) => Ok(RingDevice {
+                id,
+                parts: Some((claim, rings)),
+                _eal: eal.hold(),
+            }),
+            Err(err) => {
+                // A fresh device whose id someone else holds: not ours to close, and it points
+                // at these rings, so they must stay.
+                std::mem::forget(rings);
+                Err(err)
+            }
+        }
     }
 
     /// Configures queues, RSS and MTU, sets up every queue from `pool`, and starts the port.
-    pub fn start(id: PortId, name: &str, config: &PortConfig, pool: &Mempool) -> Result<Port> {
+    /// Fails if the port is already started in this process.
+    pub fn start(
+        eal: &Eal,
+        id: PortId,
+        name: &str,
+        config: &PortConfig,
+        pool: &Arc<Mempool>,
+    ) -> Result<Port> {
+        let claim = PortClaim::try_new(id, name)?;
+        Self::start_claimed(eal, id, claim, None, name, config, pool)
+    }
+
+    /// [`Port::start`] for a net_ring device; the port then owns its rings.
+    pub fn start_rings(
+        eal: &Eal,
+        mut device: RingDevice,
+        name: &str,
+        config: &PortConfig,
+        pool: &Arc<Mempool>,
+    ) -> Result<Port> {
+        let (claim, rings) = device
+            .parts
+            .take()
+            .expect("an unstarted device has its parts");
+        Self::start_claimed(eal, device.id, claim, Some(rings), name, config, pool)
+    }
+
+    fn start_claimed(
+        eal: &Eal,
+        id: PortId,
+        claim: PortClaim,
+        rings: Option<PortRings>,
+        name: &str,
+        config: &PortConfig,
+        pool: &Arc<Mempool>,
+    ) -> Result<Port> {
+        // Built first, so that a failure below releases the claim and, for a ring device,
+        // closes it before its rings go.
+        let mut inner = PortInner {
+            id,
+            name: name.to_string(),
+            started: false,
+            fast_free: None,
+            _claim: claim,
+            rings,
+            pool: pool.clone(),
+            _eal: eal.hold(),
+        };
         let info = device_info(id)?;
         let limits = |what: &'static str, detail: String| DpdkError::Invalid {
             what,
@@ -223,9 +404,22 @@ impl Port {
         conf.rxmode.offloads |= info.rx_offload_capa
             & (dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_TCP_CKSUM
                 | dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
-        if info.tx_offload_capa & dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0 {
-            // Safe for us: one pool, and no mbuf is referenced twice.
-            conf.txmode.offloads |= dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+        let driver = driver_name(&info);
+        if config.fast_free
+            && info.tx_offload_capa & dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0
+        {
+            let claim = if driver == "net_bonding" {
+                Err("the bonding PMD sends LACPDUs from pools of its own on the data queues".into())
+            } else {
+                FastFreeClaim::try_new(pool)
+            };
+            match claim {
+                Ok(claim) => {
+                    conf.txmode.offloads |= dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+                    inner.fast_free = Some(claim);
+                }
+                Err(why) => tracing::info!(port = name, "MBUF_FAST_FREE left off: {why}"),
+            }
         }
 
         // SAFETY: the port exists, the conf is fully initialised and outlives the call (the
@@ -239,13 +433,7 @@ impl Port {
         check("rte_eth_dev_adjust_nb_rx_tx_desc", unsafe {
             dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id.0, &mut rx_desc, &mut tx_desc)
         })?;
-        // SAFETY: valid port.
-        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id.0) };
-        let socket = if socket < 0 {
-            dpdk_sys::SOCKET_ID_ANY
-        } else {
-            socket
-        };
+        let socket = Self::socket(eal, id);
         for queue in 0..config.rx_queues {
             // SAFETY: configured port, queue in range, live mempool; NULL conf means defaults.
             check("rte_eth_rx_queue_setup", unsafe {
@@ -253,7 +441,7 @@ impl Port {
                     id.0,
                     queue,
                     rx_desc,
-                    socket as u32,
+                    socket.raw() as u32,
                     std::ptr::null(),
                     pool.as_ptr(),
                 )
@@ -264,7 +452,7 @@ impl Port {
         for queue in 0..config.tx_queues {
             // SAFETY: configured port, queue in range, valid txconf.
             check("rte_eth_tx_queue_setup", unsafe {
-                dpdk_sys::rte_eth_tx_queue_setup(id.0, queue, tx_desc, socket as u32, &txconf)
+                dpdk_sys::rte_eth_tx_queue_setup(id.0, queue, tx_desc, socket.raw() as u32, &txconf)
             })?;
         }
         if let Some(mtu) = config.mtu {
@@ -300,91 +488,209 @@ impl Port {
                 tracing::debug!(port = name, "promiscuous mode not supported");
             }
         }
+        inner.started = true;
         tracing::info!(
             port = name,
             id = id.0,
-            driver = driver_name(&info),
+            driver,
+            %socket,
             rx_queues = config.rx_queues,
             tx_queues = config.tx_queues,
             rx_desc,
             tx_desc,
+            fast_free = inner.fast_free.is_some(),
             "port started"
         );
         Ok(Port {
-            id,
-            name: name.to_string(),
-            rx_queues: config.rx_queues,
-            tx_queues: config.tx_queues,
+            inner: Arc::new(inner),
+            rx_taken: vec![false; usize::from(config.rx_queues)],
+            tx_taken: vec![false; usize::from(config.tx_queues)],
+            socket,
         })
     }
 
     pub fn id(&self) -> PortId {
-        self.id
+        self.inner.id
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        &self.inner.name
     }
 
     pub fn rx_queues(&self) -> u16 {
-        self.rx_queues
+        self.rx_taken.len() as u16
     }
 
     pub fn tx_queues(&self) -> u16 {
-        self.tx_queues
+        self.tx_taken.len() as u16
+    }
+
+    /// The NUMA node of the device, as at start.
+    pub fn numa_socket(&self) -> SocketId {
+        self.socket
+    }
+
+    /// Whether the port transmits with `RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE`.
+    pub fn fast_free(&self) -> bool {
+        self.inner.fast_free.is_some()
+    }
+
+    /// Hands out RX queue `id`, once: a second call for the same queue fails.
+    pub fn take_rx_queue(&mut self, id: RxQueueId) -> Result<RxQueue> {
+        take(&mut self.rx_taken, id.0, &self.inner.name, "rx queue")?;
+        Ok(RxQueue {
+            port: self.inner.id.0,
+            queue: id.0,
+            _owner: self.inner.clone(),
+            _one_user: PhantomData,
+        })
+    }
+
+    /// Hands out TX queue `id`, once: a second call for the same queue fails.
+    pub fn take_tx_queue(&mut self, id: TxQueueId) -> Result<TxQueue> {
+        take(&mut self.tx_taken, id.0, &self.inner.name, "tx queue")?;
+        Ok(TxQueue {
+            port: self.inner.id.0,
+            queue: id.0,
+            _owner: self.inner.clone(),
+            _one_user: PhantomData,
+        })
     }
 
     pub fn mac_address(&self) -> Result<[u8; 6]> {
         let mut addr = dpdk_sys::rte_ether_addr::default();
-        // SAFETY: valid port and out-pointer.
+        // SAFETY: started port and a valid out-pointer.
         check("rte_eth_macaddr_get", unsafe {
-            dpdk_sys::rte_eth_macaddr_get(self.id.0, &mut addr)
+            dpdk_sys::rte_eth_macaddr_get(self.inner.id.0, &mut addr)
         })?;
         Ok(addr.addr_bytes)
     }
 
     pub fn stats(&self) -> Result<PortStats> {
-        stats(self.id)
+        stats(self.inner.id)
     }
 
-    pub fn handle(&self) -> PortHandle {
-        PortHandle { id: self.id }
-    }
-}
-
-impl Drop for Port {
-    fn drop(&mut self) {
-        // SAFETY: we own the started port; workers using it have been joined by now.
-        unsafe {
-            dpdk_sys::rte_eth_dev_stop(self.id.0);
-            dpdk_sys::rte_eth_dev_close(self.id.0);
+    /// A read-only view (statistics, link) for another thread, such as the metrics server.
+    pub fn monitor(&self) -> PortMonitor {
+        PortMonitor {
+            inner: self.inner.clone(),
         }
-        tracing::debug!(port = self.name, "port stopped and closed");
+    }
+
+    /// The shared state, for what must keep the port open while it lives (a flow rule).
+    pub(crate) fn owner(&self) -> Arc<PortInner> {
+        self.inner.clone()
     }
 }
 
-/// What a worker holds to do I/O on a port: copyable, no ownership of the port itself.
-/// Each worker uses only its own queue numbers, which is what makes bursts lock-free.
-#[derive(Clone, Copy, Debug)]
-pub struct PortHandle {
-    id: PortId,
+impl PortInner {
+    pub(crate) fn id(&self) -> PortId {
+        self.id
+    }
 }
 
-impl PortHandle {
-    pub fn id(&self) -> PortId {
-        self.id
+fn take(taken: &mut [bool], index: u16, port: &str, what: &'static str) -> Result<()> {
+    match taken.get_mut(usize::from(index)) {
+        None => Err(DpdkError::Invalid {
+            what,
+            detail: format!("{port} has {} of them, no {what} {index}", taken.len()),
+        }),
+        Some(true) => Err(DpdkError::Invalid {
+            what,
+            detail: format!("{port}: {what} {index} was already handed out"),
+        }),
+        Some(slot) => {
+            *slot = true;
+            Ok(())
+        }
+    }
+}
+
+/// One RX queue of a started port, owned by the one thread that polls it. Not `Copy`, not
+/// `Clone`, not `Sync`: DPDK's RX burst is lock-free only with a single poller per queue, and
+/// this type is how that is enforced. It keeps its port open while it lives.
+///
+/// ```compile_fail
+/// // Not Copy: a queue used after it was moved away does not compile.
+/// fn twice(queue: gateway::dpdk::RxQueue) -> (gateway::dpdk::RxQueue, gateway::dpdk::RxQueue) {
+///     (queue, queue)
+/// }
+/// ```
+/// ```compile_fail
+/// // Not Clone.
+/// fn copy(queue: &gateway::dpdk::RxQueue) -> gateway::dpdk::RxQueue {
+///     queue.clone()
+/// }
+/// ```
+/// ```compile_fail
+/// // Not Sync: two threads cannot poll one queue through a shared reference.
+/// fn shared<T: Sync>() {}
+/// shared::<gateway::dpdk::RxQueue>();
+/// ```
+/// ```compile_fail
+/// // Bursts need the queue exclusively.
+/// fn poll(queue: &gateway::dpdk::RxQueue, batch: &mut gateway::dpdk::MbufBatch) {
+///     queue.rx_burst(batch);
+/// }
+/// ```
+/// ```
+/// // Send: a worker lcore can be given it.
+/// fn sent<T: Send>() {}
+/// sent::<gateway::dpdk::RxQueue>();
+/// sent::<gateway::dpdk::TxQueue>();
+/// ```
+pub struct RxQueue {
+    port: u16,
+    queue: u16,
+    _owner: Arc<PortInner>,
+    _one_user: PhantomData<Cell<()>>,
+}
+
+/// One TX queue of a started port, owned by the one thread that transmits on it: the same
+/// rules as [`RxQueue`].
+///
+/// ```compile_fail
+/// fn copy(queue: &gateway::dpdk::TxQueue) -> gateway::dpdk::TxQueue {
+///     queue.clone()
+/// }
+/// ```
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<gateway::dpdk::TxQueue>();
+/// ```
+/// ```compile_fail
+/// // An RX queue id is not a TX queue id.
+/// fn take(port: &mut gateway::dpdk::Port) {
+///     let _ = port.take_tx_queue(gateway::dpdk::RxQueueId(0));
+/// }
+/// ```
+pub struct TxQueue {
+    port: u16,
+    queue: u16,
+    _owner: Arc<PortInner>,
+    _one_user: PhantomData<Cell<()>>,
+}
+
+impl RxQueue {
+    pub fn port(&self) -> PortId {
+        PortId(self.port)
+    }
+
+    pub fn id(&self) -> RxQueueId {
+        RxQueueId(self.queue)
     }
 
     /// Receives into the free part of `batch`; returns how many arrived.
     #[inline]
-    pub fn rx_burst(&self, queue: QueueId, batch: &mut MbufBatch) -> usize {
+    pub fn rx_burst(&mut self, batch: &mut MbufBatch) -> usize {
         let room = BURST_SIZE - batch.len;
-        // SAFETY: the port is started; the caller is the only poller of this queue; the
+        // SAFETY: the port is started and stays so while this queue lives (it holds the
+        // port); &mut self on the one RxQueue of this index makes us its only poller; the
         // driver writes `got` owned mbuf pointers into the batch's free slots.
         let got = unsafe {
             dpdk_sys::shim_rte_eth_rx_burst(
-                self.id.0,
-                queue.0,
+                self.port,
+                self.queue,
                 batch.ptrs[batch.len..].as_mut_ptr(),
                 room as u16,
             )
@@ -392,20 +698,33 @@ impl PortHandle {
         batch.len += got;
         got
     }
+}
+
+impl TxQueue {
+    pub fn port(&self) -> PortId {
+        PortId(self.port)
+    }
+
+    pub fn id(&self) -> TxQueueId {
+        TxQueueId(self.queue)
+    }
 
     /// Sends the batch. What the driver accepted now belongs to it and is never touched
     /// again; what it refused is freed here. Returns (sent, dropped); the batch ends empty.
     #[inline]
-    pub fn tx_burst(&self, queue: QueueId, batch: &mut MbufBatch) -> (usize, usize) {
+    pub fn tx_burst(&mut self, batch: &mut MbufBatch) -> (usize, usize) {
         if batch.is_empty() {
             return (0, 0);
         }
-        // SAFETY: the port is started; the caller is the only user of this TX queue; the
-        // driver takes ownership of the first `sent` mbufs.
+        #[cfg(debug_assertions)]
+        self.check_fast_free(batch);
+        // SAFETY: the port is started and stays so while this queue lives; &mut self on the
+        // one TxQueue of this index makes us its only user; the driver takes ownership of the
+        // first `sent` mbufs.
         let sent = unsafe {
             dpdk_sys::shim_rte_eth_tx_burst(
-                self.id.0,
-                queue.0,
+                self.port,
+                self.queue,
                 batch.ptrs.as_mut_ptr(),
                 batch.len as u16,
             )
@@ -415,24 +734,55 @@ impl PortHandle {
         (sent, dropped)
     }
 
-    pub fn stats(&self) -> Result<PortStats> {
-        stats(self.id)
-    }
-
     /// A burst of nothing. Bonding in 802.3ad mode sends its pending LACPDUs from inside
     /// tx_burst, so a quiet link still needs calls.
     #[inline]
-    pub fn tx_burst_idle(&self, queue: QueueId) {
+    pub fn tx_burst_idle(&mut self) {
         let mut none: [*mut dpdk_sys::rte_mbuf; 0] = [];
-        // SAFETY: started port, this worker's queue, zero packets handed over.
-        unsafe { dpdk_sys::shim_rte_eth_tx_burst(self.id.0, queue.0, none.as_mut_ptr(), 0) };
+        // SAFETY: started port, this queue's only user, zero packets handed over.
+        unsafe { dpdk_sys::shim_rte_eth_tx_burst(self.port, self.queue, none.as_mut_ptr(), 0) };
+    }
+
+    /// Debug builds check what release builds rely on: with MBUF_FAST_FREE, every mbuf sent is
+    /// a direct, unshared, single-segment buffer of the port's one pool.
+    #[cfg(debug_assertions)]
+    fn check_fast_free(&self, batch: &MbufBatch) {
+        if self._owner.fast_free.is_none() {
+            return;
+        }
+        let pool = self._owner.pool.as_ptr();
+        for &mbuf in &batch.ptrs[..batch.len] {
+            // SAFETY: the batch owns these mbufs; the check only reads their headers.
+            let ok = unsafe { dpdk_sys::shim_rte_mbuf_fast_free_ok(mbuf, pool) };
+            debug_assert!(
+                ok != 0,
+                "an mbuf unfit for MBUF_FAST_FREE reached a TX queue"
+            );
+        }
+    }
+}
+
+/// Statistics and link state of a started port, for another thread (metrics). Cloneable; it
+/// keeps the port open while it lives, like a queue.
+#[derive(Clone)]
+pub struct PortMonitor {
+    inner: Arc<PortInner>,
+}
+
+impl PortMonitor {
+    pub fn id(&self) -> PortId {
+        self.inner.id
+    }
+
+    pub fn stats(&self) -> Result<PortStats> {
+        stats(self.inner.id)
     }
 
     /// Link up, and speed in Mbit/s.
     pub fn link(&self) -> (bool, u32) {
         let mut link = dpdk_sys::rte_eth_link::default();
-        // SAFETY: valid port and out-pointer; nowait never blocks.
-        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id.0, &mut link) };
+        // SAFETY: started port and a valid out-pointer; nowait never blocks.
+        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.inner.id.0, &mut link) };
         if ret < 0 {
             return (false, 0);
         }

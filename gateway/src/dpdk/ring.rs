@@ -2,7 +2,9 @@ use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::eal::{Eal, EalHold};
 use super::error::{DpdkError, Result};
+use super::ids::SocketId;
 use super::mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 
 /// A single-producer single-consumer `rte_ring` of mbufs, split into its two ends so the
@@ -10,6 +12,7 @@ use super::mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 /// freed, not leaked.
 pub struct MbufRing {
     ptr: NonNull<dpdk_sys::rte_ring>,
+    _eal: EalHold,
 }
 
 // SAFETY: the ring is lock-free SPSC; the split ends below enforce one producer and one
@@ -19,18 +22,25 @@ unsafe impl Send for MbufRing {}
 unsafe impl Sync for MbufRing {}
 
 impl MbufRing {
-    /// A ring holding up to `capacity` packets (rounded up to a power of two, minus one).
-    pub fn create(name: &str, capacity: u32, socket: i32) -> Result<(RingProducer, RingConsumer)> {
+    /// A ring holding up to `capacity` packets (rounded up to a power of two, minus one), in
+    /// the memory of `socket` (the NIC's: see [`super::Port::socket`]).
+    pub fn create(
+        eal: &Eal,
+        name: &str,
+        capacity: u32,
+        socket: SocketId,
+    ) -> Result<(RingProducer, RingConsumer)> {
         let cname = CString::new(name).map_err(|_| DpdkError::Invalid {
             what: "ring name",
             detail: format!("{name:?} contains a NUL byte"),
         })?;
         let size = capacity.saturating_add(1).next_power_of_two();
         let flags = dpdk_sys::RING_F_SP_ENQ | dpdk_sys::RING_F_SC_DEQ;
-        // SAFETY: valid C string; returns NULL with rte_errno on failure.
-        let ptr = unsafe { dpdk_sys::rte_ring_create(cname.as_ptr(), size, socket, flags) };
+        // SAFETY: valid C string; the EAL is up; returns NULL with rte_errno on failure.
+        let ptr = unsafe { dpdk_sys::rte_ring_create(cname.as_ptr(), size, socket.raw(), flags) };
         let ring = Arc::new(MbufRing {
             ptr: NonNull::new(ptr).ok_or_else(|| DpdkError::last("rte_ring_create"))?,
+            _eal: eal.hold(),
         });
         Ok((RingProducer { ring: ring.clone() }, RingConsumer { ring }))
     }
