@@ -1607,7 +1607,11 @@ fn an_imported_connection_carries_on_where_it_was() {
     // The windows came along: in-window data passes, data far beyond is refused.
     conn.expect_ok(Original, ACK | PSH, 500);
     conn.expect_ok(Reply, ACK | PSH, 200);
-    let far = segment(ACK, conn.next_seq[0].wrapping_add(10_000_000), conn.next_seq[1]);
+    let far = segment(
+        ACK,
+        conn.next_seq[0].wrapping_add(10_000_000),
+        conn.next_seq[1],
+    );
     conn.expect_invalid(Original, far, InvalidReason::OutOfWindow);
     conn.expect_ok(Original, ACK | FIN, 0);
     assert_eq!(conn.state(), TcpState::FinWait);
@@ -1626,7 +1630,14 @@ fn import_keeps_the_half_open_list_and_its_order() {
     for (n, key) in keys.iter().enumerate() {
         let syn = segment(SYN, CLIENT_ISN, 0);
         table
-            .insert(*key, key.reversed(), n as u32, Some(&syn), n as u64, no_eviction)
+            .insert(
+                *key,
+                key.reversed(),
+                n as u32,
+                Some(&syn),
+                n as u64,
+                no_eviction,
+            )
             .unwrap();
     }
     // The oldest half-open flow completes its handshake; the others stay half-open.
@@ -1637,7 +1648,11 @@ fn import_keeps_the_half_open_list_and_its_order() {
     assert_eq!(table.track(id, Original, Some(&ack), 11), Track::Ok);
     let flows = exported(&table, 12);
     let order: Vec<u32> = flows.iter().map(|flow| flow.data).collect();
-    assert_eq!(order, [0, 1, 2, 3], "established first, then half-open oldest first");
+    assert_eq!(
+        order,
+        [0, 1, 2, 3],
+        "established first, then half-open oldest first"
+    );
     assert_eq!(
         flows.iter().map(|f| f.is_half_open()).collect::<Vec<_>>(),
         [false, true, true, true]
@@ -1693,7 +1708,10 @@ fn import_refuses_what_insert_would_and_changes_nothing() {
         0,
     );
     assert!(limited.import(&flows[0], 0).is_ok());
-    assert_eq!(limited.import(&flows[1], 0), Err(ImportError::HostFlowLimit));
+    assert_eq!(
+        limited.import(&flows[1], 0),
+        Err(ImportError::HostFlowLimit)
+    );
     assert_eq!(limited.host_usage(udp_key(0).src), (1, 0));
 
     // A TCP flow without its tracker, or with the same tuple both ways, is not a flow.
@@ -1713,7 +1731,14 @@ fn export_leaves_out_expired_flows_and_import_caps_time_left() {
         .insert(udp_key(0), udp_key(0).reversed(), 1, None, 0, no_eviction)
         .unwrap();
     source
-        .insert(udp_key(1), udp_key(1).reversed(), 2, None, 40 * SECOND, no_eviction)
+        .insert(
+            udp_key(1),
+            udp_key(1).reversed(),
+            2,
+            None,
+            40 * SECOND,
+            no_eviction,
+        )
         .unwrap();
     // udp_key(0) is past its deadline but not swept yet.
     let flows = exported(&source, 60 * SECOND);

@@ -677,8 +677,7 @@ impl NatPool {
         ) {
             Probe::Found { binding, .. } => {
                 let binding = &mut self.bindings[binding];
-                if (usize::from(binding.address), binding.external_port) != (address, external.1)
-                {
+                if (usize::from(binding.address), binding.external_port) != (address, external.1) {
                     return Err(RestoreError::Conflict);
                 }
                 binding.refcount = binding
@@ -705,7 +704,11 @@ impl NatPool {
             Probe::Full => return Err(RestoreError::Exhausted),
         };
         let binding = *self.free_bindings.last().ok_or(RestoreError::Exhausted)?;
-        let charged = match self.hosts.as_mut().map(|hosts| hosts.charge(internal.0, [1])) {
+        let charged = match self
+            .hosts
+            .as_mut()
+            .map(|hosts| hosts.charge(internal.0, [1]))
+        {
             Some(Err(Refusal::AtLimit { .. })) => return Err(RestoreError::HostLimit),
             Some(Ok(())) => true,
             Some(Err(Refusal::Untracked)) | None => false,
@@ -1499,7 +1502,12 @@ mod tests {
         let mut p = two_address_pool();
         p.reserve(TCP, 1025);
         let refused = [
-            (TCP, Ipv4Addr::new(198, 51, 100, 1), 1050, RestoreError::NotOurs),
+            (
+                TCP,
+                Ipv4Addr::new(198, 51, 100, 1),
+                1050,
+                RestoreError::NotOurs,
+            ),
             (TCP, EXT, 80, RestoreError::NotOurs),
             (TCP, EXT, 2000, RestoreError::NotOurs),
             (47, EXT, 1050, RestoreError::NotOurs),
