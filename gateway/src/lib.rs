@@ -15,4 +15,5 @@ pub mod metrics;
 pub mod pipeline_config;
 pub mod published;
 pub mod reload;
+pub mod snapshot;
 pub mod worker;
