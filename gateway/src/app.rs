@@ -32,6 +32,7 @@ use crate::pipeline_config::{router_config, worker_setup};
 use crate::published::Published;
 use crate::reload;
 use crate::twins::Twins;
+use crate::snapshot::{Restore, SnapshotStatus};
 use crate::worker::Worker;
 
 /// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs.
@@ -272,6 +273,11 @@ fn serve(
     let mut meters = Vec::new();
     let mut qos_stats = Vec::new();
     let panic_on_purpose = PanicOnPurpose::from_env();
+    // The state snapshot's flows go into each worker's tables before it polls; each stopped
+    // worker sends its flows back for the next one.
+    let snapshot_status = Arc::new(SnapshotStatus::default());
+    let mut restore = Restore::prepare(&config.state, &router.load().0, workers, &snapshot_status);
+    let (saved_flows, stopped_flows) = crossbeam_channel::unbounded();
     // Declared after the ports, rings and pool: dropped first, on every path out of here.
     let mut running_workers = Workers::new(stop.clone());
     for (index, &lcore) in worker_lcores.iter().enumerate() {
@@ -300,6 +306,9 @@ fn serve(
                 .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
         qos_stats.push(pipeline.qos_stats());
         let mut pipeline = pipeline;
+        if let Some(restore) = restore.as_mut() {
+            restore.apply(index, &mut pipeline);
+        }
         let unix_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
@@ -333,10 +342,16 @@ fn serve(
         heartbeats.push(heartbeat.clone());
         let panic_at = panic_on_purpose.and_then(|hook| hook.deadline_tsc(index));
         let exits = events.clone();
+        let saved_flows = saved_flows.clone();
         let work = dpdk::launch_watched(
             eal,
             lcore,
-            move || worker.run(pipeline, heartbeat, panic_at),
+            move || {
+                let (pipeline, now_ns) = worker.run(pipeline, heartbeat, panic_at);
+                let mut flows = Vec::new();
+                pipeline.export_flows(now_ns, &mut flows);
+                let _ = saved_flows.send(flows);
+            },
             move |panic| {
                 let _ = exits.send(ControlEvent::WorkerExited(WorkerExit {
                     worker: index,
@@ -351,6 +366,9 @@ fn serve(
             "start-up fails on purpose ({FAIL_START_ON_PURPOSE_VAR}) with {} workers running",
             running_workers.len()
         );
+    }
+    if let Some(restore) = restore.take() {
+        restore.finish(&snapshot_status);
     }
 
     let control_counters = Arc::new(WorkerCounters::default());
@@ -390,6 +408,7 @@ fn serve(
         heartbeats,
         control: control_counters.clone(),
         reload: reload_status.clone(),
+        snapshot: snapshot_status.clone(),
     });
     let metrics_stop = Arc::new(AtomicBool::new(false));
     let metrics_thread = match metrics::serve(config.metrics.listen, metrics, metrics_stop.clone())
@@ -474,6 +493,10 @@ fn serve(
     let mut failures = running_workers.stop_and_join();
     if worker_died && failures.is_empty() {
         failures.push("a worker stopped without being told to".into());
+    }
+    drop(saved_flows);
+    if running.state.snapshot && failures.is_empty() && !worker_died && !metrics_failed {
+        crate::snapshot::save_stopped(&running.state, workers, stopped_flows);
     }
     control.poll();
     metrics_stop.store(true, Ordering::Relaxed);

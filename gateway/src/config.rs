@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::Deserialize;
@@ -44,6 +44,28 @@ pub struct GatewayConfig {
     /// The interfaces' twins in the kernel and the punt budget (gateway/src/twins.rs).
     #[serde(default)]
     pub kernel_twins: crate::twins::KernelTwinsConfig,
+    #[serde(default)]
+    pub state: StateConfig,
+}
+
+/// Where the gateway keeps what outlives a restart: the conntrack and NAT snapshot
+/// (`crate::snapshot`), written at a normal stop and read back at start.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// An absolute path; created at stop if missing.
+    pub directory: PathBuf,
+    /// Save the flows at stop and restore them at start. Off: every restart starts empty.
+    pub snapshot: bool,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            directory: PathBuf::from("/var/lib/gateway"),
+            snapshot: true,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Default)]
@@ -1013,11 +1035,31 @@ impl GatewayConfig {
                 ),
             ));
         }
+        self.validate_state()?;
         if self.neighbors.locktime_ms >= self.neighbors.reachable_secs.saturating_mul(1000) {
             return Err(invalid(
                 "neighbors.locktime_ms",
                 "must be shorter than neighbors.reachable_secs, or no neighbour could ever \
                  change its MAC",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The state directory must be absolute (the service's working directory is no place
+    /// for state) and, where it exists, a directory.
+    fn validate_state(&self) -> Result<(), ConfigError> {
+        let directory = &self.state.directory;
+        if !directory.is_absolute() {
+            return Err(invalid(
+                "state.directory",
+                format!("{} is not an absolute path", directory.display()),
+            ));
+        }
+        if directory.exists() && !directory.is_dir() {
+            return Err(invalid(
+                "state.directory",
+                format!("{} exists and is not a directory", directory.display()),
             ));
         }
         Ok(())
@@ -1420,5 +1462,32 @@ mod tests {
         assert!(is_pci_address("03:00.1"));
         assert!(!is_pci_address("net_af_packet0,iface=x"));
         assert_eq!(device_name("net_tap0,iface=t0"), "net_tap0");
+    }
+
+    #[test]
+    fn state_directory_defaults_and_must_be_an_absolute_directory() {
+        let config = parse(LAB).unwrap();
+        assert_eq!(config.state.directory, Path::new("/var/lib/gateway"));
+        assert!(config.state.snapshot);
+        let config = parse(&format!(
+            "{LAB}\n[state]\ndirectory = \"/tmp/gw-state\"\nsnapshot = false\n"
+        ))
+        .unwrap();
+        assert_eq!(config.state.directory, Path::new("/tmp/gw-state"));
+        assert!(!config.state.snapshot);
+        let err = parse(&format!("{LAB}\n[state]\ndirectory = \"state\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "state.directory: state is not an absolute path");
+        let file = std::env::temp_dir().join(format!("gw-state-file-{}", std::process::id()));
+        std::fs::write(&file, "").unwrap();
+        let err = parse(&format!(
+            "{LAB}\n[state]\ndirectory = \"{}\"\n",
+            file.display()
+        ))
+        .unwrap_err()
+        .to_string();
+        std::fs::remove_file(&file).ok();
+        assert!(err.ends_with("exists and is not a directory"), "{err}");
     }
 }

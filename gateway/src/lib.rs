@@ -16,4 +16,5 @@ pub mod pipeline_config;
 pub mod published;
 pub mod reload;
 pub mod twins;
+pub mod snapshot;
 pub mod worker;

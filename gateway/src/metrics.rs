@@ -125,6 +125,8 @@ pub struct Sources {
     pub heartbeats: Vec<Arc<crate::liveness::Heartbeat>>,
     pub control: Arc<WorkerCounters>,
     pub reload: Arc<ReloadStatus>,
+    /// What the start-up restore of the state snapshot did.
+    pub snapshot: Arc<crate::snapshot::SnapshotStatus>,
 }
 
 /// A counter family whose value per label set is read from a source of type `T`.
@@ -153,6 +155,9 @@ pub struct Metrics {
     reload_success: IntGauge,
     reload_timestamp: IntGauge,
     reloads: IntCounterVec,
+    snapshot_restored: IntGauge,
+    snapshot_skipped: IntGaugeVec,
+    snapshot_refused: IntGauge,
     qos_bytes: IntCounterVec,
     qos_packets: IntCounterVec,
     qos_share: IntGaugeVec,
@@ -350,6 +355,9 @@ pub fn metric_names() -> Vec<String> {
         "config_last_reload_success",
         "config_last_reload_timestamp_seconds",
         "config_reloads_total",
+        "snapshot_restored_flows",
+        "snapshot_skipped_flows",
+        "snapshot_refused",
         "worker_heartbeat_age_seconds",
         "qos_bytes_total",
         "qos_packets_total",
@@ -465,6 +473,22 @@ impl Metrics {
                 "config_reloads_total",
                 "Config reload attempts by result (success, failure).",
                 &["result"],
+            ),
+            snapshot_restored: gauge(
+                &registry,
+                "snapshot_restored_flows",
+                "Flows restored from the state snapshot at start.",
+            ),
+            snapshot_skipped: gauge_vec(
+                &registry,
+                "snapshot_skipped_flows",
+                "Flows of the state snapshot not restored at start, by reason (expired, config, ownership, nat_port, table).",
+                &["reason"],
+            ),
+            snapshot_refused: gauge(
+                &registry,
+                "snapshot_refused",
+                "1 if a state snapshot was found at start and refused whole (corrupt, truncated, foreign, other version).",
             ),
             qos_bytes: counter_vec(
                 &registry,
@@ -682,6 +706,16 @@ impl Metrics {
             &["failure"],
             reload.failed.load(Ordering::Relaxed),
         );
+        let snapshot = &self.sources.snapshot;
+        self.snapshot_restored
+            .set(snapshot.restored.load(Ordering::Relaxed) as i64);
+        self.snapshot_refused
+            .set(i64::from(snapshot.refused.load(Ordering::Relaxed)));
+        for (reason, skipped) in pipeline::snapshot::Skip::ALL.iter().zip(&snapshot.skipped) {
+            self.snapshot_skipped
+                .with_label_values(&[reason.label()])
+                .set(skipped.load(Ordering::Relaxed) as i64);
+        }
     }
 }
 

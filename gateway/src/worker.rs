@@ -53,7 +53,13 @@ pub struct Worker {
 impl Worker {
     /// Polls until told to stop. `pipeline` holds this worker's flows and NAT ports; the loop
     /// beats `heartbeat`, and panics at `panic_at_tsc` if given (the liveness tests' hook).
-    pub fn run(self, pipeline: Pipeline, heartbeat: Arc<Heartbeat>, panic_at_tsc: Option<u64>) {
+    /// Hands the pipeline back with the worker's clock at the stop, for the state snapshot.
+    pub fn run(
+        self,
+        pipeline: Pipeline,
+        heartbeat: Arc<Heartbeat>,
+        panic_at_tsc: Option<u64>,
+    ) -> (Pipeline, u64) {
         let stop = self.stop.clone();
         let index = self.index;
         let mut poll = WorkerLoop::new(self, pipeline);
@@ -64,6 +70,8 @@ impl Worker {
         }
         poll.finish();
         tracing::info!(worker = index, "worker stopped");
+        let now_ns = poll.clock.now_ns();
+        (poll.pipeline, now_ns)
     }
 
     /// Runs the pipeline over the mbuf's bytes and sets its new length.

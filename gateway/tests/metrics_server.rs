@@ -39,6 +39,7 @@ impl Server {
             control: Arc::new(WorkerCounters::default()),
             reload: Arc::new(ReloadStatus::new()),
             heartbeats: Vec::new(),
+            snapshot: Default::default(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

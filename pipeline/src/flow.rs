@@ -2,12 +2,15 @@
 
 use std::net::Ipv4Addr;
 
+use serde::{Deserialize, Serialize};
+
 use crate::wire::{ipv4, udp, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket};
 
 /// A flow's 5-tuple in one direction. For ICMP queries (echo, timestamp, info) both "ports"
 /// hold the query identifier, so the reply's key is the exact reverse of the request's.
-/// For protocols without ports both are 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// For protocols without ports both are 0. Serialized into state snapshots
+/// (`crate::snapshot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FlowKey {
     pub src: Ipv4Addr,
     pub dst: Ipv4Addr,

@@ -299,7 +299,7 @@ impl Pipeline {
         self.qos_stats.clone()
     }
 
-    fn publish_table_stats(&self) {
+    pub(crate) fn publish_table_stats(&self) {
         let stats = self.flows.stats();
         self.counters.conntrack_entries.set(self.flows.len() as u64);
         self.counters.conntrack_setups.set(stats.setups);

@@ -25,6 +25,7 @@ pub mod qos;
 pub mod ratelimit;
 pub mod route;
 pub mod router;
+pub mod snapshot;
 pub mod stateful;
 pub mod verdict;
 pub mod wire;

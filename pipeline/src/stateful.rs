@@ -9,6 +9,8 @@
 
 use std::net::Ipv4Addr;
 
+use serde::{Deserialize, Serialize};
+
 use crate::conntrack::{InsertError, TcpSegment, TcpState, Track};
 use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::firewall::{Action, ZoneId};
@@ -47,27 +49,28 @@ impl Translation {
     }
 }
 
-/// What a worker keeps per flow besides the tuples.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a worker keeps per flow besides the tuples. Serialized into state snapshots
+/// (`crate::snapshot`): a change here is a change of the snapshot format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowData {
     /// The NAT binding the flow holds (protocol, external address, port), released with it.
-    binding: Option<(u8, Ipv4Addr, u16)>,
+    pub(crate) binding: Option<(u8, Ipv4Addr, u16)>,
     /// The zones the flow was classified by, to re-check it after a reload.
-    from_zone: u8,
-    to_zone: u8,
+    pub(crate) from_zone: u8,
+    pub(crate) to_zone: u8,
     /// The ICMP type of the first packet, for rules on ICMP type.
-    icmp_type: Option<u8>,
+    pub(crate) icmp_type: Option<u8>,
     /// Admitted by a port forward, not by the rules.
-    forwarded: bool,
+    pub(crate) forwarded: bool,
     /// The rules generation the flow was admitted under.
-    generation: u32,
+    pub(crate) generation: u32,
     /// Keyword block and parental control: where the flow stands.
-    content: ContentState,
+    pub(crate) content: ContentState,
 }
 
 /// Whether a flow's content was judged: TCP flows from LAN devices are inspected on their
 /// first payload packets; the verdict then stays with the flow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContentState {
     #[default]
     Allowed,
@@ -349,23 +352,7 @@ impl Pipeline {
             // Without ports only the address can change (GRE, ESP, ...).
             (Some(fixed), Some(pool)) => (fixed.unwrap_or(pool.paired_address(key.src)), 0),
         };
-        let reply = if key.protocol == ipv4::protocol::ICMP {
-            FlowKey {
-                src: dst,
-                dst: src,
-                src_port,
-                dst_port: src_port,
-                protocol: key.protocol,
-            }
-        } else {
-            FlowKey {
-                src: dst,
-                dst: src,
-                src_port: dst_port,
-                dst_port: src_port,
-                protocol: key.protocol,
-            }
-        };
+        let reply = reply_key(key.protocol, (dst, dst_port), (src, src_port));
         let data = FlowData {
             binding,
             from_zone: from.0,
@@ -605,8 +592,27 @@ pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &Flow
     address_owner(router, ownership, key.protocol, key.src, key.dst)
 }
 
+/// The tuple a flow's replies carry, from the endpoints its first packet leaves with:
+/// `to` after a forward's translation, `from` after masquerade. An ICMP query's reply
+/// carries the (translated) identifier in both "ports".
+pub(crate) fn reply_key(protocol: u8, to: (Ipv4Addr, u16), from: (Ipv4Addr, u16)) -> FlowKey {
+    let (dst, dst_port) = to;
+    let (src, src_port) = from;
+    FlowKey {
+        src: dst,
+        dst: src,
+        src_port: if protocol == ipv4::protocol::ICMP {
+            src_port
+        } else {
+            dst_port
+        },
+        dst_port: src_port,
+        protocol,
+    }
+}
+
 /// TCP, UDP and ICMP queries carry the ports (or identifiers) NAT translates.
-fn has_ports(protocol: u8) -> bool {
+pub(crate) fn has_ports(protocol: u8) -> bool {
     matches!(
         protocol,
         ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
@@ -650,7 +656,7 @@ pub(crate) fn address_owner(
 /// Linux's forward chain sees it after DNAT). A forward is open unless a rule says otherwise:
 /// only a matching rule, never the zone pair's default, decides a forwarded flow, so that a
 /// rule can limit a forward to some sources while forwards without rules work as configured.
-fn admit(
+pub(crate) fn admit(
     stateful: &crate::router::Stateful,
     from: ZoneId,
     to: ZoneId,

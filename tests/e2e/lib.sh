@@ -5,6 +5,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 GATEWAY=${GATEWAY:-$ROOT/target/release/gateway}
 WORK=$(mktemp -d /tmp/gateway-e2e.XXXXXX)
 GATEWAY_PID=
+# Each test's gateway keeps its state snapshot (see [state] in configs/lab.toml) in the test's
+# own directory, so that no test restores the flows another one left behind.
+export GATEWAY__STATE__DIRECTORY=${GATEWAY__STATE__DIRECTORY:-$WORK/state}
 
 fail() {
     echo "FAIL: $*" >&2

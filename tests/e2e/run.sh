@@ -14,8 +14,9 @@ for test in test_*.sh; do
         failed+=("$test")
     fi
 done
-# The router, NAT, firewall and kernel twin checks again on two workers (see with_e2e_workers in lib.sh).
-for test in test_router.sh test_nat.sh test_kernel_twins.sh; do
+# The router, NAT, firewall and kernel twin checks, and sessions across a restart, again on
+# two workers (see with_e2e_workers in lib.sh).
+for test in test_router.sh test_nat.sh test_kernel_twins.sh test_snapshot.sh; do
     echo "== $test on two workers"
     if ! E2E_WORKERS=2 bash "$test"; then
         failed+=("$test (two workers)")

@@ -32,6 +32,16 @@ impl HalfOpenList {
         (self.head != NONE).then_some(self.head as usize)
     }
 
+    /// The half-open slots, oldest first.
+    pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        let mut next = self.head;
+        std::iter::from_fn(move || {
+            let slot = (next != NONE).then_some(next as usize)?;
+            next = self.links[slot][1];
+            Some(slot)
+        })
+    }
+
     /// `slot` became half-open (it must not be in the list).
     pub(super) fn push(&mut self, slot: usize) {
         let slot32 = slot as u32;
@@ -83,5 +93,16 @@ mod tests {
         assert_eq!((list.oldest(), list.len()), (None, 0));
         list.push(3);
         assert_eq!(list.oldest(), Some(3));
+    }
+
+    #[test]
+    fn iterates_oldest_first() {
+        let mut list = HalfOpenList::new(8);
+        assert_eq!(list.iter().count(), 0);
+        for slot in [5, 2, 7, 0] {
+            list.push(slot);
+        }
+        list.remove(7);
+        assert_eq!(list.iter().collect::<Vec<_>>(), [5, 2, 0]);
     }
 }

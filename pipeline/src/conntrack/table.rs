@@ -1,5 +1,7 @@
 //! The flow arena, its index, and the policies that create, refresh and remove flows.
 
+pub(super) mod export;
+
 use std::fmt;
 use std::net::Ipv4Addr;
 

@@ -22,6 +22,8 @@
 //! seen, FIN acknowledged, reset) rather than stored, so that simultaneous open and
 //! simultaneous close need no states of their own.
 
+use serde::{Deserialize, Serialize};
+
 use super::InvalidReason;
 use crate::flow::Direction;
 use crate::wire::tcp::flags;
@@ -70,8 +72,9 @@ const MIN_ACK_LAG: u32 = 66_000;
 /// The flags that decide what a segment means; PSH, URG, ECE and CWR do not.
 const SIGNIFICANT_FLAGS: u8 = flags::SYN | flags::ACK | flags::FIN | flags::RST;
 
-/// What one direction has sent, as far as the checks need.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What one direction has sent, as far as the checks need. Serialized as is into state
+/// snapshots (`crate::snapshot`): a change here is a change of the snapshot format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Side {
     /// Tells a retransmitted SYN from a new one, and when the SYN is acknowledged.
     isn: u32,
@@ -134,7 +137,7 @@ impl Side {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct TcpConn {
     /// Indexed by [`side_index`].
     sides: [Side; 2],
@@ -176,6 +179,14 @@ impl TcpConn {
             reset: false,
             liberal: false,
         }
+    }
+
+    /// What any connection the tracker built satisfies, so a restored one (read from a
+    /// snapshot) can be trusted to behave: window scales within RFC 7323's limit.
+    pub(super) fn is_plausible(&self) -> bool {
+        self.sides
+            .iter()
+            .all(|side| side.window_scale <= MAX_WINDOW_SCALE)
     }
 
     pub(super) fn state(&self) -> TcpState {

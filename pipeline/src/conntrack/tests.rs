@@ -1566,3 +1566,189 @@ proptest! {
         }
     }
 }
+
+// --- Export and import (state snapshots) --------------------------------------------------
+
+fn exported(table: &FlowTable<u32>, now_ns: u64) -> Vec<ExportedFlow<u32>> {
+    let mut flows = Vec::new();
+    table.export(now_ns, |flow| flows.push(flow));
+    flows
+}
+
+#[test]
+fn an_imported_connection_carries_on_where_it_was() {
+    let mut conn = Conn::established();
+    conn.expect_ok(Original, ACK | PSH, 1000);
+    conn.expect_ok(Reply, ACK, 0);
+    assert!(conn.table.is_assured(conn.id));
+    let remaining = conn.table.deadline_ns(conn.id) - conn.now_ns;
+    let flows = exported(&conn.table, conn.now_ns);
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0].remaining_ns, remaining);
+    assert_eq!(flows[0].tcp.map(|t| t.state()), Some(TcpState::Established));
+
+    // A new process: a new table whose clock starts at zero.
+    let mut table = FlowTable::new(config(16), 0);
+    let id = table.import(&flows[0], 0).unwrap();
+    assert_eq!(table.lookup(&client_key()), Some((id, Original)));
+    assert_eq!(table.lookup(&client_key().reversed()), Some((id, Reply)));
+    assert_eq!(table.deadline_ns(id), remaining);
+    assert_eq!(*table.data(id), 7);
+    assert!(table.is_assured(id) && table.is_established(id));
+    assert_eq!(table.host_usage(client_key().src), (1, 0));
+    assert_eq!(table.half_open_len(), 0);
+    let before = Conn {
+        table,
+        id,
+        now_ns: 0,
+        next_seq: conn.next_seq,
+    };
+    let mut conn = before;
+    // The windows came along: in-window data passes, data far beyond is refused.
+    conn.expect_ok(Original, ACK | PSH, 500);
+    conn.expect_ok(Reply, ACK | PSH, 200);
+    let far = segment(
+        ACK,
+        conn.next_seq[0].wrapping_add(10_000_000),
+        conn.next_seq[1],
+    );
+    conn.expect_invalid(Original, far, InvalidReason::OutOfWindow);
+    conn.expect_ok(Original, ACK | FIN, 0);
+    assert_eq!(conn.state(), TcpState::FinWait);
+    let data = conn.table.remove(conn.id);
+    assert_eq!(data, 7);
+    assert_eq!(conn.table.host_usage(client_key().src), (0, 0));
+    assert_eq!(conn.table.lookup(&client_key()), None);
+}
+
+#[test]
+fn import_keeps_the_half_open_list_and_its_order() {
+    let mut table = FlowTable::new(config(16), 0);
+    let keys: Vec<FlowKey> = (0..4)
+        .map(|n| key([10, 0, 0, 1], 2000 + n, [192, 0, 2, 80], 80, protocol::TCP))
+        .collect();
+    for (n, key) in keys.iter().enumerate() {
+        let syn = segment(SYN, CLIENT_ISN, 0);
+        table
+            .insert(
+                *key,
+                key.reversed(),
+                n as u32,
+                Some(&syn),
+                n as u64,
+                no_eviction,
+            )
+            .unwrap();
+    }
+    // The oldest half-open flow completes its handshake; the others stay half-open.
+    let (id, _) = table.lookup(&keys[0]).unwrap();
+    let synack = segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1);
+    assert_eq!(table.track(id, Reply, Some(&synack), 10), Track::Ok);
+    let ack = segment(ACK, CLIENT_ISN + 1, SERVER_ISN + 1);
+    assert_eq!(table.track(id, Original, Some(&ack), 11), Track::Ok);
+    let flows = exported(&table, 12);
+    let order: Vec<u32> = flows.iter().map(|flow| flow.data).collect();
+    assert_eq!(
+        order,
+        [0, 1, 2, 3],
+        "established first, then half-open oldest first"
+    );
+    assert_eq!(
+        flows.iter().map(|f| f.is_half_open()).collect::<Vec<_>>(),
+        [false, true, true, true]
+    );
+
+    let mut restored = FlowTable::new(
+        ConntrackConfig {
+            half_open: 2,
+            ..config(16)
+        },
+        u32::MAX,
+    );
+    let results: Vec<_> = flows.iter().map(|f| restored.import(f, 0)).collect();
+    assert!(results[..3].iter().all(Result::is_ok));
+    assert_eq!(results[3], Err(ImportError::HalfOpenLimit));
+    assert_eq!(restored.half_open_len(), 2);
+    assert_eq!(restored.host_usage(keys[0].src), (3, 2));
+    // A new SYN beyond the limit replaces the oldest half-open flow: keys[1]'s.
+    let syn = segment(SYN, CLIENT_ISN, 0);
+    let new_key = key([10, 0, 0, 1], 3000, [192, 0, 2, 80], 80, protocol::TCP);
+    let mut evicted = Vec::new();
+    restored
+        .insert(new_key, new_key.reversed(), 9, Some(&syn), 1, |d| {
+            evicted.push(d)
+        })
+        .unwrap();
+    assert_eq!(evicted, [1]);
+}
+
+#[test]
+fn import_refuses_what_insert_would_and_changes_nothing() {
+    let mut source = FlowTable::new(config(16), 0);
+    for n in 0..3 {
+        source
+            .insert(udp_key(n), udp_key(n).reversed(), 1, None, 0, no_eviction)
+            .unwrap();
+    }
+    let flows = exported(&source, SECOND);
+    assert!(flows.iter().all(|f| f.remaining_ns == 49 * SECOND));
+
+    let mut small = FlowTable::new(config(2), 0);
+    assert!(small.import(&flows[0], 0).is_ok());
+    assert_eq!(small.import(&flows[0], 0), Err(ImportError::Exists));
+    assert!(small.import(&flows[1], 0).is_ok());
+    assert_eq!(small.import(&flows[2], 0), Err(ImportError::Full));
+    assert_eq!(small.len(), 2);
+
+    let mut limited = FlowTable::new(
+        ConntrackConfig {
+            host_flows: 1,
+            ..config(16)
+        },
+        0,
+    );
+    assert!(limited.import(&flows[0], 0).is_ok());
+    assert_eq!(
+        limited.import(&flows[1], 0),
+        Err(ImportError::HostFlowLimit)
+    );
+    assert_eq!(limited.host_usage(udp_key(0).src), (1, 0));
+
+    // A TCP flow without its tracker, or with the same tuple both ways, is not a flow.
+    let mut malformed = flows[0];
+    malformed.original.protocol = protocol::TCP;
+    malformed.reply.protocol = protocol::TCP;
+    assert_eq!(small.import(&malformed, 0), Err(ImportError::Malformed));
+    let mut same = flows[0];
+    same.reply = same.original;
+    assert_eq!(small.import(&same, 0), Err(ImportError::Malformed));
+}
+
+#[test]
+fn export_leaves_out_expired_flows_and_import_caps_time_left() {
+    let mut source = FlowTable::new(config(16), 0);
+    source
+        .insert(udp_key(0), udp_key(0).reversed(), 1, None, 0, no_eviction)
+        .unwrap();
+    source
+        .insert(
+            udp_key(1),
+            udp_key(1).reversed(),
+            2,
+            None,
+            40 * SECOND,
+            no_eviction,
+        )
+        .unwrap();
+    // udp_key(0) is past its deadline but not swept yet.
+    let flows = exported(&source, 60 * SECOND);
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0].data, 2);
+    assert_eq!(flows[0].remaining_ns, 30 * SECOND);
+    // A config with a shorter UDP timeout caps what the restored flow keeps.
+    let mut short = config(16);
+    short.timeouts.udp_ns = 10 * SECOND;
+    let mut table = FlowTable::new(short, 0);
+    let id = table.import(&flows[0], 5 * SECOND).unwrap();
+    assert_eq!(table.deadline_ns(id), 15 * SECOND);
+}

@@ -14,7 +14,7 @@
 pub mod ports;
 pub mod rewrite;
 
-pub use ports::{AllocError, NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
+pub use ports::{AllocError, NatPool, NatPoolError, Ownership, RestoreError, DEFAULT_PORTS};
 pub use rewrite::{
     quoted_flow_key, rewrite_destination, rewrite_icmp_error, rewrite_source, RewriteError,
 };

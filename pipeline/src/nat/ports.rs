@@ -228,6 +228,21 @@ pub enum AllocError {
     HostLimit,
 }
 
+/// Why [`NatPool::restore`] refused a binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreError {
+    /// The external address is not this pool's, the protocol has no ports, or the port is
+    /// outside the range or owned by another worker.
+    NotOurs,
+    /// The port is reserved for a forward or bound to another endpoint, or the internal
+    /// endpoint is bound to another port.
+    Conflict,
+    /// No free binding entry.
+    Exhausted,
+    /// The internal host holds its limit of bindings.
+    HostLimit,
+}
+
 /// One endpoint-independent mapping.
 #[derive(Clone, Copy, Debug, Default)]
 struct Binding {
@@ -637,6 +652,81 @@ impl NatPool {
             }
         }
         true
+    }
+
+    /// Takes a reference on the binding of `internal` to exactly `external`, as a flow
+    /// restored from a state snapshot holds it: the binding's existing reference count goes
+    /// up, or a new binding takes that port, which must be owned by this worker, in range,
+    /// not reserved for a forward and free. So no port is ever bound twice, and the binding
+    /// counts against its host as [`allocate`](Self::allocate)'s would. Changes nothing on
+    /// refusal. A matching [`release`](Self::release) gives the reference back.
+    pub fn restore(
+        &mut self,
+        protocol: u8,
+        internal: (Ipv4Addr, u16),
+        external: (Ipv4Addr, u16),
+    ) -> Result<(), RestoreError> {
+        let (protocol, address) = self
+            .external_group(protocol, external.0)
+            .ok_or(RestoreError::NotOurs)?;
+        let (ip, port) = (u32::from(internal.0), internal.1);
+        let internal_slot = match self.by_internal.find(
+            internal_key(protocol, ip, port),
+            &self.bindings,
+            Binding::internal_key,
+        ) {
+            Probe::Found { binding, .. } => {
+                let binding = &mut self.bindings[binding];
+                if (usize::from(binding.address), binding.external_port) != (address, external.1) {
+                    return Err(RestoreError::Conflict);
+                }
+                binding.refcount = binding
+                    .refcount
+                    .checked_add(1)
+                    .ok_or(RestoreError::Conflict)?;
+                return Ok(());
+            }
+            Probe::Vacant { slot } => slot,
+            Probe::Full => return Err(RestoreError::Exhausted),
+        };
+        let slot = self.slot_of(external.1).ok_or(RestoreError::NotOurs)?;
+        let group = protocol * self.addresses.len() + address;
+        if self.is_reserved(protocol, slot) || !self.is_free(group, slot) {
+            return Err(RestoreError::Conflict);
+        }
+        let external_slot = match self.by_external.find(
+            external_key(protocol, address as u16, external.1),
+            &self.bindings,
+            Binding::external_key,
+        ) {
+            Probe::Vacant { slot } => slot,
+            Probe::Found { .. } => return Err(RestoreError::Conflict),
+            Probe::Full => return Err(RestoreError::Exhausted),
+        };
+        let binding = *self.free_bindings.last().ok_or(RestoreError::Exhausted)?;
+        let charged = match self
+            .hosts
+            .as_mut()
+            .map(|hosts| hosts.charge(internal.0, [1]))
+        {
+            Some(Err(Refusal::AtLimit { .. })) => return Err(RestoreError::HostLimit),
+            Some(Ok(())) => true,
+            Some(Err(Refusal::Untracked)) | None => false,
+        };
+        self.take(group, slot);
+        self.free_bindings.pop();
+        self.bindings[binding as usize] = Binding {
+            internal_ip: ip,
+            refcount: 1,
+            internal_port: port,
+            external_port: external.1,
+            address: address as u16,
+            protocol: protocol as u8,
+            charged,
+        };
+        self.by_internal.slots[internal_slot] = binding;
+        self.by_external.slots[external_slot] = binding;
+        Ok(())
     }
 
     /// The internal endpoint that `external` maps to, for traffic arriving from the WAN.
@@ -1372,5 +1462,85 @@ mod tests {
                 prop_assert_eq!(p.available() + bound_unreserved, p.capacity());
             }
         }
+    }
+    #[test]
+    fn restore_binds_exactly_the_port_given_and_never_twice() {
+        let mut p = two_address_pool();
+        let other = Ipv4Addr::new(203, 0, 113, 2);
+        let full = p.available();
+        p.restore(TCP, (host(1), 5000), (other, 1050)).unwrap();
+        assert_eq!(p.lookup_external(TCP, (other, 1050)), Some((host(1), 5000)));
+        assert_eq!(p.lookup_internal(TCP, (host(1), 5000)), Some((other, 1050)));
+        assert_eq!((p.in_use(), p.available()), (1, full - 1));
+        // A second flow of the same binding takes another reference...
+        p.restore(TCP, (host(1), 5000), (other, 1050)).unwrap();
+        // ...and nobody else gets the port, by restore or by allocation.
+        assert_eq!(
+            p.restore(TCP, (host(2), 5000), (other, 1050)),
+            Err(RestoreError::Conflict)
+        );
+        assert_eq!(
+            p.restore(TCP, (host(1), 5000), (other, 1051)),
+            Err(RestoreError::Conflict)
+        );
+        for i in 0..200u16 {
+            if let Some(endpoint) = p.allocate(TCP, (host(3), i)) {
+                assert_ne!(endpoint, (other, 1050));
+            }
+        }
+        // EIM: a new flow of the restored endpoint shares its binding.
+        assert_eq!(p.allocate(TCP, (host(1), 5000)), Some((other, 1050)));
+        assert!(p.release(TCP, (other, 1050)));
+        assert!(p.release(TCP, (other, 1050)));
+        assert_eq!(p.lookup_external(TCP, (other, 1050)), Some((host(1), 5000)));
+        assert!(p.release(TCP, (other, 1050)));
+        assert_eq!(p.lookup_external(TCP, (other, 1050)), None);
+    }
+
+    #[test]
+    fn restore_refuses_what_the_pool_does_not_own() {
+        let mut p = two_address_pool();
+        p.reserve(TCP, 1025);
+        let refused = [
+            (
+                TCP,
+                Ipv4Addr::new(198, 51, 100, 1),
+                1050,
+                RestoreError::NotOurs,
+            ),
+            (TCP, EXT, 80, RestoreError::NotOurs),
+            (TCP, EXT, 2000, RestoreError::NotOurs),
+            (47, EXT, 1050, RestoreError::NotOurs),
+            (TCP, EXT, 1025, RestoreError::Conflict),
+        ];
+        for (protocol, address, port, error) in refused {
+            assert_eq!(
+                p.restore(protocol, (host(1), 4000), (address, port)),
+                Err(error),
+                "{protocol} {address}:{port}"
+            );
+        }
+        assert_eq!(p.in_use(), 0);
+        // Ports of another worker's classes.
+        let mut odd = pool(1024..=2047, 1, 2);
+        assert_eq!(
+            odd.restore(UDP, (host(1), 4000), (EXT, 1030)),
+            Err(RestoreError::NotOurs)
+        );
+        odd.restore(UDP, (host(1), 4000), (EXT, 1031)).unwrap();
+    }
+
+    #[test]
+    fn restore_counts_against_the_host_limit() {
+        let mut p = two_address_pool().with_host_limit(2, 64);
+        p.restore(TCP, (host(1), 1), (EXT, 1030)).unwrap();
+        p.restore(UDP, (host(1), 1), (EXT, 1030)).unwrap();
+        assert_eq!(p.host_ports(host(1)), 2);
+        assert_eq!(
+            p.restore(TCP, (host(1), 2), (EXT, 1031)),
+            Err(RestoreError::HostLimit)
+        );
+        assert!(p.release(UDP, (EXT, 1030)));
+        assert_eq!(p.host_ports(host(1)), 1);
     }
 }

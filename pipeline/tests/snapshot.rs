@@ -1,0 +1,680 @@
+//! State snapshots end to end: connections through masquerade and a port forward on a home
+//! gateway (LAN 192.168.10.1/24, WAN 10.0.0.1/24 masquerading, TCP 8080 forwarded to
+//! 192.168.10.3:80), exported from one set of workers, encoded, decoded and restored into
+//! fresh workers, perhaps of another count. What the restored workers do with a connection's
+//! next packets in both directions must be what the old ones did, to the byte; corrupt
+//! snapshots must be refused whole.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, OnceLock};
+
+use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+use pipeline::conntrack::ConntrackConfig;
+use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::router::{PortForward, Stateful};
+use pipeline::snapshot::{self, RestoreReport, SavedFlow, Skip, Snapshot, SnapshotError};
+use pipeline::wire::EthernetAddress;
+use pipeline::{
+    IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig, StaticRoute,
+    Verdict, WorkerCounters, WorkerSetup,
+};
+use proptest::prelude::*;
+
+const LAN: u16 = 0;
+const WAN: u16 = 1;
+const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x02];
+const UPSTREAM_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x02];
+const WAN_ADDR: [u8; 4] = [10, 0, 0, 1];
+const SERVER: [u8; 4] = [192, 168, 10, 3];
+const REMOTE: [u8; 4] = [203, 0, 113, 5];
+const SECOND: u64 = 1_000_000_000;
+const SYN: u8 = 0x02;
+const PSH: u8 = 0x08;
+const ACK: u8 = 0x10;
+
+fn ip(octets: [u8; 4]) -> Ipv4Addr {
+    Ipv4Addr::from(octets)
+}
+
+fn router(forward: bool, wan_addr: [u8; 4], rules: Vec<Rule>) -> RouterConfig {
+    let interfaces = vec![
+        Interface {
+            mac: EthernetAddress(LAN_MAC),
+            addr: ip([192, 168, 10, 1]),
+            prefix_len: 24,
+            mtu: 1500,
+        },
+        Interface {
+            mac: EthernetAddress(WAN_MAC),
+            addr: ip(wan_addr),
+            prefix_len: 24,
+            mtu: 1500,
+        },
+    ];
+    let default_route = StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: ip([wan_addr[0], wan_addr[1], wan_addr[2], 2]),
+    };
+    let policy = Policy::new(Action::Drop)
+        .set(ZoneId(0), ZoneId(1), Action::Accept)
+        .set(ZoneId(0), ZoneId::LOCAL, Action::Accept);
+    let port_forwards = if forward {
+        vec![PortForward {
+            interface: WAN,
+            protocol: 6,
+            ports: 8080..=8080,
+            to: ip(SERVER),
+            to_port: 80,
+        }]
+    } else {
+        Vec::new()
+    };
+    RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())
+        .unwrap()
+        .with_stateful(Stateful {
+            content: None,
+            zones: vec![ZoneId(0), ZoneId(1)],
+            masquerade: vec![false, true],
+            firewall: RuleSet::compile(rules, policy).unwrap(),
+            port_forwards,
+            recheck_established: false,
+            generation: 0,
+        })
+        .unwrap()
+}
+
+/// Built once: a route table costs tens of megabytes.
+fn home() -> Arc<RouterConfig> {
+    static HOME: OnceLock<Arc<RouterConfig>> = OnceLock::new();
+    HOME.get_or_init(|| Arc::new(router(true, WAN_ADDR, Vec::new())))
+        .clone()
+}
+
+/// The LAN hosts the tests' connections come from: 192.168.10.10 and up.
+fn lan_host(n: u8) -> [u8; 4] {
+    [192, 168, 10, 10 + n]
+}
+
+fn neighbors(wan_addr: [u8; 4]) -> Arc<NeighborView> {
+    let mut entries: Vec<_> = (0..40)
+        .map(|n| (ip(lan_host(n)), EthernetAddress(HOST_MAC)))
+        .collect();
+    entries.push((ip(SERVER), EthernetAddress(HOST_MAC)));
+    let upstream = [wan_addr[0], wan_addr[1], wan_addr[2], 2];
+    entries.push((ip(upstream), EthernetAddress(UPSTREAM_MAC)));
+    Arc::new(NeighborView::new(entries))
+}
+
+/// Small tables: a test builds many workers.
+fn setup(worker: u16, workers: u16) -> WorkerSetup {
+    WorkerSetup {
+        worker,
+        workers,
+        conntrack: ConntrackConfig {
+            capacity: 1024,
+            half_open: 256,
+            hosts: 256,
+            ..ConntrackConfig::default()
+        },
+        nat_bindings: 1024,
+        ..WorkerSetup::default()
+    }
+}
+
+/// A gateway of `workers` workers; a packet goes to worker 0 first and on to its owner, as
+/// the handoff rings carry it.
+struct Gateway {
+    workers: Vec<Pipeline>,
+}
+
+impl Gateway {
+    fn new(router: Arc<RouterConfig>, workers: u16, wan_addr: [u8; 4]) -> Gateway {
+        let workers = (0..workers)
+            .map(|worker| {
+                Pipeline::for_worker(
+                    router.clone(),
+                    neighbors(wan_addr),
+                    Arc::new(WorkerCounters::default()),
+                    setup(worker, workers),
+                )
+                .unwrap()
+            })
+            .collect();
+        Gateway { workers }
+    }
+
+    fn process(&mut self, frame: &[u8], port: u16, now_ns: u64) -> (Verdict, Vec<u8>) {
+        let mut room = [0xa5u8; 2048];
+        room[..frame.len()].copy_from_slice(frame);
+        let mut pkt = PacketBuf::new(&mut room, frame.len());
+        let ingress = Ingress {
+            port,
+            handed_off: false,
+        };
+        let mut verdict = self.workers[0].process_from(&mut pkt, ingress, now_ns);
+        if let Verdict::Handoff { worker } = verdict {
+            let ingress = Ingress {
+                port,
+                handed_off: true,
+            };
+            verdict = self.workers[usize::from(worker)].process_from(&mut pkt, ingress, now_ns);
+        }
+        (verdict, pkt.bytes().to_vec())
+    }
+
+    fn export(&self, now_ns: u64) -> Snapshot {
+        let mut flows = Vec::new();
+        for worker in &self.workers {
+            worker.export_flows(now_ns, &mut flows);
+        }
+        Snapshot {
+            taken_unix_ms: 1_700_000_000_000,
+            workers: self.workers.len() as u16,
+            writer: "test".into(),
+            flows,
+        }
+    }
+
+    /// Restores `snapshot` into these (fresh) workers `elapsed_ns` after it was taken.
+    fn restore(&mut self, snapshot: Snapshot, elapsed_ns: u64) -> RestoreReport {
+        let mut report = RestoreReport::default();
+        let router = self.workers[0].router().clone();
+        let per_worker = snapshot::distribute(
+            &router,
+            self.workers.len() as u16,
+            snapshot.flows,
+            elapsed_ns,
+            &mut report,
+        );
+        for (worker, flows) in self.workers.iter_mut().zip(per_worker) {
+            report.add(&worker.restore_flows(&flows, 0));
+        }
+        report
+    }
+
+    fn flows(&self) -> usize {
+        self.workers
+            .iter()
+            .map(|w| w.counters().conntrack_entries.get() as usize)
+            .sum()
+    }
+
+    fn nat_ports_in_use(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.counters().nat_ports_in_use.get())
+            .sum()
+    }
+}
+
+type Endpoint = ([u8; 4], u16);
+
+fn macs(ingress: u16) -> ([u8; 6], [u8; 6]) {
+    match ingress {
+        LAN => (HOST_MAC, LAN_MAC),
+        _ => (UPSTREAM_MAC, WAN_MAC),
+    }
+}
+
+fn tcp(
+    ingress: u16,
+    src: Endpoint,
+    dst: Endpoint,
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    len: usize,
+) -> Vec<u8> {
+    let (src_mac, dst_mac) = macs(ingress);
+    let mut builder = PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src.0, dst.0, 64)
+        .tcp(src.1, dst.1, seq, 65535);
+    if flags & SYN != 0 {
+        builder = builder.syn();
+    }
+    if flags & ACK != 0 {
+        builder = builder.ack(ack);
+    }
+    if flags & PSH != 0 {
+        builder = builder.psh();
+    }
+    let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    let mut frame = Vec::new();
+    builder.write(&mut frame, &payload).unwrap();
+    frame
+}
+
+fn udp(ingress: u16, src: Endpoint, dst: Endpoint) -> Vec<u8> {
+    let (src_mac, dst_mac) = macs(ingress);
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src.0, dst.0, 64)
+        .udp(src.1, dst.1)
+        .write(&mut frame, b"datagram")
+        .unwrap();
+    frame
+}
+
+fn echo(ingress: u16, src: [u8; 4], dst: [u8; 4], id: u16, request: bool) -> Vec<u8> {
+    let (src_mac, dst_mac) = macs(ingress);
+    let builder = PacketBuilder::ethernet2(src_mac, dst_mac).ipv4(src, dst, 64);
+    let builder = if request {
+        builder.icmpv4_echo_request(id, 1)
+    } else {
+        builder.icmpv4_echo_reply(id, 1)
+    };
+    let mut frame = Vec::new();
+    builder.write(&mut frame, b"ping").unwrap();
+    frame
+}
+
+/// The source of a frame the gateway sent: the masquerade address and port it chose.
+fn source(frame: &[u8]) -> Endpoint {
+    let sliced = SlicedPacket::from_ethernet(frame).unwrap();
+    let Some(NetSlice::Ipv4(ipv4)) = sliced.net else {
+        panic!("not IPv4")
+    };
+    let addr = ipv4.header().source();
+    let port = match sliced.transport {
+        Some(TransportSlice::Tcp(tcp)) => tcp.source_port(),
+        Some(TransportSlice::Udp(udp)) => udp.source_port(),
+        Some(TransportSlice::Icmpv4(icmp)) => {
+            u16::from_be_bytes([icmp.bytes5to8()[0], icmp.bytes5to8()[1]])
+        }
+        _ => panic!("no transport"),
+    };
+    (addr, port)
+}
+
+/// One connection through the gateway, and the packets that must pass after a restart.
+#[derive(Clone, Debug)]
+enum Conn {
+    /// TCP from a LAN host to REMOTE:80 through masquerade.
+    Masquerade { host: u8, port: u16 },
+    /// TCP from REMOTE to the forward WAN:8080 -> SERVER:80.
+    Forward { port: u16 },
+    /// UDP from a LAN host through masquerade.
+    Udp { host: u8, port: u16 },
+    /// An ICMP echo from a LAN host through masquerade.
+    Ping { host: u8, id: u16 },
+}
+
+const C_ISN: u32 = 1000;
+const S_ISN: u32 = 9000;
+
+impl Conn {
+    /// Opens it (handshake and a first exchange) and returns the packets to check after
+    /// the restore: (frame, ingress port).
+    fn open(&self, gateway: &mut Gateway, now_ns: u64) -> Vec<(Vec<u8>, u16)> {
+        let pass = |gateway: &mut Gateway, frame: Vec<u8>, port: u16| {
+            let (verdict, out) = gateway.process(&frame, port, now_ns);
+            assert!(
+                matches!(verdict, Verdict::Transmit { .. }),
+                "{self:?}: {verdict:?}"
+            );
+            out
+        };
+        match *self {
+            Conn::Masquerade { host, port } => {
+                let client = (lan_host(host), port);
+                let server = (REMOTE, 80);
+                let out = pass(gateway, tcp(LAN, client, server, SYN, C_ISN, 0, 0), LAN);
+                let (addr, nat_port) = source(&out);
+                let outside = (addr, nat_port);
+                pass(
+                    gateway,
+                    tcp(WAN, server, outside, SYN | ACK, S_ISN, C_ISN + 1, 0),
+                    WAN,
+                );
+                pass(
+                    gateway,
+                    tcp(LAN, client, server, ACK | PSH, C_ISN + 1, S_ISN + 1, 100),
+                    LAN,
+                );
+                pass(
+                    gateway,
+                    tcp(WAN, server, outside, ACK | PSH, S_ISN + 1, C_ISN + 101, 50),
+                    WAN,
+                );
+                vec![
+                    (
+                        tcp(LAN, client, server, ACK | PSH, C_ISN + 101, S_ISN + 51, 10),
+                        LAN,
+                    ),
+                    (
+                        tcp(WAN, server, outside, ACK | PSH, S_ISN + 51, C_ISN + 111, 10),
+                        WAN,
+                    ),
+                ]
+            }
+            Conn::Forward { port } => {
+                let client = (REMOTE, port);
+                let public = (WAN_ADDR, 8080);
+                let target = (SERVER, 80);
+                pass(gateway, tcp(WAN, client, public, SYN, C_ISN, 0, 0), WAN);
+                pass(
+                    gateway,
+                    tcp(LAN, target, client, SYN | ACK, S_ISN, C_ISN + 1, 0),
+                    LAN,
+                );
+                pass(
+                    gateway,
+                    tcp(WAN, client, public, ACK | PSH, C_ISN + 1, S_ISN + 1, 100),
+                    WAN,
+                );
+                pass(
+                    gateway,
+                    tcp(LAN, target, client, ACK | PSH, S_ISN + 1, C_ISN + 101, 50),
+                    LAN,
+                );
+                vec![
+                    (
+                        tcp(WAN, client, public, ACK | PSH, C_ISN + 101, S_ISN + 51, 10),
+                        WAN,
+                    ),
+                    (
+                        tcp(LAN, target, client, ACK | PSH, S_ISN + 51, C_ISN + 111, 10),
+                        LAN,
+                    ),
+                ]
+            }
+            Conn::Udp { host, port } => {
+                let client = (lan_host(host), port);
+                let server = (REMOTE, 53);
+                let out = pass(gateway, udp(LAN, client, server), LAN);
+                let (addr, nat_port) = source(&out);
+                let outside = (addr, nat_port);
+                pass(gateway, udp(WAN, server, outside), WAN);
+                vec![
+                    (udp(LAN, client, server), LAN),
+                    (udp(WAN, server, outside), WAN),
+                ]
+            }
+            Conn::Ping { host, id } => {
+                let out = pass(gateway, echo(LAN, lan_host(host), REMOTE, id, true), LAN);
+                let (addr, nat_id) = source(&out);
+                vec![
+                    (echo(LAN, lan_host(host), REMOTE, id, true), LAN),
+                    (echo(WAN, REMOTE, addr, nat_id, false), WAN),
+                ]
+            }
+        }
+    }
+
+    /// Only a masqueraded flow can be split by a new worker count (its external port's
+    /// class decides one direction's owner, its inside host the other's).
+    fn masqueraded(&self) -> bool {
+        !matches!(self, Conn::Forward { .. })
+    }
+}
+
+fn conn() -> impl Strategy<Value = Conn> {
+    prop_oneof![
+        (0..40u8, 1024..60000u16).prop_map(|(host, port)| Conn::Masquerade { host, port }),
+        (1024..60000u16).prop_map(|port| Conn::Forward { port }),
+        (0..40u8, 1024..60000u16).prop_map(|(host, port)| Conn::Udp { host, port }),
+        (0..40u8, 1..60000u16).prop_map(|(host, id)| Conn::Ping { host, id }),
+    ]
+}
+
+/// Distinct connections: one per tuple.
+fn distinct(conns: Vec<Conn>) -> Vec<Conn> {
+    let mut seen = std::collections::HashSet::new();
+    conns
+        .into_iter()
+        .filter(|conn| {
+            seen.insert(match *conn {
+                Conn::Masquerade { host, port } => (0, host, port),
+                Conn::Forward { port } => (1, 0, port),
+                Conn::Udp { host, port } => (2, host, port),
+                Conn::Ping { host, id } => (3, host, id),
+            })
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Export, encode, decode, restore into another worker count: every connection whose
+    /// directions still meet on one worker is carried on exactly as before, the rest are
+    /// counted as ownership skips, and with the same worker count nothing is skipped.
+    #[test]
+    fn restored_workers_translate_as_the_old_ones_did(
+        conns in prop::collection::vec(conn(), 1..12),
+        old_workers in 1..=4u16,
+        new_workers in 1..=4u16,
+    ) {
+        let conns = distinct(conns);
+        let mut old = Gateway::new(home(), old_workers, WAN_ADDR);
+        let checks: Vec<_> = conns.iter().map(|conn| conn.open(&mut old, SECOND)).collect();
+        let snapshot = old.export(2 * SECOND);
+        prop_assert_eq!(snapshot.flows.len(), conns.len());
+        let bytes = snapshot::encode(&snapshot).unwrap();
+        let decoded = snapshot::decode(&bytes).unwrap();
+        prop_assert_eq!(&decoded, &snapshot);
+
+        let mut new = Gateway::new(home(), new_workers, WAN_ADDR);
+        let report = new.restore(decoded, SECOND);
+        let split = report.skipped(Skip::Ownership);
+        prop_assert_eq!(report.restored + split, conns.len() as u64, "{:?}", report);
+        prop_assert_eq!(report.skipped_total(), split);
+        if new_workers == old_workers {
+            prop_assert_eq!(split, 0);
+        }
+        prop_assert_eq!(new.flows() as u64, report.restored);
+        let mut restored = 0;
+        for (conn, packets) in conns.iter().zip(checks) {
+            let before = new.flows();
+            let results: Vec<_> = packets
+                .iter()
+                .map(|(frame, port)| (old.process(frame, *port, 3 * SECOND), new.process(frame, *port, 3 * SECOND)))
+                .collect();
+            let kept = results.iter().all(|(old, new)| old == new);
+            if kept {
+                restored += 1;
+                let transmitted = results
+                    .iter()
+                    .all(|((verdict, _), _)| matches!(verdict, Verdict::Transmit { .. }));
+                prop_assert!(transmitted, "{:?}: {:?}", conn, results);
+                prop_assert_eq!(new.flows(), before, "{:?} made a new flow", conn);
+            } else {
+                prop_assert!(conn.masqueraded(), "{:?} was not carried on: {:?}", conn, results);
+            }
+        }
+        prop_assert_eq!(restored, report.restored);
+    }
+
+    /// Any change to a snapshot's bytes, and any truncation, is refused.
+    #[test]
+    fn corrupt_snapshots_are_refused(
+        conns in prop::collection::vec(conn(), 1..6),
+        position in any::<prop::sample::Index>(),
+        flip in 1..=255u8,
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let conns = distinct(conns);
+        let mut gateway = Gateway::new(home(), 1, WAN_ADDR);
+        for conn in &conns {
+            conn.open(&mut gateway, SECOND);
+        }
+        let bytes = snapshot::encode(&gateway.export(2 * SECOND)).unwrap();
+        let mut corrupt = bytes.clone();
+        corrupt[position.index(bytes.len())] ^= flip;
+        prop_assert!(snapshot::decode(&corrupt).is_err());
+        prop_assert!(snapshot::decode(&bytes[..cut.index(bytes.len())]).is_err());
+        let mut longer = bytes.clone();
+        longer.push(0);
+        prop_assert!(snapshot::decode(&longer).is_err());
+    }
+}
+
+fn snapshot_of(conns: &[Conn]) -> (Gateway, Snapshot) {
+    let mut gateway = Gateway::new(home(), 1, WAN_ADDR);
+    for conn in conns {
+        conn.open(&mut gateway, SECOND);
+    }
+    let snapshot = gateway.export(2 * SECOND);
+    (gateway, snapshot)
+}
+
+#[test]
+fn the_refusals_say_why() {
+    let (_, snapshot) = snapshot_of(&[Conn::Forward { port: 40000 }]);
+    let bytes = snapshot::encode(&snapshot).unwrap();
+    let refusal = |bytes: &[u8]| snapshot::decode(bytes).unwrap_err();
+    assert!(matches!(
+        refusal(b"not a snapshot at all, truly"),
+        SnapshotError::Foreign
+    ));
+    assert!(matches!(refusal(b""), SnapshotError::Truncated { .. }));
+    assert!(matches!(
+        refusal(&bytes[..30]),
+        SnapshotError::Truncated { .. }
+    ));
+    let mut old = bytes.clone();
+    old[8] = 0;
+    assert!(matches!(refusal(&old), SnapshotError::Version { found: 0 }));
+    let mut corrupt = bytes.clone();
+    *corrupt.last_mut().unwrap() ^= 1;
+    assert!(matches!(refusal(&corrupt), SnapshotError::Checksum { .. }));
+    let mut longer = bytes.clone();
+    longer.extend_from_slice(b"xx");
+    assert!(matches!(
+        refusal(&longer),
+        SnapshotError::TrailingBytes { extra: 2 }
+    ));
+    // A checksum that holds over a flow the tracker could not have built.
+    let mut malformed = snapshot.clone();
+    malformed.flows[0].tcp = None;
+    let bytes = snapshot::encode(&malformed).unwrap();
+    assert!(matches!(
+        refusal(&bytes),
+        SnapshotError::MalformedFlow { index: 0 }
+    ));
+    assert!(refusal(&bytes).to_string().contains("flow 0"));
+}
+
+#[test]
+fn flows_the_config_no_longer_makes_are_skipped_and_their_ports_stay_free() {
+    let conns = [
+        Conn::Masquerade {
+            host: 1,
+            port: 40000,
+        },
+        Conn::Forward { port: 40001 },
+        Conn::Udp {
+            host: 2,
+            port: 40002,
+        },
+    ];
+    let (_, snapshot) = snapshot_of(&conns);
+
+    // The forward is gone: its flow goes, masquerade stays.
+    let mut without_forward =
+        Gateway::new(Arc::new(router(false, WAN_ADDR, Vec::new())), 1, WAN_ADDR);
+    let report = without_forward.restore(snapshot.clone(), 0);
+    assert_eq!(
+        (report.restored, report.skipped(Skip::Config)),
+        (2, 1),
+        "{report:?}"
+    );
+    assert_eq!(without_forward.nat_ports_in_use(), 2);
+
+    // A new WAN address: neither the masquerade bindings nor the forwarded address are ours
+    // any more.
+    let renumbered = [10, 9, 9, 1];
+    let mut moved = Gateway::new(
+        Arc::new(router(true, renumbered, Vec::new())),
+        1,
+        renumbered,
+    );
+    let report = moved.restore(snapshot.clone(), 0);
+    assert_eq!(
+        (report.restored, report.skipped(Skip::Config)),
+        (0, 3),
+        "{report:?}"
+    );
+    assert_eq!(moved.nat_ports_in_use(), 0);
+
+    // A rule now drops UDP from the LAN.
+    let no_udp = Rule {
+        name: "no-udp".into(),
+        from: Some(ZoneId(0)),
+        to: None,
+        src: None,
+        dst: None,
+        protocol: Some(17),
+        src_ports: None,
+        dst_ports: None,
+        icmp_type: None,
+        action: Action::Drop,
+    };
+    let mut strict = Gateway::new(Arc::new(router(true, WAN_ADDR, vec![no_udp])), 1, WAN_ADDR);
+    let report = strict.restore(snapshot.clone(), 0);
+    assert_eq!(
+        (report.restored, report.skipped(Skip::Config)),
+        (2, 1),
+        "{report:?}"
+    );
+    assert_eq!(strict.nat_ports_in_use(), 1);
+
+    // Down for longer than UDP's timeout (300 s): the UDP flow expired meanwhile.
+    let mut late = Gateway::new(home(), 1, WAN_ADDR);
+    let report = late.restore(snapshot.clone(), 400 * SECOND);
+    assert_eq!(
+        (report.restored, report.skipped(Skip::Expired)),
+        (2, 1),
+        "{report:?}"
+    );
+
+    // Restored twice into the same workers: the second copy finds its tuples and ports
+    // taken, and changes nothing.
+    let mut twice = Gateway::new(home(), 1, WAN_ADDR);
+    assert_eq!(twice.restore(snapshot.clone(), 0).restored, 3);
+    let ports = twice.nat_ports_in_use();
+    let report = twice.restore(snapshot, 0);
+    assert_eq!(report.restored, 0, "{report:?}");
+    assert_eq!(
+        report.skipped(Skip::NatPort) + report.skipped(Skip::Table),
+        3
+    );
+    assert_eq!((twice.flows(), twice.nat_ports_in_use()), (3, ports));
+}
+
+#[test]
+fn a_restored_binding_is_kept_for_its_host_and_never_handed_to_another() {
+    let (mut old, snapshot) = snapshot_of(&[Conn::Masquerade {
+        host: 1,
+        port: 40000,
+    }]);
+    let SavedFlow { reply, .. } = snapshot.flows[0];
+    let mut new = Gateway::new(home(), 1, WAN_ADDR);
+    assert_eq!(new.restore(snapshot, 0).restored, 1);
+    // Another host asking for the same source port gets another external port...
+    let (verdict, out) = new.process(
+        &tcp(LAN, (lan_host(2), 40000), (REMOTE, 80), SYN, 1, 0, 0),
+        LAN,
+        SECOND,
+    );
+    assert!(matches!(verdict, Verdict::Transmit { .. }));
+    assert_ne!(source(&out).1, reply.dst_port);
+    // ...while the restored host's new flow from the same endpoint shares its binding
+    // (endpoint-independent mapping), as it did before the restart.
+    let frame = tcp(
+        LAN,
+        (lan_host(1), 40000),
+        ([198, 51, 100, 7], 443),
+        SYN,
+        1,
+        0,
+        0,
+    );
+    let (_, before) = old.process(&frame, LAN, 3 * SECOND);
+    let (_, after) = new.process(&frame, LAN, 3 * SECOND);
+    assert_eq!(source(&after), (reply.dst.octets(), reply.dst_port));
+    assert_eq!(before, after);
+}
