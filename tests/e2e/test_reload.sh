@@ -3,7 +3,7 @@
 # nothing (and the metrics say so), a port forward added by editing the file works without a
 # restart, and so do QoS and the traffic meter switched on and off. A slow in-place rewrite is
 # read only once the file is quiet (no failed reload counted while it is half-written), and a
-# file left half-written is refused without changing anything.
+# file left half-written is refused without changing anything; completed in place, it applies.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -192,11 +192,22 @@ read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 10.0.0.1 -p 8081 -t 1) \
 pass "a slow in-place rewrite ($chunks chunks) counted nothing until complete, then applied once"
 
 # 7. A file left half-written (cut inside a quoted value: invalid) is refused once it is
-# quiet, and nothing changes: both forwards still work.
-cut=$(python3 -c 'import sys; t = open(sys.argv[1], "rb").read(); print(t.index(b"address = \"") + 14)' "$WORK/slow.toml")
+# quiet, and nothing changes: the old forwards still work and the new one (port 8082, in the
+# part not yet written) is not there. Completing the file in place then applies it once.
+cp "$WORK/slow.toml" "$WORK/whole.toml"
+cat >>"$WORK/whole.toml" <<'TOML'
+
+[[nat.port_forwards]]
+interface = "wan"
+protocol = "tcp"
+port = 8082
+to = "192.168.10.2"
+to_port = 5201
+TOML
+cut=$(python3 -c 'import sys; t = open(sys.argv[1], "rb").read(); print(t.index(b"address = \"") + 14)' "$WORK/whole.toml")
 succeeded=$(reloads success)
 failed=$(reloads failure)
-chunks=$(rewrite_slowly "$CONFIG" "$WORK/slow.toml" "$cut") || fail "half rewrite: $chunks"
+chunks=$(rewrite_slowly "$CONFIG" "$WORK/whole.toml" "$cut") || fail "half rewrite: $chunks"
 wait_reloads failure $((failed + 1))
 sleep 1.5
 [[ $(reloads failure) == $((failed + 1)) ]] || fail "the half-written file counted $(( $(reloads failure) - failed )) failed reloads, not one"
@@ -206,8 +217,24 @@ for port in 8080 8081; do
     read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 10.0.0.1 -p "$port" -t 1) \
         || fail "the forward on $port stopped working after a refused half-written file"
 done
+if wan timeout 3 bash -c 'exec 3<>/dev/tcp/10.0.0.1/8082' 2>/dev/null; then
+    fail "port 8082, in the part of the file not yet written, is open"
+fi
 expect_output "traffic still flows after the refused half-written file" " 0% packet loss" lan ping -c 3 -i 0.2 -W 2 10.0.0.2
 pass "a file left half-written ($cut bytes) is refused once, and nothing changed"
+
+# The rest of the file, appended in place: one more reload, which applies the whole file.
+python3 -c 'import sys; open(sys.argv[1], "ab").write(open(sys.argv[2], "rb").read()[int(sys.argv[3]):])' \
+    "$CONFIG" "$WORK/whole.toml" "$cut"
+cmp -s "$CONFIG" "$WORK/whole.toml" || fail "the completed file differs from the whole one"
+wait_reloads success $((succeeded + 1))
+sleep 1.5
+[[ $(reloads success) == $((succeeded + 1)) ]] || fail "the completed file applied $(( $(reloads success) - succeeded )) times, not once"
+[[ $(reloads failure) == $((failed + 1)) ]] || fail "the completed file counted another failed reload"
+[[ $(metric gateway_config_last_reload_success) == 1 ]] || fail "the completed file is not shown as applied"
+read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 10.0.0.1 -p 8082 -t 1) \
+    || fail "the forward in the completed file does not work"
+pass "completing the half-written file in place applied it once (the forward on 8082 works)"
 
 # Atomic replacement, as the README recommends, applies in one reload.
 succeeded=$(reloads success)
