@@ -152,6 +152,9 @@ pub fn load_for_reload(path: &Path, running: &GatewayConfig, macs: &[[u8; 6]]) -
 /// reads the file as it is by then. It keeps the config in force itself (the last one it
 /// handed over ready): results are applied in the order they are handed over, so each reload
 /// is merged onto the one before. Dropping the `Loader` ends the thread after its current load.
+/// Started from the control thread, it inherits the main lcore's CPU: a load shares that CPU
+/// with the mostly idle control thread, which the scheduler still runs whenever it wakes, and
+/// takes nothing from the workers' CPUs.
 pub struct Loader {
     requests: Option<Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
