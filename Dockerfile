@@ -2,25 +2,32 @@
 # pinned Rust, and a slim runtime stage with only the DPDK libraries and drivers it loads.
 #
 #   docker build -t gateway .
-#   docker run -d --name gateway --privileged --network host \
-#       --device /dev/vfio -v /dev/hugepages:/dev/hugepages \
+#   docker run -d --name gateway --network host \
+#       --cap-drop ALL --cap-add SYS_NICE --ulimit memlock=-1:-1 \
+#       --security-opt no-new-privileges --read-only --tmpfs /run --tmpfs /tmp \
+#       --device /dev/vfio/vfio --device /dev/vfio/<group> -v /dev/hugepages:/dev/hugepages \
+#       -v /var/lib/gateway:/var/lib/gateway \
 #       -v /etc/gateway/gateway.toml:/etc/gateway/gateway.toml:ro gateway
 #   docker kill -s HUP gateway     # reload the config
 #
-# Capabilities. A DPDK dataplane needs more than a default container; `--privileged` is the
-# simple alternative to the list below. What the gateway really needs:
-#   IPC_LOCK    pin hugepage memory and map it for DMA through vfio (RLIMIT_MEMLOCK otherwise:
-#               add `--ulimit memlock=-1:-1` as well)
-#   SYS_RAWIO   vfio/PCI: physical addresses from /proc/self/pagemap, PCI config space access
-#   SYS_ADMIN   hugetlbfs and vfio container/group ioctls, /sys/bus/pci access
-#   NET_ADMIN   af_packet, af_xdp and tap labs: create tap devices, set promiscuous mode, XDP
-#   NET_RAW     af_packet labs: raw packet sockets
-#   SYS_NICE    pin worker lcores to their cores, and NUMA placement (mbind, set_mempolicy,
-#               which Docker's default seccomp profile allows only with this capability)
-# i.e. --cap-add IPC_LOCK --cap-add SYS_RAWIO --cap-add SYS_ADMIN --cap-add NET_ADMIN \
-#      --cap-add NET_RAW --cap-add SYS_NICE --ulimit memlock=-1:-1
-# plus, on real hardware, `--device /dev/vfio` (the ports bound to vfio-pci on the host) and the
-# host's hugetlbfs (`-v /dev/hugepages:/dev/hugepages`). docs/deploy-x550.md has the whole line.
+# Capabilities (least privilege, as deploy/systemd/gateway.service). With the ports on vfio-pci
+# and an IOMMU (the host's deploy/systemd/gateway-setup.sh binds them), DPDK needs one:
+#   SYS_NICE    NUMA placement: mbind, set_mempolicy, get_mempolicy, which Docker's default
+#               seccomp profile allows only with this capability
+# i.e. --cap-drop ALL --cap-add SYS_NICE, plus --ulimit memlock=-1:-1 (vfio counts DMA-mapped
+# memory against RLIMIT_MEMLOCK; with the limit lifted, IPC_LOCK is not needed). Not needed:
+#   SYS_ADMIN   IOVAs are virtual addresses under the IOMMU (no /proc/self/pagemap), the host
+#               mounts hugetlbfs, and --in-memory allocates hugepages anonymously
+#   SYS_RAWIO   PCI config space goes through vfio; only vfio's no-IOMMU mode would need it
+#   IPC_LOCK    the memlock ulimit above
+# The device grant is --device for /dev/vfio/vfio and each port's IOMMU group
+# (readlink /sys/bus/pci/devices/<pci>/iommu_group), not all of /dev/vfio. The process is root
+# in the container only so that it can open those root-owned device nodes without chown; with
+# every capability dropped that root cannot override file permissions. --privileged is not
+# needed and gives all of the above and every device.
+# Lab configs on af_packet, af_xdp or tap vdevs (kernel interfaces) add
+#   --cap-add NET_RAW --cap-add NET_ADMIN (and --device /dev/net/tun for tap)
+# docs/deploy-x550.md has the whole line for the X550.
 
 # ---------------------------------------------------------------------------------------------
 # Build stage

@@ -4,6 +4,8 @@
 #   1. hugepages: 1 GiB pages where the kernel's default hugepage size is 1 GiB
 #      (default_hugepagesz=1G on the kernel command line), else 2 MiB pages; hugetlbfs mounted.
 #   2. vfio-pci loaded, and GATEWAY_PCI_DEVICES bound to it with dpdk-devbind.py.
+#   3. the vfio group devices of those ports and the hugetlbfs mount given to the user the
+#      gateway runs as (gateway.service: User=gateway, no capabilities), which they grant.
 # Settings come from the environment (EnvironmentFile=/etc/default/gateway):
 #   GATEWAY_PCI_DEVICES   PCI addresses of the ports in the config, space-separated
 #   GATEWAY_HUGEPAGES_1G  1 GiB pages to have reserved (default 4)
@@ -11,6 +13,7 @@
 #   GATEWAY_HUGEPAGE_MOUNT  where hugetlbfs is mounted (default /dev/hugepages)
 #   GATEWAY_PCI_DRIVER    the driver to bind to (default vfio-pci)
 #   GATEWAY_DEVBIND       the dpdk-devbind.py to use (default: from PATH; Debian package `dpdk`)
+#   GATEWAY_USER          the user the gateway runs as (default gateway; gateway.sysusers)
 set -euo pipefail
 
 PAGES_1G=${GATEWAY_HUGEPAGES_1G:-4}
@@ -18,6 +21,7 @@ PAGES_2M=${GATEWAY_HUGEPAGES_2M:-2048}
 MOUNT=${GATEWAY_HUGEPAGE_MOUNT:-/dev/hugepages}
 DRIVER=${GATEWAY_PCI_DRIVER:-vfio-pci}
 DEVICES=${GATEWAY_PCI_DEVICES:-}
+RUN_AS=${GATEWAY_USER:-gateway}
 
 say() { echo "gateway-setup: $*"; }
 die() {
@@ -52,6 +56,11 @@ if ! awk -v m="$MOUNT" '$2 == m && $3 == "hugetlbfs" {found=1} END {exit !found}
     mount -t hugetlbfs -o "pagesize=${default_kb}K" nodev "$MOUNT"
 fi
 say "$have x ${label} hugepages, hugetlbfs on $MOUNT"
+# The gateway (an unprivileged user) may put page files there; nobody else may.
+if id -u "$RUN_AS" >/dev/null 2>&1; then
+    chown "root:$(id -gn "$RUN_AS")" "$MOUNT"
+    chmod 1770 "$MOUNT"
+fi
 
 # --- vfio-pci and the ports ------------------------------------------------------------------
 if [[ -z $DEVICES ]]; then
@@ -84,3 +93,16 @@ for dev in $DEVICES; do
     "$DEVBIND" --bind="$DRIVER" "$dev"
     say "$dev bound to $DRIVER (was ${current:-no driver}), NUMA node $(cat "/sys/bus/pci/devices/$dev/numa_node")"
 done
+# The gateway runs without capabilities: owning its ports' vfio group devices is its whole
+# grant to them (/dev/vfio/vfio, the container, is open to all by the kernel's default).
+if id -u "$RUN_AS" >/dev/null 2>&1; then
+    for dev in $DEVICES; do
+        [[ $DRIVER == vfio-pci ]] || continue
+        group=$(basename "$(readlink -f "/sys/bus/pci/devices/$dev/iommu_group")")
+        [[ -e /dev/vfio/$group ]] || die "$dev: no /dev/vfio/$group (is the IOMMU on?)"
+        chown "$RUN_AS" "/dev/vfio/$group"
+        say "$dev: /dev/vfio/$group belongs to $RUN_AS"
+    done
+else
+    say "warning: no user $RUN_AS (install gateway.sysusers and run systemd-sysusers)"
+fi

@@ -31,8 +31,8 @@ use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sour
 use crate::pipeline_config::{router_config, worker_setup};
 use crate::published::Published;
 use crate::reload;
-use crate::twins::Twins;
 use crate::snapshot::{Restore, SnapshotStatus};
+use crate::twins::Twins;
 use crate::worker::Worker;
 
 /// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs.
@@ -102,6 +102,8 @@ enum ControlEvent {
     FileChanged,
     /// A worker's lcore finished: a panic, or a return nobody asked for.
     WorkerExited(WorkerExit),
+    /// The `config-load` thread finished a reload: publish it, or report the refusal.
+    Loaded(Box<reload::Loaded>),
 }
 
 /// The environment variable that makes start-up fail on purpose once every worker runs, for
@@ -427,7 +429,18 @@ fn serve(
             "gateway running; SIGINT or SIGTERM stops it, SIGHUP reloads"
         );
     }
-    let mut running = config.clone();
+    let loader = {
+        let loads = events.clone();
+        reload::Loader::start(
+            config_path.to_path_buf(),
+            config.clone(),
+            macs.clone(),
+            move |loaded| {
+                let _ = loads.send(ControlEvent::Loaded(Box::new(loaded)));
+            },
+        )
+        .context("starting the config-load thread")?
+    };
     let mut next_bond_sample = std::time::Instant::now();
     let qos_rates = |router: &Published<pipeline::RouterConfig>| {
         (router.load().0.qos.as_ref()).map(|q| [q.uplink_bps, q.downlink_bps])
@@ -457,10 +470,11 @@ fn serve(
                 if matches!(event, Some(ControlEvent::FileChanged)) {
                     tracing::info!("{} changed and is quiet: reloading", config_path.display());
                 }
-                running = apply_reload(
-                    config_path,
-                    running,
-                    &macs,
+                loader.request();
+            }
+            Some(ControlEvent::Loaded(loaded)) => {
+                apply_reload(
+                    *loaded,
                     &ReloadTargets {
                         router: &router_published,
                         qos: &qos_stats,
@@ -491,12 +505,14 @@ fn serve(
 
     tracing::info!("stopping workers");
     let mut failures = running_workers.stop_and_join();
+    drop(loader);
     if worker_died && failures.is_empty() {
         failures.push("a worker stopped without being told to".into());
     }
     drop(saved_flows);
-    if running.state.snapshot && failures.is_empty() && !worker_died && !metrics_failed {
-        crate::snapshot::save_stopped(&running.state, workers, stopped_flows);
+    // `[state]` needs a restart (reload keeps it): the start-up config's is the one in force.
+    if config.state.snapshot && failures.is_empty() && !worker_died && !metrics_failed {
+        crate::snapshot::save_stopped(&config.state, workers, stopped_flows);
     }
     control.poll();
     metrics_stop.store(true, Ordering::Relaxed);
@@ -671,50 +687,38 @@ struct ReloadTargets<'a> {
     status: &'a ReloadStatus,
 }
 
-/// Reads the config file again and applies what can change at runtime. A file that does not
-/// load or validate changes nothing; the failure is logged with its field and counted.
-fn apply_reload(
-    path: &Path,
-    running: GatewayConfig,
-    macs: &[[u8; 6]],
-    targets: &ReloadTargets,
-) -> GatewayConfig {
+/// Publishes a reload the `config-load` thread made ready, or reports its refusal. A file
+/// that does not load, validate or compile changes nothing; the failure is logged with its
+/// field and counted.
+fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) {
     let ReloadTargets {
         router,
         qos,
         meter,
         status,
     } = targets;
-    let new = match GatewayConfig::load(path) {
-        Ok(new) => new,
-        Err(err) => {
-            tracing::error!("reload refused, keeping the running config: {err}");
-            status.record(false);
-            return running;
-        }
-    };
-    let restart = reload::restart_required(&running, &new);
-    if !restart.is_empty() {
-        tracing::warn!(
-            "reload: {} changed and need a restart; applying the rest",
-            restart.join(", ")
-        );
-    }
-    let merged = reload::merge_for_reload(&running, new);
-    match router_config(&merged, macs) {
-        Ok(router_config) => {
-            meter.publish(Arc::new(MeterExport::from(&merged.traffic_meter)));
-            publish_router(router, qos, Arc::new(router_config));
+    match loaded {
+        reload::Loaded::Ready {
+            config,
+            router: router_config,
+            restart,
+        } => {
+            if !restart.is_empty() {
+                tracing::warn!(
+                    "reload: {} changed and need a restart; applying the rest",
+                    restart.join(", ")
+                );
+            }
+            meter.publish(Arc::new(MeterExport::from(&config.traffic_meter)));
+            publish_router(router, qos, router_config);
             status.record(true);
             tracing::info!(
                 "reload applied: new flows follow the new config, established flows continue"
             );
-            merged
         }
-        Err(err) => {
-            tracing::error!("reload refused, keeping the running config: {err:#}");
+        reload::Loaded::Refused(err) => {
+            tracing::error!("reload refused, keeping the running config: {err}");
             status.record(false);
-            running
         }
     }
 }

@@ -15,6 +15,6 @@ pub mod metrics;
 pub mod pipeline_config;
 pub mod published;
 pub mod reload;
-pub mod twins;
 pub mod snapshot;
+pub mod twins;
 pub mod worker;

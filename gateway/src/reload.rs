@@ -1,14 +1,20 @@
 //! Config reload: on SIGHUP or when the file changes and then stays quiet for a moment. The
 //! new file is read whole, parsed and validated first; if it is bad, nothing changes. Settings that need a restart (EAL, pools, workers,
 //! the set of interfaces) are reported and kept as they are; everything else applies.
+//! The reading, parsing and compiling (category files can hold millions of domains) happen
+//! on the `config-load` thread ([`Loader`]); the control thread only publishes the result, so
+//! ARP and held packets are served meanwhile.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use notify::{RecursiveMode, Watcher};
+use pipeline::RouterConfig;
 
 use crate::config::GatewayConfig;
+use crate::pipeline_config::router_config;
 
 /// Field paths whose change needs a restart, old -> new.
 pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<String> {
@@ -54,6 +60,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.metrics != new.metrics {
         fields.push("metrics".to_string());
     }
+    // The snapshot is read at start and written where the running gateway started.
+    if running.state != new.state {
+        fields.push("state".to_string());
+    }
     // Each worker's meter table is allocated at start.
     if running.traffic_meter.capacity != new.traffic_meter.capacity {
         fields.push("traffic_meter.capacity".to_string());
@@ -97,6 +107,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.mempool = running.mempool.clone();
     merged.workers = running.workers.clone();
     merged.metrics = running.metrics.clone();
+    merged.state = running.state.clone();
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack = running.conntrack.clone();
     merged.nat.binding_capacity = running.nat.binding_capacity;
@@ -123,6 +134,96 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
         }
     }
     merged
+}
+
+/// What a reload came to, ready for the control thread to publish or report.
+#[derive(Debug)]
+pub enum Loaded {
+    /// The config now in force (restart-only settings kept as they run) and its compiled
+    /// router config; `restart` names the changed settings that wait for a restart.
+    Ready {
+        config: Box<GatewayConfig>,
+        router: Arc<RouterConfig>,
+        restart: Vec<String>,
+    },
+    /// The file did not load, validate or compile; nothing changes. The reason names the field.
+    Refused(String),
+}
+
+/// Reads, validates and compiles the file as a reload of `running`.
+pub fn load_for_reload(path: &Path, running: &GatewayConfig, macs: &[[u8; 6]]) -> Loaded {
+    let new = match GatewayConfig::load(path) {
+        Ok(new) => new,
+        Err(err) => return Loaded::Refused(err.to_string()),
+    };
+    let restart = restart_required(running, &new);
+    let merged = merge_for_reload(running, new);
+    match router_config(&merged, macs) {
+        Ok(router) => Loaded::Ready {
+            config: Box::new(merged),
+            router: Arc::new(router),
+            restart,
+        },
+        Err(err) => Loaded::Refused(format!("{err:#}")),
+    }
+}
+
+/// The `config-load` thread: loads on request, off the control thread, and hands each result
+/// to `on_loaded`. Requests that arrive while a load runs are served by one more load, which
+/// reads the file as it is by then. It keeps the config in force itself (the last one it
+/// handed over ready): results are applied in the order they are handed over, so each reload
+/// is merged onto the one before. Dropping the `Loader` ends the thread after its current load.
+/// Started from the control thread, it inherits the main lcore's CPU: a load shares that CPU
+/// with the mostly idle control thread, which the scheduler still runs whenever it wakes, and
+/// takes nothing from the workers' CPUs.
+pub struct Loader {
+    requests: Option<Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Loader {
+    pub fn start(
+        path: PathBuf,
+        running: GatewayConfig,
+        macs: Vec<[u8; 6]>,
+        on_loaded: impl Fn(Loaded) + Send + 'static,
+    ) -> std::io::Result<Loader> {
+        let (requests, requested) = crossbeam_channel::unbounded::<()>();
+        let thread = std::thread::Builder::new()
+            .name("config-load".into())
+            .spawn(move || {
+                let mut running = running;
+                while requested.recv().is_ok() {
+                    // One load answers every request made so far.
+                    while requested.try_recv().is_ok() {}
+                    let loaded = load_for_reload(&path, &running, &macs);
+                    if let Loaded::Ready { config, .. } = &loaded {
+                        running = (**config).clone();
+                    }
+                    on_loaded(loaded);
+                }
+            })?;
+        Ok(Loader {
+            requests: Some(requests),
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for a reload; returns at once.
+    pub fn request(&self) {
+        if let Some(requests) = &self.requests {
+            let _ = requests.send(());
+        }
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        drop(self.requests.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// How long the config file must go without a write before it is read: long enough for an
@@ -286,6 +387,136 @@ mod tests {
     fn an_unchanged_file_needs_no_restart() {
         let running = lab();
         assert!(restart_required(&running, &running.clone()).is_empty());
+    }
+
+    /// A reload with a large category list loads on the `config-load` thread: the loop that
+    /// asks for it (the control thread's, here a 1 ms tick) keeps ticking all along, and the
+    /// result arrives as an event it publishes.
+    #[test]
+    fn a_large_category_list_loads_while_the_control_loop_keeps_ticking() {
+        use std::time::Instant;
+        let dir = std::env::temp_dir().join(format!("gw-loader-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let list = dir.join("big.txt");
+        let domains: String = (0..10_000)
+            .map(|i| format!("0.0.0.0 host{i}.blocked{}.example\n", i % 997))
+            .collect();
+        std::fs::write(&list, domains).unwrap();
+        let running = lab();
+        let path = dir.join("gateway.toml");
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/lab.toml"))
+                .unwrap();
+        std::fs::write(
+            &path,
+            format!(
+                "{text}\n[parental_control]\nenabled = true\ncategories = {{ big = {:?} }}\n\
+                 [[parental_control.devices]]\nname = \"kid\"\naddresses = [\"192.168.10.20\"]\n\
+                 blocked_categories = [\"big\"]\n",
+                list.display().to_string()
+            ),
+        )
+        .unwrap();
+        let macs: Vec<[u8; 6]> = (0..running.interfaces.len())
+            .map(|i| [2, 0, 0, 0, 0, i as u8])
+            .collect();
+        let (done, loaded) = crossbeam_channel::unbounded();
+        let loader = Loader::start(path.clone(), running, macs, move |result| {
+            let _ = done.send((Instant::now(), result));
+        })
+        .unwrap();
+
+        let asked = Instant::now();
+        loader.request();
+        let request_took = asked.elapsed();
+        let (mut last_tick, mut ticks, mut longest_gap) = (Instant::now(), 0u32, Duration::ZERO);
+        let (finished, result) = loop {
+            if let Ok(result) = loaded.try_recv() {
+                break result;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            let now = Instant::now();
+            longest_gap = longest_gap.max(now - last_tick);
+            last_tick = now;
+            ticks += 1;
+            assert!(
+                asked.elapsed() < Duration::from_secs(120),
+                "the load never finished"
+            );
+        };
+        let load_took = finished - asked;
+        let Loaded::Ready { config, router, .. } = result else {
+            panic!("the reload was refused: {result:?}");
+        };
+        eprintln!("load {load_took:?}, {ticks} ticks, longest gap {longest_gap:?}");
+        assert!(config.parental_control.enabled);
+        assert!(
+            router.stateful.content.is_some(),
+            "the category list was compiled"
+        );
+        assert!(
+            request_took < Duration::from_millis(5),
+            "asking for a reload took {request_took:?}"
+        );
+        // The load must be long enough for a stall to show: 10,000 domains take far longer
+        // than the ticks are apart, even in a release build.
+        assert!(
+            load_took >= Duration::from_millis(50),
+            "the load took only {load_took:?}: too quick to tell a stall"
+        );
+        assert!(
+            longest_gap < load_took / 3 && ticks >= 20,
+            "the loop stalled: {ticks} ticks, the longest gap {longest_gap:?} while the load \
+             took {load_took:?}"
+        );
+        drop(loader);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Through the loader, a restart-only change is reported and kept as it runs on every
+    /// reload until the restart, while the rest of the file applies.
+    #[test]
+    fn the_loader_reports_a_restart_only_change_on_every_reload() {
+        let running = lab();
+        let dir = std::env::temp_dir().join(format!("gw-loader-merge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("gateway.toml");
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/lab.toml"))
+                .unwrap();
+        let changed = text
+            .replacen("errors_per_sec = 1000", "errors_per_sec = 7", 1)
+            .replacen("locktime_ms = 1000", "locktime_ms = 999", 1);
+        assert!(
+            changed.contains("errors_per_sec = 7") && changed.contains("locktime_ms = 999"),
+            "lab.toml sets both"
+        );
+        std::fs::write(&path, changed).unwrap();
+        let macs = vec![[2, 0, 0, 0, 0, 0]; running.interfaces.len()];
+        let (done, loaded) = crossbeam_channel::unbounded();
+        let loader = Loader::start(path, running.clone(), macs, move |result| {
+            let _ = done.send(result);
+        })
+        .unwrap();
+        loader.request();
+        let first = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
+        let Loaded::Ready {
+            config, restart, ..
+        } = first
+        else {
+            panic!("refused: {first:?}");
+        };
+        assert_eq!(restart, ["neighbors"]);
+        assert_eq!(config.icmp.errors_per_sec, 7);
+        assert_eq!(config.neighbors, running.neighbors, "kept as it runs");
+        loader.request();
+        let second = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
+        let Loaded::Ready { restart, .. } = second else {
+            panic!("refused: {second:?}");
+        };
+        assert_eq!(restart, ["neighbors"], "still differs from what runs");
+        drop(loader);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Writes as a slow rewrite makes them (truncate, then chunks with pauses shorter than

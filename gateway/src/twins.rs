@@ -30,8 +30,8 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, GatewayConfig};
 use crate::dpdk::{
-    Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer,
-    RxQueue, RxQueueId, SocketId, TxQueue, TxQueueId,
+    Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer, RxQueue,
+    RxQueueId, SocketId, TxQueue, TxQueueId,
 };
 
 /// Packets each worker's punt ring to the control thread holds.
@@ -192,12 +192,8 @@ pub fn punt_ring(
     index: usize,
     socket: SocketId,
 ) -> anyhow::Result<(PuntLink, RingConsumer)> {
-    let (ring, consumer) = MbufRing::create(
-        eal,
-        &format!("punt_{index}"),
-        PUNT_RING_CAPACITY,
-        socket,
-    )?;
+    let (ring, consumer) =
+        MbufRing::create(eal, &format!("punt_{index}"), PUNT_RING_CAPACITY, socket)?;
     let link = PuntLink {
         ring,
         batch: MbufBatch::new(),

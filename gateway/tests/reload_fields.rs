@@ -1,0 +1,981 @@
+//! Every field of the config schema is either applied by a reload or reported as needing a
+//! restart (issue 15, item 2). The fields are not listed by hand: a tracing deserializer
+//! walks `GatewayConfig`'s own `Deserialize` and records every leaf, inside options, arrays
+//! and maps too, so a field added to the schema shows up here and fails the test until it is
+//! classified below. Each classification is then proved on a fully populated config:
+//! - `Restart`: changing the field makes `reload::restart_required` report it (by a name that
+//!   covers it) and `merge_for_reload` keeps the running value;
+//! - `Applied`: nothing is reported, the merged config carries the change, and what a reload
+//!   publishes (the compiled router config, the meter export) differs;
+//! - `Label`: a name for people and logs only: reported as nothing, carried, and it changes
+//!   nothing compiled.
+//!
+//! The README's list of restart-only settings is checked against the same classification.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use gateway::config::GatewayConfig;
+use gateway::metrics::MeterExport;
+use gateway::pipeline_config::router_config;
+use gateway::reload::{merge_for_reload, restart_required};
+use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, Visitor};
+use serde::Deserialize;
+
+// --- the tracer ----------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct TraceError(String);
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+impl de::Error for TraceError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        TraceError(msg.to_string())
+    }
+}
+
+/// Strings the schema's string-typed leaves accept, tried in turn: any text, an address with
+/// a prefix, an address, a socket address, a source-validation mode.
+const STRING_CANDIDATES: &[&str] = &["10.0.0.1/24", "10.0.0.1", "127.0.0.1:9100", "strict"];
+
+/// What one walk shares: the leaves seen, the string candidate chosen per path, and the last
+/// string leaf handed out (the one at fault when a parse fails: each parse follows its read).
+#[derive(Default)]
+struct Trace {
+    leaves: RefCell<BTreeSet<String>>,
+    choice: RefCell<BTreeMap<String, usize>>,
+    last_string: RefCell<Option<String>>,
+}
+
+#[derive(Clone, Copy)]
+struct Tracer<'t> {
+    trace: &'t Trace,
+}
+
+struct At<'t> {
+    tracer: Tracer<'t>,
+    path: String,
+}
+
+impl At<'_> {
+    fn leaf(&self) {
+        self.tracer
+            .trace
+            .leaves
+            .borrow_mut()
+            .insert(self.path.clone());
+    }
+
+    fn child(&self, path: String) -> Self {
+        At {
+            tracer: self.tracer,
+            path,
+        }
+    }
+
+    fn string(&self) -> &'static str {
+        let choice = *self
+            .tracer
+            .trace
+            .choice
+            .borrow()
+            .get(&self.path)
+            .unwrap_or(&0);
+        *self.tracer.trace.last_string.borrow_mut() = Some(self.path.clone());
+        STRING_CANDIDATES[choice]
+    }
+}
+
+macro_rules! number {
+    ($($method:ident => $visit:ident($value:expr)),* $(,)?) => {
+        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+            self.leaf();
+            visitor.$visit($value)
+        })*
+    };
+}
+
+impl<'de> Deserializer<'de> for At<'_> {
+    type Error = TraceError;
+
+    number! {
+        deserialize_bool => visit_bool(false),
+        deserialize_i8 => visit_i8(1),
+        deserialize_i16 => visit_i16(1),
+        deserialize_i32 => visit_i32(1),
+        deserialize_i64 => visit_i64(1),
+        deserialize_u8 => visit_u8(1),
+        deserialize_u16 => visit_u16(1),
+        deserialize_u32 => visit_u32(1),
+        deserialize_u64 => visit_u64(1),
+        deserialize_f32 => visit_f32(1.0),
+        deserialize_f64 => visit_f64(1.0),
+        deserialize_char => visit_char('a'),
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        self.leaf();
+        visitor.visit_unit()
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        visitor.visit_unit()
+    }
+
+    /// Self-describing input is asked for by untagged enums (a port "80" or "80-90"): a number.
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        self.leaf();
+        visitor.visit_u64(80)
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        self.leaf();
+        visitor.visit_str(self.string())
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        self.leaf();
+        visitor.visit_bytes(b"a")
+    }
+
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        self.deserialize_bytes(visitor)
+    }
+
+    /// Options are explored: what is inside them is part of the schema.
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, TraceError> {
+        self.deserialize_unit(visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, TraceError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    /// One element, at `path[]`.
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        let element = self.child(format!("{}[]", self.path));
+        visitor.visit_seq(Elements(Some(element)))
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, TraceError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, TraceError> {
+        self.deserialize_seq(visitor)
+    }
+
+    /// One entry, its value at `path{}`.
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
+        let value = self.child(format!("{}{{}}", self.path));
+        visitor.visit_map(Fields {
+            names: MAP_KEY.iter().copied(),
+            value_at: Box::new(move |_| value.child(value.path.clone())),
+            pending: None,
+        })
+    }
+
+    /// Every field the type declares, each at `path.field`.
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, TraceError> {
+        let parent = self;
+        visitor.visit_map(Fields {
+            names: fields.iter().copied(),
+            value_at: Box::new(move |name| {
+                let path = if parent.path.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{}.{name}", parent.path)
+                };
+                parent.child(path)
+            }),
+            pending: None,
+        })
+    }
+
+    /// The first variant, as a unit variant (every enum of the schema is one).
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, TraceError> {
+        self.leaf();
+        visitor.visit_enum(variants[0].into_deserializer())
+    }
+}
+
+struct Elements<'t>(Option<At<'t>>);
+
+impl<'de> de::SeqAccess<'de> for Elements<'_> {
+    type Error = TraceError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, TraceError> {
+        self.0.take().map(|at| seed.deserialize(at)).transpose()
+    }
+}
+
+/// The one key of a traced map.
+const MAP_KEY: &[&str] = &["key"];
+
+type ValueAt<'t> = Box<dyn Fn(&'static str) -> At<'t> + 't>;
+
+struct Fields<'t> {
+    names: std::iter::Copied<std::slice::Iter<'static, &'static str>>,
+    value_at: ValueAt<'t>,
+    pending: Option<&'static str>,
+}
+
+impl<'de> de::MapAccess<'de> for Fields<'_> {
+    type Error = TraceError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, TraceError> {
+        let Some(name) = self.names.next() else {
+            return Ok(None);
+        };
+        self.pending = Some(name);
+        seed.deserialize(name.into_deserializer()).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, TraceError> {
+        let name = self.pending.take().expect("a key before its value");
+        seed.deserialize((self.value_at)(name))
+    }
+}
+
+/// Every leaf field of `GatewayConfig`: "eal.memory_mb", "interfaces[].bond.members",
+/// "parental_control.categories" (a list or map of plain values is one leaf).
+fn schema_leaves() -> BTreeSet<String> {
+    let trace = Trace::default();
+    for _attempt in 0..1000 {
+        trace.leaves.borrow_mut().clear();
+        *trace.last_string.borrow_mut() = None;
+        let root = At {
+            tracer: Tracer { trace: &trace },
+            path: String::new(),
+        };
+        match GatewayConfig::deserialize(root) {
+            Ok(_) => {
+                return trace
+                    .leaves
+                    .borrow()
+                    .iter()
+                    .map(|leaf| {
+                        leaf.trim_end_matches("[]")
+                            .trim_end_matches("{}")
+                            .to_string()
+                    })
+                    .collect();
+            }
+            Err(err) => {
+                // The last string handed out did not parse as its type: try the next candidate.
+                let path = trace.last_string.borrow().clone().unwrap_or_else(|| {
+                    panic!("the schema could not be walked: {err} (not at a string leaf)")
+                });
+                let mut choice = trace.choice.borrow_mut();
+                let next = choice.entry(path.clone()).or_insert(0);
+                *next += 1;
+                assert!(
+                    *next < STRING_CANDIDATES.len(),
+                    "config field {path}: no sample string parses ({err}); add one to \
+                     STRING_CANDIDATES in {}",
+                    file!()
+                );
+            }
+        }
+    }
+    panic!("the schema walk did not settle");
+}
+
+// --- the classification --------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Class {
+    /// Kept as it runs and reported by `restart_required`.
+    Restart,
+    /// Published by a reload.
+    Applied,
+    /// A name only: carried by a reload, changes nothing that runs.
+    Label,
+}
+use Class::{Applied, Label, Restart};
+
+/// Every leaf field, how a reload treats it, and a change that proves it: a TOML value put at
+/// the field's path in `FULL` (`[]` becomes `[0]`), or at the path given instead.
+const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
+    ("eal.main_lcore", Restart, "2", None),
+    ("eal.hugepages", Restart, "\"auto\"", None),
+    ("eal.memory_mb", Restart, "1024", None),
+    ("eal.file_prefix", Restart, "\"other\"", None),
+    ("eal.log_level", Restart, "\"debug\"", None),
+    ("eal.cpus", Restart, "[0, 1]", None),
+    ("eal.extra_args", Restart, "[\"--no-telemetry\"]", None),
+    ("mempool.mbufs", Restart, "32767", None),
+    ("mempool.cache", Restart, "128", None),
+    ("mempool.data_room", Restart, "4096", None),
+    ("workers.lcores", Restart, "[2]", None),
+    ("interfaces[].name", Restart, "\"lan2\"", None),
+    ("interfaces[].device", Restart, "\"net_bonding9\"", None),
+    (
+        "interfaces[].bond.members",
+        Restart,
+        "[\"net_ring4\"]",
+        None,
+    ),
+    ("interfaces[].bond.xmit_policy", Restart, "\"l2\"", None),
+    ("interfaces[].bond.lacp_rate", Restart, "\"slow\"", None),
+    (
+        "interfaces[].bond.mac",
+        Restart,
+        "\"02:00:00:00:00:99\"",
+        None,
+    ),
+    (
+        "interfaces[].address",
+        Restart,
+        "\"192.168.10.254/24\"",
+        None,
+    ),
+    ("interfaces[].zone", Applied, "\"wan\"", None),
+    ("interfaces[].mtu", Restart, "1400", None),
+    ("interfaces[].rx_descriptors", Restart, "512", None),
+    ("interfaces[].tx_descriptors", Restart, "512", None),
+    ("interfaces[].rss_key", Restart, "\"6d5a6d5a\"", None),
+    ("interfaces[].kernel_twin", Restart, "false", None),
+    (
+        "interfaces[].kernel_twin_name",
+        Restart,
+        "\"lan-twin\"",
+        None,
+    ),
+    ("kernel_twins.inside_by_default", Restart, "true", None),
+    ("kernel_twins.netns", Restart, "\"gateway\"", None),
+    ("kernel_twins.punt_per_sec", Applied, "5", None),
+    ("kernel_twins.punt_burst", Applied, "5", None),
+    ("state.directory", Restart, "\"/tmp/other\"", None),
+    ("state.snapshot", Restart, "false", None),
+    ("interfaces[].source_validation", Applied, "\"off\"", None),
+    ("routes[].destination", Applied, "\"172.16.0.0/12\"", None),
+    ("routes[].via", Applied, "\"10.0.0.3\"", None),
+    ("icmp.errors_per_sec", Applied, "5", None),
+    ("icmp.burst", Applied, "5", None),
+    ("icmp.echo_per_sec", Applied, "5", None),
+    ("icmp.echo_burst", Applied, "5", None),
+    ("neighbors.capacity", Restart, "100", None),
+    ("neighbors.pending_per_neighbor", Restart, "8", None),
+    ("neighbors.reachable_secs", Restart, "60", None),
+    ("neighbors.pending_total", Restart, "100", None),
+    ("neighbors.locktime_ms", Restart, "500", None),
+    ("conntrack.capacity", Restart, "2000", None),
+    ("conntrack.tcp_established_secs", Restart, "8000", None),
+    ("conntrack.tcp_transitory_secs", Restart, "300", None),
+    ("conntrack.tcp_time_wait_secs", Restart, "60", None),
+    ("conntrack.tcp_close_secs", Restart, "5", None),
+    ("conntrack.udp_secs", Restart, "200", None),
+    ("conntrack.icmp_secs", Restart, "30", None),
+    ("conntrack.other_secs", Restart, "300", None),
+    ("conntrack.tcp_loose", Restart, "true", None),
+    ("conntrack.host_flows", Restart, "100", None),
+    ("conntrack.host_half_open", Restart, "10", None),
+    ("conntrack.half_open", Restart, "500", None),
+    ("conntrack.hosts", Restart, "100", None),
+    ("nat.masquerade", Restart, "[\"wan\", \"lan\"]", None),
+    ("nat.port_range", Restart, "\"2000-3000\"", None),
+    ("nat.binding_capacity", Restart, "1000", None),
+    ("nat.host_ports", Restart, "100", None),
+    ("nat.port_forwards[].interface", Applied, "\"lan\"", None),
+    ("nat.port_forwards[].protocol", Applied, "\"udp\"", None),
+    ("nat.port_forwards[].port", Applied, "\"9000-9001\"", None),
+    ("nat.port_forwards[].to", Applied, "\"192.168.10.3\"", None),
+    ("nat.port_forwards[].to_port", Applied, "81", None),
+    ("firewall.policy[].from", Applied, "\"local\"", None),
+    ("firewall.policy[].to", Applied, "\"inside\"", None),
+    ("firewall.policy[].action", Applied, "\"drop\"", None),
+    ("firewall.rules[].name", Applied, "\"other\"", None),
+    ("firewall.rules[].from", Applied, "\"local\"", None),
+    ("firewall.rules[].to", Applied, "\"wan\"", None),
+    ("firewall.rules[].source", Applied, "\"10.0.1.0/24\"", None),
+    (
+        "firewall.rules[].destination",
+        Applied,
+        "\"10.0.0.0/24\"",
+        None,
+    ),
+    ("firewall.rules[].protocol", Applied, "\"udp\"", None),
+    (
+        "firewall.rules[].source_ports",
+        Applied,
+        "\"2000-3000\"",
+        None,
+    ),
+    (
+        "firewall.rules[].destination_ports",
+        Applied,
+        "\"23\"",
+        None,
+    ),
+    (
+        "firewall.rules[].icmp_type",
+        Applied,
+        "0",
+        Some("firewall.rules[1].icmp_type"),
+    ),
+    ("firewall.rules[].action", Applied, "\"reject\"", None),
+    ("firewall.recheck_established", Applied, "true", None),
+    ("metrics.listen", Restart, "\"127.0.0.1:9200\"", None),
+    ("traffic_meter.enabled", Applied, "false", None),
+    ("traffic_meter.capacity", Restart, "128", None),
+    ("traffic_meter.top_hosts", Applied, "7", None),
+    (
+        "traffic_meter.named_hosts",
+        Applied,
+        "[\"192.168.10.3\"]",
+        None,
+    ),
+    ("qos.enabled", Applied, "false", None),
+    ("qos.uplink_mbps", Applied, "200", None),
+    ("qos.downlink_mbps", Applied, "200", None),
+    ("qos.burst_ms", Applied, "30", None),
+    ("qos.priority[].host", Applied, "\"192.168.10.6\"", None),
+    ("qos.priority[].mac", Applied, "\"02:00:00:00:00:51\"", None),
+    ("qos.priority[].dscp", Applied, "34", None),
+    ("qos.priority[].protocol", Applied, "\"tcp\"", None),
+    ("qos.priority[].ports", Applied, "\"5061\"", None),
+    ("keyword_block.enabled", Applied, "false", None),
+    ("keyword_block.domains", Applied, "[\"example.org\"]", None),
+    ("keyword_block.keywords", Applied, "[\"poker\"]", None),
+    ("keyword_block.dns_action", Applied, "\"drop\"", None),
+    ("parental_control.enabled", Applied, "false", None),
+    ("parental_control.utc_offset_minutes", Applied, "120", None),
+    (
+        "parental_control.categories",
+        Applied,
+        "{ adult = \"{DIR}/other.txt\" }",
+        None,
+    ),
+    ("parental_control.devices[].name", Label, "\"kid2\"", None),
+    (
+        "parental_control.devices[].addresses",
+        Applied,
+        "[\"192.168.10.21\"]",
+        None,
+    ),
+    (
+        "parental_control.devices[].macs",
+        Applied,
+        "[\"02:00:00:00:00:22\"]",
+        None,
+    ),
+    (
+        "parental_control.devices[].blocked_categories",
+        Applied,
+        "[]",
+        None,
+    ),
+    (
+        "parental_control.devices[].allowed",
+        Applied,
+        "[\"daily 08:00-20:00\"]",
+        None,
+    ),
+    ("parental_control.devices[].paused", Applied, "true", None),
+];
+
+/// A config with every section, option and array populated, so each change above lands on
+/// something that is there. `{DIR}` is the test's directory (category files).
+const FULL: &str = r#"
+[eal]
+main_lcore = 0
+hugepages = "off"
+memory_mb = 512
+file_prefix = "gw"
+log_level = "notice"
+cpus = []
+extra_args = []
+
+[mempool]
+mbufs = 16383
+cache = 256
+data_room = 2048
+
+[workers]
+lcores = [1]
+
+[[interfaces]]
+name = "lan"
+device = "net_bonding0"
+address = "192.168.10.1/24"
+zone = "inside"
+mtu = 1500
+rx_descriptors = 1024
+tx_descriptors = 1024
+rss_key = "6d5a"
+source_validation = "strict"
+kernel_twin = true
+[interfaces.bond]
+members = ["net_ring2", "net_ring3"]
+xmit_policy = "l34"
+lacp_rate = "fast"
+mac = "02:00:00:00:00:10"
+
+[[interfaces]]
+name = "wan"
+device = "net_ring1"
+address = "10.0.0.1/24"
+
+[[routes]]
+destination = "0.0.0.0/0"
+via = "10.0.0.2"
+
+[icmp]
+errors_per_sec = 1000
+burst = 100
+echo_per_sec = 1000
+echo_burst = 100
+
+[neighbors]
+capacity = 4096
+pending_per_neighbor = 4
+reachable_secs = 300
+pending_total = 512
+locktime_ms = 1000
+
+[conntrack]
+capacity = 4096
+half_open = 1000
+
+[nat]
+masquerade = ["wan"]
+port_range = "1024-65535"
+binding_capacity = 65536
+host_ports = 4096
+[[nat.port_forwards]]
+interface = "wan"
+protocol = "tcp"
+port = 8080
+to = "192.168.10.2"
+to_port = 80
+
+[firewall]
+recheck_established = false
+[[firewall.policy]]
+from = "wan"
+to = "local"
+action = "accept"
+[[firewall.rules]]
+name = "ssh"
+from = "wan"
+to = "local"
+source = "10.0.0.0/24"
+destination = "10.0.0.1/32"
+protocol = "tcp"
+source_ports = "1024-65535"
+destination_ports = "22"
+action = "accept"
+[[firewall.rules]]
+name = "ping"
+protocol = "icmp"
+icmp_type = 8
+action = "accept"
+
+[metrics]
+listen = "127.0.0.1:9100"
+
+[kernel_twins]
+inside_by_default = false
+netns = "gwns"
+punt_per_sec = 10000
+punt_burst = 256
+
+[state]
+directory = "/var/lib/gateway"
+snapshot = true
+
+[traffic_meter]
+enabled = true
+capacity = 64
+top_hosts = 5
+named_hosts = ["192.168.10.2"]
+
+[qos]
+enabled = true
+uplink_mbps = 100
+downlink_mbps = 100
+burst_ms = 20
+[[qos.priority]]
+host = "192.168.10.5"
+mac = "02:00:00:00:00:50"
+dscp = 46
+protocol = "udp"
+ports = "5060"
+
+[keyword_block]
+enabled = true
+domains = ["example.com"]
+keywords = ["casino"]
+dns_action = "nxdomain"
+
+[parental_control]
+enabled = true
+utc_offset_minutes = 60
+categories = { adult = "{DIR}/adult.txt" }
+[[parental_control.devices]]
+name = "kid"
+addresses = ["192.168.10.20"]
+macs = ["02:00:00:00:00:21"]
+blocked_categories = ["adult"]
+allowed = ["mon-fri 07:00-21:00"]
+paused = false
+"#;
+
+fn test_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gw-reload-fields-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("adult.txt"), "adult.example\n").unwrap();
+    std::fs::write(dir.join("other.txt"), "other.example\nmore.example\n").unwrap();
+    dir
+}
+
+fn full_value(dir: &std::path::Path) -> toml::Value {
+    let text = FULL.replace("{DIR}", &dir.display().to_string());
+    toml::Value::Table(text.parse::<toml::Table>().expect("FULL is TOML"))
+}
+
+/// The config a TOML tree gives, validated as a load validates it.
+fn config_of(value: toml::Value) -> Result<GatewayConfig, String> {
+    let config: GatewayConfig = value.try_into().map_err(|err| err.to_string())?;
+    config.validate().map_err(|err| err.to_string())?;
+    Ok(config)
+}
+
+/// Puts `value` at `path` ("a.b[0].c"), creating the last key if it is missing.
+fn set(tree: &mut toml::Value, path: &str, value: toml::Value) {
+    let mut at = tree;
+    let segments: Vec<&str> = path.split('.').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        let (key, index) = match segment.split_once('[') {
+            Some((key, rest)) => (
+                key,
+                Some(rest.trim_end_matches(']').parse::<usize>().unwrap()),
+            ),
+            None => (*segment, None),
+        };
+        let table = at
+            .as_table_mut()
+            .unwrap_or_else(|| panic!("{path}: {key} is not in a table"));
+        let last = i + 1 == segments.len() && index.is_none();
+        if last {
+            table.insert(key.to_string(), value);
+            return;
+        }
+        at = table
+            .get_mut(key)
+            .unwrap_or_else(|| panic!("{path}: FULL has no {key}"));
+        if let Some(index) = index {
+            at = at
+                .as_array_mut()
+                .and_then(|items| items.get_mut(index))
+                .unwrap_or_else(|| panic!("{path}: FULL has no {key}[{index}]"));
+        }
+    }
+}
+
+/// What a reload of `config` publishes, with the generation (new on every build) left out.
+fn published(config: &GatewayConfig) -> String {
+    let macs: Vec<[u8; 6]> = (0..config.interfaces.len())
+        .map(|i| [0x02, 0, 0, 0, 1, i as u8])
+        .collect();
+    let router = router_config(config, &macs).expect("the config compiles");
+    // The route table's Debug shows only its size: where sample addresses go shows its routes.
+    let routes: Vec<_> = [
+        "10.0.0.2",
+        "10.0.0.77",
+        "172.16.1.1",
+        "8.8.8.8",
+        "192.168.10.5",
+    ]
+    .iter()
+    .map(|ip| {
+        let ip: std::net::Ipv4Addr = ip.parse().unwrap();
+        router
+            .routes
+            .lookup(ip)
+            .map(|hop| (hop.port, hop.resolve(ip)))
+    })
+    .collect();
+    let text = sorted_maps(&format!(
+        "{router:?}\nroutes {routes:?}\n{:?}",
+        MeterExport::from(&config.traffic_meter)
+    ));
+    let mut normalized = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("generation: ") {
+        normalized.push_str(&rest[..at]);
+        rest = rest[at + "generation: ".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    normalized.push_str(rest);
+    normalized
+}
+
+/// The zone-pair policy is a hash map, whose Debug order differs between two builds of one
+/// config: its entries sorted.
+fn sorted_maps(text: &str) -> String {
+    const OPEN: &str = "pairs: {";
+    let Some(start) = text.find(OPEN).map(|at| at + OPEN.len()) else {
+        return text.to_string();
+    };
+    let end = start + text[start..].find('}').expect("the map ends");
+    let mut entries: Vec<String> = text[start..end]
+        .split(", (ZoneId")
+        .enumerate()
+        .map(|(i, entry)| {
+            if i == 0 {
+                entry.to_string()
+            } else {
+                format!("(ZoneId{entry}")
+            }
+        })
+        .collect();
+    entries.sort();
+    format!("{}{}{}", &text[..start], entries.join(", "), &text[end..])
+}
+
+/// Whether a name `restart_required` reports ("conntrack", "interfaces[0].bond/rss_key",
+/// "interfaces[0].rx/tx_descriptors") covers `field` ("interfaces[].rss_key").
+fn covers(reported: &str, field: &str) -> bool {
+    let mut normalized = String::new();
+    let mut chars = reported.chars().peekable();
+    while let Some(c) = chars.next() {
+        normalized.push(c);
+        if c == '[' {
+            while chars.peek().is_some_and(|c| c.is_ascii_digit()) {
+                chars.next();
+            }
+        }
+    }
+    let (prefix, last) = match normalized.rsplit_once('.') {
+        Some((prefix, last)) => (format!("{prefix}."), last.to_string()),
+        None => (String::new(), normalized.clone()),
+    };
+    let Some(rest) = field.strip_prefix(&prefix) else {
+        return false;
+    };
+    let segment = rest.split('.').next().unwrap_or(rest);
+    last.split('/')
+        .any(|name| segment == name || segment.starts_with(&format!("{name}_")))
+}
+
+#[test]
+fn the_walk_finds_fields_inside_options_arrays_and_maps() {
+    let leaves = schema_leaves();
+    for field in [
+        "eal.memory_mb",
+        "interfaces[].bond.members",
+        "interfaces[].rss_key",
+        "nat.port_forwards[].to_port",
+        "firewall.rules[].icmp_type",
+        "parental_control.categories",
+        "parental_control.devices[].allowed",
+        "metrics.listen",
+    ] {
+        assert!(
+            leaves.contains(field),
+            "the walk missed {field}: {leaves:?}"
+        );
+    }
+    assert!(
+        !leaves.contains("interfaces") && !leaves.contains("interfaces[].bond"),
+        "sections and arrays of tables are not leaves: {leaves:?}"
+    );
+}
+
+#[test]
+fn every_field_is_applied_by_a_reload_or_reported_as_needing_a_restart() {
+    let leaves = schema_leaves();
+    let classified: BTreeSet<String> = FIELDS.iter().map(|f| f.0.to_string()).collect();
+    let unclassified: Vec<&String> = leaves.difference(&classified).collect();
+    assert!(
+        unclassified.is_empty(),
+        "config field(s) {unclassified:?} are neither applied by a reload nor reported as \
+         needing a restart: apply them in reload::merge_for_reload (and what it compiles), or \
+         report them in reload::restart_required and keep them there; then classify them in \
+         FIELDS in {}",
+        file!()
+    );
+    let stale: Vec<&String> = classified.difference(&leaves).collect();
+    assert!(
+        stale.is_empty(),
+        "FIELDS classifies {stale:?}, which the schema no longer has"
+    );
+
+    let dir = test_dir();
+    let running = config_of(full_value(&dir)).expect("FULL is a valid config");
+    let before = published(&running);
+    assert_eq!(
+        before,
+        published(&running),
+        "compiling one config twice must publish the same thing, or no comparison means much"
+    );
+    let mut failures = Vec::new();
+    for &(field, class, change, at) in FIELDS {
+        let path = at.map_or_else(|| field.replace("[]", "[0]"), str::to_string);
+        let value: toml::Value = format!(
+            "v = {}",
+            change.replace("{DIR}", &dir.display().to_string())
+        )
+        .parse::<toml::Table>()
+        .unwrap_or_else(|err| panic!("{field}: change {change}: {err}"))
+        .remove("v")
+        .unwrap();
+        let mut tree = full_value(&dir);
+        set(&mut tree, &path, value);
+        let new = match config_of(tree) {
+            Ok(new) => new,
+            Err(err) => {
+                failures.push(format!(
+                    "{field}: the change {change} does not validate: {err}"
+                ));
+                continue;
+            }
+        };
+        if new == running {
+            failures.push(format!("{field}: the change {change} changes nothing"));
+            continue;
+        }
+        let reported = restart_required(&running, &new);
+        let merged = merge_for_reload(&running, new.clone());
+        match class {
+            Restart => {
+                if !reported.iter().any(|name| covers(name, field)) {
+                    failures.push(format!(
+                        "{field} is restart-only, but a reload that changes it reports {reported:?}"
+                    ));
+                }
+                if merged != running {
+                    failures.push(format!(
+                        "{field} is restart-only, but a reload does not keep the running value"
+                    ));
+                }
+            }
+            Applied | Label => {
+                if !reported.is_empty() {
+                    failures.push(format!(
+                        "{field} applies on reload, but a reload that changes it reports {reported:?} as needing a restart"
+                    ));
+                }
+                if merged != new {
+                    failures.push(format!(
+                        "{field} applies on reload, but the merged config does not carry the change"
+                    ));
+                }
+                let after = published(&merged);
+                if class == Applied && after == before {
+                    failures.push(format!(
+                        "{field} is classified as applied, but changing it publishes nothing new"
+                    ));
+                }
+                if class == Label && after != before {
+                    failures.push(format!(
+                        "{field} is classified as a label, but changing it changes what runs"
+                    ));
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The README's list of what needs a restart names every restart-only field (by itself, its
+/// section, or, per interface, its name), and nothing that applies.
+#[test]
+fn the_readme_lists_what_needs_a_restart() {
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("These need a restart and are kept as they are")
+        .expect("README: the restart paragraph (Reload)");
+    let paragraph = &readme[start..];
+    let paragraph = &paragraph[..paragraph.find("\n\n").unwrap_or(paragraph.len())];
+    let named: BTreeSet<&str> = paragraph.split('`').skip(1).step_by(2).collect();
+    let restart: Vec<&str> = FIELDS
+        .iter()
+        .filter(|f| f.1 == Restart)
+        .map(|f| f.0)
+        .collect();
+    let names_for = |field: &str| -> Vec<String> {
+        let mut names = vec![field.to_string()];
+        let section = field.split(['.', '[']).next().unwrap().to_string();
+        names.push(section);
+        if let Some(rest) = field.strip_prefix("interfaces[].") {
+            names.push(rest.split('.').next().unwrap().to_string());
+        }
+        names.push(field.rsplit('.').next().unwrap().to_string());
+        names
+    };
+    for field in &restart {
+        let names = names_for(field);
+        assert!(
+            names.iter().any(|name| named.contains(name.as_str())),
+            "README (Reload): the restart list does not name {field} (nor any of {names:?})"
+        );
+    }
+    for name in &named {
+        let known = restart
+            .iter()
+            .any(|field| names_for(field).iter().any(|n| n == name));
+        assert!(
+            known,
+            "README (Reload): the restart list names `{name}`, which is not restart-only"
+        );
+    }
+}
