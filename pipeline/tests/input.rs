@@ -8,7 +8,9 @@
 //! 10.0.0.1/24 (zone 1, masquerading), a default route via 10.0.0.2, LAN to WAN and LAN to
 //! the gateway accepted. Frames are built with etherparse.
 
-use std::net::Ipv4Addr;
+mod common;
+use common::*;
+
 use std::sync::Arc;
 
 use etherparse::checksum::Sum16BitWords;
@@ -20,27 +22,13 @@ use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::router::Stateful;
 use pipeline::wire::EthernetAddress;
 use pipeline::{
-    ControlWork, DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline,
-    RouterConfig, StaticRoute, Verdict, WorkerCounters,
+    ControlWork, DropReason, IcmpLimits, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict,
+    WorkerCounters,
 };
 
 const ROOM: usize = 2048;
 const GARBAGE: u8 = 0xa5;
-const ETH_LEN: usize = 14;
-const SECOND: u64 = 1_000_000_000;
 
-const LAN: u16 = 0;
-const WAN: u16 = 1;
-const LAN_ZONE: ZoneId = ZoneId(0);
-const WAN_ZONE: ZoneId = ZoneId(1);
-const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
-const LAN_ADDR: [u8; 4] = [192, 168, 10, 1];
-const WAN_ADDR: [u8; 4] = [10, 0, 0, 1];
-const HOST: [u8; 4] = [192, 168, 10, 2];
-const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x02];
-const UPSTREAM: [u8; 4] = [10, 0, 0, 2];
-const UPSTREAM_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x02];
 const REMOTE: [u8; 4] = [203, 0, 113, 5];
 
 const FIN: u8 = 0x01;
@@ -52,27 +40,6 @@ const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
 
 type Endpoint = ([u8; 4], u16);
-
-fn ip(octets: [u8; 4]) -> Ipv4Addr {
-    Ipv4Addr::from(octets)
-}
-
-fn interfaces(wan_mtu: u16) -> Vec<Interface> {
-    vec![
-        Interface {
-            mac: EthernetAddress(LAN_MAC),
-            addr: ip(LAN_ADDR),
-            prefix_len: 24,
-            mtu: 1500,
-        },
-        Interface {
-            mac: EthernetAddress(WAN_MAC),
-            addr: ip(WAN_ADDR),
-            prefix_len: 24,
-            mtu: wan_mtu,
-        },
-    ]
-}
 
 fn deny_remote() -> Rule {
     Rule {
@@ -108,11 +75,7 @@ fn config(
         recheck_established: false,
         generation: 0,
     };
-    let default_route = StaticRoute {
-        destination: Ipv4Addr::UNSPECIFIED,
-        len: 0,
-        via: ip(UPSTREAM),
-    };
+    let default_route = default_route();
     Arc::new(
         RouterConfig::new(interfaces(wan_mtu), &[default_route], icmp)
             .unwrap()

@@ -5,7 +5,9 @@
 //! unless a test says otherwise), WAN 10.0.0.1/24 (zone 1, masquerading, no twin), lan->wan
 //! and lan->local accepted, everything else dropped.
 
-use std::net::Ipv4Addr;
+mod common;
+use common::*;
+
 use std::sync::Arc;
 
 use etherparse::PacketBuilder;
@@ -14,29 +16,11 @@ use pipeline::punt::PuntConfig;
 use pipeline::router::{PortForward, Stateful};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
-    ControlWork, DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline,
-    RouterConfig, StaticRoute, Verdict, WorkerCounters,
+    ControlWork, DropReason, IcmpLimits, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict,
+    WorkerCounters,
 };
 
-const LAN: u16 = 0;
-const WAN: u16 = 1;
-const LAN_ZONE: ZoneId = ZoneId(0);
-const WAN_ZONE: ZoneId = ZoneId(1);
-const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
-const LAN_ADDR: [u8; 4] = [192, 168, 10, 1];
-const WAN_ADDR: [u8; 4] = [10, 0, 0, 1];
-const HOST: [u8; 4] = [192, 168, 10, 2];
-const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x02];
-const UPSTREAM: [u8; 4] = [10, 0, 0, 2];
-const UPSTREAM_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x02];
 const REMOTE: [u8; 4] = [203, 0, 113, 5];
-const BROADCAST_MAC: [u8; 6] = [0xff; 6];
-const SECOND: u64 = 1_000_000_000;
-
-fn ip(octets: [u8; 4]) -> Ipv4Addr {
-    Ipv4Addr::from(octets)
-}
 
 fn allow(name: &str, from: ZoneId, protocol: u8, port: u16) -> Rule {
     Rule {
@@ -55,25 +39,6 @@ fn allow(name: &str, from: ZoneId, protocol: u8, port: u16) -> Rule {
 
 /// The gateway with `twins` (per port) and `rules`; `lan_local` is the lan->local policy.
 fn gateway(twins: [bool; 2], rules: Vec<Rule>, lan_local: Action, budget: (u32, u32)) -> Gw {
-    let interfaces = vec![
-        Interface {
-            mac: EthernetAddress(LAN_MAC),
-            addr: ip(LAN_ADDR),
-            prefix_len: 24,
-            mtu: 1500,
-        },
-        Interface {
-            mac: EthernetAddress(WAN_MAC),
-            addr: ip(WAN_ADDR),
-            prefix_len: 24,
-            mtu: 1500,
-        },
-    ];
-    let default = StaticRoute {
-        destination: Ipv4Addr::UNSPECIFIED,
-        len: 0,
-        via: ip(UPSTREAM),
-    };
     let policy = Policy::new(Action::Drop)
         .set(LAN_ZONE, WAN_ZONE, Action::Accept)
         .set(LAN_ZONE, ZoneId::LOCAL, lan_local);
@@ -92,7 +57,7 @@ fn gateway(twins: [bool; 2], rules: Vec<Rule>, lan_local: Action, budget: (u32, 
         recheck_established: false,
         generation: 0,
     };
-    let config = RouterConfig::new(interfaces, &[default], IcmpLimits::default())
+    let config = RouterConfig::new(interfaces(1500), &[default_route()], IcmpLimits::default())
         .unwrap()
         .with_stateful(stateful)
         .unwrap()

@@ -8,8 +8,10 @@
 //! UDP, ICMP, and those inside an ICMP error's quote) is verified with etherparse rather than
 //! with the crate's own code.
 
+mod common;
+use common::*;
+
 use std::collections::HashSet;
-use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use etherparse::checksum::Sum16BitWords;
@@ -26,8 +28,8 @@ use pipeline::qos::{assign_equal_shares, QosConfig};
 use pipeline::router::{PortForward, Stateful};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
-    ControlWork, DropReason, IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline,
-    RouterConfig, StaticRoute, Verdict, WorkerCounters, WorkerSetup,
+    ControlWork, DropReason, IcmpLimits, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig,
+    Verdict, WorkerCounters, WorkerSetup,
 };
 use proptest::prelude::*;
 
@@ -35,33 +37,16 @@ use proptest::prelude::*;
 const ROOM: usize = 2048;
 /// Pool buffers are not zeroed: garbage after the frame catches code that relies on zeros.
 const GARBAGE: u8 = 0xa5;
-const ETH_LEN: usize = 14;
-const SECOND: u64 = 1_000_000_000;
 
-const LAN: u16 = 0;
-const WAN: u16 = 1;
-const LAN_ZONE: ZoneId = ZoneId(0);
-const WAN_ZONE: ZoneId = ZoneId(1);
-const LAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
-const LAN_ADDR: [u8; 4] = [192, 168, 10, 1];
-const WAN_ADDR: [u8; 4] = [10, 0, 0, 1];
-/// The LAN client most tests use.
-const HOST: [u8; 4] = [192, 168, 10, 2];
-const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x02];
 /// The target of the port forwards.
 const SERVER: [u8; 4] = [192, 168, 10, 3];
 const SERVER_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 0x03];
-/// The default route's gateway.
-const UPSTREAM: [u8; 4] = [10, 0, 0, 2];
-const UPSTREAM_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 0x02];
 const REMOTE: [u8; 4] = [203, 0, 113, 5];
 const OTHER_REMOTE: [u8; 4] = [198, 51, 100, 20];
 /// A router on the path that sends ICMP errors of its own.
 const HOP: [u8; 4] = [198, 51, 100, 9];
 /// What the reject rules of some tests refuse.
 const BLOCKED: [u8; 4] = [203, 0, 113, 66];
-const BROADCAST_MAC: [u8; 6] = [0xff; 6];
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;
@@ -81,28 +66,7 @@ const S_ISN: u32 = 5000;
 
 type Endpoint = ([u8; 4], u16);
 
-fn ip(octets: [u8; 4]) -> Ipv4Addr {
-    Ipv4Addr::from(octets)
-}
-
 // --- The gateway ---------------------------------------------------------------------------
-
-fn interfaces(wan_mtu: u16) -> Vec<Interface> {
-    vec![
-        Interface {
-            mac: EthernetAddress(LAN_MAC),
-            addr: ip(LAN_ADDR),
-            prefix_len: 24,
-            mtu: 1500,
-        },
-        Interface {
-            mac: EthernetAddress(WAN_MAC),
-            addr: ip(WAN_ADDR),
-            prefix_len: 24,
-            mtu: wan_mtu,
-        },
-    ]
-}
 
 fn rule(name: &str, action: Action) -> Rule {
     Rule {
@@ -150,11 +114,7 @@ fn stateful(rules: Vec<Rule>, generation: u32, recheck_established: bool) -> Sta
 }
 
 fn config(wan_mtu: u16, rules: Vec<Rule>, generation: u32, recheck: bool) -> RouterConfig {
-    let default_route = StaticRoute {
-        destination: Ipv4Addr::UNSPECIFIED,
-        len: 0,
-        via: ip(UPSTREAM),
-    };
+    let default_route = default_route();
     RouterConfig::new(interfaces(wan_mtu), &[default_route], IcmpLimits::default())
         .unwrap()
         .with_stateful(stateful(rules, generation, recheck))
