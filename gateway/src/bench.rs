@@ -37,7 +37,7 @@ use crate::app::{hugepages_available, publish_router};
 use crate::config::{KeywordBlockConfig, ParentalConfig, QosSettings, TrafficMeterConfig};
 use crate::dpdk::{
     self, Eal, EalArgs, LcoreId, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig,
-    RingConsumer, RingProducer, RxQueueId, SocketId, TxQueueId,
+    RingConsumer, RingProducer, RxQueueId, SocketId, TxQueueId, BURST_SIZE,
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
@@ -103,10 +103,13 @@ impl Row {
 struct SynFlood {
     baseline: Row,
     flood: Row,
-    /// SYNs refused at the half-open limits.
+    /// SYNs the gateway refused (at the half-open limits, or a table with nothing to evict).
     refused_syns: u64,
     /// Packets dropped for any other reason during the flood: established ones.
     refused_established: u64,
+    /// Every drop during the flood by reason (the SYNs' and any other), for the verdict's
+    /// message.
+    refused_by_reason: Vec<(DropReason, u64)>,
     /// Half-open flows in the table at the end, and the table's limit.
     half_open: u64,
     half_open_limit: usize,
@@ -140,8 +143,10 @@ const SYN_FLOOD_ROUND: Duration = Duration::from_millis(100);
 /// At least this many pairs of rounds, however short `--seconds`.
 const SYN_FLOOD_MIN_PAIRS: u32 = 4;
 
-/// What the SYN flood may refuse: its own SYNs, at the half-open limits.
-const SYN_REFUSALS: [DropReason; 2] = [DropReason::HalfOpenLimit, DropReason::HostHalfOpenLimit];
+/// An IPv4 TCP frame: in the bench's traffic, only the flood's SYNs are TCP.
+fn is_tcp(frame: &[u8]) -> bool {
+    frame.len() > 23 && frame[12..14] == [0x08, 0x00] && frame[23] == 6
+}
 
 pub fn run(options: &BenchOptions) -> anyhow::Result<()> {
     const MEMORY_MB: u32 = 256;
@@ -229,6 +234,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     );
     lab.publish(&plain);
     let flood = lab.syn_flood(seconds, options.syn_percent)?;
+    let handoff_cycles = handoff_cycles_per_packet(eal, &lab)?;
     let rows = [
         floor,
         established,
@@ -258,7 +264,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             })
             .collect();
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},{}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
@@ -309,8 +315,48 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         "memory per flow: {memory_per_flow} bytes (conntrack {BYTES_PER_FLOW} + flow data {}); dropped during the runs: {drops}",
         size_of::<FlowData>()
     );
+    println!(
+        "handing a packet to another worker: {handoff_cycles:.1} cycles/packet (send, flush, the owner's receive; bursts of {BURST_SIZE}, one core)"
+    );
     println!("{}", syn_flood_summary(&flood));
     syn_flood_verdict(&flood)
+}
+
+/// Bursts through the handoff path in [`handoff_cycles_per_packet`].
+const HANDOFF_BURSTS: u32 = 200_000;
+
+/// What handing a packet to another worker adds, per packet: one worker's `send` and
+/// `flush` (its batch for the owner, one SPSC rte_ring enqueue per burst) and the owner's
+/// `receive` (the dequeue), in bursts of 32, both ends on this core. Across cores each burst
+/// also moves the ring's cache lines and the mbufs' headers to the other core; the pipeline's
+/// own decision to hand off is counted by `make instructions`.
+fn handoff_cycles_per_packet(eal: &Eal, lab: &Lab) -> anyhow::Result<f64> {
+    let mut links = HandoffLinks::mesh(eal, 2, SocketId::ANY)?.into_iter();
+    let (mut sender, mut owner) = (
+        links.next().context("link 0")?,
+        links.next().context("link 1")?,
+    );
+    let mut batch = MbufBatch::new();
+    while !batch.is_full() {
+        let _ = batch.push(lab.alloc()?);
+    }
+    let counters = WorkerCounters::default();
+    let start = dpdk::rdtsc();
+    for _ in 0..HANDOFF_BURSTS {
+        for mbuf in batch.drain() {
+            sender.send(1, mbuf, &counters);
+        }
+        sender.flush(&counters);
+        owner.receive(&mut batch);
+    }
+    let cycles = dpdk::rdtsc() - start;
+    let packets = u64::from(HANDOFF_BURSTS) * BURST_SIZE as u64;
+    anyhow::ensure!(
+        batch.len() == BURST_SIZE && counters.dropped_total() == 0,
+        "the handoff path lost packets"
+    );
+    batch.free_all();
+    Ok(cycles as f64 / packets as f64)
 }
 
 /// The SYN-flood fields of `--json`, beside the others.
@@ -331,7 +377,7 @@ fn syn_flood_json(flood: &SynFlood) -> String {
 
 fn syn_flood_summary(flood: &SynFlood) -> String {
     format!(
-        "SYN flood at a port forward: {} spoofed SYNs ({:.1}% of packets), {} refused at the half-open limits, {} of {} half-open at the end; established flows kept {:.1}% of their packet rate per cycle (median of {} pairs of rounds; {:.1}% over all), {} of their packets refused",
+        "SYN flood at a port forward: {} spoofed SYNs ({:.1}% of packets), {} of them refused, {} of {} half-open at the end; established flows kept {:.1}% of their packet rate per cycle (median of {} pairs of rounds; {:.1}% over all), {} of their packets refused",
         flood.flood.syns,
         100.0 * flood.flood.syns as f64 / flood.flood.packets.max(1) as f64,
         flood.refused_syns,
@@ -350,8 +396,9 @@ fn syn_flood_summary(flood: &SynFlood) -> String {
 fn syn_flood_verdict(flood: &SynFlood) -> anyhow::Result<()> {
     anyhow::ensure!(
         flood.refused_established == 0,
-        "the SYN flood refused {} packets of established flows",
-        flood.refused_established
+        "the SYN flood refused {} packets of established flows: {:?}",
+        flood.refused_established,
+        flood.refused_by_reason
     );
     if flood.median_round_ratio() < 0.95 {
         eprintln!(
@@ -402,6 +449,9 @@ struct Lab {
     meter: Arc<HostMeter>,
     qos_stats: [Arc<QosStats>; 2],
     poll_cycles: u64,
+    /// SYNs the gateway forwarded to the LAN (TCP is only ever the flood's): with the SYNs
+    /// sent, what tells the flood's refused SYNs from refused established packets exactly.
+    forwarded_syns: u64,
     /// The ports own the rings they use, and stay open while the worker's queues live.
     _ports: Vec<Port>,
 }
@@ -500,6 +550,7 @@ impl Lab {
             meter,
             qos_stats,
             poll_cycles: 0,
+            forwarded_syns: 0,
             _ports: vec![lan, wan],
         })
     }
@@ -562,6 +613,7 @@ impl Lab {
     fn discard_output(&mut self) {
         let mut batch = MbufBatch::new();
         while self.lan_tx.dequeue(&mut batch) > 0 || self.wan_tx.dequeue(&mut batch) > 0 {
+            self.forwarded_syns += batch.packets().filter(|frame| is_tcp(frame)).count() as u64;
             batch.free_all();
         }
     }
@@ -586,8 +638,12 @@ impl Lab {
     /// the runs would differ in cache misses on packet data rather than in the flood.
     fn syn_flood(&mut self, duration: Duration, syn_percent: u32) -> anyhow::Result<SynFlood> {
         let in_flight = (IN_FLIGHT + IN_FLIGHT / 2) as u32;
-        let refused_before: u64 = SYN_REFUSALS.iter().map(|&r| self.counters.dropped(r)).sum();
+        let forwarded_before = self.forwarded_syns;
         let drops_before = self.counters.dropped_total();
+        let by_reason_before: Vec<u64> = DropReason::ALL
+            .iter()
+            .map(|&reason| self.counters.dropped(reason))
+            .collect();
         let mut baseline = Row::empty("established (SYN-flood baseline)");
         let mut flood = Row::empty("+ spoofed SYNs at a port forward");
         // Pairs of adjacent rounds, in ABBA order (baseline first, then flood first), so that
@@ -616,18 +672,23 @@ impl Lab {
             baseline.add(base_row);
             flood.add(flood_row);
         }
-        let refused_syns = SYN_REFUSALS
+        // Every SYN sent was forwarded or dropped (the rings are drained after each round).
+        let refused_syns = flood.syns - (self.forwarded_syns - forwarded_before);
+        let refused_established =
+            (self.counters.dropped_total() - drops_before).saturating_sub(refused_syns);
+        let refused_by_reason = DropReason::ALL
             .iter()
-            .map(|&r| self.counters.dropped(r))
-            .sum::<u64>()
-            - refused_before;
-        let refused_established = self.counters.dropped_total() - drops_before - refused_syns;
+            .zip(by_reason_before)
+            .map(|(&reason, before)| (reason, self.counters.dropped(reason) - before))
+            .filter(|&(_, count)| count > 0)
+            .collect();
         let pipeline = self.worker.pipeline();
         Ok(SynFlood {
             baseline,
             flood,
             refused_syns,
             refused_established,
+            refused_by_reason,
             half_open: self.counters.conntrack_half_open.get(),
             half_open_limit: pipeline.flow_half_open_limit(),
             round_ratios,
@@ -667,6 +728,8 @@ impl Lab {
                     }
                 }
                 while self.lan_tx.dequeue(&mut batch) > 0 {
+                    self.forwarded_syns +=
+                        batch.packets().filter(|frame| is_tcp(frame)).count() as u64;
                     for mut mbuf in batch.drain() {
                         if self.traffic.syn_due(syn_percent) {
                             let len = self.traffic.spoofed_syn(mbuf.room_mut());
@@ -699,6 +762,8 @@ impl Lab {
         // Drain what is in flight before the next run, so that runs start alike and short
         // ones do not pile leftovers up until the pool runs dry.
         self.worker.bypass_pipeline(false);
+        // SYNs generated but never injected were not sent.
+        syns -= self.wan_in.iter().filter(|mbuf| is_tcp(mbuf.data())).count() as u64;
         self.lan_in.clear();
         self.wan_in.clear();
         self.drain();

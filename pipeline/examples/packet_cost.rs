@@ -3,7 +3,10 @@
 //! flows through masquerade (outbound and reply, as `gateway bench` sends them) run for
 //! PACKETS packets; every EVERY-th packet (0: none) is instead one of KIND:
 //! - `syn`: a SYN from a random (spoofed) source at a TCP port forward;
-//! - `new`: the first packet of a new UDP flow from a LAN host through masquerade.
+//! - `new`: the first packet of a new UDP flow from a LAN host through masquerade;
+//! - `handoff`: a packet of a flow another worker owns (this pipeline is worker 0 of 2, the
+//!   established flows are its own): what the receiving worker spends deciding to hand it
+//!   off. The owner then processes it as any other packet.
 //!
 //! `scripts/instructions.sh` runs it under `valgrind --tool=callgrind` at two lengths and
 //! reports the difference over the packets between them: instructions per packet, free of
@@ -35,6 +38,7 @@ const FORWARDED_PORT: u16 = 8080;
 enum Kind {
     Syn,
     NewFlow,
+    Handoff,
 }
 
 impl Kind {
@@ -42,7 +46,7 @@ impl Kind {
     fn ingress(self) -> u16 {
         match self {
             Kind::Syn => 1,
-            Kind::NewFlow => 0,
+            Kind::NewFlow | Kind::Handoff => 0,
         }
     }
 }
@@ -138,7 +142,7 @@ fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16, room: &mut [u8])
 }
 
 fn main() {
-    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new EVERY";
+    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new|handoff EVERY";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [flows, packets, kind, every] = &args[..] else {
         panic!("{USAGE}");
@@ -148,6 +152,7 @@ fn main() {
     let kind = match kind.as_str() {
         "syn" => Kind::Syn,
         "new" => Kind::NewFlow,
+        "handoff" => Kind::Handoff,
         _ => panic!("{USAGE}"),
     };
     let flows = flows as u32;
@@ -173,20 +178,31 @@ fn main() {
             },
             // Room for the new flows' bindings too.
             nat_bindings: 4 * HOSTS as usize + packets as usize,
+            workers: if matches!(kind, Kind::Handoff) { 2 } else { 1 },
             ..WorkerSetup::default()
         },
     )
     .unwrap();
     let mut room = vec![0u8; 2048];
+    // The LAN hosts this worker owns (all, with one worker) and the others'.
+    let (ours, theirs): (Vec<u32>, Vec<u32>) = (0..HOSTS).partition(|&h| {
+        let probe = udp(
+            host_mac(h),
+            LAN_MAC,
+            host(h),
+            Ipv4Addr::new(192, 0, 2, 1),
+            (9, 9),
+        );
+        !matches!(
+            process(&mut pipeline, &probe, 0, &mut room),
+            Verdict::Handoff { .. }
+        )
+    });
+    let host_of = |f: u32| ours[(f as usize) % ours.len()];
     let outbound: Vec<Vec<u8>> = (0..flows)
         .map(|f| {
-            udp(
-                host_mac(f % HOSTS),
-                LAN_MAC,
-                host(f % HOSTS),
-                remote(f),
-                (5000, 443),
-            )
+            let h = host_of(f);
+            udp(host_mac(h), LAN_MAC, host(h), remote(f), (5000, 443))
         })
         .collect();
     // The external port of each host's one binding, from its first translated packet.
@@ -196,11 +212,11 @@ fn main() {
             process(&mut pipeline, frame, 0, &mut room),
             Verdict::Transmit { .. }
         ));
-        external[f % HOSTS as usize] = u16::from_be_bytes([room[34], room[35]]);
+        external[host_of(f as u32) as usize] = u16::from_be_bytes([room[34], room[35]]);
     }
     let replies: Vec<Vec<u8>> = (0..flows)
         .map(|f| {
-            let port = external[(f % HOSTS) as usize];
+            let port = external[host_of(f) as usize];
             udp(
                 UPSTREAM_MAC,
                 WAN_MAC,
@@ -227,6 +243,11 @@ fn main() {
                     remote(x),
                     (10_000 + (i / HOSTS) as u16, 443),
                 ),
+                // A host of the other worker's, to ever new remotes.
+                Kind::Handoff => {
+                    let h = theirs[i as usize % theirs.len()];
+                    udp(host_mac(h), LAN_MAC, host(h), remote(x), (5000, 443))
+                }
             }
         })
         .collect();
