@@ -25,6 +25,8 @@
 # in the container only so that it can open those root-owned device nodes without chown; with
 # every capability dropped that root cannot override file permissions. --privileged is not
 # needed and gives all of the above and every device.
+# Kernel twins (the X550 configs give the LAN one; README "Kernel twins") are tap devices that
+# `ip` (iproute2, installed below) addresses: add --cap-add NET_ADMIN --device /dev/net/tun.
 # Lab configs on af_packet, af_xdp or tap vdevs (kernel interfaces) add
 #   --cap-add NET_RAW --cap-add NET_ADMIN (and --device /dev/net/tun for tap)
 # docs/deploy-x550.md has the whole line for the X550.
@@ -121,6 +123,7 @@ RUN apt-get update \
         librte-net-null23 \
         ca-certificates \
         curl \
+        iproute2 \
     && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /usr/local/bin/gateway /usr/local/bin/gateway
