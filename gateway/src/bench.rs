@@ -763,7 +763,11 @@ impl Lab {
         // ones do not pile leftovers up until the pool runs dry.
         self.worker.bypass_pipeline(false);
         // SYNs generated but never injected were not sent.
-        syns -= self.wan_in.iter().filter(|mbuf| is_tcp(mbuf.data())).count() as u64;
+        syns -= self
+            .wan_in
+            .iter()
+            .filter(|mbuf| is_tcp(mbuf.data()))
+            .count() as u64;
         self.lan_in.clear();
         self.wan_in.clear();
         self.drain();

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::conntrack::{InsertError, TcpSegment, TcpState, Track};
 use crate::content::{self, ContentPolicy, DnsAction, Inspection};
+use crate::counters::WorkerCounters;
 use crate::firewall::{Action, ZoneId};
 use crate::flow::{Direction, FlowKey, KeyError};
 use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline, GENERATED_TTL};
@@ -296,8 +297,9 @@ impl Pipeline {
         // Parental control and keyword block apply to flows LAN devices open.
         let mut content = ContentState::Allowed;
         let from_inside = !stateful.masquerade[usize::from(ingress.port)];
-        if let Some(policy) = stateful.content.clone() {
-            let policy = &*policy;
+        // Borrowed, not cloned: an Arc clone per new flow would be an atomic on a line every
+        // worker shares.
+        if let Some(policy) = stateful.content.as_deref() {
             if from_inside {
                 let device = (key.src, Some(source_mac(pkt)));
                 let unix_seconds = self.unix_seconds(now_ns);
@@ -305,7 +307,8 @@ impl Pipeline {
                     return Stage::Done(Verdict::Drop(DropReason::ParentalBlocked));
                 }
                 if key.protocol == ipv4::protocol::UDP && key.dst_port == DNS_PORT {
-                    if let Some(verdict) = self.filter_dns(pkt, ingress, device, policy) {
+                    if let Some(verdict) = filter_dns(pkt, ingress, device, policy, &self.counters)
+                    {
                         return Stage::Done(verdict);
                     }
                 }
@@ -395,7 +398,7 @@ impl Pipeline {
         segment: Option<TcpSegment>,
         now_ns: u64,
     ) -> Option<Verdict> {
-        let policy = self.router.stateful.content.clone()?;
+        let policy = self.router.stateful.content.as_deref()?;
         let segment = segment?;
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
@@ -404,7 +407,7 @@ impl Pipeline {
         }
         let device = (key.src, Some(source_mac(pkt)));
         let verdict = self.inspector.inspect_tcp_seq(
-            &policy,
+            policy,
             id.as_u32(),
             device,
             key.dst_port,
@@ -423,30 +426,6 @@ impl Pipeline {
                 Some(self.reset_client(pkt, key, &segment, DropReason::ContentBlocked, now_ns))
             }
         }
-    }
-
-    /// A DNS query for a blocked name: answered NXDOMAIN from the address asked (or dropped,
-    /// as configured), and never forwarded.
-    fn filter_dns(
-        &mut self,
-        pkt: &mut PacketBuf,
-        ingress: Ingress,
-        device: (Ipv4Addr, Option<EthernetAddress>),
-        policy: &ContentPolicy,
-    ) -> Option<Verdict> {
-        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let udp = UdpPacket::new_checked(ip.payload()).ok()?;
-        content::dns_query_blocked(policy, device, udp.payload())?;
-        if policy.dns_action() == DnsAction::Drop {
-            return Some(Verdict::Drop(DropReason::ContentBlocked));
-        }
-        let len = pkt.len();
-        let Some(reply_len) = content::write_dns_nxdomain_reply(pkt.room_mut(), len) else {
-            return Some(Verdict::Drop(DropReason::ContentBlocked));
-        };
-        pkt.set_len(reply_len);
-        self.counters.record_drop(DropReason::ContentBlocked);
-        Some(Verdict::Transmit { port: ingress.port })
     }
 
     /// Every query of a DNS flow is checked, not only the one that created it: a resolver
@@ -470,9 +449,9 @@ impl Pipeline {
         if stateful.masquerade[usize::from(ingress.port)] {
             return None;
         }
-        let policy = stateful.content.clone()?;
+        let policy = stateful.content.as_deref()?;
         let device = (key.src, Some(source_mac(pkt)));
-        self.filter_dns(pkt, ingress, device, &policy)
+        filter_dns(pkt, ingress, device, policy, &self.counters)
     }
 
     /// The wall-clock second for `now_ns`, for parental time windows.
@@ -827,6 +806,30 @@ fn window_scale_option(mut options: &[u8]) -> Option<u8> {
         }
     }
     None
+}
+
+/// A DNS query for a blocked name: answered NXDOMAIN from the address asked (or dropped,
+/// as configured), and never forwarded.
+fn filter_dns(
+    pkt: &mut PacketBuf,
+    ingress: Ingress,
+    device: (Ipv4Addr, Option<EthernetAddress>),
+    policy: &ContentPolicy,
+    counters: &WorkerCounters,
+) -> Option<Verdict> {
+    let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+    let udp = UdpPacket::new_checked(ip.payload()).ok()?;
+    content::dns_query_blocked(policy, device, udp.payload())?;
+    if policy.dns_action() == DnsAction::Drop {
+        return Some(Verdict::Drop(DropReason::ContentBlocked));
+    }
+    let len = pkt.len();
+    let Some(reply_len) = content::write_dns_nxdomain_reply(pkt.room_mut(), len) else {
+        return Some(Verdict::Drop(DropReason::ContentBlocked));
+    };
+    pkt.set_len(reply_len);
+    counters.record_drop(DropReason::ContentBlocked);
+    Some(Verdict::Transmit { port: ingress.port })
 }
 
 #[cfg(test)]
