@@ -258,6 +258,9 @@ impl ControlPlane {
     }
 
     fn maintain(&mut self, now_ns: u64) {
+        // Old snapshots the workers have let go are freed here, not on a worker.
+        self.router.free_retired();
+        self.neighbors.free_retired();
         let (router, _) = self.router.load();
         let before = self.table.len();
         let mut probes = Vec::new();
