@@ -207,14 +207,6 @@ fn tls_config(tls: &TlsServerFile, directory: &Path) -> Result<ServerConfig, Web
         .as_deref()
         .map(resolve)
         .ok_or_else(|| wrong("tls_server_config.key_file", "is required with TLS"))?;
-    let certs = read_certs("tls_server_config.cert_file", &cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(&key_file).map_err(|err| {
-        wrong(
-            "tls_server_config.key_file",
-            format!("{}: {}", key_file.display(), pem_reason(err)),
-        )
-    })?;
-
     let min = version(
         "tls_server_config.min_version",
         tls.min_version.as_deref().unwrap_or("TLS12"),
@@ -255,6 +247,23 @@ fn tls_config(tls: &TlsServerFile, directory: &Path) -> Result<ServerConfig, Web
             ))
         }
     };
+    if matches!(client_auth, ClientAuth::None) != tls.client_ca_file.is_none() {
+        let reason = if tls.client_ca_file.is_some() {
+            "is set but client_auth_type is NoClientCert: say how client certificates are checked"
+        } else {
+            "is required to verify client certificates"
+        };
+        return Err(wrong("tls_server_config.client_ca_file", reason));
+    }
+    // The settings are sound: now the files.
+    let certs = read_certs("tls_server_config.cert_file", &cert_file)?;
+    let key = PrivateKeyDer::from_pem_file(&key_file).map_err(|err| {
+        wrong(
+            "tls_server_config.key_file",
+            format!("{}: {}", key_file.display(), pem_reason(err)),
+        )
+    })?;
+
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
