@@ -268,18 +268,9 @@ fn tls_config(tls: &TlsServerFile, directory: &Path) -> Result<ServerConfig, Web
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|err| wrong("tls_server_config.min_version", err))?;
+    // The check above paired a CA file with every client_auth_type but NoClientCert.
     let builder = match (&client_auth, &tls.client_ca_file) {
-        (ClientAuth::None, None) => builder.with_no_client_auth(),
-        (ClientAuth::None, Some(_)) => return Err(wrong(
-            "tls_server_config.client_ca_file",
-            "is set but client_auth_type is NoClientCert: say how client certificates are checked",
-        )),
-        (_, None) => {
-            return Err(wrong(
-                "tls_server_config.client_ca_file",
-                "is required to verify client certificates",
-            ))
-        }
+        (_, None) => builder.with_no_client_auth(),
         (auth, Some(ca_file)) => {
             let ca_file = resolve(ca_file);
             let mut roots = RootCertStore::empty();
