@@ -2,7 +2,8 @@
 //! alone writes) and the ports' DPDK stats; it never writes anything a worker reads, so it
 //! cannot stall the dataplane. The HTTP server is one ordinary thread, not an lcore, running
 //! hyper on a current-thread tokio runtime: connections are tasks, not threads, so no number
-//! of them adds a thread, and the limits below bound what each may hold.
+//! of them adds a thread, and the limits below bound what each may hold. TLS and basic auth
+//! are optional (`metrics.web_config`, `crate::web_config`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
