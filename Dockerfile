@@ -137,7 +137,8 @@ RUN if ldd /usr/local/bin/gateway | grep 'not found'; then exit 1; fi \
 
 # Prometheus metrics (metrics.listen in the config). The health check scrapes them over
 # loopback: with metrics.listen on 127.0.0.1:9100 as is; with a management address (as in
-# configs/x550.toml), put that address in the URL here.
+# configs/x550.toml), put that address in the URL here. With metrics.web_config (TLS, basic
+# auth): https://, --cacert <the CA> and -u <user>:<password>.
 EXPOSE 9100
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["/bin/sh", "-c", "curl -fsS --max-time 4 -o /dev/null http://127.0.0.1:9100/metrics || exit 1"]

@@ -114,6 +114,8 @@ const FAIL_START_ON_PURPOSE_VAR: &str = "GATEWAY_TEST_FAIL_START";
 /// non-zero and the service manager restarts it).
 pub fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = GatewayConfig::load(config_path)?;
+    // Read before anything starts: a bad file stops the start as check-config reports it.
+    let web_config = crate::web_config::for_metrics(&config.metrics)?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
@@ -145,7 +147,8 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         .map_err(anyhow::Error::from)
         .and_then(|eal| {
             tracing::info!(dpdk = %dpdk::version(), "EAL up");
-            let result = serve(config_path, &config, &eal, stop, (events, control_events));
+            let channels = (events, control_events);
+            let result = serve(config_path, &config, web_config, &eal, stop, channels);
             drop(eal);
             result
         });
@@ -158,6 +161,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
 fn serve(
     config_path: &Path,
     config: &GatewayConfig,
+    web_config: crate::web_config::WebConfig,
     eal: &Eal,
     stop: Arc<AtomicBool>,
     (events, control_events): (Sender<ControlEvent>, Receiver<ControlEvent>),
@@ -413,8 +417,12 @@ fn serve(
         snapshot: snapshot_status.clone(),
     });
     let metrics_stop = Arc::new(AtomicBool::new(false));
-    let metrics_thread = match metrics::serve(config.metrics.listen, metrics, metrics_stop.clone())
-    {
+    let metrics_thread = match metrics::serve(
+        config.metrics.listen,
+        metrics,
+        web_config,
+        metrics_stop.clone(),
+    ) {
         Ok(thread) => Some(thread),
         Err(err) => {
             stop.store(true, Ordering::Relaxed);

@@ -197,12 +197,16 @@ impl Default for TrafficMeterConfig {
 pub struct MetricsConfig {
     /// Where Prometheus scrapes `/metrics`. Loopback by default: expose it deliberately.
     pub listen: SocketAddr,
+    /// A Prometheus exporter-toolkit web-config file (YAML): TLS and basic auth for the
+    /// endpoint (`crate::web_config`). None: plain HTTP, no auth.
+    pub web_config: Option<PathBuf>,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            web_config: None,
         }
     }
 }

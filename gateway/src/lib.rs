@@ -17,4 +17,5 @@ pub mod published;
 pub mod reload;
 pub mod snapshot;
 pub mod twins;
+pub mod web_config;
 pub mod worker;

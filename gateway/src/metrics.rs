@@ -2,7 +2,8 @@
 //! alone writes) and the ports' DPDK stats; it never writes anything a worker reads, so it
 //! cannot stall the dataplane. The HTTP server is one ordinary thread, not an lcore, running
 //! hyper on a current-thread tokio runtime: connections are tasks, not threads, so no number
-//! of them adds a thread, and the limits below bound what each may hold.
+//! of them adds a thread, and the limits below bound what each may hold. TLS and basic auth
+//! are optional (`metrics.web_config`, `crate::web_config`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::CONTENT_TYPE;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -27,6 +28,7 @@ use pipeline::qos::QosStats;
 use crate::bonds::BondWatch;
 use crate::dpdk::{PortMonitor, PortStats, QUEUE_STAT_COUNTERS};
 use crate::published::Published;
+use crate::web_config::{AuthVerdict, BasicAuth, WebConfig};
 
 /// The outcome of config reloads, written by the control thread.
 #[derive(Debug, Default)]
@@ -768,6 +770,10 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Fields Too Large` and the connection closed. A scrape sends a few hundred.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
+/// How long a TLS client may take over its handshake (counted from the accept), so that one
+/// trickling the handshake is closed as one trickling headers is.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = HEADER_READ_TIMEOUT;
+
 /// The longest a connection lives, however busy: a client that reads its response slowly
 /// cannot hold a connection (and its buffered response) longer than this.
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
@@ -815,28 +821,45 @@ fn page(metrics: &Mutex<Metrics>, target: &str) -> Page {
     }
 }
 
-/// Serves `/metrics` on `listen` until `stop` is set.
+/// Serves `/metrics` on `listen` until `stop` is set, over TLS and behind basic auth when
+/// `web` says so (`metrics.web_config`).
 pub fn serve(
     listen: SocketAddr,
     metrics: Metrics,
+    web: WebConfig,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let (bound, thread) = serve_on(listen, metrics, stop)?;
-    tracing::info!(listen = %bound, "metrics on http://{bound}/metrics");
+    let scheme = if web.tls.is_some() { "https" } else { "http" };
+    if web.tls.is_none() && web.basic_auth.is_some() {
+        tracing::warn!("metrics: basic auth without TLS sends the password in the clear");
+    }
+    let (bound, thread) = serve_with(listen, metrics, web, stop)?;
+    tracing::info!(listen = %bound, "metrics on {scheme}://{bound}/metrics");
     Ok(thread)
 }
 
-/// Like [`serve`], and says where it listens (port 0 gets one from the kernel). One thread
-/// running a current-thread tokio runtime, whatever the number of connections, within the
-/// limits above.
+/// Like [`serve`] in plain HTTP, and says where it listens (port 0 gets one from the kernel).
 pub fn serve_on(
     listen: SocketAddr,
     metrics: Metrics,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    serve_with(listen, metrics, WebConfig::default(), stop)
+}
+
+/// Like [`serve`], and says where it listens. One thread running a current-thread tokio
+/// runtime, whatever the number of connections, within the limits above; with basic auth,
+/// bcrypt checks run one at a time on the runtime's blocking pool (one more thread).
+pub fn serve_with(
+    listen: SocketAddr,
+    metrics: Metrics,
+    web: WebConfig,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
+        .max_blocking_threads(1)
         .build()?;
     let listener = {
         // The listener registers with this runtime's reactor.
@@ -844,11 +867,59 @@ pub fn serve_on(
         bind(listen).map_err(|err| anyhow::anyhow!("metrics.listen {listen}: {err}"))?
     };
     let bound = listener.local_addr()?;
-    let metrics = Arc::new(Mutex::new(metrics));
+    let endpoint = Endpoint {
+        metrics: Arc::new(Mutex::new(metrics)),
+        tls: web.tls.map(tokio_rustls::TlsAcceptor::from),
+        basic_auth: web.basic_auth,
+    };
     let thread = std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || runtime.block_on(accept_connections(listener, metrics, stop)))?;
+        .spawn(move || runtime.block_on(accept_connections(listener, endpoint, stop)))?;
     Ok((bound, thread))
+}
+
+/// What every connection shares: the metrics, and how a client must come in.
+#[derive(Clone)]
+struct Endpoint {
+    metrics: Arc<Mutex<Metrics>>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    basic_auth: Option<Arc<BasicAuth>>,
+}
+
+impl Endpoint {
+    async fn answer(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<Response<Full<Bytes>>, hyper::http::Error> {
+        if let Some(auth) = &self.basic_auth {
+            let header = request.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+            match auth.check(header).await {
+                AuthVerdict::Allowed => {}
+                AuthVerdict::Denied => {
+                    return Response::builder()
+                        .status(StatusCode::UNAUTHORIZED)
+                        .header(WWW_AUTHENTICATE, "Basic realm=\"gateway\"")
+                        .header(CONTENT_TYPE, TEXT_PLAIN)
+                        .body(Full::new(Bytes::from_static(b"Unauthorized\n")));
+                }
+                AuthVerdict::Busy => {
+                    return Response::builder()
+                        .status(StatusCode::SERVICE_UNAVAILABLE)
+                        .header(RETRY_AFTER, "1")
+                        .header(CONTENT_TYPE, TEXT_PLAIN)
+                        .body(Full::new(Bytes::from_static(
+                            b"too many password checks at once\n",
+                        )));
+                }
+            }
+        }
+        let target = request.uri().path_and_query().map_or("", |p| p.as_str());
+        let page = page(&self.metrics, target);
+        Response::builder()
+            .status(page.status)
+            .header(CONTENT_TYPE, page.content_type)
+            .body(Full::new(Bytes::from(page.body)))
+    }
 }
 
 /// A listener whose accept queue holds [`ACCEPT_BACKLOG`] connections: std's 128 fills in
@@ -867,7 +938,7 @@ fn bind(listen: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
 
 async fn accept_connections(
     listener: tokio::net::TcpListener,
-    metrics: Arc<Mutex<Metrics>>,
+    endpoint: Endpoint,
     stop: Arc<AtomicBool>,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -903,7 +974,7 @@ async fn accept_connections(
         tokio::spawn(serve_connection(
             http.clone(),
             stream,
-            metrics.clone(),
+            endpoint.clone(),
             closed,
         ));
     }
@@ -911,23 +982,43 @@ async fn accept_connections(
 }
 
 /// Answers requests on one connection until the client closes it, a limit closes it, or
-/// `close` fires (or its sender is dropped).
+/// `close` fires (or its sender is dropped). With TLS, the handshake first, which must end
+/// within [`TLS_HANDSHAKE_TIMEOUT`]: a client trickling it holds its task no longer.
 async fn serve_connection(
     http: hyper::server::conn::http1::Builder,
     stream: tokio::net::TcpStream,
-    metrics: Arc<Mutex<Metrics>>,
+    endpoint: Endpoint,
     mut close: oneshot::Receiver<()>,
 ) {
+    let Some(acceptor) = endpoint.tls.clone() else {
+        return serve_http(http, TokioIo::new(stream), endpoint, close).await;
+    };
+    let handshake = tokio::select! {
+        handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => handshake,
+        _ = &mut close => return,
+    };
+    match handshake {
+        Ok(Ok(stream)) => serve_http(http, TokioIo::new(stream), endpoint, close).await,
+        Ok(Err(err)) => tracing::debug!(%err, "metrics: TLS handshake failed"),
+        Err(_) => tracing::debug!("metrics: TLS handshake timed out"),
+    }
+}
+
+/// HTTP/1.1 on a connection (plain or TLS) until it ends, `close` fires or it outlives
+/// [`CONNECTION_LIFETIME`].
+async fn serve_http<I>(
+    http: hyper::server::conn::http1::Builder,
+    io: I,
+    endpoint: Endpoint,
+    mut close: oneshot::Receiver<()>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let service = service_fn(|request: Request<Incoming>| {
-        let target = request.uri().path_and_query().map_or("", |p| p.as_str());
-        let page = page(&metrics, target);
-        let response = Response::builder()
-            .status(page.status)
-            .header(CONTENT_TYPE, page.content_type)
-            .body(Full::new(Bytes::from(page.body)));
-        std::future::ready(response)
+        let endpoint = endpoint.clone();
+        async move { endpoint.answer(request).await }
     });
-    let connection = http.serve_connection(TokioIo::new(stream), service);
+    let connection = http.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => return,

@@ -28,6 +28,7 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 /// pool. `gateway check-config` runs it, so that a file it calls ok also starts. The
 /// interfaces' MACs are placeholders here: nothing in the checks depends on them.
 pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
+    crate::web_config::for_metrics(&config.metrics)?;
     let macs: Vec<[u8; 6]> = (0..config.interfaces.len())
         .map(|i| [0x02, 0, 0, 0, 0, i as u8])
         .collect();

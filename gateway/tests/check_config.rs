@@ -238,3 +238,111 @@ fn every_bad_file_is_refused_naming_its_field() {
         wrong.join("\n")
     );
 }
+
+/// `metrics.web_config`: check-config reads the web-config file as start does, and names the
+/// config field, the file and the field in it.
+#[test]
+fn a_bad_web_config_file_is_refused_naming_its_field() {
+    let dir = std::env::temp_dir().join(format!("gw-check-web-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good_hash = bcrypt::hash("pw", 4).unwrap();
+    let cases: Vec<(&str, Option<String>, &str)> = vec![
+        ("a web-config file that is not there", None, "No such file"),
+        (
+            "a user whose hash is not bcrypt",
+            Some("basic_auth_users:\n  prometheus: secret\n".into()),
+            "basic_auth_users.prometheus: not a bcrypt hash",
+        ),
+        (
+            "a missing certificate file",
+            Some(format!(
+                "tls_server_config:\n  cert_file: {0}/none.crt\n  key_file: {0}/none.key\n",
+                dir.display()
+            )),
+            "tls_server_config.cert_file:",
+        ),
+        (
+            "TLS without a key file",
+            Some("tls_server_config:\n  cert_file: gateway.crt\n".into()),
+            "tls_server_config.key_file: is required",
+        ),
+        (
+            "a misspelt section (TLS silently off otherwise)",
+            Some("tls_server_confg:\n  cert_file: a.crt\n".into()),
+            "unknown field `tls_server_confg`",
+        ),
+        (
+            "an unknown key in tls_server_config",
+            Some("tls_server_config:\n  cert: a.crt\n  certfile: a.crt\n".into()),
+            "unknown field `certfile`",
+        ),
+        (
+            "TLS 1.0",
+            Some(
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n".into(),
+            ),
+            "tls_server_config.min_version: TLS10 is not supported",
+        ),
+        (
+            "client certificates asked for without a CA",
+            Some(
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  \
+                 client_auth_type: RequireAndVerifyClientCert\n"
+                    .into(),
+            ),
+            "tls_server_config.client_ca_file: is required",
+        ),
+        (
+            "not YAML",
+            Some("basic_auth_users: [\n".into()),
+            "metrics.web_config",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (what, yaml, expected)) in cases.iter().enumerate() {
+        let path = dir.join(format!("web-{i}.yml"));
+        match yaml {
+            Some(yaml) => std::fs::write(&path, yaml).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let text = replaced(
+            "listen = \"127.0.0.1:9100\"",
+            &format!(
+                "listen = \"127.0.0.1:9100\"\nweb_config = \"{}\"",
+                path.display()
+            ),
+        );
+        match check(&format!("web-{i}"), &text) {
+            Ok(()) => wrong.push(format!("{what}: accepted")),
+            Err(message)
+                if !message.contains("metrics.web_config")
+                    || !message.contains(&path.display().to_string())
+                    || !message.contains(expected) =>
+            {
+                wrong.push(format!("{what}: {message:?} does not say {expected:?}"))
+            }
+            Err(_) => {}
+        }
+    }
+    // A good one passes: basic auth only (TLS is proved in metrics_tls.rs).
+    let good = dir.join("web-good.yml");
+    std::fs::write(
+        &good,
+        format!("basic_auth_users:\n  prometheus: {good_hash}\n"),
+    )
+    .unwrap();
+    let text = replaced(
+        "listen = \"127.0.0.1:9100\"",
+        &format!(
+            "listen = \"127.0.0.1:9100\"\nweb_config = \"{}\"",
+            good.display()
+        ),
+    );
+    if let Err(err) = check("web-good", &text) {
+        wrong.push(format!("a good web-config file: {err}"));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

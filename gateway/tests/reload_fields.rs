@@ -473,6 +473,12 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("firewall.rules[].action", Applied, "\"reject\"", None),
     ("firewall.recheck_established", Applied, "true", None),
     ("metrics.listen", Restart, "\"127.0.0.1:9200\"", None),
+    (
+        "metrics.web_config",
+        Restart,
+        "\"/etc/gateway/web-config.yml\"",
+        None,
+    ),
     ("traffic_meter.enabled", Applied, "false", None),
     ("traffic_meter.capacity", Restart, "128", None),
     ("traffic_meter.top_hosts", Applied, "7", None),
