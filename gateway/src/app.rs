@@ -28,11 +28,12 @@ use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
 use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
-use crate::pipeline_config::{router_config, worker_setup};
+use crate::netlink::{Followed, KernelView};
+use crate::pipeline_config::{router_config, router_config_with_kernel, worker_setup};
 use crate::published::Published;
 use crate::reload;
-use crate::twins::Twins;
 use crate::snapshot::{Restore, SnapshotStatus};
+use crate::twins::Twins;
 use crate::worker::Worker;
 
 /// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs.
@@ -102,6 +103,8 @@ enum ControlEvent {
     FileChanged,
     /// A worker's lcore finished: a panic, or a return nobody asked for.
     WorkerExited(WorkerExit),
+    /// The kernel's addresses or routes on the twins changed (`crate::netlink`).
+    Kernel(KernelView),
 }
 
 /// The environment variable that makes start-up fail on purpose once every worker runs, for
@@ -393,6 +396,17 @@ fn serve(
     )
     .with_twins(twins.with_rings(punt_rings));
     control.announce();
+    // The twins' addresses ("dhcp") and routes, followed on a thread of its own.
+    let mut kernel = KernelView::default();
+    let followed = Followed::from_config(config);
+    let netlink_thread = if followed.any() {
+        let events = events.clone();
+        let send = move |view| events.send(ControlEvent::Kernel(view)).is_ok();
+        let netns = config.kernel_twins.netns.clone();
+        Some(crate::netlink::spawn(followed, netns, stop.clone(), send)?)
+    } else {
+        None
+    };
     let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
         &config.traffic_meter,
     ))));
@@ -460,7 +474,7 @@ fn serve(
                 running = apply_reload(
                     config_path,
                     running,
-                    &macs,
+                    (&macs, &kernel),
                     &ReloadTargets {
                         router: &router_published,
                         qos: &qos_stats,
@@ -468,6 +482,11 @@ fn serve(
                         status: &reload_status,
                     },
                 );
+                policed_rates = qos_rates(&router_published);
+            }
+            Some(ControlEvent::Kernel(view)) => {
+                kernel = view;
+                apply_kernel(&running, &macs, &kernel, &router_published, &qos_stats);
                 policed_rates = qos_rates(&router_published);
             }
             Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
@@ -490,6 +509,9 @@ fn serve(
     }
 
     tracing::info!("stopping workers");
+    if let Some(thread) = netlink_thread {
+        let _ = thread.join();
+    }
     let mut failures = running_workers.stop_and_join();
     if worker_died && failures.is_empty() {
         failures.push("a worker stopped without being told to".into());
@@ -583,13 +605,18 @@ fn steer_nat_replies(config: &GatewayConfig, ports: &[Port], workers: u16) -> Ve
         if !config.nat.masquerade.contains(&iface.name) {
             continue;
         }
+        // The rules match the address; one from DHCP may change, so the handoff rings
+        // bring those replies to their owners.
+        let Some(address) = iface.address.cidr() else {
+            continue;
+        };
         let before = rules.len();
         let attempt = (0..=ownership.mask()).try_for_each(|class| {
             for protocol in [6, 17] {
                 let queue = RxQueueId(ownership.port_owner(class));
                 let rule = dpdk::flow::steer_port_class(
                     port,
-                    iface.address.addr,
+                    address.addr,
                     protocol,
                     class,
                     ownership.mask(),
@@ -676,7 +703,7 @@ struct ReloadTargets<'a> {
 fn apply_reload(
     path: &Path,
     running: GatewayConfig,
-    macs: &[[u8; 6]],
+    (macs, kernel): (&[[u8; 6]], &KernelView),
     targets: &ReloadTargets,
 ) -> GatewayConfig {
     let ReloadTargets {
@@ -701,7 +728,7 @@ fn apply_reload(
         );
     }
     let merged = reload::merge_for_reload(&running, new);
-    match router_config(&merged, macs) {
+    match router_config_with_kernel(&merged, macs, kernel) {
         Ok(router_config) => {
             meter.publish(Arc::new(MeterExport::from(&merged.traffic_meter)));
             publish_router(router, qos, Arc::new(router_config));
@@ -716,6 +743,49 @@ fn apply_reload(
             status.record(false);
             running
         }
+    }
+}
+
+/// The kernel's addresses or routes on the twins changed: the running config is built again
+/// with them and published, as a reload does (new flows use the new address and routes;
+/// flows masqueraded to an address that went end on their next packet, `nat_address_gone`).
+fn apply_kernel(
+    running: &GatewayConfig,
+    macs: &[[u8; 6]],
+    kernel: &KernelView,
+    router: &Published<pipeline::RouterConfig>,
+    qos: &[[Arc<pipeline::qos::QosStats>; 2]],
+) {
+    match router_config_with_kernel(running, macs, kernel) {
+        Ok(config) => {
+            for (iface, (index, new)) in running
+                .interfaces
+                .iter()
+                .zip(config.interfaces.iter().enumerate())
+            {
+                if iface.address.is_dhcp() {
+                    let old = router
+                        .load()
+                        .0
+                        .interfaces
+                        .get(index)
+                        .map(|i| (i.addr, i.prefix_len));
+                    if old != Some((new.addr, new.prefix_len)) {
+                        tracing::info!(
+                            interface = %iface.name,
+                            address = %format!("{}/{}", new.addr, new.prefix_len),
+                            "address from the kernel twin (dhcp) applied"
+                        );
+                    }
+                }
+            }
+            tracing::info!(
+                kernel_routes = kernel.routes.len(),
+                "kernel addresses and routes applied to the router config"
+            );
+            publish_router(router, qos, Arc::new(config));
+        }
+        Err(err) => tracing::error!("the kernel's addresses and routes were not applied: {err:#}"),
     }
 }
 
