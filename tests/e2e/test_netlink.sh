@@ -126,13 +126,17 @@ case "$reason" in
     PREINIT) ip link set dev "$interface" up ;;
     BOUND|RENEW|REBIND|REBOOT)
         if [ -n "$old_ip_address" ] && [ "$old_ip_address" != "$new_ip_address" ]; then
-            ip addr flush dev "$interface"
+            ip addr del "$old_ip_address/$old_subnet_mask" dev "$interface"
         fi
         ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface"
         if [ -n "$new_routers" ]; then
             ip route replace default via "${new_routers%% *}" dev "$interface"
         fi ;;
-    RELEASE|EXPIRE|STOP|FAIL) ip addr flush dev "$interface" ;;
+    RELEASE|EXPIRE|STOP|FAIL)
+        # Only the address this client was given: a late STOP must not take a newer one.
+        if [ -n "$old_ip_address" ]; then
+            ip addr del "$old_ip_address/$old_subnet_mask" dev "$interface"
+        fi ;;
 esac
 exit 0
 SH
@@ -181,11 +185,20 @@ kill "$ISP_PID"
 wait "$ISP_PID" 2>/dev/null || true
 isp_dhcp 10.0.0.77 "option:router,10.0.0.2"
 gone_before=$(metric 'gateway_dropped_packets_total{reason="nat_address_gone"')
+old_client=$(cat "$WORK/dhclient.pid")
 gw dhclient -r -sf "$WORK/dhclient-script" -lf "$WORK/dhclient-1.leases" \
     -pf "$WORK/dhclient.pid" wan >>"$WORK/dhclient.log" 2>&1 || true
+for _ in $(seq 1 50); do
+    kill -0 "$old_client" 2>/dev/null || break
+    sleep 0.1
+done
+kill -0 "$old_client" 2>/dev/null && fail "the first dhclient did not stop on dhclient -r"
+gw ip -4 addr show dev wan | grep -q "inet 10\.0\.0\.50/" && fail "the released address is still on the twin"
 sleep 0.5
 dhclient_wan "$WORK/dhclient-2.leases"
-expect_output "the WAN twin holds the new lease 10.0.0.77" "inet 10\.0\.0\.77/24" gw ip -4 addr show dev wan
+gw ip -4 addr show dev wan | grep -q "inet 10\.0\.0\.77/24" ||
+    fail "the WAN twin does not hold the new lease 10.0.0.77: $(gw ip -4 addr show dev wan); dhclient: $(tail -n 12 "$WORK/dhclient.log"); ISP: $(tail -n 6 "$WORK/isp.log")"
+pass "the WAN twin holds the new lease 10.0.0.77"
 for _ in $(seq 1 20); do
     grep -q "address from the kernel twin (dhcp) applied.*10.0.0.77/24" "$WORK/gateway.log" && break
     sleep 0.1
