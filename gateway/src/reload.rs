@@ -283,6 +283,16 @@ mod tests {
     }
 
     #[test]
+    fn switching_an_address_to_or_from_dhcp_needs_a_restart() {
+        let running = lab();
+        let mut new = running.clone();
+        new.interfaces[1].address = crate::config::InterfaceAddress::Dhcp;
+        assert_eq!(restart_required(&running, &new), ["interfaces[1].address"]);
+        let merged = merge_for_reload(&running, new);
+        assert_eq!(merged.interfaces[1].address, running.interfaces[1].address);
+    }
+
+    #[test]
     fn an_unchanged_file_needs_no_restart() {
         let running = lab();
         assert!(restart_required(&running, &running.clone()).is_empty());

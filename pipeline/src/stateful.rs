@@ -208,6 +208,8 @@ impl Pipeline {
             }
         }
         if !stateful.recheck_established {
+            // Checked once per config: a later config that rechecks has a new generation.
+            self.flows.data_mut(id).generation = stateful.generation;
             return None;
         }
         let original = self.flows.key(id, Direction::Original);
