@@ -112,7 +112,8 @@ pass "before the first lease nothing leaves by the WAN"
 
 # The ISP's DHCP server, first lease: 10.0.0.50, no router.
 isp_dhcp() { # RANGE_ADDRESS ROUTER_OPTION
-    wan dnsmasq --keep-in-foreground --port=0 --interface=eth0 --bind-interfaces \
+    # Not through the `wan` function: $! must be dnsmasq itself, for the kill below.
+    ip netns exec gwlab-wan dnsmasq --keep-in-foreground --port=0 --interface=eth0 --bind-interfaces \
         --dhcp-range="$1,$1,255.255.255.0,10m" "--dhcp-option=$2" \
         --dhcp-leasefile="$WORK/isp-$1.leases" --log-facility="$WORK/isp.log" --log-dhcp \
         --user=root --no-ping --no-resolv --no-hosts &
@@ -183,6 +184,7 @@ pass "removed in the kernel, removed from the dataplane"
 # The ISP changes the lease: another address, and a default route now.
 kill "$ISP_PID"
 wait "$ISP_PID" 2>/dev/null || true
+kill -0 "$ISP_PID" 2>/dev/null && fail "the first DHCP server did not stop"
 isp_dhcp 10.0.0.77 "option:router,10.0.0.2"
 gone_before=$(metric 'gateway_dropped_packets_total{reason="nat_address_gone"')
 old_client=$(cat "$WORK/dhclient.pid")
