@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use netlink_packet_core::{
@@ -355,10 +355,7 @@ fn follow(
         match events.recv(&mut &mut buffer[..], 0) {
             Ok(_) => {
                 // Let the rest of the burst arrive, then read it all at once.
-                let settle_until = Instant::now() + SETTLE;
-                while Instant::now() < settle_until {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                std::thread::sleep(SETTLE);
                 while let Ok(true) = drain_one(events, &mut buffer) {}
                 dirty = true;
             }
@@ -367,8 +364,15 @@ fn follow(
                     err.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            // ENOBUFS: notifications were lost; the dump reads the state anyway.
-            Err(_) => dirty = true,
+            // ENOBUFS: notifications were lost; the dump reads the state anyway. Anything
+            // else too, after a pause, so that a socket gone bad cannot spin the thread.
+            Err(err) => {
+                if err.raw_os_error() != Some(libc::ENOBUFS) {
+                    tracing::warn!("kernel twins: reading netlink notifications: {err}");
+                    std::thread::sleep(WAKE_TO_CHECK_STOP);
+                }
+                dirty = true;
+            }
         }
     }
 }
