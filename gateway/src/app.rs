@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -28,7 +28,8 @@ use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
 use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
-use crate::pipeline_config::{router_config, worker_setup};
+use crate::netlink::{Followed, KernelView};
+use crate::pipeline_config::{router_config, router_config_with_kernel, worker_setup};
 use crate::published::Published;
 use crate::reload;
 use crate::snapshot::{Restore, SnapshotStatus};
@@ -104,6 +105,8 @@ enum ControlEvent {
     WorkerExited(WorkerExit),
     /// The `config-load` thread finished a reload: publish it, or report the refusal.
     Loaded(Box<reload::Loaded>),
+    /// The kernel's addresses or routes on the twins changed (`crate::netlink`).
+    Kernel(KernelView),
 }
 
 /// The environment variable that makes start-up fail on purpose once every worker runs, for
@@ -399,6 +402,20 @@ fn serve(
     )
     .with_twins(twins.with_rings(punt_rings));
     control.announce();
+    // The twins' addresses ("dhcp") and routes, followed on a thread of its own.
+    // What the kernel says, for the config-load thread, which compiles reloads with it.
+    let kernel_for_loads = Arc::new(Mutex::new(KernelView::default()));
+    // The config in force: the last reload applied (kernel updates are compiled onto it).
+    let mut running = config.clone();
+    let followed = Followed::from_config(config);
+    let netlink_thread = if followed.any() {
+        let events = events.clone();
+        let send = move |view| events.send(ControlEvent::Kernel(view)).is_ok();
+        let netns = config.kernel_twins.netns.clone();
+        Some(crate::netlink::spawn(followed, netns, stop.clone(), send)?)
+    } else {
+        None
+    };
     let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
         &config.traffic_meter,
     ))));
@@ -443,6 +460,7 @@ fn serve(
             config_path.to_path_buf(),
             config.clone(),
             macs.clone(),
+            kernel_for_loads.clone(),
             move |loaded| {
                 let _ = loads.send(ControlEvent::Loaded(Box::new(loaded)));
             },
@@ -481,7 +499,7 @@ fn serve(
                 loader.request();
             }
             Some(ControlEvent::Loaded(loaded)) => {
-                apply_reload(
+                if let Some(applied) = apply_reload(
                     *loaded,
                     &ReloadTargets {
                         router: &router_published,
@@ -489,7 +507,14 @@ fn serve(
                         meter: &meter_export,
                         status: &reload_status,
                     },
-                );
+                ) {
+                    running = applied;
+                }
+                policed_rates = qos_rates(&router_published);
+            }
+            Some(ControlEvent::Kernel(view)) => {
+                apply_kernel(&running, &macs, &view, &router_published, &qos_stats);
+                *kernel_for_loads.lock().unwrap_or_else(PoisonError::into_inner) = view;
                 policed_rates = qos_rates(&router_published);
             }
             Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
@@ -512,6 +537,9 @@ fn serve(
     }
 
     tracing::info!("stopping workers");
+    if let Some(thread) = netlink_thread {
+        let _ = thread.join();
+    }
     let mut failures = running_workers.stop_and_join();
     drop(loader);
     if worker_died && failures.is_empty() {
@@ -607,13 +635,18 @@ fn steer_nat_replies(config: &GatewayConfig, ports: &[Port], workers: u16) -> Ve
         if !config.nat.masquerade.contains(&iface.name) {
             continue;
         }
+        // The rules match the address; one from DHCP may change, so the handoff rings
+        // bring those replies to their owners.
+        let Some(address) = iface.address.cidr() else {
+            continue;
+        };
         let before = rules.len();
         let attempt = (0..=ownership.mask()).try_for_each(|class| {
             for protocol in [6, 17] {
                 let queue = RxQueueId(ownership.port_owner(class));
                 let rule = dpdk::flow::steer_port_class(
                     port,
-                    iface.address.addr,
+                    address.addr,
                     protocol,
                     class,
                     ownership.mask(),
@@ -697,8 +730,8 @@ struct ReloadTargets<'a> {
 
 /// Publishes a reload the `config-load` thread made ready, or reports its refusal. A file
 /// that does not load, validate or compile changes nothing; the failure is logged with its
-/// field and counted.
-fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) {
+/// field and counted. Returns the config now in force when it applied.
+fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<GatewayConfig> {
     let ReloadTargets {
         router,
         qos,
@@ -723,11 +756,56 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) {
             tracing::info!(
                 "reload applied: new flows follow the new config, established flows continue"
             );
+            Some(*config)
         }
         reload::Loaded::Refused(err) => {
             tracing::error!("reload refused, keeping the running config: {err}");
             status.record(false);
+            None
         }
+    }
+}
+
+/// The kernel's addresses or routes on the twins changed: the running config is built again
+/// with them and published, as a reload does (new flows use the new address and routes;
+/// flows masqueraded to an address that went end on their next packet, `nat_address_gone`).
+fn apply_kernel(
+    running: &GatewayConfig,
+    macs: &[[u8; 6]],
+    kernel: &KernelView,
+    router: &Published<pipeline::RouterConfig>,
+    qos: &[[Arc<pipeline::qos::QosStats>; 2]],
+) {
+    match router_config_with_kernel(running, macs, kernel) {
+        Ok(config) => {
+            for (iface, (index, new)) in running
+                .interfaces
+                .iter()
+                .zip(config.interfaces.iter().enumerate())
+            {
+                if iface.address.is_dhcp() {
+                    let old = router
+                        .load()
+                        .0
+                        .interfaces
+                        .get(index)
+                        .map(|i| (i.addr, i.prefix_len));
+                    if old != Some((new.addr, new.prefix_len)) {
+                        tracing::info!(
+                            interface = %iface.name,
+                            address = %format!("{}/{}", new.addr, new.prefix_len),
+                            "address from the kernel twin (dhcp) applied"
+                        );
+                    }
+                }
+            }
+            tracing::info!(
+                kernel_routes = kernel.routes.len(),
+                "kernel addresses and routes applied to the router config"
+            );
+            publish_router(router, qos, Arc::new(config));
+        }
+        Err(err) => tracing::error!("the kernel's addresses and routes were not applied: {err:#}"),
     }
 }
 

@@ -301,8 +301,10 @@ pub struct InterfaceConfig {
     /// Makes this interface an 802.3ad (LACP) bond of member devices.
     #[serde(default)]
     pub bond: Option<BondConfig>,
-    /// The gateway's address and the connected subnet, e.g. "192.168.1.1/24".
-    pub address: Ipv4Cidr,
+    /// The gateway's address and the connected subnet, e.g. "192.168.1.1/24"; or "dhcp":
+    /// a DHCP client on the interface's kernel twin gets it, and the gateway follows the
+    /// twin's address, prefix and routes through netlink (`crate::netlink`). Needs a twin.
+    pub address: InterfaceAddress,
     /// The firewall zone; defaults to the interface's name.
     #[serde(default)]
     pub zone: Option<String>,
@@ -747,6 +749,57 @@ impl fmt::Display for Ipv4Cidr {
     }
 }
 
+/// An interface's address: configured, or the one a DHCP client gets on its twin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InterfaceAddress {
+    Static(Ipv4Cidr),
+    /// `"dhcp"`: none until the kernel twin has a lease (`crate::netlink`).
+    Dhcp,
+}
+
+impl InterfaceAddress {
+    /// The configured address; None for "dhcp".
+    pub fn cidr(&self) -> Option<Ipv4Cidr> {
+        match self {
+            InterfaceAddress::Static(cidr) => Some(*cidr),
+            InterfaceAddress::Dhcp => None,
+        }
+    }
+
+    pub fn is_dhcp(&self) -> bool {
+        *self == InterfaceAddress::Dhcp
+    }
+}
+
+impl FromStr for InterfaceAddress {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "dhcp" {
+            return Ok(InterfaceAddress::Dhcp);
+        }
+        text.parse()
+            .map(InterfaceAddress::Static)
+            .map_err(|err| format!("{err}, or \"dhcp\""))
+    }
+}
+
+impl<'de> Deserialize<'de> for InterfaceAddress {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for InterfaceAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InterfaceAddress::Static(cidr) => cidr.fmt(f),
+            InterfaceAddress::Dhcp => f.write_str("dhcp"),
+        }
+    }
+}
+
 /// A config that cannot be used, with the field at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -924,21 +977,27 @@ impl GatewayConfig {
                     format!("{:?} is used twice", iface.device),
                 ));
             }
-            if iface.address.len == 0 || iface.address.len > 30 {
-                return Err(invalid(field("address"), "prefix length must be 1..=30"));
-            }
-            if let Some((j, other)) = self.interfaces[..i]
-                .iter()
-                .enumerate()
-                .find(|(_, other)| subnets_overlap(&other.address, &iface.address))
-            {
-                return Err(invalid(
-                    field("address"),
-                    format!(
-                        "{} overlaps interfaces[{j}] ({}, {}): a connected subnet must belong to one interface",
-                        iface.address, other.name, other.address
-                    ),
-                ));
+            // "dhcp" needs a twin: checked with the twins (`crate::twins::validate`).
+            if let Some(address) = iface.address.cidr() {
+                if address.len == 0 || address.len > 30 {
+                    return Err(invalid(field("address"), "prefix length must be 1..=30"));
+                }
+                if let Some((j, other)) =
+                    self.interfaces[..i].iter().enumerate().find(|(_, other)| {
+                        other
+                            .address
+                            .cidr()
+                            .is_some_and(|theirs| subnets_overlap(&theirs, &address))
+                    })
+                {
+                    return Err(invalid(
+                        field("address"),
+                        format!(
+                            "{} overlaps interfaces[{j}] ({}, {}): a connected subnet must belong to one interface",
+                            address, other.name, other.address
+                        ),
+                    ));
+                }
             }
             if let Some(key) = &iface.rss_key {
                 if parse_hex(key).is_none() {
@@ -1166,7 +1225,9 @@ impl GatewayConfig {
                     format!("{} is not on a connected subnet", forward.to),
                 ));
             };
-            let subnet = &self.interfaces[target_iface].address;
+            let Some(subnet) = &self.interfaces[target_iface].address.cidr() else {
+                continue;
+            };
             if forward.to == subnet.addr {
                 return Err(invalid(
                     field("to"),
@@ -1257,7 +1318,7 @@ impl GatewayConfig {
     pub fn interface_for(&self, ip: Ipv4Addr) -> Option<usize> {
         self.interfaces
             .iter()
-            .position(|iface| iface.address.contains(ip))
+            .position(|iface| iface.address.cidr().is_some_and(|cidr| cidr.contains(ip)))
     }
 }
 

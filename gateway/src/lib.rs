@@ -12,6 +12,7 @@ pub mod egress;
 pub mod handoff;
 pub mod liveness;
 pub mod metrics;
+pub mod netlink;
 pub mod pipeline_config;
 pub mod published;
 pub mod reload;

@@ -2,6 +2,7 @@
 //! zones, NAT, the compiled firewall, QoS, the traffic meter, keyword block and parental
 //! control. Used at start and on every reload.
 
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context;
@@ -19,6 +20,7 @@ use crate::config::{
     DnsActionConfig, FirewallAction, GatewayConfig, KeywordBlockConfig, L4Protocol, ParentalConfig,
     PortRange, QosSettings, RuleProtocol, SourceValidationConfig,
 };
+use crate::netlink::KernelView;
 
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
@@ -68,15 +70,33 @@ pub fn worker_setup(
 }
 
 pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result<RouterConfig> {
+    router_config_with_kernel(config, macs, &KernelView::default())
+}
+
+/// The router config with what the kernel has on the twins (`crate::netlink`): the
+/// addresses of "dhcp" interfaces (none until their first lease) and the twins' routes,
+/// below the config's own (connected, then static, then the kernel's).
+pub fn router_config_with_kernel(
+    config: &GatewayConfig,
+    macs: &[[u8; 6]],
+    kernel: &KernelView,
+) -> anyhow::Result<RouterConfig> {
     let interfaces = config
         .interfaces
         .iter()
         .zip(macs)
-        .map(|(iface, mac)| Interface {
-            mac: EthernetAddress(*mac),
-            addr: iface.address.addr,
-            prefix_len: iface.address.len,
-            mtu: iface.mtu,
+        .enumerate()
+        .map(|(index, (iface, mac))| {
+            let (addr, prefix_len) = match iface.address.cidr() {
+                Some(cidr) => (cidr.addr, cidr.len),
+                None => kernel.address(index).unwrap_or((Ipv4Addr::UNSPECIFIED, 0)),
+            };
+            Interface {
+                mac: EthernetAddress(*mac),
+                addr,
+                prefix_len,
+                mtu: iface.mtu,
+            }
         })
         .collect();
     let routes: Vec<StaticRoute> = config
@@ -105,7 +125,7 @@ pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result
             })
         })
         .collect();
-    let router = RouterConfig::new(interfaces, &routes, icmp)
+    let router = RouterConfig::with_kernel_routes(interfaces, &routes, &kernel.routes, icmp)
         .context("routes")?
         .with_source_validation(&source_validation)?;
     Ok(router

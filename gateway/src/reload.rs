@@ -6,7 +6,7 @@
 //! ARP and held packets are served meanwhile.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -14,7 +14,8 @@ use notify::{RecursiveMode, Watcher};
 use pipeline::RouterConfig;
 
 use crate::config::GatewayConfig;
-use crate::pipeline_config::router_config;
+use crate::netlink::KernelView;
+use crate::pipeline_config::router_config_with_kernel;
 
 /// Field paths whose change needs a restart, old -> new.
 pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<String> {
@@ -151,14 +152,21 @@ pub enum Loaded {
 }
 
 /// Reads, validates and compiles the file as a reload of `running`.
-pub fn load_for_reload(path: &Path, running: &GatewayConfig, macs: &[[u8; 6]]) -> Loaded {
+/// `kernel` is what the twins' kernel side says (addresses from DHCP, routes): the reload
+/// compiles with it, as the control thread does when it changes.
+pub fn load_for_reload(
+    path: &Path,
+    running: &GatewayConfig,
+    macs: &[[u8; 6]],
+    kernel: &KernelView,
+) -> Loaded {
     let new = match GatewayConfig::load(path) {
         Ok(new) => new,
         Err(err) => return Loaded::Refused(err.to_string()),
     };
     let restart = restart_required(running, &new);
     let merged = merge_for_reload(running, new);
-    match router_config(&merged, macs) {
+    match router_config_with_kernel(&merged, macs, kernel) {
         Ok(router) => Loaded::Ready {
             config: Box::new(merged),
             router: Arc::new(router),
@@ -186,6 +194,7 @@ impl Loader {
         path: PathBuf,
         running: GatewayConfig,
         macs: Vec<[u8; 6]>,
+        kernel: Arc<Mutex<KernelView>>,
         on_loaded: impl Fn(Loaded) + Send + 'static,
     ) -> std::io::Result<Loader> {
         let (requests, requested) = crossbeam_channel::unbounded::<()>();
@@ -196,7 +205,8 @@ impl Loader {
                 while requested.recv().is_ok() {
                     // One load answers every request made so far.
                     while requested.try_recv().is_ok() {}
-                    let loaded = load_for_reload(&path, &running, &macs);
+                    let view = kernel.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                    let loaded = load_for_reload(&path, &running, &macs, &view);
                     if let Loaded::Ready { config, .. } = &loaded {
                         running = (**config).clone();
                     }
@@ -384,6 +394,16 @@ mod tests {
     }
 
     #[test]
+    fn switching_an_address_to_or_from_dhcp_needs_a_restart() {
+        let running = lab();
+        let mut new = running.clone();
+        new.interfaces[1].address = crate::config::InterfaceAddress::Dhcp;
+        assert_eq!(restart_required(&running, &new), ["interfaces[1].address"]);
+        let merged = merge_for_reload(&running, new);
+        assert_eq!(merged.interfaces[1].address, running.interfaces[1].address);
+    }
+
+    #[test]
     fn an_unchanged_file_needs_no_restart() {
         let running = lab();
         assert!(restart_required(&running, &running.clone()).is_empty());
@@ -421,7 +441,7 @@ mod tests {
             .map(|i| [2, 0, 0, 0, 0, i as u8])
             .collect();
         let (done, loaded) = crossbeam_channel::unbounded();
-        let loader = Loader::start(path.clone(), running, macs, move |result| {
+        let loader = Loader::start(path.clone(), running, macs, Default::default(), move |result| {
             let _ = done.send((Instant::now(), result));
         })
         .unwrap();
@@ -494,7 +514,7 @@ mod tests {
         std::fs::write(&path, changed).unwrap();
         let macs = vec![[2, 0, 0, 0, 0, 0]; running.interfaces.len()];
         let (done, loaded) = crossbeam_channel::unbounded();
-        let loader = Loader::start(path, running.clone(), macs, move |result| {
+        let loader = Loader::start(path, running.clone(), macs, Default::default(), move |result| {
             let _ = done.send(result);
         })
         .unwrap();

@@ -91,6 +91,11 @@ pub fn twin_names(config: &GatewayConfig) -> Vec<Option<String>> {
 pub fn punt_config(config: &GatewayConfig) -> PuntConfig {
     PuntConfig {
         twins: twin_names(config).iter().map(Option::is_some).collect(),
+        dhcp_clients: config
+            .interfaces
+            .iter()
+            .map(|iface| iface.address.is_dhcp())
+            .collect(),
         per_sec: config.kernel_twins.punt_per_sec,
         burst: config.kernel_twins.punt_burst,
     }
@@ -113,6 +118,13 @@ pub fn validate(config: &GatewayConfig) -> Result<(), ConfigError> {
             return Err(invalid(
                 field("kernel_twin_name"),
                 "is set but the interface has no twin (kernel_twin = true makes one)".into(),
+            ));
+        }
+        if iface.address.is_dhcp() && name.is_none() {
+            return Err(invalid(
+                field("address"),
+                "\"dhcp\" needs a kernel twin (kernel_twin = true): the DHCP client runs on it"
+                    .into(),
             ));
         }
         let Some(name) = name else { continue };
@@ -269,8 +281,9 @@ impl Twins {
             let mut port = Port::start(eal, id, &format!("twin-{name}"), &port_config, pool)
                 .with_context(|| field.clone())?;
             let netns = config.kernel_twins.netns.as_deref();
-            let address = format!("{}/{}", iface.address.addr, iface.address.len);
-            set_up_kernel_side(&name, &address, netns).with_context(|| field.clone())?;
+            // "dhcp": the DHCP client on the twin sets it (`crate::netlink` follows).
+            let address = iface.address.cidr().map(|cidr| cidr.to_string());
+            set_up_kernel_side(&name, address.as_deref(), netns).with_context(|| field.clone())?;
             let mut twin = Twin {
                 rx: port.take_rx_queue(RxQueueId(0))?,
                 tx: port.take_tx_queue(TxQueueId(0))?,
@@ -285,7 +298,7 @@ impl Twins {
                 interface = %iface.name,
                 twin = %name,
                 netns = netns.unwrap_or("(the gateway's)"),
-                %address,
+                address = address.as_deref().unwrap_or("dhcp"),
                 %mac,
                 tap_port = id.0,
                 "kernel twin up"
@@ -393,9 +406,13 @@ impl Twins {
     }
 }
 
-/// Moves the tap `name` to `netns` (if given), turns IPv6 off on it, gives it `address` and
-/// brings it up. `ip` and `sysctl`, once, at start.
-fn set_up_kernel_side(name: &str, address: &str, netns: Option<&str>) -> anyhow::Result<()> {
+/// Moves the tap `name` to `netns` (if given), turns IPv6 off on it, gives it `address` (if
+/// configured) and brings it up. `ip` and `sysctl`, once, at start.
+fn set_up_kernel_side(
+    name: &str,
+    address: Option<&str>,
+    netns: Option<&str>,
+) -> anyhow::Result<()> {
     let ip = |args: &[&str]| -> anyhow::Result<()> {
         let mut command = Command::new("ip");
         if let Some(netns) = netns {
@@ -418,7 +435,9 @@ fn set_up_kernel_side(name: &str, address: &str, netns: Option<&str>) -> anyhow:
         // A kernel without IPv6 has nothing to turn off.
         tracing::debug!(twin = name, "IPv6 left as it is: {err:#}");
     }
-    ip(&["addr", "replace", address, "dev", name])?;
+    if let Some(address) = address {
+        ip(&["addr", "replace", address, "dev", name])?;
+    }
     ip(&["link", "set", "dev", name, "up"])?;
     Ok(())
 }
@@ -501,5 +520,40 @@ masquerade = ["wan"]
         assert!(err.starts_with("kernel_twins.netns:"), "{err}");
         let err = config("", "[kernel_twins]\npunt_burst = 0").unwrap_err();
         assert!(err.starts_with("kernel_twins.punt_burst:"), "{err}");
+    }
+
+    #[test]
+    fn dhcp_needs_a_twin_and_says_so_in_the_address_field() {
+        let dhcp = |extra: &str| config(&format!("{extra}\n"), "").map(|c| c.interfaces[0].address);
+        let text = |extra: &str| {
+            format!(
+                r#"
+[[interfaces]]
+name = "wan"
+device = "net_null0"
+address = "dhcp"
+{extra}
+"#
+            )
+        };
+        let load = |extra: &str| {
+            let dir = std::env::temp_dir().join(format!("gw-twins-dhcp-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("{}.toml", extra.len()));
+            std::fs::write(&path, text(extra)).unwrap();
+            let loaded = GatewayConfig::load(&path).map_err(|err| err.to_string());
+            let _ = std::fs::remove_file(&path);
+            loaded
+        };
+        let err = load("").unwrap_err();
+        assert!(err.starts_with("interfaces[0].address:"), "{err}");
+        assert!(err.contains("kernel twin"), "{err}");
+        let loaded = load("kernel_twin = true").unwrap();
+        assert!(loaded.interfaces[0].address.is_dhcp());
+        assert_eq!(punt_config(&loaded).dhcp_clients, vec![true]);
+        // A static address is no DHCP client.
+        assert_eq!(dhcp("").unwrap().cidr().map(|c| c.len), Some(24));
+        let err = load("kernel_twin = true\naddress2 = 1").unwrap_err();
+        assert!(err.contains("address2"), "{err}");
     }
 }

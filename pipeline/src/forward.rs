@@ -93,6 +93,9 @@ pub struct Pipeline {
     pub(crate) counters: Arc<WorkerCounters>,
     pub(crate) flows: FlowTable<FlowData>,
     pub(crate) nat: Option<NatPool>,
+    /// What the NAT pool is made of, but for its addresses: kept so that a new pool can be
+    /// made when the masquerade addresses change (a DHCP lease).
+    nat_setup: NatSetup,
     pub(crate) worker: u16,
     pub(crate) ownership: Ownership,
     meter: Option<Arc<HostMeter>>,
@@ -151,7 +154,14 @@ impl Pipeline {
                 .map_or(0, |config| config.rate_bps(link));
             Arc::new(QosStats::new(rate / workers))
         });
+        let nat_setup = NatSetup {
+            ports: setup.nat_ports.clone(),
+            bindings: setup.nat_bindings,
+            host_ports: setup.nat_host_ports,
+            hosts: setup.conntrack.hosts,
+        };
         let mut pipeline = Pipeline {
+            nat_setup,
             neighbors,
             icmp_errors,
             echo_requests,
@@ -204,8 +214,45 @@ impl Pipeline {
             }
         }
         let old = std::mem::replace(&mut self.router, router);
-        self.release_unforwarded_ports(&old);
+        if old.nat_addresses() != self.router.nat_addresses() {
+            self.renumber_nat();
+        } else {
+            self.release_unforwarded_ports(&old);
+        }
         self.reserve_forwarded_ports();
+    }
+
+    /// The masquerade addresses changed (a DHCP lease came, moved or went): a new pool on
+    /// the new addresses, holding the bindings of the flows whose address stays. Flows on an
+    /// address that went are ended by their next packet (`nat_address_gone`) or expire; their
+    /// release finds nothing in the new pool. Allocates, once per change, between bursts.
+    fn renumber_nat(&mut self) {
+        let addresses = self.router.nat_addresses();
+        let setup = &self.nat_setup;
+        let mut pool = (!addresses.is_empty())
+            .then(|| {
+                NatPool::new(
+                    &addresses,
+                    setup.ports.clone(),
+                    self.worker,
+                    self.ownership,
+                    setup.bindings,
+                )
+                .ok()
+            })
+            .flatten()
+            .map(|pool| pool.with_host_limit(setup.host_ports, setup.hosts));
+        if let Some(pool) = pool.as_mut() {
+            self.flows.export(0, |flow| {
+                if let Some((protocol, address, port)) = flow.data.binding {
+                    if pool.has_address(address) {
+                        let internal = (flow.original.src, flow.original.src_port);
+                        let _ = pool.restore(protocol, internal, (address, port));
+                    }
+                }
+            });
+        }
+        self.nat = pool;
     }
 
     /// Ports that `old`'s forwards kept out of masquerade and the current config no longer
@@ -384,6 +431,11 @@ impl Pipeline {
         if let Some(reason) = options_drop_reason(&ip) {
             return Verdict::Drop(reason);
         }
+        if self.router.punt.is_dhcp_client(ingress.port) {
+            if let Some(verdict) = self.punt_dhcp_answer(&ip, ingress) {
+                return verdict;
+            }
+        }
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let frame_len = ethernet::HEADER_LEN + usize::from(ip.total_len());
         let ttl = ip.ttl();
@@ -556,6 +608,9 @@ impl Pipeline {
             return self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error);
         };
         let egress = &self.router.interfaces[usize::from(next_hop.port)];
+        if !egress.has_address() {
+            return Verdict::Drop(DropReason::InterfaceUnaddressed);
+        }
         let too_big = usize::from(egress.mtu) < datagram_len;
         if too_big && dont_frag {
             let error = IcmpError::FragmentationNeeded { mtu: egress.mtu };
@@ -700,6 +755,15 @@ fn punt_bucket(punt: &crate::punt::PuntConfig) -> TokenBucket {
 /// Uplink and downlink policers counting into `stats`.
 fn policers(config: &QosConfig, stats: &[Arc<QosStats>; 2]) -> [Qos; 2] {
     stats.clone().map(|stats| Qos::with_stats(config, stats))
+}
+
+/// A worker's NAT pool settings, but for its addresses.
+#[derive(Clone, Debug)]
+struct NatSetup {
+    ports: RangeInclusive<u16>,
+    bindings: usize,
+    host_ports: u32,
+    hosts: usize,
 }
 
 /// The NAT pool of a worker, when any interface masquerades.

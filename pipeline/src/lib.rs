@@ -34,5 +34,5 @@ pub use counters::WorkerCounters;
 pub use forward::{Ingress, Pipeline, PrefetchStage, WorkerSetup};
 pub use neighbor_view::NeighborView;
 pub use packet::PacketBuf;
-pub use router::{IcmpLimits, Interface, RouterConfig, SourceValidation, StaticRoute};
+pub use router::{IcmpLimits, Interface, KernelRoute, RouterConfig, SourceValidation, StaticRoute};
 pub use verdict::{ControlWork, DropReason, Verdict};

@@ -30,6 +30,10 @@ pub const DHCP_CLIENT_PORT: u16 = 68;
 pub struct PuntConfig {
     /// Per interface, in port order: whether it has a twin to punt to.
     pub twins: Vec<bool>,
+    /// Per interface: whether a DHCP client on its twin gets its address (`address =
+    /// "dhcp"`), so that the DHCP server's answers go to the twin whatever their
+    /// destination (the address on offer, ours, broadcast).
+    pub dhcp_clients: Vec<bool>,
     /// Packets per second each worker may punt, with this burst; the rest are dropped as
     /// `punt_policed`.
     pub per_sec: u32,
@@ -46,6 +50,7 @@ impl PuntConfig {
     pub fn none(interfaces: usize) -> Self {
         PuntConfig {
             twins: vec![false; interfaces],
+            dhcp_clients: vec![false; interfaces],
             per_sec: Self::DEFAULT_PER_SEC,
             burst: Self::DEFAULT_BURST,
         }
@@ -54,6 +59,14 @@ impl PuntConfig {
     #[inline]
     pub fn has_twin(&self, port: u16) -> bool {
         self.twins.get(usize::from(port)).copied().unwrap_or(false)
+    }
+
+    #[inline]
+    pub fn is_dhcp_client(&self, port: u16) -> bool {
+        self.dhcp_clients
+            .get(usize::from(port))
+            .copied()
+            .unwrap_or(false)
     }
 }
 
@@ -68,6 +81,25 @@ impl Pipeline {
         } else {
             Verdict::Drop(DropReason::LocalDelivery)
         }
+    }
+
+    /// On an interface whose twin runs a DHCP client: a DHCP server's answer (UDP from port
+    /// 67 to port 68) goes to the twin, before any other check. The server sends it to the
+    /// address it offers (not ours yet), to ours when renewing, or to broadcast, and it is
+    /// the answer to the kernel's own request, as a reply is to a flow, so the `local`
+    /// rules (which drop from the WAN by default) do not apply. Policed as every punt.
+    #[cold]
+    pub(crate) fn punt_dhcp_answer<T: AsRef<[u8]>>(
+        &self,
+        ip: &Ipv4Packet<T>,
+        ingress: Ingress,
+    ) -> Option<Verdict> {
+        if ip.protocol() != ipv4::protocol::UDP || !self.router.punt.has_twin(ingress.port) {
+            return None;
+        }
+        let key = FlowKey::from_ipv4(ip).ok()?;
+        (key.src_port == DHCP_SERVER_PORT && key.dst_port == DHCP_CLIENT_PORT)
+            .then_some(Verdict::Punt { port: ingress.port })
     }
 
     /// A datagram the martian check refused. Broadcast DHCP (UDP to port 67 or 68, to the

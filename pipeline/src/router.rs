@@ -26,6 +26,14 @@ pub struct Interface {
 }
 
 impl Interface {
+    /// Whether the interface has an address: one whose address comes from the kernel
+    /// (`address = "dhcp"`) has none (0.0.0.0) until its first lease, and then no subnet,
+    /// no connected route and nothing to masquerade to.
+    #[inline]
+    pub fn has_address(&self) -> bool {
+        !self.addr.is_unspecified()
+    }
+
     fn mask(&self) -> u32 {
         u32::MAX
             .checked_shl(32u32.saturating_sub(u32::from(self.prefix_len)))
@@ -38,13 +46,25 @@ impl Interface {
 
     /// Whether `ip` is on this interface's connected subnet.
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
-        u32::from(ip) & self.mask() == u32::from(self.network())
+        self.has_address() && u32::from(ip) & self.mask() == u32::from(self.network())
     }
 
     /// The subnet's directed broadcast address.
     pub fn broadcast(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.addr) | !self.mask())
     }
+}
+
+/// A route the kernel installed on an interface's twin (`ip route`, a DHCP client, FRR),
+/// mirrored into the FIB. Connected and static routes win where both have the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelRoute {
+    pub destination: Ipv4Addr,
+    pub len: u8,
+    /// The interface whose twin the route is on.
+    pub port: u16,
+    /// None: on-link (`dev twin` without `via`).
+    pub via: Option<Ipv4Addr>,
 }
 
 /// A static route: `destination/len via gateway`.
@@ -225,6 +245,19 @@ impl RouterConfig {
         static_routes: &[StaticRoute],
         icmp: IcmpLimits,
     ) -> Result<RouterConfig, RouterError> {
+        Self::with_kernel_routes(interfaces, static_routes, &[], icmp)
+    }
+
+    /// As [`RouterConfig::new`], with the routes the kernel has on the twins. Precedence:
+    /// connected, then static, then kernel routes; a kernel route whose prefix one of the
+    /// others has is left out, as is a second kernel route for a prefix (the caller orders
+    /// them best first), one with host bits set, and one on an unknown port.
+    pub fn with_kernel_routes(
+        interfaces: Vec<Interface>,
+        static_routes: &[StaticRoute],
+        kernel_routes: &[KernelRoute],
+        icmp: IcmpLimits,
+    ) -> Result<RouterConfig, RouterError> {
         if interfaces.len() > 64 {
             return Err(RouterError::TooManyInterfaces);
         }
@@ -234,6 +267,7 @@ impl RouterConfig {
         let mut routes: Vec<Route> = interfaces
             .iter()
             .enumerate()
+            .filter(|(_, iface)| iface.has_address())
             .map(|(port, iface)| Route {
                 prefix: iface.network(),
                 len: iface.prefix_len,
@@ -248,6 +282,7 @@ impl RouterConfig {
                 .iter()
                 .position(|iface| {
                     iface.prefix_len > 0
+                        && iface.has_address()
                         && u32::from(route.via) & iface.mask() == u32::from(iface.network())
                 })
                 .ok_or(RouterError::UnreachableGateway(*route))?;
@@ -257,6 +292,29 @@ impl RouterConfig {
                 next_hop: NextHop {
                     port: port as u16,
                     gateway: Some(route.via),
+                },
+            });
+        }
+        for route in kernel_routes {
+            let mask = u32::MAX
+                .checked_shl(32u32.saturating_sub(u32::from(route.len)))
+                .unwrap_or(0);
+            let shadowed = routes
+                .iter()
+                .any(|other| (other.prefix, other.len) == (route.destination, route.len));
+            if shadowed
+                || route.len > 32
+                || u32::from(route.destination) & !mask != 0
+                || usize::from(route.port) >= interfaces.len()
+            {
+                continue;
+            }
+            routes.push(Route {
+                prefix: route.destination,
+                len: route.len,
+                next_hop: NextHop {
+                    port: route.port,
+                    gateway: route.via,
                 },
             });
         }
@@ -368,7 +426,7 @@ impl RouterConfig {
         self.interfaces
             .iter()
             .zip(&self.stateful.masquerade)
-            .filter(|(_, &masquerade)| masquerade)
+            .filter(|(iface, &masquerade)| masquerade && iface.has_address())
             .map(|(iface, _)| iface.addr)
             .collect()
     }
@@ -378,7 +436,7 @@ impl RouterConfig {
     pub fn local_port(&self, ip: Ipv4Addr) -> Option<u16> {
         self.interfaces
             .iter()
-            .position(|iface| iface.addr == ip)
+            .position(|iface| iface.addr == ip && iface.has_address())
             .map(|port| port as u16)
     }
 }

@@ -192,7 +192,25 @@ impl Pipeline {
     fn recheck(&mut self, id: crate::conntrack::FlowId) -> Option<Verdict> {
         let stateful = &self.router.stateful;
         let data = *self.flows.data(id);
-        if !stateful.recheck_established || data.generation == stateful.generation {
+        if data.generation == stateful.generation {
+            return None;
+        }
+        // Masqueraded to an address the gateway no longer has (its DHCP lease moved):
+        // nothing would come back to it, and new flows take the new address.
+        if let Some((_, external, _)) = data.binding {
+            if !self
+                .nat
+                .as_ref()
+                .is_some_and(|pool| pool.has_address(external))
+            {
+                let data = self.flows.remove(id);
+                release(&mut self.nat, &data);
+                return Some(Verdict::Drop(DropReason::NatAddressGone));
+            }
+        }
+        if !stateful.recheck_established {
+            // Checked once per config: a later config that rechecks has a new generation.
+            self.flows.data_mut(id).generation = stateful.generation;
             return None;
         }
         let original = self.flows.key(id, Direction::Original);
@@ -326,6 +344,9 @@ impl Pipeline {
         // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
         // port must see replies come back through the gateway, so its source becomes ours.
         let hairpin = dnat.is_some() && !stateful.masquerade[usize::from(ingress.port)];
+        if stateful.masquerade[egress] && !interfaces[egress].has_address() {
+            return Stage::Done(Verdict::Drop(DropReason::InterfaceUnaddressed));
+        }
         let snat_address = if stateful.masquerade[egress] {
             Some(None)
         } else if hairpin {

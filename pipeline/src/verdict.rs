@@ -183,6 +183,12 @@ drop_reasons! {
     /// An ARP reply the kernel sent on a twin for the gateway's own address: the dataplane
     /// answers those itself, so its ARP guard stays the only one that decides.
     KernelArpReply => "kernel_arp_reply",
+    /// Toward an interface that has no address yet (`address = "dhcp"` before its first
+    /// lease): nothing can be sent from it, nor masqueraded to it.
+    InterfaceUnaddressed => "interface_unaddressed",
+    /// A packet of a flow masqueraded to an address the gateway no longer has (the DHCP
+    /// lease moved): the flow is ended, so that new ones take the new address.
+    NatAddressGone => "nat_address_gone",
     /// The NIC's TX queue refused the packet.
     TxQueueFull => "tx_queue_full",
     /// No packet buffer was free to build a reply or a fragment.

@@ -63,6 +63,7 @@ fn gateway(twins: [bool; 2], rules: Vec<Rule>, lan_local: Action, budget: (u32, 
         .unwrap()
         .with_punt(PuntConfig {
             twins: twins.to_vec(),
+            dhcp_clients: vec![false; 2],
             per_sec: budget.0,
             burst: budget.1,
         })

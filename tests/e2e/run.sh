@@ -14,9 +14,10 @@ for test in test_*.sh; do
         failed+=("$test")
     fi
 done
-# The router, NAT, firewall and kernel twin checks, and sessions across a restart, again on
+# The router, NAT, firewall and kernel twin checks, sessions across a restart, and addresses
+# and routes from the kernel, again on
 # two workers (see with_e2e_workers in lib.sh).
-for test in test_router.sh test_nat.sh test_kernel_twins.sh test_snapshot.sh; do
+for test in test_router.sh test_nat.sh test_kernel_twins.sh test_snapshot.sh test_netlink.sh; do
     echo "== $test on two workers"
     if ! E2E_WORKERS=2 bash "$test"; then
         failed+=("$test (two workers)")

@@ -875,6 +875,11 @@ impl NatPool {
         ((hash * self.addresses.len() as u64) >> 32) as usize
     }
 
+    /// Whether `address` is one of this pool's external addresses.
+    pub fn has_address(&self, address: Ipv4Addr) -> bool {
+        self.addresses.binary_search(&address).is_ok()
+    }
+
     fn external_group(&self, protocol: u8, address: Ipv4Addr) -> Option<(usize, usize)> {
         let protocol = protocol_index(protocol)?;
         let address = self.addresses.binary_search(&address).ok()?;

@@ -1,0 +1,619 @@
+//! Addresses and routes from the kernel: the twins' side of the exception path, read back.
+//!
+//! An interface with `address = "dhcp"` gets its address from a DHCP client (dhcpcd,
+//! dhclient, systemd-networkd) running on its kernel twin; routing daemons (FRR) and the
+//! operator (`ip route add ... dev <twin>`) install routes on the twins. A thread of its own
+//! listens for the kernel's link, IPv4 address and IPv4 route notifications (rtnetlink, in
+//! the twins' namespace), and after each burst of them reads the twins' addresses and routes
+//! afresh (a dump: the kernel does not announce every route it drops with an address or a
+//! link, so state is always read, never pieced together from events). When the result
+//! differs from the last one, it goes to the control thread over its event channel, which
+//! rebuilds and publishes the router config the way a reload does. Nothing polls: the thread
+//! sleeps in `recv` until the kernel says something.
+//!
+//! What is taken: per "dhcp" interface, the twin's first IPv4 address with its prefix; per
+//! twin, the unicast IPv4 routes of the main table that leave by it, but for the kernel's own
+//! prefix routes (the connected subnet, which the dataplane derives from the address) and
+//! multipath routes (not mirrored). Precedence in the FIB: connected, then the config's
+//! static routes, then these (`pipeline::RouterConfig::with_kernel_routes`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteType,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use pipeline::KernelRoute;
+
+use crate::config::GatewayConfig;
+
+/// rtnetlink multicast groups (linux/rtnetlink.h): links, IPv4 addresses, IPv4 routes.
+const RTNLGRP_LINK: u32 = 1;
+const RTNLGRP_IPV4_IFADDR: u32 = 5;
+const RTNLGRP_IPV4_ROUTE: u32 = 7;
+/// The kernel's main routing table: what `ip route` and daemons use unless told otherwise.
+const RT_TABLE_MAIN: u32 = 254;
+/// Notifications that follow within this of the first are read in the same dump: a DHCP
+/// client sets its address and its route in two steps, FRR installs routes in bursts.
+const SETTLE: Duration = Duration::from_millis(20);
+/// How often the thread looks up from `recv` to see whether the gateway is stopping.
+const WAKE_TO_CHECK_STOP: Duration = Duration::from_millis(250);
+
+/// What the kernel has on the twins that the dataplane follows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelView {
+    /// Per interface, in interface order (empty: none known): the address and prefix length
+    /// of a "dhcp" interface's twin, None while it has none.
+    pub addresses: Vec<Option<(Ipv4Addr, u8)>>,
+    /// Routes on the twins, best first for each prefix (lowest metric).
+    pub routes: Vec<KernelRoute>,
+}
+
+impl KernelView {
+    /// The address of interface `index` if the kernel gave it one.
+    pub fn address(&self, index: usize) -> Option<(Ipv4Addr, u8)> {
+        self.addresses.get(index).copied().flatten()
+    }
+}
+
+/// Which kernel devices matter: the twins, by name, and which of them take their address
+/// from the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Followed {
+    /// Per interface: its twin's name, None without one.
+    pub twins: Vec<Option<String>>,
+    /// Per interface: `address = "dhcp"`.
+    pub dhcp: Vec<bool>,
+}
+
+impl Followed {
+    pub fn from_config(config: &GatewayConfig) -> Self {
+        Followed {
+            twins: crate::twins::twin_names(config),
+            dhcp: config
+                .interfaces
+                .iter()
+                .map(|i| i.address.is_dhcp())
+                .collect(),
+        }
+    }
+
+    /// Whether there is anything to follow: a twin (whose routes are mirrored).
+    pub fn any(&self) -> bool {
+        self.twins.iter().any(Option::is_some)
+    }
+}
+
+/// Reads a dump's messages (links, addresses, routes; anything else is ignored) into the
+/// view: the translation from netlink to the dataplane's terms, kept apart from the socket so
+/// that it can be tested on messages made in memory.
+pub fn view_from_messages<'a>(
+    followed: &Followed,
+    messages: impl IntoIterator<Item = &'a RouteNetlinkMessage>,
+) -> KernelView {
+    let mut names: HashMap<u32, String> = HashMap::new();
+    let mut addresses: Vec<(u32, Ipv4Addr, u8)> = Vec::new();
+    // (destination, len) -> (metric, port, via): the best route for each prefix.
+    let mut routes: BTreeMap<(u32, u8), (u32, u16, Option<Ipv4Addr>)> = BTreeMap::new();
+    let mut route_messages = Vec::new();
+    for message in messages {
+        match message {
+            RouteNetlinkMessage::NewLink(link) => {
+                if let Some(name) = link_name(link) {
+                    names.insert(link.header.index, name);
+                }
+            }
+            RouteNetlinkMessage::NewAddress(address) => {
+                if let Some(address) = ipv4_address(address) {
+                    addresses.push(address);
+                }
+            }
+            RouteNetlinkMessage::NewRoute(route) => route_messages.push(route),
+            _ => {}
+        }
+    }
+    let port_of = |index: u32| -> Option<usize> {
+        let name = names.get(&index)?;
+        followed
+            .twins
+            .iter()
+            .position(|twin| twin.as_deref() == Some(name.as_str()))
+    };
+    let mut view = KernelView {
+        addresses: vec![None; followed.twins.len()],
+        routes: Vec::new(),
+    };
+    for (index, addr, len) in addresses {
+        let Some(port) = port_of(index) else { continue };
+        if followed.dhcp[port] && view.addresses[port].is_none() {
+            view.addresses[port] = Some((addr, len));
+        }
+    }
+    for route in route_messages {
+        let Some(parsed) = ipv4_route(route) else {
+            continue;
+        };
+        let Some(port) = port_of(parsed.oif) else {
+            continue;
+        };
+        let key = (u32::from(parsed.destination), parsed.len);
+        let candidate = (parsed.metric, port as u16, parsed.via);
+        routes
+            .entry(key)
+            .and_modify(|best| {
+                if candidate.0 < best.0 {
+                    *best = candidate;
+                }
+            })
+            .or_insert(candidate);
+    }
+    view.routes = routes
+        .into_iter()
+        .map(|((destination, len), (_, port, via))| KernelRoute {
+            destination: Ipv4Addr::from(destination),
+            len,
+            port,
+            via,
+        })
+        .collect();
+    view
+}
+
+fn link_name(link: &LinkMessage) -> Option<String> {
+    link.attributes
+        .iter()
+        .find_map(|attribute| match attribute {
+            LinkAttribute::IfName(name) => Some(name.clone()),
+            _ => None,
+        })
+}
+
+/// (interface index, address, prefix length) of an IPv4 address; IFA_LOCAL is the address
+/// itself (IFA_ADDRESS is the peer's on point-to-point links).
+fn ipv4_address(message: &AddressMessage) -> Option<(u32, Ipv4Addr, u8)> {
+    if message.header.family != AddressFamily::Inet {
+        return None;
+    }
+    let address = |wanted_local: bool| {
+        message
+            .attributes
+            .iter()
+            .find_map(|attribute| match attribute {
+                AddressAttribute::Local(IpAddr::V4(addr)) if wanted_local => Some(*addr),
+                AddressAttribute::Address(IpAddr::V4(addr)) if !wanted_local => Some(*addr),
+                _ => None,
+            })
+    };
+    let addr = address(true).or_else(|| address(false))?;
+    (!addr.is_unspecified() && message.header.prefix_len <= 32).then_some((
+        message.header.index,
+        addr,
+        message.header.prefix_len,
+    ))
+}
+
+struct ParsedRoute {
+    destination: Ipv4Addr,
+    len: u8,
+    oif: u32,
+    via: Option<Ipv4Addr>,
+    metric: u32,
+}
+
+/// A unicast IPv4 route of the main table, leaving by one device; the kernel's prefix
+/// routes (proto kernel) and multipath routes are not taken.
+fn ipv4_route(message: &RouteMessage) -> Option<ParsedRoute> {
+    let header = &message.header;
+    if header.address_family != AddressFamily::Inet
+        || header.kind != RouteType::Unicast
+        || header.protocol == RouteProtocol::Kernel
+        || header.destination_prefix_length > 32
+    {
+        return None;
+    }
+    let mut table = u32::from(header.table);
+    let mut destination = Ipv4Addr::UNSPECIFIED;
+    let (mut oif, mut via, mut metric) = (None, None, 0);
+    for attribute in &message.attributes {
+        match attribute {
+            RouteAttribute::Table(id) => table = *id,
+            RouteAttribute::Destination(RouteAddress::Inet(addr)) => destination = *addr,
+            RouteAttribute::Gateway(RouteAddress::Inet(addr)) => via = Some(*addr),
+            RouteAttribute::Oif(index) => oif = Some(*index),
+            RouteAttribute::Priority(priority) => metric = *priority,
+            RouteAttribute::MultiPath(_) => return None,
+            _ => {}
+        }
+    }
+    if table != RT_TABLE_MAIN {
+        return None;
+    }
+    Some(ParsedRoute {
+        destination,
+        len: header.destination_prefix_length,
+        oif: oif?,
+        via,
+        metric,
+    })
+}
+
+/// The thread following the kernel: sends each new view to `send` (the first at once),
+/// until `stop` is set or `send` returns false (the receiver is gone). In `netns` if given.
+pub fn spawn(
+    followed: Followed,
+    netns: Option<String>,
+    stop: Arc<AtomicBool>,
+    send: impl Fn(KernelView) -> bool + Send + 'static,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+    let thread = std::thread::Builder::new()
+        .name("netlink".into())
+        .spawn(move || {
+            let sockets = open(netns.as_deref());
+            let (events, dumps) = match sockets {
+                Ok(sockets) => {
+                    let _ = ready_tx.send(Ok(()));
+                    sockets
+                }
+                Err(err) => {
+                    let _ = ready_tx.send(Err(err));
+                    return;
+                }
+            };
+            follow(&followed, &events, &dumps, &stop, send);
+        })
+        .context("starting the netlink thread")?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(err)) => {
+            let _ = thread.join();
+            Err(err)
+        }
+        Err(_) => bail!("the netlink thread ended before it opened its sockets"),
+    }
+}
+
+/// Two rtnetlink sockets in the twins' namespace: one subscribed to the notifications, one
+/// for dumps (so that a dump's answer never interleaves with notifications). The thread
+/// enters the namespace; the rest of the gateway stays where it is.
+fn open(netns: Option<&str>) -> anyhow::Result<(Socket, Socket)> {
+    if let Some(netns) = netns {
+        let path = format!("/run/netns/{netns}");
+        let file = std::fs::File::open(&path)
+            .with_context(|| format!("kernel_twins.netns: opening {path}"))?;
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .with_context(|| format!("kernel_twins.netns: entering {netns:?}"))?;
+    }
+    let mut events = Socket::new(NETLINK_ROUTE).context("opening an rtnetlink socket")?;
+    events
+        .bind(&SocketAddr::new(0, 0))
+        .context("binding the rtnetlink socket")?;
+    for group in [RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV4_ROUTE] {
+        events
+            .add_membership(group)
+            .with_context(|| format!("joining rtnetlink group {group}"))?;
+    }
+    let timeout = nix::sys::time::TimeVal::new(0, WAKE_TO_CHECK_STOP.as_micros() as i64);
+    nix::sys::socket::setsockopt(&events, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+        .context("setting the rtnetlink socket's receive timeout")?;
+    let mut dumps = Socket::new(NETLINK_ROUTE).context("opening an rtnetlink socket")?;
+    dumps.bind_auto().context("binding the rtnetlink socket")?;
+    dumps
+        .connect(&SocketAddr::new(0, 0))
+        .context("connecting the rtnetlink socket")?;
+    Ok((events, dumps))
+}
+
+fn follow(
+    followed: &Followed,
+    events: &Socket,
+    dumps: &Socket,
+    stop: &AtomicBool,
+    send: impl Fn(KernelView) -> bool,
+) {
+    let mut sequence = 0u32;
+    let mut last: Option<KernelView> = None;
+    let mut buffer = vec![0u8; 1 << 16];
+    let mut dirty = true;
+    while !stop.load(Ordering::Relaxed) {
+        if dirty {
+            match dump(dumps, &mut sequence) {
+                Ok(messages) => {
+                    let view = view_from_messages(followed, &messages);
+                    if last.as_ref() != Some(&view) {
+                        tracing::info!(
+                            addresses = ?view.addresses,
+                            routes = view.routes.len(),
+                            "kernel twins: addresses and routes changed"
+                        );
+                        if !send(view.clone()) {
+                            return;
+                        }
+                        last = Some(view);
+                    }
+                    dirty = false;
+                }
+                Err(err) => {
+                    tracing::warn!("kernel twins: reading addresses and routes: {err:#}");
+                    std::thread::sleep(WAKE_TO_CHECK_STOP);
+                    continue;
+                }
+            }
+        }
+        // Sleep until the kernel says something (or the timeout lets us check `stop`).
+        match events.recv(&mut &mut buffer[..], 0) {
+            Ok(_) => {
+                // Let the rest of the burst arrive, then read it all at once.
+                std::thread::sleep(SETTLE);
+                while let Ok(true) = drain_one(events, &mut buffer) {}
+                dirty = true;
+            }
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            // ENOBUFS: notifications were lost; the dump reads the state anyway. Anything
+            // else too, after a pause, so that a socket gone bad cannot spin the thread.
+            Err(err) => {
+                if err.raw_os_error() != Some(libc::ENOBUFS) {
+                    tracing::warn!("kernel twins: reading netlink notifications: {err}");
+                    std::thread::sleep(WAKE_TO_CHECK_STOP);
+                }
+                dirty = true;
+            }
+        }
+    }
+}
+
+/// Reads one pending notification without waiting. Ok(false): none pending.
+fn drain_one(events: &Socket, buffer: &mut [u8]) -> std::io::Result<bool> {
+    match events.recv(&mut &mut buffer[..], libc::MSG_DONTWAIT) {
+        Ok(_) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// Links, IPv4 addresses and IPv4 routes, as the kernel has them now.
+fn dump(socket: &Socket, sequence: &mut u32) -> anyhow::Result<Vec<RouteNetlinkMessage>> {
+    let mut link = LinkMessage::default();
+    link.header.interface_family = AddressFamily::Unspec;
+    let mut address = AddressMessage::default();
+    address.header.family = AddressFamily::Inet;
+    let mut route = RouteMessage::default();
+    route.header.address_family = AddressFamily::Inet;
+    let mut messages = Vec::new();
+    for request in [
+        RouteNetlinkMessage::GetLink(link),
+        RouteNetlinkMessage::GetAddress(address),
+        RouteNetlinkMessage::GetRoute(route),
+    ] {
+        *sequence = sequence.wrapping_add(1);
+        request_dump(socket, request, *sequence, &mut messages)?;
+    }
+    Ok(messages)
+}
+
+fn request_dump(
+    socket: &Socket,
+    request: RouteNetlinkMessage,
+    sequence: u32,
+    out: &mut Vec<RouteNetlinkMessage>,
+) -> anyhow::Result<()> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = sequence;
+    let mut message = NetlinkMessage::new(header, NetlinkPayload::from(request));
+    message.finalize();
+    let mut bytes = vec![0u8; message.buffer_len()];
+    message.serialize(&mut bytes);
+    socket
+        .send(&bytes, 0)
+        .context("sending an rtnetlink dump request")?;
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        let received = socket
+            .recv(&mut &mut buffer[..], 0)
+            .context("reading an rtnetlink dump")?;
+        let mut offset = 0;
+        while offset < received {
+            let message =
+                NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buffer[offset..received])
+                    .context("decoding an rtnetlink message")?;
+            let length = message.header.length as usize;
+            if message.header.sequence_number == sequence {
+                match message.payload {
+                    NetlinkPayload::Done(_) => return Ok(()),
+                    NetlinkPayload::Error(err) => {
+                        bail!("the kernel refused a dump: {:?}", err.code)
+                    }
+                    NetlinkPayload::InnerMessage(inner) => out.push(inner),
+                    _ => {}
+                }
+            }
+            if length == 0 {
+                break;
+            }
+            offset += (length + 3) & !3;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::address::AddressHeader;
+    use netlink_packet_route::route::RouteHeader;
+
+    fn followed() -> Followed {
+        Followed {
+            twins: vec![Some("lan".into()), Some("wan".into()), None],
+            dhcp: vec![false, true, false],
+        }
+    }
+
+    fn link(index: u32, name: &str) -> RouteNetlinkMessage {
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.attributes.push(LinkAttribute::IfName(name.into()));
+        RouteNetlinkMessage::NewLink(link)
+    }
+
+    fn address(index: u32, addr: [u8; 4], len: u8) -> RouteNetlinkMessage {
+        let mut message = AddressMessage::default();
+        message.header = AddressHeader {
+            family: AddressFamily::Inet,
+            prefix_len: len,
+            index,
+            ..AddressHeader::default()
+        };
+        let addr = IpAddr::V4(Ipv4Addr::from(addr));
+        message.attributes.push(AddressAttribute::Address(addr));
+        message.attributes.push(AddressAttribute::Local(addr));
+        RouteNetlinkMessage::NewAddress(message)
+    }
+
+    fn route(
+        destination: [u8; 4],
+        len: u8,
+        oif: u32,
+        via: Option<[u8; 4]>,
+        protocol: RouteProtocol,
+        metric: u32,
+    ) -> RouteNetlinkMessage {
+        let mut message = RouteMessage::default();
+        message.header.address_family = AddressFamily::Inet;
+        message.header.destination_prefix_length = len;
+        message.header.table = RouteHeader::RT_TABLE_MAIN;
+        message.header.protocol = protocol;
+        message.header.kind = RouteType::Unicast;
+        if len > 0 {
+            message
+                .attributes
+                .push(RouteAttribute::Destination(RouteAddress::Inet(
+                    destination.into(),
+                )));
+        }
+        if let Some(via) = via {
+            message
+                .attributes
+                .push(RouteAttribute::Gateway(RouteAddress::Inet(via.into())));
+        }
+        message.attributes.push(RouteAttribute::Oif(oif));
+        message.attributes.push(RouteAttribute::Priority(metric));
+        RouteNetlinkMessage::NewRoute(message)
+    }
+
+    #[test]
+    fn a_lease_on_the_wan_twin_is_its_address_and_the_lans_own_address_is_not_taken() {
+        let messages = [
+            link(1, "lo"),
+            link(7, "lan"),
+            link(9, "wan"),
+            address(1, [127, 0, 0, 1], 8),
+            address(7, [192, 168, 10, 1], 24),
+            address(9, [10, 0, 0, 50], 24),
+        ];
+        let view = view_from_messages(&followed(), &messages);
+        assert_eq!(
+            view.addresses,
+            [None, Some((Ipv4Addr::new(10, 0, 0, 50), 24)), None]
+        );
+        // No lease yet: no address.
+        let view = view_from_messages(&followed(), &messages[..5]);
+        assert_eq!(view.address(1), None);
+    }
+
+    #[test]
+    fn routes_on_twins_are_mirrored_and_the_rest_left_out() {
+        let messages = [
+            link(7, "lan"),
+            link(9, "wan"),
+            link(11, "eth0"),
+            // The DHCP client's default route on the WAN twin.
+            route([0; 4], 0, 9, Some([10, 0, 0, 2]), RouteProtocol::Boot, 0),
+            // The operator's, on-link.
+            route([198, 51, 100, 0], 24, 9, None, RouteProtocol::Static, 0),
+            // The kernel's prefix route for the twin's address: derived from the address.
+            route([10, 0, 0, 0], 24, 9, None, RouteProtocol::Kernel, 0),
+            // Not a twin.
+            route(
+                [172, 16, 0, 0],
+                12,
+                11,
+                Some([172, 16, 0, 1]),
+                RouteProtocol::Static,
+                0,
+            ),
+            // Two for one prefix: the lower metric wins.
+            route(
+                [203, 0, 113, 0],
+                24,
+                7,
+                Some([192, 168, 10, 9]),
+                RouteProtocol::Zebra,
+                20,
+            ),
+            route(
+                [203, 0, 113, 0],
+                24,
+                9,
+                Some([10, 0, 0, 3]),
+                RouteProtocol::Zebra,
+                10,
+            ),
+        ];
+        let view = view_from_messages(&followed(), &messages);
+        let expected = [
+            KernelRoute {
+                destination: Ipv4Addr::UNSPECIFIED,
+                len: 0,
+                port: 1,
+                via: Some(Ipv4Addr::new(10, 0, 0, 2)),
+            },
+            KernelRoute {
+                destination: Ipv4Addr::new(198, 51, 100, 0),
+                len: 24,
+                port: 1,
+                via: None,
+            },
+            KernelRoute {
+                destination: Ipv4Addr::new(203, 0, 113, 0),
+                len: 24,
+                port: 1,
+                via: Some(Ipv4Addr::new(10, 0, 0, 3)),
+            },
+        ];
+        assert_eq!(view.routes, expected);
+        // Gone from the dump, gone from the view.
+        let view = view_from_messages(&followed(), &messages[..4]);
+        assert_eq!(view.routes, expected[..1]);
+    }
+
+    #[test]
+    fn other_tables_and_families_are_not_taken() {
+        let mut local = route([10, 0, 0, 50], 32, 9, None, RouteProtocol::Static, 0);
+        if let RouteNetlinkMessage::NewRoute(message) = &mut local {
+            message.header.table = 255;
+            message.header.kind = RouteType::Local;
+        }
+        let mut other_table = route([1, 2, 3, 0], 24, 9, None, RouteProtocol::Static, 0);
+        if let RouteNetlinkMessage::NewRoute(message) = &mut other_table {
+            message.header.table = 100;
+        }
+        let messages = [link(9, "wan"), local, other_table];
+        assert!(view_from_messages(&followed(), &messages).routes.is_empty());
+    }
+}

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Addresses and routes from the kernel (netlink). The WAN interface is `address = "dhcp"`
+# with a kernel twin in the namespace gwlab-gw; dnsmasq in the WAN namespace plays the ISP's
+# DHCP server, dhclient runs on the WAN twin. Real daemons:
+# - before the first lease the WAN has no address: nothing leaves by it;
+# - dhclient gets a lease (10.0.0.50, no router) through the gateway (its DISCOVER goes out
+#   from the twin, dnsmasq's unicast OFFER and ACK are punted back to it), the gateway
+#   follows the twin's address, and LAN -> WAN traffic is masqueraded with it;
+# - a route added in the kernel on the twin (198.51.100.0/24 via the ISP) is used by the
+#   dataplane within a second, and no longer once it is removed;
+# - the ISP changes the lease (dnsmasq restarted with another range and a router, dhclient
+#   released and started again): new flows use 10.0.0.77, the default route from DHCP is
+#   followed, and the flow bound to the old address is ended (nat_address_gone).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ROOT/scripts/lablib.sh"
+
+TWIN_NS=gwlab-gw
+cleanup_netlink() {
+    for ns in "$TWIN_NS" gwlab-wan; do
+        if ip netns pids "$ns" >/dev/null 2>&1; then
+            ip netns pids "$ns" | xargs -r kill 2>/dev/null || true
+        fi
+    done
+    cleanup
+    ip netns del "$TWIN_NS" 2>/dev/null || true
+}
+trap cleanup_netlink EXIT
+gw() { ip netns exec "$TWIN_NS" "$@"; }
+
+for tool in dnsmasq dhclient; do
+    command -v "$tool" >/dev/null || fail "$tool is missing: make deps installs it"
+done
+"$ROOT/scripts/lab.sh" up >/dev/null
+ip netns del "$TWIN_NS" 2>/dev/null || true
+ip netns add "$TWIN_NS"
+ip -n "$TWIN_NS" link set lo up
+# A host beyond the ISP, for the routes: the WAN host answers for it.
+wan ip addr add 198.51.100.1/32 dev lo
+
+cat >"$WORK/netlink.toml" <<TOML
+[eal]
+hugepages = "auto"
+file_prefix = "gateway-e2e"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_af_packet0,iface=gwl-lan"
+address = "192.168.10.1/24"
+[[interfaces]]
+name = "wan"
+device = "net_af_packet1,iface=gwl-wan"
+address = "dhcp"
+kernel_twin = true
+[nat]
+masquerade = ["wan"]
+[kernel_twins]
+netns = "$TWIN_NS"
+[metrics]
+listen = "127.0.0.1:19133"
+TOML
+with_e2e_workers "$WORK/netlink.toml"
+METRICS=http://127.0.0.1:19133/metrics
+
+# check-config: "dhcp" only with a twin, and the error names the field.
+sed '/^kernel_twin = true$/d' "$WORK/netlink.toml" >"$WORK/no-twin.toml"
+if "$GATEWAY" check-config "$WORK/no-twin.toml" >"$WORK/check.txt" 2>&1; then
+    fail "check-config accepted address = \"dhcp\" without a kernel twin"
+fi
+grep -q 'interfaces\[1\]\.address' "$WORK/check.txt" ||
+    fail "check-config did not name interfaces[1].address: $(cat "$WORK/check.txt")"
+pass "check-config refuses \"dhcp\" without a twin, naming interfaces[1].address"
+"$GATEWAY" check-config "$WORK/netlink.toml" >"$WORK/check.txt" 2>&1 ||
+    fail "check-config refused the dhcp config: $(cat "$WORK/check.txt")"
+pass "check-config accepts \"dhcp\" with a twin"
+
+start_gateway "$WORK/netlink.toml"
+gw ip -4 addr show dev wan | grep -q inet && fail "the WAN twin has an address before DHCP"
+
+# The ISP's answer to "who am I": a UDP server on the WAN host that replies with the address
+# it sees the datagram come from; one per address, so that each answers from the address
+# it was asked on (a wildcard socket would answer from 10.0.0.2 whatever the question).
+for address in 10.0.0.2 198.51.100.1; do
+    wan python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 7007))
+while True:
+    data, peer = s.recvfrom(2048)
+    s.sendto(peer[0].encode(), peer)
+' "$address" >/dev/null 2>&1 &
+done
+# seen_as DESTINATION [SOURCE_PORT]: the address the WAN host saw, or "none".
+seen_as() {
+    lan python3 - "$@" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+if len(sys.argv) > 2:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(sys.argv[2])))
+s.settimeout(0.5)
+s.sendto(b"who", (sys.argv[1], 7007))
+try:
+    print(s.recvfrom(64)[0].decode())
+except (socket.timeout, OSError):
+    print("none")
+PY
+}
+[[ $(seen_as 10.0.0.2) == none ]] || fail "traffic left by the WAN before it had an address"
+pass "before the first lease nothing leaves by the WAN"
+
+# The ISP's DHCP server, first lease: 10.0.0.50, no router.
+isp_dhcp() { # RANGE_ADDRESS ROUTER_OPTION
+    # Not through the `wan` function: $! must be dnsmasq itself, for the kill below.
+    ip netns exec gwlab-wan dnsmasq --keep-in-foreground --port=0 --interface=eth0 --bind-interfaces \
+        --dhcp-range="$1,$1,255.255.255.0,10m" "--dhcp-option=$2" \
+        --dhcp-leasefile="$WORK/isp-$1.leases" --log-facility="$WORK/isp.log" --log-dhcp \
+        --user=root --no-ping --no-resolv --no-hosts &
+    ISP_PID=$!
+}
+isp_dhcp 10.0.0.50 "option:router"
+cat >"$WORK/dhclient-script" <<'SH'
+#!/bin/sh
+# The twin's address and default route only: nothing on the host (resolv.conf) is touched.
+case "$reason" in
+    PREINIT) ip link set dev "$interface" up ;;
+    BOUND|RENEW|REBIND|REBOOT)
+        if [ -n "$old_ip_address" ] && [ "$old_ip_address" != "$new_ip_address" ]; then
+            ip addr del "$old_ip_address/$old_subnet_mask" dev "$interface"
+        fi
+        ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface"
+        if [ -n "$new_routers" ]; then
+            ip route replace default via "${new_routers%% *}" dev "$interface"
+        fi ;;
+    RELEASE|EXPIRE|STOP|FAIL)
+        # Only the address this client was given: a late STOP must not take a newer one.
+        if [ -n "$old_ip_address" ]; then
+            ip addr del "$old_ip_address/$old_subnet_mask" dev "$interface"
+        fi ;;
+esac
+exit 0
+SH
+chmod +x "$WORK/dhclient-script"
+dhclient_wan() { # LEASE_FILE
+    gw timeout 30 dhclient -4 -1 -v -sf "$WORK/dhclient-script" -lf "$1" \
+        -pf "$WORK/dhclient.pid" wan >>"$WORK/dhclient.log" 2>&1 ||
+        fail "dhclient got no lease: $(tail -n 5 "$WORK/dhclient.log"); ISP: $(tail -n 5 "$WORK/isp.log" 2>/dev/null)"
+}
+sleep 0.5
+dhclient_wan "$WORK/dhclient-1.leases"
+expect_output "the WAN twin holds the lease 10.0.0.50" "inet 10\.0\.0\.50/24" gw ip -4 addr show dev wan
+grep -q "DHCPACK(eth0) 10.0.0.50" "$WORK/isp.log" || fail "the ISP logged no DHCPACK for 10.0.0.50"
+for _ in $(seq 1 20); do
+    grep -q "address from the kernel twin (dhcp) applied.*10.0.0.50/24" "$WORK/gateway.log" && break
+    sleep 0.1
+done
+grep -q "address from the kernel twin (dhcp) applied.*10.0.0.50/24" "$WORK/gateway.log" ||
+    fail "the gateway did not follow the twin's address"
+pass "the gateway follows the twin's address 10.0.0.50/24 (netlink)"
+[[ $(seen_as 10.0.0.2 40500) == 10.0.0.50 ]] || fail "LAN -> WAN was not masqueraded to 10.0.0.50"
+pass "LAN -> WAN is masqueraded with the leased address 10.0.0.50"
+
+# A kernel route on the twin: used within a second, and not once removed.
+[[ $(seen_as 198.51.100.1) == none ]] || fail "198.51.100.1 was reachable with no route to it"
+gw ip route add 198.51.100.0/24 via 10.0.0.2 dev wan
+added=$(date +%s%N)
+reached=
+for _ in $(seq 1 10); do
+    if [[ $(seen_as 198.51.100.1) == 10.0.0.50 ]]; then
+        reached=$(date +%s%N)
+        break
+    fi
+done
+[[ -n $reached ]] || fail "the kernel route 198.51.100.0/24 on the twin was not used: $(curl -sf "$METRICS" | grep -E "^gateway_(dropped|worker)" | grep -v " 0$")"
+elapsed_ms=$(((reached - added) / 1000000))
+((elapsed_ms <= 1000)) || fail "the kernel route took ${elapsed_ms} ms to be used"
+pass "a route added in the kernel on the WAN twin is used by the dataplane (${elapsed_ms} ms)"
+gw ip route del 198.51.100.0/24 via 10.0.0.2 dev wan
+sleep 0.3
+[[ $(seen_as 198.51.100.1) == none ]] || fail "198.51.100.1 was still reached after its kernel route went"
+pass "removed in the kernel, removed from the dataplane"
+
+# The ISP changes the lease: another address, and a default route now.
+kill "$ISP_PID"
+wait "$ISP_PID" 2>/dev/null || true
+kill -0 "$ISP_PID" 2>/dev/null && fail "the first DHCP server did not stop"
+isp_dhcp 10.0.0.77 "option:router,10.0.0.2"
+gone_before=$(metric 'gateway_dropped_packets_total{reason="nat_address_gone"')
+old_client=$(cat "$WORK/dhclient.pid")
+gw dhclient -r -sf "$WORK/dhclient-script" -lf "$WORK/dhclient-1.leases" \
+    -pf "$WORK/dhclient.pid" wan >>"$WORK/dhclient.log" 2>&1 || true
+for _ in $(seq 1 50); do
+    kill -0 "$old_client" 2>/dev/null || break
+    sleep 0.1
+done
+kill -0 "$old_client" 2>/dev/null && fail "the first dhclient did not stop on dhclient -r"
+gw ip -4 addr show dev wan | grep -q "inet 10\.0\.0\.50/" && fail "the released address is still on the twin"
+sleep 0.5
+dhclient_wan "$WORK/dhclient-2.leases"
+gw ip -4 addr show dev wan | grep -q "inet 10\.0\.0\.77/24" ||
+    fail "the WAN twin does not hold the new lease 10.0.0.77: $(gw ip -4 addr show dev wan); dhclient: $(tail -n 12 "$WORK/dhclient.log"); ISP: $(tail -n 6 "$WORK/isp.log")"
+pass "the WAN twin holds the new lease 10.0.0.77"
+for _ in $(seq 1 20); do
+    grep -q "address from the kernel twin (dhcp) applied.*10.0.0.77/24" "$WORK/gateway.log" && break
+    sleep 0.1
+done
+# The flow from port 40500 was bound to 10.0.0.50: its next packet ends it, the one after
+# is a new flow on the new address.
+seen_as 10.0.0.2 40500 >/dev/null
+gone=$(($(metric 'gateway_dropped_packets_total{reason="nat_address_gone"') - gone_before))
+((gone >= 1)) || fail "the flow bound to the old address was not ended (nat_address_gone $gone)"
+pass "the flow bound to 10.0.0.50 was ended ($gone nat_address_gone)"
+[[ $(seen_as 10.0.0.2 40500) == 10.0.0.77 ]] || fail "the host's next flow was not masqueraded to 10.0.0.77"
+[[ $(seen_as 10.0.0.2) == 10.0.0.77 ]] || fail "new flows were not masqueraded to 10.0.0.77"
+pass "after the ISP changed the lease, new flows use 10.0.0.77"
+expect_output "the default route from the new lease is in the twin's kernel" \
+    "default via 10\.0\.0\.2 dev wan" gw ip route show
+[[ $(seen_as 198.51.100.1) == 10.0.0.77 ]] || fail "the DHCP default route was not followed"
+pass "the default route from DHCP is followed: 198.51.100.1 reached through it"
+assert_no_conntrack_invalid
+stop_gateway
+pass "the gateway stops cleanly"
