@@ -81,11 +81,12 @@ fuzz_target!(|data: &[u8]| {
         let _ = iface.eal_devices();
     }
     let _ = config.zone_names();
-    if config
-        .interfaces
-        .iter()
-        .any(|iface| iface.address.len < SHORTEST_COMPILED_PREFIX)
-    {
+    if config.interfaces.iter().any(|iface| {
+        iface
+            .address
+            .cidr()
+            .is_some_and(|cidr| cidr.len < SHORTEST_COMPILED_PREFIX)
+    }) {
         return;
     }
     config
