@@ -514,7 +514,9 @@ fn serve(
             }
             Some(ControlEvent::Kernel(view)) => {
                 apply_kernel(&running, &macs, &view, &router_published, &qos_stats);
-                *kernel_for_loads.lock().unwrap_or_else(PoisonError::into_inner) = view;
+                *kernel_for_loads
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = view;
                 policed_rates = qos_rates(&router_published);
             }
             Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {

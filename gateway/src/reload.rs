@@ -205,7 +205,10 @@ impl Loader {
                 while requested.recv().is_ok() {
                     // One load answers every request made so far.
                     while requested.try_recv().is_ok() {}
-                    let view = kernel.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                    let view = kernel
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
                     let loaded = load_for_reload(&path, &running, &macs, &view);
                     if let Loaded::Ready { config, .. } = &loaded {
                         running = (**config).clone();
@@ -441,9 +444,15 @@ mod tests {
             .map(|i| [2, 0, 0, 0, 0, i as u8])
             .collect();
         let (done, loaded) = crossbeam_channel::unbounded();
-        let loader = Loader::start(path.clone(), running, macs, Default::default(), move |result| {
-            let _ = done.send((Instant::now(), result));
-        })
+        let loader = Loader::start(
+            path.clone(),
+            running,
+            macs,
+            Default::default(),
+            move |result| {
+                let _ = done.send((Instant::now(), result));
+            },
+        )
         .unwrap();
 
         let asked = Instant::now();
@@ -514,9 +523,15 @@ mod tests {
         std::fs::write(&path, changed).unwrap();
         let macs = vec![[2, 0, 0, 0, 0, 0]; running.interfaces.len()];
         let (done, loaded) = crossbeam_channel::unbounded();
-        let loader = Loader::start(path, running.clone(), macs, Default::default(), move |result| {
-            let _ = done.send(result);
-        })
+        let loader = Loader::start(
+            path,
+            running.clone(),
+            macs,
+            Default::default(),
+            move |result| {
+                let _ = done.send(result);
+            },
+        )
         .unwrap();
         loader.request();
         let first = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
