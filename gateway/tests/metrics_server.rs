@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::*;
+
 use gateway::bonds::BondWatch;
 use gateway::metrics::{
     self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, HEADER_READ_TIMEOUT,
-    MAX_CONNECTIONS,
 };
 use gateway::published::Published;
 use pipeline::WorkerCounters;
@@ -111,75 +113,32 @@ fn scrape(addr: SocketAddr) -> Duration {
     elapsed
 }
 
-fn threads_of_this_process() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("a Threads: line")
-}
-
-/// Sends the start of a request and then one header byte every 100 ms, for ever; when the
-/// server closes the connection, opens a new one and starts again. Counts the closes.
-fn trickle(addr: SocketAddr, stop: Arc<AtomicBool>, closed: Arc<AtomicUsize>) {
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(mut stream) = TcpStream::connect(addr) else {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        };
-        let mut sent = stream.write_all(b"GET /metrics HTTP/1.1\r\nX-Trickle: ");
-        while sent.is_ok() && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-            sent = stream.write_all(b"a");
-        }
-        if sent.is_err() {
-            closed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 #[test]
 fn idle_connections_and_trickling_clients_leave_scrapes_answered_on_few_threads() {
     let server = Server::start();
     let threads_before = threads_of_this_process();
 
-    let mut idle = Vec::new();
-    for _ in 0..1000 {
-        idle.push(TcpStream::connect(server.addr).expect("open an idle connection"));
-    }
-    // The server holds at most MAX_CONNECTIONS of them (and the evicted ones close at once):
-    // this process's descriptors are the 1,000 client ends and not many more.
-    std::thread::sleep(Duration::from_millis(300));
-    let descriptors = std::fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .count();
-    assert!(
-        descriptors < 1000 + MAX_CONNECTIONS + 100,
-        "{descriptors} open descriptors: the server holds more than {MAX_CONNECTIONS} connections"
-    );
+    let idle = open_idle_connections(server.addr, 1000);
 
     let stop = Arc::new(AtomicBool::new(false));
     let closed = Arc::new(AtomicUsize::new(0));
     let tricklers: Vec<_> = (0..4)
         .map(|_| {
             let (stop, closed) = (stop.clone(), closed.clone());
-            std::thread::spawn(move || trickle(server.addr, stop, closed))
+            // The start of a request, then one header byte at a time.
+            let request = (&b"GET /metrics HTTP/1.1\r\nX-Trickle: "[..], &b"a"[..]);
+            std::thread::spawn(move || trickle(server.addr, request, stop, closed))
         })
         .collect();
 
     // Scrape for a while longer than the header timeout, so the tricklers have been closed
     // and have come back at least once.
     let until = Instant::now() + HEADER_READ_TIMEOUT * 2 + Duration::from_millis(500);
-    let mut scrapes = 0;
-    let mut slowest = Duration::ZERO;
-    let mut most_threads = 0;
-    while Instant::now() < until {
-        slowest = slowest.max(scrape(server.addr));
-        most_threads = most_threads.max(threads_of_this_process());
-        scrapes += 1;
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let Scrapes {
+        count: scrapes,
+        slowest,
+        most_threads,
+    } = scrape_until(until, Duration::from_millis(250), || scrape(server.addr));
 
     stop.store(true, Ordering::Relaxed);
     for trickler in tricklers {
@@ -205,20 +164,7 @@ fn idle_connections_and_trickling_clients_leave_scrapes_answered_on_few_threads(
     );
     // By now the server closed every idle connection: past the header timeout, or as the
     // oldest beyond its connection limit.
-    let still_open = idle
-        .iter()
-        .filter(|&stream| {
-            let mut stream: &TcpStream = stream;
-            stream
-                .set_read_timeout(Some(Duration::from_millis(20)))
-                .expect("read timeout");
-            // No end of stream (nor a last answer) within the timeout: still open.
-            matches!(
-                stream.read(&mut [0; 64]),
-                Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
-            )
-        })
-        .count();
+    let still_open = still_open(&idle);
     assert_eq!(still_open, 0, "{still_open} idle connections still open");
 }
 

@@ -5,7 +5,10 @@
 //! connection limits of `metrics_server.rs` holding with TLS on: 1,000 idle connections and
 //! clients trickling a handshake leave every scrape answered within a second on few threads.
 
-use std::io::{ErrorKind, Read, Write};
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -16,8 +19,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use gateway::bonds::BondWatch;
 use gateway::metrics::{
-    self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, MAX_CONNECTIONS,
-    TLS_HANDSHAKE_TIMEOUT,
+    self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, TLS_HANDSHAKE_TIMEOUT,
 };
 use gateway::published::Published;
 use gateway::web_config::{self, WebConfig};
@@ -377,20 +379,18 @@ fn a_flood_of_wrong_passwords_leaves_a_known_scraper_served() {
         })
         .collect();
     let until = Instant::now() + Duration::from_secs(4);
-    let mut scrapes = 0;
-    let mut slowest = Duration::ZERO;
-    let mut most_threads = 0;
-    while Instant::now() < until {
+    let Scrapes {
+        count: scrapes,
+        slowest,
+        most_threads,
+    } = scrape_until(until, Duration::from_millis(200), || {
         let start = Instant::now();
         assert_eq!(
             get(Some(("prometheus", "s3cret"))).status_line,
             "HTTP/1.1 200 OK"
         );
-        slowest = slowest.max(start.elapsed());
-        most_threads = most_threads.max(threads_of_this_process());
-        scrapes += 1;
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        start.elapsed()
+    });
     stop.store(true, Ordering::Relaxed);
     for flooder in flooders {
         flooder.join().expect("flooder");
@@ -424,36 +424,6 @@ fn client_certificates_are_required_and_verified_when_asked_for() {
     assert!(scrape(server.addr, &pki.client(true)) < Duration::from_secs(1));
 }
 
-fn threads_of_this_process() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("a Threads: line")
-}
-
-/// Starts a TLS handshake record announcing 512 bytes and then sends one of them every
-/// 100 ms, for ever; when the server closes the connection, starts again. Counts the closes.
-fn trickle_handshake(addr: SocketAddr, stop: Arc<AtomicBool>, closed: Arc<AtomicUsize>) {
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(mut stream) = TcpStream::connect(addr) else {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        };
-        // Handshake record, TLS 1.0 record version (as ClientHellos have), 512 bytes; then
-        // a ClientHello's type (1) and length, and zeros.
-        let mut sent = stream.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc]);
-        while sent.is_ok() && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-            sent = stream.write_all(&[0]);
-        }
-        if sent.is_err() {
-            closed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 #[test]
 fn with_tls_idle_connections_and_trickled_handshakes_leave_scrapes_answered_on_few_threads() {
     let pki = Pki::new("idle");
@@ -461,38 +431,31 @@ fn with_tls_idle_connections_and_trickled_handshakes_leave_scrapes_answered_on_f
     let client = pki.client(false);
     let threads_before = threads_of_this_process();
 
-    let mut idle = Vec::new();
-    for _ in 0..1000 {
-        idle.push(TcpStream::connect(server.addr).expect("open an idle connection"));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let descriptors = std::fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .count();
-    assert!(
-        descriptors < 1000 + MAX_CONNECTIONS + 100,
-        "{descriptors} open descriptors: the server holds more than {MAX_CONNECTIONS} connections"
-    );
+    let idle = open_idle_connections(server.addr, 1000);
 
     let stop = Arc::new(AtomicBool::new(false));
     let closed = Arc::new(AtomicUsize::new(0));
     let tricklers: Vec<_> = (0..4)
         .map(|_| {
             let (stop, closed) = (stop.clone(), closed.clone());
-            std::thread::spawn(move || trickle_handshake(server.addr, stop, closed))
+            // A handshake record, TLS 1.0 record version (as ClientHellos have), announcing 512
+            // bytes; a ClientHello's type (1) and length; then zeros, one at a time.
+            let hello = (
+                &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc][..],
+                &[0][..],
+            );
+            std::thread::spawn(move || trickle(server.addr, hello, stop, closed))
         })
         .collect();
 
     let until = Instant::now() + TLS_HANDSHAKE_TIMEOUT * 2 + Duration::from_millis(500);
-    let mut scrapes = 0;
-    let mut slowest = Duration::ZERO;
-    let mut most_threads = 0;
-    while Instant::now() < until {
-        slowest = slowest.max(scrape(server.addr, &client));
-        most_threads = most_threads.max(threads_of_this_process());
-        scrapes += 1;
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let Scrapes {
+        count: scrapes,
+        slowest,
+        most_threads,
+    } = scrape_until(until, Duration::from_millis(250), || {
+        scrape(server.addr, &client)
+    });
     stop.store(true, Ordering::Relaxed);
     for trickler in tricklers {
         trickler.join().expect("trickler");
@@ -513,19 +476,7 @@ fn with_tls_idle_connections_and_trickled_handshakes_leave_scrapes_answered_on_f
         closed.load(Ordering::Relaxed)
     );
     // Every idle connection is closed by now: past the handshake timeout, or evicted.
-    let still_open = idle
-        .iter()
-        .filter(|&stream| {
-            let mut stream: &TcpStream = stream;
-            stream
-                .set_read_timeout(Some(Duration::from_millis(20)))
-                .expect("read timeout");
-            matches!(
-                stream.read(&mut [0; 64]),
-                Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
-            )
-        })
-        .count();
+    let still_open = still_open(&idle);
     assert_eq!(still_open, 0, "{still_open} idle connections still open");
 }
 
