@@ -148,6 +148,11 @@ fn is_tcp(frame: &[u8]) -> bool {
     frame.len() > 23 && frame[12..14] == [0x08, 0x00] && frame[23] == 6
 }
 
+/// The flood's SYNs in a burst the gateway sent.
+fn syns_in(batch: &MbufBatch) -> u64 {
+    batch.packets().filter(|frame| is_tcp(frame)).count() as u64
+}
+
 pub fn run(options: &BenchOptions) -> anyhow::Result<()> {
     const MEMORY_MB: u32 = 256;
     let no_huge = !hugepages_available(MEMORY_MB);
@@ -613,7 +618,7 @@ impl Lab {
     fn discard_output(&mut self) {
         let mut batch = MbufBatch::new();
         while self.lan_tx.dequeue(&mut batch) > 0 || self.wan_tx.dequeue(&mut batch) > 0 {
-            self.forwarded_syns += batch.packets().filter(|frame| is_tcp(frame)).count() as u64;
+            self.forwarded_syns += syns_in(&batch);
             batch.free_all();
         }
     }
@@ -728,8 +733,7 @@ impl Lab {
                     }
                 }
                 while self.lan_tx.dequeue(&mut batch) > 0 {
-                    self.forwarded_syns +=
-                        batch.packets().filter(|frame| is_tcp(frame)).count() as u64;
+                    self.forwarded_syns += syns_in(&batch);
                     for mut mbuf in batch.drain() {
                         if self.traffic.syn_due(syn_percent) {
                             let len = self.traffic.spoofed_syn(mbuf.room_mut());

@@ -32,9 +32,11 @@ impl<T> Published<T> {
     pub fn publish(&self, value: Arc<T>) {
         let old = self.value.swap(value);
         self.version.fetch_add(1, Ordering::Release);
-        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
-        retired.push(old);
-        retired.retain(|snapshot| Arc::strong_count(snapshot) > 1);
+        self.retired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(old);
+        self.free_retired();
     }
 
     /// Frees the replaced snapshots no worker holds any more, on the caller's thread: the
