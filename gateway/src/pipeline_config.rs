@@ -66,6 +66,7 @@ pub fn worker_setup(
         nat_bindings: config.nat.binding_capacity,
         nat_host_ports: config.nat.host_ports,
         meter,
+        fast_path: true,
     }
 }
 

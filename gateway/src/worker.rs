@@ -4,10 +4,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use arrayvec::ArrayVec;
 use pipeline::control::admits_to_control;
 use pipeline::{
-    DropReason, Ingress, NeighborView, PacketBuf, Pipeline, PrefetchStage, RouterConfig, Verdict,
-    WorkerCounters,
+    DropReason, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict, WorkerCounters,
+    MAX_BURST,
 };
 
 use crate::clock::Clock;
@@ -28,6 +29,15 @@ const IDLE_UPKEEP_NS: u64 = 100_000;
 /// Packets each worker's ring to the control thread holds. Echo requests and packets
 /// awaiting ARP may fill only half of it (`pipeline::control::admits_to_control`).
 pub const CONTROL_RING_CAPACITY: u32 = 1024;
+
+// A whole rx burst goes through the pipeline at once.
+const _: () = assert!(dpdk::BURST_SIZE <= MAX_BURST);
+
+/// Filler for the unused slots of a burst's ingress array.
+const UNSET_INGRESS: Ingress = Ingress {
+    port: 0,
+    handed_off: false,
+};
 
 /// Everything a worker owns or reads, handed to it at launch.
 pub struct Worker {
@@ -74,30 +84,63 @@ impl Worker {
         (poll.pipeline, now_ns)
     }
 
-    /// Runs the pipeline over the mbuf's bytes and sets its new length.
+    /// Runs the pipeline over a burst (`pipeline.process_burst`, which prefetches and takes
+    /// established flows by the fast path), sets each mbuf's new length and dispatches its
+    /// verdict. `ingress_of` says how each packet arrived; None drops it (a handed-off packet
+    /// naming no interface).
     #[inline]
-    fn handle(
-        &self,
+    fn process_batch(
+        &mut self,
         pipeline: &mut Pipeline,
-        mbuf: &mut Mbuf,
-        ingress: Ingress,
+        batch: &mut MbufBatch,
+        ingress_of: impl Fn(&Mbuf) -> Option<Ingress>,
         now_ns: u64,
-    ) -> Option<Verdict> {
-        if mbuf.segments() != 1 {
-            self.counters.record_drop(DropReason::MultiSegment);
-            return None;
+        control: &mut MbufBatch,
+    ) {
+        let counters = &self.counters;
+        batch.retain(|mbuf| {
+            if mbuf.segments() != 1 {
+                counters.record_drop(DropReason::MultiSegment);
+                return false;
+            }
+            let Some(ingress) = ingress_of(mbuf) else {
+                counters.record_drop(DropReason::NotOurMac);
+                return false;
+            };
+            // On the gateway's own rings (control, handoff) the port field names the
+            // interface the packet came in by: a bond member's DPDK port id would not.
+            mbuf.set_port(ingress.port);
+            true
+        });
+        let mut ingress = [UNSET_INGRESS; MAX_BURST];
+        let mut verdicts = [Verdict::Drop(DropReason::NotOurMac); MAX_BURST];
+        let mut lens = [0usize; MAX_BURST];
+        {
+            let mut packets = ArrayVec::<PacketBuf, MAX_BURST>::new();
+            for (mbuf, ingress) in batch.iter_mut().zip(&mut ingress) {
+                mbuf.prefetch();
+                *ingress = ingress_of(mbuf).unwrap_or(UNSET_INGRESS);
+                let (len, good) = (mbuf.len(), mbuf.rx_l4_checksum_good());
+                packets.push(PacketBuf::new(mbuf.room_mut(), len).with_l4_checksum_good(good));
+            }
+            let count = packets.len();
+            pipeline.process_burst(
+                &mut packets,
+                &ingress[..count],
+                now_ns,
+                &mut verdicts[..count],
+                dpdk::prefetch,
+            );
+            for (len, packet) in lens.iter_mut().zip(&packets) {
+                *len = packet.len();
+            }
         }
-        // On the gateway's own rings (control, handoff) the port field names the interface
-        // the packet came in by: a bond member's DPDK port id would not.
-        mbuf.set_port(ingress.port);
-        let len = mbuf.len();
-        let l4_checksum_good = mbuf.rx_l4_checksum_good();
-        let mut pkt = PacketBuf::new(mbuf.room_mut(), len).with_l4_checksum_good(l4_checksum_good);
-        let verdict = pipeline.process_from(&mut pkt, ingress, now_ns);
-        let new_len = pkt.len();
-        // The pipeline only ever sets lengths within the room it was given.
-        mbuf.set_len(new_len).ok()?;
-        Some(verdict)
+        for ((mut mbuf, verdict), len) in batch.drain().zip(verdicts).zip(lens) {
+            // The pipeline only ever sets lengths within the room it was given.
+            if mbuf.set_len(len).is_ok() {
+                self.dispatch(pipeline, mbuf, verdict, control);
+            }
+        }
     }
 
     #[inline]
@@ -148,20 +191,15 @@ impl Worker {
             return 0;
         }
         self.counters.handoffs_received.add(arrived as u64);
-        for mut mbuf in batch.drain() {
+        let ports = self.egress.port_count();
+        let ingress_of = |mbuf: &Mbuf| {
             let port = mbuf.port().0;
-            if usize::from(port) >= self.egress.port_count() {
-                self.counters.record_drop(DropReason::NotOurMac);
-                continue;
-            }
-            let ingress = Ingress {
+            (usize::from(port) < ports).then_some(Ingress {
                 port,
                 handed_off: true,
-            };
-            if let Some(verdict) = self.handle(pipeline, &mut mbuf, ingress, now_ns) {
-                self.dispatch(pipeline, mbuf, verdict, control);
-            }
-        }
+            })
+        };
+        self.process_batch(pipeline, batch, ingress_of, now_ns, control);
         arrived
     }
 
@@ -272,35 +310,24 @@ impl WorkerLoop {
             }
             received += self.rx.len();
             worker.counters.rx_packets.add(self.rx.len() as u64);
-            if !self.bypass_pipeline {
-                // Flow lookups miss the cache with many flows: start every packet's two
-                // dependent reads before processing the first, so the misses overlap.
-                for stage in [PrefetchStage::Index, PrefetchStage::Flow] {
-                    for frame in self.rx.packets() {
-                        if let Some(address) = pipeline.prefetch_address(frame, stage) {
-                            dpdk::prefetch(address);
-                        }
-                    }
+            if self.bypass_pipeline {
+                let other = ((ingress + 1) % ports) as u16;
+                for mbuf in self.rx.drain() {
+                    worker.egress.send(other, mbuf, &worker.counters);
                 }
+                continue;
             }
-            let mut packets = self.rx.drain().peekable();
-            while let Some(mut mbuf) = packets.next() {
-                if let Some(next) = packets.peek() {
-                    next.prefetch();
-                }
-                if self.bypass_pipeline {
-                    let other = (ingress + 1) % ports;
-                    worker.egress.send(other as u16, mbuf, &worker.counters);
-                    continue;
-                }
-                let ingress = Ingress {
-                    port: ingress as u16,
-                    handed_off: false,
-                };
-                if let Some(verdict) = worker.handle(pipeline, &mut mbuf, ingress, now_ns) {
-                    worker.dispatch(pipeline, mbuf, verdict, &mut self.control);
-                }
-            }
+            let ingress = Ingress {
+                port: ingress as u16,
+                handed_off: false,
+            };
+            worker.process_batch(
+                pipeline,
+                &mut self.rx,
+                |_| Some(ingress),
+                now_ns,
+                &mut self.control,
+            );
         }
         received += worker.process_handed_off(pipeline, &mut self.rx, &mut self.control, now_ns);
         if received > 0 || now_ns >= self.next_idle_upkeep_ns {

@@ -51,6 +51,8 @@ impl Gauge {
 pub struct WorkerCounters {
     pub rx_packets: Counter,
     pub transmitted: Counter,
+    /// Packets the established fast path decided ([`crate::fast_path`]), whatever it decided.
+    pub fast_path: Counter,
     pub fragmented: Counter,
     pub to_control: Counter,
     /// Packets for the kernel twins (punted), and what the kernel sent on them to the wire.
@@ -83,6 +85,7 @@ impl Default for WorkerCounters {
         WorkerCounters {
             rx_packets: Counter::default(),
             transmitted: Counter::default(),
+            fast_path: Counter::default(),
             fragmented: Counter::default(),
             to_control: Counter::default(),
             punted: Counter::default(),

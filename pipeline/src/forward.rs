@@ -47,6 +47,9 @@ pub struct WorkerSetup {
     /// has the traffic meter on. Shared so the metrics thread can read what this worker alone
     /// writes. None: the meter cannot be switched on.
     pub meter: Option<Arc<HostMeter>>,
+    /// Established flows take the fast path ([`crate::fast_path`]). Off only to compare the
+    /// two paths (the differential test, a bench run of the full path alone).
+    pub fast_path: bool,
 }
 
 impl Default for WorkerSetup {
@@ -59,15 +62,9 @@ impl Default for WorkerSetup {
             nat_bindings: 1 << 16,
             nat_host_ports: DEFAULT_HOST_PORTS,
             meter: None,
+            fast_path: true,
         }
     }
-}
-
-/// The two dependent memory reads of a flow lookup, prefetched one after the other.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrefetchStage {
-    Index,
-    Flow,
 }
 
 /// How a packet reached this worker.
@@ -108,6 +105,11 @@ pub struct Pipeline {
     /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
     /// time, which the per-packet path must not ask the OS for.
     pub(crate) unix_epoch_at_zero: i64,
+    /// Stamps the flows' forwarding shortcuts ([`crate::fast_path`]): advanced by every new
+    /// router config and neighbour view, so a shortcut made under older ones is not used.
+    pub(crate) epoch: u32,
+    /// Whether established flows may take the fast path (`WorkerSetup::fast_path`).
+    pub(crate) fast_path: bool,
 }
 
 impl Pipeline {
@@ -174,6 +176,8 @@ impl Pipeline {
             meter: setup.meter,
             inspector: ContentInspector::new(DEFAULT_SLOTS),
             unix_epoch_at_zero: 0,
+            epoch: crate::fast_path::FIRST_EPOCH,
+            fast_path: setup.fast_path,
             qos: router
                 .qos
                 .as_ref()
@@ -192,6 +196,7 @@ impl Pipeline {
 
     /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
+        self.epoch = crate::fast_path::next_epoch(self.epoch);
         if router.icmp != self.router.icmp {
             self.icmp_errors = IcmpBudgets::new(&router.icmp);
             self.echo_requests = echo_bucket(&router.icmp);
@@ -284,6 +289,7 @@ impl Pipeline {
 
     /// Swaps in the control thread's latest neighbour view. Called between bursts.
     pub fn set_neighbors(&mut self, neighbors: Arc<NeighborView>) {
+        self.epoch = crate::fast_path::next_epoch(self.epoch);
         self.neighbors = neighbors;
     }
 
@@ -291,20 +297,15 @@ impl Pipeline {
         &self.counters
     }
 
-    /// Decides the fate of a packet received on `ingress`, rewriting it in place, and counts
-    /// the decision.
-    #[inline]
-    pub fn process(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
-        let ingress = Ingress {
-            port: ingress,
-            handed_off: false,
-        };
-        self.process_from(pkt, ingress, now_ns)
-    }
-
-    /// As `process`, for a packet that may have come from another worker.
-    #[inline]
-    pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
+    /// The full path for one packet: every check, the stateful stage, routing, and the
+    /// features; counts the decision. The fast path ([`crate::fast_path`]) leaves to it
+    /// every packet it does not cover.
+    pub(crate) fn process_full(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        now_ns: u64,
+    ) -> Verdict {
         let mut verdict = self.classify(pkt, ingress, now_ns);
         match verdict {
             Verdict::Control(ControlWork::LocalIcmp) if !self.echo_requests.try_take(now_ns) => {
@@ -368,25 +369,6 @@ impl Pipeline {
             self.counters
                 .nat_ports_available
                 .set(nat.available() as u64);
-        }
-    }
-
-    /// What to prefetch for a received frame before processing its burst: at `PrefetchStage::Index`
-    /// the flow index slot its lookup reads first; at `PrefetchStage::Flow` (after the index
-    /// slots of the burst were prefetched) the flow entry that slot points to. None for
-    /// frames without a flow key. Only addresses are computed: nothing is dereferenced but
-    /// the index slot at the second stage.
-    #[inline]
-    pub fn prefetch_address(&self, frame: &[u8], stage: PrefetchStage) -> Option<*const u8> {
-        let frame = EthernetFrame::new_checked(frame).ok()?;
-        if frame.ethertype() != ethernet::ethertype::IPV4 {
-            return None;
-        }
-        let ip = Ipv4Packet::new_checked(frame.payload()).ok()?;
-        let key = crate::flow::FlowKey::from_ipv4(&ip).ok()?;
-        match stage {
-            PrefetchStage::Index => Some(self.flows.index_address(&key)),
-            PrefetchStage::Flow => self.flows.flow_address(&key),
         }
     }
 
@@ -475,24 +457,52 @@ impl Pipeline {
             return self.icmp_error(pkt, ingress.port, now_ns, IcmpError::TimeExceeded);
         }
 
-        let translation = match self.stateful(pkt, ingress, now_ns) {
-            Stage::Forward(translation) => translation,
+        let (translation, established) = match self.stateful(pkt, ingress, now_ns) {
+            Stage::Forward(translation) => (translation, None),
+            Stage::Established {
+                translation,
+                flow,
+                direction,
+            } => (translation, Some((flow, direction))),
             Stage::Done(verdict) => return verdict,
         };
         let src_mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
-        let mut verdict = self.route_and_send(pkt, ingress.port, now_ns, translation);
+        let verdict = match self.route_and_send(pkt, ingress.port, now_ns, translation) {
+            Ok(Verdict::Transmit { port }) => {
+                if let Some((flow, direction)) = established {
+                    self.remember_shortcut(pkt, ingress, flow, direction, port);
+                }
+                Verdict::Transmit { port }
+            }
+            Ok(verdict) | Err(verdict) => verdict,
+        };
+        self.features(
+            ingress.port,
+            (src, src_mac),
+            pkt,
+            verdict,
+            frame_len,
+            now_ns,
+        )
+    }
+
+    /// The per-packet features after forwarding decided: QoS policing and the traffic
+    /// meter, each only while the config has it on.
+    #[inline]
+    pub(crate) fn features(
+        &mut self,
+        ingress: u16,
+        source: (Ipv4Addr, EthernetAddress),
+        pkt: &PacketBuf,
+        mut verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> Verdict {
         if self.qos.is_some() {
-            verdict = self.police(
-                ingress.port,
-                (src, src_mac),
-                pkt,
-                verdict,
-                frame_len as u64,
-                now_ns,
-            );
+            verdict = self.police(ingress, source, pkt, verdict, frame_len as u64, now_ns);
         }
         if self.router.traffic_meter {
-            self.meter_packet(ingress.port, src, pkt, verdict, frame_len as u64);
+            self.meter_packet(ingress, source.0, pkt, verdict, frame_len as u64);
         }
         verdict
     }
@@ -588,42 +598,44 @@ impl Pipeline {
 
     /// Routes a datagram whose headers are final, decrements its TTL and writes its L2 header.
     /// `translation` is how the stateful stage rewrote it, undone for an ICMP error about it.
+    /// Ok: the datagram itself goes on (or waits for its next hop's MAC); Err: it was dropped
+    /// or turned into an ICMP error about it.
     fn route_and_send(
         &mut self,
         pkt: &mut PacketBuf,
         ingress: u16,
         now_ns: u64,
         translation: Option<Translation>,
-    ) -> Verdict {
+    ) -> Result<Verdict, Verdict> {
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let (dst, ttl, dont_frag) = (ip.dst_addr(), ip.ttl(), ip.dont_frag());
         let datagram_len = usize::from(ip.total_len());
         if ttl <= 1 {
             // Only reachable for translated replies addressed to the gateway; an error about
             // a translated packet would confuse its sender, so none is sent.
-            return Verdict::Drop(DropReason::TtlExpired);
+            return Err(Verdict::Drop(DropReason::TtlExpired));
         }
         let Some(next_hop) = self.router.routes.lookup(dst) else {
             let error = IcmpError::NoRoute;
-            return self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error);
+            return Err(self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error));
         };
         let egress = &self.router.interfaces[usize::from(next_hop.port)];
         if !egress.has_address() {
-            return Verdict::Drop(DropReason::InterfaceUnaddressed);
+            return Err(Verdict::Drop(DropReason::InterfaceUnaddressed));
         }
         let too_big = usize::from(egress.mtu) < datagram_len;
         if too_big && dont_frag {
             let error = IcmpError::FragmentationNeeded { mtu: egress.mtu };
-            return self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error);
+            return Err(self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error));
         }
         let mut ip = Ipv4Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..]);
         ip.decrement_ttl();
         let port = next_hop.port;
-        match self.resolve_l2(pkt, port, next_hop.resolve(dst)) {
+        Ok(match self.resolve_l2(pkt, port, next_hop.resolve(dst)) {
             None if too_big => Verdict::Fragment { port },
             None => Verdict::Transmit { port },
             Some(unresolved) => unresolved,
-        }
+        })
     }
 
     /// An ICMP error about a packet NAT rewrote must go to its sender and quote what that

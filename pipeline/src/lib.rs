@@ -7,6 +7,7 @@ pub mod conntrack;
 pub mod content;
 pub mod control;
 pub mod counters;
+pub mod fast_path;
 pub mod firewall;
 pub mod flow;
 pub mod forward;
@@ -31,7 +32,8 @@ pub mod verdict;
 pub mod wire;
 
 pub use counters::WorkerCounters;
-pub use forward::{Ingress, Pipeline, PrefetchStage, WorkerSetup};
+pub use fast_path::MAX_BURST;
+pub use forward::{Ingress, Pipeline, WorkerSetup};
 pub use neighbor_view::NeighborView;
 pub use packet::PacketBuf;
 pub use router::{IcmpLimits, Interface, KernelRoute, RouterConfig, SourceValidation, StaticRoute};

@@ -311,8 +311,12 @@ pub fn distribute(
 impl Pipeline {
     /// Appends this worker's live flows, with their time left at `now_ns`, to `out`.
     /// Allocates: for shutdown, not for the packet path.
+    /// The flows' forwarding shortcuts are a cache, not state: they are left out.
     pub fn export_flows(&self, now_ns: u64, out: &mut Vec<SavedFlow>) {
-        self.flows.export(now_ns, |flow| out.push(flow));
+        self.flows.export(now_ns, |mut flow| {
+            flow.data.shortcuts = Default::default();
+            out.push(flow)
+        });
     }
 
     /// Puts back the flows [`distribute`] gave this worker, before it forwards anything,

@@ -11,9 +11,10 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::conntrack::{InsertError, TcpSegment, TcpState, Track};
+use crate::conntrack::{FlowId, InsertError, TcpSegment, TcpState, Track};
 use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::counters::WorkerCounters;
+use crate::fast_path::Shortcut;
 use crate::firewall::{Action, ZoneId};
 use crate::flow::{Direction, FlowKey, KeyError};
 use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline, GENERATED_TTL};
@@ -31,6 +32,13 @@ pub(crate) enum Stage {
     /// Headers are final (translated if need be); route and send. A translated packet says
     /// how, so that an ICMP error about it can be about what its sender sent.
     Forward(Option<Translation>),
+    /// As `Forward`, for a packet of an established flow: the forwarding stage may leave
+    /// the flow a [`Shortcut`] for the next packets of its direction.
+    Established {
+        translation: Option<Translation>,
+        flow: FlowId,
+        direction: Direction,
+    },
     Done(Verdict),
 }
 
@@ -67,6 +75,11 @@ pub struct FlowData {
     pub(crate) generation: u32,
     /// Keyword block and parental control: where the flow stands.
     pub(crate) content: ContentState,
+    /// Per direction (original, reply): what forwarding decided for the last packet, so
+    /// the next ones can skip the checks that decision depended on ([`crate::fast_path`]).
+    /// A cache, rebuilt by the next packet: not part of the snapshot.
+    #[serde(skip)]
+    pub(crate) shortcuts: [Shortcut; 2],
 }
 
 /// Whether a flow's content was judged: TCP flows from LAN devices are inspected on their
@@ -139,7 +152,14 @@ impl Pipeline {
                     return Stage::Done(verdict);
                 }
                 let target = self.flows.key(id, direction.opposite()).reversed();
-                translate(pkt, &key, &target)
+                match translate(pkt, &key, &target) {
+                    Stage::Forward(translation) => Stage::Established {
+                        translation,
+                        flow: id,
+                        direction,
+                    },
+                    done => done,
+                }
             }
             None if !l4_checksum_ok(pkt) => Stage::Done(Verdict::Drop(DropReason::L4Checksum)),
             None => self.new_flow(pkt, ingress, key, segment, icmp_type, now_ns),
@@ -385,6 +405,7 @@ impl Pipeline {
             forwarded: dnat.is_some(),
             generation: stateful.generation,
             content,
+            shortcuts: Default::default(),
         };
         let inserted = flows.insert(key, reply, data, segment.as_ref(), now_ns, |evicted| {
             release(nat, &evicted)
@@ -719,11 +740,11 @@ fn l4_checksum_ok(pkt: &PacketBuf) -> bool {
 }
 
 /// The sender's MAC: parental policies may name devices by it.
-fn source_mac(pkt: &PacketBuf) -> EthernetAddress {
+pub(crate) fn source_mac(pkt: &PacketBuf) -> EthernetAddress {
     crate::wire::EthernetFrame::new_unchecked(pkt.bytes()).src_addr()
 }
 
-const DNS_PORT: u16 = 53;
+pub(crate) const DNS_PORT: u16 = 53;
 
 const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
 
@@ -767,7 +788,7 @@ fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
 }
 
 /// Rewrites the packet's tuple from `current` to `target`.
-fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey) -> Stage {
+pub(crate) fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey) -> Stage {
     let ip = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
     let new_source = (current.src, current.src_port) != (target.src, target.src_port);
     if new_source && nat::rewrite_source(ip, target.src, target.src_port).is_err() {
@@ -784,7 +805,7 @@ fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey) -> Stage 
 }
 
 /// The fields the TCP tracker needs, for a TCP packet already validated by the flow key.
-fn tcp_segment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<TcpSegment> {
+pub(crate) fn tcp_segment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<TcpSegment> {
     if ip.protocol() != ipv4::protocol::TCP {
         return None;
     }

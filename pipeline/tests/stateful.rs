@@ -2257,6 +2257,7 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         nat_bindings: 48,
         nat_host_ports: pipeline::forward::DEFAULT_HOST_PORTS,
         meter: None,
+        fast_path: true,
     }
 }
 
@@ -2397,4 +2398,379 @@ fn qos_and_the_traffic_meter_switch_on_and_off_with_a_reload() {
         1,
         "the flow survived both reloads"
     );
+}
+
+/// A header change the differential test makes to an IPv4 packet before sending it: what the
+/// fast path must notice and leave to the full path.
+#[derive(Clone, Copy, Debug)]
+enum Mangle {
+    /// A new TTL (0, 1 and 2 are the interesting ones), checksum kept right.
+    Ttl(u8),
+    /// The header checksum made wrong.
+    BadChecksum,
+    /// Don't-fragment, more-fragments or an offset set, checksum kept right.
+    FragmentBits(u16),
+}
+
+fn mangle() -> impl Strategy<Value = Mangle> {
+    prop_oneof![
+        (0u8..4).prop_map(Mangle::Ttl),
+        Just(Mangle::BadChecksum),
+        prop_oneof![Just(0x4000u16), Just(0x2000), Just(0x0001)].prop_map(Mangle::FragmentBits),
+    ]
+}
+
+fn apply_mangle(frame: &mut [u8], mangle: Mangle) {
+    let Some(header) = frame.get_mut(ETH_LEN..ETH_LEN + 20) else {
+        return;
+    };
+    let refill = |header: &mut [u8]| {
+        header[10..12].fill(0);
+        let mut sum: u32 = header
+            .chunks(2)
+            .map(|word| u32::from(u16::from_be_bytes([word[0], word[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        header[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    };
+    match mangle {
+        Mangle::Ttl(ttl) => {
+            header[8] = ttl;
+            refill(header);
+        }
+        Mangle::BadChecksum => header[10] ^= 0x5a,
+        Mangle::FragmentBits(bits) => {
+            let old = u16::from_be_bytes([header[6], header[7]]);
+            header[6..8].copy_from_slice(&(old | bits).to_be_bytes());
+            refill(header);
+        }
+    }
+}
+
+/// What the differential test compares of a worker besides its verdicts and bytes.
+fn worker_state(gw: &Gateway, now_ns: u64) -> (Vec<pipeline::snapshot::SavedFlow>, Vec<u64>) {
+    let mut flows = Vec::new();
+    gw.pipeline.export_flows(now_ns, &mut flows);
+    let c = &gw.counters;
+    let mut counts = vec![
+        c.transmitted.get(),
+        c.fragmented.get(),
+        c.to_control.get(),
+        c.punted.get(),
+        c.handoffs_sent.get(),
+        c.icmp_errors_sent.get(),
+        c.icmp_errors_rate_limited.get(),
+    ];
+    counts.extend(DropReason::ALL.iter().map(|&reason| c.dropped(reason)));
+    (flows, counts)
+}
+
+/// Two workers, as one system sees them: bursts through `process_burst`, or packets one at a
+/// time through the full path (`fast_path: false`).
+struct System {
+    workers: [Gateway; 2],
+    bursts: bool,
+}
+
+impl System {
+    fn new(tcp_loose: bool, bursts: bool) -> System {
+        let setup = |worker| WorkerSetup {
+            fast_path: bursts,
+            ..fuzz_setup(worker, tcp_loose)
+        };
+        System {
+            workers: [
+                Gateway::with(with_rejects(), setup(0)),
+                Gateway::with(with_rejects(), setup(1)),
+            ],
+            bursts,
+        }
+    }
+
+    /// Runs `frames` on `worker`, then what it handed off on their owners, in that order;
+    /// returns every (verdict, bytes) in the order processed.
+    fn run(
+        &mut self,
+        worker: usize,
+        frames: &[(Vec<u8>, Ingress)],
+        now_ns: u64,
+    ) -> Vec<(Verdict, Vec<u8>)> {
+        let mut results = self.workers[worker].burst(frames, now_ns, self.bursts);
+        let handed: Vec<(usize, (Vec<u8>, Ingress))> = frames
+            .iter()
+            .zip(&results)
+            .filter_map(|((frame, ingress), (verdict, _))| match verdict {
+                Verdict::Handoff { worker: owner } => Some((
+                    usize::from(*owner),
+                    (
+                        frame.clone(),
+                        Ingress {
+                            port: ingress.port,
+                            handed_off: true,
+                        },
+                    ),
+                )),
+                _ => None,
+            })
+            .collect();
+        for owner in 0..2 {
+            let batch: Vec<_> = handed
+                .iter()
+                .filter(|(to, _)| *to == owner)
+                .map(|(_, frame)| frame.clone())
+                .collect();
+            if !batch.is_empty() {
+                results.extend(self.workers[owner].burst(&batch, now_ns, self.bursts));
+            }
+        }
+        results
+    }
+}
+
+impl Gateway {
+    /// The frames as one burst (`process_burst`), or one at a time (`process_from`), each
+    /// in a garbage-filled room as `run` does.
+    fn burst(
+        &mut self,
+        frames: &[(Vec<u8>, Ingress)],
+        now_ns: u64,
+        as_burst: bool,
+    ) -> Vec<(Verdict, Vec<u8>)> {
+        if !as_burst {
+            return frames
+                .iter()
+                .map(|(frame, ingress)| self.run(frame, *ingress, now_ns))
+                .collect();
+        }
+        let mut rooms: Vec<[u8; ROOM]> = frames.iter().map(|_| [GARBAGE; ROOM]).collect();
+        let mut packets: Vec<PacketBuf> = rooms
+            .iter_mut()
+            .zip(frames)
+            .map(|(room, (frame, _))| {
+                room[..frame.len()].copy_from_slice(frame);
+                PacketBuf::new(room, frame.len())
+            })
+            .collect();
+        let ingress: Vec<Ingress> = frames.iter().map(|(_, ingress)| *ingress).collect();
+        let mut verdicts = vec![Verdict::Drop(DropReason::NotOurMac); frames.len()];
+        self.pipeline
+            .process_burst(&mut packets, &ingress, now_ns, &mut verdicts, |_| {});
+        verdicts
+            .into_iter()
+            .zip(packets)
+            .map(|(verdict, pkt)| (verdict, pkt.bytes().to_vec()))
+            .collect()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The fast path and the burst change nothing but speed: random traffic (the fuzz test's,
+    /// plus TTL, checksum and fragment-bit changes, reloads and neighbour changes) through
+    /// two workers taking bursts with the fast path gives the same verdicts, the same bytes
+    /// and the same flows, NAT ports and counters as the full path one packet at a time.
+    #[test]
+    fn the_burst_and_fast_path_decide_as_the_full_path_does(
+        chunks in prop::collection::vec(
+            (
+                prop::collection::vec(
+                    (
+                        input(),
+                        prop::option::weighted(0.15, mangle()),
+                        prop::option::weighted(0.6, any::<usize>()),
+                    ),
+                    1..8,
+                ),
+                prop_oneof![8 => Just(None), 1 => Just(Some(false)), 1 => Just(Some(true))],
+            ),
+            1..24,
+        ),
+        tcp_loose in any::<bool>(),
+    ) {
+        let mut systems = [System::new(tcp_loose, true), System::new(tcp_loose, false)];
+        let mut history: Vec<(Vec<u8>, u16)> = Vec::new();
+        // The frames sent in so far that were forwarded, to send again.
+        let mut fed: Vec<(Vec<u8>, Ingress)> = Vec::new();
+        let mut now = 0;
+        let moved_upstream = Arc::new(NeighborView::new([
+            (ip(UPSTREAM), EthernetAddress([0x02, 0xbb, 0, 0, 0, 0x99])),
+            (ip(HOST), EthernetAddress(HOST_MAC)),
+            (ip(SERVER), EthernetAddress(SERVER_MAC)),
+        ]));
+        for (inputs, change) in chunks {
+            // Between bursts, as the worker loop applies them: a reload, or a neighbour moving.
+            for system in &mut systems {
+                for gw in &mut system.workers {
+                    match change {
+                        Some(false) => gw.pipeline.set_router(with_rejects()),
+                        Some(true) => gw.pipeline.set_neighbors(moved_upstream.clone()),
+                        None => {}
+                    }
+                }
+            }
+            let worker = usize::from(inputs[0].0.worker);
+            let mut frames = Vec::new();
+            for (input, mangle, repeat) in &inputs {
+                now += input.dt_ns / 8;
+                // Most traffic is more of the same flows: an earlier packet again.
+                if let (Some(index), false) = (repeat, fed.is_empty()) {
+                    let (mut frame, ingress): (Vec<u8>, Ingress) = fed[index % fed.len()].clone();
+                    if let Some(mangle) = mangle {
+                        apply_mangle(&mut frame, *mangle);
+                    }
+                    frames.push((frame, ingress));
+                    continue;
+                }
+                let earlier = |index: usize| {
+                    (!history.is_empty()).then(|| history[index % history.len()].clone())
+                };
+                let built = match &input.step {
+                    Step::Fresh { ingress, src, dst, ports, ttl, kind, len, fragment } => {
+                        let mut frame = fresh_frame(*ingress, *src, *dst, *ports, *ttl, kind, *len);
+                        if let Some((more, offset)) = fragment {
+                            make_fragment(&mut frame, *more, *offset);
+                        }
+                        Some((frame, *ingress))
+                    }
+                    Step::Reply { index, flags, len } => earlier(*index).and_then(|(sent, port)| {
+                        reply_frame(&sent, port, *flags, *len).map(|frame| (frame, port))
+                    }),
+                    Step::Error { index, kind, quote, from_hop } => {
+                        earlier(*index).and_then(|(sent, port)| {
+                            error_frame(&sent, port, *kind, *quote, *from_hop)
+                                .map(|frame| (frame, port))
+                        })
+                    }
+                };
+                let Some((mut frame, ingress)) = built else { continue };
+                if let Some(mac) = input.eth_dst {
+                    frame[..6].copy_from_slice(&mac);
+                }
+                if let (Some((at, xor)), true) = (input.flip, frame.len() > ETH_LEN + 20) {
+                    let l4 = frame.len() - ETH_LEN - 20;
+                    frame[ETH_LEN + 20 + at % l4] ^= xor;
+                }
+                if let Some(mangle) = mangle {
+                    apply_mangle(&mut frame, *mangle);
+                }
+                if let Some(len) = input.truncate {
+                    frame.truncate(len % (frame.len() + 1));
+                }
+                frames.push((frame, Ingress { port: ingress, handed_off: false }));
+            }
+            let fast = systems[0].run(worker, &frames, now);
+            let full = systems[1].run(worker, &frames, now);
+            prop_assert_eq!(fast.len(), full.len());
+            // Frames that went somewhere are worth sending again (their first verdicts are in
+            // `frames` order; what was handed off follows).
+            for (frame, (verdict, _)) in frames.iter().zip(&fast) {
+                if matches!(verdict, Verdict::Transmit { .. } | Verdict::Handoff { .. }) {
+                    fed.push(frame.clone());
+                }
+            }
+            for (i, (fast, full)) in fast.iter().zip(&full).enumerate() {
+                prop_assert_eq!(fast.0, full.0, "verdict of packet {}", i);
+                prop_assert_eq!(&fast.1, &full.1, "bytes of packet {} ({:?})", i, fast.0);
+                if let Some(port) = sent_on(fast.0) {
+                    history.push((fast.1.clone(), port));
+                }
+            }
+            for (a, b) in systems[0].workers.iter().zip(&systems[1].workers) {
+                prop_assert_eq!(worker_state(a, now), worker_state(b, now));
+            }
+            for system in &mut systems {
+                for gw in &mut system.workers {
+                    gw.pipeline.housekeeping(now, 8);
+                }
+            }
+        }
+    }
+}
+
+/// Each per-packet check of the fast path, on a flow direction that has a shortcut: the
+/// packet changed in one way the shortcut does not cover must get what the full path gives
+/// it (an ICMP error, a drop, fragmentation), and the flow's next ordinary packet takes the
+/// fast path again.
+#[test]
+fn a_packet_the_shortcut_does_not_cover_gets_what_the_full_path_gives_it() {
+    let lan = Ingress {
+        port: LAN,
+        handed_off: false,
+    };
+    let udp_of_len = |len| {
+        let kind = Kind::Udp {
+            zero_checksum: false,
+        };
+        fresh_frame(LAN, HOST, REMOTE, (40000, 443), 64, &kind, len)
+    };
+    let outbound = udp_of_len(100);
+    let mut broadcast = outbound.clone();
+    broadcast[..6].copy_from_slice(&BROADCAST_MAC);
+    let wan = Ingress {
+        port: WAN,
+        handed_off: false,
+    };
+    let mut on_the_wan = outbound.clone();
+    on_the_wan[..6].copy_from_slice(&WAN_MAC);
+    let mut variants: Vec<(&str, Vec<u8>, Ingress)> = vec![
+        ("too big for the WAN", udp_of_len(1600), lan),
+        ("to the broadcast MAC", broadcast, lan),
+        ("on the other port", on_the_wan, wan),
+    ];
+    for (name, mangle) in [
+        ("TTL 1", Mangle::Ttl(1)),
+        ("TTL 0", Mangle::Ttl(0)),
+        ("TTL 2", Mangle::Ttl(2)),
+        ("a bad header checksum", Mangle::BadChecksum),
+        ("don't fragment", Mangle::FragmentBits(0x4000)),
+        ("more fragments", Mangle::FragmentBits(0x2000)),
+        ("a fragment offset", Mangle::FragmentBits(0x0001)),
+    ] {
+        let mut frame = outbound.clone();
+        apply_mangle(&mut frame, mangle);
+        variants.push((name, frame, lan));
+    }
+    // The flow's owner: the worker that does not hand its first packet off.
+    let owner =
+        match System::new(false, false).workers[0].burst(&[(outbound.clone(), lan)], 0, false)[0].0
+        {
+            Verdict::Handoff { worker } => usize::from(worker),
+            _ => 0,
+        };
+    for (name, frame, ingress) in variants {
+        let mut systems = [System::new(false, true), System::new(false, false)];
+        let fast_packets =
+            |systems: &[System; 2]| systems[0].workers[owner].counters.fast_path.get();
+        let mut now = 0;
+        // Three packets: the flow, its shortcut, and one through the fast path.
+        let steps = [
+            vec![(outbound.clone(), lan); 3],
+            vec![(frame, ingress)],
+            vec![(outbound.clone(), lan)],
+        ];
+        for (step, frames) in steps.iter().enumerate() {
+            now += 1000;
+            let before = fast_packets(&systems);
+            let fast = systems[0].run(owner, frames, now);
+            let full = systems[1].run(owner, frames, now);
+            assert_eq!(fast, full, "{name}");
+            for (a, b) in systems[0].workers.iter().zip(&systems[1].workers) {
+                assert_eq!(worker_state(a, now), worker_state(b, now), "{name}");
+            }
+            let expected = match step {
+                0 | 2 => 1,
+                _ if name == "TTL 2" || name == "don't fragment" => 1,
+                _ => 0,
+            };
+            assert_eq!(
+                fast_packets(&systems) - before,
+                expected,
+                "{name}, step {step}"
+            );
+            assert_eq!(systems[1].workers[owner].counters.fast_path.get(), 0);
+        }
+    }
 }

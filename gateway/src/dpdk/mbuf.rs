@@ -59,6 +59,9 @@ mod layout {
 /// One owned packet buffer, freed exactly once: on drop, or by whoever `into_raw` hands it to.
 /// Deliberately not `Clone`: a cloned owner would free twice. Nor is there any way to share,
 /// attach or reference-count one: what MBUF_FAST_FREE relies on (see `mempool.rs`).
+/// Transparent, so that a batch's pointer slots can be lent out as `&mut Mbuf`
+/// (`MbufBatch::iter_mut`): `NonNull<T>` has the layout of `*mut T`.
+#[repr(transparent)]
 pub struct Mbuf {
     ptr: NonNull<dpdk_sys::rte_mbuf>,
 }
@@ -269,6 +272,36 @@ impl MbufBatch {
                 std::slice::from_raw_parts(data, usize::from(header.data_len))
             }
         })
+    }
+
+    /// The packets, borrowed mutably each, in order: a burst's packets can be rewritten side
+    /// by side (the pipeline's burst) while the batch keeps them.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Mbuf> + '_ {
+        self.ptrs[..self.len].iter_mut().map(|ptr| {
+            // SAFETY: the first `len` pointers are valid mbufs the batch owns, each a distinct
+            // buffer. `Mbuf` is a transparent wrapper of the pointer, so a `&mut` to the array
+            // slot is a `&mut Mbuf` to that packet, exclusive for as long as the batch is
+            // borrowed; the iterator hands out each slot once.
+            unsafe { &mut *(ptr as *mut *mut dpdk_sys::rte_mbuf as *mut Mbuf) }
+        })
+    }
+
+    /// Keeps the packets `keep` says yes to, in order, and frees the others; returns how
+    /// many were freed.
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut Mbuf) -> bool) -> usize {
+        let len = std::mem::take(&mut self.len);
+        let mut kept = 0;
+        for i in 0..len {
+            // SAFETY: each of the first `len` pointers is owned by the batch and taken once;
+            // `len` is zero meanwhile, so a panic in `keep` leaks rather than double-frees.
+            let mut mbuf = unsafe { Mbuf::from_raw(self.ptrs[i]) };
+            if keep(&mut mbuf) {
+                self.ptrs[kept] = mbuf.into_raw();
+                kept += 1;
+            }
+        }
+        self.len = kept;
+        len - kept
     }
 
     /// Takes the packets out in order, leaving the batch empty.

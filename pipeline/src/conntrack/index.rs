@@ -122,14 +122,10 @@ impl FlowIndex {
         self.slots.len()
     }
 
-    /// The entry for `key` among those whose hash matches; `is_match` compares the key
-    /// itself against the flow the entry refers to.
-    pub(super) fn find(
-        &self,
-        key: &FlowKey,
-        is_match: impl Fn(FlowRef) -> bool,
-    ) -> Option<FlowRef> {
-        let tag = self.tag(key);
+    /// The entry for the key whose tag ([`FlowIndex::tag`]) is `tag`, among those with that
+    /// tag; `is_match` compares the key itself against the flow the entry refers to.
+    #[inline]
+    pub(super) fn find(&self, tag: u32, is_match: impl Fn(FlowRef) -> bool) -> Option<FlowRef> {
         let mask = self.slots.len() - 1;
         let mut slot = self.home(tag);
         for _ in 0..self.slots.len() {
@@ -146,14 +142,13 @@ impl FlowIndex {
     }
 
     /// The slot `key`'s probe starts at: the first cache line a lookup reads.
-    pub(super) fn home_slot(&self, key: &FlowKey) -> &IndexSlot {
-        &self.slots[self.home(self.tag(key))]
+    pub(super) fn home_slot(&self, tag: u32) -> &IndexSlot {
+        &self.slots[self.home(tag)]
     }
 
-    /// The flow the home slot refers to, when its tag is `key`'s: usually the flow a lookup
+    /// The flow the home slot refers to, when its tag is the key's: usually the flow a lookup
     /// will compare against next.
-    pub(super) fn likely_flow(&self, key: &FlowKey) -> Option<FlowRef> {
-        let tag = self.tag(key);
+    pub(super) fn likely_flow(&self, tag: u32) -> Option<FlowRef> {
         let slot = self.slots[self.home(tag)];
         (slot.flow_ref != VACANT && slot.tag == tag).then_some(FlowRef(slot.flow_ref))
     }
@@ -194,7 +189,8 @@ impl FlowIndex {
         false
     }
 
-    fn tag(&self, key: &FlowKey) -> u32 {
+    /// The 32 bits of `key`'s hash the index keeps and probes by.
+    pub(super) fn tag(&self, key: &FlowKey) -> u32 {
         (self.hasher.hash(key) >> 32) as u32
     }
 

@@ -25,6 +25,10 @@ pub const EVICTION_SCAN: usize = 16;
 /// unassured few, at a bounded cost (sequential reads of the arena).
 pub const EVICTION_SCAN_MAX: usize = 4 * EVICTION_SCAN;
 
+/// A flow key's hash as the table's index uses it ([`FlowTable::hash`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowHash(u32);
+
 /// The per-host counters of [`FlowTable::hosts`].
 const HOST_FLOWS: usize = 0;
 const HOST_HALF_OPEN: usize = 1;
@@ -201,27 +205,55 @@ impl<D: Copy> FlowTable<D> {
         }
     }
 
+    /// What a lookup of `key` probes by, computed once: a burst hashes each packet in one
+    /// pass, prefetches with it, and looks up with it ([`lookup_hashed`](Self::lookup_hashed)).
+    #[inline]
+    pub fn hash(&self, key: &FlowKey) -> FlowHash {
+        FlowHash(self.index.tag(key))
+    }
+
     /// The address of the index slot a lookup of `key` reads first. Batching callers
     /// prefetch it for every packet of a burst before looking any up, so the cache misses of
     /// a burst overlap instead of queueing.
     pub fn index_address(&self, key: &FlowKey) -> *const u8 {
-        self.index.home_slot(key) as *const _ as *const u8
+        self.index_address_hashed(self.hash(key))
+    }
+
+    #[inline]
+    pub fn index_address_hashed(&self, hash: FlowHash) -> *const u8 {
+        self.index.home_slot(hash.0) as *const _ as *const u8
     }
 
     /// The address of the flow a lookup of `key` will most likely compare against, read from
     /// the index slot (so prefetch `index_address` first).
     pub fn flow_address(&self, key: &FlowKey) -> Option<*const u8> {
-        let entry = self.index.likely_flow(key)?;
-        self.flows
-            .get(entry.flow())
-            .map(|flow| flow as *const Flow as *const u8)
+        self.flow_address_hashed(self.hash(key))
+            .map(|(flow, _)| flow)
+    }
+
+    /// As [`flow_address`](Self::flow_address), with the address of the flow's data beside.
+    #[inline]
+    pub fn flow_address_hashed(&self, hash: FlowHash) -> Option<(*const u8, *const u8)> {
+        let entry = self.index.likely_flow(hash.0)?;
+        let flow = self.flows.get(entry.flow())?;
+        let data = self.data.get(entry.flow())?;
+        Some((
+            flow as *const Flow as *const u8,
+            data as *const D as *const u8,
+        ))
     }
 
     /// Finds a flow by either of its tuples, saying which one matched.
     pub fn lookup(&self, key: &FlowKey) -> Option<(FlowId, Direction)> {
+        self.lookup_hashed(key, self.hash(key))
+    }
+
+    /// [`lookup`](Self::lookup) with `hash` from [`hash`](Self::hash) of the same key.
+    #[inline]
+    pub fn lookup_hashed(&self, key: &FlowKey, hash: FlowHash) -> Option<(FlowId, Direction)> {
         let flows = &self.flows;
         self.index
-            .find(key, |entry| {
+            .find(hash.0, |entry| {
                 flows[entry.flow()].key(entry.direction()) == *key
             })
             .map(|entry| (FlowId(entry.flow() as u32), entry.direction()))

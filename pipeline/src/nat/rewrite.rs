@@ -11,7 +11,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 
 use crate::flow::FlowKey;
-use crate::wire::checksum::{update16, update32};
+use crate::wire::checksum::{fold, update16, update32};
 use crate::wire::ipv4::protocol;
 use crate::wire::{icmp, ipv4, tcp, udp, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket};
 
@@ -125,6 +125,106 @@ fn classify(protocol: u8, first_fragment: bool, payload: &[u8]) -> Result<L4, Re
         return Err(RewriteError::Truncated);
     }
     Ok(kind)
+}
+
+/// What NAT from one tuple to another and the TTL decrement add to a forwarded TCP or UDP
+/// datagram's checksums, summed once per flow direction so that each packet's rewrite
+/// ([`rewrite_forwarded`]) is one addition per checksum.
+///
+/// The same words as [`rewrite_source`], [`rewrite_destination`] and
+/// `Ipv4Packet::decrement_ttl` patch one by one with RFC 1624 eqn. 3, so the same bytes:
+/// eqn. 3 applied word by word is one end-around-carry sum of every `!old + new`, and that
+/// sum is +0 (0x0000) only if every term is, whether summed in steps or at once. UDP's 0 →
+/// 0xffff rule between the two endpoints changes only which zero a step holds, which the
+/// rule at the end settles the same way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ChecksumDeltas {
+    ip: u16,
+    l4: u16,
+}
+
+impl ChecksumDeltas {
+    pub(crate) fn new(current: &FlowKey, target: &FlowKey) -> ChecksumDeltas {
+        // The TTL's word [ttl, protocol] becomes [ttl - 1, protocol]: !m + m' = 0xfeff.
+        let mut ip = 0xfeff_u32;
+        let mut l4 = 0_u32;
+        let endpoints = [
+            (
+                (current.src, current.src_port),
+                (target.src, target.src_port),
+            ),
+            (
+                (current.dst, current.dst_port),
+                (target.dst, target.dst_port),
+            ),
+        ];
+        for ((old_addr, old_port), (new_addr, new_port)) in endpoints {
+            let (old_addr, new_addr) = (u32::from(old_addr), u32::from(new_addr));
+            if old_addr != new_addr {
+                let terms = word_terms(old_addr >> 16, new_addr >> 16)
+                    + word_terms(old_addr & 0xffff, new_addr & 0xffff);
+                ip += terms;
+                l4 += terms;
+            }
+            if old_port != new_port {
+                l4 += word_terms(u32::from(old_port), u32::from(new_port));
+            }
+        }
+        ChecksumDeltas {
+            ip: fold(ip),
+            l4: fold(l4),
+        }
+    }
+}
+
+/// `!old + new` of one 16-bit word, eqn. 3's contribution.
+fn word_terms(old: u32, new: u32) -> u32 {
+    (!old & 0xffff) + new
+}
+
+fn add_delta(checksum: u16, delta: u16) -> u16 {
+    !fold(u32::from(!checksum) + u32::from(delta))
+}
+
+/// The fast path's rewrite of a forwarded TCP or UDP datagram: its addresses and ports
+/// become `target`'s, its TTL drops by one, and `deltas` (made from the datagram's own tuple
+/// and `target`) patch its checksums. The caller has checked what the full path would: a
+/// 20-byte IPv4 header, not a fragment, a TTL above 1, and an L4 header of `protocol` in
+/// full. False, with nothing written, for any other protocol or a short datagram.
+pub(crate) fn rewrite_forwarded(
+    ip: &mut [u8],
+    protocol: u8,
+    target: &FlowKey,
+    deltas: ChecksumDeltas,
+) -> bool {
+    let (l4_len, checksum_at) = match protocol {
+        protocol::TCP => (tcp::HEADER_LEN, 16),
+        protocol::UDP => (udp::HEADER_LEN, 6),
+        _ => return false,
+    };
+    if ip.len() < ipv4::HEADER_LEN + l4_len {
+        return false;
+    }
+    let (header, l4) = ip.split_at_mut(ipv4::HEADER_LEN);
+    header[8] -= 1;
+    let ip_sum = add_delta(u16::from_be_bytes([header[10], header[11]]), deltas.ip);
+    header[10..12].copy_from_slice(&ip_sum.to_be_bytes());
+    header[12..16].copy_from_slice(&target.src.octets());
+    header[16..20].copy_from_slice(&target.dst.octets());
+    l4[0..2].copy_from_slice(&target.src_port.to_be_bytes());
+    l4[2..4].copy_from_slice(&target.dst_port.to_be_bytes());
+    let l4_sum = u16::from_be_bytes([l4[checksum_at], l4[checksum_at + 1]]);
+    // UDP's rules (`patch_udp`): no checksum stays none, a computed 0 is sent as 0xffff.
+    let l4_sum = match (protocol, l4_sum) {
+        (protocol::UDP, 0) => 0,
+        (protocol::UDP, old) => match add_delta(old, deltas.l4) {
+            0 => 0xffff,
+            new => new,
+        },
+        (_, old) => add_delta(old, deltas.l4),
+    };
+    l4[checksum_at..checksum_at + 2].copy_from_slice(&l4_sum.to_be_bytes());
+    true
 }
 
 /// RFC 1624 for one word, skipping a word that does not change: eqn. 3 would otherwise turn

@@ -1,0 +1,269 @@
+//! The burst and its established fast path.
+//!
+//! [`Pipeline::process_burst`] takes a worker's rx burst in three passes, the way VPP's
+//! nodes and DPDK's l3fwd do: parse and hash every packet once and prefetch its flow index
+//! slot; then read the slots and prefetch the flows and their data; then process. By the
+//! third pass the cache misses of the whole burst have overlapped instead of queueing.
+//!
+//! A packet of an established flow whose direction has a current [`Shortcut`] is forwarded
+//! without the full path: the shortcut holds what the full path decided for the previous
+//! packet of that direction (ingress, egress, next-hop MAC) and every check that decision
+//! depended on is a function of the flow's tuple and the configuration: martian and
+//! directed-broadcast addresses, source validation, the flow's owner, local delivery, the
+//! route and the neighbour. The shortcut is stamped with the pipeline's epoch, which every
+//! new router config or neighbour view advances, so none of those can change under it. What
+//! depends on the packet itself is checked per packet: the Ethernet destination, the IPv4
+//! header (checksum, no options, not a fragment, TTL), the MTU, TCP flags (a SYN, FIN or
+//! RST takes the full path, with its checksum check), the TCP tracker, and DNS and DHCP,
+//! which the full path inspects per packet. Anything else takes the full path, which makes
+//! a new shortcut; `tests/burst.rs` holds both paths to the same verdicts, bytes and state.
+
+use crate::conntrack::{FlowHash, FlowId, Track};
+use crate::control::write_l2;
+use crate::flow::{Direction, FlowKey};
+use crate::forward::{Ingress, Pipeline};
+use crate::nat::rewrite::{self, ChecksumDeltas};
+use crate::packet::PacketBuf;
+use crate::punt::DHCP_CLIENT_PORT;
+use crate::stateful::{self, ContentState, DNS_PORT};
+use crate::verdict::{DropReason, Verdict};
+use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetAddress, EthernetFrame, Ipv4Packet};
+
+/// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
+pub const MAX_BURST: usize = 32;
+
+/// What forwarding decided for the last packet of one direction of a flow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shortcut {
+    /// The pipeline's epoch when it was made; 0, which no epoch is, when there is none.
+    epoch: u32,
+    ingress: u16,
+    egress: u16,
+    next_hop: [u8; 6],
+    /// The NAT rewrite's and the TTL decrement's checksum patches.
+    deltas: ChecksumDeltas,
+    /// Made from a packet this worker received itself rather than one handed to it, so the
+    /// source validation and the owner check ran (a handed-off packet skips both: its
+    /// receiver ran them).
+    received_here: bool,
+}
+
+/// The epoch a pipeline starts at; 0 marks an empty shortcut.
+pub(crate) const FIRST_EPOCH: u32 = 1;
+
+/// The epoch after `epoch`, never 0. Wrapping would need four billion reloads and
+/// neighbour changes in one run; it is handled rather than assumed away.
+pub(crate) fn next_epoch(epoch: u32) -> u32 {
+    epoch.wrapping_add(1).max(FIRST_EPOCH)
+}
+
+fn side(direction: Direction) -> usize {
+    match direction {
+        Direction::Original => 0,
+        Direction::Reply => 1,
+    }
+}
+
+/// The flow key of an IPv4 frame, if it has one: what the first pass hashes.
+#[inline]
+fn frame_key(frame: &[u8]) -> Option<FlowKey> {
+    let frame = EthernetFrame::new_checked(frame).ok()?;
+    if frame.ethertype() != ethernet::ethertype::IPV4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(frame.payload()).ok()?;
+    FlowKey::from_ipv4(&ip).ok()
+}
+
+impl Pipeline {
+    /// Decides the fate of a packet received on `ingress`, rewriting it in place, and counts
+    /// the decision: a burst of one.
+    #[inline]
+    pub fn process(&mut self, pkt: &mut PacketBuf, ingress: u16, now_ns: u64) -> Verdict {
+        let ingress = Ingress {
+            port: ingress,
+            handed_off: false,
+        };
+        self.process_from(pkt, ingress, now_ns)
+    }
+
+    /// As `process`, for a packet that may have come from another worker.
+    #[inline]
+    pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
+        let key = frame_key(pkt.bytes()).map(|key| (key, self.flows.hash(&key)));
+        self.process_keyed(pkt, ingress, key.as_ref(), now_ns)
+    }
+
+    /// Decides the fate of a burst of packets, as [`process_from`](Pipeline::process_from)
+    /// would one at a time, into `verdicts`. `ingress[i]` is how `packets[i]` arrived.
+    /// `prefetch` is given the addresses to prefetch (the pipeline itself has no unsafe
+    /// code to prefetch with). At most [`MAX_BURST`] packets, and no more than `ingress`
+    /// and `verdicts` have room for, are processed; the rest are left as they are.
+    pub fn process_burst(
+        &mut self,
+        packets: &mut [PacketBuf<'_>],
+        ingress: &[Ingress],
+        now_ns: u64,
+        verdicts: &mut [Verdict],
+        prefetch: impl Fn(*const u8),
+    ) {
+        let count = packets
+            .len()
+            .min(ingress.len())
+            .min(verdicts.len())
+            .min(MAX_BURST);
+        let mut keys = [None::<(FlowKey, FlowHash)>; MAX_BURST];
+        for (slot, pkt) in keys.iter_mut().zip(&packets[..count]) {
+            *slot = frame_key(pkt.bytes()).map(|key| (key, self.flows.hash(&key)));
+            if let Some((_, hash)) = slot {
+                prefetch(self.flows.index_address_hashed(*hash));
+            }
+        }
+        for (_, hash) in keys[..count].iter().flatten() {
+            if let Some((flow, data)) = self.flows.flow_address_hashed(*hash) {
+                prefetch(flow);
+                prefetch(data);
+            }
+        }
+        for (i, pkt) in packets[..count].iter_mut().enumerate() {
+            verdicts[i] = self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns);
+        }
+    }
+
+    /// One packet, its flow key hashed already (None: it has none).
+    #[inline]
+    fn process_keyed(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        key: Option<&(FlowKey, FlowHash)>,
+        now_ns: u64,
+    ) -> Verdict {
+        if let Some((key, hash)) = key.filter(|_| self.fast_path) {
+            if let Some(verdict) = self.forward_established(pkt, ingress, key, *hash, now_ns) {
+                self.counters.fast_path.inc();
+                self.counters.count(&verdict);
+                return verdict;
+            }
+        }
+        self.process_full(pkt, ingress, now_ns)
+    }
+
+    /// The fast path: Some(verdict) if the packet's flow direction has a current shortcut
+    /// and the packet is one it covers; None, with nothing changed, otherwise.
+    #[inline]
+    fn forward_established(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        key: &FlowKey,
+        hash: FlowHash,
+        now_ns: u64,
+    ) -> Option<Verdict> {
+        match key.protocol {
+            ipv4::protocol::TCP => {}
+            // DNS queries are checked against the block lists one by one; answers to the
+            // gateway's own DHCP client go to its kernel twin.
+            ipv4::protocol::UDP if key.dst_port != DNS_PORT && key.dst_port != DHCP_CLIENT_PORT => {
+            }
+            _ => return None,
+        }
+        let (flow, direction) = self.flows.lookup_hashed(key, hash)?;
+        let data = self.flows.data(flow);
+        let shortcut = data.shortcuts[side(direction)];
+        if shortcut.epoch != self.epoch
+            || shortcut.ingress != ingress.port
+            || !(shortcut.received_here || ingress.handed_off)
+            || data.content != ContentState::Allowed
+            || data.generation != self.router.stateful.generation
+        {
+            return None;
+        }
+        let router = &*self.router;
+        let iface = router.interfaces.get(usize::from(ingress.port))?;
+        let egress = router.interfaces.get(usize::from(shortcut.egress))?;
+        let egress_mac = egress.mac;
+        let frame = EthernetFrame::new_checked(pkt.bytes()).ok()?;
+        if frame.dst_addr() != iface.mac {
+            return None;
+        }
+        let src_mac = frame.src_addr();
+        // What `Ipv4Packet::new_checked` and `verify_checksum` would accept, for a header
+        // without options (version 4, IHL 5: byte 0 is 0x45), read in one go.
+        let header: &[u8; ipv4::HEADER_LEN] = pkt
+            .bytes()
+            .get(ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::HEADER_LEN)?
+            .try_into()
+            .ok()?;
+        let datagram_len = u16::from_be_bytes([header[2], header[3]]);
+        let flags_and_offset = u16::from_be_bytes([header[6], header[7]]);
+        const MORE_FRAGMENTS_AND_OFFSET: u16 = 0x3fff;
+        if header[0] != 0x45
+            || usize::from(datagram_len) < ipv4::HEADER_LEN
+            || ethernet::HEADER_LEN + usize::from(datagram_len) > pkt.len()
+            || flags_and_offset & MORE_FRAGMENTS_AND_OFFSET != 0
+            || header[8] <= 1
+            || datagram_len > egress.mtu
+            || checksum::fold(checksum::sum_ipv4_header(header)) != 0xffff
+        {
+            return None;
+        }
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let segment = stateful::tcp_segment(&ip);
+        if key.protocol == ipv4::protocol::TCP {
+            const STATE_CHANGING: u8 = tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST;
+            if segment.as_ref()?.flags & STATE_CHANGING != 0 {
+                return None;
+            }
+        }
+        let src = ip.src_addr();
+
+        // The packet is the shortcut's: from here on this path decides, as the full one would.
+        let frame_len = ethernet::HEADER_LEN + usize::from(datagram_len);
+        pkt.set_len(frame_len);
+        if let Track::Invalid(_) = self.flows.track(flow, direction, segment.as_ref(), now_ns) {
+            return Some(Verdict::Drop(DropReason::ConntrackInvalid));
+        }
+        let target = self.flows.key(flow, direction.opposite()).reversed();
+        let ip = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
+        if !rewrite::rewrite_forwarded(ip, key.protocol, &target, shortcut.deltas) {
+            // Not reached: the checks above are the rewrite's preconditions.
+            return Some(Verdict::Drop(DropReason::MalformedL4));
+        }
+        write_l2(pkt, EthernetAddress(shortcut.next_hop), egress_mac);
+        let verdict = Verdict::Transmit {
+            port: shortcut.egress,
+        };
+        Some(self.features(
+            ingress.port,
+            (src, src_mac),
+            pkt,
+            verdict,
+            frame_len,
+            now_ns,
+        ))
+    }
+
+    /// After the full path transmitted a packet of an established flow toward `egress`
+    /// (its L2 header written): the shortcut for that flow direction's next packets.
+    pub(crate) fn remember_shortcut(
+        &mut self,
+        pkt: &PacketBuf,
+        ingress: Ingress,
+        flow: FlowId,
+        direction: Direction,
+        egress: u16,
+    ) {
+        let next_hop = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
+        let received = self.flows.key(flow, direction);
+        let target = self.flows.key(flow, direction.opposite()).reversed();
+        self.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
+            deltas: ChecksumDeltas::new(&received, &target),
+            epoch: self.epoch,
+            ingress: ingress.port,
+            egress,
+            next_hop: next_hop.0,
+            received_here: !ingress.handed_off,
+        };
+    }
+}
