@@ -4,19 +4,47 @@ set -euo pipefail
 
 packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
           ethtool procps iputils-ping python3 curl prometheus nftables openvswitch-switch
-          dnsmasq-base isc-dhcp-client)
+          dnsmasq-base isc-dhcp-client frr)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
 for pkg in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    installed "$pkg" || missing+=("$pkg")
 done
-if ((${#missing[@]})); then
+# dhcpcd, the WAN twin's DHCP client (README: Addresses and routes from the kernel), under the
+# name the release has: dhcpcd-base (Debian 12, Ubuntu 24.04: the daemon alone), else dhcpcd
+# or dhcpcd5. Not the dhcpcd package where dhcpcd-base exists: it enables a dhcpcd.service
+# that runs on every interface of the host.
+dhcpcd_packages=(dhcpcd-base dhcpcd dhcpcd5)
+dhcpcd_candidate() {
+    local pkg
+    for pkg in "${dhcpcd_packages[@]}"; do
+        if apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [^(]'; then
+            echo "$pkg"
+            return 0
+        fi
+    done
+    return 1
+}
+dhcpcd_missing=true
+for pkg in "${dhcpcd_packages[@]}"; do
+    installed "$pkg" && dhcpcd_missing=false
+done
+if ((${#missing[@]})) || $dhcpcd_missing; then
+    $dhcpcd_missing && missing_names=("${missing[@]}" dhcpcd) || missing_names=("${missing[@]}")
     if [[ $EUID -ne 0 ]]; then
-        echo "deps: missing ${missing[*]}; run as root (or sudo make deps) to install them" >&2
+        echo "deps: missing ${missing_names[*]}; run as root (or sudo make deps) to install them" >&2
         exit 1
     fi
-    echo "deps: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
+    if $dhcpcd_missing; then
+        dhcpcd_package=$(dhcpcd_candidate) || {
+            echo "deps: no dhcpcd package (${dhcpcd_packages[*]}) in the apt sources" >&2
+            exit 1
+        }
+        missing+=("$dhcpcd_package")
+    fi
+    echo "deps: installing ${missing[*]}"
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null; then

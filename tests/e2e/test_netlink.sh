@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Addresses and routes from the kernel (netlink). The WAN interface is `address = "dhcp"`
 # with a kernel twin in the namespace gwlab-gw; dnsmasq in the WAN namespace plays the ISP's
-# DHCP server, dhclient runs on the WAN twin. Real daemons:
+# DHCP server, dhcpcd (with the shipped deploy/dhcpcd/gateway-wan.conf) runs on the WAN twin,
+# or dhclient with DHCP_CLIENT=dhclient (run.sh's two-worker pass). Real daemons:
 # - before the first lease the WAN has no address: nothing leaves by it;
-# - dhclient gets a lease (10.0.0.50, no router) through the gateway (its DISCOVER goes out
+# - the client gets a lease (10.0.0.50, no router) through the gateway (its DISCOVER goes out
 #   from the twin, dnsmasq's unicast OFFER and ACK are punted back to it), the gateway
 #   follows the twin's address, and LAN -> WAN traffic is masqueraded with it;
 # - a route added in the kernel on the twin (198.51.100.0/24 via the ISP) is used by the
 #   dataplane within a second, and no longer once it is removed;
-# - the ISP changes the lease (dnsmasq restarted with another range and a router, dhclient
-#   released and started again): new flows use 10.0.0.77, the default route from DHCP is
-#   followed, and the flow bound to the old address is ended (nat_address_gone).
+# - the ISP changes the lease (dnsmasq restarted with another range and a router, the
+#   client releases its lease and is started again): new flows use 10.0.0.77, the default
+#   route from DHCP is followed, and the flow bound to the old address is ended
+#   (nat_address_gone).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -28,9 +30,23 @@ cleanup_netlink() {
 trap cleanup_netlink EXIT
 gw() { ip netns exec "$TWIN_NS" "$@"; }
 
-for tool in dnsmasq dhclient; do
+DHCP_CLIENT=${DHCP_CLIENT:-dhcpcd}
+[[ $DHCP_CLIENT == dhcpcd || $DHCP_CLIENT == dhclient ]] ||
+    fail "DHCP_CLIENT=$DHCP_CLIENT: dhcpcd or dhclient"
+for tool in dnsmasq "$DHCP_CLIENT"; do
     command -v "$tool" >/dev/null || fail "$tool is missing: make deps installs it"
 done
+echo "DHCP client on the WAN twin: $DHCP_CLIENT"
+# The shipped unit that runs dhcpcd on the twin, after the gateway.
+if command -v systemd-analyze >/dev/null; then
+    mkdir -p "$WORK/systemd"
+    cp "$ROOT/deploy/systemd/gateway.service" "$ROOT/deploy/systemd/gateway-dhcpcd.service" "$WORK/systemd/"
+    systemd-analyze verify "$WORK/systemd/gateway-dhcpcd.service" >"$WORK/verify.txt" 2>&1 ||
+        fail "systemd-analyze verify gateway-dhcpcd.service: $(cat "$WORK/verify.txt")"
+    grep -q '^After=gateway.service' "$WORK/systemd/gateway-dhcpcd.service" ||
+        fail "gateway-dhcpcd.service does not start after the gateway"
+    pass "systemd-analyze verify accepts deploy/systemd/gateway-dhcpcd.service"
+fi
 "$ROOT/scripts/lab.sh" up >/dev/null
 ip netns del "$TWIN_NS" 2>/dev/null || true
 ip netns add "$TWIN_NS"
@@ -147,8 +163,40 @@ dhclient_wan() { # LEASE_FILE
         -pf "$WORK/dhclient.pid" wan >>"$WORK/dhclient.log" 2>&1 ||
         fail "dhclient got no lease: $(tail -n 5 "$WORK/dhclient.log"); ISP: $(tail -n 5 "$WORK/isp.log" 2>/dev/null)"
 }
+# dhcpcd with the shipped config, and no ARP probe of the offered address (RFC 5227: some 5 s
+# of waiting per lease, for a lab with no one to collide with). Its state (/run/dhcpcd: pid,
+# control socket; /var/lib/dhcpcd: leases, DUID) goes to tmpfs in a mount namespace of its
+# own, so that it neither reads a lease a previous run left nor writes to the host; the hook
+# script only logs, so nothing on the host (resolv.conf) is touched whatever the config says.
+{ cat "$ROOT/deploy/dhcpcd/gateway-wan.conf"; echo noarp; } >"$WORK/dhcpcd.conf"
+printf '#!/bin/sh\necho "$reason $interface $new_ip_address $new_routers" >>"%s"\n' \
+    "$WORK/dhcpcd-hook.log" >"$WORK/dhcpcd-hook"
+chmod +x "$WORK/dhcpcd-hook"
+mkdir -p /run/dhcpcd /var/lib/dhcpcd
+DHCPCD_PID=
+dhcpcd_wan() { # ADDRESS: runs dhcpcd until the twin holds ADDRESS
+    # Not through the `gw` function: $! must be dhcpcd itself (each step execs the next).
+    ip netns exec "$TWIN_NS" unshare --mount sh -c \
+        'mount -t tmpfs tmpfs /run/dhcpcd && mount -t tmpfs tmpfs /var/lib/dhcpcd && exec "$@"' sh \
+        dhcpcd -B -4 -f "$WORK/dhcpcd.conf" -c "$WORK/dhcpcd-hook" wan >>"$WORK/dhcpcd.log" 2>&1 &
+    DHCPCD_PID=$!
+    for _ in $(seq 1 150); do
+        gw ip -4 addr show dev wan | grep -q "inet $1/" && return 0
+        kill -0 "$DHCPCD_PID" 2>/dev/null || break
+        sleep 0.2
+    done
+    fail "dhcpcd got no lease of $1: $(tail -n 8 "$WORK/dhcpcd.log"); ISP: $(tail -n 5 "$WORK/isp.log" 2>/dev/null)"
+}
+# dhcp_client_start N ADDRESS: the N-th client run, until the twin holds ADDRESS.
+dhcp_client_start() {
+    if [[ $DHCP_CLIENT == dhcpcd ]]; then
+        dhcpcd_wan "$2"
+    else
+        dhclient_wan "$WORK/dhclient-$1.leases"
+    fi
+}
 sleep 0.5
-dhclient_wan "$WORK/dhclient-1.leases"
+dhcp_client_start 1 10.0.0.50
 expect_output "the WAN twin holds the lease 10.0.0.50" "inet 10\.0\.0\.50/24" gw ip -4 addr show dev wan
 grep -q "DHCPACK(eth0) 10.0.0.50" "$WORK/isp.log" || fail "the ISP logged no DHCPACK for 10.0.0.50"
 for _ in $(seq 1 20); do
@@ -181,25 +229,47 @@ sleep 0.3
 [[ $(seen_as 198.51.100.1) == none ]] || fail "198.51.100.1 was still reached after its kernel route went"
 pass "removed in the kernel, removed from the dataplane"
 
-# The ISP changes the lease: another address, and a default route now.
-kill "$ISP_PID"
-wait "$ISP_PID" 2>/dev/null || true
-kill -0 "$ISP_PID" 2>/dev/null && fail "the first DHCP server did not stop"
-isp_dhcp 10.0.0.77 "option:router,10.0.0.2"
+# The ISP changes the lease: another address, and a default route now. The client releases
+# its lease first (to the first server), then the ISP's server is restarted with the change.
 gone_before=$(metric 'gateway_dropped_packets_total{reason="nat_address_gone"')
-old_client=$(cat "$WORK/dhclient.pid")
-gw dhclient -r -sf "$WORK/dhclient-script" -lf "$WORK/dhclient-1.leases" \
-    -pf "$WORK/dhclient.pid" wan >>"$WORK/dhclient.log" 2>&1 || true
+# The DHCPRELEASE is a unicast datagram to the server: the kernel needs the server's MAC, and
+# the client removes the address right after sending it, which flushes a neighbour entry
+# still being resolved (the ARP reply reaches the twin through the control thread, later
+# than on a wire). So the twin learns it first, here by a ping (whose answer the default
+# `wan -> local` drop refuses: only the ARP exchange matters); on a real WAN it has the ISP
+# router's entry anyway. (Until now the client spoke through raw sockets only.)
+gw ping -c 1 -W 1 10.0.0.2 >/dev/null 2>&1 || true
+gw ip neigh show 10.0.0.2 dev wan | grep -q lladdr ||
+    fail "the WAN twin did not learn the ISP server's MAC: $(gw ip neigh show dev wan)"
+if [[ $DHCP_CLIENT == dhcpcd ]]; then
+    # SIGALRM: dhcpcd releases its lease (DHCPRELEASE), removes the address and exits.
+    old_client=$DHCPCD_PID
+    kill -ALRM "$old_client"
+else
+    old_client=$(cat "$WORK/dhclient.pid")
+    gw dhclient -r -sf "$WORK/dhclient-script" -lf "$WORK/dhclient-1.leases" \
+        -pf "$WORK/dhclient.pid" wan >>"$WORK/dhclient.log" 2>&1 || true
+fi
 for _ in $(seq 1 50); do
     kill -0 "$old_client" 2>/dev/null || break
     sleep 0.1
 done
-kill -0 "$old_client" 2>/dev/null && fail "the first dhclient did not stop on dhclient -r"
+kill -0 "$old_client" 2>/dev/null && fail "the first $DHCP_CLIENT did not stop on release"
 gw ip -4 addr show dev wan | grep -q "inet 10\.0\.0\.50/" && fail "the released address is still on the twin"
+for _ in $(seq 1 20); do
+    grep -q "DHCPRELEASE(eth0) 10.0.0.50" "$WORK/isp.log" && break
+    sleep 0.1
+done
+grep -q "DHCPRELEASE(eth0) 10.0.0.50" "$WORK/isp.log" || fail "the ISP saw no DHCPRELEASE of 10.0.0.50: $(tail -n 5 "$WORK/isp.log"); $DHCP_CLIENT: $(tail -n 5 "$WORK/$DHCP_CLIENT.log")"
+pass "$DHCP_CLIENT released 10.0.0.50 and the twin lost it"
+kill "$ISP_PID"
+wait "$ISP_PID" 2>/dev/null || true
+kill -0 "$ISP_PID" 2>/dev/null && fail "the first DHCP server did not stop"
+isp_dhcp 10.0.0.77 "option:router,10.0.0.2"
 sleep 0.5
-dhclient_wan "$WORK/dhclient-2.leases"
+dhcp_client_start 2 10.0.0.77
 gw ip -4 addr show dev wan | grep -q "inet 10\.0\.0\.77/24" ||
-    fail "the WAN twin does not hold the new lease 10.0.0.77: $(gw ip -4 addr show dev wan); dhclient: $(tail -n 12 "$WORK/dhclient.log"); ISP: $(tail -n 6 "$WORK/isp.log")"
+    fail "the WAN twin does not hold the new lease 10.0.0.77: $(gw ip -4 addr show dev wan); $DHCP_CLIENT: $(tail -n 12 "$WORK/$DHCP_CLIENT.log"); ISP: $(tail -n 6 "$WORK/isp.log")"
 pass "the WAN twin holds the new lease 10.0.0.77"
 for _ in $(seq 1 20); do
     grep -q "address from the kernel twin (dhcp) applied.*10.0.0.77/24" "$WORK/gateway.log" && break
