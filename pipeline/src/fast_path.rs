@@ -10,13 +10,18 @@
 //! packet of that direction (ingress, egress, next-hop MAC) and every check that decision
 //! depended on is a function of the flow's tuple and the configuration: martian and
 //! directed-broadcast addresses, source validation, the flow's owner, local delivery, the
-//! route and the neighbour. The shortcut is stamped with the pipeline's epoch, which every
-//! new router config or neighbour view advances, so none of those can change under it. What
+//! route. The shortcut is stamped with the pipeline's router epoch, which every new router
+//! config advances, so none of those can change under it; and with its neighbour epoch,
+//! which every new neighbour view advances: a shortcut from an older view looks its next hop
+//! up again (one probe, not the full path), since ARP changes views far more often than
+//! operators reload. What
 //! depends on the packet itself is checked per packet: the Ethernet destination, the IPv4
 //! header (checksum, no options, not a fragment, TTL), the MTU, TCP flags (a SYN, FIN or
 //! RST takes the full path, with its checksum check), the TCP tracker, and DNS and DHCP,
 //! which the full path inspects per packet. Anything else takes the full path, which makes
 //! a new shortcut; `tests/burst.rs` holds both paths to the same verdicts, bytes and state.
+
+use std::net::Ipv4Addr;
 
 use crate::conntrack::{FlowHash, FlowId, Track};
 use crate::control::write_l2;
@@ -35,11 +40,15 @@ pub const MAX_BURST: usize = 32;
 /// What forwarding decided for the last packet of one direction of a flow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Shortcut {
-    /// The pipeline's epoch when it was made; 0, which no epoch is, when there is none.
-    epoch: u32,
+    /// The pipeline's router epoch when it was made; 0, which no epoch is, when there is none.
+    router_epoch: u32,
+    /// The neighbour epoch `next_hop_mac` is from.
+    neighbor_epoch: u32,
     ingress: u16,
     egress: u16,
-    next_hop: [u8; 6],
+    /// The route's next hop (an IPv4 address, as bits for `Default`).
+    next_hop: u32,
+    next_hop_mac: [u8; 6],
     /// The NAT rewrite's and the TTL decrement's checksum patches.
     deltas: ChecksumDeltas,
     /// Made from a packet this worker received itself rather than one handed to it, so the
@@ -170,14 +179,20 @@ impl Pipeline {
         }
         let (flow, direction) = self.flows.lookup_hashed(key, hash)?;
         let data = self.flows.data(flow);
-        let shortcut = data.shortcuts[side(direction)];
-        if shortcut.epoch != self.epoch
+        let mut shortcut = data.shortcuts[side(direction)];
+        if shortcut.router_epoch != self.router_epoch
             || shortcut.ingress != ingress.port
             || !(shortcut.received_here || ingress.handed_off)
             || data.content != ContentState::Allowed
             || data.generation != self.router.stateful.generation
         {
             return None;
+        }
+        if shortcut.neighbor_epoch != self.neighbor_epoch {
+            // What the full path's `resolve_l2` would find now; none: it asks ARP.
+            shortcut.next_hop_mac = self.neighbors.get(Ipv4Addr::from(shortcut.next_hop))?.0;
+            shortcut.neighbor_epoch = self.neighbor_epoch;
+            self.flows.data_mut(flow).shortcuts[side(direction)] = shortcut;
         }
         let router = &*self.router;
         let iface = router.interfaces.get(usize::from(ingress.port))?;
@@ -230,7 +245,7 @@ impl Pipeline {
             // Not reached: the checks above are the rewrite's preconditions.
             return Some(Verdict::Drop(DropReason::MalformedL4));
         }
-        write_l2(pkt, EthernetAddress(shortcut.next_hop), egress_mac);
+        write_l2(pkt, EthernetAddress(shortcut.next_hop_mac), egress_mac);
         let verdict = Verdict::Transmit {
             port: shortcut.egress,
         };
@@ -254,15 +269,21 @@ impl Pipeline {
         direction: Direction,
         egress: u16,
     ) {
-        let next_hop = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         let received = self.flows.key(flow, direction);
         let target = self.flows.key(flow, direction.opposite()).reversed();
+        // The route the full path took: the one to the translated destination.
+        let Some(route) = self.router.routes.lookup(target.dst) else {
+            return;
+        };
+        let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         self.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
-            deltas: ChecksumDeltas::new(&received, &target),
-            epoch: self.epoch,
+            router_epoch: self.router_epoch,
+            neighbor_epoch: self.neighbor_epoch,
             ingress: ingress.port,
             egress,
-            next_hop: next_hop.0,
+            next_hop: u32::from(route.resolve(target.dst)),
+            next_hop_mac: next_hop_mac.0,
+            deltas: ChecksumDeltas::new(&received, &target),
             received_here: !ingress.handed_off,
         };
     }

@@ -105,9 +105,11 @@ pub struct Pipeline {
     /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
     /// time, which the per-packet path must not ask the OS for.
     pub(crate) unix_epoch_at_zero: i64,
-    /// Stamps the flows' forwarding shortcuts ([`crate::fast_path`]): advanced by every new
-    /// router config and neighbour view, so a shortcut made under older ones is not used.
-    pub(crate) epoch: u32,
+    /// Stamp the flows' forwarding shortcuts ([`crate::fast_path`]): advanced by every new
+    /// router config, and by every new neighbour view, so a shortcut made under an older
+    /// config is not used, and one made under an older view has its next hop looked up again.
+    pub(crate) router_epoch: u32,
+    pub(crate) neighbor_epoch: u32,
     /// Whether established flows may take the fast path (`WorkerSetup::fast_path`).
     pub(crate) fast_path: bool,
 }
@@ -176,7 +178,8 @@ impl Pipeline {
             meter: setup.meter,
             inspector: ContentInspector::new(DEFAULT_SLOTS),
             unix_epoch_at_zero: 0,
-            epoch: crate::fast_path::FIRST_EPOCH,
+            router_epoch: crate::fast_path::FIRST_EPOCH,
+            neighbor_epoch: crate::fast_path::FIRST_EPOCH,
             fast_path: setup.fast_path,
             qos: router
                 .qos
@@ -196,7 +199,7 @@ impl Pipeline {
 
     /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
-        self.epoch = crate::fast_path::next_epoch(self.epoch);
+        self.router_epoch = crate::fast_path::next_epoch(self.router_epoch);
         if router.icmp != self.router.icmp {
             self.icmp_errors = IcmpBudgets::new(&router.icmp);
             self.echo_requests = echo_bucket(&router.icmp);
@@ -289,7 +292,7 @@ impl Pipeline {
 
     /// Swaps in the control thread's latest neighbour view. Called between bursts.
     pub fn set_neighbors(&mut self, neighbors: Arc<NeighborView>) {
-        self.epoch = crate::fast_path::next_epoch(self.epoch);
+        self.neighbor_epoch = crate::fast_path::next_epoch(self.neighbor_epoch);
         self.neighbors = neighbors;
     }
 

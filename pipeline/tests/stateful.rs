@@ -2774,3 +2774,72 @@ fn a_packet_the_shortcut_does_not_cover_gets_what_the_full_path_gives_it() {
         }
     }
 }
+
+/// A new neighbour view costs an established flow one lookup of its next hop, not the full
+/// path: the next packet takes the fast path to the next hop's new MAC, or, with the next hop
+/// gone from the view, the full path, which asks ARP.
+#[test]
+fn a_new_neighbour_view_moves_the_fast_path_to_the_new_mac() {
+    let lan = Ingress {
+        port: LAN,
+        handed_off: false,
+    };
+    let kind = Kind::Udp {
+        zero_checksum: false,
+    };
+    let outbound = fresh_frame(LAN, HOST, REMOTE, (40001, 443), 64, &kind, 100);
+    let owner =
+        match System::new(false, false).workers[0].burst(&[(outbound.clone(), lan)], 0, false)[0].0
+        {
+            Verdict::Handoff { worker } => usize::from(worker),
+            _ => 0,
+        };
+    let moved = [0x02, 0xbb, 0, 0, 0, 0x77];
+    let views = [
+        NeighborView::new([
+            (ip(UPSTREAM), EthernetAddress(moved)),
+            (ip(HOST), EthernetAddress(HOST_MAC)),
+        ]),
+        NeighborView::new([(ip(HOST), EthernetAddress(HOST_MAC))]),
+    ];
+    let mut systems = [System::new(false, true), System::new(false, false)];
+    let fast = systems[0].run(owner, &vec![(outbound.clone(), lan); 3], 1000);
+    assert_eq!(
+        fast,
+        systems[1].run(owner, &vec![(outbound.clone(), lan); 3], 1000)
+    );
+    let mut expected = [
+        (Verdict::Transmit { port: WAN }, Some(moved), 1),
+        (
+            Verdict::Control(ControlWork::Resolve {
+                port: WAN,
+                next_hop: ip(UPSTREAM),
+            }),
+            None,
+            0,
+        ),
+    ]
+    .into_iter();
+    for view in views {
+        let view = Arc::new(view);
+        for system in &mut systems {
+            for gw in &mut system.workers {
+                gw.pipeline.set_neighbors(view.clone());
+            }
+        }
+        let (verdict, mac, fast_packets) = expected.next().unwrap();
+        let before = systems[0].workers[owner].counters.fast_path.get();
+        let fast = systems[0].run(owner, &[(outbound.clone(), lan)], 2000);
+        let full = systems[1].run(owner, &[(outbound.clone(), lan)], 2000);
+        assert_eq!(fast, full);
+        assert_eq!(fast[0].0, verdict);
+        if let Some(mac) = mac {
+            assert_eq!(fast[0].1[..6], mac);
+        }
+        let after = systems[0].workers[owner].counters.fast_path.get();
+        assert_eq!(after - before, fast_packets);
+        for (a, b) in systems[0].workers.iter().zip(&systems[1].workers) {
+            assert_eq!(worker_state(a, 2000), worker_state(b, 2000));
+        }
+    }
+}
