@@ -90,11 +90,6 @@ pub(super) fn router_config(
             mtu: 1500,
         },
     ];
-    let default_route = StaticRoute {
-        destination: Ipv4Addr::UNSPECIFIED,
-        len: 0,
-        via: UPSTREAM,
-    };
     let (lan, wan) = (ZoneId(0), ZoneId(1));
     let policy = Policy::new(Action::Drop).set(lan, wan, Action::Accept).set(
         lan,
@@ -119,15 +114,66 @@ pub(super) fn router_config(
             None => None,
         },
     };
-    let router = RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())?;
+    let router = RouterConfig::new(interfaces, &fib(), IcmpLimits::default())?;
     Ok(router
         .with_stateful(stateful)?
         .with_qos(features.and_then(|f| qos_config(&f.qos)))
         .with_traffic_meter(features.is_some_and(|f| f.traffic_meter.enabled)))
 }
 
+/// Where the remote ends live: 64.0.0.0/3, public unicast, 2^21 /24 blocks.
+const REMOTE_SPACE: u32 = 0x4000_0000;
+/// /24 blocks in a 64-byte line of the FIB's `tbl24` (2-byte entries): a /19.
+const BLOCKS_PER_LINE: u32 = 32;
+/// The /19s (`tbl24` lines) of the remote space.
+const REMOTE_LINES: u32 = 1 << 16;
+/// Odd, so multiplying by it permutes the /19s; large, so consecutive flows land far apart.
+const SCATTER: u32 = 0x9e37_79b9;
+
+/// Flow `f`'s remote address: its own address for every flow below 2^21 x 254, and for the
+/// first 65,536 flows its own /19, so no two of them share a line of the FIB's `tbl24` and
+/// the route lookups of a burst never hit a line another packet brought in. Flow `f` takes
+/// /19 number `(f * SCATTER) mod 2^16` (a permutation), the /24 `(f >> 16) mod 32` in it and
+/// the host byte `1 + (f >> 21) mod 254`.
+pub(super) fn remote(flow: u32) -> Ipv4Addr {
+    let line = flow.wrapping_mul(SCATTER) % REMOTE_LINES;
+    let block = line * BLOCKS_PER_LINE + (flow / REMOTE_LINES) % BLOCKS_PER_LINE;
+    let host = 1 + (flow >> 21) % 254;
+    Ipv4Addr::from(REMOTE_SPACE | block << 8 | host)
+}
+
+/// The bench router's static routes, all via the upstream router on the WAN port: the
+/// default route, and one route in each of the 65,536 /19s of the remotes' space, of a
+/// length from /19 to /24 and at a place in its /19 that a hash of the /19 picks (as in a
+/// full Internet table, most prefixes are long). A remote outside its /19's route takes the
+/// default route, also to WAN. So the FIB is large and sparse, and the lookups of 1M flows
+/// read all 4 MiB of `tbl24` that the remotes' space covers.
+pub(super) fn fib() -> Vec<StaticRoute> {
+    let mut routes = vec![StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: UPSTREAM,
+    }];
+    routes.extend((0..REMOTE_LINES).map(|line| {
+        let hash = mix32(line ^ FIB_SEED);
+        let len = 19 + (hash % 6) as u8;
+        // Which of the /19's 2^(len-19) prefixes of this length.
+        let index = (hash >> 8) & ((1 << (len - 19)) - 1);
+        let base = REMOTE_SPACE | line << 13;
+        StaticRoute {
+            destination: Ipv4Addr::from(base | index << (32 - len)),
+            len,
+            via: UPSTREAM,
+        }
+    }));
+    routes
+}
+
+/// Any constant, for the FIB's prefix lengths.
+const FIB_SEED: u32 = 0x2545_f491;
+
 /// The synthetic traffic: flow `f` goes from LAN host `f % HOSTS` (one source port per host,
-/// so the NAT keeps one binding per host) to remote `198.18.0.0 + f / HOSTS`, UDP port 443.
+/// so the NAT keeps one binding per host) to [`remote`]`(f)`, UDP port 443.
 pub(super) struct Traffic {
     pub lan_mac: EthernetAddress,
     pub wan_mac: EthernetAddress,
@@ -178,7 +224,7 @@ impl Traffic {
 
     pub fn outbound(&self, room: &mut [u8], flow: u32) -> usize {
         let host = flow % HOSTS;
-        let remote = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + flow / HOSTS);
+        let remote = remote(flow);
         let frame = &mut room[..FRAME_LEN];
         frame[0..6].copy_from_slice(&self.lan_mac.0);
         frame[6..12].copy_from_slice(&Self::host_mac(host).0);
@@ -296,4 +342,77 @@ fn mix32(mut x: u32) -> u32 {
     x ^= x >> 13;
     x = x.wrapping_mul(0xc2b2_ae35);
     x ^ (x >> 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn remotes_are_distinct_public_addresses() {
+        let mut seen = HashSet::new();
+        for flow in 0..4_200_000u32 {
+            let addr = remote(flow);
+            let [a, _, _, d] = addr.octets();
+            assert!((64..96).contains(&a), "{addr} for flow {flow}");
+            assert!((1..=254).contains(&d), "{addr} for flow {flow}");
+            assert!(seen.insert(addr), "flow {flow} repeats {addr}");
+        }
+    }
+
+    #[test]
+    fn the_first_65536_remotes_each_have_a_tbl24_line_of_their_own() {
+        let lines: HashSet<u32> = (0..REMOTE_LINES)
+            .map(|flow| (u32::from(remote(flow)) >> 8) / BLOCKS_PER_LINE)
+            .collect();
+        assert_eq!(lines.len(), REMOTE_LINES as usize);
+    }
+
+    #[test]
+    fn the_fib_is_large_and_every_remote_leaves_by_wan() {
+        let traffic = Traffic::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            1,
+        );
+        let router = router_config(&traffic, None).unwrap();
+        assert!(
+            router.routes.len() > 65_536,
+            "{} routes",
+            router.routes.len()
+        );
+        let routes = fib();
+        let mut by_own_route = 0;
+        for flow in (0..4_000_000u32).step_by(997) {
+            let addr = u32::from(remote(flow));
+            let hop = router.routes.lookup(remote(flow)).expect("a route");
+            assert_eq!(hop.port, 1, "flow {flow}");
+            assert_eq!(hop.gateway, Some(UPSTREAM));
+            let own = &routes[1 + ((addr - REMOTE_SPACE) >> 13) as usize];
+            let mask = u32::MAX << (32 - own.len);
+            by_own_route += usize::from(addr & mask == u32::from(own.destination));
+        }
+        // Some remotes are in their /19's prefix, others take the default route.
+        assert!(by_own_route > 100, "{by_own_route}");
+    }
+
+    #[test]
+    fn rss_spreads_packets_over_the_queues() {
+        let traffic = Traffic::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            100_000,
+        );
+        let mut counts = [0u32; 4];
+        let mut frame = [0u8; 2048];
+        for flow in 0..100_000 {
+            let len = traffic.outbound(&mut frame, flow);
+            counts[rss_queue(&frame[..len], 4)] += 1;
+        }
+        for count in counts {
+            assert!((23_000..27_000).contains(&count), "{counts:?}");
+        }
+    }
 }
