@@ -81,6 +81,8 @@ pub(super) struct Lab {
     router: Arc<Published<RouterConfig>>,
     meters: Vec<Arc<HostMeter>>,
     qos_stats: Vec<[Arc<QosStats>; 2]>,
+    /// Flows the workers' tables hold, all together.
+    pub capacity: usize,
     pub poll_cycles: u64,
     /// SYNs the gateway forwarded to the LAN (TCP is only ever the flood's): with the SYNs
     /// sent, what tells the flood's refused SYNs from refused established packets exactly.
@@ -148,6 +150,10 @@ impl Lab {
         let mut counters = Vec::new();
         let mut meters = Vec::new();
         let mut qos_stats = Vec::new();
+        // Each worker owns about its share of the flows (by LAN host); the same headroom over
+        // it as one worker has over all of them.
+        let share = flows as usize / usize::from(queue_count);
+        let capacity = (share + share / 2).max(1).next_power_of_two();
         let loops = match kind {
             LabKind::Floor => {
                 let (rx, egress) = take_queues(&mut ports, 0)?;
@@ -163,10 +169,6 @@ impl Lab {
                 ));
                 let published_neighbors = Arc::new(Published::new(neighbors.clone()));
                 let workers = queue_count;
-                // Each worker owns about its share of the flows (by LAN host); the same
-                // headroom over it as one worker has over all of them.
-                let share = flows as usize / usize::from(workers);
-                let capacity = (share + share / 2).max(1).next_power_of_two();
                 let mut links = HandoffLinks::mesh(eal, usize::from(workers), any)?.into_iter();
                 let mut worker_loops = Vec::new();
                 for index in 0..workers {
@@ -232,6 +234,10 @@ impl Lab {
             router,
             meters,
             qos_stats,
+            capacity: match kind {
+                LabKind::Floor => 0,
+                LabKind::Workers(_) => capacity * usize::from(queue_count),
+            },
             poll_cycles: 0,
             forwarded_syns: 0,
             _ports: ports,
@@ -259,8 +265,22 @@ impl Lab {
         self.counters.iter().map(|c| c.rx_packets.get()).sum()
     }
 
+    /// Packets handed from one worker to another.
+    pub fn handoffs_sent(&self) -> u64 {
+        self.counters.iter().map(|c| c.handoffs_sent.get()).sum()
+    }
+
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.counters.iter().map(|c| c.dropped(reason)).sum()
+    }
+
+    /// Every reason something was dropped for, with its count.
+    pub fn drops_by_reason(&self) -> Vec<(DropReason, u64)> {
+        DropReason::ALL
+            .iter()
+            .map(|&reason| (reason, self.dropped(reason)))
+            .filter(|&(_, count)| count > 0)
+            .collect()
     }
 
     pub fn dropped_total(&self) -> u64 {
@@ -462,6 +482,7 @@ impl Lab {
             self.lan_in.push(mbuf);
         }
         let rx_before = self.rx_packets();
+        let handoffs_before = self.handoffs_sent();
         let cycles_before = self.poll_cycles;
         let deadline = Instant::now() + duration;
         let mut batch = MbufBatch::new();
@@ -509,6 +530,7 @@ impl Lab {
         }
         let packets = self.rx_packets() - rx_before;
         let cycles = self.poll_cycles - cycles_before;
+        let handoffs = self.handoffs_sent() - handoffs_before;
         // SYNs generated but never injected were not sent.
         syns -= self
             .wan_in
@@ -525,6 +547,7 @@ impl Lab {
             packets,
             cycles,
             syns,
+            handoffs,
         })
     }
 

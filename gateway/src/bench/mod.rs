@@ -19,6 +19,7 @@
 
 mod floor;
 mod lab;
+mod series;
 mod traffic;
 
 use std::mem::size_of;
@@ -36,6 +37,8 @@ use crate::handoff::HandoffLinks;
 use lab::{Lab, LabKind};
 use traffic::{features, router_config, FRAME_LEN, HOSTS};
 
+pub use series::SWEEP_FLOWS;
+
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     /// Concurrent established flows.
@@ -48,7 +51,26 @@ pub struct BenchOptions {
     pub syn_percent: u32,
     /// Only the flow setup and the SYN-flood pair of runs.
     pub syn_flood_only: bool,
+    /// After the usual runs, the established runs again at each of these flow counts (the
+    /// sweep; none when empty).
+    pub flows_list: Vec<u32>,
+    /// After the usual runs, the established flows through 1, 2, 4, ... up to this many
+    /// workers on this core, with RSS misdirecting packets to non-owners (none when None).
+    pub workers: Option<u16>,
     pub json: bool,
+}
+
+/// A row in `--json`: its name, packets, Mpps, ns and cycles per packet.
+fn row_json(row: &Row, hz: u64) -> String {
+    let cpp = row.cycles_per_packet();
+    format!(
+        "{{\"name\":\"{}\",\"packets\":{},\"mpps\":{:.3},\"ns_per_packet\":{:.2},\"cycles_per_packet\":{:.1}}}",
+        row.name,
+        row.packets,
+        hz as f64 / cpp / 1e6,
+        cpp * 1e9 / hz as f64,
+        cpp
+    )
 }
 
 const IN_FLIGHT: usize = 2048;
@@ -59,6 +81,8 @@ struct Row {
     cycles: u64,
     /// Spoofed SYNs among `packets`.
     syns: u64,
+    /// Of `packets`, those the receiving worker handed to the flow's owner.
+    handoffs: u64,
 }
 
 impl Row {
@@ -66,13 +90,13 @@ impl Row {
         self.cycles as f64 / self.packets.max(1) as f64
     }
 
-    /// Packets of established flows per worker cycle.
     fn empty(name: &'static str) -> Row {
         Row {
             name,
             packets: 0,
             cycles: 0,
             syns: 0,
+            handoffs: 0,
         }
     }
 
@@ -80,8 +104,10 @@ impl Row {
         self.packets += other.packets;
         self.cycles += other.cycles;
         self.syns += other.syns;
+        self.handoffs += other.handoffs;
     }
 
+    /// Packets of established flows per worker cycle.
     fn established_per_cycle(&self) -> f64 {
         self.packets.saturating_sub(self.syns) as f64 / self.cycles.max(1) as f64
     }
@@ -229,6 +255,22 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     // The flood's refused SYNs are the point of it, not drops of the bench's traffic.
     let drops = lab.dropped_total() - flood.refused_syns;
     drop(lab);
+    // Each point of a series on a lab of its own, the one before it dropped (4M flows take
+    // 1.3 GB).
+    let sweep = options
+        .flows_list
+        .iter()
+        .map(|&flows| series::SweepPoint::measure(eal, &pool, flows.max(1), seconds, hz))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let scaling = match options.workers {
+        Some(most) => series::worker_counts(most)
+            .into_iter()
+            .map(|workers| {
+                series::WorkersPoint::measure(eal, &pool, workers, options.flows, seconds)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
 
     let memory_per_flow = BYTES_PER_FLOW + size_of::<FlowData>();
     let ns_per_cycle = 1e9 / hz as f64;
@@ -236,20 +278,19 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         let rows_json: Vec<String> = rows
             .iter()
             .chain([&flood.baseline, &flood.flood])
-            .map(|row| {
-                let cpp = row.cycles_per_packet();
-                format!(
-                    "{{\"name\":\"{}\",\"packets\":{},\"mpps\":{:.3},\"ns_per_packet\":{:.2},\"cycles_per_packet\":{:.1}}}",
-                    row.name,
-                    row.packets,
-                    hz as f64 / cpp / 1e6,
-                    cpp * ns_per_cycle,
-                    cpp
-                )
-            })
+            .map(|row| row_json(row, hz))
             .collect();
+        let mut series = String::new();
+        if !sweep.is_empty() {
+            let points: Vec<String> = sweep.iter().map(|p| p.json(&rows[0], hz)).collect();
+            series += &format!(",\"sweep\":[{}]", points.join(","));
+        }
+        if let Some(one) = scaling.first() {
+            let points: Vec<String> = scaling.iter().map(|p| p.json(one, hz)).collect();
+            series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
+        }
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{}{series}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
@@ -304,6 +345,12 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         "handing a packet to another worker: {handoff_cycles:.1} cycles/packet (send, flush, the owner's receive; bursts of {BURST_SIZE}, one core)"
     );
     println!("{}", syn_flood_summary(&flood));
+    if !sweep.is_empty() {
+        series::print_sweep(&sweep, &rows[0], hz);
+    }
+    if !scaling.is_empty() {
+        series::print_workers(&scaling, options.flows, hz);
+    }
     syn_flood_verdict(&flood)
 }
 
