@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 GATEWAY := target/release/gateway
 
-.PHONY: all deps hugepages build demo test lint unit e2e bench lab-bench clean fuzz fuzz-smoke instructions
+.PHONY: all deps hugepages build demo test lint unit e2e bench bench-sweep bench-record lab-bench clean fuzz fuzz-smoke instructions
 
 all: build
 
@@ -43,6 +43,15 @@ fuzz-smoke: deps
 
 bench: build hugepages
 	$(GATEWAY) bench
+
+# The CSIT-like sweep: the established rows again at 64k, 1M and 4M flows (BENCH_ARGS adds flags).
+bench-sweep: build hugepages
+	$(GATEWAY) bench --sweep $(BENCH_ARGS)
+
+# One `gateway bench --json` run (BENCH_ARGS adds flags) appended to benchmarks/history.jsonl
+# with its date, commit, TSC GHz and host.
+bench-record: build hugepages
+	GATEWAY=$(GATEWAY) benchmarks/record.sh $(BENCH_ARGS)
 
 # Pipeline instructions per packet under callgrind: repeatable where cycles are noise.
 instructions: deps

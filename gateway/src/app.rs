@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use pipeline::meter::HostMeter;
 use pipeline::nat::Ownership;
 use pipeline::neigh::NeighborConfig;
+use pipeline::snapshot::SavedFlow;
 use pipeline::wire::EthernetAddress;
 use pipeline::{NeighborView, Pipeline, WorkerCounters};
 
@@ -161,6 +162,48 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
     result
 }
 
+/// A started gateway: what `serve` owns from start to teardown. [`Gateway::start`] brings it
+/// up, [`Gateway::run`] serves until told to stop or a worker dies, [`Gateway::teardown`]
+/// takes it down in order.
+///
+/// Fields drop in declaration order, so a path that skips the teardown (a panic while
+/// running) takes things down in the order `serve`'s locals once did: the threads that use
+/// the rest first, then the control plane, the workers before the rings, ports and pool they
+/// poll, the ports before their pool.
+struct Gateway<'a> {
+    config_path: &'a Path,
+    config: &'a GatewayConfig,
+    stop: Arc<AtomicBool>,
+    loader: reload::Loader,
+    metrics_thread: Option<std::thread::JoinHandle<()>>,
+    metrics_stop: Arc<AtomicBool>,
+    metrics_failed: bool,
+    meter_export: Arc<Published<MeterExport>>,
+    netlink_thread: Option<std::thread::JoinHandle<()>>,
+    /// The config in force: the last reload applied (kernel updates are compiled onto it).
+    running: GatewayConfig,
+    /// What the kernel says, for the config-load thread, which compiles reloads with it.
+    kernel_for_loads: Arc<Mutex<KernelView>>,
+    control: ControlPlane,
+    router_published: Arc<Published<pipeline::RouterConfig>>,
+    reload_status: Arc<ReloadStatus>,
+    control_counters: Arc<WorkerCounters>,
+    /// Before the ports, rings and pool: dropped first.
+    running_workers: Workers,
+    /// Each stopped worker sends its flows back, for the state snapshot.
+    saved_flows: Sender<Vec<SavedFlow>>,
+    stopped_flows: Receiver<Vec<SavedFlow>>,
+    qos_stats: Vec<[Arc<pipeline::qos::QosStats>; 2]>,
+    worker_counters: Vec<Arc<WorkerCounters>>,
+    bond_watch: Arc<BondWatch>,
+    steering: Vec<FlowRule>,
+    macs: Vec<[u8; 6]>,
+    ports: Vec<Port>,
+    pool: Arc<Mempool>,
+    worker_lcores: Vec<LcoreId>,
+    workers: u16,
+}
+
 fn serve(
     config_path: &Path,
     config: &GatewayConfig,
@@ -169,417 +212,523 @@ fn serve(
     stop: Arc<AtomicBool>,
     (events, control_events): (Sender<ControlEvent>, Receiver<ControlEvent>),
 ) -> anyhow::Result<()> {
-    let worker_lcores: Vec<LcoreId> = config.workers.lcores.iter().map(|&l| LcoreId(l)).collect();
-    let available = eal.worker_lcores();
-    for lcore in &worker_lcores {
-        if !available.contains(lcore) {
-            bail!("workers.lcores: {lcore} is not available to the EAL (this machine has {available:?})");
-        }
-    }
-    let workers = worker_lcores.len() as u16;
-    let port_ids = config
-        .interfaces
-        .iter()
-        .enumerate()
-        .map(|(index, iface)| {
-            Port::find(eal, &iface.device)
-                .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let socket = nic_socket(eal, config, &port_ids, &worker_lcores);
-    let pool = Arc::new(
-        Mempool::new(
-            eal,
-            "gateway_pool",
-            config.mempool.mbufs,
-            config.mempool.cache,
-            config.mempool.data_room,
-            socket,
-        )
-        .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
-    );
-    let mut ports = Vec::new();
-    for (index, (iface, &id)) in config.interfaces.iter().zip(&port_ids).enumerate() {
-        let port_config = PortConfig {
-            rx_queues: workers,
-            tx_queues: workers,
-            rx_descriptors: iface.rx_descriptors,
-            tx_descriptors: iface.tx_descriptors,
-            mtu: Some(iface.mtu),
-            rss_key: iface.rss_key.as_deref().and_then(parse_hex),
-            ..PortConfig::default()
-        };
-        let dedicated_lacp = match &iface.bond {
-            Some(bond) => prepare_bond(id, &iface.name, bond)?,
-            None => false,
-        };
-        let started = match Port::start(eal, id, &iface.name, &port_config, &pool) {
-            Err(err) if dedicated_lacp => {
-                // Enabling checks the rule in principle; some members (tap) still refuse it
-                // when the bond starts. Fall back to LACP in the data path.
-                tracing::info!(
-                    bond = iface.name,
-                    "members refused the dedicated LACP queue rule at start ({err}); LACP runs \
-                     in the data path, kept alive by tx bursts every 10 ms even when idle"
-                );
-                dpdk::bond::disable_dedicated_lacp_queues(id)?;
-                Port::start(eal, id, &iface.name, &port_config, &pool)
-            }
-            other => other,
-        };
-        let port = started.with_context(|| {
-            format!(
-                "interfaces[{index}] ({}, {})",
-                iface.name,
-                device_name(&iface.device)
-            )
-        })?;
-        ports.push(port);
-    }
-    let macs = ports
-        .iter()
-        .map(|port| port.mac_address())
-        .collect::<Result<Vec<_>, _>>()?;
-    let steering = steer_nat_replies(config, &ports, workers);
-    let mut bond_watch = BondWatch::default();
-    for (iface, port) in config.interfaces.iter().zip(&ports) {
-        if let Some(bond) = &iface.bond {
-            let members = bond
-                .members
-                .iter()
-                .map(|member| Ok((device_name(member).to_string(), Port::find(eal, member)?)))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            bond_watch.add(&iface.name, port.id(), members);
-        }
-    }
-    let bond_watch = Arc::new(bond_watch);
-    for (iface, mac) in config.interfaces.iter().zip(&macs) {
-        tracing::info!(interface = %iface.name, address = %iface.address, mac = %EthernetAddress(*mac), "interface up");
-    }
-    let router = Arc::new(Published::new(Arc::new(router_config(config, &macs)?)));
-    let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
-    let twins = Twins::start(eal, config, &macs, &pool)?;
-    let mut punt_rings = Vec::new();
-    // The metrics thread's view of each port, taken before the queues leave for the workers.
-    let port_monitors: Vec<_> = ports
-        .iter()
-        .map(|port| {
-            (
-                port.name().to_string(),
-                port.monitor(),
-                usize::from(workers),
-            )
-        })
-        .collect();
+    let mut gateway = Gateway::start(config_path, config, web_config, eal, stop, &events)?;
+    let worker_died = gateway.run(&control_events);
+    gateway.teardown(worker_died)
+}
 
-    let (control_to_worker, worker_from_control) =
-        MbufRing::create(eal, "control_to_worker0", 1024, socket)?;
-    let mut worker_from_control = Some(worker_from_control);
-    let mut from_workers = Vec::new();
-    let mut worker_counters = Vec::new();
-    let mut heartbeats = Vec::new();
-    let mut handoff_links = HandoffLinks::mesh(eal, worker_lcores.len(), socket)?.into_iter();
-    let mut meters = Vec::new();
-    let mut qos_stats = Vec::new();
-    let panic_on_purpose = PanicOnPurpose::from_env();
-    // The state snapshot's flows go into each worker's tables before it polls; each stopped
-    // worker sends its flows back for the next one.
-    let snapshot_status = Arc::new(SnapshotStatus::default());
-    let mut restore = Restore::prepare(&config.state, &router.load().0, workers, &snapshot_status);
-    let (saved_flows, stopped_flows) = crossbeam_channel::unbounded();
-    // Declared after the ports, rings and pool: dropped first, on every path out of here.
-    let mut running_workers = Workers::new(stop.clone());
-    for (index, &lcore) in worker_lcores.iter().enumerate() {
-        let (to_control, from_worker) = MbufRing::create(
-            eal,
-            &format!("to_control_{index}"),
-            crate::worker::CONTROL_RING_CAPACITY,
-            socket,
-        )?;
-        from_workers.push(from_worker);
-        let punt = if twins.any() {
-            let (link, from_worker) = crate::twins::punt_ring(eal, index, socket)?;
-            punt_rings.push(from_worker);
-            Some(link)
+impl<'a> Gateway<'a> {
+    /// Starts the ports, the workers (with the snapshot's flows restored), the control
+    /// plane, the netlink, metrics and config-load threads. On an error the workers started
+    /// so far stop before the ports and the pool go.
+    fn start(
+        config_path: &'a Path,
+        config: &'a GatewayConfig,
+        web_config: crate::web_config::WebConfig,
+        eal: &Eal,
+        stop: Arc<AtomicBool>,
+        events: &Sender<ControlEvent>,
+    ) -> anyhow::Result<Gateway<'a>> {
+        let worker_lcores: Vec<LcoreId> =
+            config.workers.lcores.iter().map(|&l| LcoreId(l)).collect();
+        let available = eal.worker_lcores();
+        for lcore in &worker_lcores {
+            if !available.contains(lcore) {
+                bail!("workers.lcores: {lcore} is not available to the EAL (this machine has {available:?})");
+            }
+        }
+        let workers = worker_lcores.len() as u16;
+        let port_ids = config
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(index, iface)| {
+                Port::find(eal, &iface.device)
+                    .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let socket = nic_socket(eal, config, &port_ids, &worker_lcores);
+        let pool = Arc::new(
+            Mempool::new(
+                eal,
+                "gateway_pool",
+                config.mempool.mbufs,
+                config.mempool.cache,
+                config.mempool.data_room,
+                socket,
+            )
+            .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
+        );
+        let mut ports = Vec::new();
+        for (index, (iface, &id)) in config.interfaces.iter().zip(&port_ids).enumerate() {
+            let port_config = PortConfig {
+                rx_queues: workers,
+                tx_queues: workers,
+                rx_descriptors: iface.rx_descriptors,
+                tx_descriptors: iface.tx_descriptors,
+                mtu: Some(iface.mtu),
+                rss_key: iface.rss_key.as_deref().and_then(parse_hex),
+                ..PortConfig::default()
+            };
+            let dedicated_lacp = match &iface.bond {
+                Some(bond) => prepare_bond(id, &iface.name, bond)?,
+                None => false,
+            };
+            let started = match Port::start(eal, id, &iface.name, &port_config, &pool) {
+                Err(err) if dedicated_lacp => {
+                    // Enabling checks the rule in principle; some members (tap) still refuse it
+                    // when the bond starts. Fall back to LACP in the data path.
+                    tracing::info!(
+                        bond = iface.name,
+                        "members refused the dedicated LACP queue rule at start ({err}); LACP runs \
+                         in the data path, kept alive by tx bursts every 10 ms even when idle"
+                    );
+                    dpdk::bond::disable_dedicated_lacp_queues(id)?;
+                    Port::start(eal, id, &iface.name, &port_config, &pool)
+                }
+                other => other,
+            };
+            let port = started.with_context(|| {
+                format!(
+                    "interfaces[{index}] ({}, {})",
+                    iface.name,
+                    device_name(&iface.device)
+                )
+            })?;
+            ports.push(port);
+        }
+        let macs = ports
+            .iter()
+            .map(|port| port.mac_address())
+            .collect::<Result<Vec<_>, _>>()?;
+        let steering = steer_nat_replies(config, &ports, workers);
+        let mut bond_watch = BondWatch::default();
+        for (iface, port) in config.interfaces.iter().zip(&ports) {
+            if let Some(bond) = &iface.bond {
+                let members = bond
+                    .members
+                    .iter()
+                    .map(|member| Ok((device_name(member).to_string(), Port::find(eal, member)?)))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                bond_watch.add(&iface.name, port.id(), members);
+            }
+        }
+        let bond_watch = Arc::new(bond_watch);
+        for (iface, mac) in config.interfaces.iter().zip(&macs) {
+            tracing::info!(interface = %iface.name, address = %iface.address, mac = %EthernetAddress(*mac), "interface up");
+        }
+        let router = Arc::new(Published::new(Arc::new(router_config(config, &macs)?)));
+        let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
+        let twins = Twins::start(eal, config, &macs, &pool)?;
+        let mut punt_rings = Vec::new();
+        // The metrics thread's view of each port, taken before the queues leave for the workers.
+        let port_monitors: Vec<_> = ports
+            .iter()
+            .map(|port| {
+                (
+                    port.name().to_string(),
+                    port.monitor(),
+                    usize::from(workers),
+                )
+            })
+            .collect();
+
+        let (control_to_worker, worker_from_control) =
+            MbufRing::create(eal, "control_to_worker0", 1024, socket)?;
+        let mut worker_from_control = Some(worker_from_control);
+        let mut from_workers = Vec::new();
+        let mut worker_counters = Vec::new();
+        let mut heartbeats = Vec::new();
+        let mut handoff_links = HandoffLinks::mesh(eal, worker_lcores.len(), socket)?.into_iter();
+        let mut meters = Vec::new();
+        let mut qos_stats = Vec::new();
+        let panic_on_purpose = PanicOnPurpose::from_env();
+        // The state snapshot's flows go into each worker's tables before it polls; each stopped
+        // worker sends its flows back for the next one.
+        let snapshot_status = Arc::new(SnapshotStatus::default());
+        let mut restore =
+            Restore::prepare(&config.state, &router.load().0, workers, &snapshot_status);
+        let (saved_flows, stopped_flows) = crossbeam_channel::unbounded();
+        // Declared after the ports, rings and pool: dropped first, on every path out of here.
+        let mut running_workers = Workers::new(stop.clone());
+        for (index, &lcore) in worker_lcores.iter().enumerate() {
+            let (to_control, from_worker) = MbufRing::create(
+                eal,
+                &format!("to_control_{index}"),
+                crate::worker::CONTROL_RING_CAPACITY,
+                socket,
+            )?;
+            from_workers.push(from_worker);
+            let punt = if twins.any() {
+                let (link, from_worker) = crate::twins::punt_ring(eal, index, socket)?;
+                punt_rings.push(from_worker);
+                Some(link)
+            } else {
+                None
+            };
+            let counters = Arc::new(WorkerCounters::default());
+            worker_counters.push(counters.clone());
+            // Allocated even while the meter is off, so that a reload can switch it on.
+            let meter = Arc::new(HostMeter::new(config.traffic_meter.capacity));
+            meters.push(meter.clone());
+            let setup = worker_setup(config, index as u16, workers, Some(meter));
+            let pipeline =
+                Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
+                    .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
+            qos_stats.push(pipeline.qos_stats());
+            let mut pipeline = pipeline;
+            if let Some(restore) = restore.as_mut() {
+                restore.apply(index, &mut pipeline);
+            }
+            let unix_now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
+            // Workers' clocks start at zero when they start; close enough for minute windows.
+            pipeline.set_wall_clock(unix_now, 0);
+            // Worker i polls and transmits on queue i of every port, and nobody else does.
+            let rx = ports
+                .iter_mut()
+                .map(|port| port.take_rx_queue(RxQueueId(index as u16)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let tx = ports
+                .iter_mut()
+                .map(|port| port.take_tx_queue(TxQueueId(index as u16)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let worker = Worker {
+                index: index as u16,
+                rx,
+                handoff: handoff_links.next().expect("one set of links per worker"),
+                egress: Egress::new(tx),
+                pool: pool.clone(),
+                to_control,
+                from_control: worker_from_control.take(),
+                punt,
+                router: router.clone(),
+                neighbors: neighbors.clone(),
+                counters,
+                stop: stop.clone(),
+            };
+            let heartbeat = Arc::new(Heartbeat::new());
+            heartbeats.push(heartbeat.clone());
+            let panic_at = panic_on_purpose.and_then(|hook| hook.deadline_tsc(index));
+            let exits = events.clone();
+            let saved_flows = saved_flows.clone();
+            let work = dpdk::launch_watched(
+                eal,
+                lcore,
+                move || {
+                    let (pipeline, now_ns) = worker.run(pipeline, heartbeat, panic_at);
+                    let mut flows = Vec::new();
+                    pipeline.export_flows(now_ns, &mut flows);
+                    let _ = saved_flows.send(flows);
+                },
+                move |panic| {
+                    let _ = exits.send(ControlEvent::WorkerExited(WorkerExit {
+                        worker: index,
+                        panic,
+                    }));
+                },
+            )?;
+            running_workers.push(index, work);
+        }
+        if std::env::var_os(FAIL_START_ON_PURPOSE_VAR).is_some() {
+            bail!(
+                "start-up fails on purpose ({FAIL_START_ON_PURPOSE_VAR}) with {} workers running",
+                running_workers.len()
+            );
+        }
+        if let Some(restore) = restore.take() {
+            restore.finish(&snapshot_status);
+        }
+
+        let control_counters = Arc::new(WorkerCounters::default());
+        let reload_status = Arc::new(ReloadStatus::new());
+        let neighbor_config = NeighborConfig {
+            capacity: config.neighbors.capacity,
+            pending_per_neighbor: config.neighbors.pending_per_neighbor,
+            reachable_ns: config.neighbors.reachable_secs * 1_000_000_000,
+            pending_total: config.neighbors.pending_total,
+            locktime_ns: config.neighbors.locktime_ms * 1_000_000,
+            ..NeighborConfig::default()
+        };
+        let router_published = router.clone();
+        let mut control = ControlPlane::new(
+            control_to_worker,
+            from_workers,
+            pool.clone(),
+            router,
+            neighbors,
+            control_counters.clone(),
+            neighbor_config,
+        )
+        .with_twins(twins.with_rings(punt_rings));
+        control.announce();
+        // The twins' addresses ("dhcp") and routes, followed on a thread of its own.
+        // What the kernel says, for the config-load thread, which compiles reloads with it.
+        let kernel_for_loads = Arc::new(Mutex::new(KernelView::default()));
+        // The config in force: the last reload applied (kernel updates are compiled onto it).
+        let running = config.clone();
+        let followed = Followed::from_config(config);
+        let netlink_thread = if followed.any() {
+            let events = events.clone();
+            let send = move |view| events.send(ControlEvent::Kernel(view)).is_ok();
+            let netns = config.kernel_twins.netns.clone();
+            Some(crate::netlink::spawn(followed, netns, stop.clone(), send)?)
         } else {
             None
         };
-        let counters = Arc::new(WorkerCounters::default());
-        worker_counters.push(counters.clone());
-        // Allocated even while the meter is off, so that a reload can switch it on.
-        let meter = Arc::new(HostMeter::new(config.traffic_meter.capacity));
-        meters.push(meter.clone());
-        let setup = worker_setup(config, index as u16, workers, Some(meter));
-        let pipeline =
-            Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
-                .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
-        qos_stats.push(pipeline.qos_stats());
-        let mut pipeline = pipeline;
-        if let Some(restore) = restore.as_mut() {
-            restore.apply(index, &mut pipeline);
-        }
-        let unix_now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        // Workers' clocks start at zero when they start; close enough for minute windows.
-        pipeline.set_wall_clock(unix_now, 0);
-        // Worker i polls and transmits on queue i of every port, and nobody else does.
-        let rx = ports
-            .iter_mut()
-            .map(|port| port.take_rx_queue(RxQueueId(index as u16)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let tx = ports
-            .iter_mut()
-            .map(|port| port.take_tx_queue(TxQueueId(index as u16)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let worker = Worker {
-            index: index as u16,
-            rx,
-            handoff: handoff_links.next().expect("one set of links per worker"),
-            egress: Egress::new(tx),
-            pool: pool.clone(),
-            to_control,
-            from_control: worker_from_control.take(),
-            punt,
-            router: router.clone(),
-            neighbors: neighbors.clone(),
-            counters,
-            stop: stop.clone(),
-        };
-        let heartbeat = Arc::new(Heartbeat::new());
-        heartbeats.push(heartbeat.clone());
-        let panic_at = panic_on_purpose.and_then(|hook| hook.deadline_tsc(index));
-        let exits = events.clone();
-        let saved_flows = saved_flows.clone();
-        let work = dpdk::launch_watched(
-            eal,
-            lcore,
-            move || {
-                let (pipeline, now_ns) = worker.run(pipeline, heartbeat, panic_at);
-                let mut flows = Vec::new();
-                pipeline.export_flows(now_ns, &mut flows);
-                let _ = saved_flows.send(flows);
+        let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
+            &config.traffic_meter,
+        ))));
+        let metrics = Metrics::new(Sources {
+            ports: port_monitors,
+            bonds: bond_watch.clone(),
+            qos: qos_stats.clone(),
+            meter: MeterSource {
+                workers: meters,
+                export: meter_export.clone(),
             },
-            move |panic| {
-                let _ = exits.send(ControlEvent::WorkerExited(WorkerExit {
-                    worker: index,
-                    panic,
-                }));
-            },
-        )?;
-        running_workers.push(index, work);
-    }
-    if std::env::var_os(FAIL_START_ON_PURPOSE_VAR).is_some() {
-        bail!(
-            "start-up fails on purpose ({FAIL_START_ON_PURPOSE_VAR}) with {} workers running",
-            running_workers.len()
-        );
-    }
-    if let Some(restore) = restore.take() {
-        restore.finish(&snapshot_status);
-    }
-
-    let control_counters = Arc::new(WorkerCounters::default());
-    let reload_status = Arc::new(ReloadStatus::new());
-    let neighbor_config = NeighborConfig {
-        capacity: config.neighbors.capacity,
-        pending_per_neighbor: config.neighbors.pending_per_neighbor,
-        reachable_ns: config.neighbors.reachable_secs * 1_000_000_000,
-        pending_total: config.neighbors.pending_total,
-        locktime_ns: config.neighbors.locktime_ms * 1_000_000,
-        ..NeighborConfig::default()
-    };
-    let router_published = router.clone();
-    let mut control = ControlPlane::new(
-        control_to_worker,
-        from_workers,
-        pool.clone(),
-        router,
-        neighbors,
-        control_counters.clone(),
-        neighbor_config,
-    )
-    .with_twins(twins.with_rings(punt_rings));
-    control.announce();
-    // The twins' addresses ("dhcp") and routes, followed on a thread of its own.
-    // What the kernel says, for the config-load thread, which compiles reloads with it.
-    let kernel_for_loads = Arc::new(Mutex::new(KernelView::default()));
-    // The config in force: the last reload applied (kernel updates are compiled onto it).
-    let mut running = config.clone();
-    let followed = Followed::from_config(config);
-    let netlink_thread = if followed.any() {
-        let events = events.clone();
-        let send = move |view| events.send(ControlEvent::Kernel(view)).is_ok();
-        let netns = config.kernel_twins.netns.clone();
-        Some(crate::netlink::spawn(followed, netns, stop.clone(), send)?)
-    } else {
-        None
-    };
-    let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
-        &config.traffic_meter,
-    ))));
-    let metrics = Metrics::new(Sources {
-        ports: port_monitors,
-        bonds: bond_watch.clone(),
-        qos: qos_stats.clone(),
-        meter: MeterSource {
-            workers: meters,
-            export: meter_export.clone(),
-        },
-        workers: worker_counters.clone(),
-        heartbeats,
-        control: control_counters.clone(),
-        reload: reload_status.clone(),
-        snapshot: snapshot_status.clone(),
-    });
-    let metrics_stop = Arc::new(AtomicBool::new(false));
-    let metrics_thread = match metrics::serve(
-        config.metrics.listen,
-        metrics,
-        web_config,
-        metrics_stop.clone(),
-    ) {
-        Ok(thread) => Some(thread),
-        Err(err) => {
-            stop.store(true, Ordering::Relaxed);
-            tracing::error!("{err:#}");
-            None
-        }
-    };
-    let metrics_failed = metrics_thread.is_none();
-    if !metrics_failed {
-        tracing::info!(
-            workers,
-            "gateway running; SIGINT or SIGTERM stops it, SIGHUP reloads"
-        );
-    }
-    let loader = {
-        let loads = events.clone();
-        reload::Loader::start(
-            config_path.to_path_buf(),
-            config.clone(),
-            macs.clone(),
-            kernel_for_loads.clone(),
-            move |loaded| {
-                let _ = loads.send(ControlEvent::Loaded(Box::new(loaded)));
-            },
-        )
-        .context("starting the config-load thread")?
-    };
-    let mut next_bond_sample = std::time::Instant::now();
-    let qos_rates = |router: &Published<pipeline::RouterConfig>| {
-        (router.load().0.qos.as_ref()).map(|q| [q.uplink_bps, q.downlink_bps])
-    };
-    let mut policed_rates = qos_rates(&router_published);
-    let mut next_qos_rebalance = std::time::Instant::now();
-    let mut worker_died = false;
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(rates) =
-            policed_rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance)
-        {
-            rebalance_qos(&qos_stats, rates);
-            next_qos_rebalance += Duration::from_millis(5);
-        }
-        if !bond_watch.bonds.is_empty() && std::time::Instant::now() >= next_bond_sample {
-            bond_watch.sample();
-            next_bond_sample += Duration::from_millis(100);
-        }
-        // Idle: wait for an event as long as the old sleep lasted, so ARP stays prompt.
-        let event = match control.poll() {
-            0 => control_events.recv_timeout(Duration::from_micros(200)).ok(),
-            _ => control_events.try_recv().ok(),
-        };
-        match event {
-            None => {}
-            Some(ControlEvent::ReloadSignal | ControlEvent::FileChanged) => {
-                if matches!(event, Some(ControlEvent::FileChanged)) {
-                    tracing::info!("{} changed and is quiet: reloading", config_path.display());
-                }
-                loader.request();
-            }
-            Some(ControlEvent::Loaded(loaded)) => {
-                if let Some(applied) = apply_reload(
-                    *loaded,
-                    &ReloadTargets {
-                        router: &router_published,
-                        qos: &qos_stats,
-                        meter: &meter_export,
-                        status: &reload_status,
-                    },
-                ) {
-                    running = applied;
-                }
-                policed_rates = qos_rates(&router_published);
-            }
-            Some(ControlEvent::Kernel(view)) => {
-                apply_kernel(&running, &macs, &view, &router_published, &qos_stats);
-                *kernel_for_loads
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = view;
-                policed_rates = qos_rates(&router_published);
-            }
-            Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
-                if panic.is_none() && stop.load(Ordering::Relaxed) {
-                    continue;
-                }
-                let why = panic.map_or("returned unasked".to_string(), |message| {
-                    format!("panicked: {message}")
-                });
-                tracing::error!(
-                    worker,
-                    lcore = worker_lcores[worker].0,
-                    "worker {worker} {why}; its queues are unserved, so the gateway stops \
-                     (exit status 1) for the service manager to restart it"
-                );
-                worker_died = true;
+            workers: worker_counters.clone(),
+            heartbeats,
+            control: control_counters.clone(),
+            reload: reload_status.clone(),
+            snapshot: snapshot_status.clone(),
+        });
+        let metrics_stop = Arc::new(AtomicBool::new(false));
+        let metrics_thread = match metrics::serve(
+            config.metrics.listen,
+            metrics,
+            web_config,
+            metrics_stop.clone(),
+        ) {
+            Ok(thread) => Some(thread),
+            Err(err) => {
                 stop.store(true, Ordering::Relaxed);
+                tracing::error!("{err:#}");
+                None
+            }
+        };
+        let metrics_failed = metrics_thread.is_none();
+        if !metrics_failed {
+            tracing::info!(
+                workers,
+                "gateway running; SIGINT or SIGTERM stops it, SIGHUP reloads"
+            );
+        }
+        let loader = {
+            let loads = events.clone();
+            reload::Loader::start(
+                config_path.to_path_buf(),
+                config.clone(),
+                macs.clone(),
+                kernel_for_loads.clone(),
+                move |loaded| {
+                    let _ = loads.send(ControlEvent::Loaded(Box::new(loaded)));
+                },
+            )
+            .context("starting the config-load thread")?
+        };
+        Ok(Gateway {
+            config_path,
+            config,
+            stop,
+            loader,
+            metrics_thread,
+            metrics_stop,
+            metrics_failed,
+            meter_export,
+            netlink_thread,
+            running,
+            kernel_for_loads,
+            control,
+            router_published,
+            reload_status,
+            control_counters,
+            running_workers,
+            saved_flows,
+            stopped_flows,
+            qos_stats,
+            worker_counters,
+            bond_watch,
+            steering,
+            macs,
+            ports,
+            pool,
+            worker_lcores,
+            workers,
+        })
+    }
+
+    /// Serves until told to stop (a signal, a failed metrics endpoint) or until a worker
+    /// dies: the control plane, reloads, kernel updates, QoS rebalancing and bond sampling.
+    /// Returns whether a worker died.
+    fn run(&mut self, control_events: &Receiver<ControlEvent>) -> bool {
+        let Gateway {
+            config_path,
+            stop,
+            loader,
+            meter_export,
+            running,
+            kernel_for_loads,
+            control,
+            router_published,
+            reload_status,
+            qos_stats,
+            bond_watch,
+            macs,
+            worker_lcores,
+            ..
+        } = self;
+        let mut next_bond_sample = std::time::Instant::now();
+        let qos_rates = |router: &Published<pipeline::RouterConfig>| {
+            (router.load().0.qos.as_ref()).map(|q| [q.uplink_bps, q.downlink_bps])
+        };
+        let mut policed_rates = qos_rates(router_published);
+        let mut next_qos_rebalance = std::time::Instant::now();
+        let mut worker_died = false;
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(rates) =
+                policed_rates.filter(|_| std::time::Instant::now() >= next_qos_rebalance)
+            {
+                rebalance_qos(qos_stats, rates);
+                next_qos_rebalance += Duration::from_millis(5);
+            }
+            if !bond_watch.bonds.is_empty() && std::time::Instant::now() >= next_bond_sample {
+                bond_watch.sample();
+                next_bond_sample += Duration::from_millis(100);
+            }
+            // Idle: wait for an event as long as the old sleep lasted, so ARP stays prompt.
+            let event = match control.poll() {
+                0 => control_events.recv_timeout(Duration::from_micros(200)).ok(),
+                _ => control_events.try_recv().ok(),
+            };
+            match event {
+                None => {}
+                Some(ControlEvent::ReloadSignal | ControlEvent::FileChanged) => {
+                    if matches!(event, Some(ControlEvent::FileChanged)) {
+                        tracing::info!("{} changed and is quiet: reloading", config_path.display());
+                    }
+                    loader.request();
+                }
+                Some(ControlEvent::Loaded(loaded)) => {
+                    if let Some(applied) = apply_reload(
+                        *loaded,
+                        &ReloadTargets {
+                            router: router_published,
+                            qos: qos_stats,
+                            meter: meter_export,
+                            status: reload_status,
+                        },
+                    ) {
+                        *running = applied;
+                    }
+                    policed_rates = qos_rates(router_published);
+                }
+                Some(ControlEvent::Kernel(view)) => {
+                    apply_kernel(running, macs, &view, router_published, qos_stats);
+                    *kernel_for_loads
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = view;
+                    policed_rates = qos_rates(router_published);
+                }
+                Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
+                    if panic.is_none() && stop.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let why = panic.map_or("returned unasked".to_string(), |message| {
+                        format!("panicked: {message}")
+                    });
+                    tracing::error!(
+                        worker,
+                        lcore = worker_lcores[worker].0,
+                        "worker {worker} {why}; its queues are unserved, so the gateway stops \
+                         (exit status 1) for the service manager to restart it"
+                    );
+                    worker_died = true;
+                    stop.store(true, Ordering::Relaxed);
+                }
             }
         }
+        worker_died
     }
 
-    tracing::info!("stopping workers");
-    if let Some(thread) = netlink_thread {
-        let _ = thread.join();
+    /// Takes the gateway down in order: the netlink thread and the workers stop (each sends
+    /// its flows back), the config-load thread ends, the snapshot is written, the control
+    /// plane's last packets go out, the metrics thread ends, the counters are reported, then
+    /// the control plane, the NIC flow rules, the ports and last the pool are dropped.
+    fn teardown(self, worker_died: bool) -> anyhow::Result<()> {
+        let Gateway {
+            config_path: _,
+            config,
+            stop: _stop,
+            loader,
+            metrics_thread,
+            metrics_stop,
+            metrics_failed,
+            meter_export: _meter_export,
+            netlink_thread,
+            running: _running,
+            kernel_for_loads: _kernel_for_loads,
+            mut control,
+            router_published: _router_published,
+            reload_status: _reload_status,
+            control_counters,
+            mut running_workers,
+            saved_flows,
+            stopped_flows,
+            qos_stats: _qos_stats,
+            worker_counters,
+            bond_watch: _bond_watch,
+            steering,
+            macs: _macs,
+            ports,
+            pool,
+            worker_lcores: _worker_lcores,
+            workers,
+        } = self;
+        tracing::info!("stopping workers");
+        if let Some(thread) = netlink_thread {
+            let _ = thread.join();
+        }
+        let mut failures = running_workers.stop_and_join();
+        drop(loader);
+        if worker_died && failures.is_empty() {
+            failures.push("a worker stopped without being told to".into());
+        }
+        drop(saved_flows);
+        // `[state]` needs a restart (reload keeps it): the start-up config's is the one in force.
+        if config.state.snapshot && failures.is_empty() && !worker_died && !metrics_failed {
+            crate::snapshot::save_stopped(&config.state, workers, stopped_flows);
+        }
+        control.poll();
+        metrics_stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = metrics_thread {
+            let _ = thread.join();
+        }
+        report(&ports, &worker_counters, &control_counters);
+        drop(control);
+        drop(steering);
+        drop(ports);
+        if pool.in_use() != 0 {
+            tracing::warn!(
+                in_use = pool.in_use(),
+                "mbufs still out of the pool at shutdown"
+            );
+        }
+        drop(pool);
+        if !failures.is_empty() {
+            bail!("{}", failures.join("; "));
+        }
+        if metrics_failed {
+            bail!(
+                "the metrics endpoint could not start (metrics.listen {})",
+                config.metrics.listen
+            );
+        }
+        Ok(())
     }
-    let mut failures = running_workers.stop_and_join();
-    drop(loader);
-    if worker_died && failures.is_empty() {
-        failures.push("a worker stopped without being told to".into());
-    }
-    drop(saved_flows);
-    // `[state]` needs a restart (reload keeps it): the start-up config's is the one in force.
-    if config.state.snapshot && failures.is_empty() && !worker_died && !metrics_failed {
-        crate::snapshot::save_stopped(&config.state, workers, stopped_flows);
-    }
-    control.poll();
-    metrics_stop.store(true, Ordering::Relaxed);
-    if let Some(thread) = metrics_thread {
-        let _ = thread.join();
-    }
-    report(&ports, &worker_counters, &control_counters);
-    drop(control);
-    drop(steering);
-    drop(ports);
-    if pool.in_use() != 0 {
-        tracing::warn!(
-            in_use = pool.in_use(),
-            "mbufs still out of the pool at shutdown"
-        );
-    }
-    drop(pool);
-    if !failures.is_empty() {
-        bail!("{}", failures.join("; "));
-    }
-    if metrics_failed {
-        bail!(
-            "the metrics endpoint could not start (metrics.listen {})",
-            config.metrics.listen
-        );
-    }
-    Ok(())
 }
-
 /// The NUMA node for the pool and rings: the NICs'. Logs when the NICs sit on different
 /// nodes (one pool serves them all, on the first's) and when a worker lcore runs on another
 /// node than a NIC it polls, which costs a cross-node access per packet.

@@ -40,6 +40,18 @@ enum Command {
         /// Run only the flow setup and the SYN-flood runs.
         #[arg(long)]
         syn_flood_only: bool,
+        /// After the usual runs, the established runs (NAT44+SPI, and with every feature)
+        /// again at each of these flow counts, a table of their own (`sweep` in --json).
+        #[arg(long, value_delimiter = ',', value_name = "FLOWS,...")]
+        flows_list: Vec<u32>,
+        /// The CSIT-like sweep: --flows-list 65536,1000000,4000000.
+        #[arg(long, conflicts_with = "flows_list")]
+        sweep: bool,
+        /// After the usual runs, the established flows through 1, 2, 4, ... up to N worker
+        /// loops on this one core, packets on the queue RSS picks, handed to the flow's owner
+        /// when it is another worker (`handoff_scaling` in --json).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+        workers: Option<u16>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -64,6 +76,9 @@ fn main() -> ExitCode {
             seconds,
             syn_percent,
             syn_flood_only,
+            flows_list,
+            sweep,
+            workers,
             json,
         } => gateway::bench::run(&gateway::bench::BenchOptions {
             flows: flows.max(1),
@@ -71,6 +86,12 @@ fn main() -> ExitCode {
             seconds,
             syn_percent: syn_percent.min(100),
             syn_flood_only,
+            flows_list: if sweep {
+                gateway::bench::SWEEP_FLOWS.to_vec()
+            } else {
+                flows_list
+            },
+            workers,
             json,
         }),
         Command::CheckConfig { config } => GatewayConfig::load(&config)

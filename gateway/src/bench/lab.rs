@@ -1,0 +1,583 @@
+//! The bench's lab: net_ring ports standing in for LAN and WAN, the loop under test (the
+//! gateway's worker loops, or the I/O floor's loop), and the generator that feeds them.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use pipeline::conntrack::ConntrackConfig;
+use pipeline::meter::HostMeter;
+use pipeline::qos::QosStats;
+use pipeline::wire::EthernetAddress;
+use pipeline::{DropReason, NeighborView, Pipeline, RouterConfig, WorkerCounters, WorkerSetup};
+
+use super::floor::IoFloor;
+use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREAM_MAC};
+use super::{is_tcp, syns_in, Row, SynFlood, IN_FLIGHT, SYN_FLOOD_MIN_PAIRS, SYN_FLOOD_ROUND};
+use crate::app::publish_router;
+use crate::dpdk::{
+    self, Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer,
+    RxQueueId, SocketId, TxQueueId,
+};
+use crate::egress::Egress;
+use crate::handoff::HandoffLinks;
+use crate::published::Published;
+use crate::worker::{Worker, WorkerLoop};
+
+/// What the lab runs between the generator's rounds.
+pub(super) enum Loops {
+    /// The gateway's worker loops, one per worker, all on this core.
+    Workers(Vec<WorkerLoop>),
+    /// rx_burst, then tx_burst to the other port, and nothing else.
+    Floor(Box<IoFloor>),
+}
+
+/// What a lab is built to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LabKind {
+    /// The I/O floor's loop on one queue.
+    Floor,
+    /// This many workers, each with its own queue on LAN and WAN.
+    Workers(u16),
+}
+
+/// One queue of LAN and WAN, as a worker has queue `w` of every port in the gateway: here
+/// a pair of net_ring ports per queue, whose rings the generator holds the other ends of.
+struct QueueRings {
+    lan_rx: RingProducer,
+    wan_rx: RingProducer,
+    lan_tx: RingConsumer,
+    wan_tx: RingConsumer,
+}
+
+impl QueueRings {
+    /// The LAN port's RX ring, or the WAN port's.
+    fn rx(&mut self, lan: bool) -> &mut RingProducer {
+        if lan {
+            &mut self.lan_rx
+        } else {
+            &mut self.wan_rx
+        }
+    }
+}
+
+/// Labs made in this process: their rings and ports need names of their own.
+static LABS: AtomicU32 = AtomicU32::new(0);
+
+/// Ring ports, the loops under test, and the generator that feeds them.
+pub(super) struct Lab {
+    pub loops: Loops,
+    /// One per worker (one for the floor).
+    counters: Vec<Arc<WorkerCounters>>,
+    pool: Arc<Mempool>,
+    pub traffic: Traffic,
+    lan_in: Vec<Mbuf>,
+    wan_in: Vec<Mbuf>,
+    queues: Vec<QueueRings>,
+    /// Per queue: what `inject` has picked for it and not yet enqueued.
+    staging: Vec<MbufBatch>,
+    /// What the workers run with; publishing to it is how a reload reaches a worker.
+    router: Arc<Published<RouterConfig>>,
+    meters: Vec<Arc<HostMeter>>,
+    qos_stats: Vec<[Arc<QosStats>; 2]>,
+    /// Flows the workers' tables hold, all together.
+    pub capacity: usize,
+    pub poll_cycles: u64,
+    /// SYNs the gateway forwarded to the LAN (TCP is only ever the flood's): with the SYNs
+    /// sent, what tells the flood's refused SYNs from refused established packets exactly.
+    pub forwarded_syns: u64,
+    /// The ports own the rings they use, and stay open while the loops' queues live.
+    _ports: Vec<Port>,
+}
+
+impl Lab {
+    pub fn new(eal: &Eal, pool: &Arc<Mempool>, flows: u32, kind: LabKind) -> anyhow::Result<Lab> {
+        let any = SocketId::ANY;
+        let lab = LABS.fetch_add(1, Ordering::Relaxed);
+        let queue_count = match kind {
+            LabKind::Floor => 1,
+            LabKind::Workers(workers) => workers.max(1),
+        };
+        let config = PortConfig {
+            rx_descriptors: 1024,
+            tx_descriptors: 1024,
+            ..PortConfig::default()
+        };
+        let mut queues = Vec::new();
+        let mut ports = Vec::new();
+        for queue in 0..queue_count {
+            let name = |what: &str| format!("bench{lab}_{what}{queue}");
+            let (lan_rx, lan_rx_pmd) = MbufRing::create(eal, &name("lan_rx"), 4096, any)?;
+            let (lan_tx_pmd, lan_tx) = MbufRing::create(eal, &name("lan_tx"), 4096, any)?;
+            let (wan_rx, wan_rx_pmd) = MbufRing::create(eal, &name("wan_rx"), 4096, any)?;
+            let (wan_tx_pmd, wan_tx) = MbufRing::create(eal, &name("wan_tx"), 4096, any)?;
+            let lan_device = Port::from_rings(eal, &name("lan"), lan_rx_pmd, lan_tx_pmd)?;
+            let wan_device = Port::from_rings(eal, &name("wan"), wan_rx_pmd, wan_tx_pmd)?;
+            ports.push(Port::start_rings(eal, lan_device, "lan", &config, pool)?);
+            ports.push(Port::start_rings(eal, wan_device, "wan", &config, pool)?);
+            queues.push(QueueRings {
+                lan_rx,
+                wan_rx,
+                lan_tx,
+                wan_tx,
+            });
+        }
+        // The first queue's MACs are the interfaces' (a NIC has one MAC for all its queues;
+        // the ring PMD does not filter by it).
+        let traffic = Traffic::new(
+            EthernetAddress(ports[0].mac_address()?),
+            EthernetAddress(ports[1].mac_address()?),
+            flows,
+        );
+        let router_cfg = Arc::new(router_config(&traffic, None)?);
+        let router = Arc::new(Published::new(router_cfg.clone()));
+        let take_queues = |ports: &mut [Port], queue: usize| -> anyhow::Result<_> {
+            let [lan, wan] = &mut ports[2 * queue..2 * queue + 2] else {
+                unreachable!("two ports per queue");
+            };
+            Ok((
+                vec![
+                    lan.take_rx_queue(RxQueueId(0))?,
+                    wan.take_rx_queue(RxQueueId(0))?,
+                ],
+                Egress::new(vec![
+                    lan.take_tx_queue(TxQueueId(0))?,
+                    wan.take_tx_queue(TxQueueId(0))?,
+                ]),
+            ))
+        };
+        let mut counters = Vec::new();
+        let mut meters = Vec::new();
+        let mut qos_stats = Vec::new();
+        // Each worker owns about its share of the flows (by LAN host); the same headroom over
+        // it as one worker has over all of them.
+        let share = flows as usize / usize::from(queue_count);
+        let capacity = (share + share / 2).max(1).next_power_of_two();
+        let loops = match kind {
+            LabKind::Floor => {
+                let (rx, egress) = take_queues(&mut ports, 0)?;
+                let floor_counters = Arc::new(WorkerCounters::default());
+                counters.push(floor_counters.clone());
+                Loops::Floor(Box::new(IoFloor::new(rx, egress, floor_counters)))
+            }
+            LabKind::Workers(_) => {
+                let neighbors = Arc::new(NeighborView::new(
+                    (0..HOSTS)
+                        .map(|h| (Traffic::host(h), Traffic::host_mac(h)))
+                        .chain([(UPSTREAM, UPSTREAM_MAC)]),
+                ));
+                let published_neighbors = Arc::new(Published::new(neighbors.clone()));
+                let workers = queue_count;
+                let mut links = HandoffLinks::mesh(eal, usize::from(workers), any)?.into_iter();
+                let mut worker_loops = Vec::new();
+                for index in 0..workers {
+                    let worker_counters = Arc::new(WorkerCounters::default());
+                    let meter = Arc::new(HostMeter::new(2 * HOSTS as usize));
+                    let pipeline = Pipeline::for_worker(
+                        router_cfg.clone(),
+                        neighbors.clone(),
+                        worker_counters.clone(),
+                        WorkerSetup {
+                            worker: index,
+                            workers,
+                            conntrack: ConntrackConfig {
+                                capacity,
+                                // The bench's synthetic hosts hold many flows each; no
+                                // per-host limit.
+                                host_flows: capacity as u32,
+                                // Small enough that the SYN flood reaches it within a short
+                                // run.
+                                half_open: capacity / 16,
+                                ..ConntrackConfig::default()
+                            },
+                            nat_bindings: 4 * HOSTS as usize,
+                            meter: Some(meter.clone()),
+                            ..WorkerSetup::default()
+                        },
+                    )
+                    .map_err(|err| anyhow::anyhow!("NAT pool: {err:?}"))?;
+                    qos_stats.push(pipeline.qos_stats());
+                    let (to_control, _unread) =
+                        MbufRing::create(eal, &format!("bench{lab}_control{index}"), 1024, any)?;
+                    let (rx, egress) = take_queues(&mut ports, usize::from(index))?;
+                    let worker = Worker {
+                        index,
+                        rx,
+                        handoff: links.next().context("a worker's handoff links")?,
+                        egress,
+                        pool: pool.clone(),
+                        to_control,
+                        from_control: None,
+                        punt: None,
+                        router: router.clone(),
+                        neighbors: published_neighbors.clone(),
+                        counters: worker_counters.clone(),
+                        stop: Arc::new(AtomicBool::new(false)),
+                    };
+                    worker_loops.push(WorkerLoop::new(worker, pipeline));
+                    counters.push(worker_counters);
+                    meters.push(meter);
+                }
+                Loops::Workers(worker_loops)
+            }
+        };
+        Ok(Lab {
+            loops,
+            counters,
+            pool: pool.clone(),
+            traffic,
+            lan_in: Vec::with_capacity(IN_FLIGHT),
+            wan_in: Vec::with_capacity(IN_FLIGHT),
+            staging: queues.iter().map(|_| MbufBatch::new()).collect(),
+            queues,
+            router,
+            meters,
+            qos_stats,
+            capacity: match kind {
+                LabKind::Floor => 0,
+                LabKind::Workers(_) => capacity * usize::from(queue_count),
+            },
+            poll_cycles: 0,
+            forwarded_syns: 0,
+            _ports: ports,
+        })
+    }
+
+    /// The worker loops (none for the floor).
+    pub fn workers(&self) -> &[WorkerLoop] {
+        match &self.loops {
+            Loops::Workers(loops) => loops,
+            Loops::Floor(_) => &[],
+        }
+    }
+
+    /// Flows in every worker's table.
+    pub fn flow_count(&self) -> usize {
+        self.workers()
+            .iter()
+            .map(|worker| worker.pipeline().flow_count())
+            .sum()
+    }
+
+    /// Packets the loops received from the ports (not those handed between workers).
+    pub fn rx_packets(&self) -> u64 {
+        self.counters.iter().map(|c| c.rx_packets.get()).sum()
+    }
+
+    /// Packets handed from one worker to another.
+    pub fn handoffs_sent(&self) -> u64 {
+        self.counters.iter().map(|c| c.handoffs_sent.get()).sum()
+    }
+
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.counters.iter().map(|c| c.dropped(reason)).sum()
+    }
+
+    /// Every reason something was dropped for, with its count.
+    pub fn drops_by_reason(&self) -> Vec<(DropReason, u64)> {
+        DropReason::ALL
+            .iter()
+            .map(|&reason| (reason, self.dropped(reason)))
+            .filter(|&(_, count)| count > 0)
+            .collect()
+    }
+
+    pub fn dropped_total(&self) -> u64 {
+        self.counters.iter().map(|c| c.dropped_total()).sum()
+    }
+
+    pub fn half_open(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|c| c.conntrack_half_open.get())
+            .sum()
+    }
+
+    /// Hosts the traffic meters counted, over all workers.
+    pub fn metered_hosts(&self) -> usize {
+        self.meters
+            .iter()
+            .map(|meter| meter.snapshot().count())
+            .sum()
+    }
+
+    /// Hands the workers a new config, as the control thread does on a reload.
+    pub fn publish(&self, router: &Arc<RouterConfig>) {
+        publish_router(&self.router, &self.qos_stats, router.clone());
+    }
+
+    pub fn alloc(&self) -> anyhow::Result<Mbuf> {
+        Mbuf::alloc(&self.pool).context("the bench's mempool ran dry")
+    }
+
+    /// One timed pass of the loops under test: every worker's loop once, or the floor's.
+    pub fn poll(&mut self) -> usize {
+        let start = dpdk::rdtsc();
+        let received = match &mut self.loops {
+            Loops::Workers(loops) => loops.iter_mut().map(WorkerLoop::poll_once).sum(),
+            Loops::Floor(floor) => floor.poll_once(),
+        };
+        self.poll_cycles += dpdk::rdtsc() - start;
+        received
+    }
+
+    /// Moves generated packets into the ports' RX rings: with several queues, each packet
+    /// into the one RSS would pick for it.
+    pub fn inject(&mut self) {
+        let queues = self.queues.len();
+        for lan in [true, false] {
+            let pending = if lan {
+                &mut self.lan_in
+            } else {
+                &mut self.wan_in
+            };
+            while let Some(mbuf) = pending.pop() {
+                let queue = if queues == 1 {
+                    0
+                } else {
+                    rss_queue(mbuf.data(), queues)
+                };
+                let staged = &mut self.staging[queue];
+                let Err(mbuf) = staged.push(mbuf) else {
+                    continue;
+                };
+                self.queues[queue].rx(lan).enqueue(staged);
+                if !staged.is_empty() {
+                    // The ring is full: keep the rest for the next round.
+                    pending.push(mbuf);
+                    break;
+                }
+                let _ = staged.push(mbuf);
+            }
+            for (staged, rings) in self.staging.iter_mut().zip(&mut self.queues) {
+                rings.rx(lan).enqueue(staged);
+                pending.extend(staged.drain());
+            }
+        }
+    }
+
+    /// Whether every RX ring is empty.
+    fn rx_rings_empty(&self) -> bool {
+        self.queues
+            .iter()
+            .all(|rings| rings.lan_rx.is_empty() && rings.wan_rx.is_empty())
+    }
+
+    /// Polls until the RX rings are empty, discarding whatever the loops send.
+    pub fn drain(&mut self) {
+        // The RX rings hold 4,096 packets each; bounded all the same.
+        for _ in 0..1024 {
+            let received = self.poll();
+            self.discard_output();
+            if received == 0 && self.rx_rings_empty() {
+                break;
+            }
+        }
+    }
+
+    pub fn discard_output(&mut self) {
+        let mut batch = MbufBatch::new();
+        for rings in &mut self.queues {
+            while rings.lan_tx.dequeue(&mut batch) > 0 || rings.wan_tx.dequeue(&mut batch) > 0 {
+                self.forwarded_syns += syns_in(&batch);
+                batch.free_all();
+            }
+        }
+    }
+
+    /// Runs the loops for `duration` with traffic in flight, `new_percent` of outbound
+    /// packets opening new flows. Returns packets received and cycles spent by the loops.
+    pub fn steady(
+        &mut self,
+        name: &'static str,
+        duration: Duration,
+        new_percent: u32,
+    ) -> anyhow::Result<Row> {
+        let most_in_use = self.pool.capacity() * 3 / 4;
+        self.steady_with_syns(name, duration, new_percent, 0, most_in_use)
+    }
+
+    /// The established flows without and then with `syn_percent` of the generated packets
+    /// replaced by spoofed SYNs toward the port forward. Both runs keep the same number of
+    /// packets in flight (counting those waiting in the rings): otherwise the refill, which
+    /// counts only the generator's queues, lets the rings fill up differently in each, and
+    /// the runs would differ in cache misses on packet data rather than in the flood.
+    pub fn syn_flood(&mut self, duration: Duration, syn_percent: u32) -> anyhow::Result<SynFlood> {
+        let in_flight = (IN_FLIGHT + IN_FLIGHT / 2) as u32;
+        let forwarded_before = self.forwarded_syns;
+        let drops_before = self.dropped_total();
+        let by_reason_before: Vec<u64> = DropReason::ALL
+            .iter()
+            .map(|&reason| self.dropped(reason))
+            .collect();
+        let mut baseline = Row::empty("established (SYN-flood baseline)");
+        let mut flood = Row::empty("+ spoofed SYNs at a port forward");
+        // Pairs of adjacent rounds, in ABBA order (baseline first, then flood first), so that
+        // neither kind always runs second, after the other has warmed or cooled the caches.
+        let round_ms = SYN_FLOOD_ROUND.as_millis() as u32;
+        let pairs = (duration.as_millis() as u32 / (2 * round_ms)).max(SYN_FLOOD_MIN_PAIRS);
+        let round = duration / (2 * pairs);
+        let mut round_ratios = Vec::with_capacity(pairs as usize);
+        for pair in 0..pairs {
+            let flood_first = pair % 2 == 1;
+            let mut rows = Vec::with_capacity(2);
+            for with_syns in [flood_first, !flood_first] {
+                let (name, percent) = if with_syns {
+                    (flood.name, syn_percent)
+                } else {
+                    (baseline.name, 0)
+                };
+                rows.push(self.steady_with_syns(name, round, 0, percent, in_flight)?);
+            }
+            let (flood_row, base_row) = if flood_first {
+                (&rows[0], &rows[1])
+            } else {
+                (&rows[1], &rows[0])
+            };
+            round_ratios.push(flood_row.established_per_cycle() / base_row.established_per_cycle());
+            baseline.add(base_row);
+            flood.add(flood_row);
+        }
+        // Every SYN sent was forwarded or dropped (the rings are drained after each round).
+        let refused_syns = flood.syns - (self.forwarded_syns - forwarded_before);
+        let refused_established =
+            (self.dropped_total() - drops_before).saturating_sub(refused_syns);
+        let refused_by_reason = DropReason::ALL
+            .iter()
+            .zip(by_reason_before)
+            .map(|(&reason, before)| (reason, self.dropped(reason) - before))
+            .filter(|&(_, count)| count > 0)
+            .collect();
+        let half_open_limit = self
+            .workers()
+            .iter()
+            .map(|worker| worker.pipeline().flow_half_open_limit())
+            .sum();
+        Ok(SynFlood {
+            baseline,
+            flood,
+            refused_syns,
+            refused_established,
+            refused_by_reason,
+            half_open: self.half_open(),
+            half_open_limit,
+            round_ratios,
+        })
+    }
+
+    pub fn steady_with_syns(
+        &mut self,
+        name: &'static str,
+        duration: Duration,
+        new_percent: u32,
+        syn_percent: u32,
+        most_in_use: u32,
+    ) -> anyhow::Result<Row> {
+        let mut syns = 0;
+        for _ in 0..IN_FLIGHT {
+            let mut mbuf = self.alloc()?;
+            let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+            mbuf.set_len(len)?;
+            self.lan_in.push(mbuf);
+        }
+        let rx_before = self.rx_packets();
+        let handoffs_before = self.handoffs_sent();
+        let cycles_before = self.poll_cycles;
+        let deadline = Instant::now() + duration;
+        let mut batch = MbufBatch::new();
+        while Instant::now() < deadline {
+            for _ in 0..64 {
+                self.inject();
+                self.poll();
+                for rings in &mut self.queues {
+                    while rings.wan_tx.dequeue(&mut batch) > 0 {
+                        for mut mbuf in batch.drain() {
+                            if self.traffic.reflect(mbuf.data_mut()) {
+                                self.wan_in.push(mbuf);
+                            }
+                        }
+                    }
+                    while rings.lan_tx.dequeue(&mut batch) > 0 {
+                        self.forwarded_syns += syns_in(&batch);
+                        for mut mbuf in batch.drain() {
+                            if self.traffic.syn_due(syn_percent) {
+                                let len = self.traffic.spoofed_syn(mbuf.room_mut());
+                                if mbuf.set_len(len).is_ok() {
+                                    self.wan_in.push(mbuf);
+                                    syns += 1;
+                                }
+                                continue;
+                            }
+                            let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+                            if mbuf.set_len(len).is_ok() {
+                                self.lan_in.push(mbuf);
+                            }
+                        }
+                    }
+                }
+                // Lost packets (drops) are replaced so the load stays constant; never so many
+                // that the pool runs dry (packets waiting in the rings count too).
+                while self.lan_in.len() + self.wan_in.len() < IN_FLIGHT / 4
+                    && self.pool.in_use() < most_in_use
+                {
+                    let mut mbuf = self.alloc()?;
+                    let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+                    mbuf.set_len(len)?;
+                    self.lan_in.push(mbuf);
+                }
+            }
+        }
+        let packets = self.rx_packets() - rx_before;
+        let cycles = self.poll_cycles - cycles_before;
+        let handoffs = self.handoffs_sent() - handoffs_before;
+        // SYNs generated but never injected were not sent.
+        syns -= self
+            .wan_in
+            .iter()
+            .filter(|mbuf| is_tcp(mbuf.data()))
+            .count() as u64;
+        // Drain what is in flight before the next run, so that runs start alike and short
+        // ones do not pile leftovers up until the pool runs dry.
+        self.lan_in.clear();
+        self.wan_in.clear();
+        self.drain();
+        Ok(Row {
+            name,
+            packets,
+            cycles,
+            syns,
+            handoffs,
+        })
+    }
+
+    /// Opens `flows` flows, each by one outbound packet, nothing reflected; returns the
+    /// loops' cycles.
+    pub fn set_up_flows(&mut self, flows: u32) -> anyhow::Result<u64> {
+        let started = self.poll_cycles;
+        let mut created = 0u32;
+        while created < flows {
+            let burst = (flows - created).min(32);
+            for _ in 0..burst {
+                let mut mbuf = self.alloc()?;
+                let len = self.traffic.outbound(mbuf.room_mut(), created);
+                mbuf.set_len(len)?;
+                self.lan_in.push(mbuf);
+                created += 1;
+            }
+            self.inject();
+            self.poll();
+            self.discard_output();
+        }
+        while self.poll() > 0 {
+            self.discard_output();
+        }
+        let cycles = self.poll_cycles - started;
+        let in_table = self.flow_count();
+        anyhow::ensure!(
+            in_table as u32 >= flows * 9 / 10,
+            "only {in_table} of {flows} flows were created; see the drop counters"
+        );
+        Ok(cycles)
+    }
+}

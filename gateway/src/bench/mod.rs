@@ -1,0 +1,465 @@
+//! `gateway bench`: the real worker loop (`WorkerLoop::poll_once`, with rx_burst, the
+//! pipeline and tx_burst) on synthetic traffic, without a NIC. Two net_ring ports stand in for
+//! LAN and WAN. Between polls, a generator on the same core turns what the gateway sent into
+//! the next packets: outbound UDP from LAN hosts becomes, once masqueraded, a reply from the
+//! remote end, and each reply delivered to the LAN becomes the next outbound packet. Only the
+//! cycles inside `poll_once` are counted; the generator's are not.
+//!
+//! The I/O floor is the same traffic through a loop of the bench's own (`floor::IoFloor`):
+//! the worker's rx_burst and tx_burst on ring ports of its own, with the pipeline left out.
+//!
+//! The same flows are then run again with every feature a router review switches on (QoS,
+//! the traffic meter, keyword block, parental control), published to the worker the way a
+//! reload publishes them: the difference is the features' cost per packet.
+//!
+//! Last, a SYN flood: the established flows run once more, then again with a share of the
+//! generated packets replaced by SYNs from random (spoofed) sources toward a TCP port forward,
+//! at a half-open limit the flood soon reaches. The flood must leave the established flows at
+//! least 95% of their packet rate per worker cycle, and refuse none of their packets.
+
+mod floor;
+mod lab;
+mod series;
+mod traffic;
+
+use std::mem::size_of;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use pipeline::conntrack::BYTES_PER_FLOW;
+use pipeline::stateful::FlowData;
+use pipeline::{DropReason, WorkerCounters};
+
+use crate::app::hugepages_available;
+use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufBatch, Mempool, SocketId, BURST_SIZE};
+use crate::handoff::HandoffLinks;
+use lab::{Lab, LabKind};
+use traffic::{features, router_config, FRAME_LEN, HOSTS};
+
+pub use series::SWEEP_FLOWS;
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Concurrent established flows.
+    pub flows: u32,
+    /// Percent of outbound packets that open a brand-new flow in the mixed run.
+    pub new_percent: u32,
+    /// Seconds per measured run.
+    pub seconds: f64,
+    /// Percent of generated packets that are spoofed SYNs in the SYN-flood run.
+    pub syn_percent: u32,
+    /// Only the flow setup and the SYN-flood pair of runs.
+    pub syn_flood_only: bool,
+    /// After the usual runs, the established runs again at each of these flow counts (the
+    /// sweep; none when empty).
+    pub flows_list: Vec<u32>,
+    /// After the usual runs, the established flows through 1, 2, 4, ... up to this many
+    /// workers on this core, with RSS misdirecting packets to non-owners (none when None).
+    pub workers: Option<u16>,
+    pub json: bool,
+}
+
+/// A row in `--json`: its name, packets, Mpps, ns and cycles per packet.
+fn row_json(row: &Row, hz: u64) -> String {
+    let cpp = row.cycles_per_packet();
+    format!(
+        "{{\"name\":\"{}\",\"packets\":{},\"mpps\":{:.3},\"ns_per_packet\":{:.2},\"cycles_per_packet\":{:.1}}}",
+        row.name,
+        row.packets,
+        hz as f64 / cpp / 1e6,
+        cpp * 1e9 / hz as f64,
+        cpp
+    )
+}
+
+const IN_FLIGHT: usize = 2048;
+
+struct Row {
+    name: &'static str,
+    packets: u64,
+    cycles: u64,
+    /// Spoofed SYNs among `packets`.
+    syns: u64,
+    /// Of `packets`, those the receiving worker handed to the flow's owner.
+    handoffs: u64,
+}
+
+impl Row {
+    fn cycles_per_packet(&self) -> f64 {
+        self.cycles as f64 / self.packets.max(1) as f64
+    }
+
+    fn empty(name: &'static str) -> Row {
+        Row {
+            name,
+            packets: 0,
+            cycles: 0,
+            syns: 0,
+            handoffs: 0,
+        }
+    }
+
+    fn add(&mut self, other: &Row) {
+        self.packets += other.packets;
+        self.cycles += other.cycles;
+        self.syns += other.syns;
+        self.handoffs += other.handoffs;
+    }
+
+    /// Packets of established flows per worker cycle.
+    fn established_per_cycle(&self) -> f64 {
+        self.packets.saturating_sub(self.syns) as f64 / self.cycles.max(1) as f64
+    }
+}
+
+/// The SYN-flood pair of runs and what the flood cost.
+struct SynFlood {
+    baseline: Row,
+    flood: Row,
+    /// SYNs the gateway refused (at the half-open limits, or a table with nothing to evict).
+    refused_syns: u64,
+    /// Packets dropped for any other reason during the flood: established ones.
+    refused_established: u64,
+    /// Every drop during the flood by reason (the SYNs' and any other), for the verdict's
+    /// message.
+    refused_by_reason: Vec<(DropReason, u64)>,
+    /// Half-open flows in the table at the end, and the table's limit.
+    half_open: u64,
+    half_open_limit: usize,
+    /// Per pair of adjacent rounds, the flood's established rate over the baseline's.
+    round_ratios: Vec<f64>,
+}
+
+impl SynFlood {
+    /// Over all rounds: the flood's established packets per cycle over the baseline's.
+    fn established_ratio(&self) -> f64 {
+        self.flood.established_per_cycle() / self.baseline.established_per_cycle()
+    }
+
+    /// The median of the per-pair ratios: what the verdict uses, since a burst of load from
+    /// elsewhere on a shared machine skews the pooled ratio but only one or two pairs.
+    fn median_round_ratio(&self) -> f64 {
+        let mut ratios = self.round_ratios.clone();
+        ratios.sort_by(f64::total_cmp);
+        match ratios.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => ratios[n / 2],
+            n => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+        }
+    }
+}
+
+/// Baseline and flood rounds of this length alternate for `--seconds`: short, so that the
+/// machine's drift falls on both alike, long enough (hundreds of thousands of packets) that
+/// a round's rate is not noise.
+const SYN_FLOOD_ROUND: Duration = Duration::from_millis(100);
+/// At least this many pairs of rounds, however short `--seconds`.
+const SYN_FLOOD_MIN_PAIRS: u32 = 4;
+
+/// An IPv4 TCP frame: in the bench's traffic, only the flood's SYNs are TCP.
+fn is_tcp(frame: &[u8]) -> bool {
+    frame.len() > 23 && frame[12..14] == [0x08, 0x00] && frame[23] == 6
+}
+
+/// The flood's SYNs in a burst the gateway sent.
+fn syns_in(batch: &MbufBatch) -> u64 {
+    batch.packets().filter(|frame| is_tcp(frame)).count() as u64
+}
+
+pub fn run(options: &BenchOptions) -> anyhow::Result<()> {
+    const MEMORY_MB: u32 = 256;
+    let no_huge = !hugepages_available(MEMORY_MB);
+    let eal = Eal::init(&EalArgs {
+        lcores: vec![LcoreId(0)],
+        no_huge,
+        memory_mb: MEMORY_MB,
+        in_memory: true,
+        file_prefix: Some("gateway-bench".into()),
+        no_pci: true,
+        log_level: Some("warning".into()),
+        ..Default::default()
+    })?;
+    let result = bench(&eal, options, no_huge);
+    drop(eal);
+    result
+}
+
+fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()> {
+    let hz = dpdk::tsc_hz();
+    // The one packet pool, for every lab in turn (each lab's ports hold it).
+    let pool = Arc::new(Mempool::new(
+        eal,
+        "bench_pool",
+        16383,
+        256,
+        2048,
+        SocketId::ANY,
+    )?);
+    let seconds = Duration::from_secs_f64(options.seconds);
+    // The I/O floor first, on ports of its own: the same traffic, the same rx/tx bursts, no
+    // pipeline.
+    let floor = if options.syn_flood_only {
+        None
+    } else {
+        let mut floor_lab = Lab::new(eal, &pool, options.flows, LabKind::Floor)?;
+        Some(floor_lab.steady("io_floor (pipeline bypassed)", seconds, 0)?)
+    };
+
+    let mut lab = Lab::new(eal, &pool, options.flows, LabKind::Workers(1))?;
+    // Flow setup: every packet opens a flow; nothing is reflected.
+    let setup_cycles = lab.set_up_flows(options.flows)?;
+    let setup_rate = options.flows as f64 / (setup_cycles as f64 / hz as f64);
+
+    let Some(floor) = floor else {
+        let flood = lab.syn_flood(seconds, options.syn_percent)?;
+        print_syn_flood(&flood, options, hz);
+        return syn_flood_verdict(&flood);
+    };
+    // Each run with the features on follows the same run without them, on the same table.
+    let plain = Arc::new(router_config(&lab.traffic, None)?);
+    let featured = Arc::new(router_config(&lab.traffic, Some(&features()?))?);
+    let established = lab.steady("nat44+spi, established flows", seconds, 0)?;
+    lab.publish(&featured);
+    let established_features = lab.steady("+ all features, established", seconds, 0)?;
+    lab.publish(&plain);
+    let mixed = lab.steady(
+        "nat44+spi, mix with new flows",
+        seconds,
+        options.new_percent,
+    )?;
+    lab.publish(&featured);
+    let mixed_features = lab.steady("+ all features, mix", seconds, options.new_percent)?;
+    // The features were on, and cost what they do without refusing the bench's traffic.
+    let metered = lab.metered_hosts();
+    anyhow::ensure!(
+        metered > 0,
+        "the traffic meter counted no host while it was on"
+    );
+    let policed = lab.dropped(DropReason::QosPoliced);
+    let refused = lab.dropped(DropReason::ParentalBlocked);
+    anyhow::ensure!(
+        policed == 0 && refused == 0,
+        "QoS policed {policed} and parental control refused {refused} of the bench's packets"
+    );
+    lab.publish(&plain);
+    let flood = lab.syn_flood(seconds, options.syn_percent)?;
+    let handoff_cycles = handoff_cycles_per_packet(eal, &lab)?;
+    let rows = [
+        floor,
+        established,
+        established_features,
+        mixed,
+        mixed_features,
+    ];
+    // The flood's refused SYNs are the point of it, not drops of the bench's traffic.
+    let drops = lab.dropped_total() - flood.refused_syns;
+    drop(lab);
+    // Each point of a series on a lab of its own, the one before it dropped (4M flows take
+    // 1.3 GB).
+    let sweep = options
+        .flows_list
+        .iter()
+        .map(|&flows| series::SweepPoint::measure(eal, &pool, flows.max(1), seconds, hz))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let scaling = match options.workers {
+        Some(most) => series::worker_counts(most)
+            .into_iter()
+            .map(|workers| {
+                series::WorkersPoint::measure(eal, &pool, workers, options.flows, seconds)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
+
+    let memory_per_flow = BYTES_PER_FLOW + size_of::<FlowData>();
+    let ns_per_cycle = 1e9 / hz as f64;
+    if options.json {
+        let rows_json: Vec<String> = rows
+            .iter()
+            .chain([&flood.baseline, &flood.flood])
+            .map(|row| row_json(row, hz))
+            .collect();
+        let mut series = String::new();
+        if !sweep.is_empty() {
+            let points: Vec<String> = sweep.iter().map(|p| p.json(&rows[0], hz)).collect();
+            series += &format!(",\"sweep\":[{}]", points.join(","));
+        }
+        if let Some(one) = scaling.first() {
+            let points: Vec<String> = scaling.iter().map(|p| p.json(one, hz)).collect();
+            series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
+        }
+        println!(
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{}{series}}}",
+            options.flows,
+            options.new_percent,
+            rows_json.join(","),
+            rows[1].cycles_per_packet() - rows[0].cycles_per_packet(),
+            rows[2].cycles_per_packet() - rows[1].cycles_per_packet(),
+            rows[4].cycles_per_packet() - rows[3].cycles_per_packet(),
+            setup_rate,
+            syn_flood_json(&flood),
+        );
+        return syn_flood_verdict(&flood);
+    }
+    println!(
+        "gateway bench: 1 worker, {} flows over {HOSTS} LAN hosts, {FRAME_LEN}+4 byte UDP, TSC {:.2} GHz{}",
+        options.flows,
+        hz as f64 / 1e9,
+        if no_huge { ", no hugepages" } else { "" }
+    );
+    println!(
+        "{:<34} {:>12} {:>8} {:>10} {:>12}",
+        "run", "packets", "Mpps", "ns/pkt", "cycles/pkt"
+    );
+    for row in rows.iter().chain([&flood.baseline, &flood.flood]) {
+        let cpp = row.cycles_per_packet();
+        println!(
+            "{:<34} {:>12} {:>8.2} {:>10.1} {:>12.1}",
+            row.name,
+            row.packets,
+            hz as f64 / cpp / 1e6,
+            cpp * ns_per_cycle,
+            cpp
+        );
+    }
+    println!(
+        "NAT44+SPI cost above the I/O floor: {:.1} cycles/packet (established flows)",
+        rows[1].cycles_per_packet() - rows[0].cycles_per_packet()
+    );
+    println!(
+        "all features on (QoS, traffic meter, keyword block, parental control): {:+.1} cycles/packet established, {:+.1} in the mix",
+        rows[2].cycles_per_packet() - rows[1].cycles_per_packet(),
+        rows[4].cycles_per_packet() - rows[3].cycles_per_packet()
+    );
+    println!(
+        "new-flow setup: {:.2} M flows/s per core ({:.0} cycles per flow, each with a NAT binding lookup)",
+        setup_rate / 1e6,
+        setup_cycles as f64 / options.flows as f64
+    );
+    println!(
+        "memory per flow: {memory_per_flow} bytes (conntrack {BYTES_PER_FLOW} + flow data {}); dropped during the runs: {drops}",
+        size_of::<FlowData>()
+    );
+    println!(
+        "handing a packet to another worker: {handoff_cycles:.1} cycles/packet (send, flush, the owner's receive; bursts of {BURST_SIZE}, one core)"
+    );
+    println!("{}", syn_flood_summary(&flood));
+    if !sweep.is_empty() {
+        series::print_sweep(&sweep, &rows[0], hz);
+    }
+    if !scaling.is_empty() {
+        series::print_workers(&scaling, options.flows, hz);
+    }
+    syn_flood_verdict(&flood)
+}
+
+/// Bursts through the handoff path in [`handoff_cycles_per_packet`].
+const HANDOFF_BURSTS: u32 = 200_000;
+
+/// What handing a packet to another worker adds, per packet: one worker's `send` and
+/// `flush` (its batch for the owner, one SPSC rte_ring enqueue per burst) and the owner's
+/// `receive` (the dequeue), in bursts of 32, both ends on this core. Across cores each burst
+/// also moves the ring's cache lines and the mbufs' headers to the other core; the pipeline's
+/// own decision to hand off is counted by `make instructions`.
+fn handoff_cycles_per_packet(eal: &Eal, lab: &Lab) -> anyhow::Result<f64> {
+    let mut links = HandoffLinks::mesh(eal, 2, SocketId::ANY)?.into_iter();
+    let (mut sender, mut owner) = (
+        links.next().context("link 0")?,
+        links.next().context("link 1")?,
+    );
+    let mut batch = MbufBatch::new();
+    while !batch.is_full() {
+        let _ = batch.push(lab.alloc()?);
+    }
+    let counters = WorkerCounters::default();
+    let start = dpdk::rdtsc();
+    for _ in 0..HANDOFF_BURSTS {
+        for mbuf in batch.drain() {
+            sender.send(1, mbuf, &counters);
+        }
+        sender.flush(&counters);
+        owner.receive(&mut batch);
+    }
+    let cycles = dpdk::rdtsc() - start;
+    let packets = u64::from(HANDOFF_BURSTS) * BURST_SIZE as u64;
+    anyhow::ensure!(
+        batch.len() == BURST_SIZE && counters.dropped_total() == 0,
+        "the handoff path lost packets"
+    );
+    batch.free_all();
+    Ok(cycles as f64 / packets as f64)
+}
+
+/// The SYN-flood fields of `--json`, beside the others.
+fn syn_flood_json(flood: &SynFlood) -> String {
+    format!(
+        "\"syn_percent_of_packets\":{:.2},\"syn_flood_syns\":{},\"syn_flood_refused_syns\":{},\"syn_flood_half_open\":{},\"syn_flood_half_open_limit\":{},\"syn_flood_established_ratio\":{:.3},\"syn_flood_refused_established\":{},\"syn_flood_round_pairs\":{},\"syn_flood_established_ratio_median\":{:.3}",
+        100.0 * flood.flood.syns as f64 / flood.flood.packets.max(1) as f64,
+        flood.flood.syns,
+        flood.refused_syns,
+        flood.half_open,
+        flood.half_open_limit,
+        flood.established_ratio(),
+        flood.refused_established,
+        flood.round_ratios.len(),
+        flood.median_round_ratio(),
+    )
+}
+
+fn syn_flood_summary(flood: &SynFlood) -> String {
+    format!(
+        "SYN flood at a port forward: {} spoofed SYNs ({:.1}% of packets), {} of them refused, {} of {} half-open at the end; established flows kept {:.1}% of their packet rate per cycle (median of {} pairs of rounds; {:.1}% over all), {} of their packets refused",
+        flood.flood.syns,
+        100.0 * flood.flood.syns as f64 / flood.flood.packets.max(1) as f64,
+        flood.refused_syns,
+        flood.half_open,
+        flood.half_open_limit,
+        100.0 * flood.median_round_ratio(),
+        flood.round_ratios.len(),
+        100.0 * flood.established_ratio(),
+        flood.refused_established,
+    )
+}
+
+/// The flood's requirement: established flows keep >= 95% of their rate (said, since a
+/// shared or loaded machine can push any ratio of two runs below it) and none of their
+/// packets is refused (an error: that is the pipeline's doing, not the machine's).
+fn syn_flood_verdict(flood: &SynFlood) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        flood.refused_established == 0,
+        "the SYN flood refused {} packets of established flows: {:?}",
+        flood.refused_established,
+        flood.refused_by_reason
+    );
+    if flood.median_round_ratio() < 0.95 {
+        eprintln!(
+            "warning: established flows kept only {:.1}% of their packet rate under the SYN flood (target 95%); on a loaded machine, run again",
+            100.0 * flood.median_round_ratio()
+        );
+    }
+    Ok(())
+}
+
+fn print_syn_flood(flood: &SynFlood, options: &BenchOptions, hz: u64) {
+    if options.json {
+        println!(
+            "{{\"tsc_hz\":{hz},\"flows\":{},\"baseline_cycles_per_packet\":{:.1},\"flood_cycles_per_packet\":{:.1},{}}}",
+            options.flows,
+            flood.baseline.cycles_per_packet(),
+            flood.flood.cycles_per_packet(),
+            syn_flood_json(flood)
+        );
+        return;
+    }
+    for row in [&flood.baseline, &flood.flood] {
+        println!(
+            "{:<34} {:>12} {:>8.2} {:>12.1}",
+            row.name,
+            row.packets,
+            hz as f64 / row.cycles_per_packet() / 1e6,
+            row.cycles_per_packet()
+        );
+    }
+    println!("{}", syn_flood_summary(flood));
+}

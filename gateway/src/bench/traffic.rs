@@ -1,0 +1,418 @@
+//! The bench's synthetic traffic and the router config it runs through.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::router::{PortForward, Stateful};
+use pipeline::wire::{checksum, tcp, EthernetAddress, TcpPacket};
+use pipeline::{IcmpLimits, Interface, RouterConfig, StaticRoute};
+
+use crate::config::{KeywordBlockConfig, ParentalConfig, QosSettings, TrafficMeterConfig};
+use crate::pipeline_config::{content_policy, qos_config};
+
+/// LAN hosts; flows are spread over them and over remote addresses.
+pub(super) const HOSTS: u32 = 1000;
+pub(super) const FRAME_LEN: usize = 60; // 64 bytes on the wire with the FCS
+
+const LAN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const WAN_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
+pub(super) const UPSTREAM: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
+pub(super) const UPSTREAM_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0xff, 0x01]);
+/// The WAN port forwarded (TCP) to LAN host 0's port 80, the SYN flood's target.
+const FORWARDED_PORT: u16 = 8080;
+/// Ethernet, IPv4 and a bare TCP header.
+const SYN_FRAME_LEN: usize = 54;
+
+/// Every feature switched on, as in `make lab-bench`'s "All on" row: QoS far above the bench's
+/// rate (its cost, not its limit), the meter, keyword block, and parental control with a
+/// policy for some of the bench's hosts that lets them online all day.
+const FEATURES: &str = r#"
+[qos]
+enabled = true
+uplink_mbps = 1000000
+downlink_mbps = 1000000
+burst_ms = 20
+[[qos.priority]]
+protocol = "udp"
+ports = "5060-5061"
+
+[traffic_meter]
+enabled = true
+
+[keyword_block]
+enabled = true
+domains = ["blocked-by-bench.example"]
+keywords = ["casino"]
+
+[parental_control]
+enabled = true
+[[parental_control.devices]]
+name = "bench-hosts"
+addresses = ["10.0.1.0", "10.0.1.1", "10.0.1.2", "10.0.1.3"]
+allowed = ["daily 00:00-24:00"]
+"#;
+
+/// The feature sections of a config file, parsed and checked as the gateway does.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Features {
+    qos: QosSettings,
+    traffic_meter: TrafficMeterConfig,
+    keyword_block: KeywordBlockConfig,
+    parental_control: ParentalConfig,
+}
+
+pub(super) fn features() -> anyhow::Result<Features> {
+    config::Config::builder()
+        .add_source(config::File::from_str(FEATURES, config::FileFormat::Toml))
+        .build()?
+        .try_deserialize()
+        .context("the bench's feature sections")
+}
+
+pub(super) fn router_config(
+    traffic: &Traffic,
+    features: Option<&Features>,
+) -> anyhow::Result<RouterConfig> {
+    let interfaces = vec![
+        Interface {
+            mac: traffic.lan_mac,
+            addr: LAN_ADDR,
+            prefix_len: 16,
+            mtu: 1500,
+        },
+        Interface {
+            mac: traffic.wan_mac,
+            addr: WAN_ADDR,
+            prefix_len: 24,
+            mtu: 1500,
+        },
+    ];
+    let (lan, wan) = (ZoneId(0), ZoneId(1));
+    let policy = Policy::new(Action::Drop).set(lan, wan, Action::Accept).set(
+        lan,
+        ZoneId::LOCAL,
+        Action::Accept,
+    );
+    let stateful = Stateful {
+        zones: vec![lan, wan],
+        masquerade: vec![false, true],
+        firewall: RuleSet::compile(Vec::new(), policy)?,
+        port_forwards: vec![PortForward {
+            interface: 1,
+            protocol: 6,
+            ports: FORWARDED_PORT..=FORWARDED_PORT,
+            to: Traffic::host(0),
+            to_port: 80,
+        }],
+        recheck_established: false,
+        generation: 0,
+        content: match features {
+            Some(f) => content_policy(&f.keyword_block, &f.parental_control)?.map(Arc::new),
+            None => None,
+        },
+    };
+    let router = RouterConfig::new(interfaces, &fib(), IcmpLimits::default())?;
+    Ok(router
+        .with_stateful(stateful)?
+        .with_qos(features.and_then(|f| qos_config(&f.qos)))
+        .with_traffic_meter(features.is_some_and(|f| f.traffic_meter.enabled)))
+}
+
+/// Where the remote ends live: 64.0.0.0/3, public unicast, 2^21 /24 blocks.
+const REMOTE_SPACE: u32 = 0x4000_0000;
+/// /24 blocks in a 64-byte line of the FIB's `tbl24` (2-byte entries): a /19.
+const BLOCKS_PER_LINE: u32 = 32;
+/// The /19s (`tbl24` lines) of the remote space.
+const REMOTE_LINES: u32 = 1 << 16;
+/// Odd, so multiplying by it permutes the /19s; large, so consecutive flows land far apart.
+const SCATTER: u32 = 0x9e37_79b9;
+
+/// Flow `f`'s remote address: its own address for every flow below 2^21 x 254, and for the
+/// first 65,536 flows its own /19, so no two of them share a line of the FIB's `tbl24` and
+/// the route lookups of a burst never hit a line another packet brought in. Flow `f` takes
+/// /19 number `(f * SCATTER) mod 2^16` (a permutation), the /24 `(f >> 16) mod 32` in it and
+/// the host byte `1 + (f >> 21) mod 254`.
+pub(super) fn remote(flow: u32) -> Ipv4Addr {
+    let line = flow.wrapping_mul(SCATTER) % REMOTE_LINES;
+    let block = line * BLOCKS_PER_LINE + (flow / REMOTE_LINES) % BLOCKS_PER_LINE;
+    let host = 1 + (flow >> 21) % 254;
+    Ipv4Addr::from(REMOTE_SPACE | block << 8 | host)
+}
+
+/// The bench router's static routes, all via the upstream router on the WAN port: the
+/// default route, and one route in each of the 65,536 /19s of the remotes' space, of a
+/// length from /19 to /24 and at a place in its /19 that a hash of the /19 picks (as in a
+/// full Internet table, most prefixes are long). A remote outside its /19's route takes the
+/// default route, also to WAN. So the FIB is large and sparse, and the lookups of 1M flows
+/// read all 4 MiB of `tbl24` that the remotes' space covers.
+pub(super) fn fib() -> Vec<StaticRoute> {
+    let mut routes = vec![StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: UPSTREAM,
+    }];
+    routes.extend((0..REMOTE_LINES).map(|line| {
+        let hash = mix32(line ^ FIB_SEED);
+        let len = 19 + (hash % 6) as u8;
+        // Which of the /19's 2^(len-19) prefixes of this length.
+        let index = (hash >> 8) & ((1 << (len - 19)) - 1);
+        let base = REMOTE_SPACE | line << 13;
+        StaticRoute {
+            destination: Ipv4Addr::from(base | index << (32 - len)),
+            len,
+            via: UPSTREAM,
+        }
+    }));
+    routes
+}
+
+/// Any constant, for the FIB's prefix lengths.
+const FIB_SEED: u32 = 0x2545_f491;
+
+/// The synthetic traffic: flow `f` goes from LAN host `f % HOSTS` (one source port per host,
+/// so the NAT keeps one binding per host) to [`remote`]`(f)`, UDP port 443.
+pub(super) struct Traffic {
+    pub lan_mac: EthernetAddress,
+    pub wan_mac: EthernetAddress,
+    flows: u32,
+    next_new: u32,
+    next_established: u32,
+    syn_counter: u32,
+    /// xorshift32 state for the spoofed sources.
+    syn_random: u32,
+}
+
+impl Traffic {
+    pub fn new(lan_mac: EthernetAddress, wan_mac: EthernetAddress, flows: u32) -> Traffic {
+        Traffic {
+            lan_mac,
+            wan_mac,
+            flows,
+            next_new: flows,
+            next_established: 0,
+            syn_counter: 0,
+            syn_random: 0x9e37_79b9,
+        }
+    }
+
+    pub fn host(index: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 1, 0)) + index)
+    }
+
+    pub fn host_mac(index: u32) -> EthernetAddress {
+        let [_, _, a, b] = index.to_be_bytes();
+        EthernetAddress([0x02, 0, 0, 0x10, a, b])
+    }
+
+    /// The next outbound packet: an established flow, visited in a scattered order so the
+    /// flow table is read the way real traffic reads it, or a new one.
+    pub fn next_outbound(&mut self, room: &mut [u8], new_percent: u32) -> usize {
+        let counter = self.next_established;
+        self.next_established = self.next_established.wrapping_add(1);
+        if new_percent > 0 && counter % 100 < new_percent {
+            // New flows only ever send one packet: the table evicts them first when full.
+            self.next_new = self.next_new.wrapping_add(1).max(self.flows);
+            return self.outbound(room, self.next_new);
+        }
+        // A multiplicative step scatters consecutive packets over the table.
+        let flow = (counter.wrapping_mul(2_654_435_761)) % self.flows;
+        self.outbound(room, flow)
+    }
+
+    pub fn outbound(&self, room: &mut [u8], flow: u32) -> usize {
+        let host = flow % HOSTS;
+        let remote = remote(flow);
+        let frame = &mut room[..FRAME_LEN];
+        frame[0..6].copy_from_slice(&self.lan_mac.0);
+        frame[6..12].copy_from_slice(&Self::host_mac(host).0);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        write_ipv4_udp(
+            &mut frame[14..],
+            Self::host(host),
+            remote,
+            20000 + host as u16,
+            443,
+        );
+        FRAME_LEN
+    }
+
+    /// Whether the next generated packet is a spoofed SYN: `syn_percent` of them, spread.
+    pub fn syn_due(&mut self, syn_percent: u32) -> bool {
+        if syn_percent == 0 {
+            return false;
+        }
+        self.syn_counter = self.syn_counter.wrapping_add(1);
+        self.syn_counter.wrapping_mul(37) % 100 < syn_percent
+    }
+
+    /// A SYN from a random address in 11.0.0.0/8 (routable back through the default route,
+    /// so nothing refuses it as a martian) and a random port, to the TCP port forward.
+    pub fn spoofed_syn(&mut self, room: &mut [u8]) -> usize {
+        let mut x = self.syn_random;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.syn_random = x;
+        let src = Ipv4Addr::from(0x0b00_0000 | (x & 0x00ff_ffff));
+        let frame = &mut room[..SYN_FRAME_LEN];
+        frame[0..6].copy_from_slice(&self.wan_mac.0);
+        frame[6..12].copy_from_slice(&UPSTREAM_MAC.0);
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = &mut frame[14..];
+        ip[..20].copy_from_slice(&[
+            0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ]);
+        ip[12..16].copy_from_slice(&src.octets());
+        ip[16..20].copy_from_slice(&WAN_ADDR.octets());
+        let sum = checksum::checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        let mut syn = TcpPacket::new_unchecked(&mut ip[20..40]);
+        syn.set_src_port(1024 | (x >> 24) as u16 | ((x & 0x3f) as u16) << 8);
+        syn.set_dst_port(FORWARDED_PORT);
+        syn.set_seq_number(x);
+        syn.set_ack_number(0);
+        syn.set_header_len(20);
+        syn.set_flags(tcp::flags::SYN);
+        syn.set_window_len(64240);
+        syn.set_urgent(0);
+        syn.fill_checksum(src, WAN_ADDR);
+        SYN_FRAME_LEN
+    }
+
+    /// Turns a packet the gateway sent upstream into the remote end's reply. False for
+    /// anything that is not UDP from our WAN address.
+    pub fn reflect(&self, frame: &mut [u8]) -> bool {
+        if frame.len() < FRAME_LEN || frame[23] != 17 || frame[26..30] != WAN_ADDR.octets() {
+            return false;
+        }
+        frame[0..6].copy_from_slice(&self.wan_mac.0);
+        frame[6..12].copy_from_slice(&UPSTREAM_MAC.0);
+        let (src, dst) = (
+            Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
+            Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
+        );
+        let (sport, dport) = (
+            u16::from_be_bytes([frame[34], frame[35]]),
+            u16::from_be_bytes([frame[36], frame[37]]),
+        );
+        write_ipv4_udp(&mut frame[14..], dst, src, dport, sport);
+        true
+    }
+}
+
+/// A 46-byte IPv4/UDP datagram (18 bytes of zero payload, no UDP checksum).
+fn write_ipv4_udp(ip: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) {
+    ip[..20].copy_from_slice(&[
+        0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    let sum = checksum::checksum(&ip[..20]);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    ip[20..22].copy_from_slice(&sport.to_be_bytes());
+    ip[22..24].copy_from_slice(&dport.to_be_bytes());
+    ip[24..26].copy_from_slice(&26u16.to_be_bytes());
+    ip[26..46].fill(0);
+}
+
+/// The queue a NIC's RSS would pick for `frame` among `queues`: a hash of its addresses and
+/// ports that has nothing to do with how the gateway assigns flows to workers (as RSS with
+/// the default, asymmetric Toeplitz key), so only about 1/queues of the packets arrive at
+/// the worker that owns their flow.
+pub(super) fn rss_queue(frame: &[u8], queues: usize) -> usize {
+    let Some(tuple) = frame.get(26..38) else {
+        return 0;
+    };
+    let word =
+        |at: usize| u32::from_be_bytes([tuple[at], tuple[at + 1], tuple[at + 2], tuple[at + 3]]);
+    let hash = mix32(word(0) ^ mix32(word(4) ^ mix32(word(8) ^ RSS_SEED)));
+    ((u64::from(hash) * queues as u64) >> 32) as usize
+}
+
+/// Any constant: what matters is that the gateway's ownership hash does not know it.
+const RSS_SEED: u32 = 0x6d5a_56da;
+
+/// The murmur3 finalizer: every input bit reaches every output bit.
+fn mix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x85eb_ca6b);
+    x ^= x >> 13;
+    x = x.wrapping_mul(0xc2b2_ae35);
+    x ^ (x >> 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn remotes_are_distinct_public_addresses() {
+        let mut seen = HashSet::new();
+        for flow in 0..4_200_000u32 {
+            let addr = remote(flow);
+            let [a, _, _, d] = addr.octets();
+            assert!((64..96).contains(&a), "{addr} for flow {flow}");
+            assert!((1..=254).contains(&d), "{addr} for flow {flow}");
+            assert!(seen.insert(addr), "flow {flow} repeats {addr}");
+        }
+    }
+
+    #[test]
+    fn the_first_65536_remotes_each_have_a_tbl24_line_of_their_own() {
+        let lines: HashSet<u32> = (0..REMOTE_LINES)
+            .map(|flow| (u32::from(remote(flow)) >> 8) / BLOCKS_PER_LINE)
+            .collect();
+        assert_eq!(lines.len(), REMOTE_LINES as usize);
+    }
+
+    #[test]
+    fn the_fib_is_large_and_every_remote_leaves_by_wan() {
+        let traffic = Traffic::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            1,
+        );
+        let router = router_config(&traffic, None).unwrap();
+        assert!(
+            router.routes.len() > 65_536,
+            "{} routes",
+            router.routes.len()
+        );
+        let routes = fib();
+        let mut by_own_route = 0;
+        for flow in (0..4_000_000u32).step_by(997) {
+            let addr = u32::from(remote(flow));
+            let hop = router.routes.lookup(remote(flow)).expect("a route");
+            assert_eq!(hop.port, 1, "flow {flow}");
+            assert_eq!(hop.gateway, Some(UPSTREAM));
+            let own = &routes[1 + ((addr - REMOTE_SPACE) >> 13) as usize];
+            let mask = u32::MAX << (32 - own.len);
+            by_own_route += usize::from(addr & mask == u32::from(own.destination));
+        }
+        // Some remotes are in their /19's prefix, others take the default route.
+        assert!(by_own_route > 100, "{by_own_route}");
+    }
+
+    #[test]
+    fn rss_spreads_packets_over_the_queues() {
+        let traffic = Traffic::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            100_000,
+        );
+        let mut counts = [0u32; 4];
+        let mut frame = [0u8; 2048];
+        for flow in 0..100_000 {
+            let len = traffic.outbound(&mut frame, flow);
+            counts[rss_queue(&frame[..len], 4)] += 1;
+        }
+        for count in counts {
+            assert!((23_000..27_000).contains(&count), "{counts:?}");
+        }
+    }
+}
