@@ -249,7 +249,6 @@ pub struct WorkerLoop {
     next_idle_tx: u64,
     next_idle_upkeep_ns: u64,
     idle_tx_interval: u64,
-    bypass_pipeline: bool,
     loops: u64,
     heartbeat: Arc<Heartbeat>,
     panic_at_tsc: Option<u64>,
@@ -273,16 +272,10 @@ impl WorkerLoop {
             next_idle_tx: 0,
             next_idle_upkeep_ns: 0,
             idle_tx_interval: dpdk::tsc_hz() / 100,
-            bypass_pipeline: false,
             loops: 0,
             heartbeat: Arc::new(Heartbeat::new()),
             panic_at_tsc: None,
         }
-    }
-
-    /// Forward every packet to the other port untouched: the I/O floor of this same loop.
-    pub fn bypass_pipeline(&mut self, bypass: bool) {
-        self.bypass_pipeline = bypass;
     }
 
     pub fn pipeline(&self) -> &Pipeline {
@@ -303,20 +296,12 @@ impl WorkerLoop {
         }
         let now_ns = self.clock.now_ns();
         let mut received = 0;
-        let ports = self.rx_queues.len();
         for (ingress, queue) in self.rx_queues.iter_mut().enumerate() {
             if queue.rx_burst(&mut self.rx) == 0 {
                 continue;
             }
             received += self.rx.len();
             worker.counters.rx_packets.add(self.rx.len() as u64);
-            if self.bypass_pipeline {
-                let other = ((ingress + 1) % ports) as u16;
-                for mbuf in self.rx.drain() {
-                    worker.egress.send(other, mbuf, &worker.counters);
-                }
-                continue;
-            }
             let ingress = Ingress {
                 port: ingress as u16,
                 handed_off: false,

@@ -129,9 +129,8 @@ impl Pipeline {
             }
         }
         for (_, hash) in keys[..count].iter().flatten() {
-            if let Some((flow, data)) = self.flows.flow_address_hashed(*hash) {
-                prefetch(flow);
-                prefetch(data);
+            for line in self.flows.flow_lines_hashed(*hash).into_iter().flatten() {
+                prefetch(line);
             }
         }
         for (i, pkt) in packets[..count].iter_mut().enumerate() {

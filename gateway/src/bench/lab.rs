@@ -66,6 +66,9 @@ impl QueueRings {
 static LABS: AtomicU32 = AtomicU32::new(0);
 
 /// Ring ports, the loops under test, and the generator that feeds them.
+/// The warm-up runs in rounds of this length until it has sent its packets.
+const WARM_UP_ROUND: Duration = Duration::from_millis(50);
+
 pub(super) struct Lab {
     pub loops: Loops,
     /// One per worker (one for the floor).
@@ -395,7 +398,24 @@ impl Lab {
         new_percent: u32,
     ) -> anyhow::Result<Row> {
         let most_in_use = self.pool.capacity() * 3 / 4;
+        self.warm_up(most_in_use)?;
         self.steady_with_syns(name, duration, new_percent, 0, most_in_use)
+    }
+
+    /// Untimed traffic until every flow has sent both ways once more. After the table is
+    /// made, and after every new config, each flow direction's first packet takes the
+    /// pipeline's full path and leaves the flow a shortcut (`pipeline::fast_path`); the rows
+    /// measure what comes after, the steady state. Only established flows: new ones would
+    /// fill the table beyond what the rows that follow expect.
+    fn warm_up(&mut self, most_in_use: u32) -> anyhow::Result<()> {
+        if self.workers().is_empty() {
+            return Ok(());
+        }
+        let until = self.rx_packets() + 2 * self.flow_count() as u64;
+        while self.rx_packets() < until {
+            self.steady_with_syns("warm-up", WARM_UP_ROUND, 0, 0, most_in_use)?;
+        }
+        Ok(())
     }
 
     /// The established flows without and then with `syn_percent` of the generated packets
@@ -405,6 +425,7 @@ impl Lab {
     /// the runs would differ in cache misses on packet data rather than in the flood.
     pub fn syn_flood(&mut self, duration: Duration, syn_percent: u32) -> anyhow::Result<SynFlood> {
         let in_flight = (IN_FLIGHT + IN_FLIGHT / 2) as u32;
+        self.warm_up(in_flight)?;
         let forwarded_before = self.forwarded_syns;
         let drops_before = self.dropped_total();
         let by_reason_before: Vec<u64> = DropReason::ALL

@@ -212,35 +212,29 @@ impl<D: Copy> FlowTable<D> {
         FlowHash(self.index.tag(key))
     }
 
-    /// The address of the index slot a lookup of `key` reads first. Batching callers
-    /// prefetch it for every packet of a burst before looking any up, so the cache misses of
-    /// a burst overlap instead of queueing.
-    pub fn index_address(&self, key: &FlowKey) -> *const u8 {
-        self.index_address_hashed(self.hash(key))
-    }
-
+    /// The address of the index slot a lookup reads first. Batching callers prefetch it
+    /// for every packet of a burst before looking any up, so the cache misses of a burst
+    /// overlap instead of queueing.
     #[inline]
     pub fn index_address_hashed(&self, hash: FlowHash) -> *const u8 {
         self.index.home_slot(hash.0) as *const _ as *const u8
     }
 
-    /// The address of the flow a lookup of `key` will most likely compare against, read from
-    /// the index slot (so prefetch `index_address` first).
-    pub fn flow_address(&self, key: &FlowKey) -> Option<*const u8> {
-        self.flow_address_hashed(self.hash(key))
-            .map(|(flow, _)| flow)
-    }
-
-    /// As [`flow_address`](Self::flow_address), with the address of the flow's data beside.
+    /// The cache lines a lookup of the key is likely to read, and its packet to update: the
+    /// flow's first and last bytes and its data's (an entry may straddle two lines; the
+    /// arrays are not line-aligned). Read from the index slot, so prefetch
+    /// [`index_address_hashed`](Self::index_address_hashed) first.
     #[inline]
-    pub fn flow_address_hashed(&self, hash: FlowHash) -> Option<(*const u8, *const u8)> {
+    pub fn flow_lines_hashed(&self, hash: FlowHash) -> Option<[*const u8; 4]> {
         let entry = self.index.likely_flow(hash.0)?;
-        let flow = self.flows.get(entry.flow())?;
-        let data = self.data.get(entry.flow())?;
-        Some((
-            flow as *const Flow as *const u8,
-            data as *const D as *const u8,
-        ))
+        let flow = self.flows.get(entry.flow())? as *const Flow as *const u8;
+        let data = self.data.get(entry.flow())? as *const D as *const u8;
+        Some([
+            flow,
+            flow.wrapping_add(std::mem::size_of::<Flow>() - 1),
+            data,
+            data.wrapping_add(std::mem::size_of::<D>().saturating_sub(1)),
+        ])
     }
 
     /// Finds a flow by either of its tuples, saying which one matched.
