@@ -380,6 +380,13 @@ impl<'a> Gateway<'a> {
             if let Some(restore) = restore.as_mut() {
                 restore.apply(index, &mut pipeline);
             }
+            let advice = crate::worker::back_tables_with_huge_pages(&pipeline);
+            tracing::info!(
+                worker = index,
+                mib = advice.covered >> 20,
+                collapsed = advice.collapsed,
+                "flow table on transparent huge pages"
+            );
             let unix_now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)

@@ -39,6 +39,24 @@ const UNSET_INGRESS: Ingress = Ingress {
     handed_off: false,
 };
 
+/// Backs a worker's tables with transparent huge pages, best effort (`dpdk::back_with_huge_pages`):
+/// what the advice covered, in total, and whether every part was collapsed now.
+pub fn back_tables_with_huge_pages(pipeline: &Pipeline) -> dpdk::HugePageAdvice {
+    pipeline.table_memory().fold(
+        dpdk::HugePageAdvice {
+            covered: 0,
+            collapsed: true,
+        },
+        |total, (start, len)| {
+            let advice = dpdk::back_with_huge_pages(start, len);
+            dpdk::HugePageAdvice {
+                covered: total.covered + advice.covered,
+                collapsed: total.collapsed && (advice.collapsed || advice.covered == 0),
+            }
+        },
+    )
+}
+
 /// Everything a worker owns or reads, handed to it at launch.
 pub struct Worker {
     /// The worker's number, which is also its queue number on every port.

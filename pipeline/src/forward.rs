@@ -375,6 +375,12 @@ impl Pipeline {
         }
     }
 
+    /// The large arrays of this worker's tables (start, bytes), for the gateway to back
+    /// with huge pages.
+    pub fn table_memory(&self) -> impl Iterator<Item = (*const u8, usize)> {
+        self.flows.memory_regions().into_iter()
+    }
+
     /// Flows in this worker's table.
     pub fn flow_count(&self) -> usize {
         self.flows.len()

@@ -200,6 +200,8 @@ impl Lab {
                         },
                     )
                     .map_err(|err| anyhow::anyhow!("NAT pool: {err:?}"))?;
+                    // As the gateway does at start.
+                    crate::worker::back_tables_with_huge_pages(&pipeline);
                     qos_stats.push(pipeline.qos_stats());
                     let (to_control, _unread) =
                         MbufRing::create(eal, &format!("bench{lab}_control{index}"), 1024, any)?;

@@ -1,9 +1,11 @@
-//! The safe layer over DPDK. Every `unsafe` block of the gateway lives under this module.
+//! The safe layer over DPDK (and the one other system call the fast path's memory needs,
+//! `madvise`). Every `unsafe` block of the gateway lives under this module.
 
 pub mod bond;
 mod eal;
 mod error;
 pub mod flow;
+mod huge_pages;
 mod ids;
 mod lcore;
 mod mbuf;
@@ -13,6 +15,7 @@ mod ring;
 
 pub use eal::{Eal, EalArgs};
 pub use error::{DpdkError, Result};
+pub use huge_pages::{back_with_huge_pages, HugePageAdvice};
 pub use ids::{LcoreId, PortId, RxQueueId, SocketId, TxQueueId};
 pub use lcore::{launch, launch_watched, LaunchedWork};
 pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};

@@ -122,6 +122,14 @@ impl FlowIndex {
         self.slots.len()
     }
 
+    /// The slots' memory: start and bytes.
+    pub(super) fn memory_region(&self) -> (*const u8, usize) {
+        (
+            self.slots.as_ptr() as *const u8,
+            std::mem::size_of_val(&self.slots[..]),
+        )
+    }
+
     /// The entry for the key whose tag ([`FlowIndex::tag`]) is `tag`, among those with that
     /// tag; `is_match` compares the key itself against the flow the entry refers to.
     #[inline]

@@ -237,6 +237,19 @@ impl<D: Copy> FlowTable<D> {
         ])
     }
 
+    /// Where the table's large arrays are (start, bytes): the index, the flows and their
+    /// data, for the caller to ask the OS for huge pages (the pipeline makes no system calls).
+    pub fn memory_regions(&self) -> [(*const u8, usize); 3] {
+        fn region<T>(items: &[T]) -> (*const u8, usize) {
+            (items.as_ptr() as *const u8, std::mem::size_of_val(items))
+        }
+        [
+            self.index.memory_region(),
+            region(&self.flows),
+            region(&self.data),
+        ]
+    }
+
     /// Finds a flow by either of its tuples, saying which one matched.
     pub fn lookup(&self, key: &FlowKey) -> Option<(FlowId, Direction)> {
         self.lookup_hashed(key, self.hash(key))
