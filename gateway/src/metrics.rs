@@ -240,6 +240,11 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
         |c| c.transmitted.get(),
     ),
     (
+        "worker_fast_path_packets_total",
+        "Packets of established flows the fast path decided (the rest took the full path).",
+        |c| c.fast_path.get(),
+    ),
+    (
         "worker_busy_cycles_total",
         "TSC cycles in loops that received packets.",
         |c| c.busy_cycles.get(),

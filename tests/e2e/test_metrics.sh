@@ -56,6 +56,10 @@ up=$(query 'up{job="gateway"}')
 forwarded=$(query 'sum(gateway_worker_tx_packets_total)')
 (( forwarded >= 40 )) || fail "workers transmitted $forwarded < 40 (20 requests + 20 replies)"
 pass "worker tx packets ($forwarded) cover both directions of the pings"
+# Pings are ICMP, which the fast path leaves to the full path: exported, and zero here.
+fast=$(query 'sum(gateway_worker_fast_path_packets_total)')
+[[ $fast == 0 ]] || fail "gateway_worker_fast_path_packets_total = '$fast' after pings only"
+pass "the fast-path counter is exported (0: pings take the full path)"
 build=$(query 'gateway_build_info')
 [[ $build == 1 ]] || fail "gateway_build_info missing"
 reload=$(query 'gateway_config_last_reload_success')

@@ -44,6 +44,11 @@ for worker in 0 1; do
     (( rx > 0 )) || fail "worker $worker received nothing"
 done
 pass "both workers received traffic from their queues"
+fast=$(metric gateway_worker_fast_path_packets_total)
+tx=$(metric gateway_worker_tx_packets_total)
+# TCP streams are established flows: nearly all of their packets take the fast path.
+(( fast * 2 > tx )) || fail "only $fast of $tx transmitted packets took the fast path"
+pass "the fast path carried $fast of the $tx packets transmitted"
 ring_full=$(metric 'gateway_dropped_packets_total{reason="handoff_ring_full"')
 echo "info: handoff_ring_full drops $ring_full"
 assert_no_conntrack_invalid
