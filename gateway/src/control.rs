@@ -7,7 +7,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe, write_l2};
+use pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
 use pipeline::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
@@ -205,7 +205,7 @@ impl ControlPlane {
         let egress = &router.interfaces[usize::from(port)];
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
-        write_l2(&mut pkt, mac, egress.mac);
+        ethernet::write_l2(pkt.bytes_mut(), mac, egress.mac);
         if len - ethernet::HEADER_LEN > usize::from(egress.mtu) {
             let mut pieces = Vec::new();
             split_into_fragments(&mbuf, egress.mtu, &self.pool, &self.counters, |piece| {

@@ -45,11 +45,11 @@ use core::fmt;
 use core::mem::size_of;
 use std::net::Ipv4Addr;
 
-use crate::forward::GENERATED_TTL;
 use crate::inspect::{
     dns, BuildError, ClientHelloScanner, DomainMatcher, HttpScanner, HttpState, SniResult,
 };
 use crate::parental::{LocalTime, ParentalControl, Policy};
+use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::{
     ethernet, ipv4, udp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv4Repr, UdpPacket,
 };

@@ -249,15 +249,6 @@ pub fn echo_reply(pkt: &mut PacketBuf, iface: &Interface) -> bool {
     true
 }
 
-/// Writes the Ethernet addresses of a routed packet.
-#[inline]
-pub fn write_l2(pkt: &mut PacketBuf, dst: EthernetAddress, src: EthernetAddress) {
-    if let Ok(mut frame) = EthernetFrame::new_checked(pkt.bytes_mut()) {
-        frame.set_dst_addr(dst);
-        frame.set_src_addr(src);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,6 @@
 use std::net::Ipv4Addr;
 
 use crate::conntrack::{FlowHash, FlowId, Track};
-use crate::control::write_l2;
 use crate::flow::{Direction, FlowKey};
 use crate::forward::{Ingress, Pipeline};
 use crate::nat::rewrite::{self, ChecksumDeltas};
@@ -245,7 +244,11 @@ impl Pipeline {
             // Not reached: the checks above are the rewrite's preconditions.
             return Some(Verdict::Drop(DropReason::MalformedL4));
         }
-        write_l2(pkt, EthernetAddress(shortcut.next_hop_mac), egress_mac);
+        ethernet::write_l2(
+            pkt.bytes_mut(),
+            EthernetAddress(shortcut.next_hop_mac),
+            egress_mac,
+        );
         let verdict = Verdict::Transmit {
             port: shortcut.egress,
         };

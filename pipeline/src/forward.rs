@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use crate::conntrack::{ConntrackConfig, FlowTable};
 use crate::content::{ContentInspector, DEFAULT_SLOTS};
-use crate::control::write_l2;
 use crate::counters::WorkerCounters;
 use crate::meter::HostMeter;
 use crate::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
@@ -31,7 +30,6 @@ use crate::wire::{
 const ICMP_ERROR_MAX_LEN: usize = 576;
 /// Ethernet + IPv4 + ICMP headers in front of the quoted datagram.
 const ICMP_ERROR_HEADERS: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + icmp::HEADER_LEN;
-pub(crate) const GENERATED_TTL: u8 = 64;
 
 /// Where a worker sits among its peers, and the sizes of its tables.
 #[derive(Clone, Debug)]
@@ -666,7 +664,7 @@ impl Pipeline {
             return Some(Verdict::Control(ControlWork::Resolve { port, next_hop }));
         };
         let src_mac = self.router.interfaces[usize::from(port)].mac;
-        write_l2(pkt, mac, src_mac);
+        ethernet::write_l2(pkt.bytes_mut(), mac, src_mac);
         None
     }
 
@@ -729,7 +727,7 @@ impl Pipeline {
             sender,
             ipv4::protocol::ICMP,
             icmp_len as u16,
-            GENERATED_TTL,
+            ipv4::GENERATED_TTL,
         );
         header.dont_frag = false;
         header.emit(&mut Ipv4Packet::new_unchecked(

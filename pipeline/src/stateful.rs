@@ -17,11 +17,12 @@ use crate::counters::WorkerCounters;
 use crate::fast_path::Shortcut;
 use crate::firewall::{Action, ZoneId};
 use crate::flow::{Direction, FlowKey, KeyError};
-use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline, GENERATED_TTL};
+use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline};
 use crate::nat::{self, AllocError, NatPool, Ownership};
 use crate::packet::PacketBuf;
 use crate::router::RouterConfig;
 use crate::verdict::{ControlWork, DropReason, Verdict};
+use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::{
     ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, Ipv4Repr, TcpPacket,
     UdpPacket,
