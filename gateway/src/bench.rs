@@ -21,12 +21,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use pipeline::conntrack::{ConntrackConfig, BYTES_PER_FLOW};
-use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
-use pipeline::meter::HostMeter;
-use pipeline::qos::QosStats;
-use pipeline::router::{PortForward, Stateful};
-use pipeline::stateful::FlowData;
+use pipeline::features::meter::HostMeter;
+use pipeline::features::qos::QosStats;
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::stateful::FlowData;
+use pipeline::state::conntrack::{ConntrackConfig, BYTES_PER_FLOW};
+use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::{checksum, tcp, EthernetAddress, TcpPacket};
 use pipeline::{
     DropReason, IcmpLimits, Interface, NeighborView, Pipeline, RouterConfig, StaticRoute,

@@ -9,7 +9,7 @@ use crate::wire::{ipv4, udp, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket};
 /// A flow's 5-tuple in one direction. For ICMP queries (echo, timestamp, info) both "ports"
 /// hold the query identifier, so the reply's key is the exact reverse of the request's.
 /// For protocols without ports both are 0. Serialized into state snapshots
-/// (`crate::snapshot`).
+/// (`crate::pipeline::snapshot`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FlowKey {
     pub src: Ipv4Addr,

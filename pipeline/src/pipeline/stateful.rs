@@ -11,16 +11,16 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::conntrack::{FlowId, InsertError, TcpSegment, TcpState, Track};
-use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::counters::WorkerCounters;
-use crate::fast_path::Shortcut;
-use crate::firewall::{Action, ZoneId};
+use crate::features::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::flow::{Direction, FlowKey, KeyError};
-use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline};
-use crate::nat::{self, AllocError, NatPool, Ownership};
 use crate::packet::PacketBuf;
-use crate::router::RouterConfig;
+use crate::pipeline::config::RouterConfig;
+use crate::pipeline::fast_path::Shortcut;
+use crate::pipeline::{IcmpBudget, IcmpError, Ingress, Pipeline};
+use crate::state::conntrack::{FlowId, InsertError, TcpSegment, TcpState, Track};
+use crate::state::firewall::{Action, ZoneId};
+use crate::state::nat::{self, AllocError, NatPool, Ownership};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::{
@@ -60,7 +60,7 @@ impl Translation {
 }
 
 /// What a worker keeps per flow besides the tuples. Serialized into state snapshots
-/// (`crate::snapshot`): a change here is a change of the snapshot format.
+/// (`crate::pipeline::snapshot`): a change here is a change of the snapshot format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowData {
     /// The NAT binding the flow holds (protocol, external address, port), released with it.
@@ -77,7 +77,7 @@ pub struct FlowData {
     /// Keyword block and parental control: where the flow stands.
     pub(crate) content: ContentState,
     /// Per direction (original, reply): what forwarding decided for the last packet, so
-    /// the next ones can skip the checks that decision depended on ([`crate::fast_path`]).
+    /// the next ones can skip the checks that decision depended on ([`crate::pipeline::fast_path`]).
     /// A cache, rebuilt by the next packet: not part of the snapshot.
     #[serde(skip)]
     pub(crate) shortcuts: [Shortcut; 2],
@@ -210,7 +210,7 @@ impl Pipeline {
 
     /// After a reload with `recheck_established`, a flow admitted under older rules is
     /// checked once against the new ones.
-    fn recheck(&mut self, id: crate::conntrack::FlowId) -> Option<Verdict> {
+    fn recheck(&mut self, id: crate::state::conntrack::FlowId) -> Option<Verdict> {
         let stateful = &self.router.stateful;
         let data = *self.flows.data(id);
         if data.generation == stateful.generation {
@@ -262,7 +262,7 @@ impl Pipeline {
     }
 
     /// A TCP flow in TIME_WAIT or closed by a reset.
-    fn is_closed(&self, id: crate::conntrack::FlowId) -> bool {
+    fn is_closed(&self, id: crate::state::conntrack::FlowId) -> bool {
         matches!(
             self.flows.tcp_state(id),
             Some(TcpState::TimeWait | TcpState::Closed)
@@ -274,7 +274,7 @@ impl Pipeline {
     /// its content judged afresh (an old verdict must not pass or block a new stream) and
     /// its own NAT mapping. The binding is released first, so endpoint-independent mapping
     /// and port preservation hand the same external port back unless it has been taken.
-    fn end_for_reuse(&mut self, id: crate::conntrack::FlowId) {
+    fn end_for_reuse(&mut self, id: crate::state::conntrack::FlowId) {
         let data = self.flows.remove(id);
         release(&mut self.nat, &data);
         self.inspector.forget(id.as_u32());
@@ -436,7 +436,7 @@ impl Pipeline {
     fn inspect(
         &mut self,
         pkt: &mut PacketBuf,
-        id: crate::conntrack::FlowId,
+        id: crate::state::conntrack::FlowId,
         key: &FlowKey,
         segment: Option<TcpSegment>,
         now_ns: u64,
@@ -679,7 +679,7 @@ pub(crate) fn address_owner(
 /// only a matching rule, never the zone pair's default, decides a forwarded flow, so that a
 /// rule can limit a forward to some sources while forwards without rules work as configured.
 pub(crate) fn admit(
-    stateful: &crate::router::Stateful,
+    stateful: &crate::pipeline::config::Stateful,
     from: ZoneId,
     to: ZoneId,
     key: &FlowKey,

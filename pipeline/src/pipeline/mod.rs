@@ -1,26 +1,38 @@
 //! IPv4 forwarding for one worker: validate, track and translate (see `stateful.rs`), route,
 //! decrement TTL, resolve the next hop, rewrite L2 in place, and answer with ICMP errors where
 //! RFC 1812 says so.
+//!
+//! Layer 4, the top: the [`Pipeline`] a worker runs, and the stages that are methods of it
+//! (the stateful stage, the burst and its fast path, the punt path, snapshots), with the
+//! compiled router [`config`] they all read. Everything below (`features`, `state`, `l3`,
+//! `flow`, `wire`) is called from here and never calls back.
+
+pub mod config;
+pub mod control;
+pub mod fast_path;
+pub mod punt;
+pub mod snapshot;
+pub mod stateful;
 
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use crate::conntrack::{ConntrackConfig, FlowTable};
-use crate::content::{ContentInspector, DEFAULT_SLOTS};
 use crate::counters::WorkerCounters;
-use crate::meter::HostMeter;
-use crate::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
+use crate::features::content::{ContentInspector, DEFAULT_SLOTS};
+use crate::features::meter::HostMeter;
+use crate::state::conntrack::{ConntrackConfig, FlowTable};
+use crate::state::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
-use crate::neighbor_view::NeighborView;
+use crate::features::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
+use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
-use crate::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
+use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
+use crate::pipeline::stateful::{FlowData, Stage, Translation};
 use crate::ratelimit::TokenBucket;
-use crate::router::{IcmpLimits, Interface, RouterConfig};
-use crate::stateful::{FlowData, Stage, Translation};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
     ethernet, icmp, ipv4, EthernetAddress, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr,
@@ -45,7 +57,7 @@ pub struct WorkerSetup {
     /// has the traffic meter on. Shared so the metrics thread can read what this worker alone
     /// writes. None: the meter cannot be switched on.
     pub meter: Option<Arc<HostMeter>>,
-    /// Established flows take the fast path ([`crate::fast_path`]). Off only to compare the
+    /// Established flows take the fast path ([`crate::pipeline::fast_path`]). Off only to compare the
     /// two paths (the differential test, a bench run of the full path alone).
     pub fast_path: bool,
 }
@@ -83,7 +95,7 @@ pub struct Pipeline {
     pub(crate) icmp_errors: IcmpBudgets,
     /// Echo requests to the gateway this worker may pass to the control thread.
     echo_requests: TokenBucket,
-    /// Packets this worker may punt to the kernel twins ([`crate::punt`]).
+    /// Packets this worker may punt to the kernel twins ([`crate::pipeline::punt`]).
     punts: TokenBucket,
     pub(crate) counters: Arc<WorkerCounters>,
     pub(crate) flows: FlowTable<FlowData>,
@@ -103,7 +115,7 @@ pub struct Pipeline {
     /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
     /// time, which the per-packet path must not ask the OS for.
     pub(crate) unix_epoch_at_zero: i64,
-    /// Stamp the flows' forwarding shortcuts ([`crate::fast_path`]): advanced by every new
+    /// Stamp the flows' forwarding shortcuts ([`crate::pipeline::fast_path`]): advanced by every new
     /// router config, and by every new neighbour view, so a shortcut made under an older
     /// config is not used, and one made under an older view has its next hop looked up again.
     pub(crate) router_epoch: u32,
@@ -176,8 +188,8 @@ impl Pipeline {
             meter: setup.meter,
             inspector: ContentInspector::new(DEFAULT_SLOTS),
             unix_epoch_at_zero: 0,
-            router_epoch: crate::fast_path::FIRST_EPOCH,
-            neighbor_epoch: crate::fast_path::FIRST_EPOCH,
+            router_epoch: crate::pipeline::fast_path::FIRST_EPOCH,
+            neighbor_epoch: crate::pipeline::fast_path::FIRST_EPOCH,
             fast_path: setup.fast_path,
             qos: router
                 .qos
@@ -197,7 +209,7 @@ impl Pipeline {
 
     /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
-        self.router_epoch = crate::fast_path::next_epoch(self.router_epoch);
+        self.router_epoch = crate::pipeline::fast_path::next_epoch(self.router_epoch);
         if router.icmp != self.router.icmp {
             self.icmp_errors = IcmpBudgets::new(&router.icmp);
             self.echo_requests = echo_bucket(&router.icmp);
@@ -290,7 +302,7 @@ impl Pipeline {
 
     /// Swaps in the control thread's latest neighbour view. Called between bursts.
     pub fn set_neighbors(&mut self, neighbors: Arc<NeighborView>) {
-        self.neighbor_epoch = crate::fast_path::next_epoch(self.neighbor_epoch);
+        self.neighbor_epoch = crate::pipeline::fast_path::next_epoch(self.neighbor_epoch);
         self.neighbors = neighbors;
     }
 
@@ -299,7 +311,7 @@ impl Pipeline {
     }
 
     /// The full path for one packet: every check, the stateful stage, routing, and the
-    /// features; counts the decision. The fast path ([`crate::fast_path`]) leaves to it
+    /// features; counts the decision. The fast path ([`crate::pipeline::fast_path`]) leaves to it
     /// every packet it does not cover.
     pub(crate) fn process_full(
         &mut self,
@@ -325,8 +337,9 @@ impl Pipeline {
     /// table fill for metrics.
     pub fn housekeeping(&mut self, now_ns: u64, budget: usize) {
         let nat = &mut self.nat;
-        self.flows
-            .expire(now_ns, budget, |data| crate::stateful::release(nat, &data));
+        self.flows.expire(now_ns, budget, |data| {
+            crate::pipeline::stateful::release(nat, &data)
+        });
         if let Some(policers) = self.qos.as_mut() {
             for policer in policers {
                 policer.tick(now_ns);
@@ -761,7 +774,7 @@ fn echo_bucket(limits: &IcmpLimits) -> TokenBucket {
     TokenBucket::new(limits.echo_per_sec, limits.echo_burst)
 }
 
-fn punt_bucket(punt: &crate::punt::PuntConfig) -> TokenBucket {
+fn punt_bucket(punt: &crate::pipeline::punt::PuntConfig) -> TokenBucket {
     TokenBucket::new(punt.per_sec, punt.burst)
 }
 

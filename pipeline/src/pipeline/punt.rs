@@ -13,10 +13,10 @@
 //! budget is dropped as `punt_policed`, so a flood at the gateway's addresses costs each
 //! worker at most its budget.
 
-use crate::firewall::{Action, ZoneId};
 use crate::flow::FlowKey;
-use crate::forward::{Ingress, Pipeline};
-use crate::router::Interface;
+use crate::pipeline::config::Interface;
+use crate::pipeline::{Ingress, Pipeline};
+use crate::state::firewall::{Action, ZoneId};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::{ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet};
 

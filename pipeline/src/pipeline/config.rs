@@ -8,11 +8,11 @@ use std::ops::RangeInclusive;
 
 use std::sync::Arc;
 
-use crate::content::ContentPolicy;
-use crate::firewall::{Action, Policy, RuleSet, ZoneId};
-use crate::punt::PuntConfig;
-use crate::qos::QosConfig;
-use crate::route::{NextHop, Route, RouteError, RouteTable};
+use crate::features::content::ContentPolicy;
+use crate::features::qos::QosConfig;
+use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
+use crate::pipeline::punt::PuntConfig;
+use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use crate::wire::EthernetAddress;
 
 /// One gateway port as the pipeline sees it. Its index in [`RouterConfig::interfaces`] is the
@@ -218,7 +218,7 @@ pub struct RouterConfig {
     pub source_validation: Vec<SourceValidation>,
     /// Whether a default route exists: loose validation then needs no route lookup.
     has_default_route: bool,
-    /// The kernel twins and the budget for what goes to them ([`crate::punt`]).
+    /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
     pub punt: PuntConfig,
 }
 

@@ -3,9 +3,9 @@
 
 use std::net::Ipv4Addr;
 
-use crate::neigh::{ArpProbe, ArpSource, Learn, NeighborTable};
+use crate::l3::neigh::{ArpProbe, ArpSource, Learn, NeighborTable};
 use crate::packet::PacketBuf;
-use crate::router::Interface;
+use crate::pipeline::config::Interface;
 use crate::verdict::ControlWork;
 use crate::verdict::DropReason;
 use crate::wire::{
@@ -59,7 +59,7 @@ impl ArpHandled {
 }
 
 /// Handles one ARP frame received on `iface`: checks that its sender may be a neighbour on
-/// this interface, lets `table` apply the binding (see [`crate::neigh`] for what may change
+/// this interface, lets `table` apply the binding (see [`crate::l3::neigh`] for what may change
 /// what), and turns a request for our address into the reply in place, unless the sender's
 /// binding was refused. Packets the binding releases go to `on_released` with the MAC to send
 /// them to; packets of an entry evicted to make room go to `on_evicted`.

@@ -23,13 +23,13 @@
 
 use std::net::Ipv4Addr;
 
-use crate::conntrack::{FlowHash, FlowId, Track};
 use crate::flow::{Direction, FlowKey};
-use crate::forward::{Ingress, Pipeline};
-use crate::nat::rewrite::{self, ChecksumDeltas};
 use crate::packet::PacketBuf;
-use crate::punt::DHCP_CLIENT_PORT;
-use crate::stateful::{self, ContentState, DNS_PORT};
+use crate::pipeline::punt::DHCP_CLIENT_PORT;
+use crate::pipeline::stateful::{self, ContentState, DNS_PORT};
+use crate::pipeline::{Ingress, Pipeline};
+use crate::state::conntrack::{FlowHash, FlowId, Track};
+use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetAddress, EthernetFrame, Ipv4Packet};
 
