@@ -24,9 +24,9 @@ use anyhow::Context;
 use pipeline::features::meter::HostMeter;
 use pipeline::features::qos::QosStats;
 use pipeline::pipeline::config::{PortForward, Stateful};
-use pipeline::pipeline::stateful::FlowData;
 use pipeline::state::conntrack::{ConntrackConfig, BYTES_PER_FLOW};
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::state::flow_data::FlowData;
 use pipeline::wire::{checksum, tcp, EthernetAddress, TcpPacket};
 use pipeline::{
     DropReason, IcmpLimits, Interface, NeighborView, Pipeline, RouterConfig, StaticRoute,

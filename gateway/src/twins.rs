@@ -23,7 +23,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use pipeline::pipeline::punt::{arp_for_twin, is_kernel_arp_reply, PuntConfig};
+use pipeline::pipeline::config::PuntConfig;
+use pipeline::pipeline::punt::{arp_for_twin, is_kernel_arp_reply};
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, Interface, RouterConfig, WorkerCounters};
 use serde::Deserialize;

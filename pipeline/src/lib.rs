@@ -8,7 +8,7 @@
 //! 0. [`wire`] (packet formats), and the vocabulary every stage shares: [`packet`],
 //!    [`verdict`], [`counters`], [`hash`], [`ratelimit`];
 //! 1. [`flow`] (the 5-tuple) and [`l3`] (FIB, neighbours, fragmentation);
-//! 2. [`state`] (conntrack, NAT, per-host limits, firewall rules);
+//! 2. [`state`] (conntrack, NAT, per-host limits, firewall rules, what a flow keeps);
 //! 3. [`features`] (QoS, meters, content blocking, parental control);
 //! 4. [`pipeline`] (the [`Pipeline`] and its stages, the router config).
 #![forbid(unsafe_code)]

@@ -10,8 +10,8 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+use pipeline::pipeline::config::PuntConfig;
 use pipeline::pipeline::config::Stateful;
-use pipeline::pipeline::punt::PuntConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{

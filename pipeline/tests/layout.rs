@@ -5,7 +5,7 @@
 //! |-------|-------------------------------------------------------------------------|
 //! | 0     | `wire/`, and the shared vocabulary `packet`, `verdict`, `counters`, `hash`, `ratelimit` |
 //! | 1     | `flow` (the 5-tuple), `l3/` (FIB, neighbours, fragmentation)             |
-//! | 2     | `state/` (conntrack, NAT, per-host limits, firewall rules)              |
+//! | 2     | `state/` (conntrack, NAT, per-host limits, firewall rules, flow data)   |
 //! | 3     | `features/` (QoS, meters, content blocking, parental control)            |
 //! | 4     | `pipeline/` (the `Pipeline`, its stages, the router config)              |
 //!

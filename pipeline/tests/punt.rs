@@ -11,8 +11,8 @@ use common::*;
 use std::sync::Arc;
 
 use etherparse::PacketBuilder;
+use pipeline::pipeline::config::PuntConfig;
 use pipeline::pipeline::config::{PortForward, Stateful};
-use pipeline::pipeline::punt::PuntConfig;
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{

@@ -25,36 +25,17 @@ use std::net::Ipv4Addr;
 
 use crate::flow::{Direction, FlowKey};
 use crate::packet::PacketBuf;
-use crate::pipeline::punt::DHCP_CLIENT_PORT;
-use crate::pipeline::stateful::{self, ContentState, DNS_PORT};
+use crate::pipeline::stateful;
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::conntrack::{FlowHash, FlowId, Track};
+use crate::state::flow_data::{ContentState, Shortcut};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::udp::{DHCP_CLIENT_PORT, DNS_PORT};
 use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetAddress, EthernetFrame, Ipv4Packet};
 
 /// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
 pub const MAX_BURST: usize = 32;
-
-/// What forwarding decided for the last packet of one direction of a flow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Shortcut {
-    /// The pipeline's router epoch when it was made; 0, which no epoch is, when there is none.
-    router_epoch: u32,
-    /// The neighbour epoch `next_hop_mac` is from.
-    neighbor_epoch: u32,
-    ingress: u16,
-    egress: u16,
-    /// The route's next hop (an IPv4 address, as bits for `Default`).
-    next_hop: u32,
-    next_hop_mac: [u8; 6],
-    /// The NAT rewrite's and the TTL decrement's checksum patches.
-    deltas: ChecksumDeltas,
-    /// Made from a packet this worker received itself rather than one handed to it, so the
-    /// source validation and the owner check ran (a handed-off packet skips both: its
-    /// receiver ran them).
-    received_here: bool,
-}
 
 /// The epoch a pipeline starts at; 0 marks an empty shortcut.
 pub(crate) const FIRST_EPOCH: u32 = 1;

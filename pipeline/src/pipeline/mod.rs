@@ -31,8 +31,9 @@ use crate::features::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats}
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
-use crate::pipeline::stateful::{FlowData, Stage, Translation};
+use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
+use crate::state::flow_data::FlowData;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
     ethernet, icmp, ipv4, EthernetAddress, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr,
@@ -338,7 +339,7 @@ impl Pipeline {
     pub fn housekeeping(&mut self, now_ns: u64, budget: usize) {
         let nat = &mut self.nat;
         self.flows.expire(now_ns, budget, |data| {
-            crate::pipeline::stateful::release(nat, &data)
+            crate::state::flow_data::release(nat, &data)
         });
         if let Some(policers) = self.qos.as_mut() {
             for policer in policers {
@@ -774,7 +775,7 @@ fn echo_bucket(limits: &IcmpLimits) -> TokenBucket {
     TokenBucket::new(limits.echo_per_sec, limits.echo_burst)
 }
 
-fn punt_bucket(punt: &crate::pipeline::punt::PuntConfig) -> TokenBucket {
+fn punt_bucket(punt: &crate::pipeline::config::PuntConfig) -> TokenBucket {
     TokenBucket::new(punt.per_sec, punt.burst)
 }
 

@@ -37,9 +37,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::stateful::{admit, flow_owner, has_ports, release, reply_key, FlowData};
+use crate::pipeline::stateful::{admit, flow_owner, has_ports, reply_key};
 use crate::state::conntrack::ExportedFlow;
 use crate::state::firewall::Action;
+use crate::state::flow_data::{release, FlowData};
 use crate::state::nat::Ownership;
 use crate::Pipeline;
 

@@ -9,20 +9,19 @@
 
 use std::net::Ipv4Addr;
 
-use serde::{Deserialize, Serialize};
-
 use crate::counters::WorkerCounters;
 use crate::features::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::flow::{Direction, FlowKey, KeyError};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::fast_path::Shortcut;
 use crate::pipeline::{IcmpBudget, IcmpError, Ingress, Pipeline};
 use crate::state::conntrack::{FlowId, InsertError, TcpSegment, TcpState, Track};
 use crate::state::firewall::{Action, ZoneId};
-use crate::state::nat::{self, AllocError, NatPool, Ownership};
+use crate::state::flow_data::{release, ContentState, FlowData};
+use crate::state::nat::{self, AllocError, Ownership};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::ipv4::GENERATED_TTL;
+use crate::wire::udp::DNS_PORT;
 use crate::wire::{
     ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, Ipv4Repr, TcpPacket,
     UdpPacket,
@@ -56,47 +55,6 @@ impl Translation {
     /// sent. False, with the packet unchanged, if the rewrite fails.
     pub(crate) fn undo(&self, pkt: &mut PacketBuf) -> bool {
         !matches!(translate(pkt, &self.sent, &self.received), Stage::Done(_))
-    }
-}
-
-/// What a worker keeps per flow besides the tuples. Serialized into state snapshots
-/// (`crate::pipeline::snapshot`): a change here is a change of the snapshot format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FlowData {
-    /// The NAT binding the flow holds (protocol, external address, port), released with it.
-    pub(crate) binding: Option<(u8, Ipv4Addr, u16)>,
-    /// The zones the flow was classified by, to re-check it after a reload.
-    pub(crate) from_zone: u8,
-    pub(crate) to_zone: u8,
-    /// The ICMP type of the first packet, for rules on ICMP type.
-    pub(crate) icmp_type: Option<u8>,
-    /// Admitted by a port forward, not by the rules.
-    pub(crate) forwarded: bool,
-    /// The rules generation the flow was admitted under.
-    pub(crate) generation: u32,
-    /// Keyword block and parental control: where the flow stands.
-    pub(crate) content: ContentState,
-    /// Per direction (original, reply): what forwarding decided for the last packet, so
-    /// the next ones can skip the checks that decision depended on ([`crate::pipeline::fast_path`]).
-    /// A cache, rebuilt by the next packet: not part of the snapshot.
-    #[serde(skip)]
-    pub(crate) shortcuts: [Shortcut; 2],
-}
-
-/// Whether a flow's content was judged: TCP flows from LAN devices are inspected on their
-/// first payload packets; the verdict then stays with the flow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ContentState {
-    #[default]
-    Allowed,
-    Inspecting,
-    Blocked,
-}
-
-/// Returns a flow's NAT binding to the pool.
-pub(crate) fn release(nat: &mut Option<NatPool>, data: &FlowData) {
-    if let (Some(pool), Some((protocol, addr, port))) = (nat.as_mut(), data.binding) {
-        pool.release(protocol, (addr, port));
     }
 }
 
@@ -744,8 +702,6 @@ fn l4_checksum_ok(pkt: &PacketBuf) -> bool {
 pub(crate) fn source_mac(pkt: &PacketBuf) -> EthernetAddress {
     crate::wire::EthernetFrame::new_unchecked(pkt.bytes()).src_addr()
 }
-
-pub(crate) const DNS_PORT: u16 = 53;
 
 const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
 
