@@ -25,9 +25,8 @@ use std::net::Ipv4Addr;
 
 use crate::flow::{Direction, FlowKey};
 use crate::packet::PacketBuf;
-use crate::pipeline::stateful;
 use crate::pipeline::{Ingress, Pipeline};
-use crate::state::conntrack::{FlowHash, FlowId, Track};
+use crate::state::conntrack::{FlowHash, FlowId, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, Shortcut};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
@@ -204,7 +203,7 @@ impl Pipeline {
             return None;
         }
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let segment = stateful::tcp_segment(&ip);
+        let segment = TcpSegment::parse(&ip);
         if key.protocol == ipv4::protocol::TCP {
             const STATE_CHANGING: u8 = tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST;
             if segment.as_ref()?.flags & STATE_CHANGING != 0 {

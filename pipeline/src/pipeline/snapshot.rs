@@ -36,8 +36,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::flow::{has_ports, reply_key};
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::stateful::{admit, flow_owner, has_ports, reply_key};
+use crate::pipeline::stateful::{admit, flow_owner};
 use crate::state::conntrack::ExportedFlow;
 use crate::state::firewall::Action;
 use crate::state::flow_data::{release, FlowData};

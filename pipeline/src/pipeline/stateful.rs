@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 
 use crate::counters::WorkerCounters;
 use crate::features::content::{self, ContentPolicy, DnsAction, Inspection};
-use crate::flow::{Direction, FlowKey, KeyError};
+use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::{IcmpBudget, IcmpError, Ingress, Pipeline};
@@ -70,7 +70,7 @@ impl Pipeline {
         if let Some(worker) = self.foreign_owner(&key, ingress) {
             return Stage::Done(Verdict::Handoff { worker });
         }
-        let segment = tcp_segment(&ip);
+        let segment = TcpSegment::parse(&ip);
         let icmp_type = if key.protocol == ipv4::protocol::ICMP {
             ip.payload().first().copied()
         } else {
@@ -572,33 +572,6 @@ pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &Flow
     address_owner(router, ownership, key.protocol, key.src, key.dst)
 }
 
-/// The tuple a flow's replies carry, from the endpoints its first packet leaves with:
-/// `to` after a forward's translation, `from` after masquerade. An ICMP query's reply
-/// carries the (translated) identifier in both "ports".
-pub(crate) fn reply_key(protocol: u8, to: (Ipv4Addr, u16), from: (Ipv4Addr, u16)) -> FlowKey {
-    let (dst, dst_port) = to;
-    let (src, src_port) = from;
-    FlowKey {
-        src: dst,
-        dst: src,
-        src_port: if protocol == ipv4::protocol::ICMP {
-            src_port
-        } else {
-            dst_port
-        },
-        dst_port: src_port,
-        protocol,
-    }
-}
-
-/// TCP, UDP and ICMP queries carry the ports (or identifiers) NAT translates.
-pub(crate) fn has_ports(protocol: u8) -> bool {
-    matches!(
-        protocol,
-        ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
-    )
-}
-
 /// The owner of traffic between two addresses that are not the gateway's: see [`flow_owner`].
 /// Non-initial fragments, which carry no ports, are owned by it too.
 pub(crate) fn address_owner(
@@ -761,52 +734,6 @@ pub(crate) fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey
     }))
 }
 
-/// The fields the TCP tracker needs, for a TCP packet already validated by the flow key.
-pub(crate) fn tcp_segment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<TcpSegment> {
-    if ip.protocol() != ipv4::protocol::TCP {
-        return None;
-    }
-    let segment = TcpPacket::new_checked(ip.payload()).ok()?;
-    let flags = segment.flags();
-    let window_scale = if flags & tcp::flags::SYN != 0 {
-        window_scale_option(segment.options())
-    } else {
-        None
-    };
-    Some(TcpSegment {
-        flags,
-        seq: segment.seq_number(),
-        ack: segment.ack_number(),
-        window: segment.window_len(),
-        payload_len: segment.payload().len() as u32,
-        window_scale,
-    })
-}
-
-/// RFC 7323's window scale option (kind 3, length 3).
-fn window_scale_option(mut options: &[u8]) -> Option<u8> {
-    const END: u8 = 0;
-    const NOP: u8 = 1;
-    const WINDOW_SCALE: u8 = 3;
-    while let Some(&kind) = options.first() {
-        match kind {
-            END => return None,
-            NOP => options = &options[1..],
-            _ => {
-                let len = usize::from(*options.get(1)?);
-                if len < 2 || len > options.len() {
-                    return None;
-                }
-                if kind == WINDOW_SCALE && len == 3 {
-                    return Some(options[2]);
-                }
-                options = &options[len..];
-            }
-        }
-    }
-    None
-}
-
 /// A DNS query for a blocked name: answered NXDOMAIN from the address asked (or dropped,
 /// as configured), and never forwarded.
 fn filter_dns(
@@ -829,21 +756,4 @@ fn filter_dns(
     pkt.set_len(reply_len);
     counters.record_drop(DropReason::ContentBlocked);
     Some(Verdict::Transmit { port: ingress.port })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn window_scale_is_found_among_other_options() {
-        // MSS 1460, SACK permitted, timestamps, NOP, window scale 7.
-        let options = [
-            2, 4, 5, 180, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
-        ];
-        assert_eq!(window_scale_option(&options), Some(7));
-        assert_eq!(window_scale_option(&[1, 1, 0, 3, 3, 7]), None, "after END");
-        assert_eq!(window_scale_option(&[3, 9]), None, "truncated");
-        assert_eq!(window_scale_option(&[8, 1, 3, 3, 7]), None, "bad length");
-    }
 }
