@@ -28,6 +28,7 @@ use crate::state::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
 use crate::features::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
+use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
@@ -155,7 +156,7 @@ impl Pipeline {
         setup: WorkerSetup,
         nat: Option<NatPool>,
     ) -> Self {
-        let icmp_errors = IcmpBudgets::new(&router.icmp);
+        let icmp_errors = IcmpBudgets::new(router.icmp.errors_per_sec, router.icmp.burst);
         let echo_requests = echo_bucket(&router.icmp);
         let punts = punt_bucket(&router.punt);
         let flows = FlowTable::new(setup.conntrack, FlowData::default());
@@ -212,7 +213,7 @@ impl Pipeline {
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
         self.router_epoch = crate::pipeline::fast_path::next_epoch(self.router_epoch);
         if router.icmp != self.router.icmp {
-            self.icmp_errors = IcmpBudgets::new(&router.icmp);
+            self.icmp_errors = IcmpBudgets::new(router.icmp.errors_per_sec, router.icmp.burst);
             self.echo_requests = echo_bucket(&router.icmp);
         }
         if (router.punt.per_sec, router.punt.burst)
@@ -807,118 +808,6 @@ fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool
         setup.nat_bindings,
     )
     .map(|pool| Some(pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts)))
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum IcmpError {
-    TimeExceeded,
-    NoRoute,
-    FragmentationNeeded {
-        mtu: u16,
-    },
-    /// The firewall's reject for non-TCP flows.
-    AdminProhibited,
-}
-
-/// The budgets ICMP errors and resets are spent from, one each, so that a flood of one kind
-/// (TTL expiry from a traceroute storm or a routing loop, unreachables from a scan) cannot
-/// starve another: above all "fragmentation needed", without which path-MTU discovery
-/// black-holes TCP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum IcmpBudget {
-    TimeExceeded,
-    /// No route.
-    Unreachable,
-    FragmentationNeeded,
-    /// The firewall's rejects and content blocking's resets (TCP RST or ICMP prohibited).
-    Reject,
-}
-
-impl IcmpBudget {
-    const COUNT: usize = 4;
-}
-
-/// One token bucket per [`IcmpBudget`], each with the configured rate and burst.
-#[derive(Clone, Debug)]
-pub(crate) struct IcmpBudgets([TokenBucket; IcmpBudget::COUNT]);
-
-impl IcmpBudgets {
-    pub(crate) fn new(limits: &IcmpLimits) -> Self {
-        IcmpBudgets(std::array::from_fn(|_| {
-            TokenBucket::new(limits.errors_per_sec, limits.burst)
-        }))
-    }
-
-    #[inline]
-    pub(crate) fn try_take(&mut self, budget: IcmpBudget, now_ns: u64) -> bool {
-        self.0[budget as usize].try_take(now_ns)
-    }
-}
-
-impl IcmpError {
-    fn budget(self) -> IcmpBudget {
-        match self {
-            IcmpError::TimeExceeded => IcmpBudget::TimeExceeded,
-            IcmpError::NoRoute => IcmpBudget::Unreachable,
-            IcmpError::FragmentationNeeded { .. } => IcmpBudget::FragmentationNeeded,
-            IcmpError::AdminProhibited => IcmpBudget::Reject,
-        }
-    }
-
-    fn drop_reason(self) -> DropReason {
-        match self {
-            IcmpError::TimeExceeded => DropReason::TtlExpired,
-            IcmpError::NoRoute => DropReason::NoRoute,
-            IcmpError::FragmentationNeeded { .. } => DropReason::FragmentationNeeded,
-            IcmpError::AdminProhibited => DropReason::FirewallReject,
-        }
-    }
-
-    /// Type, code and the 32-bit rest of the ICMP header.
-    fn header(self) -> (u8, u8, u32) {
-        match self {
-            IcmpError::TimeExceeded => (icmp::msg_type::TIME_EXCEEDED, 0, 0),
-            IcmpError::NoRoute => (icmp::msg_type::DEST_UNREACHABLE, icmp::unreach_code::NET, 0),
-            IcmpError::FragmentationNeeded { mtu } => (
-                icmp::msg_type::DEST_UNREACHABLE,
-                icmp::unreach_code::FRAG_NEEDED,
-                u32::from(mtu),
-            ),
-            IcmpError::AdminProhibited => (
-                icmp::msg_type::DEST_UNREACHABLE,
-                icmp::unreach_code::ADMIN_PROHIBITED,
-                0,
-            ),
-        }
-    }
-}
-
-/// RFC 1812 4.3.2.7: never answer an ICMP error with one, nor a non-initial fragment, nor
-/// a link-layer broadcast or multicast.
-fn may_answer_with_icmp_error(frame: &[u8]) -> bool {
-    let eth = EthernetFrame::new_unchecked(frame);
-    if eth.dst_addr().is_multicast() {
-        return false;
-    }
-    let ip = Ipv4Packet::new_unchecked(&frame[ethernet::HEADER_LEN..]);
-    if ip.frag_offset() != 0 {
-        return false;
-    }
-    if ip.protocol() == ipv4::protocol::ICMP {
-        let Some(&msg_type) = ip.payload().first() else {
-            return false;
-        };
-        return matches!(
-            msg_type,
-            icmp::msg_type::ECHO_REQUEST
-                | icmp::msg_type::ECHO_REPLY
-                | icmp::msg_type::TIMESTAMP
-                | icmp::msg_type::TIMESTAMP_REPLY
-                | icmp::msg_type::INFO_REQUEST
-                | icmp::msg_type::INFO_REPLY
-        );
-    }
-    true
 }
 
 /// Source-routed datagrams (RFC 7126) and options that do not parse are not forwarded. Most
