@@ -17,12 +17,12 @@ use std::sync::OnceLock;
 
 use gateway_fuzz::{check_datagram, write_frame, Bytes, Ip, L4, UDP};
 use libfuzzer_sys::fuzz_target;
-use pipeline::content::{
+use pipeline::features::content::{
     dns_query_blocked, dns_tcp_query_blocked, write_dns_nxdomain_reply, ContentInspector,
     ContentPolicy, DnsAction, Inspection, MAX_PAYLOAD_PACKETS,
 };
-use pipeline::inspect::{dns, tls};
-use pipeline::parental::{DeviceMatch, Policy};
+use pipeline::features::inspect::{dns, tls};
+use pipeline::features::parental::{DeviceMatch, Policy};
 use pipeline::wire::EthernetAddress;
 
 const NAMES: [&str; 10] = [

@@ -15,9 +15,11 @@ use std::net::Ipv4Addr;
 
 use gateway_fuzz::{checksum, ip_header_len, write_frame, Bytes, Ip, ETH_LEN, ICMP, L4};
 use libfuzzer_sys::fuzz_target;
-use pipeline::control::{echo_reply, handle_arp, write_arp_request, write_gratuitous_arp};
-use pipeline::fragment::{fragment_count, write_fragment};
-use pipeline::neigh::{NeighborConfig, NeighborTable};
+use pipeline::l3::fragment::{fragment_count, write_fragment};
+use pipeline::l3::neigh::{NeighborConfig, NeighborTable};
+use pipeline::pipeline::control::{
+    echo_reply, handle_arp, write_arp_request, write_gratuitous_arp,
+};
 use pipeline::wire::EthernetAddress;
 use pipeline::{Interface, PacketBuf};
 

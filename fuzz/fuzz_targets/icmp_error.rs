@@ -17,7 +17,7 @@ use gateway_fuzz::{
     L4, TCP, UDP,
 };
 use libfuzzer_sys::fuzz_target;
-use pipeline::nat::{quoted_flow_key, rewrite_icmp_error};
+use pipeline::state::nat::{quoted_flow_key, rewrite_icmp_error};
 
 const ADDRS: [[u8; 4]; 6] = [
     [10, 0, 0, 1],

@@ -31,12 +31,12 @@ use gateway_fuzz::{
     TCP, UDP,
 };
 use libfuzzer_sys::fuzz_target;
-use pipeline::conntrack::{ConntrackConfig, Timeouts};
-use pipeline::content::{ContentPolicy, DnsAction};
-use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::nat::Ownership;
-use pipeline::qos::QosConfig;
-use pipeline::router::{PortForward, Stateful};
+use pipeline::features::content::{ContentPolicy, DnsAction};
+use pipeline::features::qos::QosConfig;
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::conntrack::{ConntrackConfig, Timeouts};
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig, StaticRoute,
@@ -372,7 +372,7 @@ impl Harness {
                     },
                     nat_ports: NAT_PORTS,
                     nat_bindings: NAT_BINDINGS,
-                    meter: Some(Arc::new(pipeline::meter::HostMeter::new(16))),
+                    meter: Some(Arc::new(pipeline::features::meter::HostMeter::new(16))),
                     ..WorkerSetup::default()
                 };
                 let mut pipeline = Pipeline::for_worker(

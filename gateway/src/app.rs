@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use crossbeam_channel::{Receiver, Sender};
-use pipeline::meter::HostMeter;
-use pipeline::nat::Ownership;
-use pipeline::neigh::NeighborConfig;
-use pipeline::snapshot::SavedFlow;
+use pipeline::features::meter::HostMeter;
+use pipeline::l3::neigh::NeighborConfig;
+use pipeline::pipeline::snapshot::SavedFlow;
+use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
 use pipeline::{NeighborView, Pipeline, WorkerCounters};
 
@@ -193,7 +193,7 @@ struct Gateway<'a> {
     /// Each stopped worker sends its flows back, for the state snapshot.
     saved_flows: Sender<Vec<SavedFlow>>,
     stopped_flows: Receiver<Vec<SavedFlow>>,
-    qos_stats: Vec<[Arc<pipeline::qos::QosStats>; 2]>,
+    qos_stats: Vec<[Arc<pipeline::features::qos::QosStats>; 2]>,
     worker_counters: Vec<Arc<WorkerCounters>>,
     bond_watch: Arc<BondWatch>,
     steering: Vec<FlowRule>,
@@ -831,13 +831,16 @@ fn steer_nat_replies(config: &GatewayConfig, ports: &[Port], workers: u16) -> Ve
 
 /// Shares each link's rate among the workers by their measured demand (max-min fair), so the
 /// aggregate holds the configured rate however flows fall across workers.
-fn rebalance_qos(stats: &[[Arc<pipeline::qos::QosStats>; 2]], rates: [u64; 2]) {
+fn rebalance_qos(stats: &[[Arc<pipeline::features::qos::QosStats>; 2]], rates: [u64; 2]) {
     for (link, &rate) in rates.iter().enumerate() {
         let demands: Vec<u64> = stats
             .iter()
             .map(|worker| worker[link].demand_bps())
             .collect();
-        for (worker, share) in stats.iter().zip(pipeline::qos::rebalance(rate, &demands)) {
+        for (worker, share) in stats
+            .iter()
+            .zip(pipeline::features::qos::rebalance(rate, &demands))
+        {
             worker[link].assign_share(share);
         }
     }
@@ -869,11 +872,11 @@ fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<boo
 /// them; demand moves the shares from there.
 pub fn publish_router(
     router: &Published<pipeline::RouterConfig>,
-    qos: &[[Arc<pipeline::qos::QosStats>; 2]],
+    qos: &[[Arc<pipeline::features::qos::QosStats>; 2]],
     config: Arc<pipeline::RouterConfig>,
 ) {
     if config.qos != router.load().0.qos {
-        pipeline::qos::assign_equal_shares(qos, config.qos.as_ref());
+        pipeline::features::qos::assign_equal_shares(qos, config.qos.as_ref());
     }
     router.publish(config);
 }
@@ -881,7 +884,7 @@ pub fn publish_router(
 /// What a reload publishes to.
 struct ReloadTargets<'a> {
     router: &'a Published<pipeline::RouterConfig>,
-    qos: &'a [[Arc<pipeline::qos::QosStats>; 2]],
+    qos: &'a [[Arc<pipeline::features::qos::QosStats>; 2]],
     meter: &'a Published<MeterExport>,
     status: &'a ReloadStatus,
 }
@@ -932,7 +935,7 @@ fn apply_kernel(
     macs: &[[u8; 6]],
     kernel: &KernelView,
     router: &Published<pipeline::RouterConfig>,
-    qos: &[[Arc<pipeline::qos::QosStats>; 2]],
+    qos: &[[Arc<pipeline::features::qos::QosStats>; 2]],
 ) {
     match router_config_with_kernel(running, macs, kernel) {
         Ok(config) => {

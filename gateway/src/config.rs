@@ -527,10 +527,10 @@ impl Default for ConntrackConfig {
             icmp_secs: 60,
             other_secs: 600,
             tcp_loose: false,
-            host_flows: pipeline::conntrack::DEFAULT_HOST_FLOWS,
-            host_half_open: pipeline::conntrack::DEFAULT_HOST_HALF_OPEN,
+            host_flows: pipeline::state::conntrack::DEFAULT_HOST_FLOWS,
+            host_half_open: pipeline::state::conntrack::DEFAULT_HOST_HALF_OPEN,
             half_open: None,
-            hosts: pipeline::conntrack::DEFAULT_HOSTS,
+            hosts: pipeline::state::conntrack::DEFAULT_HOSTS,
         }
     }
 }
@@ -558,7 +558,7 @@ impl Default for NatConfig {
                 last: 65535,
             },
             binding_capacity: 65536,
-            host_ports: pipeline::forward::DEFAULT_HOST_PORTS,
+            host_ports: pipeline::pipeline::DEFAULT_HOST_PORTS,
             port_forwards: Vec::new(),
         }
     }
@@ -1180,10 +1180,10 @@ impl GatewayConfig {
                 "must be positive and at most conntrack.capacity",
             ));
         }
-        if conntrack.hosts == 0 || conntrack.hosts > pipeline::conntrack::MAX_CAPACITY {
+        if conntrack.hosts == 0 || conntrack.hosts > pipeline::state::conntrack::MAX_CAPACITY {
             return Err(invalid(
                 "conntrack.hosts",
-                format!("must be 1..={}", pipeline::conntrack::MAX_CAPACITY),
+                format!("must be 1..={}", pipeline::state::conntrack::MAX_CAPACITY),
             ));
         }
         if self.nat.host_ports == 0 {

@@ -7,8 +7,8 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe, write_l2};
-use pipeline::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
+use pipeline::l3::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
+use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
@@ -205,7 +205,7 @@ impl ControlPlane {
         let egress = &router.interfaces[usize::from(port)];
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
-        write_l2(&mut pkt, mac, egress.mac);
+        ethernet::write_l2(pkt.bytes_mut(), mac, egress.mac);
         if len - ethernet::HEADER_LEN > usize::from(egress.mtu) {
             let mut pieces = Vec::new();
             split_into_fragments(&mbuf, egress.mtu, &self.pool, &self.counters, |piece| {
@@ -219,7 +219,7 @@ impl ControlPlane {
         }
     }
 
-    /// Lets the neighbour table learn from an ARP packet (see `pipeline::control::handle_arp`
+    /// Lets the neighbour table learn from an ARP packet (see `pipeline::pipeline::control::handle_arp`
     /// for what it may change), sends what waited for its sender, the reply if there is one
     /// and any probe, and republishes the workers' view when a binding changed.
     fn handle_arp(&mut self, router: &RouterConfig, ingress: u16, mut mbuf: Mbuf) {

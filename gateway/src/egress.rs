@@ -1,7 +1,8 @@
 //! Batching packets per output port for one TX queue, shared by workers and the control
 //! thread: one tx_burst per port per loop, refused packets freed and counted.
 
-use pipeline::{fragment, DropReason, WorkerCounters};
+use pipeline::l3::fragment;
+use pipeline::{DropReason, WorkerCounters};
 
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, TxQueue};
 

@@ -22,8 +22,8 @@ use pipeline::{DropReason, WorkerCounters};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use tokio::sync::oneshot;
 
-use pipeline::meter::{self, HostMeter, HostUsage};
-use pipeline::qos::QosStats;
+use pipeline::features::meter::{self, HostMeter, HostUsage};
+use pipeline::features::qos::QosStats;
 
 use crate::bonds::BondWatch;
 use crate::dpdk::{PortMonitor, PortStats, QUEUE_STAT_COUNTERS};
@@ -718,7 +718,10 @@ impl Metrics {
             .set(snapshot.restored.load(Ordering::Relaxed) as i64);
         self.snapshot_refused
             .set(i64::from(snapshot.refused.load(Ordering::Relaxed)));
-        for (reason, skipped) in pipeline::snapshot::Skip::ALL.iter().zip(&snapshot.skipped) {
+        for (reason, skipped) in pipeline::pipeline::snapshot::Skip::ALL
+            .iter()
+            .zip(&snapshot.skipped)
+        {
             self.snapshot_skipped
                 .with_label_values(&[reason.label()])
                 .set(skipped.load(Ordering::Relaxed) as i64);

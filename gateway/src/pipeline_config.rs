@@ -6,15 +6,15 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context;
-use pipeline::conntrack::{ConntrackConfig as TableConfig, Timeouts};
-use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::router::{PortForward, Stateful};
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::{ipv4, EthernetAddress};
 use pipeline::{IcmpLimits, Interface, RouterConfig, SourceValidation, StaticRoute};
 
-use pipeline::content::{ContentPolicy, DnsAction};
-use pipeline::inspect::parse_domain_list;
-use pipeline::parental::{days, DeviceMatch, Policy as ParentalPolicy, TimeWindow};
+use pipeline::features::content::{ContentPolicy, DnsAction};
+use pipeline::features::inspect::parse_domain_list;
+use pipeline::features::parental::{days, DeviceMatch, Policy as ParentalPolicy, TimeWindow};
 
 use crate::config::{
     DnsActionConfig, FirewallAction, GatewayConfig, KeywordBlockConfig, L4Protocol, ParentalConfig,
@@ -56,7 +56,7 @@ pub fn worker_setup(
     config: &GatewayConfig,
     worker: u16,
     workers: u16,
-    meter: Option<std::sync::Arc<pipeline::meter::HostMeter>>,
+    meter: Option<std::sync::Arc<pipeline::features::meter::HostMeter>>,
 ) -> pipeline::WorkerSetup {
     pipeline::WorkerSetup {
         worker,
@@ -271,8 +271,8 @@ pub fn conntrack_config(config: &GatewayConfig) -> TableConfig {
 }
 
 /// The QoS policers' settings, when enabled.
-pub fn qos_config(qos: &QosSettings) -> Option<pipeline::qos::QosConfig> {
-    use pipeline::qos::{Class, ClassRule};
+pub fn qos_config(qos: &QosSettings) -> Option<pipeline::features::qos::QosConfig> {
+    use pipeline::features::qos::{Class, ClassRule};
     if !qos.enabled {
         return None;
     }
@@ -288,13 +288,13 @@ pub fn qos_config(qos: &QosSettings) -> Option<pipeline::qos::QosConfig> {
                 L4Protocol::Tcp => ipv4::protocol::TCP,
                 L4Protocol::Udp => ipv4::protocol::UDP,
             }),
-            ports: rule.ports.map(|r| pipeline::qos::PortRange {
+            ports: rule.ports.map(|r| pipeline::features::qos::PortRange {
                 first: r.first,
                 last: r.last,
             }),
         })
         .collect();
-    Some(pipeline::qos::QosConfig {
+    Some(pipeline::features::qos::QosConfig {
         uplink_bps: qos.uplink_mbps.saturating_mul(1_000_000),
         downlink_bps: qos.downlink_mbps.saturating_mul(1_000_000),
         burst_ms: qos.burst_ms,

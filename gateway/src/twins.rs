@@ -3,7 +3,7 @@
 //! network namespace or in `kernel_twins.netns`, so that Linux daemons (dnsmasq for DHCP and
 //! DNS, sshd) serve the interface's link as if they sat on the wire.
 //!
-//! - What goes to the kernel is decided per packet by the pipeline (`pipeline::punt`): a
+//! - What goes to the kernel is decided per packet by the pipeline (`pipeline::pipeline::punt`): a
 //!   worker sends it over its SPSC punt ring to the control thread, which writes it to the
 //!   twin. The worker never makes the syscall; a full ring is a counted drop, never a wait.
 //! - What the kernel sends on a twin, the control thread reads and puts on its ring to
@@ -23,7 +23,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use pipeline::punt::{arp_for_twin, is_kernel_arp_reply, PuntConfig};
+use pipeline::pipeline::config::PuntConfig;
+use pipeline::pipeline::punt::{arp_for_twin, is_kernel_arp_reply};
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, Interface, RouterConfig, WorkerCounters};
 use serde::Deserialize;

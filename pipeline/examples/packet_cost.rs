@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use etherparse::PacketBuilder;
-use pipeline::conntrack::ConntrackConfig;
-use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
-use pipeline::router::{PortForward, Stateful};
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::conntrack::ConntrackConfig;
+use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,

@@ -51,7 +51,7 @@ impl Gauge {
 pub struct WorkerCounters {
     pub rx_packets: Counter,
     pub transmitted: Counter,
-    /// Packets the established fast path decided ([`crate::fast_path`]), whatever it decided.
+    /// Packets the established fast path decided (the burst path's shortcuts), whatever it decided.
     pub fast_path: Counter,
     pub fragmented: Counter,
     pub to_control: Counter,

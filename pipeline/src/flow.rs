@@ -9,7 +9,7 @@ use crate::wire::{ipv4, udp, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket};
 /// A flow's 5-tuple in one direction. For ICMP queries (echo, timestamp, info) both "ports"
 /// hold the query identifier, so the reply's key is the exact reverse of the request's.
 /// For protocols without ports both are 0. Serialized into state snapshots
-/// (`crate::snapshot`).
+/// (`crate::pipeline::snapshot`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FlowKey {
     pub src: Ipv4Addr,
@@ -113,4 +113,31 @@ impl FlowKey {
             protocol: ip.protocol(),
         })
     }
+}
+
+/// The tuple a flow's replies carry, from the endpoints its first packet leaves with:
+/// `to` after a forward's translation, `from` after masquerade. An ICMP query's reply
+/// carries the (translated) identifier in both "ports".
+pub(crate) fn reply_key(protocol: u8, to: (Ipv4Addr, u16), from: (Ipv4Addr, u16)) -> FlowKey {
+    let (dst, dst_port) = to;
+    let (src, src_port) = from;
+    FlowKey {
+        src: dst,
+        dst: src,
+        src_port: if protocol == ipv4::protocol::ICMP {
+            src_port
+        } else {
+            dst_port
+        },
+        dst_port: src_port,
+        protocol,
+    }
+}
+
+/// TCP, UDP and ICMP queries carry the ports (or identifiers) NAT translates.
+pub(crate) fn has_ports(protocol: u8) -> bool {
+    matches!(
+        protocol,
+        ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
+    )
 }

@@ -1,40 +1,36 @@
 //! What happens to one packet. Pure Rust: no DPDK, no unsafe, no allocation on the
 //! per-packet path. The gateway's workers hand each packet to [`Pipeline::process`] and act
 //! on the [`Verdict`].
+//!
+//! The modules are layered, and a module imports only from its own layer or lower ones
+//! (`tests/layout.rs` checks it):
+//!
+//! 0. [`wire`] (packet formats), and the vocabulary every stage shares: [`packet`],
+//!    [`verdict`], [`counters`], [`hash`], [`ratelimit`];
+//! 1. [`flow`] (the 5-tuple) and [`l3`] (FIB, neighbours, fragmentation);
+//! 2. [`state`] (conntrack, NAT, per-host limits, firewall rules, what a flow keeps);
+//! 3. [`features`] (QoS, meters, content blocking, parental control);
+//! 4. [`pipeline`] (the [`Pipeline`] and its stages, the router config).
 #![forbid(unsafe_code)]
 
-pub mod conntrack;
-pub mod content;
-pub mod control;
 pub mod counters;
-pub mod fast_path;
-pub mod firewall;
+pub mod features;
 pub mod flow;
-pub mod forward;
-pub mod fragment;
 pub mod hash;
-pub mod hosts;
-pub mod inspect;
-pub mod meter;
-pub mod nat;
-pub mod neigh;
-pub mod neighbor_view;
+pub mod l3;
 pub mod packet;
-pub mod parental;
-pub mod punt;
-pub mod qos;
+pub mod pipeline;
 pub mod ratelimit;
-pub mod route;
-pub mod router;
-pub mod snapshot;
-pub mod stateful;
+pub mod state;
 pub mod verdict;
 pub mod wire;
 
 pub use counters::WorkerCounters;
-pub use fast_path::MAX_BURST;
-pub use forward::{Ingress, Pipeline, WorkerSetup};
-pub use neighbor_view::NeighborView;
+pub use l3::neighbor_view::NeighborView;
 pub use packet::PacketBuf;
-pub use router::{IcmpLimits, Interface, KernelRoute, RouterConfig, SourceValidation, StaticRoute};
+pub use pipeline::config::{
+    IcmpLimits, Interface, KernelRoute, RouterConfig, SourceValidation, StaticRoute,
+};
+pub use pipeline::fast_path::MAX_BURST;
+pub use pipeline::{Ingress, Pipeline, WorkerSetup};
 pub use verdict::{ControlWork, DropReason, Verdict};

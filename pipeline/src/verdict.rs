@@ -16,7 +16,7 @@ pub enum Verdict {
     /// The flow lives on another worker's core.
     Handoff { worker: u16 },
     /// For the kernel: hand the frame, unchanged, to the kernel twin of interface `port`
-    /// (see [`crate::punt`]), where Linux's own services answer it.
+    /// (the punt path), where Linux's own services answer it.
     Punt { port: u16 },
 }
 

@@ -5,8 +5,8 @@
 use std::net::Ipv4Addr;
 
 use etherparse::{EtherType, Ethernet2Header};
-use pipeline::control::{self, ArpHandled};
-use pipeline::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
+use pipeline::l3::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
+use pipeline::pipeline::control::{self, ArpHandled};
 use pipeline::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress};
 use pipeline::{DropReason, Interface, PacketBuf};
 

@@ -17,9 +17,9 @@ use etherparse::checksum::Sum16BitWords;
 use etherparse::{
     Ethernet2Header, Icmpv4Slice, Icmpv4Type, Ipv4Header, PacketBuilder, TcpHeader, UdpHeader,
 };
-use pipeline::content::{ContentPolicy, DnsAction};
-use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::router::Stateful;
+use pipeline::features::content::{ContentPolicy, DnsAction};
+use pipeline::pipeline::config::Stateful;
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict,

@@ -10,9 +10,9 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
-use pipeline::punt::PuntConfig;
-use pipeline::router::Stateful;
+use pipeline::pipeline::config::PuntConfig;
+use pipeline::pipeline::config::Stateful;
+use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Interface, KernelRoute, NeighborView, PacketBuf, Pipeline,

@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use etherparse::icmpv4::DestUnreachableHeader;
 use etherparse::{Icmpv4Type, IpNumber, Ipv4Header, PacketBuilder, TcpHeader, UdpHeader};
-use pipeline::conntrack::ConntrackConfig;
-use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
-use pipeline::router::{PortForward, Stateful};
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::conntrack::ConntrackConfig;
+use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,

@@ -11,9 +11,9 @@ use common::*;
 use std::sync::Arc;
 
 use etherparse::PacketBuilder;
-use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::punt::PuntConfig;
-use pipeline::router::{PortForward, Stateful};
+use pipeline::pipeline::config::PuntConfig;
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict,

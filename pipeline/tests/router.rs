@@ -12,8 +12,8 @@ use etherparse::{
     EtherType, Ethernet2Header, IcmpEchoHeader, Icmpv4Header, Icmpv4Slice, Icmpv4Type,
     IpFragOffset, IpHeaders, IpNumber, Ipv4Header, PacketBuilder, UdpHeader, VlanId,
 };
-use pipeline::control;
-use pipeline::neigh::{NeighborConfig, NeighborTable};
+use pipeline::l3::neigh::{NeighborConfig, NeighborTable};
+use pipeline::pipeline::control;
 use pipeline::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress};
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline,

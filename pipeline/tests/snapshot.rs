@@ -9,10 +9,10 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use pipeline::conntrack::ConntrackConfig;
-use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::router::{PortForward, Stateful};
-use pipeline::snapshot::{self, RestoreReport, SavedFlow, Skip, Snapshot, SnapshotError};
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::snapshot::{self, RestoreReport, SavedFlow, Skip, Snapshot, SnapshotError};
+use pipeline::state::conntrack::ConntrackConfig;
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig, StaticRoute,

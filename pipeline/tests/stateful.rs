@@ -20,12 +20,12 @@ use etherparse::{
     EtherType, Ethernet2Header, IcmpEchoHeader, Icmpv4Header, Icmpv4Slice, Icmpv4Type, IpNumber,
     Ipv4Header, PacketBuilder, TcpHeader, TcpOptionElement, UdpHeader,
 };
-use pipeline::conntrack::{ConntrackConfig, Timeouts};
-use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::meter::HostMeter;
-use pipeline::nat::Ownership;
-use pipeline::qos::{assign_equal_shares, QosConfig};
-use pipeline::router::{PortForward, Stateful};
+use pipeline::features::meter::HostMeter;
+use pipeline::features::qos::{assign_equal_shares, QosConfig};
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::conntrack::{ConntrackConfig, Timeouts};
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig,
@@ -2255,7 +2255,7 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         // both reachable.
         nat_ports: 4990..=5117,
         nat_bindings: 48,
-        nat_host_ports: pipeline::forward::DEFAULT_HOST_PORTS,
+        nat_host_ports: pipeline::pipeline::DEFAULT_HOST_PORTS,
         meter: None,
         fast_path: true,
     }
@@ -2450,7 +2450,10 @@ fn apply_mangle(frame: &mut [u8], mangle: Mangle) {
 }
 
 /// What the differential test compares of a worker besides its verdicts and bytes.
-fn worker_state(gw: &Gateway, now_ns: u64) -> (Vec<pipeline::snapshot::SavedFlow>, Vec<u64>) {
+fn worker_state(
+    gw: &Gateway,
+    now_ns: u64,
+) -> (Vec<pipeline::pipeline::snapshot::SavedFlow>, Vec<u64>) {
     let mut flows = Vec::new();
     gw.pipeline.export_flows(now_ns, &mut flows);
     let c = &gw.counters;

@@ -8,8 +8,8 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use etherparse::PacketBuilder;
-use pipeline::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::router::{PortForward, Stateful};
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,

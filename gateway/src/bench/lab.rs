@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use pipeline::conntrack::ConntrackConfig;
-use pipeline::meter::HostMeter;
-use pipeline::qos::QosStats;
+use pipeline::features::meter::HostMeter;
+use pipeline::features::qos::QosStats;
+use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, NeighborView, Pipeline, RouterConfig, WorkerCounters, WorkerSetup};
 

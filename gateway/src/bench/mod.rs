@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use pipeline::conntrack::BYTES_PER_FLOW;
-use pipeline::stateful::FlowData;
+use pipeline::state::conntrack::BYTES_PER_FLOW;
+use pipeline::state::flow_data::FlowData;
 use pipeline::{DropReason, WorkerCounters};
 
 use crate::app::hugepages_available;

@@ -4,8 +4,8 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use pipeline::firewall::{Action, Policy, RuleSet, ZoneId};
-use pipeline::router::{PortForward, Stateful};
+use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::{checksum, tcp, EthernetAddress, TcpPacket};
 use pipeline::{IcmpLimits, Interface, RouterConfig, StaticRoute};
 

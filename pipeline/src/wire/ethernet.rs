@@ -95,6 +95,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     }
 }
 
+/// Writes the Ethernet addresses of a routed frame; a frame too short for a header is left
+/// alone (the caller has parsed it already).
+#[inline]
+pub fn write_l2(frame: &mut [u8], dst: EthernetAddress, src: EthernetAddress) {
+    if let Ok(mut frame) = Frame::new_checked(frame) {
+        frame.set_dst_addr(dst);
+        frame.set_src_addr(src);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,6 +35,10 @@ mod field {
 /// Length of a header without options.
 pub const HEADER_LEN: usize = field::DST_ADDR.end;
 
+/// The TTL of the packets the gateway makes itself (ICMP errors and replies, resets, DNS
+/// answers).
+pub const GENERATED_TTL: u8 = 64;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {
     buffer: T,

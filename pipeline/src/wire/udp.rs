@@ -18,6 +18,13 @@ mod field {
 
 pub const HEADER_LEN: usize = field::CHECKSUM.end;
 
+/// DNS's port, for UDP and TCP.
+pub const DNS_PORT: u16 = 53;
+/// The DHCP server's UDP port.
+pub const DHCP_SERVER_PORT: u16 = 67;
+/// The DHCP client's UDP port.
+pub const DHCP_CLIENT_PORT: u16 = 68;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {
     buffer: T,

@@ -6,7 +6,7 @@
 
 use std::net::Ipv4Addr;
 
-use pipeline::firewall::ZoneId;
+use pipeline::state::firewall::ZoneId;
 use pipeline::wire::EthernetAddress;
 use pipeline::{Interface, StaticRoute};
 

@@ -30,17 +30,19 @@
 //! pool ([`NatPool::restore`]), so a restored port is never handed out twice. Every skip is
 //! counted by [`Skip`] reason in a [`RestoreReport`].
 //!
-//! [`NatPool::restore`]: crate::nat::NatPool::restore
+//! [`NatPool::restore`]: crate::state::nat::NatPool::restore
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::conntrack::ExportedFlow;
-use crate::firewall::Action;
-use crate::nat::Ownership;
-use crate::router::RouterConfig;
-use crate::stateful::{admit, flow_owner, has_ports, release, reply_key, FlowData};
+use crate::flow::{has_ports, reply_key};
+use crate::pipeline::config::RouterConfig;
+use crate::pipeline::stateful::{admit, flow_owner};
+use crate::state::conntrack::ExportedFlow;
+use crate::state::firewall::Action;
+use crate::state::flow_data::{release, FlowData};
+use crate::state::nat::Ownership;
 use crate::Pipeline;
 
 /// The first bytes of every snapshot file.

@@ -13,62 +13,13 @@
 //! budget is dropped as `punt_policed`, so a flood at the gateway's addresses costs each
 //! worker at most its budget.
 
-use crate::firewall::{Action, ZoneId};
 use crate::flow::FlowKey;
-use crate::forward::{Ingress, Pipeline};
-use crate::router::Interface;
+use crate::pipeline::config::Interface;
+use crate::pipeline::{Ingress, Pipeline};
+use crate::state::firewall::{Action, ZoneId};
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::udp::{DHCP_CLIENT_PORT, DHCP_SERVER_PORT};
 use crate::wire::{ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet};
-
-/// The DHCP server's UDP port (the kernel twin's dnsmasq, for a LAN).
-pub const DHCP_SERVER_PORT: u16 = 67;
-/// The DHCP client's UDP port (a DHCP client on the twin, for a WAN).
-pub const DHCP_CLIENT_PORT: u16 = 68;
-
-/// Which interfaces have a kernel twin, and each worker's budget for what goes to them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PuntConfig {
-    /// Per interface, in port order: whether it has a twin to punt to.
-    pub twins: Vec<bool>,
-    /// Per interface: whether a DHCP client on its twin gets its address (`address =
-    /// "dhcp"`), so that the DHCP server's answers go to the twin whatever their
-    /// destination (the address on offer, ours, broadcast).
-    pub dhcp_clients: Vec<bool>,
-    /// Packets per second each worker may punt, with this burst; the rest are dropped as
-    /// `punt_policed`.
-    pub per_sec: u32,
-    pub burst: u32,
-}
-
-impl PuntConfig {
-    /// Enough for DHCP, DNS and an SSH session many times over, yet a small share of a
-    /// worker's packet rate (a few million per second).
-    pub const DEFAULT_PER_SEC: u32 = 10_000;
-    pub const DEFAULT_BURST: u32 = 256;
-
-    /// No twins: nothing is punted (what the gateway did before twins existed).
-    pub fn none(interfaces: usize) -> Self {
-        PuntConfig {
-            twins: vec![false; interfaces],
-            dhcp_clients: vec![false; interfaces],
-            per_sec: Self::DEFAULT_PER_SEC,
-            burst: Self::DEFAULT_BURST,
-        }
-    }
-
-    #[inline]
-    pub fn has_twin(&self, port: u16) -> bool {
-        self.twins.get(usize::from(port)).copied().unwrap_or(false)
-    }
-
-    #[inline]
-    pub fn is_dhcp_client(&self, port: u16) -> bool {
-        self.dhcp_clients
-            .get(usize::from(port))
-            .copied()
-            .unwrap_or(false)
-    }
-}
 
 impl Pipeline {
     /// Traffic for one of the gateway's addresses that the `local` rules accepted and that

@@ -8,11 +8,10 @@ use std::ops::RangeInclusive;
 
 use std::sync::Arc;
 
-use crate::content::ContentPolicy;
-use crate::firewall::{Action, Policy, RuleSet, ZoneId};
-use crate::punt::PuntConfig;
-use crate::qos::QosConfig;
-use crate::route::{NextHop, Route, RouteError, RouteTable};
+use crate::features::content::ContentPolicy;
+use crate::features::qos::QosConfig;
+use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
+use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use crate::wire::EthernetAddress;
 
 /// One gateway port as the pipeline sees it. Its index in [`RouterConfig::interfaces`] is the
@@ -218,7 +217,7 @@ pub struct RouterConfig {
     pub source_validation: Vec<SourceValidation>,
     /// Whether a default route exists: loose validation then needs no route lookup.
     has_default_route: bool,
-    /// The kernel twins and the budget for what goes to them ([`crate::punt`]).
+    /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
     pub punt: PuntConfig,
 }
 
@@ -438,5 +437,50 @@ impl RouterConfig {
             .iter()
             .position(|iface| iface.addr == ip && iface.has_address())
             .map(|port| port as u16)
+    }
+}
+
+/// Which interfaces have a kernel twin, and each worker's budget for what goes to them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PuntConfig {
+    /// Per interface, in port order: whether it has a twin to punt to.
+    pub twins: Vec<bool>,
+    /// Per interface: whether a DHCP client on its twin gets its address (`address =
+    /// "dhcp"`), so that the DHCP server's answers go to the twin whatever their
+    /// destination (the address on offer, ours, broadcast).
+    pub dhcp_clients: Vec<bool>,
+    /// Packets per second each worker may punt, with this burst; the rest are dropped as
+    /// `punt_policed`.
+    pub per_sec: u32,
+    pub burst: u32,
+}
+
+impl PuntConfig {
+    /// Enough for DHCP, DNS and an SSH session many times over, yet a small share of a
+    /// worker's packet rate (a few million per second).
+    pub const DEFAULT_PER_SEC: u32 = 10_000;
+    pub const DEFAULT_BURST: u32 = 256;
+
+    /// No twins: nothing is punted (what the gateway did before twins existed).
+    pub fn none(interfaces: usize) -> Self {
+        PuntConfig {
+            twins: vec![false; interfaces],
+            dhcp_clients: vec![false; interfaces],
+            per_sec: Self::DEFAULT_PER_SEC,
+            burst: Self::DEFAULT_BURST,
+        }
+    }
+
+    #[inline]
+    pub fn has_twin(&self, port: u16) -> bool {
+        self.twins.get(usize::from(port)).copied().unwrap_or(false)
+    }
+
+    #[inline]
+    pub fn is_dhcp_client(&self, port: u16) -> bool {
+        self.dhcp_clients
+            .get(usize::from(port))
+            .copied()
+            .unwrap_or(false)
     }
 }

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::InvalidReason;
 use crate::flow::Direction;
 use crate::wire::tcp::flags;
+use crate::wire::{ipv4, Ipv4Packet, TcpPacket};
 
 /// The fields of one segment the tracker needs; the caller parses them from the header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +42,54 @@ pub struct TcpSegment {
     pub payload_len: u32,
     /// The window scale option's shift count, if this is a SYN that carries one.
     pub window_scale: Option<u8>,
+}
+
+impl TcpSegment {
+    /// The fields the TCP tracker needs, for a TCP packet already validated by the flow key.
+    pub(crate) fn parse<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<Self> {
+        if ip.protocol() != ipv4::protocol::TCP {
+            return None;
+        }
+        let segment = TcpPacket::new_checked(ip.payload()).ok()?;
+        let segment_flags = segment.flags();
+        let window_scale = if segment_flags & flags::SYN != 0 {
+            window_scale_option(segment.options())
+        } else {
+            None
+        };
+        Some(Self {
+            flags: segment_flags,
+            seq: segment.seq_number(),
+            ack: segment.ack_number(),
+            window: segment.window_len(),
+            payload_len: segment.payload().len() as u32,
+            window_scale,
+        })
+    }
+}
+
+/// RFC 7323's window scale option (kind 3, length 3).
+fn window_scale_option(mut options: &[u8]) -> Option<u8> {
+    const END: u8 = 0;
+    const NOP: u8 = 1;
+    const WINDOW_SCALE: u8 = 3;
+    while let Some(&kind) = options.first() {
+        match kind {
+            END => return None,
+            NOP => options = &options[1..],
+            _ => {
+                let len = usize::from(*options.get(1)?);
+                if len < 2 || len > options.len() {
+                    return None;
+                }
+                if kind == WINDOW_SCALE && len == 3 {
+                    return Some(options[2]);
+                }
+                options = &options[len..];
+            }
+        }
+    }
+    None
 }
 
 /// The connection's state as a middlebox sees it. The endpoints' own states differ: closing
@@ -73,7 +122,7 @@ const MIN_ACK_LAG: u32 = 66_000;
 const SIGNIFICANT_FLAGS: u8 = flags::SYN | flags::ACK | flags::FIN | flags::RST;
 
 /// What one direction has sent, as far as the checks need. Serialized as is into state
-/// snapshots (`crate::snapshot`): a change here is a change of the snapshot format.
+/// snapshots (`crate::pipeline::snapshot`): a change here is a change of the snapshot format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Side {
     /// Tells a retransmitted SYN from a new one, and when the SYN is acknowledged.
@@ -448,4 +497,21 @@ fn after(a: u32, b: u32) -> bool {
 
 fn before(a: u32, b: u32) -> bool {
     after(b, a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_scale_is_found_among_other_options() {
+        // MSS 1460, SACK permitted, timestamps, NOP, window scale 7.
+        let options = [
+            2, 4, 5, 180, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
+        ];
+        assert_eq!(window_scale_option(&options), Some(7));
+        assert_eq!(window_scale_option(&[1, 1, 0, 3, 3, 7]), None, "after END");
+        assert_eq!(window_scale_option(&[3, 9]), None, "truncated");
+        assert_eq!(window_scale_option(&[8, 1, 3, 3, 7]), None, "bad length");
+    }
 }

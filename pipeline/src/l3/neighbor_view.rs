@@ -1,5 +1,5 @@
 //! The read-only neighbour map workers consult per packet. The control thread owns the ARP
-//! state machine ([`crate::neigh::NeighborTable`]) and publishes a fresh view whenever an
+//! state machine ([`crate::l3::neigh::NeighborTable`]) and publishes a fresh view whenever an
 //! answer changes, so workers never write neighbour state and never lock.
 
 use std::net::Ipv4Addr;

@@ -9,19 +9,20 @@
 
 use std::net::Ipv4Addr;
 
-use serde::{Deserialize, Serialize};
-
-use crate::conntrack::{FlowId, InsertError, TcpSegment, TcpState, Track};
-use crate::content::{self, ContentPolicy, DnsAction, Inspection};
 use crate::counters::WorkerCounters;
-use crate::fast_path::Shortcut;
-use crate::firewall::{Action, ZoneId};
-use crate::flow::{Direction, FlowKey, KeyError};
-use crate::forward::{IcmpBudget, IcmpError, Ingress, Pipeline, GENERATED_TTL};
-use crate::nat::{self, AllocError, NatPool, Ownership};
+use crate::features::content::{self, ContentPolicy, DnsAction, Inspection};
+use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
+use crate::l3::icmp_error::{IcmpBudget, IcmpError};
 use crate::packet::PacketBuf;
-use crate::router::RouterConfig;
+use crate::pipeline::config::RouterConfig;
+use crate::pipeline::{Ingress, Pipeline};
+use crate::state::conntrack::{FlowId, InsertError, TcpSegment, TcpState, Track};
+use crate::state::firewall::{Action, ZoneId};
+use crate::state::flow_data::{release, ContentState, FlowData};
+use crate::state::nat::{self, AllocError, Ownership};
 use crate::verdict::{ControlWork, DropReason, Verdict};
+use crate::wire::ipv4::GENERATED_TTL;
+use crate::wire::udp::DNS_PORT;
 use crate::wire::{
     ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, Ipv4Repr, TcpPacket,
     UdpPacket,
@@ -58,47 +59,6 @@ impl Translation {
     }
 }
 
-/// What a worker keeps per flow besides the tuples. Serialized into state snapshots
-/// (`crate::snapshot`): a change here is a change of the snapshot format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FlowData {
-    /// The NAT binding the flow holds (protocol, external address, port), released with it.
-    pub(crate) binding: Option<(u8, Ipv4Addr, u16)>,
-    /// The zones the flow was classified by, to re-check it after a reload.
-    pub(crate) from_zone: u8,
-    pub(crate) to_zone: u8,
-    /// The ICMP type of the first packet, for rules on ICMP type.
-    pub(crate) icmp_type: Option<u8>,
-    /// Admitted by a port forward, not by the rules.
-    pub(crate) forwarded: bool,
-    /// The rules generation the flow was admitted under.
-    pub(crate) generation: u32,
-    /// Keyword block and parental control: where the flow stands.
-    pub(crate) content: ContentState,
-    /// Per direction (original, reply): what forwarding decided for the last packet, so
-    /// the next ones can skip the checks that decision depended on ([`crate::fast_path`]).
-    /// A cache, rebuilt by the next packet: not part of the snapshot.
-    #[serde(skip)]
-    pub(crate) shortcuts: [Shortcut; 2],
-}
-
-/// Whether a flow's content was judged: TCP flows from LAN devices are inspected on their
-/// first payload packets; the verdict then stays with the flow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ContentState {
-    #[default]
-    Allowed,
-    Inspecting,
-    Blocked,
-}
-
-/// Returns a flow's NAT binding to the pool.
-pub(crate) fn release(nat: &mut Option<NatPool>, data: &FlowData) {
-    if let (Some(pool), Some((protocol, addr, port))) = (nat.as_mut(), data.binding) {
-        pool.release(protocol, (addr, port));
-    }
-}
-
 impl Pipeline {
     pub(crate) fn stateful(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Stage {
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
@@ -111,7 +71,7 @@ impl Pipeline {
         if let Some(worker) = self.foreign_owner(&key, ingress) {
             return Stage::Done(Verdict::Handoff { worker });
         }
-        let segment = tcp_segment(&ip);
+        let segment = TcpSegment::parse(&ip);
         let icmp_type = if key.protocol == ipv4::protocol::ICMP {
             ip.payload().first().copied()
         } else {
@@ -209,7 +169,7 @@ impl Pipeline {
 
     /// After a reload with `recheck_established`, a flow admitted under older rules is
     /// checked once against the new ones.
-    fn recheck(&mut self, id: crate::conntrack::FlowId) -> Option<Verdict> {
+    fn recheck(&mut self, id: crate::state::conntrack::FlowId) -> Option<Verdict> {
         let stateful = &self.router.stateful;
         let data = *self.flows.data(id);
         if data.generation == stateful.generation {
@@ -261,7 +221,7 @@ impl Pipeline {
     }
 
     /// A TCP flow in TIME_WAIT or closed by a reset.
-    fn is_closed(&self, id: crate::conntrack::FlowId) -> bool {
+    fn is_closed(&self, id: crate::state::conntrack::FlowId) -> bool {
         matches!(
             self.flows.tcp_state(id),
             Some(TcpState::TimeWait | TcpState::Closed)
@@ -273,7 +233,7 @@ impl Pipeline {
     /// its content judged afresh (an old verdict must not pass or block a new stream) and
     /// its own NAT mapping. The binding is released first, so endpoint-independent mapping
     /// and port preservation hand the same external port back unless it has been taken.
-    fn end_for_reuse(&mut self, id: crate::conntrack::FlowId) {
+    fn end_for_reuse(&mut self, id: crate::state::conntrack::FlowId) {
         let data = self.flows.remove(id);
         release(&mut self.nat, &data);
         self.inspector.forget(id.as_u32());
@@ -435,7 +395,7 @@ impl Pipeline {
     fn inspect(
         &mut self,
         pkt: &mut PacketBuf,
-        id: crate::conntrack::FlowId,
+        id: crate::state::conntrack::FlowId,
         key: &FlowKey,
         segment: Option<TcpSegment>,
         now_ns: u64,
@@ -613,33 +573,6 @@ pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &Flow
     address_owner(router, ownership, key.protocol, key.src, key.dst)
 }
 
-/// The tuple a flow's replies carry, from the endpoints its first packet leaves with:
-/// `to` after a forward's translation, `from` after masquerade. An ICMP query's reply
-/// carries the (translated) identifier in both "ports".
-pub(crate) fn reply_key(protocol: u8, to: (Ipv4Addr, u16), from: (Ipv4Addr, u16)) -> FlowKey {
-    let (dst, dst_port) = to;
-    let (src, src_port) = from;
-    FlowKey {
-        src: dst,
-        dst: src,
-        src_port: if protocol == ipv4::protocol::ICMP {
-            src_port
-        } else {
-            dst_port
-        },
-        dst_port: src_port,
-        protocol,
-    }
-}
-
-/// TCP, UDP and ICMP queries carry the ports (or identifiers) NAT translates.
-pub(crate) fn has_ports(protocol: u8) -> bool {
-    matches!(
-        protocol,
-        ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
-    )
-}
-
 /// The owner of traffic between two addresses that are not the gateway's: see [`flow_owner`].
 /// Non-initial fragments, which carry no ports, are owned by it too.
 pub(crate) fn address_owner(
@@ -678,7 +611,7 @@ pub(crate) fn address_owner(
 /// only a matching rule, never the zone pair's default, decides a forwarded flow, so that a
 /// rule can limit a forward to some sources while forwards without rules work as configured.
 pub(crate) fn admit(
-    stateful: &crate::router::Stateful,
+    stateful: &crate::pipeline::config::Stateful,
     from: ZoneId,
     to: ZoneId,
     key: &FlowKey,
@@ -744,8 +677,6 @@ pub(crate) fn source_mac(pkt: &PacketBuf) -> EthernetAddress {
     crate::wire::EthernetFrame::new_unchecked(pkt.bytes()).src_addr()
 }
 
-pub(crate) const DNS_PORT: u16 = 53;
-
 const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
 
 /// RFC 793's reset for a segment that reached no connection: ACKed segments get
@@ -804,52 +735,6 @@ pub(crate) fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey
     }))
 }
 
-/// The fields the TCP tracker needs, for a TCP packet already validated by the flow key.
-pub(crate) fn tcp_segment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<TcpSegment> {
-    if ip.protocol() != ipv4::protocol::TCP {
-        return None;
-    }
-    let segment = TcpPacket::new_checked(ip.payload()).ok()?;
-    let flags = segment.flags();
-    let window_scale = if flags & tcp::flags::SYN != 0 {
-        window_scale_option(segment.options())
-    } else {
-        None
-    };
-    Some(TcpSegment {
-        flags,
-        seq: segment.seq_number(),
-        ack: segment.ack_number(),
-        window: segment.window_len(),
-        payload_len: segment.payload().len() as u32,
-        window_scale,
-    })
-}
-
-/// RFC 7323's window scale option (kind 3, length 3).
-fn window_scale_option(mut options: &[u8]) -> Option<u8> {
-    const END: u8 = 0;
-    const NOP: u8 = 1;
-    const WINDOW_SCALE: u8 = 3;
-    while let Some(&kind) = options.first() {
-        match kind {
-            END => return None,
-            NOP => options = &options[1..],
-            _ => {
-                let len = usize::from(*options.get(1)?);
-                if len < 2 || len > options.len() {
-                    return None;
-                }
-                if kind == WINDOW_SCALE && len == 3 {
-                    return Some(options[2]);
-                }
-                options = &options[len..];
-            }
-        }
-    }
-    None
-}
-
 /// A DNS query for a blocked name: answered NXDOMAIN from the address asked (or dropped,
 /// as configured), and never forwarded.
 fn filter_dns(
@@ -872,21 +757,4 @@ fn filter_dns(
     pkt.set_len(reply_len);
     counters.record_drop(DropReason::ContentBlocked);
     Some(Verdict::Transmit { port: ingress.port })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn window_scale_is_found_among_other_options() {
-        // MSS 1460, SACK permitted, timestamps, NOP, window scale 7.
-        let options = [
-            2, 4, 5, 180, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
-        ];
-        assert_eq!(window_scale_option(&options), Some(7));
-        assert_eq!(window_scale_option(&[1, 1, 0, 3, 3, 7]), None, "after END");
-        assert_eq!(window_scale_option(&[3, 9]), None, "truncated");
-        assert_eq!(window_scale_option(&[8, 1, 3, 3, 7]), None, "bad length");
-    }
 }

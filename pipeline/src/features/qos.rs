@@ -83,7 +83,7 @@
 //!
 //! Fairness between hosts is exact within one worker. Across workers it relies on each host's
 //! traffic being on one worker (flows are owned by the inside host's address, see
-//! [`crate::stateful`]) and on max-min across workers: two workers with one and three busy
+//! the stateful stage) and on max-min across workers: two workers with one and three busy
 //! hosts get half the link each, so their hosts get a half and a sixth.
 
 use std::collections::hash_map::RandomState;

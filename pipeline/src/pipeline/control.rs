@@ -3,9 +3,9 @@
 
 use std::net::Ipv4Addr;
 
-use crate::neigh::{ArpProbe, ArpSource, Learn, NeighborTable};
+use crate::l3::neigh::{ArpProbe, ArpSource, Learn, NeighborTable};
 use crate::packet::PacketBuf;
-use crate::router::Interface;
+use crate::pipeline::config::Interface;
 use crate::verdict::ControlWork;
 use crate::verdict::DropReason;
 use crate::wire::{
@@ -59,7 +59,7 @@ impl ArpHandled {
 }
 
 /// Handles one ARP frame received on `iface`: checks that its sender may be a neighbour on
-/// this interface, lets `table` apply the binding (see [`crate::neigh`] for what may change
+/// this interface, lets `table` apply the binding (see [`crate::l3::neigh`] for what may change
 /// what), and turns a request for our address into the reply in place, unless the sender's
 /// binding was refused. Packets the binding releases go to `on_released` with the MAC to send
 /// them to; packets of an entry evicted to make room go to `on_evicted`.
@@ -247,15 +247,6 @@ pub fn echo_reply(pkt: &mut PacketBuf, iface: &Interface) -> bool {
     frame.set_dst_addr(requester);
     frame.set_src_addr(iface.mac);
     true
-}
-
-/// Writes the Ethernet addresses of a routed packet.
-#[inline]
-pub fn write_l2(pkt: &mut PacketBuf, dst: EthernetAddress, src: EthernetAddress) {
-    if let Ok(mut frame) = EthernetFrame::new_checked(pkt.bytes_mut()) {
-        frame.set_dst_addr(dst);
-        frame.set_src_addr(src);
-    }
 }
 
 #[cfg(test)]

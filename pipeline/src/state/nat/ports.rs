@@ -46,7 +46,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
-use crate::hosts::{HostCounts, Refusal};
+use crate::state::hosts::{HostCounts, Refusal};
 use crate::wire::ipv4::protocol;
 
 /// IANA's dynamic range plus the registered one: everything above the well-known ports, which

@@ -45,11 +45,11 @@ use core::fmt;
 use core::mem::size_of;
 use std::net::Ipv4Addr;
 
-use crate::forward::GENERATED_TTL;
-use crate::inspect::{
+use crate::features::inspect::{
     dns, BuildError, ClientHelloScanner, DomainMatcher, HttpScanner, HttpState, SniResult,
 };
-use crate::parental::{LocalTime, ParentalControl, Policy};
+use crate::features::parental::{LocalTime, ParentalControl, Policy};
+use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::{
     ethernet, ipv4, udp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv4Repr, UdpPacket,
 };
@@ -170,7 +170,7 @@ impl ContentPolicy {
     /// Builds the matchers (allocates: call on configuration, not per packet).
     ///
     /// `categories` are named domain lists, typically read by the caller with
-    /// [`parse_domain_list`](crate::inspect::parse_domain_list); their position is the index
+    /// [`parse_domain_list`](crate::features::inspect::parse_domain_list); their position is the index
     /// policies name in [`Policy::blocked_categories`] (see [`category_index`](Self::category_index)).
     /// `utc_offset_minutes` is the local zone's offset in force, for the policies' time
     /// windows.
@@ -841,9 +841,9 @@ pub fn write_dns_nxdomain_reply(room: &mut [u8], len: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::parse_domain_list;
-    use crate::parental::days::WORKDAYS;
-    use crate::parental::{DeviceMatch, TimeWindow};
+    use crate::features::inspect::parse_domain_list;
+    use crate::features::parental::days::WORKDAYS;
+    use crate::features::parental::{DeviceMatch, TimeWindow};
     use etherparse::{Ethernet2Header, Ipv4Header, PacketBuilder, UdpHeader};
     use proptest::prelude::*;
 

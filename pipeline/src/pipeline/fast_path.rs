@@ -23,39 +23,18 @@
 
 use std::net::Ipv4Addr;
 
-use crate::conntrack::{FlowHash, FlowId, Track};
-use crate::control::write_l2;
 use crate::flow::{Direction, FlowKey};
-use crate::forward::{Ingress, Pipeline};
-use crate::nat::rewrite::{self, ChecksumDeltas};
 use crate::packet::PacketBuf;
-use crate::punt::DHCP_CLIENT_PORT;
-use crate::stateful::{self, ContentState, DNS_PORT};
+use crate::pipeline::{Ingress, Pipeline};
+use crate::state::conntrack::{FlowHash, FlowId, TcpSegment, Track};
+use crate::state::flow_data::{ContentState, Shortcut};
+use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::udp::{DHCP_CLIENT_PORT, DNS_PORT};
 use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetAddress, EthernetFrame, Ipv4Packet};
 
 /// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
 pub const MAX_BURST: usize = 32;
-
-/// What forwarding decided for the last packet of one direction of a flow.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Shortcut {
-    /// The pipeline's router epoch when it was made; 0, which no epoch is, when there is none.
-    router_epoch: u32,
-    /// The neighbour epoch `next_hop_mac` is from.
-    neighbor_epoch: u32,
-    ingress: u16,
-    egress: u16,
-    /// The route's next hop (an IPv4 address, as bits for `Default`).
-    next_hop: u32,
-    next_hop_mac: [u8; 6],
-    /// The NAT rewrite's and the TTL decrement's checksum patches.
-    deltas: ChecksumDeltas,
-    /// Made from a packet this worker received itself rather than one handed to it, so the
-    /// source validation and the owner check ran (a handed-off packet skips both: its
-    /// receiver ran them).
-    received_here: bool,
-}
 
 /// The epoch a pipeline starts at; 0 marks an empty shortcut.
 pub(crate) const FIRST_EPOCH: u32 = 1;
@@ -223,7 +202,7 @@ impl Pipeline {
             return None;
         }
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let segment = stateful::tcp_segment(&ip);
+        let segment = TcpSegment::parse(&ip);
         if key.protocol == ipv4::protocol::TCP {
             const STATE_CHANGING: u8 = tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST;
             if segment.as_ref()?.flags & STATE_CHANGING != 0 {
@@ -244,7 +223,11 @@ impl Pipeline {
             // Not reached: the checks above are the rewrite's preconditions.
             return Some(Verdict::Drop(DropReason::MalformedL4));
         }
-        write_l2(pkt, EthernetAddress(shortcut.next_hop_mac), egress_mac);
+        ethernet::write_l2(
+            pkt.bytes_mut(),
+            EthernetAddress(shortcut.next_hop_mac),
+            egress_mac,
+        );
         let verdict = Verdict::Transmit {
             port: shortcut.egress,
         };

@@ -11,7 +11,7 @@ use super::tcp::{TcpConn, TcpSegment, TcpState};
 use super::timeouts::Timeouts;
 use super::{ConntrackConfig, ConntrackStats, FlowId, InsertError, InvalidReason, Track};
 use crate::flow::{Direction, FlowKey};
-use crate::hosts::{HostCounts, Refusal};
+use crate::state::hosts::{HostCounts, Refusal};
 use crate::wire::ipv4::protocol;
 
 /// Keeps arena slots (and so [`FlowId`]s) below 2^31, as the index's flow references need,

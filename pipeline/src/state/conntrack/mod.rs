@@ -44,7 +44,7 @@
 //! # Bounded state
 //!
 //! Every flow is charged to the host that opened it (its original source address), in a
-//! fixed per-table count ([`crate::hosts::HostCounts`]): a host holds at most
+//! fixed per-table count ([`crate::state::hosts::HostCounts`]): a host holds at most
 //! [`ConntrackConfig::host_flows`] flows and [`ConntrackConfig::host_half_open`] half-open
 //! TCP flows; beyond, the insert fails ([`InsertError::HostFlowLimit`],
 //! [`InsertError::HostHalfOpenLimit`]). A host that finds no room in the count (only under an

@@ -1,27 +1,40 @@
 //! IPv4 forwarding for one worker: validate, track and translate (see `stateful.rs`), route,
 //! decrement TTL, resolve the next hop, rewrite L2 in place, and answer with ICMP errors where
 //! RFC 1812 says so.
+//!
+//! Layer 4, the top: the [`Pipeline`] a worker runs, and the stages that are methods of it
+//! (the stateful stage, the burst and its fast path, the punt path, snapshots), with the
+//! compiled router [`config`] they all read. Everything below (`features`, `state`, `l3`,
+//! `flow`, `wire`) is called from here and never calls back.
+
+pub mod config;
+pub mod control;
+pub mod fast_path;
+pub mod punt;
+pub mod snapshot;
+pub mod stateful;
 
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use crate::conntrack::{ConntrackConfig, FlowTable};
-use crate::content::{ContentInspector, DEFAULT_SLOTS};
-use crate::control::write_l2;
 use crate::counters::WorkerCounters;
-use crate::meter::HostMeter;
-use crate::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
+use crate::features::content::{ContentInspector, DEFAULT_SLOTS};
+use crate::features::meter::HostMeter;
+use crate::state::conntrack::{ConntrackConfig, FlowTable};
+use crate::state::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
-use crate::neighbor_view::NeighborView;
+use crate::features::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
+use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
+use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
-use crate::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
+use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
+use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
-use crate::router::{IcmpLimits, Interface, RouterConfig};
-use crate::stateful::{FlowData, Stage, Translation};
+use crate::state::flow_data::FlowData;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
     ethernet, icmp, ipv4, EthernetAddress, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr,
@@ -31,7 +44,6 @@ use crate::wire::{
 const ICMP_ERROR_MAX_LEN: usize = 576;
 /// Ethernet + IPv4 + ICMP headers in front of the quoted datagram.
 const ICMP_ERROR_HEADERS: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + icmp::HEADER_LEN;
-pub(crate) const GENERATED_TTL: u8 = 64;
 
 /// Where a worker sits among its peers, and the sizes of its tables.
 #[derive(Clone, Debug)]
@@ -47,7 +59,7 @@ pub struct WorkerSetup {
     /// has the traffic meter on. Shared so the metrics thread can read what this worker alone
     /// writes. None: the meter cannot be switched on.
     pub meter: Option<Arc<HostMeter>>,
-    /// Established flows take the fast path ([`crate::fast_path`]). Off only to compare the
+    /// Established flows take the fast path ([`crate::pipeline::fast_path`]). Off only to compare the
     /// two paths (the differential test, a bench run of the full path alone).
     pub fast_path: bool,
 }
@@ -85,7 +97,7 @@ pub struct Pipeline {
     pub(crate) icmp_errors: IcmpBudgets,
     /// Echo requests to the gateway this worker may pass to the control thread.
     echo_requests: TokenBucket,
-    /// Packets this worker may punt to the kernel twins ([`crate::punt`]).
+    /// Packets this worker may punt to the kernel twins ([`crate::pipeline::punt`]).
     punts: TokenBucket,
     pub(crate) counters: Arc<WorkerCounters>,
     pub(crate) flows: FlowTable<FlowData>,
@@ -105,7 +117,7 @@ pub struct Pipeline {
     /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
     /// time, which the per-packet path must not ask the OS for.
     pub(crate) unix_epoch_at_zero: i64,
-    /// Stamp the flows' forwarding shortcuts ([`crate::fast_path`]): advanced by every new
+    /// Stamp the flows' forwarding shortcuts ([`crate::pipeline::fast_path`]): advanced by every new
     /// router config, and by every new neighbour view, so a shortcut made under an older
     /// config is not used, and one made under an older view has its next hop looked up again.
     pub(crate) router_epoch: u32,
@@ -144,7 +156,7 @@ impl Pipeline {
         setup: WorkerSetup,
         nat: Option<NatPool>,
     ) -> Self {
-        let icmp_errors = IcmpBudgets::new(&router.icmp);
+        let icmp_errors = IcmpBudgets::new(router.icmp.errors_per_sec, router.icmp.burst);
         let echo_requests = echo_bucket(&router.icmp);
         let punts = punt_bucket(&router.punt);
         let flows = FlowTable::new(setup.conntrack, FlowData::default());
@@ -178,8 +190,8 @@ impl Pipeline {
             meter: setup.meter,
             inspector: ContentInspector::new(DEFAULT_SLOTS),
             unix_epoch_at_zero: 0,
-            router_epoch: crate::fast_path::FIRST_EPOCH,
-            neighbor_epoch: crate::fast_path::FIRST_EPOCH,
+            router_epoch: crate::pipeline::fast_path::FIRST_EPOCH,
+            neighbor_epoch: crate::pipeline::fast_path::FIRST_EPOCH,
             fast_path: setup.fast_path,
             qos: router
                 .qos
@@ -199,9 +211,9 @@ impl Pipeline {
 
     /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
-        self.router_epoch = crate::fast_path::next_epoch(self.router_epoch);
+        self.router_epoch = crate::pipeline::fast_path::next_epoch(self.router_epoch);
         if router.icmp != self.router.icmp {
-            self.icmp_errors = IcmpBudgets::new(&router.icmp);
+            self.icmp_errors = IcmpBudgets::new(router.icmp.errors_per_sec, router.icmp.burst);
             self.echo_requests = echo_bucket(&router.icmp);
         }
         if (router.punt.per_sec, router.punt.burst)
@@ -292,7 +304,7 @@ impl Pipeline {
 
     /// Swaps in the control thread's latest neighbour view. Called between bursts.
     pub fn set_neighbors(&mut self, neighbors: Arc<NeighborView>) {
-        self.neighbor_epoch = crate::fast_path::next_epoch(self.neighbor_epoch);
+        self.neighbor_epoch = crate::pipeline::fast_path::next_epoch(self.neighbor_epoch);
         self.neighbors = neighbors;
     }
 
@@ -301,7 +313,7 @@ impl Pipeline {
     }
 
     /// The full path for one packet: every check, the stateful stage, routing, and the
-    /// features; counts the decision. The fast path ([`crate::fast_path`]) leaves to it
+    /// features; counts the decision. The fast path ([`crate::pipeline::fast_path`]) leaves to it
     /// every packet it does not cover.
     pub(crate) fn process_full(
         &mut self,
@@ -327,8 +339,9 @@ impl Pipeline {
     /// table fill for metrics.
     pub fn housekeeping(&mut self, now_ns: u64, budget: usize) {
         let nat = &mut self.nat;
-        self.flows
-            .expire(now_ns, budget, |data| crate::stateful::release(nat, &data));
+        self.flows.expire(now_ns, budget, |data| {
+            crate::state::flow_data::release(nat, &data)
+        });
         if let Some(policers) = self.qos.as_mut() {
             for policer in policers {
                 policer.tick(now_ns);
@@ -672,7 +685,7 @@ impl Pipeline {
             return Some(Verdict::Control(ControlWork::Resolve { port, next_hop }));
         };
         let src_mac = self.router.interfaces[usize::from(port)].mac;
-        write_l2(pkt, mac, src_mac);
+        ethernet::write_l2(pkt.bytes_mut(), mac, src_mac);
         None
     }
 
@@ -735,7 +748,7 @@ impl Pipeline {
             sender,
             ipv4::protocol::ICMP,
             icmp_len as u16,
-            GENERATED_TTL,
+            ipv4::GENERATED_TTL,
         );
         header.dont_frag = false;
         header.emit(&mut Ipv4Packet::new_unchecked(
@@ -769,7 +782,7 @@ fn echo_bucket(limits: &IcmpLimits) -> TokenBucket {
     TokenBucket::new(limits.echo_per_sec, limits.echo_burst)
 }
 
-fn punt_bucket(punt: &crate::punt::PuntConfig) -> TokenBucket {
+fn punt_bucket(punt: &crate::pipeline::config::PuntConfig) -> TokenBucket {
     TokenBucket::new(punt.per_sec, punt.burst)
 }
 
@@ -801,118 +814,6 @@ fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool
         setup.nat_bindings,
     )
     .map(|pool| Some(pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts)))
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum IcmpError {
-    TimeExceeded,
-    NoRoute,
-    FragmentationNeeded {
-        mtu: u16,
-    },
-    /// The firewall's reject for non-TCP flows.
-    AdminProhibited,
-}
-
-/// The budgets ICMP errors and resets are spent from, one each, so that a flood of one kind
-/// (TTL expiry from a traceroute storm or a routing loop, unreachables from a scan) cannot
-/// starve another: above all "fragmentation needed", without which path-MTU discovery
-/// black-holes TCP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum IcmpBudget {
-    TimeExceeded,
-    /// No route.
-    Unreachable,
-    FragmentationNeeded,
-    /// The firewall's rejects and content blocking's resets (TCP RST or ICMP prohibited).
-    Reject,
-}
-
-impl IcmpBudget {
-    const COUNT: usize = 4;
-}
-
-/// One token bucket per [`IcmpBudget`], each with the configured rate and burst.
-#[derive(Clone, Debug)]
-pub(crate) struct IcmpBudgets([TokenBucket; IcmpBudget::COUNT]);
-
-impl IcmpBudgets {
-    pub(crate) fn new(limits: &IcmpLimits) -> Self {
-        IcmpBudgets(std::array::from_fn(|_| {
-            TokenBucket::new(limits.errors_per_sec, limits.burst)
-        }))
-    }
-
-    #[inline]
-    pub(crate) fn try_take(&mut self, budget: IcmpBudget, now_ns: u64) -> bool {
-        self.0[budget as usize].try_take(now_ns)
-    }
-}
-
-impl IcmpError {
-    fn budget(self) -> IcmpBudget {
-        match self {
-            IcmpError::TimeExceeded => IcmpBudget::TimeExceeded,
-            IcmpError::NoRoute => IcmpBudget::Unreachable,
-            IcmpError::FragmentationNeeded { .. } => IcmpBudget::FragmentationNeeded,
-            IcmpError::AdminProhibited => IcmpBudget::Reject,
-        }
-    }
-
-    fn drop_reason(self) -> DropReason {
-        match self {
-            IcmpError::TimeExceeded => DropReason::TtlExpired,
-            IcmpError::NoRoute => DropReason::NoRoute,
-            IcmpError::FragmentationNeeded { .. } => DropReason::FragmentationNeeded,
-            IcmpError::AdminProhibited => DropReason::FirewallReject,
-        }
-    }
-
-    /// Type, code and the 32-bit rest of the ICMP header.
-    fn header(self) -> (u8, u8, u32) {
-        match self {
-            IcmpError::TimeExceeded => (icmp::msg_type::TIME_EXCEEDED, 0, 0),
-            IcmpError::NoRoute => (icmp::msg_type::DEST_UNREACHABLE, icmp::unreach_code::NET, 0),
-            IcmpError::FragmentationNeeded { mtu } => (
-                icmp::msg_type::DEST_UNREACHABLE,
-                icmp::unreach_code::FRAG_NEEDED,
-                u32::from(mtu),
-            ),
-            IcmpError::AdminProhibited => (
-                icmp::msg_type::DEST_UNREACHABLE,
-                icmp::unreach_code::ADMIN_PROHIBITED,
-                0,
-            ),
-        }
-    }
-}
-
-/// RFC 1812 4.3.2.7: never answer an ICMP error with one, nor a non-initial fragment, nor
-/// a link-layer broadcast or multicast.
-fn may_answer_with_icmp_error(frame: &[u8]) -> bool {
-    let eth = EthernetFrame::new_unchecked(frame);
-    if eth.dst_addr().is_multicast() {
-        return false;
-    }
-    let ip = Ipv4Packet::new_unchecked(&frame[ethernet::HEADER_LEN..]);
-    if ip.frag_offset() != 0 {
-        return false;
-    }
-    if ip.protocol() == ipv4::protocol::ICMP {
-        let Some(&msg_type) = ip.payload().first() else {
-            return false;
-        };
-        return matches!(
-            msg_type,
-            icmp::msg_type::ECHO_REQUEST
-                | icmp::msg_type::ECHO_REPLY
-                | icmp::msg_type::TIMESTAMP
-                | icmp::msg_type::TIMESTAMP_REPLY
-                | icmp::msg_type::INFO_REQUEST
-                | icmp::msg_type::INFO_REPLY
-        );
-    }
-    true
 }
 
 /// Source-routed datagrams (RFC 7126) and options that do not parse are not forwarded. Most

@@ -1,5 +1,5 @@
 //! A table's flows taken out and put back: what a restart carries over in the state snapshot
-//! (`crate::snapshot`). A flow leaves as an [`ExportedFlow`], with the time it has left
+//! (`crate::pipeline::snapshot`). A flow leaves as an [`ExportedFlow`], with the time it has left
 //! rather than its deadline, since a deadline on one process's monotonic clock means nothing
 //! to the next; [`FlowTable::import`] puts it in a table the way `insert` would have left
 //! it: both tuples indexed, its host charged, on the half-open list if half-open, within
@@ -12,7 +12,7 @@ use super::super::tcp::{TcpConn, TcpState};
 use super::super::FlowId;
 use super::{tcp_half_open, Flow, FlowTable, Tracker, HOST_FLOWS};
 use crate::flow::{Direction, FlowKey};
-use crate::hosts::Refusal;
+use crate::state::hosts::Refusal;
 use crate::wire::ipv4::protocol;
 
 /// One flow as [`FlowTable::export`] hands it out. `D` is the caller's data, verbatim.

@@ -1,0 +1,11 @@
+//! Layer 2: what a worker remembers about flows. The connection tracker ([`conntrack`]), the
+//! NAT port pools and rewrites ([`nat`]), the per-host limits both count against ([`hosts`]),
+//! the firewall rules a new flow is admitted by ([`firewall`]), and what a flow keeps besides
+//! its tuples ([`flow_data`]). Built on
+//! [`crate::flow`] and [`crate::wire`]; knows nothing of the features or the pipeline.
+
+pub mod conntrack;
+pub mod firewall;
+pub mod flow_data;
+pub mod hosts;
+pub mod nat;
