@@ -409,7 +409,7 @@ impl Lab {
     /// pipeline's full path and leaves the flow a shortcut (`pipeline::fast_path`); the rows
     /// measure what comes after, the steady state. Only established flows: new ones would
     /// fill the table beyond what the rows that follow expect.
-    fn warm_up(&mut self, most_in_use: u32) -> anyhow::Result<()> {
+    pub fn warm_up(&mut self, most_in_use: u32) -> anyhow::Result<()> {
         if self.workers().is_empty() {
             return Ok(());
         }

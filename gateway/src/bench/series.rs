@@ -159,6 +159,7 @@ impl WorkersPoint {
         // handoff rings): with more, a backlog in the handoff rings would grow until the
         // packet buffers fall out of the cache, and the figure would measure that instead.
         let in_flight = (IN_FLIGHT + IN_FLIGHT / 2) as u32;
+        lab.warm_up(in_flight)?;
         let row = lab.steady_with_syns("nat44+spi, established flows", seconds, 0, 0, in_flight)?;
         let ring_full = lab.dropped(DropReason::HandoffRingFull) - ring_full_before;
         let other_drops = lab.dropped_total() - drops_before - ring_full;
