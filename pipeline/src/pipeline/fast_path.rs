@@ -36,15 +36,6 @@ use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetAddress, EthernetFrame,
 /// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
 pub const MAX_BURST: usize = 32;
 
-/// The epoch a pipeline starts at; 0 marks an empty shortcut.
-pub(crate) const FIRST_EPOCH: u32 = 1;
-
-/// The epoch after `epoch`, never 0. Wrapping would need four billion reloads and
-/// neighbour changes in one run; it is handled rather than assumed away.
-pub(crate) fn next_epoch(epoch: u32) -> u32 {
-    epoch.wrapping_add(1).max(FIRST_EPOCH)
-}
-
 fn side(direction: Direction) -> usize {
     match direction {
         Direction::Original => 0,

@@ -34,7 +34,7 @@ use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
 use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
-use crate::state::flow_data::FlowData;
+use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{
     ethernet, icmp, ipv4, EthernetAddress, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr,
@@ -190,8 +190,8 @@ impl Pipeline {
             meter: setup.meter,
             inspector: ContentInspector::new(DEFAULT_SLOTS),
             unix_epoch_at_zero: 0,
-            router_epoch: crate::pipeline::fast_path::FIRST_EPOCH,
-            neighbor_epoch: crate::pipeline::fast_path::FIRST_EPOCH,
+            router_epoch: FIRST_EPOCH,
+            neighbor_epoch: FIRST_EPOCH,
             fast_path: setup.fast_path,
             qos: router
                 .qos
@@ -211,7 +211,7 @@ impl Pipeline {
 
     /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
     pub fn set_router(&mut self, router: Arc<RouterConfig>) {
-        self.router_epoch = crate::pipeline::fast_path::next_epoch(self.router_epoch);
+        self.router_epoch = next_epoch(self.router_epoch);
         if router.icmp != self.router.icmp {
             self.icmp_errors = IcmpBudgets::new(router.icmp.errors_per_sec, router.icmp.burst);
             self.echo_requests = echo_bucket(&router.icmp);
@@ -304,7 +304,7 @@ impl Pipeline {
 
     /// Swaps in the control thread's latest neighbour view. Called between bursts.
     pub fn set_neighbors(&mut self, neighbors: Arc<NeighborView>) {
-        self.neighbor_epoch = crate::pipeline::fast_path::next_epoch(self.neighbor_epoch);
+        self.neighbor_epoch = next_epoch(self.neighbor_epoch);
         self.neighbors = neighbors;
     }
 

@@ -50,6 +50,16 @@ pub(crate) fn release(nat: &mut Option<NatPool>, data: &FlowData) {
     }
 }
 
+/// The epoch a pipeline starts at (its router and its neighbour epoch, which stamp
+/// [`Shortcut`]s); 0 marks an empty shortcut.
+pub(crate) const FIRST_EPOCH: u32 = 1;
+
+/// The epoch after `epoch`, never 0. Wrapping would need four billion reloads and
+/// neighbour changes in one run; it is handled rather than assumed away.
+pub(crate) fn next_epoch(epoch: u32) -> u32 {
+    epoch.wrapping_add(1).max(FIRST_EPOCH)
+}
+
 /// What forwarding decided for the last packet of one direction of a flow, for the
 /// established fast path (`crate::pipeline::fast_path`), which makes and checks it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
