@@ -509,9 +509,25 @@ impl Pipeline {
     }
 
     /// The per-packet features after forwarding decided: QoS policing and the traffic
-    /// meter, each only while the config has it on.
-    #[inline]
+    /// meter, each only while the config has it on. With both off this is two tests
+    /// (`apply_features` is not inlined into every caller).
+    #[inline(always)]
     pub(crate) fn features(
+        &mut self,
+        ingress: u16,
+        source: (Ipv4Addr, EthernetAddress),
+        pkt: &PacketBuf,
+        verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> Verdict {
+        if self.qos.is_none() && !self.router.traffic_meter {
+            return verdict;
+        }
+        self.apply_features(ingress, source, pkt, verdict, frame_len, now_ns)
+    }
+
+    fn apply_features(
         &mut self,
         ingress: u16,
         source: (Ipv4Addr, EthernetAddress),

@@ -390,6 +390,15 @@ impl<D: Copy> FlowTable<D> {
         now_ns: u64,
     ) -> Track {
         let flow = &mut self.flows[id.index()];
+        if let Tracker::Stateless = flow.tracker {
+            // What the general path below does for these, without its TCP and half-open
+            // bookkeeping: UDP is most of the established traffic.
+            flow.assured |= flow.replied;
+            flow.replied |= direction == Direction::Reply;
+            let timeout = self.config.timeouts.for_stateless(flow.original.protocol);
+            flow.deadline_ns = now_ns.saturating_add(timeout);
+            return Track::Ok;
+        }
         let was_half_open = flow.is_half_open();
         let accepted = match &mut flow.tracker {
             Tracker::Free => Err(InvalidReason::NoSuchFlow),
