@@ -6,20 +6,23 @@
 //! third pass the cache misses of the whole burst have overlapped instead of queueing.
 //!
 //! A packet of an established flow whose direction has a current [`Shortcut`] is forwarded
-//! without the full path: the shortcut holds what the full path decided for the previous
-//! packet of that direction (ingress, egress, next-hop MAC) and every check that decision
-//! depended on is a function of the flow's tuple and the configuration: martian and
-//! directed-broadcast addresses, source validation, the flow's owner, local delivery, the
-//! route. The shortcut is stamped with the pipeline's router epoch, which every new router
-//! config advances, so none of those can change under it; and with its neighbour epoch,
-//! which every new neighbour view advances: a shortcut from an older view looks its next hop
-//! up again (one probe, not the full path), since ARP changes views far more often than
-//! operators reload. What
-//! depends on the packet itself is checked per packet: the Ethernet destination, the IPv4
-//! header (checksum, no options, not a fragment, TTL), the MTU, TCP flags (a SYN, FIN or
-//! RST takes the full path, with its checksum check), the TCP tracker, and DNS and DHCP,
+//! without the full path. The shortcut holds what the full path decided for the previous
+//! packet of that direction (ingress, egress, next hop and its MAC, the rewrite's checksum
+//! deltas), and every check that decision depended on is a function of the flow's tuple and
+//! the configuration: martian and directed-broadcast addresses, source validation, the
+//! flow's owner, local delivery, the firewall, the route. The shortcut is stamped with the
+//! pipeline's router epoch, which every new router config advances, so none of those can
+//! change under it; and with its neighbour epoch, which every new neighbour view advances:
+//! a shortcut from an older view looks its next hop up again (one probe, not the full
+//! path), since ARP changes views far more often than operators reload.
+//!
+//! What depends on the packet itself is checked per packet: the Ethernet destination, the
+//! IPv4 header (checksum, no options, not a fragment, TTL), the MTU, TCP flags (a SYN, FIN
+//! or RST takes the full path, with its checksum check), the TCP tracker, and DNS and DHCP,
 //! which the full path inspects per packet. Anything else takes the full path, which makes
-//! a new shortcut; `tests/burst.rs` holds both paths to the same verdicts, bytes and state.
+//! a new shortcut. `the_burst_and_fast_path_decide_as_the_full_path_does` and the tests
+//! beside it in `pipeline/tests/stateful.rs` hold both paths to the same verdicts, bytes and
+//! state.
 
 use std::net::Ipv4Addr;
 
