@@ -232,7 +232,12 @@ done
 # The sender as fast as it goes: more than the path carries.
 flood_alone "unpoliced flood at 9999" 9999 0
 ((POLICED == 0)) || fail "$POLICED policed with the budget out of reach"
-((TWIN_RX > PUNTED / 2)) || fail "with no budget in reach the twin received $TWIN_RX of $PUNTED punted"
+# Flat out, the workers can punt faster than the control thread drains their punt rings:
+# what overflows is counted (punt_ring_full, twin_tx_full), and what got through must reach the
+# twin.
+carried=$((PUNTED - RING_FULL - TAP_FULL))
+((carried > 0 && TWIN_RX * 10 >= carried * 9)) ||
+    fail "with no budget in reach the twin received $TWIN_RX of the $carried punted packets that were not dropped as punt_ring_full or twin_tx_full"
 pass "the punt path carries $((TWIN_RX / FLOOD_SECONDS)) packets/s to the twin (budget out of reach; the rest of what was punted: punt_ring_full, twin_tx_full)"
 run "unpoliced flood at 9999" 9999 0
 ((POLICED == 0)) || fail "$POLICED policed with the budget out of reach"
