@@ -116,28 +116,31 @@ impl Worker {
         control: &mut MbufBatch,
     ) {
         let counters = &self.counters;
+        // How each kept packet arrived, in the batch's order.
+        let mut ingress = [UNSET_INGRESS; MAX_BURST];
+        let mut kept = 0;
         batch.retain(|mbuf| {
             if mbuf.segments() != 1 {
                 counters.record_drop(DropReason::MultiSegment);
                 return false;
             }
-            let Some(ingress) = ingress_of(mbuf) else {
+            let Some(arrived) = ingress_of(mbuf) else {
                 counters.record_drop(DropReason::NotOurMac);
                 return false;
             };
             // On the gateway's own rings (control, handoff) the port field names the
             // interface the packet came in by: a bond member's DPDK port id would not.
-            mbuf.set_port(ingress.port);
+            mbuf.set_port(arrived.port);
+            ingress[kept] = arrived;
+            kept += 1;
             true
         });
-        let mut ingress = [UNSET_INGRESS; MAX_BURST];
         let mut verdicts = [Verdict::Drop(DropReason::NotOurMac); MAX_BURST];
         let mut lens = [0usize; MAX_BURST];
         {
             let mut packets = ArrayVec::<PacketBuf, MAX_BURST>::new();
-            for (mbuf, ingress) in batch.iter_mut().zip(&mut ingress) {
+            for mbuf in batch.iter_mut() {
                 mbuf.prefetch();
-                *ingress = ingress_of(mbuf).unwrap_or(UNSET_INGRESS);
                 let (len, good) = (mbuf.len(), mbuf.rx_l4_checksum_good());
                 packets.push(PacketBuf::new(mbuf.room_mut(), len).with_l4_checksum_good(good));
             }
