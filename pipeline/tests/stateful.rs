@@ -1940,6 +1940,64 @@ fn input() -> impl Strategy<Value = Input> {
         })
 }
 
+/// The frame an input sends and the port it arrives on: built from its step (a reply or an
+/// error about what the gateway sent, `history`, or a fresh packet), then changed as the input
+/// says, with `mangle` applied before the truncation. None: a reply or error with nothing sent
+/// yet to answer.
+fn input_frame(
+    input: &Input,
+    history: &[(Vec<u8>, u16)],
+    mangle: Option<Mangle>,
+) -> Option<(Vec<u8>, u16)> {
+    let earlier =
+        |index: usize| (!history.is_empty()).then(|| history[index % history.len()].clone());
+    let (mut frame, ingress) = match &input.step {
+        Step::Fresh {
+            ingress,
+            src,
+            dst,
+            ports,
+            ttl,
+            kind,
+            len,
+            fragment,
+        } => {
+            let mut frame = fresh_frame(*ingress, *src, *dst, *ports, *ttl, kind, *len);
+            if let Some((more, offset)) = fragment {
+                make_fragment(&mut frame, *more, *offset);
+            }
+            (frame, *ingress)
+        }
+        Step::Reply { index, flags, len } => {
+            let (sent, port) = earlier(*index)?;
+            (reply_frame(&sent, port, *flags, *len)?, port)
+        }
+        Step::Error {
+            index,
+            kind,
+            quote,
+            from_hop,
+        } => {
+            let (sent, port) = earlier(*index)?;
+            (error_frame(&sent, port, *kind, *quote, *from_hop)?, port)
+        }
+    };
+    if let Some(mac) = input.eth_dst {
+        frame[..6].copy_from_slice(&mac);
+    }
+    if let (Some((at, xor)), true) = (input.flip, frame.len() > ETH_LEN + 20) {
+        let l4 = frame.len() - ETH_LEN - 20;
+        frame[ETH_LEN + 20 + at % l4] ^= xor;
+    }
+    if let Some(mangle) = mangle {
+        apply_mangle(&mut frame, mangle);
+    }
+    if let Some(len) = input.truncate {
+        frame.truncate(len % (frame.len() + 1));
+    }
+    Some((frame, ingress))
+}
+
 fn fresh_frame(
     ingress: u16,
     src: [u8; 4],
@@ -2278,37 +2336,7 @@ proptest! {
         let mut now = 0;
         for input in inputs {
             now += input.dt_ns;
-            let earlier = |index: usize| {
-                (!history.is_empty()).then(|| history[index % history.len()].clone())
-            };
-            let built = match &input.step {
-                Step::Fresh { ingress, src, dst, ports, ttl, kind, len, fragment } => {
-                    let mut frame = fresh_frame(*ingress, *src, *dst, *ports, *ttl, kind, *len);
-                    if let Some((more, offset)) = fragment {
-                        make_fragment(&mut frame, *more, *offset);
-                    }
-                    Some((frame, *ingress))
-                }
-                Step::Reply { index, flags, len } => earlier(*index).and_then(|(sent, port)| {
-                    reply_frame(&sent, port, *flags, *len).map(|frame| (frame, port))
-                }),
-                Step::Error { index, kind, quote, from_hop } => {
-                    earlier(*index).and_then(|(sent, port)| {
-                        error_frame(&sent, port, *kind, *quote, *from_hop).map(|frame| (frame, port))
-                    })
-                }
-            };
-            let Some((mut frame, ingress)) = built else { continue };
-            if let Some(mac) = input.eth_dst {
-                frame[..6].copy_from_slice(&mac);
-            }
-            if let (Some((at, xor)), true) = (input.flip, frame.len() > ETH_LEN + 20) {
-                let l4 = frame.len() - ETH_LEN - 20;
-                frame[ETH_LEN + 20 + at % l4] ^= xor;
-            }
-            if let Some(len) = input.truncate {
-                frame.truncate(len % (frame.len() + 1));
-            }
+            let Some((frame, ingress)) = input_frame(&input, &history, None) else { continue };
 
             let worker = usize::from(input.worker);
             let (mut verdict, mut out) = workers[worker].process(&frame, ingress, now);
@@ -2627,41 +2655,9 @@ proptest! {
                     frames.push((frame, ingress));
                     continue;
                 }
-                let earlier = |index: usize| {
-                    (!history.is_empty()).then(|| history[index % history.len()].clone())
+                let Some((frame, ingress)) = input_frame(input, &history, *mangle) else {
+                    continue;
                 };
-                let built = match &input.step {
-                    Step::Fresh { ingress, src, dst, ports, ttl, kind, len, fragment } => {
-                        let mut frame = fresh_frame(*ingress, *src, *dst, *ports, *ttl, kind, *len);
-                        if let Some((more, offset)) = fragment {
-                            make_fragment(&mut frame, *more, *offset);
-                        }
-                        Some((frame, *ingress))
-                    }
-                    Step::Reply { index, flags, len } => earlier(*index).and_then(|(sent, port)| {
-                        reply_frame(&sent, port, *flags, *len).map(|frame| (frame, port))
-                    }),
-                    Step::Error { index, kind, quote, from_hop } => {
-                        earlier(*index).and_then(|(sent, port)| {
-                            error_frame(&sent, port, *kind, *quote, *from_hop)
-                                .map(|frame| (frame, port))
-                        })
-                    }
-                };
-                let Some((mut frame, ingress)) = built else { continue };
-                if let Some(mac) = input.eth_dst {
-                    frame[..6].copy_from_slice(&mac);
-                }
-                if let (Some((at, xor)), true) = (input.flip, frame.len() > ETH_LEN + 20) {
-                    let l4 = frame.len() - ETH_LEN - 20;
-                    frame[ETH_LEN + 20 + at % l4] ^= xor;
-                }
-                if let Some(mangle) = mangle {
-                    apply_mangle(&mut frame, *mangle);
-                }
-                if let Some(len) = input.truncate {
-                    frame.truncate(len % (frame.len() + 1));
-                }
                 frames.push((frame, Ingress { port: ingress, handed_off: false }));
             }
             let fast = systems[0].run(worker, &frames, now);

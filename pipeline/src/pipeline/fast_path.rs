@@ -72,7 +72,7 @@ impl Pipeline {
     /// As `process`, for a packet that may have come from another worker.
     #[inline]
     pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
-        let key = frame_key(pkt.bytes()).map(|key| (key, self.flows.hash(&key)));
+        let key = self.hashed_key(pkt.bytes());
         self.process_keyed(pkt, ingress, key.as_ref(), now_ns)
     }
 
@@ -96,7 +96,7 @@ impl Pipeline {
             .min(MAX_BURST);
         let mut keys = [None::<(FlowKey, FlowHash)>; MAX_BURST];
         for (slot, pkt) in keys.iter_mut().zip(&packets[..count]) {
-            *slot = frame_key(pkt.bytes()).map(|key| (key, self.flows.hash(&key)));
+            *slot = self.hashed_key(pkt.bytes());
             if let Some((_, hash)) = slot {
                 prefetch(self.flows.index_address_hashed(*hash));
             }
@@ -109,6 +109,12 @@ impl Pipeline {
         for (i, pkt) in packets[..count].iter_mut().enumerate() {
             verdicts[i] = self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns);
         }
+    }
+
+    /// The frame's flow key and its hash in the flow table, if it has a key.
+    #[inline]
+    fn hashed_key(&self, frame: &[u8]) -> Option<(FlowKey, FlowHash)> {
+        frame_key(frame).map(|key| (key, self.flows.hash(&key)))
     }
 
     /// One packet, its flow key hashed already (None: it has none).
