@@ -84,6 +84,15 @@ assert_no_conntrack_invalid() {
     pass "no packet was dropped as conntrack_invalid"
 }
 
+# lab_up_with_twin_netns NS: the namespace lab, and a fresh namespace NS for the gateway's
+# kernel twins (its loopback up).
+lab_up_with_twin_netns() {
+    "$ROOT/scripts/lab.sh" up >/dev/null
+    ip netns del "$1" 2>/dev/null || true
+    ip netns add "$1"
+    ip -n "$1" link set lo up
+}
+
 lan() { ip netns exec gwlab-lan "$@"; }
 wan() { ip netns exec gwlab-wan "$@"; }
 

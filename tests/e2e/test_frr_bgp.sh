@@ -48,10 +48,7 @@ grep -q 'No such command\|Error' "$WORK/dryrun.txt" &&
 bash -n "$ROOT/deploy/frr/daemons" || fail "deploy/frr/daemons is not a shell fragment"
 pass "bgpd -C accepts deploy/frr/frr.conf"
 
-"$ROOT/scripts/lab.sh" up >/dev/null
-ip netns del "$TWIN_NS" 2>/dev/null || true
-ip netns add "$TWIN_NS"
-ip -n "$TWIN_NS" link set lo up
+lab_up_with_twin_netns "$TWIN_NS"
 # Beyond the ISP: the WAN host answers for 198.51.100.1; the lab gives the gateway no route.
 wan ip addr add 198.51.100.1/32 dev lo
 

@@ -43,10 +43,7 @@ if command -v systemd-analyze >/dev/null; then
         fail "gateway-dnsmasq.service does not start after the gateway"
     pass "systemd-analyze verify accepts deploy/systemd/gateway-dnsmasq.service"
 fi
-"$ROOT/scripts/lab.sh" up >/dev/null
-ip netns del "$TWIN_NS" 2>/dev/null || true
-ip netns add "$TWIN_NS"
-ip -n "$TWIN_NS" link set lo up
+lab_up_with_twin_netns "$TWIN_NS"
 
 cat >"$WORK/twins.toml" <<TOML
 [eal]

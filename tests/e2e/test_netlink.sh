@@ -47,10 +47,7 @@ if command -v systemd-analyze >/dev/null; then
         fail "gateway-dhcpcd.service does not start after the gateway"
     pass "systemd-analyze verify accepts deploy/systemd/gateway-dhcpcd.service"
 fi
-"$ROOT/scripts/lab.sh" up >/dev/null
-ip netns del "$TWIN_NS" 2>/dev/null || true
-ip netns add "$TWIN_NS"
-ip -n "$TWIN_NS" link set lo up
+lab_up_with_twin_netns "$TWIN_NS"
 # A host beyond the ISP, for the routes: the WAN host answers for it.
 wan ip addr add 198.51.100.1/32 dev lo
 

@@ -39,10 +39,7 @@ cleanup_punt() {
 trap cleanup_punt EXIT
 gw() { ip netns exec "$TWIN_NS" "$@"; }
 
-"$ROOT/scripts/lab.sh" up >/dev/null
-ip netns del "$TWIN_NS" 2>/dev/null || true
-ip netns add "$TWIN_NS"
-ip -n "$TWIN_NS" link set lo up
+lab_up_with_twin_netns "$TWIN_NS"
 
 write_config() { # PUNT_PER_SEC
     cat >"$WORK/punt.toml" <<TOML
