@@ -390,15 +390,6 @@ impl<D: Copy> FlowTable<D> {
         now_ns: u64,
     ) -> Track {
         let flow = &mut self.flows[id.index()];
-        if let Tracker::Stateless = flow.tracker {
-            // What the general path below does for these, without its TCP and half-open
-            // bookkeeping: UDP is most of the established traffic.
-            flow.assured |= flow.replied;
-            flow.replied |= direction == Direction::Reply;
-            let timeout = self.config.timeouts.for_stateless(flow.original.protocol);
-            flow.deadline_ns = now_ns.saturating_add(timeout);
-            return Track::Ok;
-        }
         let was_half_open = flow.is_half_open();
         let accepted = match &mut flow.tracker {
             Tracker::Free => Err(InvalidReason::NoSuchFlow),
@@ -407,9 +398,14 @@ impl<D: Copy> FlowTable<D> {
                 None => Err(InvalidReason::NoTcpSegment),
             },
             Tracker::Stateless => {
-                // Traffic after the first reply: a stream, not a query and its answer.
+                // Traffic after the first reply: a stream, not a query and its answer. No
+                // TCP state and never half-open: the timer is all that is left (UDP is most
+                // of the established traffic, so it skips the bookkeeping below).
                 flow.assured |= flow.replied;
-                Ok(())
+                flow.replied |= direction == Direction::Reply;
+                let timeout = self.config.timeouts.for_stateless(flow.original.protocol);
+                flow.deadline_ns = now_ns.saturating_add(timeout);
+                return Track::Ok;
             }
         };
         if let Err(reason) = accepted {
