@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
           ethtool procps iputils-ping python3 curl prometheus nftables openvswitch-switch
           dnsmasq-base isc-dhcp-client frr)
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 missing=()
 for pkg in "${packages[@]}"; do
     installed "$pkg" || missing+=("$pkg")
@@ -16,9 +16,12 @@ done
 # that runs on every interface of the host.
 dhcpcd_packages=(dhcpcd-base dhcpcd dhcpcd5)
 dhcpcd_candidate() {
-    local pkg
+    local pkg policy
+    # The policy is read whole before grep looks at it: `apt-cache | grep -q` fails under
+    # pipefail when grep quits first and apt-cache dies of SIGPIPE.
     for pkg in "${dhcpcd_packages[@]}"; do
-        if apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [^(]'; then
+        policy=$(apt-cache policy "$pkg" 2>/dev/null) || continue
+        if grep -q 'Candidate: [^(]' <<<"$policy"; then
             echo "$pkg"
             return 0
         fi
