@@ -18,7 +18,7 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use pipeline::{DropReason, WorkerCounters};
+use pipeline::{DropReason, InvalidReason, WorkerCounters};
 use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use tokio::sync::oneshot;
 
@@ -154,6 +154,7 @@ pub struct Metrics {
     worker_gauges: Vec<GaugeFamily<WorkerCounters>>,
     heartbeat_age: prometheus::GaugeVec,
     drops: IntCounterVec,
+    conntrack_invalid: IntCounterVec,
     reload_success: IntGauge,
     reload_timestamp: IntGauge,
     reloads: IntCounterVec,
@@ -307,6 +308,11 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
         "Flows evicted to make room in a full table.",
         |c| c.conntrack_evictions.get(),
     ),
+    (
+        "conntrack_stale_segments_total",
+        "TCP segments behind the window (data or acknowledgements already overtaken), passed on unchanged.",
+        |c| c.conntrack_stale_segments.get(),
+    ),
 ];
 
 const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
@@ -359,6 +365,7 @@ pub fn metric_names() -> Vec<String> {
         "port_link_up",
         "port_link_speed_bytes_per_second",
         "dropped_packets_total",
+        "conntrack_invalid_packets_total",
         "config_last_reload_success",
         "config_last_reload_timestamp_seconds",
         "config_reloads_total",
@@ -463,6 +470,12 @@ impl Metrics {
                 &registry,
                 "dropped_packets_total",
                 "Packets dropped, by worker and reason.",
+                &["worker", "reason"],
+            ),
+            conntrack_invalid: counter_vec(
+                &registry,
+                "conntrack_invalid_packets_total",
+                "Packets the flow tracker refused (dropped as conntrack_invalid), by worker and why.",
                 &["worker", "reason"],
             ),
             reload_success: gauge(
@@ -636,6 +649,20 @@ impl Metrics {
                     &[&worker, reason.label()],
                     counters.dropped(reason),
                 );
+            }
+            for reason in InvalidReason::ALL {
+                sync_counter(
+                    &self.conntrack_invalid,
+                    &[&worker, reason.label()],
+                    counters.conntrack_invalid[reason.index()].get(),
+                );
+            }
+            let tuple_refusals = [
+                ("tuple_exists", &counters.conntrack_tuple_exists),
+                ("ambiguous_tuple", &counters.conntrack_ambiguous_tuple),
+            ];
+            for (reason, count) in tuple_refusals {
+                sync_counter(&self.conntrack_invalid, &[&worker, reason], count.get());
             }
         }
         let (now_tsc, hz) = (crate::dpdk::rdtsc(), crate::dpdk::tsc_hz());

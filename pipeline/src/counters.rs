@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::verdict::{DropReason, Verdict};
+use crate::verdict::{DropReason, InvalidReason, Verdict};
 
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -77,6 +77,14 @@ pub struct WorkerCounters {
     pub hosts_at_flow_limit: Gauge,
     pub hosts_at_half_open_limit: Gauge,
     pub hosts_at_nat_port_limit: Gauge,
+    /// Packets the flow tracker refused (all dropped as `conntrack_invalid`), by why: the
+    /// tracker's reasons, then a first packet whose tuple another flow holds, then one whose
+    /// two directions are the same tuple.
+    pub conntrack_invalid: [Gauge; InvalidReason::COUNT],
+    pub conntrack_tuple_exists: Gauge,
+    /// TCP segments behind the window (already acknowledged) passed on unchanged.
+    pub conntrack_stale_segments: Gauge,
+    pub conntrack_ambiguous_tuple: Gauge,
     drops: [Counter; DropReason::COUNT],
 }
 
@@ -107,6 +115,10 @@ impl Default for WorkerCounters {
             hosts_at_flow_limit: Gauge::default(),
             hosts_at_half_open_limit: Gauge::default(),
             hosts_at_nat_port_limit: Gauge::default(),
+            conntrack_invalid: std::array::from_fn(|_| Gauge::default()),
+            conntrack_tuple_exists: Gauge::default(),
+            conntrack_stale_segments: Gauge::default(),
+            conntrack_ambiguous_tuple: Gauge::default(),
             drops: std::array::from_fn(|_| Counter::default()),
         }
     }

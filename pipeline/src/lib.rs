@@ -33,4 +33,4 @@ pub use pipeline::config::{
 };
 pub use pipeline::fast_path::MAX_BURST;
 pub use pipeline::{Ingress, Pipeline, WorkerSetup};
-pub use verdict::{ControlWork, DropReason, Verdict};
+pub use verdict::{ControlWork, DropReason, InvalidReason, Verdict};

@@ -195,6 +195,65 @@ drop_reasons! {
     NoBuffer => "no_buffer",
 }
 
+/// Why the flow tracker refused a packet: it did not fit its flow, or could not start one.
+/// Each is counted in the tracker's statistics and is one label value of the
+/// `gateway_conntrack_invalid_packets_total{reason=...}` metric (the packet itself is dropped
+/// as [`DropReason::ConntrackInvalid`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InvalidReason {
+    /// A flag combination no endpoint sends: SYN with FIN or RST, FIN without ACK, none.
+    InvalidFlags,
+    /// A new TCP flow must start with a bare SYN (or, in loose mode, a plain ACK).
+    NotSyn,
+    /// Valid flags that do not fit the state, e.g. data before the handshake's reply, or a
+    /// SYN from the reply direction after the connection closed.
+    UnexpectedFlags,
+    /// A SYN with a new sequence number on a connection past its handshake.
+    SynOnEstablished,
+    /// The sequence number lies outside the window the receiver allowed, or behind it by
+    /// more than one window.
+    OutOfWindow,
+    /// The acknowledgement is for data never sent, or older than one window.
+    AckOutOfWindow,
+    /// A TCP flow was given no parsed segment.
+    NoTcpSegment,
+    /// The flow id refers to a removed flow.
+    NoSuchFlow,
+}
+
+impl InvalidReason {
+    pub const COUNT: usize = 8;
+    pub const ALL: [InvalidReason; InvalidReason::COUNT] = [
+        InvalidReason::InvalidFlags,
+        InvalidReason::NotSyn,
+        InvalidReason::UnexpectedFlags,
+        InvalidReason::SynOnEstablished,
+        InvalidReason::OutOfWindow,
+        InvalidReason::AckOutOfWindow,
+        InvalidReason::NoTcpSegment,
+        InvalidReason::NoSuchFlow,
+    ];
+
+    /// The reason's position in [`InvalidReason::ALL`] and the tracker's per-reason counts.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The metric label: stable, snake_case.
+    pub const fn label(self) -> &'static str {
+        match self {
+            InvalidReason::InvalidFlags => "invalid_flags",
+            InvalidReason::NotSyn => "not_syn",
+            InvalidReason::UnexpectedFlags => "unexpected_flags",
+            InvalidReason::SynOnEstablished => "syn_on_established",
+            InvalidReason::OutOfWindow => "out_of_window",
+            InvalidReason::AckOutOfWindow => "ack_out_of_window",
+            InvalidReason::NoTcpSegment => "no_tcp_segment",
+            InvalidReason::NoSuchFlow => "no_such_flow",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +275,14 @@ mod tests {
             DropReason::ALL[DropReason::NoRoute as usize],
             DropReason::NoRoute
         );
+    }
+
+    #[test]
+    fn invalid_reasons_are_listed_in_index_order_with_unique_labels() {
+        let mut seen = std::collections::HashSet::new();
+        for (index, reason) in InvalidReason::ALL.iter().enumerate() {
+            assert_eq!(reason.index(), index, "{reason:?}");
+            assert!(seen.insert(reason.label()), "{} twice", reason.label());
+        }
     }
 }

@@ -369,6 +369,23 @@ impl Pipeline {
         self.counters.conntrack_setups.set(stats.setups);
         self.counters.conntrack_expirations.set(stats.expirations);
         self.counters.conntrack_evictions.set(stats.evictions);
+        for (gauge, count) in self
+            .counters
+            .conntrack_invalid
+            .iter()
+            .zip(stats.invalid_by_reason)
+        {
+            gauge.set(count);
+        }
+        self.counters
+            .conntrack_tuple_exists
+            .set(stats.refused_exists);
+        self.counters
+            .conntrack_ambiguous_tuple
+            .set(stats.refused_ambiguous);
+        self.counters
+            .conntrack_stale_segments
+            .set(stats.stale_segments);
         let (_, at_flow_limit, at_half_open_limit) = self.flows.hosts_at_limit();
         self.counters
             .conntrack_half_open

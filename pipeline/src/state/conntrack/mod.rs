@@ -87,6 +87,8 @@ pub use table::{FlowHash, FlowTable, EVICTION_SCAN, EVICTION_SCAN_MAX, MAX_CAPAC
 pub use tcp::{TcpSegment, TcpState};
 pub use timeouts::Timeouts;
 
+pub use crate::verdict::InvalidReason;
+
 /// Memory per flow, excluding the caller's data (add `size_of::<D>()`): the arena slot, the
 /// index slots for its two tuples at half load, and its free-list entry.
 pub const BYTES_PER_FLOW: usize = size_of::<table::Flow>()
@@ -157,49 +159,10 @@ pub enum Track {
     Ok,
     /// The packet does not fit; the flow is unchanged and the caller should drop it.
     Invalid(InvalidReason),
-}
-
-/// Why a packet did not fit its flow (or could not start one). Each is counted in
-/// [`ConntrackStats::invalid_by_reason`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InvalidReason {
-    /// A flag combination no endpoint sends: SYN with FIN or RST, FIN without ACK, none.
-    InvalidFlags,
-    /// A new TCP flow must start with a bare SYN (or, in loose mode, a plain ACK).
-    NotSyn,
-    /// Valid flags that do not fit the state, e.g. data before the handshake's reply, or a
-    /// SYN from the reply direction after the connection closed.
-    UnexpectedFlags,
-    /// A SYN with a new sequence number on a connection past its handshake.
-    SynOnEstablished,
-    /// The sequence number lies outside the window the receiver allowed, or behind it by
-    /// more than one window.
-    OutOfWindow,
-    /// The acknowledgement is for data never sent, or older than one window.
-    AckOutOfWindow,
-    /// A TCP flow was given no parsed segment.
-    NoTcpSegment,
-    /// The flow id refers to a removed flow.
-    NoSuchFlow,
-}
-
-impl InvalidReason {
-    pub const COUNT: usize = 8;
-    pub const ALL: [InvalidReason; InvalidReason::COUNT] = [
-        InvalidReason::InvalidFlags,
-        InvalidReason::NotSyn,
-        InvalidReason::UnexpectedFlags,
-        InvalidReason::SynOnEstablished,
-        InvalidReason::OutOfWindow,
-        InvalidReason::AckOutOfWindow,
-        InvalidReason::NoTcpSegment,
-        InvalidReason::NoSuchFlow,
-    ];
-
-    /// The reason's position in [`InvalidReason::ALL`] and [`ConntrackStats::invalid_by_reason`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
+    /// A TCP segment behind the window: data already acknowledged, sent again, or an
+    /// acknowledgement overtaken by later ones. The flow and its timer are unchanged; the
+    /// caller passes the packet on (its receiver answers with a duplicate ACK).
+    Stale,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,6 +197,8 @@ pub struct ConntrackStats {
     pub removals: u64,
     pub refused_full: u64,
     pub refused_exists: u64,
+    /// Inserts refused by [`InsertError::Ambiguous`].
+    pub refused_ambiguous: u64,
     /// Inserts refused by [`InsertError::HostFlowLimit`].
     pub refused_host_flows: u64,
     /// Inserts refused by [`InsertError::HostHalfOpenLimit`].
@@ -245,6 +210,8 @@ pub struct ConntrackStats {
     pub half_open_replaced: u64,
     /// Flows admitted without a per-host count, their host finding no room in it.
     pub untracked_hosts: u64,
+    /// TCP segments `track` passed as [`Track::Stale`].
+    pub stale_segments: u64,
     /// Packets rejected by `track` or `insert`, indexed by [`InvalidReason::index`].
     pub invalid_by_reason: [u64; InvalidReason::COUNT],
 }

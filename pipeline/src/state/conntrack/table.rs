@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use super::half_open::HalfOpenList;
 use super::index::{FlowHasher, FlowIndex, FlowRef};
-use super::tcp::{TcpConn, TcpSegment, TcpState};
+use super::tcp::{TcpConn, TcpSegment, TcpState, Tracked};
 use super::timeouts::Timeouts;
 use super::{ConntrackConfig, ConntrackStats, FlowId, InsertError, InvalidReason, Track};
 use crate::flow::{Direction, FlowKey};
@@ -283,6 +283,7 @@ impl<D: Copy> FlowTable<D> {
         mut on_evicted: impl FnMut(D),
     ) -> Result<FlowId, InsertError> {
         if original == reply {
+            self.stats.refused_ambiguous += 1;
             return Err(InsertError::Ambiguous);
         }
         let tracker = if original.protocol == protocol::TCP {
@@ -381,7 +382,7 @@ impl<D: Copy> FlowTable<D> {
 
     /// Validates and applies one packet of an existing flow travelling in `direction`, and
     /// restarts the flow's timer with the timeout of the state it leaves the flow in. TCP
-    /// flows need `tcp`; other protocols ignore it. Invalid packets change nothing.
+    /// flows need `tcp`; other protocols ignore it. Invalid and stale packets change nothing.
     pub fn track(
         &mut self,
         id: FlowId,
@@ -408,9 +409,16 @@ impl<D: Copy> FlowTable<D> {
                 return Track::Ok;
             }
         };
-        if let Err(reason) = accepted {
-            self.stats.count_invalid(reason);
-            return Track::Invalid(reason);
+        match accepted {
+            Ok(Tracked::Applied) => {}
+            Ok(Tracked::Stale) => {
+                self.stats.stale_segments += 1;
+                return Track::Stale;
+            }
+            Err(reason) => {
+                self.stats.count_invalid(reason);
+                return Track::Invalid(reason);
+            }
         }
         flow.replied |= direction == Direction::Reply;
         let timeouts = &self.config.timeouts;

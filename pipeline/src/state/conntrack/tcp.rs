@@ -18,6 +18,13 @@
 //! 4. `ack >= receiver.td_end - max(sender.td_maxwin, 66000)` (an acknowledgement at most one
 //!    window, or one full unscaled window plus headers, old).
 //!
+//! A segment that fails only a lower bound (2 or 4) is *stale*, not invalid: a retransmission
+//! of data already acknowledged, or an acknowledgement overtaken by later ones. Its sender
+//! has not yet seen what the receiver said since (the acknowledgements may have been lost
+//! after the gateway, or be still on their way), so the segment is passed on, changing
+//! nothing, and the receiver answers it with a duplicate ACK, as Linux (since 5.19) passes
+//! such segments instead of marking them invalid. Resets get no such leeway.
+//!
 //! The connection state is derived from per-direction facts (SYN seen, SYN acknowledged, FIN
 //! seen, FIN acknowledged, reset) rather than stored, so that simultaneous open and
 //! simultaneous close need no states of their own.
@@ -186,6 +193,15 @@ impl Side {
     }
 }
 
+/// What [`TcpConn::track`] made of a segment it accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tracked {
+    /// The segment fits; the connection took in what it says.
+    Applied,
+    /// Stale (see the module doc): to be passed on, the connection unchanged.
+    Stale,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct TcpConn {
     /// Indexed by [`side_index`].
@@ -261,37 +277,46 @@ impl TcpConn {
         }
     }
 
-    /// Applies one segment travelling in `direction`. A rejected segment leaves the
+    /// Applies one segment travelling in `direction`. A rejected or stale segment leaves the
     /// connection exactly as it was.
     pub(super) fn track(
         &mut self,
         direction: Direction,
         segment: &TcpSegment,
-    ) -> Result<(), InvalidReason> {
+    ) -> Result<Tracked, InvalidReason> {
         let mut next = *self;
-        next.apply(direction, segment)?;
-        *self = next;
-        Ok(())
+        let tracked = next.apply(direction, segment)?;
+        if tracked == Tracked::Applied {
+            *self = next;
+        }
+        Ok(tracked)
     }
 
-    fn apply(&mut self, direction: Direction, segment: &TcpSegment) -> Result<(), InvalidReason> {
+    fn apply(
+        &mut self,
+        direction: Direction,
+        segment: &TcpSegment,
+    ) -> Result<Tracked, InvalidReason> {
         let significant = significant_flags(segment.flags)?;
         let state = self.state();
         if significant & flags::SYN != 0 {
-            return self.apply_syn(direction, significant, segment, state);
+            self.apply_syn(direction, significant, segment, state)?;
+            return Ok(Tracked::Applied);
         }
         if state == TcpState::SynSent {
-            return if significant & flags::RST != 0 {
-                self.apply_rst_before_reply(direction, significant, segment)
-            } else {
+            if significant & flags::RST == 0 {
                 // Nothing but the handshake is valid before the reply direction's SYN.
-                Err(InvalidReason::UnexpectedFlags)
-            };
+                return Err(InvalidReason::UnexpectedFlags);
+            }
+            self.apply_rst_before_reply(direction, significant, segment)?;
+            return Ok(Tracked::Applied);
         }
-        self.check_window(direction, significant, segment)?;
+        if self.check_window(direction, significant, segment)? == Tracked::Stale {
+            return Ok(Tracked::Stale);
+        }
         if significant & flags::RST != 0 {
             self.reset = true;
-            return Ok(());
+            return Ok(Tracked::Applied);
         }
         let (sender, receiver) = self.sender_and_receiver(direction);
         if significant & flags::ACK != 0 {
@@ -306,7 +331,7 @@ impl TcpConn {
         if significant & flags::FIN != 0 {
             sender.fin_seen = true;
         }
-        Ok(())
+        Ok(Tracked::Applied)
     }
 
     fn apply_syn(
@@ -404,7 +429,7 @@ impl TcpConn {
         direction: Direction,
         significant: u8,
         segment: &TcpSegment,
-    ) -> Result<(), InvalidReason> {
+    ) -> Result<Tracked, InvalidReason> {
         let liberal = self.liberal;
         let (sender, receiver) = self.sender_and_receiver(direction);
         let scale = if sender.window_scale_offered && receiver.window_scale_offered {
@@ -432,18 +457,31 @@ impl TcpConn {
             segment.ack
         };
 
-        let seq_in_window = !after(segment.seq, sender.td_maxend)
-            && (receiver.td_maxwin == 0
-                || !before(end, sender.td_end.wrapping_sub(receiver.td_maxwin)));
+        let seq_below_window =
+            receiver.td_maxwin != 0 && before(end, sender.td_end.wrapping_sub(receiver.td_maxwin));
         let ack_lag = sender.td_maxwin.max(MIN_ACK_LAG);
-        let ack_in_window =
-            !after(ack, receiver.td_end) && !before(ack, receiver.td_end.wrapping_sub(ack_lag));
+        let ack_below_window = before(ack, receiver.td_end.wrapping_sub(ack_lag));
         if !liberal {
-            if !seq_in_window {
+            if after(segment.seq, sender.td_maxend) {
                 return Err(InvalidReason::OutOfWindow);
             }
-            if !ack_in_window {
+            if after(ack, receiver.td_end) {
                 return Err(InvalidReason::AckOutOfWindow);
+            }
+            let is_reset = significant & flags::RST != 0;
+            if seq_below_window {
+                return if is_reset {
+                    Err(InvalidReason::OutOfWindow)
+                } else {
+                    Ok(Tracked::Stale)
+                };
+            }
+            if ack_below_window {
+                return if is_reset {
+                    Err(InvalidReason::AckOutOfWindow)
+                } else {
+                    Ok(Tracked::Stale)
+                };
             }
         }
 
@@ -458,7 +496,7 @@ impl TcpConn {
                 .saturating_add(end.wrapping_sub(sender.td_maxend));
         }
         receiver.raise_max_end(ack, window);
-        Ok(())
+        Ok(Tracked::Applied)
     }
 
     fn sender_and_receiver(&mut self, direction: Direction) -> (&mut Side, &mut Side) {
