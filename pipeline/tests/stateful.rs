@@ -23,7 +23,8 @@ use etherparse::{
 use pipeline::features::meter::HostMeter;
 use pipeline::features::qos::{assign_equal_shares, QosConfig};
 use pipeline::pipeline::config::{PortForward, Stateful};
-use pipeline::state::conntrack::{ConntrackConfig, Timeouts};
+use pipeline::pipeline::flow_listing::FlowFilter;
+use pipeline::state::conntrack::{ConntrackConfig, TcpState, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
@@ -2841,4 +2842,102 @@ fn a_new_neighbour_view_moves_the_fast_path_to_the_new_mac() {
             assert_eq!(worker_state(a, 2000), worker_state(b, 2000));
         }
     }
+}
+
+// --- The operator's view: listing and clearing flows ------------------------------------
+
+/// `gateway ctl show flows` and `clear flows` walk the table a slice at a time: a listing
+/// names each flow's tuples (the NAT address in the reply), state and flags, fills no more
+/// than the buffer it is given while still counting every match, and a clear ends exactly
+/// the matching flows, releasing their NAT ports, so their next packet is a new flow.
+#[test]
+fn flows_are_listed_and_cleared_by_filter_a_slice_at_a_time() {
+    let mut gw = Gateway::new();
+    let now = SECOND;
+    let other_host = SERVER;
+    let public = handshake(&mut gw, (HOST, 40000), (REMOTE, 443), now);
+    handshake(&mut gw, (HOST, 40001), (OTHER_REMOTE, 80), now);
+    handshake(&mut gw, (other_host, 50000), (REMOTE, 443), now);
+    let dns = udp(LAN, (other_host, 5353), (REMOTE, 53), &data(20));
+    assert_eq!(
+        gw.process(&dns, LAN, now).0,
+        Verdict::Transmit { port: WAN }
+    );
+
+    let capacity = gw.pipeline.flow_capacity();
+    let list = |gw: &Gateway, filter: &FlowFilter, room: usize| {
+        let mut out = Vec::with_capacity(room);
+        let (mut from, mut matched) = (Some(0), 0);
+        while let Some(slot) = from {
+            let step = gw.pipeline.list_flows(filter, slot, 7, now, &mut out);
+            matched += step.matched;
+            from = step.next;
+        }
+        (out, matched)
+    };
+
+    let (all, matched) = list(&gw, &FlowFilter::default(), 16);
+    assert_eq!((all.len(), matched), (4, 4));
+    let host = FlowFilter {
+        host: Some(ip(HOST)),
+        ..FlowFilter::default()
+    };
+    let (flows, matched) = list(&gw, &host, 16);
+    assert_eq!(matched, 2);
+    let https = flows.iter().find(|f| f.original.dst_port == 443).unwrap();
+    assert_eq!(
+        (https.original.src, https.original.src_port),
+        (ip(HOST), 40000)
+    );
+    assert_eq!(
+        (https.reply.dst, https.reply.dst_port),
+        (ip(public.0), public.1)
+    );
+    assert_eq!(https.tcp_state, Some(TcpState::Established));
+    assert!(https.replied && !https.forwarded);
+    assert!(https.expires_in_ns > 0);
+
+    let udp_only = FlowFilter {
+        protocol: Some(UDP),
+        ..FlowFilter::default()
+    };
+    let (flows, matched) = list(&gw, &udp_only, 16);
+    assert_eq!((flows.len(), matched), (1, 1));
+    assert_eq!(flows[0].tcp_state, None);
+    assert!(!flows[0].replied);
+    let by_port = FlowFilter {
+        port: Some(443),
+        tcp_state: Some(TcpState::Established),
+        ..FlowFilter::default()
+    };
+    assert_eq!(list(&gw, &by_port, 16).1, 2);
+    let (one, matched) = list(&gw, &FlowFilter::default(), 1);
+    assert_eq!((one.len(), one.capacity(), matched), (1, 1, 4), "no growth");
+
+    let nat_before = gw.tables(now).nat_in_use;
+    let mut from = Some(0);
+    let mut cleared = 0;
+    while let Some(slot) = from {
+        let step = gw.pipeline.clear_flows(&host, slot, capacity / 3 + 1, now);
+        cleared += step.matched;
+        from = step.next;
+    }
+    assert_eq!(cleared, 2);
+    let tables = gw.tables(now);
+    assert_eq!(tables.flows, 2, "the other host's flows stay");
+    assert_eq!(
+        tables.nat_in_use,
+        nat_before - 2,
+        "their NAT ports are free"
+    );
+    assert_eq!(list(&gw, &host, 16).1, 0);
+    // The cleared connection's next segment is no flow's: not a SYN, so refused.
+    let late = tcp(
+        LAN,
+        (HOST, 40000),
+        (REMOTE, 443),
+        seg(ACK, C_ISN + 1, S_ISN + 1),
+        &[],
+    );
+    gw.expect_drop(&late, LAN, now, DropReason::ConntrackInvalid);
 }

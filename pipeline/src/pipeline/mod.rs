@@ -10,6 +10,7 @@
 pub mod config;
 pub mod control;
 pub mod fast_path;
+pub mod flow_listing;
 pub mod punt;
 pub mod snapshot;
 pub mod stateful;

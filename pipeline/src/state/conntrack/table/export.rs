@@ -100,6 +100,15 @@ impl<D: Copy> FlowTable<D> {
         }
     }
 
+    /// The live flow in arena slot `slot` (below [`FlowTable::capacity`]), as exported, with
+    /// its id; None for a free slot or an expired flow. Walking the slots a few at a time
+    /// lists a table without a pause as long as the whole.
+    pub fn exported_at(&self, slot: usize, now_ns: u64) -> Option<(FlowId, ExportedFlow<D>)> {
+        let flow = self.flows.get(slot)?;
+        (!flow.is_free() && now_ns < flow.deadline_ns)
+            .then(|| (FlowId(slot as u32), self.exported(slot, now_ns)))
+    }
+
     fn exported(&self, slot: usize, now_ns: u64) -> ExportedFlow<D> {
         let flow = &self.flows[slot];
         ExportedFlow {

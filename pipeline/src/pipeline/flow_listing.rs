@@ -1,0 +1,154 @@
+//! A worker's flows listed and cleared for the operator (`gateway ctl show flows`, `clear
+//! flows`), a slice of the table at a time: the worker walks a bounded number of arena slots
+//! per poll loop, so a query over a million flows never stalls its packets.
+//!
+//! Neither walk allocates: a listing fills a buffer the caller sized, and counts the matches
+//! beyond it.
+
+use std::net::Ipv4Addr;
+
+use crate::flow::FlowKey;
+use crate::pipeline::Pipeline;
+use crate::state::conntrack::TcpState;
+use crate::state::flow_data::release;
+
+/// Which flows a listing or a clear is about; every field given must match.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowFilter {
+    /// An address either tuple names, as source or destination: the host itself, its
+    /// translated address, or its peer.
+    pub host: Option<Ipv4Addr>,
+    /// A port either tuple names.
+    pub port: Option<u16>,
+    pub protocol: Option<u8>,
+    /// Only TCP flows in this state.
+    pub tcp_state: Option<TcpState>,
+}
+
+impl FlowFilter {
+    fn matches(&self, original: &FlowKey, reply: &FlowKey, tcp_state: Option<TcpState>) -> bool {
+        let names_host = |host| {
+            [original, reply]
+                .iter()
+                .any(|k| k.src == host || k.dst == host)
+        };
+        let names_port = |port| {
+            [original, reply]
+                .iter()
+                .any(|k| k.src_port == port || k.dst_port == port)
+        };
+        self.host.is_none_or(names_host)
+            && self.port.is_none_or(names_port)
+            && self.protocol.is_none_or(|p| p == original.protocol)
+            && self.tcp_state.is_none_or(|state| tcp_state == Some(state))
+    }
+}
+
+/// One flow as the operator sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRecord {
+    /// As the first packet travelled, before translation.
+    pub original: FlowKey,
+    /// As replies travel, before translation: where NAT applies, it differs from the
+    /// reversed original (a masqueraded flow's replies come to the NAT address and port).
+    pub reply: FlowKey,
+    /// TCP flows only.
+    pub tcp_state: Option<TcpState>,
+    /// Nanoseconds until the flow times out unless a packet refreshes it.
+    pub expires_in_ns: u64,
+    /// A reply has been seen.
+    pub replied: bool,
+    /// Two-way traffic seen: early drop keeps it.
+    pub assured: bool,
+    /// Admitted by a port forward.
+    pub forwarded: bool,
+}
+
+/// Where a slice of a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkStep {
+    /// The slot to resume at; None when the table has been walked to its end.
+    pub next: Option<usize>,
+    /// Flows that matched in this slice (listed, or cleared).
+    pub matched: usize,
+}
+
+impl Pipeline {
+    /// The arena slots a walk goes over: `from` runs from 0 to this.
+    pub fn flow_capacity(&self) -> usize {
+        self.flows.capacity()
+    }
+
+    /// Lists the live flows matching `filter` in arena slots `from..from + slots`: each is
+    /// appended to `out` while `out` has spare capacity (never beyond: no allocation), and
+    /// counted in [`WalkStep::matched`] either way.
+    pub fn list_flows(
+        &self,
+        filter: &FlowFilter,
+        from: usize,
+        slots: usize,
+        now_ns: u64,
+        out: &mut Vec<FlowRecord>,
+    ) -> WalkStep {
+        let end = from.saturating_add(slots).min(self.flows.capacity());
+        let mut matched = 0;
+        for slot in from..end {
+            let Some((_, flow)) = self.flows.exported_at(slot, now_ns) else {
+                continue;
+            };
+            let tcp_state = flow.tcp.map(|tcp| tcp.state());
+            if !filter.matches(&flow.original, &flow.reply, tcp_state) {
+                continue;
+            }
+            matched += 1;
+            if out.len() < out.capacity() {
+                out.push(FlowRecord {
+                    original: flow.original,
+                    reply: flow.reply,
+                    tcp_state,
+                    expires_in_ns: flow.remaining_ns,
+                    replied: flow.replied,
+                    assured: flow.assured,
+                    forwarded: flow.data.forwarded,
+                });
+            }
+        }
+        WalkStep {
+            next: (end < self.flows.capacity()).then_some(end),
+            matched,
+        }
+    }
+
+    /// Ends the live flows matching `filter` in arena slots `from..from + slots`, as an
+    /// expiry would: their NAT bindings are released and their content scanners forgotten.
+    /// A packet of such a flow afterwards is a new flow, judged by today's rules.
+    pub fn clear_flows(
+        &mut self,
+        filter: &FlowFilter,
+        from: usize,
+        slots: usize,
+        now_ns: u64,
+    ) -> WalkStep {
+        let end = from.saturating_add(slots).min(self.flows.capacity());
+        let mut matched = 0;
+        for slot in from..end {
+            let Some((id, flow)) = self.flows.exported_at(slot, now_ns) else {
+                continue;
+            };
+            if !filter.matches(&flow.original, &flow.reply, flow.tcp.map(|tcp| tcp.state())) {
+                continue;
+            }
+            let data = self.flows.remove(id);
+            release(&mut self.nat, &data);
+            self.inspector.forget(id.as_u32());
+            matched += 1;
+        }
+        if matched > 0 {
+            self.publish_table_stats();
+        }
+        WalkStep {
+            next: (end < self.flows.capacity()).then_some(end),
+            matched,
+        }
+    }
+}
