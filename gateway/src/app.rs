@@ -177,6 +177,7 @@ struct Gateway<'a> {
     loader: reload::Loader,
     metrics_thread: Option<std::thread::JoinHandle<()>>,
     metrics_stop: Arc<AtomicBool>,
+    ctl_server: Option<crate::ctl::server::CtlServer>,
     metrics_failed: bool,
     meter_export: Arc<Published<MeterExport>>,
     netlink_thread: Option<std::thread::JoinHandle<()>>,
@@ -351,6 +352,7 @@ impl<'a> Gateway<'a> {
         let (saved_flows, stopped_flows) = crossbeam_channel::unbounded();
         // Declared after the ports, rings and pool: dropped first, on every path out of here.
         let mut running_workers = Workers::new(stop.clone());
+        let mut ctl_queries = Vec::new();
         for (index, &lcore) in worker_lcores.iter().enumerate() {
             let (to_control, from_worker) = MbufRing::create(
                 eal,
@@ -415,6 +417,11 @@ impl<'a> Gateway<'a> {
                 neighbors: neighbors.clone(),
                 counters,
                 stop: stop.clone(),
+                ctl: Some({
+                    let (queries, link) = crate::ctl::worker_link::CtlLink::pair();
+                    ctl_queries.push(queries);
+                    link
+                }),
             };
             let heartbeat = Arc::new(Heartbeat::new());
             heartbeats.push(heartbeat.clone());
@@ -517,6 +524,17 @@ impl<'a> Gateway<'a> {
             }
         };
         let metrics_failed = metrics_thread.is_none();
+        let ctl_server = crate::ctl::server::serve(
+            &config.ctl,
+            crate::ctl::server::Sources {
+                queries: ctl_queries,
+                workers: worker_counters.clone(),
+                control: control_counters.clone(),
+            },
+        )
+        .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))
+        .ok()
+        .flatten();
         if !metrics_failed {
             tracing::info!(
                 workers,
@@ -543,6 +561,7 @@ impl<'a> Gateway<'a> {
             loader,
             metrics_thread,
             metrics_stop,
+            ctl_server,
             metrics_failed,
             meter_export,
             netlink_thread,
@@ -672,6 +691,7 @@ impl<'a> Gateway<'a> {
             loader,
             metrics_thread,
             metrics_stop,
+            ctl_server,
             metrics_failed,
             meter_export: _meter_export,
             netlink_thread,
@@ -695,6 +715,10 @@ impl<'a> Gateway<'a> {
             workers,
         } = self;
         tracing::info!("stopping workers");
+        // Before the workers: a query under way would wait for them in vain.
+        if let Some(server) = ctl_server {
+            server.stop();
+        }
         if let Some(thread) = netlink_thread {
             let _ = thread.join();
         }

@@ -46,7 +46,33 @@ pub struct GatewayConfig {
     pub kernel_twins: crate::twins::KernelTwinsConfig,
     #[serde(default)]
     pub state: StateConfig,
+    #[serde(default)]
+    pub ctl: CtlConfig,
 }
+
+/// The operator's socket for `gateway ctl` (`crate::ctl`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CtlConfig {
+    /// The Unix socket `gateway ctl` talks to; its directory is created if missing. Empty:
+    /// no socket.
+    pub socket: PathBuf,
+    /// A group whose members may use the socket too (mode 0660, owned by that group);
+    /// without one only root may (mode 0600).
+    pub group: Option<String>,
+}
+
+impl Default for CtlConfig {
+    fn default() -> Self {
+        CtlConfig {
+            socket: PathBuf::from(DEFAULT_CTL_SOCKET),
+            group: None,
+        }
+    }
+}
+
+/// Where `gateway run` listens and `gateway ctl` connects unless told otherwise.
+pub const DEFAULT_CTL_SOCKET: &str = "/run/gateway/ctl.sock";
 
 /// Where the gateway keeps what outlives a restart: the conntrack and NAT snapshot
 /// (`crate::snapshot`), written at a normal stop and read back at start.

@@ -7,6 +7,7 @@ pub mod bonds;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod ctl;
 pub mod dpdk;
 pub mod egress;
 pub mod handoff;

@@ -1,8 +1,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use gateway::config::GatewayConfig;
+use clap::{Args, Parser, Subcommand};
+use gateway::config::{GatewayConfig, DEFAULT_CTL_SOCKET};
+use gateway::ctl::{FilterSpec, Request, DEFAULT_FLOW_LIMIT};
 
 /// A DPDK gateway: routing, stateful firewall and NAT44 at line rate.
 #[derive(Parser)]
@@ -21,6 +22,17 @@ enum Command {
     },
     /// Validate a config file without starting anything.
     CheckConfig { config: PathBuf },
+    /// Ask the running gateway (over its ctl.socket): flows, drops, workers; clear flows.
+    Ctl {
+        /// The running gateway's `ctl.socket`.
+        #[arg(long, default_value = DEFAULT_CTL_SOCKET)]
+        socket: PathBuf,
+        /// Print the gateway's JSON answer instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: CtlCommand,
+    },
     /// Measure the worker loop on synthetic traffic (no NIC): Mpps, cycles per packet, flow
     /// setup rate and memory per flow.
     Bench {
@@ -56,6 +68,100 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Show flows, drops or workers.
+    Show {
+        #[command(subcommand)]
+        what: Show,
+    },
+    /// End flows (their NAT ports are released; their next packet is a new flow).
+    Clear {
+        #[command(subcommand)]
+        what: Clear,
+    },
+}
+
+#[derive(Subcommand)]
+enum Show {
+    /// The flows matching every filter given, on every worker.
+    Flows {
+        #[command(flatten)]
+        filter: FlowFilterArgs,
+        /// List at most this many (all matches are counted).
+        #[arg(long, default_value_t = DEFAULT_FLOW_LIMIT)]
+        limit: usize,
+    },
+    /// Dropped packets by worker and reason (the non-zero ones).
+    Drops,
+    /// Each worker's packets, busy share, handoffs and flow table.
+    Workers,
+}
+
+#[derive(Subcommand)]
+enum Clear {
+    /// The flows matching every filter given; --all for every flow.
+    Flows {
+        #[command(flatten)]
+        filter: FlowFilterArgs,
+        /// Every flow on every worker.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+#[derive(Args)]
+struct FlowFilterArgs {
+    /// An address either tuple names (a host, its NAT address, or its peer).
+    #[arg(long)]
+    host: Option<std::net::Ipv4Addr>,
+    /// A port either tuple names.
+    #[arg(long)]
+    port: Option<u16>,
+    /// tcp, udp, icmp or a protocol number.
+    #[arg(long)]
+    protocol: Option<String>,
+    /// A TCP state: syn_sent, syn_recv, established, fin_wait, close_wait, last_ack,
+    /// time_wait, close.
+    #[arg(long)]
+    state: Option<String>,
+}
+
+impl FlowFilterArgs {
+    fn spec(self) -> FilterSpec {
+        FilterSpec {
+            host: self.host,
+            port: self.port,
+            protocol: self.protocol,
+            state: self.state,
+        }
+    }
+}
+
+fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Result<()> {
+    let request = match command {
+        CtlCommand::Show { what } => match what {
+            Show::Flows { filter, limit } => Request::ShowFlows {
+                filter: filter.spec(),
+                limit,
+            },
+            Show::Drops => Request::ShowDrops,
+            Show::Workers => Request::ShowWorkers,
+        },
+        CtlCommand::Clear {
+            what: Clear::Flows { filter, all },
+        } => {
+            let filter = filter.spec();
+            if filter.is_empty() != all {
+                anyhow::bail!("clear flows needs a filter (--host, --port, --protocol, --state) or --all, not both");
+            }
+            Request::ClearFlows { filter }
+        }
+    };
+    let answer = gateway::ctl::client::request(socket, &request)?;
+    gateway::ctl::client::print(&request, &answer, json)
 }
 
 fn main() -> ExitCode {
@@ -94,6 +200,11 @@ fn main() -> ExitCode {
             workers,
             json,
         }),
+        Command::Ctl {
+            socket,
+            json,
+            command,
+        } => ctl(&socket, json, command),
         Command::CheckConfig { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
             .and_then(|loaded| gateway::pipeline_config::check_startable(&loaded))

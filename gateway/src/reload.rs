@@ -61,6 +61,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.metrics != new.metrics {
         fields.push("metrics".to_string());
     }
+    if running.ctl != new.ctl {
+        fields.push("ctl".to_string());
+    }
     // The snapshot is read at start and written where the running gateway started.
     if running.state != new.state {
         fields.push("state".to_string());
@@ -108,6 +111,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.mempool = running.mempool.clone();
     merged.workers = running.workers.clone();
     merged.metrics = running.metrics.clone();
+    merged.ctl = running.ctl.clone();
     merged.state = running.state.clone();
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack = running.conntrack.clone();

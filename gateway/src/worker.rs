@@ -12,6 +12,7 @@ use pipeline::{
 };
 
 use crate::clock::Clock;
+use crate::ctl::worker_link::CtlLink;
 use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer, RxQueue};
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
@@ -76,6 +77,8 @@ pub struct Worker {
     pub neighbors: Arc<Published<NeighborView>>,
     pub counters: Arc<WorkerCounters>,
     pub stop: Arc<AtomicBool>,
+    /// `gateway ctl`'s flow queries; None where no ctl socket listens.
+    pub ctl: Option<CtlLink>,
 }
 
 impl Worker {
@@ -303,6 +306,11 @@ impl WorkerLoop {
         &self.pipeline
     }
 
+    /// The loop's clock now, as its pipeline sees time.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
     /// One pass: new snapshots if published, rx_burst on every port, the pipeline, handoffs,
     /// upkeep, one tx_burst per port. Returns the packets received.
     #[inline]
@@ -339,6 +347,9 @@ impl WorkerLoop {
         if received > 0 || now_ns >= self.next_idle_upkeep_ns {
             pipeline.housekeeping(now_ns, EXPIRE_BUDGET);
             self.next_idle_upkeep_ns = now_ns + IDLE_UPKEEP_NS;
+        }
+        if let Some(ctl) = worker.ctl.as_mut() {
+            ctl.poll(pipeline, now_ns);
         }
         worker.transmit_from_control(&mut self.rx);
         worker.egress.flush(&worker.counters);

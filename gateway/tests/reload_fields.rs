@@ -479,6 +479,8 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "\"/etc/gateway/web-config.yml\"",
         None,
     ),
+    ("ctl.socket", Restart, "\"/run/gateway/other.sock\"", None),
+    ("ctl.group", Restart, "\"adm\"", None),
     ("traffic_meter.enabled", Applied, "false", None),
     ("traffic_meter.capacity", Restart, "128", None),
     ("traffic_meter.top_hosts", Applied, "7", None),
@@ -636,6 +638,10 @@ action = "accept"
 
 [metrics]
 listen = "127.0.0.1:9100"
+
+[ctl]
+socket = "/run/gateway/ctl.sock"
+group = "gateway"
 
 [kernel_twins]
 inside_by_default = false

@@ -18,7 +18,7 @@ done
 # and routes from the kernel (DHCP, BGP), again on
 # two workers (see with_e2e_workers in lib.sh).
 # test_netlink.sh runs dhcpcd on the WAN twin in the first pass, dhclient in this one.
-for test in test_router.sh test_nat.sh test_kernel_twins.sh test_snapshot.sh test_netlink.sh \
+for test in test_router.sh test_nat.sh test_ctl.sh test_kernel_twins.sh test_snapshot.sh test_netlink.sh \
     test_frr_bgp.sh; do
     echo "== $test on two workers"
     if ! E2E_WORKERS=2 DHCP_CLIENT=dhclient bash "$test"; then

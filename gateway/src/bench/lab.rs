@@ -219,6 +219,8 @@ impl Lab {
                         neighbors: published_neighbors.clone(),
                         counters: worker_counters.clone(),
                         stop: Arc::new(AtomicBool::new(false)),
+                        // As the gateway runs, with ctl's one check per loop; nobody asks.
+                        ctl: Some(crate::ctl::worker_link::CtlLink::pair().1),
                     };
                     worker_loops.push(WorkerLoop::new(worker, pipeline));
                     counters.push(worker_counters);

@@ -27,11 +27,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use pipeline::pipeline::flow_listing::FlowFilter;
 use pipeline::state::conntrack::BYTES_PER_FLOW;
 use pipeline::state::flow_data::FlowData;
 use pipeline::{DropReason, WorkerCounters};
 
 use crate::app::hugepages_available;
+use crate::ctl::worker_link::SLOTS_PER_LOOP;
 use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufBatch, Mempool, SocketId, BURST_SIZE};
 use crate::handoff::HandoffLinks;
 use lab::{Lab, LabKind};
@@ -245,6 +247,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     lab.publish(&plain);
     let flood = lab.syn_flood(seconds, options.syn_percent)?;
     let handoff_cycles = handoff_cycles_per_packet(eal, &lab)?;
+    let ctl_walk = CtlWalk::measure(&lab);
     let rows = [
         floor,
         established,
@@ -290,7 +293,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
         }
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{}{series}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{},{}{series}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
@@ -299,6 +302,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             rows[4].cycles_per_packet() - rows[3].cycles_per_packet(),
             setup_rate,
             syn_flood_json(&flood),
+            ctl_walk.json(hz),
         );
         return syn_flood_verdict(&flood);
     }
@@ -345,6 +349,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         "handing a packet to another worker: {handoff_cycles:.1} cycles/packet (send, flush, the owner's receive; bursts of {BURST_SIZE}, one core)"
     );
     println!("{}", syn_flood_summary(&flood));
+    println!("{}", ctl_walk.summary(hz));
     if !sweep.is_empty() {
         series::print_sweep(&sweep, &rows[0], hz);
     }
@@ -462,4 +467,74 @@ fn print_syn_flood(flood: &SynFlood, options: &BenchOptions, hz: u64) {
         );
     }
     println!("{}", syn_flood_summary(flood));
+}
+
+/// What `gateway ctl show flows` costs the worker: one listing over the whole table, a slice
+/// of [`SLOTS_PER_LOOP`] slots at a time as the worker walks it between bursts, timed slice by
+/// slice. Its filter names one of the bench's LAN hosts, so most flows are looked at and
+/// passed over, as in a real query.
+struct CtlWalk {
+    flows: usize,
+    matched: usize,
+    slices: u64,
+    total_cycles: u64,
+    longest_slice_cycles: u64,
+}
+
+impl CtlWalk {
+    fn measure(lab: &Lab) -> CtlWalk {
+        let host = traffic::Traffic::host(0);
+        let filter = FlowFilter {
+            host: Some(host),
+            ..FlowFilter::default()
+        };
+        let mut walk = CtlWalk {
+            flows: lab.flow_count(),
+            matched: 0,
+            slices: 0,
+            total_cycles: 0,
+            longest_slice_cycles: 0,
+        };
+        let mut out = Vec::with_capacity(crate::ctl::DEFAULT_FLOW_LIMIT);
+        for worker in lab.workers() {
+            let pipeline = worker.pipeline();
+            let now_ns = worker.now_ns();
+            let mut from = Some(0);
+            while let Some(slot) = from {
+                let start = dpdk::rdtsc();
+                let step = pipeline.list_flows(&filter, slot, SLOTS_PER_LOOP, now_ns, &mut out);
+                let spent = dpdk::rdtsc() - start;
+                walk.slices += 1;
+                walk.total_cycles += spent;
+                walk.longest_slice_cycles = walk.longest_slice_cycles.max(spent);
+                walk.matched += step.matched;
+                from = step.next;
+            }
+        }
+        walk
+    }
+
+    fn summary(&self, hz: u64) -> String {
+        let us = |cycles: u64| cycles as f64 * 1e6 / hz as f64;
+        format!(
+            "ctl show flows --host over {} flows: {:.1} ms of walking in {} slices of {SLOTS_PER_LOOP} slots, the longest {:.1} us, the mean {:.1} us ({} flows matched)",
+            self.flows,
+            us(self.total_cycles) / 1e3,
+            self.slices,
+            us(self.longest_slice_cycles),
+            us(self.total_cycles / self.slices.max(1)),
+            self.matched
+        )
+    }
+
+    fn json(&self, hz: u64) -> String {
+        format!(
+            "\"ctl_walk\":{{\"flows\":{},\"matched\":{},\"slices\":{},\"slots_per_slice\":{SLOTS_PER_LOOP},\"total_ms\":{:.2},\"longest_slice_us\":{:.1}}}",
+            self.flows,
+            self.matched,
+            self.slices,
+            self.total_cycles as f64 * 1e3 / hz as f64,
+            self.longest_slice_cycles as f64 * 1e6 / hz as f64
+        )
+    }
 }

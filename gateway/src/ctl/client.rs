@@ -1,0 +1,138 @@
+//! `gateway ctl`'s command-line end: sends one request to the socket, prints the answer as a
+//! table, or as the JSON the gateway sent with `--json`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use super::Request;
+
+/// Longer than the gateway's own wait for its workers.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends `request` and returns the gateway's answer (the `ok` part), or its error.
+pub fn request(socket: &Path, request: &Request) -> anyhow::Result<Value> {
+    let mut stream = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connecting to {} (is the gateway running, and may you use its ctl.socket?)",
+            socket.display()
+        )
+    })?;
+    stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    let mut line = serde_json::to_string(request)?;
+    line.push('\n');
+    stream.write_all(line.as_bytes())?;
+    let mut reply = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut reply)
+        .context("reading the gateway's answer")?;
+    let mut reply: Value = serde_json::from_str(&reply).context("the gateway's answer")?;
+    if let Some(error) = reply.get("error").and_then(Value::as_str) {
+        bail!("{error}");
+    }
+    reply
+        .get_mut("ok")
+        .map(Value::take)
+        .context("the gateway's answer has neither ok nor error")
+}
+
+/// Prints `answer` to `request`: JSON as sent, or a table.
+pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(answer)?);
+        return Ok(());
+    }
+    match request {
+        Request::ShowFlows { .. } => print_flows(answer),
+        Request::ShowDrops => print_drops(answer),
+        Request::ShowWorkers => print_workers(answer),
+        Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
+    }
+    Ok(())
+}
+
+/// A value as a table cell: strings without their quotes. (`Value`'s Display ignores widths.)
+fn cell(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn endpoint(key: &Value, side: &str) -> String {
+    format!(
+        "{}:{}",
+        cell(&key[side]),
+        cell(&key[format!("{side}_port")])
+    )
+}
+
+fn tuple(key: &Value) -> String {
+    format!("{} -> {}", endpoint(key, "src"), endpoint(key, "dst"))
+}
+
+fn print_flows(answer: &Value) {
+    println!(
+        "{:<6} {:<5} {:<12} {:<45} {:<45} {:>8}  flags",
+        "worker", "proto", "state", "original", "reply", "expires"
+    );
+    for flow in answer["flows"].as_array().into_iter().flatten() {
+        let flags: Vec<&str> = ["replied", "assured", "forwarded"]
+            .into_iter()
+            .filter(|flag| flow[*flag].as_bool() == Some(true))
+            .collect();
+        println!(
+            "{:<6} {:<5} {:<12} {:<45} {:<45} {:>7}s  {}",
+            cell(&flow["worker"]),
+            cell(&flow["protocol"]),
+            cell(&flow["state"]),
+            tuple(&flow["original"]),
+            tuple(&flow["reply"]),
+            cell(&flow["expires_in_seconds"]),
+            flags.join(",")
+        );
+    }
+    println!(
+        "{} of {} matching flows listed",
+        cell(&answer["listed"]),
+        cell(&answer["matched"])
+    );
+}
+
+fn print_drops(answer: &Value) {
+    println!("{:<8} {:<32} {:>14}", "worker", "reason", "packets");
+    for drop in answer["drops"].as_array().into_iter().flatten() {
+        println!(
+            "{:<8} {:<32} {:>14}",
+            cell(&drop["worker"]),
+            cell(&drop["reason"]),
+            cell(&drop["packets"])
+        );
+    }
+}
+
+fn print_workers(answer: &Value) {
+    println!(
+        "{:<6} {:>14} {:>14} {:>12} {:>12} {:>12} {:>6} {:>10} {:>10}",
+        "worker", "rx", "tx", "dropped", "handed_off", "received", "busy", "flows", "capacity"
+    );
+    for w in answer["workers"].as_array().into_iter().flatten() {
+        println!(
+            "{:<6} {:>14} {:>14} {:>12} {:>12} {:>12} {:>5.1}% {:>10} {:>10}",
+            cell(&w["worker"]),
+            cell(&w["rx_packets"]),
+            cell(&w["tx_packets"]),
+            cell(&w["dropped_packets"]),
+            cell(&w["handoffs_sent"]),
+            cell(&w["handoffs_received"]),
+            w["busy_share"].as_f64().unwrap_or(0.0) * 100.0,
+            cell(&w["flows"]),
+            cell(&w["flow_capacity"])
+        );
+    }
+}

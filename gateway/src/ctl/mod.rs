@@ -1,0 +1,189 @@
+//! `gateway ctl`: the operator's view of a running gateway over a Unix socket (`[ctl]`).
+//!
+//! One request per connection, one JSON line each way: the client (`client`) sends a
+//! [`Request`], the server thread in the gateway (`server`) answers `{"ok": ...}` or
+//! `{"error": "..."}`. Counters are read from the workers' atomics; flows are walked by the
+//! workers themselves, a slice per poll loop (`worker_link`).
+
+pub mod client;
+pub mod server;
+pub mod worker_link;
+
+use std::net::Ipv4Addr;
+
+use pipeline::pipeline::flow_listing::FlowFilter;
+use pipeline::state::conntrack::TcpState;
+use serde::{Deserialize, Serialize};
+
+/// Flows listed per request unless `--limit` says otherwise.
+pub const DEFAULT_FLOW_LIMIT: usize = 1000;
+/// The most flows one request may list (the rest are counted): about 10 MB of JSON.
+pub const MAX_FLOW_LIMIT: usize = 100_000;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Flows matching the filter, at most `limit` of them (every match is counted).
+    ShowFlows { filter: FilterSpec, limit: usize },
+    /// Dropped packets by reason and worker (the non-zero ones).
+    ShowDrops,
+    /// Each worker's packets, busy share, handoffs and flow table fill.
+    ShowWorkers,
+    /// End the flows matching the filter, on every worker.
+    ClearFlows { filter: FilterSpec },
+}
+
+/// A flow filter as the operator writes it; [`FilterSpec::compile`] checks it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilterSpec {
+    pub host: Option<Ipv4Addr>,
+    pub port: Option<u16>,
+    /// `tcp`, `udp`, `icmp` or a protocol number.
+    pub protocol: Option<String>,
+    /// A TCP state, as [`tcp_state_name`] spells them.
+    pub state: Option<String>,
+}
+
+impl FilterSpec {
+    pub fn is_empty(&self) -> bool {
+        *self == FilterSpec::default()
+    }
+
+    pub fn compile(&self) -> Result<FlowFilter, String> {
+        let protocol = match self.protocol.as_deref() {
+            None => None,
+            Some(name) => Some(protocol_number(name).ok_or_else(|| {
+                format!("protocol: {name:?} is not tcp, udp, icmp or a number 0-255")
+            })?),
+        };
+        let tcp_state = match self.state.as_deref() {
+            None => None,
+            Some(name) => Some(tcp_state_named(name).ok_or_else(|| {
+                format!(
+                    "state: {name:?} is not one of {}",
+                    TCP_STATES.map(tcp_state_name).join(", ")
+                )
+            })?),
+        };
+        if tcp_state.is_some() && protocol.is_some_and(|p| p != PROTOCOL_TCP) {
+            return Err("state: only TCP flows have a state; drop --protocol or --state".into());
+        }
+        Ok(FlowFilter {
+            host: self.host,
+            port: self.port,
+            protocol,
+            tcp_state,
+        })
+    }
+}
+
+const PROTOCOL_TCP: u8 = 6;
+
+fn protocol_number(name: &str) -> Option<u8> {
+    match name.to_ascii_lowercase().as_str() {
+        "tcp" => Some(PROTOCOL_TCP),
+        "udp" => Some(17),
+        "icmp" => Some(1),
+        number => number.parse().ok(),
+    }
+}
+
+/// The protocol's name where it has one the filter takes, its number otherwise.
+pub fn protocol_name(number: u8) -> String {
+    match number {
+        PROTOCOL_TCP => "tcp".into(),
+        17 => "udp".into(),
+        1 => "icmp".into(),
+        other => other.to_string(),
+    }
+}
+
+const TCP_STATES: [TcpState; 8] = [
+    TcpState::SynSent,
+    TcpState::SynReceived,
+    TcpState::Established,
+    TcpState::FinWait,
+    TcpState::CloseWait,
+    TcpState::LastAck,
+    TcpState::TimeWait,
+    TcpState::Closed,
+];
+
+/// The state as `ctl` prints and filters it (Linux conntrack's names, in lower case).
+pub fn tcp_state_name(state: TcpState) -> &'static str {
+    match state {
+        TcpState::SynSent => "syn_sent",
+        TcpState::SynReceived => "syn_recv",
+        TcpState::Established => "established",
+        TcpState::FinWait => "fin_wait",
+        TcpState::CloseWait => "close_wait",
+        TcpState::LastAck => "last_ack",
+        TcpState::TimeWait => "time_wait",
+        TcpState::Closed => "close",
+    }
+}
+
+fn tcp_state_named(name: &str) -> Option<TcpState> {
+    TCP_STATES
+        .into_iter()
+        .find(|&state| tcp_state_name(state) == name.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_compile_and_bad_fields_are_named() {
+        let spec = FilterSpec {
+            host: Some(Ipv4Addr::new(192, 168, 10, 2)),
+            protocol: Some("TCP".into()),
+            state: Some("established".into()),
+            ..FilterSpec::default()
+        };
+        let filter = spec.compile().unwrap();
+        assert_eq!(filter.protocol, Some(6));
+        assert_eq!(filter.tcp_state, Some(TcpState::Established));
+        for state in TCP_STATES {
+            assert_eq!(tcp_state_named(tcp_state_name(state)), Some(state));
+        }
+        let bad_protocol = FilterSpec {
+            protocol: Some("sctp".into()),
+            ..FilterSpec::default()
+        };
+        assert!(bad_protocol.compile().unwrap_err().starts_with("protocol:"));
+        let bad_state = FilterSpec {
+            state: Some("open".into()),
+            ..FilterSpec::default()
+        };
+        let err = bad_state.compile().unwrap_err();
+        assert!(
+            err.starts_with("state:") && err.contains("time_wait"),
+            "{err}"
+        );
+        let udp_state = FilterSpec {
+            protocol: Some("udp".into()),
+            state: Some("established".into()),
+            ..FilterSpec::default()
+        };
+        assert!(udp_state.compile().is_err());
+    }
+
+    #[test]
+    fn requests_round_trip_as_json() {
+        let request = Request::ShowFlows {
+            filter: FilterSpec {
+                port: Some(5201),
+                ..FilterSpec::default()
+            },
+            limit: 10,
+        };
+        let line = serde_json::to_string(&request).unwrap();
+        assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), request);
+        assert_eq!(
+            serde_json::from_str::<Request>("\"show_drops\"").unwrap(),
+            Request::ShowDrops
+        );
+    }
+}

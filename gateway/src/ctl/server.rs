@@ -1,0 +1,286 @@
+//! The gateway's end of `gateway ctl`: a thread that accepts on the Unix socket and answers
+//! one request per connection, in turn. Counters come from the workers' atomics; flow
+//! queries go to every worker (`super::worker_link`) and are answered when all have walked
+//! their tables, or refused naming the worker that did not answer in time.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord};
+use pipeline::{DropReason, WorkerCounters};
+use serde_json::{json, Value};
+
+use super::worker_link::{FlowListing, QuerySender, WorkerQuery};
+use super::{protocol_name, tcp_state_name, Request, MAX_FLOW_LIMIT};
+use crate::config::CtlConfig;
+
+/// How long a request may take to arrive, and the workers to answer it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+/// A request is one short JSON line.
+const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+
+/// What the ctl thread reads.
+pub struct Sources {
+    /// One per worker, in worker order.
+    pub queries: Vec<QuerySender>,
+    pub workers: Vec<Arc<WorkerCounters>>,
+    pub control: Arc<WorkerCounters>,
+}
+
+/// The running ctl thread; [`CtlServer::stop`] ends it and removes the socket.
+pub struct CtlServer {
+    thread: JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    path: PathBuf,
+}
+
+/// Binds the socket `config` names (none if empty) and starts the thread. A socket file left
+/// by a gateway that is gone is replaced; one a live gateway answers on is an error.
+pub fn serve(config: &CtlConfig, sources: Sources) -> anyhow::Result<Option<CtlServer>> {
+    if config.socket.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let path = config.socket.clone();
+    let listener = bind(&path, config.group.as_deref())
+        .with_context(|| format!("ctl.socket {}", path.display()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("ctl".into())
+            .spawn(move || accept_loop(&listener, &sources, &stop))
+            .context("starting the ctl thread")?
+    };
+    tracing::info!(socket = %path.display(), "ctl socket ready");
+    Ok(Some(CtlServer { thread, stop, path }))
+}
+
+impl CtlServer {
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the blocking accept, which then sees the flag.
+        let _ = UnixStream::connect(&self.path);
+        let _ = self.thread.join();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the directory {}", dir.display()))?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("another gateway answers on it");
+        }
+        std::fs::remove_file(path).context("removing the stale socket")?;
+    }
+    let listener = UnixListener::bind(path)?;
+    let mode = match group {
+        Some(name) => {
+            let gid = group_id(name)?;
+            std::os::unix::fs::chown(path, None, Some(gid))
+                .with_context(|| format!("giving the socket to group {name}"))?;
+            0o660
+        }
+        None => 0o600,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(listener)
+}
+
+/// The id of group `name` in /etc/group.
+fn group_id(name: &str) -> anyhow::Result<u32> {
+    let groups = std::fs::read_to_string("/etc/group").context("reading /etc/group")?;
+    groups
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(':');
+            let group = fields.next()?;
+            let gid = fields.nth(1)?.parse().ok()?;
+            (group == name).then_some(gid)
+        })
+        .next()
+        .with_context(|| format!("ctl.group: no group {name:?} in /etc/group"))
+}
+
+fn accept_loop(listener: &UnixListener, sources: &Sources, stop: &AtomicBool) {
+    for stream in listener.incoming() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        match stream {
+            Ok(stream) => {
+                if let Err(err) = answer(stream, sources) {
+                    tracing::debug!("ctl connection: {err:#}");
+                }
+            }
+            Err(err) => tracing::warn!("ctl socket accept: {err}"),
+        }
+    }
+}
+
+fn answer(stream: UnixStream, sources: &Sources) -> anyhow::Result<()> {
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take(MAX_REQUEST_BYTES)).read_line(&mut line)?;
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(request) => match handle(&request, sources) {
+            Ok(value) => json!({ "ok": value }),
+            Err(message) => json!({ "error": message }),
+        },
+        Err(err) => json!({ "error": format!("not a ctl request: {err}") }),
+    };
+    let mut writer = std::io::BufWriter::new(&stream);
+    serde_json::to_writer(&mut writer, &reply)?;
+    writer.write_all(b"\n")?;
+    writer.flush()?;
+    Ok(())
+}
+
+fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
+    match request {
+        Request::ShowFlows { filter, limit } => {
+            show_flows(&filter.compile()?, (*limit).min(MAX_FLOW_LIMIT), sources)
+        }
+        Request::ShowDrops => Ok(show_drops(sources)),
+        Request::ShowWorkers => Ok(show_workers(sources)),
+        Request::ClearFlows { filter } => clear_flows(&filter.compile()?, sources),
+    }
+}
+
+fn show_flows(filter: &FlowFilter, limit: usize, sources: &Sources) -> Result<Value, String> {
+    let mut answers = Vec::new();
+    for (worker, queries) in sources.queries.iter().enumerate() {
+        let (answer, answered) = crossbeam_channel::bounded(1);
+        let query = WorkerQuery::ListFlows {
+            filter: *filter,
+            out: Vec::with_capacity(limit),
+            answer,
+        };
+        queries
+            .try_send(query)
+            .map_err(|_| format!("worker {worker} is still busy with an earlier query"))?;
+        answers.push(answered);
+    }
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let mut flows = Vec::new();
+    let mut matched = 0;
+    for (worker, answered) in answers.iter().enumerate() {
+        let FlowListing {
+            flows: listed,
+            matched: worker_matched,
+        } = answered
+            .recv_deadline(deadline)
+            .map_err(|_| format!("worker {worker} did not answer within {ANSWER_TIMEOUT:?}"))?;
+        matched += worker_matched;
+        flows.extend(listed.iter().map(|flow| flow_json(worker, flow)));
+    }
+    flows.truncate(limit);
+    Ok(json!({ "matched": matched, "listed": flows.len(), "flows": flows }))
+}
+
+fn key_json(key: &pipeline::flow::FlowKey) -> Value {
+    json!({
+        "src": key.src.to_string(),
+        "src_port": key.src_port,
+        "dst": key.dst.to_string(),
+        "dst_port": key.dst_port,
+    })
+}
+
+fn flow_json(worker: usize, flow: &FlowRecord) -> Value {
+    json!({
+        "worker": worker,
+        "protocol": protocol_name(flow.original.protocol),
+        "state": flow.tcp_state.map(tcp_state_name),
+        "original": key_json(&flow.original),
+        "reply": key_json(&flow.reply),
+        "expires_in_seconds": flow.expires_in_ns / 1_000_000_000,
+        "replied": flow.replied,
+        "assured": flow.assured,
+        "forwarded": flow.forwarded,
+    })
+}
+
+fn clear_flows(filter: &FlowFilter, sources: &Sources) -> Result<Value, String> {
+    let mut answers = Vec::new();
+    for (worker, queries) in sources.queries.iter().enumerate() {
+        let (answer, answered) = crossbeam_channel::bounded(1);
+        queries
+            .try_send(WorkerQuery::ClearFlows {
+                filter: *filter,
+                answer,
+            })
+            .map_err(|_| format!("worker {worker} is still busy with an earlier query"))?;
+        answers.push(answered);
+    }
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let mut cleared = 0;
+    for (worker, answered) in answers.iter().enumerate() {
+        cleared += answered
+            .recv_deadline(deadline)
+            .map_err(|_| format!("worker {worker} did not answer within {ANSWER_TIMEOUT:?}"))?;
+    }
+    Ok(json!({ "cleared": cleared }))
+}
+
+/// Workers by number, then the control thread as "control".
+fn labelled(sources: &Sources) -> impl Iterator<Item = (String, &WorkerCounters)> {
+    let workers = sources
+        .workers
+        .iter()
+        .enumerate()
+        .map(|(i, counters)| (i.to_string(), &**counters));
+    workers.chain(std::iter::once(("control".to_string(), &*sources.control)))
+}
+
+fn show_drops(sources: &Sources) -> Value {
+    let mut drops = Vec::new();
+    for (worker, counters) in labelled(sources) {
+        for &reason in DropReason::ALL {
+            let packets = counters.dropped(reason);
+            if packets > 0 {
+                drops.push(
+                    json!({ "worker": worker, "reason": reason.label(), "packets": packets }),
+                );
+            }
+        }
+    }
+    json!({ "drops": drops })
+}
+
+fn show_workers(sources: &Sources) -> Value {
+    let workers: Vec<Value> = sources
+        .workers
+        .iter()
+        .enumerate()
+        .map(|(worker, c)| {
+            let (busy, idle) = (c.busy_cycles.get(), c.idle_cycles.get());
+            json!({
+                "worker": worker,
+                "rx_packets": c.rx_packets.get(),
+                "tx_packets": c.transmitted.get(),
+                "fast_path_packets": c.fast_path.get(),
+                "dropped_packets": c.dropped_total(),
+                "handoffs_sent": c.handoffs_sent.get(),
+                "handoffs_received": c.handoffs_received.get(),
+                "busy_share": if busy + idle == 0 { 0.0 } else { busy as f64 / (busy + idle) as f64 },
+                "flows": c.conntrack_entries.get(),
+                "flow_capacity": c.conntrack_capacity.get(),
+                "nat_ports_in_use": c.nat_ports_in_use.get(),
+            })
+        })
+        .collect();
+    json!({ "workers": workers })
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# gateway ctl against a running gateway (configs/lab.toml): flows, drops and workers as the
+# traffic the test made them, in tables and --json; clear flows for one host only.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ROOT/scripts/lablib.sh"
+trap cleanup EXIT
+
+"$ROOT/scripts/lab.sh" up >/dev/null
+lab_config 19131 >"$WORK/gateway.toml"
+printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/gateway.toml"
+start_gateway "$WORK/gateway.toml"
+METRICS=http://127.0.0.1:19131/metrics
+ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
+
+mode=$(stat -c %a "$WORK/run/ctl.sock")
+[[ $mode == 600 ]] || fail "ctl.socket has mode $mode: without ctl.group only root may use it"
+pass "ctl.socket made in a new directory, mode 600"
+
+# A flow the test knows: an iperf3 session LAN -> WAN through masquerade, listed while it runs.
+wan iperf3 -s -1 >/dev/null 2>&1 &
+server=$!
+sleep 0.5
+lan iperf3 -c 10.0.0.2 -t 4 >/dev/null 2>&1 &
+client=$!
+sleep 2
+ctl show flows --host 192.168.10.2 --port 5201 --json >"$WORK/flows.json"
+python3 - "$WORK/flows.json" <<'PY' || fail "show flows: the iperf3 session is not listed as expected: $(head -c 600 "$WORK/flows.json")"
+import json, sys
+answer = json.load(open(sys.argv[1]))
+flows = [f for f in answer["flows"] if f["protocol"] == "tcp"]
+assert answer["matched"] >= 2 and answer["listed"] == len(answer["flows"]), answer
+for f in flows:
+    o, r = f["original"], f["reply"]
+    assert (o["src"], o["dst"], o["dst_port"]) == ("192.168.10.2", "10.0.0.2", 5201), f
+    # Masqueraded: the replies come back to the WAN address.
+    assert (r["src"], r["src_port"], r["dst"]) == ("10.0.0.2", 5201, "10.0.0.1"), f
+    assert f["state"] == "established" and f["replied"] and not f["forwarded"], f
+    assert f["expires_in_seconds"] > 0, f
+PY
+pass "show flows: the iperf3 session 192.168.10.2 -> 10.0.0.2:5201, masqueraded to 10.0.0.1, established"
+text=$(ctl show flows --host 192.168.10.2 --port 5201)
+grep -q "established .*192.168.10.2:[0-9]* -> 10.0.0.2:5201 .*10.0.0.2:5201 -> 10.0.0.1:" <<<"$text" \
+    || fail "show flows (table) lacks the iperf3 session: $text"
+grep -q "of [0-9]* matching flows listed" <<<"$text" || fail "show flows (table) has no count: $text"
+pass "show flows as a table: $(grep -c established <<<"$text") established rows"
+wait "$client" || fail "iperf3 through masquerade"
+wait "$server" || true
+
+# A second LAN host (another address in the LAN namespace) pings too: its flow must survive
+# the first host's clear.
+lan ip addr add 192.168.10.3/24 dev eth0
+lan ping -c 2 -i 0.2 -W 2 10.0.0.2 >/dev/null || fail "ping from 192.168.10.2"
+lan ping -c 2 -i 0.2 -W 2 -I 192.168.10.3 10.0.0.2 >/dev/null || fail "ping from 192.168.10.3"
+ctl show flows --protocol icmp --json >"$WORK/icmp.json"
+python3 - "$WORK/icmp.json" <<'PY' || fail "show flows --protocol icmp: $(head -c 600 "$WORK/icmp.json")"
+import json, sys
+flows = json.load(open(sys.argv[1]))["flows"]
+sources = sorted(f["original"]["src"] for f in flows)
+assert sources == ["192.168.10.2", "192.168.10.3"], sources
+assert all(f["protocol"] == "icmp" and f["state"] is None and f["reply"]["dst"] == "10.0.0.1" for f in flows), flows
+PY
+pass "show flows --protocol icmp: one echo flow per LAN host, masqueraded"
+
+# Drops: an unsolicited WAN connection attempt is a firewall drop.
+wan ip route replace 192.168.10.0/24 via 10.0.0.1
+wan timeout 3 bash -c 'exec 3<>/dev/tcp/192.168.10.2/22' 2>/dev/null && fail "unsolicited WAN connection got through"
+ctl show drops --json >"$WORK/drops.json"
+python3 - "$WORK/drops.json" <<'PY' || fail "show drops: $(head -c 600 "$WORK/drops.json")"
+import json, sys
+drops = json.load(open(sys.argv[1]))["drops"]
+assert all(d["packets"] > 0 for d in drops), drops
+assert sum(d["packets"] for d in drops if d["reason"] == "firewall_drop") >= 1, drops
+PY
+drops_table=$(ctl show drops)
+grep -q "firewall_drop" <<<"$drops_table" || fail "show drops (table) lacks firewall_drop: $drops_table"
+pass "show drops: the unsolicited SYN counted as firewall_drop"
+
+workers=$(grep -c '' < <(sed -n 's/^lcores = \[\(.*\)\]/\1/p' "$WORK/gateway.toml" | tr ',' '\n'))
+ctl show workers --json >"$WORK/workers.json"
+entries=$(metric 'gateway_conntrack_entries')
+python3 - "$WORK/workers.json" "$workers" "$entries" <<'PY' || fail "show workers: $(head -c 600 "$WORK/workers.json")"
+import json, sys
+workers = json.load(open(sys.argv[1]))["workers"]
+assert len(workers) == int(sys.argv[2]), workers
+assert sum(w["rx_packets"] for w in workers) > 1000, workers
+assert all(0 <= w["busy_share"] <= 1 and w["flow_capacity"] > 0 for w in workers), workers
+assert abs(sum(w["flows"] for w in workers) - int(sys.argv[3])) <= 2, (workers, sys.argv[3])
+PY
+pass "show workers: $workers worker(s), their packets and flows agree with the metrics"
+
+# Clear: one host's flows end, the other's stay, and the metrics agree.
+before=$(ctl show flows --host 192.168.10.3 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["matched"])')
+cleared=$(ctl clear flows --host 192.168.10.2 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["cleared"])')
+(( cleared >= 3 )) || fail "clear flows --host 192.168.10.2 cleared $cleared flows (iperf3's two and a ping)"
+left=$(ctl show flows --host 192.168.10.2 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["matched"])')
+(( left == 0 )) || fail "$left flows of 192.168.10.2 left after clear"
+after=$(ctl show flows --host 192.168.10.3 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["matched"])')
+(( before >= 1 && after == before )) || fail "the other host's flows went from $before to $after"
+sleep 1.5
+entries_after=$(metric 'gateway_conntrack_entries')
+(( entries_after <= entries - cleared + 2 )) || fail "conntrack_entries $entries -> $entries_after after clearing $cleared"
+pass "clear flows --host 192.168.10.2: $cleared flows ended, 192.168.10.3 keeps its $after, conntrack_entries $entries -> $entries_after"
+
+# Operator mistakes get an error naming what is wrong, never a cleared table.
+if out=$(ctl clear flows 2>&1); then fail "clear flows without a filter ran: $out"; fi
+grep -q -- "--all" <<<"$out" || fail "clear flows without a filter: $out"
+if out=$(ctl show flows --state open 2>&1); then fail "show flows --state open ran: $out"; fi
+grep -q "state: \"open\" is not one of" <<<"$out" || fail "a bad state: $out"
+reply=$(python3 - "$WORK/run/ctl.sock" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"drop table flows\n")
+print(s.makefile().readline().strip())
+PY
+)
+grep -q '"error":"not a ctl request' <<<"$reply" || fail "a garbage request: $reply"
+pass "a clear without a filter, a bad state and a garbage request get errors naming the problem"
+
+stop_gateway
+[[ ! -e $WORK/run/ctl.sock ]] || fail "ctl.socket left behind after stop"
+pass "gateway stops cleanly and removes ctl.socket"
