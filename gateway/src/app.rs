@@ -178,6 +178,8 @@ struct Gateway<'a> {
     metrics_thread: Option<std::thread::JoinHandle<()>>,
     metrics_stop: Arc<AtomicBool>,
     ctl_server: Option<crate::ctl::server::CtlServer>,
+    /// Sends the NAT log; dropped after the workers, so it sends what they queued last.
+    nat_logger: Option<crate::nat_log::NatLogger>,
     metrics_failed: bool,
     meter_export: Arc<Published<MeterExport>>,
     netlink_thread: Option<std::thread::JoinHandle<()>>,
@@ -353,6 +355,7 @@ impl<'a> Gateway<'a> {
         // Declared after the ports, rings and pool: dropped first, on every path out of here.
         let mut running_workers = Workers::new(stop.clone());
         let mut ctl_queries = Vec::new();
+        let mut nat_logs = Vec::new();
         for (index, &lcore) in worker_lcores.iter().enumerate() {
             let (to_control, from_worker) = MbufRing::create(
                 eal,
@@ -373,7 +376,13 @@ impl<'a> Gateway<'a> {
             // Allocated even while the meter is off, so that a reload can switch it on.
             let meter = Arc::new(HostMeter::new(config.traffic_meter.capacity));
             meters.push(meter.clone());
-            let setup = worker_setup(config, index as u16, workers, Some(meter));
+            let nat_log = config.nat.log.enabled().then(|| {
+                Arc::new(pipeline::state::nat::NatLog::new(
+                    config.nat.log.queue_events,
+                ))
+            });
+            nat_logs.extend(nat_log.clone());
+            let setup = worker_setup(config, index as u16, workers, Some(meter), nat_log);
             let pipeline =
                 Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
                     .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
@@ -495,6 +504,7 @@ impl<'a> Gateway<'a> {
         let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
             &config.traffic_meter,
         ))));
+        let nat_logger = crate::nat_log::spawn(&config.nat.log, nat_logs)?;
         let metrics = Metrics::new(Sources {
             ports: port_monitors,
             bonds: bond_watch.clone(),
@@ -508,6 +518,7 @@ impl<'a> Gateway<'a> {
             control: control_counters.clone(),
             reload: reload_status.clone(),
             snapshot: snapshot_status.clone(),
+            nat_log: nat_logger.as_ref().map(|logger| logger.stats.clone()),
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));
         let metrics_thread = match metrics::serve(
@@ -562,6 +573,7 @@ impl<'a> Gateway<'a> {
             metrics_thread,
             metrics_stop,
             ctl_server,
+            nat_logger,
             metrics_failed,
             meter_export,
             netlink_thread,
@@ -692,6 +704,7 @@ impl<'a> Gateway<'a> {
             metrics_thread,
             metrics_stop,
             ctl_server,
+            nat_logger,
             metrics_failed,
             meter_export: _meter_export,
             netlink_thread,
@@ -723,6 +736,7 @@ impl<'a> Gateway<'a> {
             let _ = thread.join();
         }
         let mut failures = running_workers.stop_and_join();
+        drop(nat_logger);
         drop(loader);
         if worker_died && failures.is_empty() {
             failures.push("a worker stopped without being told to".into());

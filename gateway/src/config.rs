@@ -573,6 +573,40 @@ pub struct NatConfig {
     /// NAT bindings (so external ports) one internal host may hold per worker.
     pub host_ports: u32,
     pub port_forwards: Vec<PortForwardConfig>,
+    /// The NAT log: each mapping's creation and deletion, to syslog.
+    pub log: NatLogConfig,
+}
+
+/// `[nat.log]`: mapping events (`crate::nat_log`) as RFC 5424 syslog messages.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatLogConfig {
+    /// Send each event as one UDP datagram (RFC 5426) to this syslog receiver.
+    pub syslog_udp: Option<SocketAddr>,
+    /// Send each event as one datagram to this Unix socket (`/dev/log`: the host's syslog).
+    pub syslog_unix: Option<PathBuf>,
+    /// The syslog facility: 16 (local0) to 23 (local7), or any of 0-23.
+    pub facility: u8,
+    /// Events each worker may hold between two sends (every 100 ms); beyond, they are lost
+    /// and counted (`gateway_nat_log_events_total{result="lost"}`).
+    pub queue_events: usize,
+}
+
+impl Default for NatLogConfig {
+    fn default() -> Self {
+        NatLogConfig {
+            syslog_udp: None,
+            syslog_unix: None,
+            facility: 16,
+            queue_events: 65536,
+        }
+    }
+}
+
+impl NatLogConfig {
+    pub fn enabled(&self) -> bool {
+        self.syslog_udp.is_some() || self.syslog_unix.is_some()
+    }
 }
 
 impl Default for NatConfig {
@@ -586,6 +620,7 @@ impl Default for NatConfig {
             binding_capacity: 65536,
             host_ports: pipeline::pipeline::DEFAULT_HOST_PORTS,
             port_forwards: Vec::new(),
+            log: NatLogConfig::default(),
         }
     }
 }
@@ -1125,6 +1160,7 @@ impl GatewayConfig {
             ));
         }
         self.validate_state()?;
+        self.validate_nat_log()?;
         if self.neighbors.locktime_ms >= self.neighbors.reachable_secs.saturating_mul(1000) {
             return Err(invalid(
                 "neighbors.locktime_ms",
@@ -1137,6 +1173,34 @@ impl GatewayConfig {
 
     /// The state directory must be absolute (the service's working directory is no place
     /// for state) and, where it exists, a directory.
+    fn validate_nat_log(&self) -> Result<(), ConfigError> {
+        let log = &self.nat.log;
+        if log.facility > 23 {
+            return Err(invalid(
+                "nat.log.facility",
+                format!(
+                    "{} is not a syslog facility (0-23; local0 is 16)",
+                    log.facility
+                ),
+            ));
+        }
+        if !(1..=1 << 24).contains(&log.queue_events) {
+            return Err(invalid(
+                "nat.log.queue_events",
+                format!("{} is not between 1 and 16777216", log.queue_events),
+            ));
+        }
+        if let Some(path) = &log.syslog_unix {
+            if !path.is_absolute() {
+                return Err(invalid(
+                    "nat.log.syslog_unix",
+                    format!("{} is not an absolute path", path.display()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_state(&self) -> Result<(), ConfigError> {
         let directory = &self.state.directory;
         if !directory.is_absolute() {

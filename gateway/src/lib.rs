@@ -13,6 +13,7 @@ pub mod egress;
 pub mod handoff;
 pub mod liveness;
 pub mod metrics;
+pub mod nat_log;
 pub mod netlink;
 pub mod pipeline_config;
 pub mod published;

@@ -129,6 +129,8 @@ pub struct Sources {
     pub reload: Arc<ReloadStatus>,
     /// What the start-up restore of the state snapshot did.
     pub snapshot: Arc<crate::snapshot::SnapshotStatus>,
+    /// The NAT log's sends, when `[nat.log]` names a destination.
+    pub nat_log: Option<Arc<crate::nat_log::NatLogStats>>,
 }
 
 /// A counter family whose value per label set is read from a source of type `T`.
@@ -161,6 +163,7 @@ pub struct Metrics {
     snapshot_restored: IntGauge,
     snapshot_skipped: IntGaugeVec,
     snapshot_refused: IntGauge,
+    nat_log_events: IntCounterVec,
     qos_bytes: IntCounterVec,
     qos_packets: IntCounterVec,
     qos_share: IntGaugeVec,
@@ -372,6 +375,7 @@ pub fn metric_names() -> Vec<String> {
         "snapshot_restored_flows",
         "snapshot_skipped_flows",
         "snapshot_refused",
+        "nat_log_events_total",
         "worker_heartbeat_age_seconds",
         "qos_bytes_total",
         "qos_packets_total",
@@ -509,6 +513,12 @@ impl Metrics {
                 &registry,
                 "snapshot_refused",
                 "1 if a state snapshot was found at start and refused whole (corrupt, truncated, foreign, other version).",
+            ),
+            nat_log_events: counter_vec(
+                &registry,
+                "nat_log_events_total",
+                "NAT log events (mapping created or deleted) by result: sent, send_failed, lost (a worker's queue was full).",
+                &["result"],
             ),
             qos_bytes: counter_vec(
                 &registry,
@@ -745,6 +755,16 @@ impl Metrics {
             .set(snapshot.restored.load(Ordering::Relaxed) as i64);
         self.snapshot_refused
             .set(i64::from(snapshot.refused.load(Ordering::Relaxed)));
+        if let Some(nat_log) = &self.sources.nat_log {
+            let results = [
+                ("sent", nat_log.sent.load(Ordering::Relaxed)),
+                ("send_failed", nat_log.send_failed.load(Ordering::Relaxed)),
+                ("lost", nat_log.lost()),
+            ];
+            for (result, count) in results {
+                sync_counter(&self.nat_log_events, &[result], count);
+            }
+        }
         for (reason, skipped) in pipeline::pipeline::snapshot::Skip::ALL
             .iter()
             .zip(&snapshot.skipped)

@@ -37,7 +37,7 @@ pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
     let router = std::sync::Arc::new(router_config(config, &macs)?);
     let workers = config.workers.lcores.len() as u16;
     for worker in 0..workers {
-        let mut setup = worker_setup(config, worker, workers, None);
+        let mut setup = worker_setup(config, worker, workers, None, None);
         // The table's size was validated; a small one spares check-config the memory.
         setup.conntrack.capacity = 1;
         pipeline::Pipeline::for_worker(
@@ -57,6 +57,7 @@ pub fn worker_setup(
     worker: u16,
     workers: u16,
     meter: Option<std::sync::Arc<pipeline::features::meter::HostMeter>>,
+    nat_log: Option<std::sync::Arc<pipeline::state::nat::NatLog>>,
 ) -> pipeline::WorkerSetup {
     pipeline::WorkerSetup {
         worker,
@@ -67,6 +68,7 @@ pub fn worker_setup(
         nat_host_ports: config.nat.host_ports,
         meter,
         fast_path: true,
+        nat_log,
     }
 }
 

@@ -46,6 +46,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.nat.masquerade != new.nat.masquerade {
         fields.push("nat.masquerade".to_string());
     }
+    // Each worker's event queue is made at start, and the sending thread with it.
+    if running.nat.log != new.nat.log {
+        fields.push("nat.log".to_string());
+    }
     // The control thread builds its neighbour table once, at start.
     if running.neighbors != new.neighbors {
         fields.push("neighbors".to_string());
@@ -116,6 +120,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack = running.conntrack.clone();
     merged.nat.binding_capacity = running.nat.binding_capacity;
+    merged.nat.log = running.nat.log.clone();
     merged.nat.host_ports = running.nat.host_ports;
     merged.nat.port_range = running.nat.port_range;
     merged.nat.masquerade = running.nat.masquerade.clone();

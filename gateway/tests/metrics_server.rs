@@ -42,6 +42,7 @@ impl Server {
             reload: Arc::new(ReloadStatus::new()),
             heartbeats: Vec::new(),
             snapshot: Default::default(),
+            nat_log: None,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

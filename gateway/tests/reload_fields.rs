@@ -479,6 +479,10 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "\"/etc/gateway/web-config.yml\"",
         None,
     ),
+    ("nat.log.syslog_udp", Restart, "\"127.0.0.1:5514\"", None),
+    ("nat.log.syslog_unix", Restart, "\"/run/other-log\"", None),
+    ("nat.log.facility", Restart, "17", None),
+    ("nat.log.queue_events", Restart, "1024", None),
     ("ctl.socket", Restart, "\"/run/gateway/other.sock\"", None),
     ("ctl.group", Restart, "\"adm\"", None),
     ("traffic_meter.enabled", Applied, "false", None),
@@ -613,6 +617,11 @@ protocol = "tcp"
 port = 8080
 to = "192.168.10.2"
 to_port = 80
+[nat.log]
+syslog_udp = "127.0.0.1:514"
+syslog_unix = "/dev/log"
+facility = 16
+queue_events = 65536
 
 [firewall]
 recheck_established = false
@@ -949,7 +958,7 @@ fn every_field_is_applied_by_a_reload_or_reported_as_needing_a_restart() {
 }
 
 /// The README's list of what needs a restart names every restart-only field (by itself, its
-/// section, or, per interface, its name), and nothing that applies.
+/// section or subsection, or, per interface, its name), and nothing that applies.
 #[test]
 fn the_readme_lists_what_needs_a_restart() {
     let readme = include_str!("../../README.md");
@@ -968,6 +977,12 @@ fn the_readme_lists_what_needs_a_restart() {
         let mut names = vec![field.to_string()];
         let section = field.split(['.', '[']).next().unwrap().to_string();
         names.push(section);
+        // A subsection (`nat.log` for `nat.log.facility`).
+        names.extend(
+            field
+                .match_indices('.')
+                .map(|(dot, _)| field[..dot].to_string()),
+        );
         if let Some(rest) = field.strip_prefix("interfaces[].") {
             names.push(rest.split('.').next().unwrap().to_string());
         }

@@ -26,7 +26,7 @@ use pipeline::pipeline::config::{PortForward, Stateful};
 use pipeline::pipeline::flow_listing::FlowFilter;
 use pipeline::state::conntrack::{ConntrackConfig, TcpState, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::state::nat::Ownership;
+use pipeline::state::nat::{NatEventKind, NatLog, Ownership};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig,
@@ -2317,6 +2317,7 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         nat_host_ports: pipeline::pipeline::DEFAULT_HOST_PORTS,
         meter: None,
         fast_path: true,
+        nat_log: None,
     }
 }
 
@@ -2940,4 +2941,59 @@ fn flows_are_listed_and_cleared_by_filter_a_slice_at_a_time() {
         &[],
     );
     gw.expect_drop(&late, LAN, now, DropReason::ConntrackInvalid);
+}
+
+/// `[nat.log]`: a mapping is logged when an internal endpoint first gets its external port,
+/// and when the last flow holding it ends; flows sharing the mapping (endpoint-independent)
+/// add no line, and each line names the protocol and both endpoints.
+#[test]
+fn the_nat_log_tells_each_mapping_made_and_freed_once() {
+    let log = Arc::new(NatLog::new(64));
+    let setup = WorkerSetup {
+        conntrack: ConntrackConfig {
+            capacity: 64,
+            timeouts: Timeouts {
+                udp_ns: 5 * SECOND,
+                ..Timeouts::default()
+            },
+            ..ConntrackConfig::default()
+        },
+        nat_log: Some(log.clone()),
+        ..WorkerSetup::default()
+    };
+    let mut gw = Gateway::with(home(), setup);
+    let drain = |log: &NatLog| {
+        let mut events = Vec::new();
+        log.drain(|event| events.push(event));
+        events
+    };
+    let query = |dst: Endpoint| udp(LAN, (HOST, 5300), dst, &data(20));
+    assert_eq!(
+        gw.process(&query((REMOTE, 53)), LAN, SECOND).0,
+        Verdict::Transmit { port: WAN }
+    );
+    assert_eq!(
+        gw.process(&query((OTHER_REMOTE, 53)), LAN, 2 * SECOND).0,
+        Verdict::Transmit { port: WAN }
+    );
+    let made = drain(&log);
+    assert_eq!(made.len(), 1, "two flows, one mapping: {made:?}");
+    assert_eq!(made[0].kind, NatEventKind::Create);
+    assert_eq!(made[0].protocol, UDP);
+    assert_eq!(made[0].internal, (ip(HOST), 5300));
+    let external = made[0].external;
+    assert_eq!(external.0, ip(WAN_ADDR));
+
+    // The first flow expires: the mapping stays for the second.
+    gw.tables(6 * SECOND + 1);
+    assert!(drain(&log).is_empty());
+    gw.tables(7 * SECOND + 1);
+    let freed = drain(&log);
+    assert_eq!(freed.len(), 1, "{freed:?}");
+    assert_eq!(freed[0].kind, NatEventKind::Delete);
+    assert_eq!(
+        (freed[0].internal, freed[0].external),
+        ((ip(HOST), 5300), external)
+    );
+    assert_eq!(log.lost(), 0);
 }

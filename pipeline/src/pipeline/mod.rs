@@ -23,7 +23,7 @@ use crate::counters::WorkerCounters;
 use crate::features::content::{ContentInspector, DEFAULT_SLOTS};
 use crate::features::meter::HostMeter;
 use crate::state::conntrack::{ConntrackConfig, FlowTable};
-use crate::state::nat::{NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
+use crate::state::nat::{NatLog, NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
@@ -63,6 +63,8 @@ pub struct WorkerSetup {
     /// Established flows take the fast path ([`crate::pipeline::fast_path`]). Off only to compare the
     /// two paths (the differential test, a bench run of the full path alone).
     pub fast_path: bool,
+    /// Where this worker's NAT pool tells its bindings made and freed (`[nat.log]`).
+    pub nat_log: Option<Arc<NatLog>>,
 }
 
 impl Default for WorkerSetup {
@@ -76,6 +78,7 @@ impl Default for WorkerSetup {
             nat_host_ports: DEFAULT_HOST_PORTS,
             meter: None,
             fast_path: true,
+            nat_log: None,
         }
     }
 }
@@ -176,6 +179,7 @@ impl Pipeline {
             bindings: setup.nat_bindings,
             host_ports: setup.nat_host_ports,
             hosts: setup.conntrack.hosts,
+            log: setup.nat_log.clone(),
         };
         let mut pipeline = Pipeline {
             nat_setup,
@@ -262,7 +266,10 @@ impl Pipeline {
                 .ok()
             })
             .flatten()
-            .map(|pool| pool.with_host_limit(setup.host_ports, setup.hosts));
+            .map(|pool| {
+                pool.with_host_limit(setup.host_ports, setup.hosts)
+                    .with_log(setup.log.clone())
+            });
         if let Some(pool) = pool.as_mut() {
             self.flows.export(0, |flow| {
                 if let Some((protocol, address, port)) = flow.data.binding {
@@ -832,6 +839,7 @@ struct NatSetup {
     bindings: usize,
     host_ports: u32,
     hosts: usize,
+    log: Option<Arc<NatLog>>,
 }
 
 /// The NAT pool of a worker, when any interface masquerades.
@@ -847,7 +855,12 @@ fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool
         Ownership::new(setup.workers),
         setup.nat_bindings,
     )
-    .map(|pool| Some(pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts)))
+    .map(|pool| {
+        Some(
+            pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts)
+                .with_log(setup.nat_log.clone()),
+        )
+    })
 }
 
 /// Source-routed datagrams (RFC 7126) and options that do not parse are not forwarded. Most

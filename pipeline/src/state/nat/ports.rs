@@ -45,7 +45,9 @@ use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
+use super::log::{NatEvent, NatEventKind, NatLog};
 use crate::state::hosts::{HostCounts, Refusal};
 use crate::wire::ipv4::protocol;
 
@@ -399,6 +401,8 @@ pub struct NatPool {
     by_external: Index,
     /// Bindings per internal host, when limited.
     hosts: Option<HostCounts<1>>,
+    /// Where new and freed bindings are told, when logged.
+    log: Option<Arc<NatLog>>,
 }
 
 impl fmt::Debug for NatPool {
@@ -492,7 +496,16 @@ impl NatPool {
             by_external: Index::new(binding_capacity, random.hash_one(0x6578_7465_726e_616c_u64)),
             addresses,
             hosts: None,
+            log: None,
         })
+    }
+
+    /// Tells `log` of every binding made by [`allocate`](Self::allocate) and of every one
+    /// the last [`release`](Self::release) frees (restored bindings continue a mapping, so
+    /// they are not news).
+    pub fn with_log(mut self, log: Option<Arc<NatLog>>) -> NatPool {
+        self.log = log;
+        self
     }
 
     /// Limits every internal host to `ports_per_host` bindings (0 is taken as 1), counted in
@@ -541,6 +554,7 @@ impl NatPool {
         protocol: u8,
         internal: (Ipv4Addr, u16),
     ) -> Result<(Ipv4Addr, u16), Option<AllocError>> {
+        let ip_protocol = protocol;
         let protocol = protocol_index(protocol).ok_or(None)?;
         let (ip, port) = (u32::from(internal.0), internal.1);
         let key = internal_key(protocol, ip, port);
@@ -604,12 +618,22 @@ impl NatPool {
         };
         self.by_internal.slots[internal_slot] = binding;
         self.by_external.slots[external_slot] = binding;
-        Ok((self.addresses[address], external_port))
+        let external = (self.addresses[address], external_port);
+        if let Some(log) = &self.log {
+            log.record(NatEvent {
+                kind: NatEventKind::Create,
+                protocol: ip_protocol,
+                internal,
+                external,
+            });
+        }
+        Ok(external)
     }
 
     /// Drops one flow's hold on the binding of `external`; the last release frees the port.
     /// Returns false (and changes nothing) if there is no such binding.
     pub fn release(&mut self, protocol: u8, external: (Ipv4Addr, u16)) -> bool {
+        let ip_protocol = protocol;
         let Some((protocol, address)) = self.external_group(protocol, external.0) else {
             return false;
         };
@@ -650,6 +674,15 @@ impl NatPool {
             if !self.is_reserved(protocol, slot) {
                 self.put(protocol * self.addresses.len() + address, slot);
             }
+        }
+        if let Some(log) = &self.log {
+            let freed = &self.bindings[binding];
+            log.record(NatEvent {
+                kind: NatEventKind::Delete,
+                protocol: ip_protocol,
+                internal: (Ipv4Addr::from(freed.internal_ip), freed.internal_port),
+                external,
+            });
         }
         true
     }

@@ -1,0 +1,102 @@
+//! NAT mapping events for the operator's log (`[nat.log]`): a mapping's creation, when an
+//! internal endpoint first gets an external port, and its deletion, when the last flow
+//! holding it ends. A worker records them in a bounded lock-free queue of its own; a thread
+//! off the workers drains it and sends them. A full queue loses the event, counted, and never
+//! holds up a packet.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_queue::ArrayQueue;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatEventKind {
+    Create,
+    Delete,
+}
+
+impl NatEventKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            NatEventKind::Create => "create",
+            NatEventKind::Delete => "delete",
+        }
+    }
+}
+
+/// One mapping event, as RFC 8158's NAT44 BIB events describe it (no destination: a mapping
+/// is endpoint-independent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatEvent {
+    pub kind: NatEventKind,
+    /// The IP protocol (6, 17, 1: the port is an ICMP query id).
+    pub protocol: u8,
+    pub internal: (Ipv4Addr, u16),
+    pub external: (Ipv4Addr, u16),
+}
+
+/// One worker's queue of events, written by that worker only.
+#[derive(Debug)]
+pub struct NatLog {
+    queue: ArrayQueue<NatEvent>,
+    lost: AtomicU64,
+}
+
+impl NatLog {
+    /// Room for `capacity` events between two drains (at least one). Allocates: at set-up.
+    pub fn new(capacity: usize) -> NatLog {
+        NatLog {
+            queue: ArrayQueue::new(capacity.max(1)),
+            lost: AtomicU64::new(0),
+        }
+    }
+
+    /// Queues `event`, or counts it lost when the queue is full. Lock-free, no allocation.
+    #[inline]
+    pub(crate) fn record(&self, event: NatEvent) {
+        if self.queue.push(event).is_err() {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes every queued event, oldest first.
+    pub fn drain(&self, mut each: impl FnMut(NatEvent)) {
+        while let Some(event) = self.queue.pop() {
+            each(event);
+        }
+    }
+
+    /// Events lost to a full queue since start.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(port: u16) -> NatEvent {
+        NatEvent {
+            kind: NatEventKind::Create,
+            protocol: 17,
+            internal: (Ipv4Addr::new(192, 168, 10, 2), port),
+            external: (Ipv4Addr::new(10, 0, 0, 1), port),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_counts_what_it_loses_and_drains_in_order() {
+        let log = NatLog::new(2);
+        for port in 1..=3 {
+            log.record(event(port));
+        }
+        assert_eq!(log.lost(), 1);
+        let mut drained = Vec::new();
+        log.drain(|e| drained.push(e.internal.1));
+        assert_eq!(drained, [1, 2]);
+        log.record(event(4));
+        log.drain(|e| drained.push(e.internal.1));
+        assert_eq!(drained, [1, 2, 4]);
+    }
+}

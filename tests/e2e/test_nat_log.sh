@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The NAT log ([nat.log]) received by a real syslog server (rsyslog): one create and one
+# delete message per mapping of a short UDP exchange through masquerade, in RFC 5424 form,
+# and none for a second flow that shares the mapping.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ROOT/scripts/lablib.sh"
+trap 'kill "$(cat "$WORK/rsyslog.pid" 2>/dev/null)" 2>/dev/null || true; cleanup' EXIT
+
+SYSLOG_PORT=19514
+mkdir -p "$WORK/rsyslog"
+cat >"$WORK/rsyslog.conf" <<CONF
+global(workDirectory="$WORK/rsyslog")
+module(load="imudp")
+input(type="imudp" address="127.0.0.1" port="$SYSLOG_PORT" ruleset="nat")
+template(name="raw" type="string" string="%rawmsg%\n")
+ruleset(name="nat") {
+    action(type="omfile" file="$WORK/nat.log" template="raw" flushOnTXEnd="on" asyncWriting="off")
+}
+CONF
+rsyslogd -f "$WORK/rsyslog.conf" -i "$WORK/rsyslog.pid" || fail "rsyslogd did not start"
+for _ in $(seq 1 50); do
+    ss -lnu | grep -q "127.0.0.1:$SYSLOG_PORT " && break
+    sleep 0.1
+done
+ss -lnu | grep -q "127.0.0.1:$SYSLOG_PORT " || fail "rsyslogd is not listening on UDP $SYSLOG_PORT"
+
+"$ROOT/scripts/lab.sh" up >/dev/null
+lab_config 19141 >"$WORK/gateway.toml"
+# UDP flows time out after 2 s here, so the mapping's delete comes within the test.
+sed -i 's/^udp_secs = .*/udp_secs = 2/' "$WORK/gateway.toml"
+printf '\n[nat.log]\nsyslog_udp = "127.0.0.1:%s"\nfacility = 17\n' "$SYSLOG_PORT" >>"$WORK/gateway.toml"
+start_gateway "$WORK/gateway.toml"
+METRICS=http://127.0.0.1:19141/metrics
+
+# A UDP server on the WAN host answers each datagram; the LAN host sends from port 5300 to two
+# of its ports: two flows, one mapping (endpoint-independent).
+wan python3 - <<'PY' &
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.0.0.2", 9999))
+t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+t.bind(("10.0.0.2", 9998))
+s.settimeout(10)
+t.settimeout(10)
+for sock in (s, t):
+    data, peer = sock.recvfrom(100)
+    sock.sendto(data, peer)
+PY
+echo_server=$!
+sleep 0.5
+lan python3 - <<'PY' || fail "the UDP exchange through masquerade failed"
+import socket
+c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+c.bind(("192.168.10.2", 5300))
+c.settimeout(3)
+for port in (9999, 9998):
+    c.sendto(b"nat log", ("10.0.0.2", port))
+    assert c.recvfrom(100)[0] == b"nat log"
+PY
+wait "$echo_server" || true
+pass "UDP from 192.168.10.2:5300 to two ports of the WAN host and back through masquerade"
+
+# Both flows expire (2 s, then the sweep), the mapping goes, and its delete is sent.
+for _ in $(seq 1 80); do
+    grep -q 'event="delete"' "$WORK/nat.log" 2>/dev/null && break
+    sleep 0.1
+done
+grep -q 'event="delete"' "$WORK/nat.log" 2>/dev/null || fail "no delete message within 8 s: $(cat "$WORK/nat.log" 2>/dev/null)"
+sleep 0.3
+python3 - "$WORK/nat.log" <<'PY' || fail "the NAT log is not one create and one delete for 192.168.10.2:5300: $(cat "$WORK/nat.log")"
+import re, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if "192.168.10.2:5300" in l]
+assert len(lines) == 2, lines
+pattern = re.compile(
+    r'^<142>1 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S+ gateway \d+ NAT '
+    r'\[nat@32473 event="(create|delete)" protocol="udp" inside="192\.168\.10\.2:5300" '
+    r'outside="10\.0\.0\.1:(\d+)"\] NAT mapping (create|delete) udp 192\.168\.10\.2:5300 -> 10\.0\.0\.1:(\d+)$')
+matches = [pattern.match(l) for l in lines]
+assert all(matches), lines
+assert [m.group(1) for m in matches] == ["create", "delete"], lines
+assert len({m.group(2) for m in matches}) == 1, "the same external port in both"
+PY
+pass "rsyslog got one create and one delete (RFC 5424, facility local1) for the mapping 192.168.10.2:5300 -> 10.0.0.1"
+sent=$(metric 'gateway_nat_log_events_total{result="sent"')
+lost=$(metric 'gateway_nat_log_events_total{result="lost"')
+(( sent >= 2 && lost == 0 )) || fail "nat_log_events_total: sent $sent, lost $lost"
+pass "metrics: $sent NAT log events sent, none lost"
+
+stop_gateway
+pass "gateway stops cleanly"
