@@ -324,7 +324,9 @@ impl<'a> Gateway<'a> {
         let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
         let twins = Twins::start(eal, config, &macs, &pool)?;
         let mut punt_rings = Vec::new();
-        // The metrics thread's view of each port, taken before the queues leave for the workers.
+        // The ctl thread's and the metrics thread's view of each port, taken before the queues
+        // leave for the workers.
+        let ctl_ports: Vec<_> = ports.iter().map(|port| port.monitor()).collect();
         let port_monitors: Vec<_> = ports
             .iter()
             .map(|port| {
@@ -476,6 +478,7 @@ impl<'a> Gateway<'a> {
             ..NeighborConfig::default()
         };
         let router_published = router.clone();
+        let neighbors_published = neighbors.clone();
         let mut control = ControlPlane::new(
             control_to_worker,
             from_workers,
@@ -541,6 +544,10 @@ impl<'a> Gateway<'a> {
                 queries: ctl_queries,
                 workers: worker_counters.clone(),
                 control: control_counters.clone(),
+                interface_names: config.interfaces.iter().map(|i| i.name.clone()).collect(),
+                ports: ctl_ports,
+                router: router_published.clone(),
+                neighbors: neighbors_published,
             },
         )
         .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))

@@ -587,6 +587,10 @@ pub struct NatLogConfig {
     pub syslog_unix: Option<PathBuf>,
     /// The syslog facility: 16 (local0) to 23 (local7), or any of 0-23.
     pub facility: u8,
+    /// Send the events as IPFIX (RFC 8158 NAT44 BIB records) to this collector over UDP.
+    pub ipfix_udp: Option<SocketAddr>,
+    /// The IPFIX observation domain id the messages carry.
+    pub ipfix_domain: u32,
     /// Events each worker may hold between two sends (every 100 ms); beyond, they are lost
     /// and counted (`gateway_nat_log_events_total{result="lost"}`).
     pub queue_events: usize,
@@ -598,6 +602,8 @@ impl Default for NatLogConfig {
             syslog_udp: None,
             syslog_unix: None,
             facility: 16,
+            ipfix_udp: None,
+            ipfix_domain: 1,
             queue_events: 65536,
         }
     }
@@ -605,7 +611,7 @@ impl Default for NatLogConfig {
 
 impl NatLogConfig {
     pub fn enabled(&self) -> bool {
-        self.syslog_udp.is_some() || self.syslog_unix.is_some()
+        self.syslog_udp.is_some() || self.syslog_unix.is_some() || self.ipfix_udp.is_some()
     }
 }
 

@@ -98,6 +98,12 @@ enum Show {
     Drops,
     /// Each worker's packets, busy share, handoffs and flow table.
     Workers,
+    /// Each interface's address, MAC, MTU, link and counters.
+    Interfaces,
+    /// The routing table (connected, static and kernel routes).
+    Routes,
+    /// The resolved neighbours (ARP).
+    Neighbors,
 }
 
 #[derive(Subcommand)]
@@ -149,6 +155,9 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
             },
             Show::Drops => Request::ShowDrops,
             Show::Workers => Request::ShowWorkers,
+            Show::Interfaces => Request::ShowInterfaces,
+            Show::Routes => Request::ShowRoutes,
+            Show::Neighbors => Request::ShowNeighbors,
         },
         CtlCommand::Clear {
             what: Clear::Flows { filter, all },

@@ -483,6 +483,8 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("nat.log.syslog_unix", Restart, "\"/run/other-log\"", None),
     ("nat.log.facility", Restart, "17", None),
     ("nat.log.queue_events", Restart, "1024", None),
+    ("nat.log.ipfix_udp", Restart, "\"127.0.0.1:4740\"", None),
+    ("nat.log.ipfix_domain", Restart, "7", None),
     ("ctl.socket", Restart, "\"/run/gateway/other.sock\"", None),
     ("ctl.group", Restart, "\"adm\"", None),
     ("traffic_meter.enabled", Applied, "false", None),
@@ -622,6 +624,8 @@ syslog_udp = "127.0.0.1:514"
 syslog_unix = "/dev/log"
 facility = 16
 queue_events = 65536
+ipfix_udp = "127.0.0.1:4739"
+ipfix_domain = 1
 
 [firewall]
 recheck_established = false

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gateway ctl against a running gateway (configs/lab.toml): flows, drops and workers as the
-# traffic the test made them, in tables and --json; clear flows for one host only.
+# gateway ctl against a running gateway (configs/lab.toml): flows, drops, workers, interfaces,
+# routes and neighbours as the lab and the test's traffic made them, in tables and --json;
+# clear flows for one host only.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -88,6 +89,43 @@ assert all(0 <= w["busy_share"] <= 1 and w["flow_capacity"] > 0 for w in workers
 assert abs(sum(w["flows"] for w in workers) - int(sys.argv[3])) <= 2, (workers, sys.argv[3])
 PY
 pass "show workers: $workers worker(s), their packets and flows agree with the metrics"
+
+# Interfaces, routes and neighbours as the lab made them.
+lan_mac=$(lan cat /sys/class/net/eth0/address)
+ctl show interfaces --json >"$WORK/interfaces.json"
+ctl show routes --json >"$WORK/routes.json"
+ctl show neighbors --json >"$WORK/neighbors.json"
+python3 - "$WORK" "$lan_mac" <<'PY' || fail "show interfaces/routes/neighbors: $(cat "$WORK/interfaces.json" "$WORK/routes.json" "$WORK/neighbors.json" | head -c 1500)"
+import json, sys
+work, lan_mac = sys.argv[1], sys.argv[2]
+interfaces = {i["name"]: i for i in json.load(open(f"{work}/interfaces.json"))["interfaces"]}
+assert interfaces["lan"]["address"] == "192.168.10.1/24" and interfaces["wan"]["address"] == "10.0.0.1/24", interfaces
+assert all(i["link_up"] and i["rx_packets"] > 100 and i["tx_packets"] > 100 for i in interfaces.values()), interfaces
+routes = {(r["prefix"], r["interface"], r["via"]) for r in json.load(open(f"{work}/routes.json"))["routes"]}
+for route in [("192.168.10.0/24", "lan", None), ("10.0.0.0/24", "wan", None), ("0.0.0.0/0", "wan", "10.0.0.2")]:
+    assert route in routes, (route, routes)
+neighbors = {n["address"]: n for n in json.load(open(f"{work}/neighbors.json"))["neighbors"]}
+assert neighbors["192.168.10.2"]["mac"] == lan_mac and neighbors["192.168.10.2"]["interface"] == "lan", neighbors
+assert neighbors["10.0.0.2"]["interface"] == "wan", neighbors
+PY
+routes_table=$(ctl show routes)
+grep -q "^0.0.0.0/0 *wan *10.0.0.2" <<<"$routes_table" || fail "show routes (table): $routes_table"
+pass "show interfaces, routes and neighbors: both ports up with their addresses, the default route via 10.0.0.2, the LAN host at $lan_mac"
+
+# DPDK's own telemetry socket answers DPDK's own client.
+printf '/ethdev/list\n/ethdev/stats,1\n' | dpdk-telemetry.py -f gateway-e2e >"$WORK/telemetry.txt" 2>&1 \
+    || fail "dpdk-telemetry.py: $(cat "$WORK/telemetry.txt")"
+python3 - "$WORK/telemetry.txt" <<'PY' || fail "dpdk-telemetry.py answers: $(head -c 1500 "$WORK/telemetry.txt")"
+import json, sys
+text = open(sys.argv[1]).read()
+replies = {}
+for line in text.splitlines():
+    if line.startswith("{"):
+        replies.update(json.loads(line))
+assert replies["/ethdev/list"] == [0, 1], replies
+assert replies["/ethdev/stats"]["ipackets"] > 100, replies
+PY
+pass "dpdk-telemetry.py -f gateway-e2e: both ports listed, the WAN port's counters read"
 
 # Clear: one host's flows end, the other's stay, and the metrics agree.
 before=$(ctl show flows --host 192.168.10.3 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["matched"])')

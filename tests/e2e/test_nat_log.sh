@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The NAT log ([nat.log]) received by a real syslog server (rsyslog): one create and one
-# delete message per mapping of a short UDP exchange through masquerade, in RFC 5424 form,
-# and none for a second flow that shares the mapping.
+# The NAT log ([nat.log]) received by a real syslog server (rsyslog) and a real IPFIX
+# collector (nfcapd, read back with nfdump): one create and one delete per mapping of a short
+# UDP exchange through masquerade, and none for a second flow that shares the mapping.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
-trap 'kill "$(cat "$WORK/rsyslog.pid" 2>/dev/null)" 2>/dev/null || true; cleanup' EXIT
+stop_collectors() {
+    kill "$(cat "$WORK/rsyslog.pid" 2>/dev/null)" 2>/dev/null || true
+    [[ -n ${NFCAPD:-} ]] && kill "$NFCAPD" 2>/dev/null || true
+}
+trap 'stop_collectors; cleanup' EXIT
 
 SYSLOG_PORT=19514
 mkdir -p "$WORK/rsyslog"
@@ -25,11 +29,22 @@ for _ in $(seq 1 50); do
 done
 ss -lnu | grep -q "127.0.0.1:$SYSLOG_PORT " || fail "rsyslogd is not listening on UDP $SYSLOG_PORT"
 
+IPFIX_PORT=19995
+mkdir -p "$WORK/flows"
+nfcapd -w "$WORK/flows" -b 127.0.0.1 -p "$IPFIX_PORT" -t 3600 >"$WORK/nfcapd.log" 2>&1 &
+NFCAPD=$!
+for _ in $(seq 1 50); do
+    ss -lnu | grep -q "127.0.0.1:$IPFIX_PORT " && break
+    sleep 0.1
+done
+ss -lnu | grep -q "127.0.0.1:$IPFIX_PORT " || fail "nfcapd is not listening on UDP $IPFIX_PORT: $(cat "$WORK/nfcapd.log")"
+
 "$ROOT/scripts/lab.sh" up >/dev/null
 lab_config 19141 >"$WORK/gateway.toml"
 # UDP flows time out after 2 s here, so the mapping's delete comes within the test.
 sed -i 's/^udp_secs = .*/udp_secs = 2/' "$WORK/gateway.toml"
-printf '\n[nat.log]\nsyslog_udp = "127.0.0.1:%s"\nfacility = 17\n' "$SYSLOG_PORT" >>"$WORK/gateway.toml"
+printf '\n[nat.log]\nsyslog_udp = "127.0.0.1:%s"\nfacility = 17\nipfix_udp = "127.0.0.1:%s"\n' \
+    "$SYSLOG_PORT" "$IPFIX_PORT" >>"$WORK/gateway.toml"
 start_gateway "$WORK/gateway.toml"
 METRICS=http://127.0.0.1:19141/metrics
 
@@ -84,8 +99,33 @@ PY
 pass "rsyslog got one create and one delete (RFC 5424, facility local1) for the mapping 192.168.10.2:5300 -> 10.0.0.1"
 sent=$(metric 'gateway_nat_log_events_total{result="sent"')
 lost=$(metric 'gateway_nat_log_events_total{result="lost"')
-(( sent >= 2 && lost == 0 )) || fail "nat_log_events_total: sent $sent, lost $lost"
-pass "metrics: $sent NAT log events sent, none lost"
+(( sent >= 4 && lost == 0 )) || fail "nat_log_events_total: sent $sent (2 events to 2 destinations), lost $lost"
+pass "metrics: $sent NAT log events sent (syslog and IPFIX), none lost"
+
+# nfcapd writes its file out when it stops; nfdump reads the NAT events back.
+kill -TERM "$NFCAPD"
+wait "$NFCAPD" 2>/dev/null || true
+NFCAPD=
+nfdump -R "$WORK/flows" -o raw >"$WORK/ipfix.txt" 2>&1 || fail "nfdump could not read nfcapd's files: $(cat "$WORK/ipfix.txt")"
+python3 - "$WORK/ipfix.txt" <<'PY' || fail "IPFIX: not one create and one delete for 192.168.10.2:5300 -> 10.0.0.1: $(head -c 3000 "$WORK/ipfix.txt")"
+import re, sys
+text = open(sys.argv[1]).read()
+records = [r for r in re.split(r"\n(?=Flow Record:)", text) if "192.168.10.2" in r]
+assert len(records) == 2, records
+events, ports = [], set()
+for record in records:
+    fields = dict(re.findall(r"^\s*([A-Za-z][A-Za-z ]*?)\s*=\s*(.*?)\s*$", record, re.M))
+    assert fields["src addr"] == "192.168.10.2" and fields["src port"] == "5300", fields
+    assert fields["src xlt ip"] == "10.0.0.1", fields
+    assert fields["proto"].split()[0] == "17", fields
+    assert int(fields["Event time"].split()[0]) > 0, fields
+    ports.add(fields["src xlt port"])
+    # RFC 8158 natEvent: 6 NAT44 BIB create, 7 NAT44 BIB delete.
+    events.append(fields["nat event"].split(":")[0].strip())
+assert events == ["6", "7"], events
+assert len(ports) == 1, ports
+PY
+pass "nfcapd got the same create and delete as IPFIX NAT44 BIB records ($(grep -c 'Flow Record' "$WORK/ipfix.txt") records)"
 
 stop_gateway
 pass "gateway stops cleanly"

@@ -50,6 +50,9 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowFlows { .. } => print_flows(answer),
         Request::ShowDrops => print_drops(answer),
         Request::ShowWorkers => print_workers(answer),
+        Request::ShowInterfaces => print_interfaces(answer),
+        Request::ShowRoutes => print_routes(answer),
+        Request::ShowNeighbors => print_neighbors(answer),
         Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
     }
     Ok(())
@@ -133,6 +136,57 @@ fn print_workers(answer: &Value) {
             w["busy_share"].as_f64().unwrap_or(0.0) * 100.0,
             cell(&w["flows"]),
             cell(&w["flow_capacity"])
+        );
+    }
+}
+
+fn print_interfaces(answer: &Value) {
+    println!(
+        "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10}",
+        "name", "address", "mac", "mtu", "link", "rx", "tx", "rx_missed", "errors"
+    );
+    for i in answer["interfaces"].as_array().into_iter().flatten() {
+        let link = if i["link_up"].as_bool() == Some(true) {
+            format!("up {}M", cell(&i["speed_mbps"]))
+        } else {
+            "down".to_string()
+        };
+        let errors = i["rx_errors"].as_u64().unwrap_or(0) + i["tx_errors"].as_u64().unwrap_or(0);
+        println!(
+            "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10}",
+            cell(&i["name"]),
+            cell(&i["address"]),
+            cell(&i["mac"]),
+            cell(&i["mtu"]),
+            link,
+            cell(&i["rx_packets"]),
+            cell(&i["tx_packets"]),
+            cell(&i["rx_missed"]),
+            errors
+        );
+    }
+}
+
+fn print_routes(answer: &Value) {
+    println!("{:<20} {:<10} {:<16}", "prefix", "interface", "via");
+    for route in answer["routes"].as_array().into_iter().flatten() {
+        println!(
+            "{:<20} {:<10} {:<16}",
+            cell(&route["prefix"]),
+            cell(&route["interface"]),
+            cell(&route["via"])
+        );
+    }
+}
+
+fn print_neighbors(answer: &Value) {
+    println!("{:<16} {:<18} {:<10}", "address", "mac", "interface");
+    for neighbor in answer["neighbors"].as_array().into_iter().flatten() {
+        println!(
+            "{:<16} {:<18} {:<10}",
+            cell(&neighbor["address"]),
+            cell(&neighbor["mac"]),
+            cell(&neighbor["interface"])
         );
     }
 }

@@ -29,6 +29,12 @@ pub enum Request {
     ShowDrops,
     /// Each worker's packets, busy share, handoffs and flow table fill.
     ShowWorkers,
+    /// Each interface: address, MAC, MTU, link and the port's counters.
+    ShowInterfaces,
+    /// The routing table the workers use (connected, static and kernel routes).
+    ShowRoutes,
+    /// The resolved neighbours (ARP) the workers send to.
+    ShowNeighbors,
     /// End the flows matching the filter, on every worker.
     ClearFlows { filter: FilterSpec },
 }

@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord};
-use pipeline::{DropReason, WorkerCounters};
+use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
 
 use super::worker_link::{FlowListing, QuerySender, WorkerQuery};
 use super::{protocol_name, tcp_state_name, Request, MAX_FLOW_LIMIT};
 use crate::config::CtlConfig;
+use crate::dpdk::PortMonitor;
+use crate::published::Published;
 
 /// How long a request may take to arrive, and the workers to answer it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,6 +35,13 @@ pub struct Sources {
     pub queries: Vec<QuerySender>,
     pub workers: Vec<Arc<WorkerCounters>>,
     pub control: Arc<WorkerCounters>,
+    /// The interfaces' names, in interface order (they change only with a restart).
+    pub interface_names: Vec<String>,
+    /// Each port's statistics and link, in interface order.
+    pub ports: Vec<PortMonitor>,
+    /// What the workers run: the router config and the neighbour view, as published.
+    pub router: Arc<Published<RouterConfig>>,
+    pub neighbors: Arc<Published<NeighborView>>,
 }
 
 /// The running ctl thread; [`CtlServer::stop`] ends it and removes the socket.
@@ -155,6 +164,9 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         }
         Request::ShowDrops => Ok(show_drops(sources)),
         Request::ShowWorkers => Ok(show_workers(sources)),
+        Request::ShowInterfaces => Ok(show_interfaces(sources)),
+        Request::ShowRoutes => Ok(show_routes(sources)),
+        Request::ShowNeighbors => Ok(show_neighbors(sources)),
         Request::ClearFlows { filter } => clear_flows(&filter.compile()?, sources),
     }
 }
@@ -283,4 +295,79 @@ fn show_workers(sources: &Sources) -> Value {
         })
         .collect();
     json!({ "workers": workers })
+}
+
+fn interface_name(sources: &Sources, port: u16) -> String {
+    sources
+        .interface_names
+        .get(usize::from(port))
+        .cloned()
+        .unwrap_or_else(|| port.to_string())
+}
+
+fn show_interfaces(sources: &Sources) -> Value {
+    let (router, _) = sources.router.load();
+    let interfaces: Vec<Value> = router
+        .interfaces
+        .iter()
+        .enumerate()
+        .map(|(port, interface)| {
+            let monitor = sources.ports.get(port);
+            let (link_up, speed_mbps) = monitor.map_or((false, 0), PortMonitor::link);
+            let stats = monitor.and_then(|monitor| monitor.stats().ok());
+            json!({
+                "name": interface_name(sources, port as u16),
+                "address": interface.has_address().then(|| format!("{}/{}", interface.addr, interface.prefix_len)),
+                "mac": interface.mac.to_string(),
+                "mtu": interface.mtu,
+                "link_up": link_up,
+                "speed_mbps": speed_mbps,
+                "rx_packets": stats.as_ref().map(|s| s.rx_packets),
+                "tx_packets": stats.as_ref().map(|s| s.tx_packets),
+                "rx_bytes": stats.as_ref().map(|s| s.rx_bytes),
+                "tx_bytes": stats.as_ref().map(|s| s.tx_bytes),
+                "rx_missed": stats.as_ref().map(|s| s.rx_missed),
+                "rx_errors": stats.as_ref().map(|s| s.rx_errors),
+                "tx_errors": stats.as_ref().map(|s| s.tx_errors),
+            })
+        })
+        .collect();
+    json!({ "interfaces": interfaces })
+}
+
+fn show_routes(sources: &Sources) -> Value {
+    let (router, _) = sources.router.load();
+    let routes: Vec<Value> = router
+        .routes
+        .routes()
+        .iter()
+        .map(|route| {
+            json!({
+                "prefix": format!("{}/{}", route.prefix, route.len),
+                "interface": interface_name(sources, route.next_hop.port),
+                "via": route.next_hop.gateway.map(|gateway| gateway.to_string()),
+            })
+        })
+        .collect();
+    json!({ "routes": routes })
+}
+
+fn show_neighbors(sources: &Sources) -> Value {
+    let (router, _) = sources.router.load();
+    let (view, _) = sources.neighbors.load();
+    let mut neighbors: Vec<(std::net::Ipv4Addr, String)> =
+        view.iter().map(|(ip, mac)| (ip, mac.to_string())).collect();
+    neighbors.sort();
+    let neighbors: Vec<Value> = neighbors
+        .into_iter()
+        .map(|(ip, mac)| {
+            let interface = router
+                .interfaces
+                .iter()
+                .position(|interface| interface.has_address() && interface.contains(ip))
+                .map(|port| interface_name(sources, port as u16));
+            json!({ "address": ip.to_string(), "mac": mac, "interface": interface })
+        })
+        .collect();
+    json!({ "neighbors": neighbors })
 }

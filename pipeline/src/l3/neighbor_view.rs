@@ -72,6 +72,11 @@ impl NeighborView {
         self.len
     }
 
+    /// Every neighbour and its MAC, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Ipv4Addr, EthernetAddress)> + '_ {
+        self.slots.iter().flatten().copied()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -1,0 +1,189 @@
+//! The NAT log (`[nat.log]`): every NAT mapping's creation and deletion as an RFC 5424 syslog
+//! message, one datagram each, over UDP (RFC 5426) or a Unix socket (`syslog`), and/or as
+//! IPFIX records (RFC 7011, RFC 8158's NAT44 BIB events) to a collector (`ipfix`).
+//!
+//! The workers queue events (`pipeline::state::nat::NatLog`, lock-free, bounded); this thread
+//! drains every queue every [`DRAIN_INTERVAL`] and sends what it found, stamped with the
+//! time of the drain (so to within that interval). A queue that fills between two drains
+//! loses events, and a send that fails loses one; both are counted, and neither ever holds up
+//! a worker.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use crossbeam_channel::{select, Sender};
+use pipeline::state::nat::{NatEvent, NatLog};
+
+use crate::config::NatLogConfig;
+
+mod ipfix;
+mod syslog;
+
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What became of the events, for metrics.
+#[derive(Debug, Default)]
+pub struct NatLogStats {
+    pub sent: AtomicU64,
+    pub send_failed: AtomicU64,
+    /// Every worker's queue, for the events lost to a full one.
+    logs: Vec<Arc<NatLog>>,
+}
+
+impl NatLogStats {
+    pub fn lost(&self) -> u64 {
+        self.logs.iter().map(|log| log.lost()).sum()
+    }
+}
+
+/// The running thread; dropping it drains once more and stops it.
+pub struct NatLogger {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    pub stats: Arc<NatLogStats>,
+}
+
+impl Drop for NatLogger {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Where a syslog message goes.
+enum SyslogTransport {
+    Udp(UdpSocket, SocketAddr),
+    Unix(UnixDatagram, PathBuf),
+}
+
+impl SyslogTransport {
+    fn send(&self, message: &[u8]) -> std::io::Result<usize> {
+        match self {
+            SyslogTransport::Udp(socket, to) => socket.send_to(message, to),
+            SyslogTransport::Unix(socket, to) => socket.send_to(message, to),
+        }
+    }
+}
+
+enum Destination {
+    Syslog(syslog::Header, SyslogTransport),
+    Ipfix(UdpSocket, SocketAddr, ipfix::Exporter),
+}
+
+/// A UDP socket to send to `to` from any local address of its family.
+fn udp_socket_for(to: SocketAddr, field: &str) -> anyhow::Result<UdpSocket> {
+    let local: SocketAddr = if to.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    UdpSocket::bind(local).with_context(|| format!("{field}: binding a socket"))
+}
+
+/// Starts the thread for the workers' queues `logs`, when `config` names a destination.
+pub fn spawn(config: &NatLogConfig, logs: Vec<Arc<NatLog>>) -> anyhow::Result<Option<NatLogger>> {
+    let header = || syslog::Header {
+        priority: config.facility * 8 + syslog::SEVERITY_INFO,
+        hostname: syslog::hostname(),
+        pid: std::process::id(),
+    };
+    let mut destinations = Vec::new();
+    if let Some(to) = config.syslog_udp {
+        let socket = udp_socket_for(to, "nat.log.syslog_udp")?;
+        destinations.push(Destination::Syslog(
+            header(),
+            SyslogTransport::Udp(socket, to),
+        ));
+    }
+    if let Some(path) = &config.syslog_unix {
+        let socket = UnixDatagram::unbound().context("nat.log.syslog_unix: a socket")?;
+        let transport = SyslogTransport::Unix(socket, path.clone());
+        destinations.push(Destination::Syslog(header(), transport));
+    }
+    if let Some(to) = config.ipfix_udp {
+        let socket = udp_socket_for(to, "nat.log.ipfix_udp")?;
+        let exporter = ipfix::Exporter::new(config.ipfix_domain);
+        destinations.push(Destination::Ipfix(socket, to, exporter));
+    }
+    if destinations.is_empty() {
+        return Ok(None);
+    }
+    let stats = Arc::new(NatLogStats {
+        logs,
+        ..NatLogStats::default()
+    });
+    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+    let thread = {
+        let stats = stats.clone();
+        std::thread::Builder::new()
+            .name("nat-log".into())
+            .spawn(move || {
+                let ticks = crossbeam_channel::tick(DRAIN_INTERVAL);
+                let mut batch = Vec::new();
+                loop {
+                    select! {
+                        recv(ticks) -> _ => drain(&stats, &mut destinations, &mut batch),
+                        recv(stopped) -> _ => {
+                            drain(&stats, &mut destinations, &mut batch);
+                            return;
+                        }
+                    }
+                }
+            })
+            .context("starting the NAT log thread")?
+    };
+    Ok(Some(NatLogger {
+        stop: Some(stop),
+        thread: Some(thread),
+        stats,
+    }))
+}
+
+/// Sends everything the workers queued since the last drain.
+fn drain(stats: &NatLogStats, destinations: &mut [Destination], batch: &mut Vec<NatEvent>) {
+    batch.clear();
+    for log in &stats.logs {
+        log.drain(|event| batch.push(event));
+    }
+    if batch.is_empty() {
+        return;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let count = |result: std::io::Result<usize>, events: usize| {
+        let counter = if result.is_ok() {
+            &stats.sent
+        } else {
+            &stats.send_failed
+        };
+        counter.fetch_add(events as u64, Ordering::Relaxed);
+    };
+    let mut message = Vec::with_capacity(1500);
+    for destination in destinations {
+        match destination {
+            Destination::Syslog(header, transport) => {
+                let timestamp = syslog::rfc3339(now);
+                for event in batch.iter() {
+                    message.clear();
+                    syslog::format_event(&mut message, header, &timestamp, event);
+                    count(transport.send(&message), 1);
+                }
+            }
+            Destination::Ipfix(socket, to, exporter) => {
+                for events in batch.chunks(ipfix::RECORDS_PER_MESSAGE) {
+                    exporter.message(events, now.as_millis() as u64, &mut message);
+                    count(socket.send_to(&message, *to), events.len());
+                }
+            }
+        }
+    }
+}
