@@ -104,6 +104,15 @@ enum Show {
     Routes,
     /// The resolved neighbours (ARP).
     Neighbors,
+    /// NAT bindings and how many each internal host holds (who holds the NAT ports).
+    Nat {
+        /// Only this internal host's bindings.
+        #[arg(long)]
+        host: Option<std::net::Ipv4Addr>,
+        /// List at most this many (all matches are counted).
+        #[arg(long, default_value_t = DEFAULT_FLOW_LIMIT)]
+        limit: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -158,6 +167,7 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
             Show::Interfaces => Request::ShowInterfaces,
             Show::Routes => Request::ShowRoutes,
             Show::Neighbors => Request::ShowNeighbors,
+            Show::Nat { host, limit } => Request::ShowNat { host, limit },
         },
         CtlCommand::Clear {
             what: Clear::Flows { filter, all },

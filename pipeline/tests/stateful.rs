@@ -2847,7 +2847,7 @@ fn a_new_neighbour_view_moves_the_fast_path_to_the_new_mac() {
 
 // --- The operator's view: listing and clearing flows ------------------------------------
 
-/// `gateway ctl show flows` and `clear flows` walk the table a slice at a time: a listing
+/// `gateway ctl show flows`, `show nat` and `clear flows` walk the tables a slice at a time: a listing
 /// names each flow's tuples (the NAT address in the reply), state and flags, fills no more
 /// than the buffer it is given while still counting every match, and a clear ends exactly
 /// the matching flows, releasing their NAT ports, so their next packet is a new flow.
@@ -2915,6 +2915,21 @@ fn flows_are_listed_and_cleared_by_filter_a_slice_at_a_time() {
     let (one, matched) = list(&gw, &FlowFilter::default(), 1);
     assert_eq!((one.len(), one.capacity(), matched), (1, 1, 4), "no growth");
 
+    let bindings = |gw: &Gateway, host: Option<[u8; 4]>| {
+        let mut out = Vec::with_capacity(16);
+        let mut from = Some(0);
+        while let Some(slot) = from {
+            from = gw.pipeline.list_nat(host.map(ip), slot, 5, &mut out).next;
+        }
+        out
+    };
+    assert_eq!(bindings(&gw, None).len(), 4, "one per internal endpoint");
+    let of_host = bindings(&gw, Some(HOST));
+    assert_eq!(of_host.len(), 2);
+    assert!(of_host.iter().any(|b| b.internal == (ip(HOST), 40000)
+        && b.external == (ip(public.0), public.1)
+        && b.flows == 1));
+
     let nat_before = gw.tables(now).nat_in_use;
     let mut from = Some(0);
     let mut cleared = 0;
@@ -2932,6 +2947,8 @@ fn flows_are_listed_and_cleared_by_filter_a_slice_at_a_time() {
         "their NAT ports are free"
     );
     assert_eq!(list(&gw, &host, 16).1, 0);
+    assert!(bindings(&gw, Some(HOST)).is_empty());
+    assert_eq!(bindings(&gw, None).len(), 2);
     // The cleared connection's next segment is no flow's: not a SYN, so refused.
     let late = tcp(
         LAN,

@@ -90,6 +90,24 @@ assert abs(sum(w["flows"] for w in workers) - int(sys.argv[3])) <= 2, (workers, 
 PY
 pass "show workers: $workers worker(s), their packets and flows agree with the metrics"
 
+# NAT: who holds the ports. Both LAN hosts hold bindings on the WAN address; the iperf3
+# session's two TCP connections and a ping gave 192.168.10.2 three.
+ctl show nat --json >"$WORK/nat.json"
+python3 - "$WORK/nat.json" <<'PY' || fail "show nat: $(head -c 1500 "$WORK/nat.json")"
+import json, sys
+answer = json.load(open(sys.argv[1]))
+hosts = {h["host"]: h["bindings"] for h in answer["hosts"]}
+assert hosts.get("192.168.10.2", 0) >= 3 and hosts.get("192.168.10.3") == 1, hosts
+assert answer["matched"] == sum(hosts.values()) == answer["listed"], answer
+assert all(b["outside"].startswith("10.0.0.1:") and b["flows"] >= 1 for b in answer["bindings"]), answer
+assert answer["ports_in_use"] >= answer["matched"], answer
+icmp = [b for b in answer["bindings"] if b["inside"].startswith("192.168.10.3:")]
+assert [b["protocol"] for b in icmp] == ["icmp"], icmp
+PY
+nat_table=$(ctl show nat)
+grep -q "^192.168.10.2 " <<<"$nat_table" || fail "show nat (table): $nat_table"
+pass "show nat: 192.168.10.2 and 192.168.10.3 hold their bindings on 10.0.0.1"
+
 # Interfaces, routes and neighbours as the lab made them.
 lan_mac=$(lan cat /sys/class/net/eth0/address)
 ctl show interfaces --json >"$WORK/interfaces.json"
@@ -135,10 +153,12 @@ left=$(ctl show flows --host 192.168.10.2 --json | python3 -c 'import json,sys; 
 (( left == 0 )) || fail "$left flows of 192.168.10.2 left after clear"
 after=$(ctl show flows --host 192.168.10.3 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["matched"])')
 (( before >= 1 && after == before )) || fail "the other host's flows went from $before to $after"
+bindings=$(ctl show nat --host 192.168.10.2 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["matched"])')
+(( bindings == 0 )) || fail "192.168.10.2 still holds $bindings NAT bindings after its flows were cleared"
 sleep 1.5
 entries_after=$(metric 'gateway_conntrack_entries')
 (( entries_after <= entries - cleared + 2 )) || fail "conntrack_entries $entries -> $entries_after after clearing $cleared"
-pass "clear flows --host 192.168.10.2: $cleared flows ended, 192.168.10.3 keeps its $after, conntrack_entries $entries -> $entries_after"
+pass "clear flows --host 192.168.10.2: $cleared flows ended and their NAT bindings freed, 192.168.10.3 keeps its $after, conntrack_entries $entries -> $entries_after"
 
 # Operator mistakes get an error naming what is wrong, never a cleared table.
 if out=$(ctl clear flows 2>&1); then fail "clear flows without a filter ran: $out"; fi

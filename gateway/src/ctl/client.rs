@@ -53,6 +53,7 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowInterfaces => print_interfaces(answer),
         Request::ShowRoutes => print_routes(answer),
         Request::ShowNeighbors => print_neighbors(answer),
+        Request::ShowNat { .. } => print_nat(answer),
         Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
     }
     Ok(())
@@ -189,4 +190,37 @@ fn print_neighbors(answer: &Value) {
             cell(&neighbor["interface"])
         );
     }
+}
+
+fn print_nat(answer: &Value) {
+    println!(
+        "NAT ports in use {} of {}; bindings by internal host (among those listed):",
+        cell(&answer["ports_in_use"]),
+        answer["ports_in_use"].as_u64().unwrap_or(0)
+            + answer["ports_available"].as_u64().unwrap_or(0)
+    );
+    println!("{:<16} {:>9}", "host", "bindings");
+    for host in answer["hosts"].as_array().into_iter().flatten() {
+        println!("{:<16} {:>9}", cell(&host["host"]), cell(&host["bindings"]));
+    }
+    println!();
+    println!(
+        "{:<6} {:<5} {:<22} {:<22} {:>6}",
+        "worker", "proto", "inside", "outside", "flows"
+    );
+    for binding in answer["bindings"].as_array().into_iter().flatten() {
+        println!(
+            "{:<6} {:<5} {:<22} {:<22} {:>6}",
+            cell(&binding["worker"]),
+            cell(&binding["protocol"]),
+            cell(&binding["inside"]),
+            cell(&binding["outside"]),
+            cell(&binding["flows"])
+        );
+    }
+    println!(
+        "{} of {} matching bindings listed",
+        cell(&answer["listed"]),
+        cell(&answer["matched"])
+    );
 }

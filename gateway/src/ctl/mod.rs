@@ -37,6 +37,12 @@ pub enum Request {
     ShowNeighbors,
     /// End the flows matching the filter, on every worker.
     ClearFlows { filter: FilterSpec },
+    /// NAT bindings (of one internal host, or all), at most `limit`, and the bindings each
+    /// host holds among those listed.
+    ShowNat {
+        host: Option<Ipv4Addr>,
+        limit: usize,
+    },
 }
 
 /// A flow filter as the operator writes it; [`FilterSpec::compile`] checks it.

@@ -17,7 +17,7 @@ use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord};
 use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
 
-use super::worker_link::{FlowListing, QuerySender, WorkerQuery};
+use super::worker_link::{FlowListing, Listing, QuerySender, WorkerQuery};
 use super::{protocol_name, tcp_state_name, Request, MAX_FLOW_LIMIT};
 use crate::config::CtlConfig;
 use crate::dpdk::PortMonitor;
@@ -168,6 +168,7 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         Request::ShowRoutes => Ok(show_routes(sources)),
         Request::ShowNeighbors => Ok(show_neighbors(sources)),
         Request::ClearFlows { filter } => clear_flows(&filter.compile()?, sources),
+        Request::ShowNat { host, limit } => show_nat(*host, (*limit).min(MAX_FLOW_LIMIT), sources),
     }
 }
 
@@ -190,7 +191,7 @@ fn show_flows(filter: &FlowFilter, limit: usize, sources: &Sources) -> Result<Va
     let mut matched = 0;
     for (worker, answered) in answers.iter().enumerate() {
         let FlowListing {
-            flows: listed,
+            items: listed,
             matched: worker_matched,
         } = answered
             .recv_deadline(deadline)
@@ -370,4 +371,73 @@ fn show_neighbors(sources: &Sources) -> Value {
         })
         .collect();
     json!({ "neighbors": neighbors })
+}
+
+/// Every worker's bindings of `host` (or all), the first `limit` listed, and per internal host
+/// how many each holds, the most first: who holds the NAT ports.
+fn show_nat(
+    host: Option<std::net::Ipv4Addr>,
+    limit: usize,
+    sources: &Sources,
+) -> Result<Value, String> {
+    let mut answers = Vec::new();
+    for (worker, queries) in sources.queries.iter().enumerate() {
+        let (answer, answered) = crossbeam_channel::bounded(1);
+        queries
+            .try_send(WorkerQuery::ListNat {
+                host,
+                out: Vec::with_capacity(limit),
+                answer,
+            })
+            .map_err(|_| format!("worker {worker} is still busy with an earlier query"))?;
+        answers.push(answered);
+    }
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let mut bindings = Vec::new();
+    let mut per_host = std::collections::BTreeMap::<std::net::Ipv4Addr, u64>::new();
+    let mut matched = 0;
+    for (worker, answered) in answers.iter().enumerate() {
+        let Listing {
+            items,
+            matched: worker_matched,
+        } = answered
+            .recv_deadline(deadline)
+            .map_err(|_| format!("worker {worker} did not answer within {ANSWER_TIMEOUT:?}"))?;
+        matched += worker_matched;
+        for binding in &items {
+            *per_host.entry(binding.internal.0).or_default() += 1;
+            bindings.push(json!({
+                "worker": worker,
+                "protocol": protocol_name(binding.protocol),
+                "inside": format!("{}:{}", binding.internal.0, binding.internal.1),
+                "outside": format!("{}:{}", binding.external.0, binding.external.1),
+                "flows": binding.flows,
+            }));
+        }
+    }
+    bindings.truncate(limit);
+    let mut hosts: Vec<(std::net::Ipv4Addr, u64)> = per_host.into_iter().collect();
+    hosts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let hosts: Vec<Value> = hosts
+        .into_iter()
+        .map(|(host, count)| json!({ "host": host.to_string(), "bindings": count }))
+        .collect();
+    let in_use: u64 = sources
+        .workers
+        .iter()
+        .map(|c| c.nat_ports_in_use.get())
+        .sum();
+    let available: u64 = sources
+        .workers
+        .iter()
+        .map(|c| c.nat_ports_available.get())
+        .sum();
+    Ok(json!({
+        "matched": matched,
+        "listed": bindings.len(),
+        "ports_in_use": in_use,
+        "ports_available": available,
+        "hosts": hosts,
+        "bindings": bindings,
+    }))
 }

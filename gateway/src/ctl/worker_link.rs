@@ -1,4 +1,4 @@
-//! A worker's end of `gateway ctl`'s flow queries. The ctl thread sends a query down a
+//! A worker's end of `gateway ctl`'s flow and NAT queries. The ctl thread sends a query down a
 //! one-slot channel; the worker takes it at the end of a poll loop and walks
 //! [`SLOTS_PER_LOOP`] slots of its flow table per loop until it is done, then sends the
 //! answer back. A walk costs a loop a few microseconds; no loop waits for the ctl thread.
@@ -8,6 +8,7 @@
 
 use crossbeam_channel::{Receiver, Sender};
 use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord, WalkStep};
+use pipeline::state::nat::BindingView;
 use pipeline::Pipeline;
 
 /// Flow-table slots a worker visits per poll loop while a query is under way: a million
@@ -27,14 +28,23 @@ pub enum WorkerQuery {
         filter: FlowFilter,
         answer: Sender<usize>,
     },
+    /// The NAT bindings of `host` (all, if None), in `out` as far as its capacity goes.
+    ListNat {
+        host: Option<std::net::Ipv4Addr>,
+        out: Vec<BindingView>,
+        answer: Sender<Listing<BindingView>>,
+    },
 }
 
-/// A worker's answer to [`WorkerQuery::ListFlows`].
-pub struct FlowListing {
-    pub flows: Vec<FlowRecord>,
+/// A worker's answer to a listing.
+pub struct Listing<T> {
+    pub items: Vec<T>,
     /// Every match, listed or not.
     pub matched: usize,
 }
+
+/// A worker's answer to [`WorkerQuery::ListFlows`].
+pub type FlowListing = Listing<FlowRecord>;
 
 /// The ctl thread's end: send a query with `try_send`, so a worker that is still busy with
 /// an earlier query is reported, not waited for.
@@ -93,6 +103,9 @@ impl CtlLink {
             WorkerQuery::ClearFlows { filter, .. } => {
                 pipeline.clear_flows(filter, walk.next, SLOTS_PER_LOOP, now_ns)
             }
+            WorkerQuery::ListNat { host, out, .. } => {
+                pipeline.list_nat(*host, walk.next, SLOTS_PER_LOOP, out)
+            }
         };
         walk.matched += step.matched;
         if let Some(next) = step.next {
@@ -105,8 +118,14 @@ impl CtlLink {
         // An answer nobody waits for any more (the ctl thread gave up) is dropped.
         match done.query {
             WorkerQuery::ListFlows { out, answer, .. } => {
-                let _ = answer.try_send(FlowListing {
-                    flows: out,
+                let _ = answer.try_send(Listing {
+                    items: out,
+                    matched: done.matched,
+                });
+            }
+            WorkerQuery::ListNat { out, answer, .. } => {
+                let _ = answer.try_send(Listing {
+                    items: out,
                     matched: done.matched,
                 });
             }

@@ -1,6 +1,7 @@
-//! A worker's flows listed and cleared for the operator (`gateway ctl show flows`, `clear
-//! flows`), a slice of the table at a time: the worker walks a bounded number of arena slots
-//! per poll loop, so a query over a million flows never stalls its packets.
+//! A worker's flows (`gateway ctl show flows`, `clear flows`) and NAT bindings (`show nat`)
+//! listed and cleared for the operator, a slice of the table at a time: the worker walks a
+//! bounded number of slots per poll loop, so a query over a million flows never stalls its
+//! packets.
 //!
 //! Neither walk allocates: a listing fills a buffer the caller sized, and counts the matches
 //! beyond it.
@@ -11,6 +12,7 @@ use crate::flow::FlowKey;
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::TcpState;
 use crate::state::flow_data::release;
+use crate::state::nat::BindingView;
 
 /// Which flows a listing or a clear is about; every field given must match.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,6 +79,40 @@ impl Pipeline {
     /// The arena slots a walk goes over: `from` runs from 0 to this.
     pub fn flow_capacity(&self) -> usize {
         self.flows.capacity()
+    }
+
+    /// The binding slots a NAT listing goes over (0 without NAT).
+    pub fn nat_binding_capacity(&self) -> usize {
+        self.nat.as_ref().map_or(0, |nat| nat.binding_capacity())
+    }
+
+    /// Lists the NAT bindings of internal host `host` (every host's, if None) in binding slots
+    /// `from..from + slots`, as [`list_flows`](Self::list_flows) lists flows: into `out`'s
+    /// spare capacity, every match counted.
+    pub fn list_nat(
+        &self,
+        host: Option<Ipv4Addr>,
+        from: usize,
+        slots: usize,
+        out: &mut Vec<BindingView>,
+    ) -> WalkStep {
+        let capacity = self.nat_binding_capacity();
+        let end = from.saturating_add(slots).min(capacity);
+        let mut matched = 0;
+        if let Some(nat) = &self.nat {
+            nat.bindings_in(from..end, |binding| {
+                if host.is_none_or(|host| binding.internal.0 == host) {
+                    matched += 1;
+                    if out.len() < out.capacity() {
+                        out.push(binding);
+                    }
+                }
+            });
+        }
+        WalkStep {
+            next: (end < capacity).then_some(end),
+            matched,
+        }
     }
 
     /// Lists the live flows matching `filter` in arena slots `from..from + slots`: each is

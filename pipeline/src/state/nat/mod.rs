@@ -17,7 +17,9 @@ pub mod ports;
 pub mod rewrite;
 
 pub use log::{NatEvent, NatEventKind, NatLog};
-pub use ports::{AllocError, NatPool, NatPoolError, Ownership, RestoreError, DEFAULT_PORTS};
+pub use ports::{
+    AllocError, BindingView, NatPool, NatPoolError, Ownership, RestoreError, DEFAULT_PORTS,
+};
 pub use rewrite::{
     quoted_flow_key, rewrite_destination, rewrite_icmp_error, rewrite_source, RewriteError,
 };

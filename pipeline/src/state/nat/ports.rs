@@ -83,6 +83,11 @@ fn mix32(mut x: u32) -> u32 {
     x
 }
 
+/// The IP protocol of a binding's namespace ([`protocol_index`]'s inverse).
+fn protocol_of_index(index: u8) -> u8 {
+    [protocol::TCP, protocol::UDP, protocol::ICMP][usize::from(index)]
+}
+
 fn protocol_index(protocol: u8) -> Option<usize> {
     match protocol {
         protocol::TCP => Some(0),
@@ -246,6 +251,17 @@ pub enum RestoreError {
 }
 
 /// One endpoint-independent mapping.
+/// One live binding as [`NatPool::bindings_in`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindingView {
+    /// The IP protocol (the port is an ICMP query id for ICMP).
+    pub protocol: u8,
+    pub internal: (Ipv4Addr, u16),
+    pub external: (Ipv4Addr, u16),
+    /// The flows holding it.
+    pub flows: u32,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Binding {
     internal_ip: u32,
@@ -685,6 +701,28 @@ impl NatPool {
             });
         }
         true
+    }
+
+    /// The live bindings among binding slots `slots` (below [`binding_capacity`]), for the
+    /// operator's listing: a walk over the slots a few at a time lists the pool.
+    ///
+    /// [`binding_capacity`]: Self::binding_capacity
+    pub fn bindings_in(&self, slots: std::ops::Range<usize>, mut each: impl FnMut(BindingView)) {
+        let end = slots.end.min(self.bindings.len());
+        for binding in &self.bindings[slots.start.min(end)..end] {
+            if binding.refcount == 0 {
+                continue;
+            }
+            each(BindingView {
+                protocol: protocol_of_index(binding.protocol),
+                internal: (Ipv4Addr::from(binding.internal_ip), binding.internal_port),
+                external: (
+                    self.addresses[usize::from(binding.address)],
+                    binding.external_port,
+                ),
+                flows: binding.refcount,
+            });
+        }
     }
 
     /// Takes a reference on the binding of `internal` to exactly `external`, as a flow
