@@ -357,6 +357,7 @@ impl<'a> Gateway<'a> {
         // Declared after the ports, rings and pool: dropped first, on every path out of here.
         let mut running_workers = Workers::new(stop.clone());
         let mut ctl_queries = Vec::new();
+        let mut trace_requests = Vec::new();
         let mut nat_logs = Vec::new();
         for (index, &lcore) in worker_lcores.iter().enumerate() {
             let (to_control, from_worker) = MbufRing::create(
@@ -431,6 +432,11 @@ impl<'a> Gateway<'a> {
                 ctl: Some({
                     let (queries, link) = crate::ctl::worker_link::CtlLink::pair();
                     ctl_queries.push(queries);
+                    link
+                }),
+                trace: Some({
+                    let (requests, link) = crate::ctl::trace_link::TraceLink::pair(index as u16);
+                    trace_requests.push(requests);
                     link
                 }),
             };
@@ -542,6 +548,7 @@ impl<'a> Gateway<'a> {
             &config.ctl,
             crate::ctl::server::Sources {
                 queries: ctl_queries,
+                traces: trace_requests,
                 workers: worker_counters.clone(),
                 control: control_counters.clone(),
                 interface_names: config.interfaces.iter().map(|i| i.name.clone()).collect(),

@@ -77,6 +77,17 @@ enum CtlCommand {
         #[command(subcommand)]
         what: Show,
     },
+    /// Follow the next COUNT packets matching the filter through the pipeline: their flow or
+    /// the firewall's decision on a new one, the NAT rewrite, the verdict.
+    Trace {
+        #[arg(default_value_t = 1)]
+        count: usize,
+        #[command(flatten)]
+        filter: FlowFilterArgs,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 10)]
+        timeout: u64,
+    },
     /// End flows (their NAT ports are released; their next packet is a new flow).
     Clear {
         #[command(subcommand)]
@@ -168,6 +179,15 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
             Show::Routes => Request::ShowRoutes,
             Show::Neighbors => Request::ShowNeighbors,
             Show::Nat { host, limit } => Request::ShowNat { host, limit },
+        },
+        CtlCommand::Trace {
+            count,
+            filter,
+            timeout,
+        } => Request::Trace {
+            filter: filter.spec(),
+            count,
+            timeout_ms: timeout.saturating_mul(1000),
         },
         CtlCommand::Clear {
             what: Clear::Flows { filter, all },

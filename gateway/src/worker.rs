@@ -12,6 +12,7 @@ use pipeline::{
 };
 
 use crate::clock::Clock;
+use crate::ctl::trace_link::TraceLink;
 use crate::ctl::worker_link::CtlLink;
 use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer, RxQueue};
 use crate::egress::Egress;
@@ -79,6 +80,8 @@ pub struct Worker {
     pub stop: Arc<AtomicBool>,
     /// `gateway ctl`'s flow queries; None where no ctl socket listens.
     pub ctl: Option<CtlLink>,
+    /// `gateway ctl trace`; None where no ctl socket listens.
+    pub trace: Option<TraceLink>,
 }
 
 impl Worker {
@@ -148,6 +151,10 @@ impl Worker {
                 packets.push(PacketBuf::new(mbuf.room_mut(), len).with_l4_checksum_good(good));
             }
             let count = packets.len();
+            let trace = self.trace.as_mut().filter(|trace| trace.is_armed());
+            let traced = trace
+                .as_ref()
+                .map(|trace| trace.before(pipeline, &packets, &ingress[..count]));
             pipeline.process_burst(
                 &mut packets,
                 &ingress[..count],
@@ -155,6 +162,9 @@ impl Worker {
                 &mut verdicts[..count],
                 dpdk::prefetch,
             );
+            if let (Some(trace), Some(traced)) = (trace, traced) {
+                trace.after(traced, &packets, &ingress[..count], &verdicts[..count]);
+            }
             for (len, packet) in lens.iter_mut().zip(&packets) {
                 *len = packet.len();
             }
@@ -350,6 +360,9 @@ impl WorkerLoop {
         }
         if let Some(ctl) = worker.ctl.as_mut() {
             ctl.poll(pipeline, now_ns);
+        }
+        if let Some(trace) = worker.trace.as_mut() {
+            trace.poll();
         }
         worker.transmit_from_control(&mut self.rx);
         worker.egress.flush(&worker.counters);

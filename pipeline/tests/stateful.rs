@@ -22,7 +22,9 @@ use etherparse::{
 };
 use pipeline::features::meter::HostMeter;
 use pipeline::features::qos::{assign_equal_shares, QosConfig};
+use pipeline::flow::Direction;
 use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::explain::FlowMatch;
 use pipeline::pipeline::flow_listing::FlowFilter;
 use pipeline::state::conntrack::{ConntrackConfig, TcpState, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
@@ -3013,4 +3015,105 @@ fn the_nat_log_tells_each_mapping_made_and_freed_once() {
         ((ip(HOST), 5300), external)
     );
     assert_eq!(log.lost(), 0);
+}
+
+/// `gateway ctl trace`'s explanation of a packet, before the pipeline runs it: a miss with the
+/// firewall's decision and its rule (or the zone policy), a port forward named as such, and
+/// a hit with the flow's direction and state. Explaining changes nothing.
+#[test]
+fn a_packet_is_explained_by_its_flow_or_the_firewall_decision_it_would_meet() {
+    let rules = vec![Rule {
+        protocol: Some(TCP),
+        dst_ports: Some(443..=443),
+        dst: Some((ip(OTHER_REMOTE), 32)),
+        ..rule("no-https-to-other", Action::Drop)
+    }];
+    let mut gw = Gateway::with(
+        Arc::new(config(1500, rules, 0, false)),
+        WorkerSetup::default(),
+    );
+    let lan = Ingress {
+        port: LAN,
+        handed_off: false,
+    };
+    let wan = Ingress {
+        port: WAN,
+        handed_off: false,
+    };
+    let explain = |gw: &Gateway, frame: &[u8], ingress| gw.pipeline.explain(frame, ingress);
+
+    let syn = tcp(LAN, (HOST, 40000), (REMOTE, 443), seg(SYN, C_ISN, 0), &[]);
+    let fresh = explain(&gw, &syn, lan);
+    assert_eq!(fresh.key.unwrap().dst, ip(REMOTE));
+    let Some(FlowMatch::New {
+        firewall: Some(decision),
+    }) = fresh.flow
+    else {
+        panic!("{fresh:?}");
+    };
+    assert_eq!((decision.action, decision.rule), (Action::Accept, None));
+    assert_eq!((decision.from, decision.to), (LAN_ZONE, WAN_ZONE));
+
+    let blocked = tcp(
+        LAN,
+        (HOST, 40001),
+        (OTHER_REMOTE, 443),
+        seg(SYN, C_ISN, 0),
+        &[],
+    );
+    let Some(FlowMatch::New {
+        firewall: Some(decision),
+    }) = explain(&gw, &blocked, lan).flow
+    else {
+        panic!("not a new flow");
+    };
+    assert_eq!(decision.action, Action::Drop);
+    let rule = decision.rule.expect("decided by the rule");
+    assert_eq!(
+        gw.pipeline.router().stateful.firewall.rule(rule).name,
+        "no-https-to-other"
+    );
+
+    let probe = tcp(WAN, (REMOTE, 5555), (WAN_ADDR, 22), seg(SYN, C_ISN, 0), &[]);
+    let Some(FlowMatch::New {
+        firewall: Some(decision),
+    }) = explain(&gw, &probe, wan).flow
+    else {
+        panic!("not a new flow");
+    };
+    assert_eq!(
+        (decision.to, decision.action),
+        (ZoneId::LOCAL, Action::Drop)
+    );
+    let forwarded = tcp(
+        WAN,
+        (REMOTE, 5555),
+        (WAN_ADDR, 8080),
+        seg(SYN, C_ISN, 0),
+        &[],
+    );
+    assert_eq!(
+        explain(&gw, &forwarded, wan).flow,
+        Some(FlowMatch::NewForwarded)
+    );
+
+    let public = handshake(&mut gw, (HOST, 40000), (REMOTE, 443), SECOND);
+    let flows = gw.tables(SECOND).flows;
+    let reply = tcp(
+        WAN,
+        (REMOTE, 443),
+        public,
+        seg(ACK, S_ISN + 1, C_ISN + 1),
+        &[],
+    );
+    assert_eq!(
+        explain(&gw, &reply, wan).flow,
+        Some(FlowMatch::Existing {
+            direction: Direction::Reply,
+            tcp_state: Some(TcpState::Established),
+        })
+    );
+    assert_eq!(gw.tables(SECOND).flows, flows, "explaining changed nothing");
+    let arp_like = [0u8; 20];
+    assert_eq!(explain(&gw, &arp_like, lan).key, None);
 }

@@ -77,6 +77,37 @@ drops_table=$(ctl show drops)
 grep -q "firewall_drop" <<<"$drops_table" || fail "show drops (table) lacks firewall_drop: $drops_table"
 pass "show drops: the unsolicited SYN counted as firewall_drop"
 
+# Trace: an unsolicited WAN probe, refused by the zone policy, and a LAN host's ping,
+# masqueraded on its way out.
+# Two packets each: on two workers the first may be the receiving worker's handoff to the owner.
+ctl trace 2 --host 10.0.0.2 --port 22 --timeout 10 --json >"$WORK/trace-probe.json" &
+tracer=$!
+sleep 0.5
+wan timeout 3 bash -c 'exec 3<>/dev/tcp/192.168.10.2/22' 2>/dev/null && fail "unsolicited WAN connection got through"
+wait "$tracer" || fail "ctl trace (probe) failed: $(cat "$WORK/trace-probe.json")"
+python3 - "$WORK/trace-probe.json" <<'PY' || fail "trace of the WAN probe: $(cat "$WORK/trace-probe.json")"
+import json, sys
+answer = json.load(open(sys.argv[1]))
+assert answer["traced"] == 2, answer
+decided = [p for p in answer["packets"] if p["verdict"]["kind"] != "handoff"]
+assert decided and all(p["handed_off"] or len(decided) == 2 for p in decided), answer
+packet = decided[0]
+assert packet["ingress"] == "wan" and packet["received"]["src"] == "10.0.0.2", packet
+assert packet["received"]["dst"] == "192.168.10.2" and packet["received"]["dst_port"] == 22, packet
+flow = packet["flow"]
+assert flow["match"] == "new" and flow["firewall"]["action"] == "drop" and flow["firewall"]["rule"] is None, flow
+assert packet["verdict"] == {"kind": "drop", "reason": "firewall_drop"}, packet
+PY
+ctl trace 2 --host 192.168.10.2 --protocol icmp --timeout 10 >"$WORK/trace-ping.txt" &
+tracer=$!
+sleep 0.5
+lan ping -c 2 -i 0.2 -W 2 10.0.0.2 >/dev/null || fail "ping during the trace"
+wait "$tracer" || fail "ctl trace (ping) failed: $(cat "$WORK/trace-ping.txt")"
+grep -q "^  nat         192.168.10.2:[0-9]* -> 10.0.0.2:[0-9]* -> 10.0.0.1:[0-9]* -> 10.0.0.2:" "$WORK/trace-ping.txt" \
+    && grep -q "^  verdict     transmit on wan" "$WORK/trace-ping.txt" \
+    || fail "trace of the ping: $(cat "$WORK/trace-ping.txt")"
+pass "ctl trace: the WAN probe dropped by the zone policy (firewall_drop), the ping masqueraded to 10.0.0.1 and sent on wan"
+
 workers=$(grep -c '' < <(sed -n 's/^lcores = \[\(.*\)\]/\1/p' "$WORK/gateway.toml" | tr ',' '\n'))
 ctl show workers --json >"$WORK/workers.json"
 entries=$(metric 'gateway_conntrack_entries')

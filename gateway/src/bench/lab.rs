@@ -221,6 +221,7 @@ impl Lab {
                         stop: Arc::new(AtomicBool::new(false)),
                         // As the gateway runs, with ctl's one check per loop; nobody asks.
                         ctl: Some(crate::ctl::worker_link::CtlLink::pair().1),
+                        trace: Some(crate::ctl::trace_link::TraceLink::pair(index).1),
                     };
                     worker_loops.push(WorkerLoop::new(worker, pipeline));
                     counters.push(worker_counters);

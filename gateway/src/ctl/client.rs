@@ -22,7 +22,12 @@ pub fn request(socket: &Path, request: &Request) -> anyhow::Result<Value> {
             socket.display()
         )
     })?;
-    stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    // A trace waits as long as it was told to, then answers.
+    let wait = match request {
+        Request::Trace { timeout_ms, .. } => REPLY_TIMEOUT + Duration::from_millis(*timeout_ms),
+        _ => REPLY_TIMEOUT,
+    };
+    stream.set_read_timeout(Some(wait))?;
     let mut line = serde_json::to_string(request)?;
     line.push('\n');
     stream.write_all(line.as_bytes())?;
@@ -54,6 +59,7 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowRoutes => print_routes(answer),
         Request::ShowNeighbors => print_neighbors(answer),
         Request::ShowNat { .. } => print_nat(answer),
+        Request::Trace { .. } => print_trace(answer),
         Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
     }
     Ok(())
@@ -222,5 +228,91 @@ fn print_nat(answer: &Value) {
         "{} of {} matching bindings listed",
         cell(&answer["listed"]),
         cell(&answer["matched"])
+    );
+}
+
+fn print_trace(answer: &Value) {
+    for (n, packet) in answer["packets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let received = &packet["received"];
+        println!(
+            "Packet {} (worker {}{})",
+            n + 1,
+            cell(&packet["worker"]),
+            if packet["handed_off"].as_bool() == Some(true) {
+                ", handed off"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "  ingress     {} {} bytes: {} {}",
+            cell(&packet["ingress"]),
+            cell(&packet["length"]),
+            cell(&received["protocol"]),
+            tuple(received)
+        );
+        let flow = &packet["flow"];
+        match flow["match"].as_str() {
+            Some("existing") => println!(
+                "  conntrack   hit: {} direction, {}",
+                cell(&flow["direction"]),
+                flow["state"].as_str().unwrap_or("no TCP state")
+            ),
+            Some("new") if flow["port_forward"].as_bool() == Some(true) => {
+                println!("  conntrack   miss: a new flow through a port forward")
+            }
+            Some("new") => {
+                println!("  conntrack   miss: a new flow");
+                let firewall = &flow["firewall"];
+                if firewall.is_null() {
+                    println!("  firewall    no decision (no route, or no zone)");
+                } else {
+                    println!(
+                        "  firewall    {} by {} (zone {} -> {})",
+                        cell(&firewall["action"]),
+                        firewall["rule"]
+                            .as_str()
+                            .map_or("the zone policy".to_string(), |rule| format!(
+                                "rule \"{rule}\""
+                            )),
+                        cell(&firewall["from_zone"]),
+                        cell(&firewall["to_zone"])
+                    );
+                }
+            }
+            _ => println!("  conntrack   (no 5-tuple)"),
+        }
+        let verdict = &packet["verdict"];
+        match verdict["kind"].as_str() {
+            Some("transmit" | "fragment") => {
+                let sent = &packet["sent_as"];
+                if !sent.is_null()
+                    && (sent["src"] != received["src"]
+                        || sent["dst"] != received["dst"]
+                        || sent["src_port"] != received["src_port"]
+                        || sent["dst_port"] != received["dst_port"])
+                {
+                    println!("  nat         {} -> {}", tuple(received), tuple(sent));
+                }
+                println!(
+                    "  verdict     {} on {} to {}",
+                    cell(&verdict["kind"]),
+                    cell(&verdict["interface"]),
+                    cell(&packet["next_hop_mac"])
+                );
+            }
+            Some("drop") => println!("  verdict     drop: {}", cell(&verdict["reason"])),
+            _ => println!("  verdict     {}", verdict),
+        }
+    }
+    println!(
+        "{} of {} packets traced",
+        cell(&answer["traced"]),
+        cell(&answer["asked"])
     );
 }

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod server;
+pub mod trace_link;
 pub mod worker_link;
 
 use std::net::Ipv4Addr;
@@ -19,6 +20,9 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_FLOW_LIMIT: usize = 1000;
 /// The most flows one request may list (the rest are counted): about 10 MB of JSON.
 pub const MAX_FLOW_LIMIT: usize = 100_000;
+/// The most packets one trace follows, and the longest it waits for them.
+pub const MAX_TRACE_PACKETS: usize = 1000;
+pub const MAX_TRACE_TIMEOUT_MS: u64 = 60_000;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -37,6 +41,13 @@ pub enum Request {
     ShowNeighbors,
     /// End the flows matching the filter, on every worker.
     ClearFlows { filter: FilterSpec },
+    /// The next `count` packets matching the filter (host, port, protocol), explained and
+    /// followed through the pipeline, waiting at most `timeout_ms`.
+    Trace {
+        filter: FilterSpec,
+        count: usize,
+        timeout_ms: u64,
+    },
     /// NAT bindings (of one internal host, or all), at most `limit`, and the bindings each
     /// host holds among those listed.
     ShowNat {

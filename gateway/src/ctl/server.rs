@@ -17,8 +17,12 @@ use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord};
 use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
 
+use super::trace_link::{TraceRecord, TraceRequest, TraceSender};
 use super::worker_link::{FlowListing, Listing, QuerySender, WorkerQuery};
-use super::{protocol_name, tcp_state_name, Request, MAX_FLOW_LIMIT};
+use super::{
+    protocol_name, tcp_state_name, FilterSpec, Request, MAX_FLOW_LIMIT, MAX_TRACE_PACKETS,
+    MAX_TRACE_TIMEOUT_MS,
+};
 use crate::config::CtlConfig;
 use crate::dpdk::PortMonitor;
 use crate::published::Published;
@@ -33,6 +37,8 @@ const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 pub struct Sources {
     /// One per worker, in worker order.
     pub queries: Vec<QuerySender>,
+    /// One per worker, in worker order.
+    pub traces: Vec<TraceSender>,
     pub workers: Vec<Arc<WorkerCounters>>,
     pub control: Arc<WorkerCounters>,
     /// The interfaces' names, in interface order (they change only with a restart).
@@ -168,6 +174,11 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         Request::ShowRoutes => Ok(show_routes(sources)),
         Request::ShowNeighbors => Ok(show_neighbors(sources)),
         Request::ClearFlows { filter } => clear_flows(&filter.compile()?, sources),
+        Request::Trace {
+            filter,
+            count,
+            timeout_ms,
+        } => trace(filter, *count, *timeout_ms, sources),
         Request::ShowNat { host, limit } => show_nat(*host, (*limit).min(MAX_FLOW_LIMIT), sources),
     }
 }
@@ -440,4 +451,106 @@ fn show_nat(
         "hosts": hosts,
         "bindings": bindings,
     }))
+}
+
+fn trace(
+    filter: &FilterSpec,
+    count: usize,
+    timeout_ms: u64,
+    sources: &Sources,
+) -> Result<Value, String> {
+    let filter = filter.compile()?;
+    if filter.tcp_state.is_some() {
+        return Err(
+            "state: a trace follows packets, not flows: filter by host, port or protocol".into(),
+        );
+    }
+    let count = count.clamp(1, MAX_TRACE_PACKETS);
+    let timeout = Duration::from_millis(timeout_ms.min(MAX_TRACE_TIMEOUT_MS));
+    let (records_in, records) = crossbeam_channel::bounded(count);
+    let done = Arc::new(AtomicBool::new(false));
+    for (worker, traces) in sources.traces.iter().enumerate() {
+        let request = TraceRequest {
+            filter,
+            count,
+            records: records_in.clone(),
+            done: done.clone(),
+        };
+        if traces.try_send(request).is_err() {
+            done.store(true, Ordering::Relaxed);
+            return Err(format!(
+                "worker {worker} is still tracing for an earlier request"
+            ));
+        }
+    }
+    drop(records_in);
+    let deadline = Instant::now() + timeout;
+    let mut traced = Vec::new();
+    while traced.len() < count {
+        match records.recv_deadline(deadline) {
+            Ok(record) => traced.push(record_json(&record, sources)),
+            Err(_) => break,
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    Ok(json!({ "asked": count, "traced": traced.len(), "packets": traced }))
+}
+
+fn key_json_with_protocol(key: &pipeline::flow::FlowKey) -> Value {
+    let mut value = key_json(key);
+    value["protocol"] = json!(protocol_name(key.protocol));
+    value
+}
+
+fn record_json(record: &TraceRecord, sources: &Sources) -> Value {
+    use pipeline::pipeline::explain::FlowMatch;
+    use pipeline::Verdict;
+    let (router, _) = sources.router.load();
+    let flow = match record.explanation.flow {
+        None => json!(null),
+        Some(FlowMatch::Existing {
+            direction,
+            tcp_state,
+        }) => json!({
+            "match": "existing",
+            "direction": format!("{direction:?}").to_lowercase(),
+            "state": tcp_state.map(tcp_state_name),
+        }),
+        Some(FlowMatch::NewForwarded) => json!({ "match": "new", "port_forward": true }),
+        Some(FlowMatch::New { firewall }) => json!({
+            "match": "new",
+            "port_forward": false,
+            "firewall": firewall.map(|decision| json!({
+                "action": format!("{:?}", decision.action).to_lowercase(),
+                "rule": decision.rule.map(|i| router.stateful.firewall.rule(i).name.clone()),
+                "from_zone": decision.from.0,
+                "to_zone": decision.to.0,
+            })),
+        }),
+    };
+    let verdict = match record.verdict {
+        Verdict::Transmit { port } => {
+            json!({ "kind": "transmit", "interface": interface_name(sources, port) })
+        }
+        Verdict::Fragment { port } => {
+            json!({ "kind": "fragment", "interface": interface_name(sources, port) })
+        }
+        Verdict::Drop(reason) => json!({ "kind": "drop", "reason": reason.label() }),
+        Verdict::Control(work) => json!({ "kind": "control", "work": format!("{work:?}") }),
+        Verdict::Handoff { worker } => json!({ "kind": "handoff", "worker": worker }),
+        Verdict::Punt { port } => {
+            json!({ "kind": "punt", "interface": interface_name(sources, port) })
+        }
+    };
+    json!({
+        "worker": record.worker,
+        "ingress": interface_name(sources, record.ingress.port),
+        "handed_off": record.ingress.handed_off,
+        "length": record.length,
+        "received": record.explanation.key.as_ref().map(key_json_with_protocol),
+        "flow": flow,
+        "verdict": verdict,
+        "sent_as": record.sent_as.as_ref().map(key_json_with_protocol),
+        "next_hop_mac": record.next_hop_mac.map(|mac| pipeline::wire::EthernetAddress(mac).to_string()),
+    })
 }

@@ -48,7 +48,7 @@ fn side(direction: Direction) -> usize {
 
 /// The flow key of an IPv4 frame, if it has one: what the first pass hashes.
 #[inline]
-fn frame_key(frame: &[u8]) -> Option<FlowKey> {
+pub(crate) fn frame_key(frame: &[u8]) -> Option<FlowKey> {
     let frame = EthernetFrame::new_checked(frame).ok()?;
     if frame.ethertype() != ethernet::ethertype::IPV4 {
         return None;

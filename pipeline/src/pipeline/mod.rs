@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod control;
+pub mod explain;
 pub mod fast_path;
 pub mod flow_listing;
 pub mod punt;

@@ -1,0 +1,173 @@
+//! A worker's end of `gateway ctl trace`: while a trace is armed, the worker explains each
+//! packet of a burst that matches the trace's filter before the pipeline runs it (its flow,
+//! or the firewall's decision on the flow it would start), and records what the pipeline then
+//! did (the verdict, the tuple as it leaves, its next hop's MAC). Records go back over a
+//! bounded channel whose slots crossbeam allocated when the ctl thread made it, so the
+//! worker allocates nothing. Unarmed, a burst pays one branch.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use pipeline::flow::FlowKey;
+use pipeline::pipeline::explain::Explanation;
+use pipeline::pipeline::flow_listing::FlowFilter;
+use pipeline::wire::{ethernet, EthernetFrame, Ipv4Packet};
+use pipeline::{Ingress, PacketBuf, Pipeline, Verdict, MAX_BURST};
+
+/// What the ctl thread asks: the next `count` packets matching `filter` (its host, port and
+/// protocol; a state does not apply to packets) on this worker.
+pub struct TraceRequest {
+    pub filter: FlowFilter,
+    pub count: usize,
+    pub records: Sender<TraceRecord>,
+    /// Set by the ctl thread when it has what it waited for, or gave up: the worker disarms
+    /// at its next loop (a trace that matches nothing would otherwise stay armed).
+    pub done: Arc<AtomicBool>,
+}
+
+/// One traced packet.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceRecord {
+    pub worker: u16,
+    pub ingress: Ingress,
+    pub length: usize,
+    pub explanation: Explanation,
+    pub verdict: Verdict,
+    /// The tuple as the packet leaves (after NAT), if it is sent.
+    pub sent_as: Option<FlowKey>,
+    /// The destination MAC it is sent to.
+    pub next_hop_mac: Option<[u8; 6]>,
+}
+
+/// The ctl thread's end.
+pub type TraceSender = Sender<TraceRequest>;
+
+pub struct TraceLink {
+    worker: u16,
+    requests: Receiver<TraceRequest>,
+    active: Option<TraceRequest>,
+}
+
+/// The packets of a burst being traced: their place in the burst and their explanation.
+pub type Traced = arrayvec::ArrayVec<(usize, Explanation), MAX_BURST>;
+
+impl TraceLink {
+    pub fn pair(worker: u16) -> (TraceSender, TraceLink) {
+        let (requests_in, requests) = crossbeam_channel::bounded(1);
+        (
+            requests_in,
+            TraceLink {
+                worker,
+                requests,
+                active: None,
+            },
+        )
+    }
+
+    /// Once per poll loop: disarms a trace the ctl thread is done with, and takes a new one
+    /// if none is armed.
+    #[inline]
+    pub fn poll(&mut self) {
+        if let Some(active) = &self.active {
+            if active.done.load(Ordering::Relaxed) {
+                self.active = None;
+            }
+        }
+        if self.active.is_none() {
+            self.active = self.requests.try_recv().ok();
+        }
+    }
+
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Before the pipeline: the burst's packets the trace wants, explained.
+    #[cold]
+    pub fn before(
+        &self,
+        pipeline: &Pipeline,
+        packets: &[PacketBuf],
+        ingress: &[Ingress],
+    ) -> Traced {
+        let mut traced = Traced::new();
+        let Some(active) = &self.active else {
+            return traced;
+        };
+        for (i, (packet, &arrived)) in packets.iter().zip(ingress).enumerate() {
+            let explanation = pipeline.explain(packet.bytes(), arrived);
+            if explanation
+                .key
+                .is_some_and(|key| wanted(&active.filter, &key))
+            {
+                traced.push((i, explanation));
+            }
+        }
+        traced
+    }
+
+    /// After the pipeline: records what became of the traced packets. The trace ends when it
+    /// has its count or when nobody reads its records any more.
+    #[cold]
+    pub fn after(
+        &mut self,
+        traced: Traced,
+        packets: &[PacketBuf],
+        ingress: &[Ingress],
+        verdicts: &[Verdict],
+    ) {
+        let Some(active) = self.active.as_mut() else {
+            return;
+        };
+        for (i, explanation) in traced {
+            let packet = &packets[i];
+            let sent = matches!(
+                verdicts[i],
+                Verdict::Transmit { .. } | Verdict::Fragment { .. }
+            );
+            let record = TraceRecord {
+                worker: self.worker,
+                ingress: ingress[i],
+                length: packet.len(),
+                explanation,
+                verdict: verdicts[i],
+                sent_as: sent.then(|| key_of(packet.bytes())).flatten(),
+                next_hop_mac: sent.then(|| destination_mac(packet.bytes())).flatten(),
+            };
+            match active.records.try_send(record) {
+                Ok(()) => active.count = active.count.saturating_sub(1),
+                Err(TrySendError::Full(_)) => {}
+                Err(TrySendError::Disconnected(_)) => active.count = 0,
+            }
+            if active.count == 0 {
+                self.active = None;
+                return;
+            }
+        }
+    }
+}
+
+fn wanted(filter: &FlowFilter, key: &FlowKey) -> bool {
+    filter
+        .host
+        .is_none_or(|host| key.src == host || key.dst == host)
+        && filter
+            .port
+            .is_none_or(|port| key.src_port == port || key.dst_port == port)
+        && filter
+            .protocol
+            .is_none_or(|protocol| protocol == key.protocol)
+}
+
+fn key_of(frame: &[u8]) -> Option<FlowKey> {
+    let ip = Ipv4Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
+    FlowKey::from_ipv4(&ip).ok()
+}
+
+fn destination_mac(frame: &[u8]) -> Option<[u8; 6]> {
+    EthernetFrame::new_checked(frame)
+        .ok()
+        .map(|f| f.dst_addr().0)
+}
