@@ -18,7 +18,7 @@ use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
 
 use super::trace_link::{TraceRecord, TraceRequest, TraceSender};
-use super::worker_link::{FlowListing, Listing, QuerySender, WorkerQuery};
+use super::worker_link::{Listing, QuerySender, WorkerQuery};
 use super::{
     protocol_name, tcp_state_name, FilterSpec, Request, MAX_FLOW_LIMIT, MAX_TRACE_PACKETS,
     MAX_TRACE_TIMEOUT_MS,
@@ -183,32 +183,44 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
     }
 }
 
-fn show_flows(filter: &FlowFilter, limit: usize, sources: &Sources) -> Result<Value, String> {
-    let mut answers = Vec::new();
+/// Sends every worker the query `make` builds around an answer channel, then waits (at most
+/// [`ANSWER_TIMEOUT`] in all) for every answer, in worker order. A worker still busy with an
+/// earlier query, or one that does not answer in time, fails the request by name.
+fn ask_every_worker<T>(
+    sources: &Sources,
+    make: impl Fn(crossbeam_channel::Sender<T>) -> WorkerQuery,
+) -> Result<Vec<T>, String> {
+    let mut pending = Vec::new();
     for (worker, queries) in sources.queries.iter().enumerate() {
         let (answer, answered) = crossbeam_channel::bounded(1);
-        let query = WorkerQuery::ListFlows {
-            filter: *filter,
-            out: Vec::with_capacity(limit),
-            answer,
-        };
         queries
-            .try_send(query)
+            .try_send(make(answer))
             .map_err(|_| format!("worker {worker} is still busy with an earlier query"))?;
-        answers.push(answered);
+        pending.push(answered);
     }
     let deadline = Instant::now() + ANSWER_TIMEOUT;
+    pending
+        .iter()
+        .enumerate()
+        .map(|(worker, answered)| {
+            answered
+                .recv_deadline(deadline)
+                .map_err(|_| format!("worker {worker} did not answer within {ANSWER_TIMEOUT:?}"))
+        })
+        .collect()
+}
+
+fn show_flows(filter: &FlowFilter, limit: usize, sources: &Sources) -> Result<Value, String> {
+    let listings = ask_every_worker(sources, |answer| WorkerQuery::ListFlows {
+        filter: *filter,
+        out: Vec::with_capacity(limit),
+        answer,
+    })?;
     let mut flows = Vec::new();
     let mut matched = 0;
-    for (worker, answered) in answers.iter().enumerate() {
-        let FlowListing {
-            items: listed,
-            matched: worker_matched,
-        } = answered
-            .recv_deadline(deadline)
-            .map_err(|_| format!("worker {worker} did not answer within {ANSWER_TIMEOUT:?}"))?;
-        matched += worker_matched;
-        flows.extend(listed.iter().map(|flow| flow_json(worker, flow)));
+    for (worker, listing) in listings.iter().enumerate() {
+        matched += listing.matched;
+        flows.extend(listing.items.iter().map(|flow| flow_json(worker, flow)));
     }
     flows.truncate(limit);
     Ok(json!({ "matched": matched, "listed": flows.len(), "flows": flows }))
@@ -238,24 +250,12 @@ fn flow_json(worker: usize, flow: &FlowRecord) -> Value {
 }
 
 fn clear_flows(filter: &FlowFilter, sources: &Sources) -> Result<Value, String> {
-    let mut answers = Vec::new();
-    for (worker, queries) in sources.queries.iter().enumerate() {
-        let (answer, answered) = crossbeam_channel::bounded(1);
-        queries
-            .try_send(WorkerQuery::ClearFlows {
-                filter: *filter,
-                answer,
-            })
-            .map_err(|_| format!("worker {worker} is still busy with an earlier query"))?;
-        answers.push(answered);
-    }
-    let deadline = Instant::now() + ANSWER_TIMEOUT;
-    let mut cleared = 0;
-    for (worker, answered) in answers.iter().enumerate() {
-        cleared += answered
-            .recv_deadline(deadline)
-            .map_err(|_| format!("worker {worker} did not answer within {ANSWER_TIMEOUT:?}"))?;
-    }
+    let cleared: usize = ask_every_worker(sources, |answer| WorkerQuery::ClearFlows {
+        filter: *filter,
+        answer,
+    })?
+    .into_iter()
+    .sum();
     Ok(json!({ "cleared": cleared }))
 }
 
@@ -391,31 +391,21 @@ fn show_nat(
     limit: usize,
     sources: &Sources,
 ) -> Result<Value, String> {
-    let mut answers = Vec::new();
-    for (worker, queries) in sources.queries.iter().enumerate() {
-        let (answer, answered) = crossbeam_channel::bounded(1);
-        queries
-            .try_send(WorkerQuery::ListNat {
-                host,
-                out: Vec::with_capacity(limit),
-                answer,
-            })
-            .map_err(|_| format!("worker {worker} is still busy with an earlier query"))?;
-        answers.push(answered);
-    }
-    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let listings = ask_every_worker(sources, |answer| WorkerQuery::ListNat {
+        host,
+        out: Vec::with_capacity(limit),
+        answer,
+    })?;
     let mut bindings = Vec::new();
     let mut per_host = std::collections::BTreeMap::<std::net::Ipv4Addr, u64>::new();
     let mut matched = 0;
-    for (worker, answered) in answers.iter().enumerate() {
+    for (worker, listing) in listings.iter().enumerate() {
         let Listing {
             items,
             matched: worker_matched,
-        } = answered
-            .recv_deadline(deadline)
-            .map_err(|_| format!("worker {worker} did not answer within {ANSWER_TIMEOUT:?}"))?;
+        } = listing;
         matched += worker_matched;
-        for binding in &items {
+        for binding in items {
             *per_host.entry(binding.internal.0).or_default() += 1;
             bindings.push(json!({
                 "worker": worker,
