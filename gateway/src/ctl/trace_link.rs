@@ -11,8 +11,9 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use pipeline::flow::FlowKey;
 use pipeline::pipeline::explain::Explanation;
+use pipeline::pipeline::fast_path::frame_key;
 use pipeline::pipeline::flow_listing::FlowFilter;
-use pipeline::wire::{ethernet, EthernetFrame, Ipv4Packet};
+use pipeline::wire::EthernetFrame;
 use pipeline::{Ingress, PacketBuf, Pipeline, Verdict, MAX_BURST};
 
 /// What the ctl thread asks: the next `count` packets matching `filter` (its host, port and
@@ -100,7 +101,7 @@ impl TraceLink {
             let explanation = pipeline.explain(packet.bytes(), arrived);
             if explanation
                 .key
-                .is_some_and(|key| wanted(&active.filter, &key))
+                .is_some_and(|key| active.filter.matches_packet(&key))
             {
                 traced.push((i, explanation));
             }
@@ -133,7 +134,7 @@ impl TraceLink {
                 length: packet.len(),
                 explanation,
                 verdict: verdicts[i],
-                sent_as: sent.then(|| key_of(packet.bytes())).flatten(),
+                sent_as: sent.then(|| frame_key(packet.bytes())).flatten(),
                 next_hop_mac: sent.then(|| destination_mac(packet.bytes())).flatten(),
             };
             match active.records.try_send(record) {
@@ -147,23 +148,6 @@ impl TraceLink {
             }
         }
     }
-}
-
-fn wanted(filter: &FlowFilter, key: &FlowKey) -> bool {
-    filter
-        .host
-        .is_none_or(|host| key.src == host || key.dst == host)
-        && filter
-            .port
-            .is_none_or(|port| key.src_port == port || key.dst_port == port)
-        && filter
-            .protocol
-            .is_none_or(|protocol| protocol == key.protocol)
-}
-
-fn key_of(frame: &[u8]) -> Option<FlowKey> {
-    let ip = Ipv4Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
-    FlowKey::from_ipv4(&ip).ok()
 }
 
 fn destination_mac(frame: &[u8]) -> Option<[u8; 6]> {

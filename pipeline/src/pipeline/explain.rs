@@ -7,7 +7,7 @@ use crate::pipeline::fast_path::frame_key;
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::conntrack::TcpState;
 use crate::state::firewall::{Action, ZoneId};
-use crate::wire::{ethernet, ipv4};
+use crate::wire::{ethernet, ipv4, Ipv4Packet};
 
 /// The firewall's decision on a flow a packet would start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,9 +104,9 @@ impl Pipeline {
     }
 }
 
-/// The ICMP type of an IPv4 frame that `frame_key` accepted.
+/// The ICMP type of an IPv4 frame that `frame_key` accepted, read as the stateful stage
+/// reads it (the first byte of the IPv4 payload).
 fn icmp_type_of(frame: &[u8]) -> Option<u8> {
-    let ip = frame.get(ethernet::HEADER_LEN..)?;
-    let header_len = usize::from(ip.first()? & 0x0f) * 4;
-    ip.get(header_len).copied()
+    let ip = Ipv4Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
+    ip.payload().first().copied()
 }

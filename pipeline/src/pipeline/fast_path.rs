@@ -46,9 +46,10 @@ fn side(direction: Direction) -> usize {
     }
 }
 
-/// The flow key of an IPv4 frame, if it has one: what the first pass hashes.
+/// The flow key of an IPv4 frame, if it has one (not a fragment, not malformed): what the
+/// first pass hashes.
 #[inline]
-pub(crate) fn frame_key(frame: &[u8]) -> Option<FlowKey> {
+pub fn frame_key(frame: &[u8]) -> Option<FlowKey> {
     let frame = EthernetFrame::new_checked(frame).ok()?;
     if frame.ethertype() != ethernet::ethertype::IPV4 {
         return None;

@@ -28,21 +28,28 @@ pub struct FlowFilter {
 }
 
 impl FlowFilter {
+    /// Whether a flow with these tuples and TCP state matches.
     fn matches(&self, original: &FlowKey, reply: &FlowKey, tcp_state: Option<TcpState>) -> bool {
-        let names_host = |host| {
-            [original, reply]
-                .iter()
-                .any(|k| k.src == host || k.dst == host)
-        };
+        self.names(&[original, reply])
+            && self.tcp_state.is_none_or(|state| tcp_state == Some(state))
+    }
+
+    /// Whether a packet with this tuple matches the host, port and protocol (a TCP state
+    /// describes flows, not packets, and is not checked): what `gateway ctl trace` follows.
+    pub fn matches_packet(&self, key: &FlowKey) -> bool {
+        self.names(&[key])
+    }
+
+    /// The host and port are in one of `keys`, as either end; the protocol is theirs.
+    fn names(&self, keys: &[&FlowKey]) -> bool {
+        let names_host = |host| keys.iter().any(|k| k.src == host || k.dst == host);
         let names_port = |port| {
-            [original, reply]
-                .iter()
+            keys.iter()
                 .any(|k| k.src_port == port || k.dst_port == port)
         };
         self.host.is_none_or(names_host)
             && self.port.is_none_or(names_port)
-            && self.protocol.is_none_or(|p| p == original.protocol)
-            && self.tcp_state.is_none_or(|state| tcp_state == Some(state))
+            && self.protocol.is_none_or(|p| p == keys[0].protocol)
     }
 }
 
