@@ -11,7 +11,6 @@ use std::net::Ipv4Addr;
 use crate::flow::FlowKey;
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::TcpState;
-use crate::state::flow_data::release;
 use crate::state::nat::BindingView;
 
 /// Which flows a listing or a clear is about; every field given must match.
@@ -103,11 +102,10 @@ impl Pipeline {
         slots: usize,
         out: &mut Vec<BindingView>,
     ) -> WalkStep {
-        let capacity = self.nat_binding_capacity();
-        let end = from.saturating_add(slots).min(capacity);
+        let (range, next) = slice(from, slots, self.nat_binding_capacity());
         let mut matched = 0;
         if let Some(nat) = &self.nat {
-            nat.bindings_in(from..end, |binding| {
+            nat.bindings_in(range, |binding| {
                 if host.is_none_or(|host| binding.internal.0 == host) {
                     matched += 1;
                     if out.len() < out.capacity() {
@@ -116,10 +114,7 @@ impl Pipeline {
                 }
             });
         }
-        WalkStep {
-            next: (end < capacity).then_some(end),
-            matched,
-        }
+        WalkStep { next, matched }
     }
 
     /// Lists the live flows matching `filter` in arena slots `from..from + slots`: each is
@@ -133,9 +128,9 @@ impl Pipeline {
         now_ns: u64,
         out: &mut Vec<FlowRecord>,
     ) -> WalkStep {
-        let end = from.saturating_add(slots).min(self.flows.capacity());
+        let (range, next) = slice(from, slots, self.flows.capacity());
         let mut matched = 0;
-        for slot in from..end {
+        for slot in range {
             let Some((_, flow)) = self.flows.exported_at(slot, now_ns) else {
                 continue;
             };
@@ -156,10 +151,7 @@ impl Pipeline {
                 });
             }
         }
-        WalkStep {
-            next: (end < self.flows.capacity()).then_some(end),
-            matched,
-        }
+        WalkStep { next, matched }
     }
 
     /// Ends the live flows matching `filter` in arena slots `from..from + slots`, as an
@@ -172,26 +164,28 @@ impl Pipeline {
         slots: usize,
         now_ns: u64,
     ) -> WalkStep {
-        let end = from.saturating_add(slots).min(self.flows.capacity());
+        let (range, next) = slice(from, slots, self.flows.capacity());
         let mut matched = 0;
-        for slot in from..end {
+        for slot in range {
             let Some((id, flow)) = self.flows.exported_at(slot, now_ns) else {
                 continue;
             };
             if !filter.matches(&flow.original, &flow.reply, flow.tcp.map(|tcp| tcp.state())) {
                 continue;
             }
-            let data = self.flows.remove(id);
-            release(&mut self.nat, &data);
-            self.inspector.forget(id.as_u32());
+            self.end_flow(id);
             matched += 1;
         }
         if matched > 0 {
             self.publish_table_stats();
         }
-        WalkStep {
-            next: (end < self.flows.capacity()).then_some(end),
-            matched,
-        }
+        WalkStep { next, matched }
     }
+}
+
+/// The slots `from..from + slots` within `capacity`, and where the walk resumes after them
+/// (None: at the end).
+fn slice(from: usize, slots: usize, capacity: usize) -> (std::ops::Range<usize>, Option<usize>) {
+    let end = from.saturating_add(slots).min(capacity);
+    (from.min(end)..end, (end < capacity).then_some(end))
 }

@@ -82,7 +82,7 @@ impl Pipeline {
                 if !l4_checksum_ok(pkt) {
                     return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
-                self.end_for_reuse(id);
+                self.end_flow(id);
                 self.new_flow(pkt, ingress, key, segment, icmp_type, now_ns)
             }
             Some((id, direction)) => {
@@ -228,12 +228,14 @@ impl Pipeline {
         )
     }
 
-    /// Ends a closed TCP flow whose tuple a new connection reuses (RFC 9293 3.6.1), as Linux
-    /// does: the new connection is a new flow, admitted by today's rules and forwards, with
-    /// its content judged afresh (an old verdict must not pass or block a new stream) and
-    /// its own NAT mapping. The binding is released first, so endpoint-independent mapping
-    /// and port preservation hand the same external port back unless it has been taken.
-    fn end_for_reuse(&mut self, id: crate::state::conntrack::FlowId) {
+    /// Ends a flow before its time, as an expiry would: its NAT binding released, its content
+    /// scanner forgotten. For a closed TCP flow whose tuple a new connection reuses (RFC 9293
+    /// 3.6.1), as Linux does: the new connection is a new flow, admitted by today's rules and
+    /// forwards, with its content judged afresh (an old verdict must not pass or block a new
+    /// stream) and its own NAT mapping; the binding is released first, so endpoint-independent
+    /// mapping and port preservation hand the same external port back unless it has been
+    /// taken. And for the operator's `clear flows`.
+    pub(crate) fn end_flow(&mut self, id: crate::state::conntrack::FlowId) {
         let data = self.flows.remove(id);
         release(&mut self.nat, &data);
         self.inspector.forget(id.as_u32());
