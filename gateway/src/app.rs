@@ -31,6 +31,7 @@ use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
 use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
 use crate::netlink::{Followed, KernelView};
 use crate::pipeline_config::{router_config, router_config_with_kernel, worker_setup};
+use crate::port_watch::{self, PortWatch, WatchedPort};
 use crate::published::Published;
 use crate::reload;
 use crate::snapshot::{Restore, SnapshotStatus};
@@ -59,13 +60,14 @@ pub fn hugepages_available(memory_mb: u32) -> bool {
 }
 
 pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
+    let memory_mb = config.eal.total_memory_mb();
     let no_huge = match config.eal.hugepages {
         HugepageMode::Off => true,
-        HugepageMode::Required if !hugepages_available(config.eal.memory_mb) => {
+        HugepageMode::Required if !hugepages_available(memory_mb) => {
             bail!("eal.hugepages = \"required\" but no free hugepages are mounted (see `make hugepages`)")
         }
         HugepageMode::Required => false,
-        HugepageMode::Auto if !hugepages_available(config.eal.memory_mb) => {
+        HugepageMode::Auto if !hugepages_available(memory_mb) => {
             eprintln!(
                 "notice: no hugepages available; running with --no-huge (slower, fine for labs)"
             );
@@ -73,6 +75,11 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
         }
         HugepageMode::Auto => false,
     };
+    Ok(eal_args_with(config, no_huge))
+}
+
+/// The EAL's arguments once it is known whether hugepages are used.
+pub fn eal_args_with(config: &GatewayConfig, no_huge: bool) -> EalArgs {
     let mut lcores = vec![LcoreId(config.eal.main_lcore)];
     lcores.extend(config.workers.lcores.iter().map(|&l| LcoreId(l)));
     let (pci, vdevs): (Vec<_>, Vec<_>) = config
@@ -80,11 +87,12 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
         .iter()
         .flat_map(|iface| iface.eal_devices())
         .partition(|device| is_pci_address(device));
-    Ok(EalArgs {
+    EalArgs {
         lcores,
         cpus: config.eal.cpus.clone(),
         no_huge,
-        memory_mb: config.eal.memory_mb,
+        memory_mb: config.eal.total_memory_mb(),
+        socket_memory_mb: config.eal.socket_memory_mb.clone(),
         in_memory: true,
         file_prefix: Some(config.eal.file_prefix.clone()),
         no_pci: pci.is_empty(),
@@ -92,7 +100,7 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
         vdevs,
         log_level: Some(config.eal.log_level.clone()),
         extra: config.eal.extra_args.clone(),
-    })
+    }
 }
 
 /// What the control thread waits for between its polls of the workers' rings.
@@ -199,6 +207,7 @@ struct Gateway<'a> {
     qos_stats: Vec<[Arc<pipeline::features::qos::QosStats>; 2]>,
     worker_counters: Vec<Arc<WorkerCounters>>,
     bond_watch: Arc<BondWatch>,
+    port_watch: Arc<PortWatch>,
     steering: Vec<FlowRule>,
     macs: Vec<[u8; 6]>,
     ports: Vec<Port>,
@@ -271,6 +280,7 @@ impl<'a> Gateway<'a> {
                 tx_descriptors: iface.tx_descriptors,
                 mtu: Some(iface.mtu),
                 rss_key: iface.rss_key.as_deref().and_then(parse_hex),
+                promiscuous: iface.promiscuous,
                 ..PortConfig::default()
             };
             let dedicated_lacp = match &iface.bond {
@@ -324,19 +334,14 @@ impl<'a> Gateway<'a> {
         let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
         let twins = Twins::start(eal, config, &macs, &pool)?;
         let mut punt_rings = Vec::new();
-        // The ctl thread's and the metrics thread's view of each port, taken before the queues
-        // leave for the workers.
-        let ctl_ports: Vec<_> = ports.iter().map(|port| port.monitor()).collect();
-        let port_monitors: Vec<_> = ports
-            .iter()
-            .map(|port| {
-                (
-                    port.name().to_string(),
-                    port.monitor(),
-                    usize::from(workers),
-                )
-            })
-            .collect();
+        // The ports' counters and links, read by the control thread, the metrics and the ctl
+        // thread through one watch; taken before the queues leave for the workers.
+        let port_watch = Arc::new(PortWatch {
+            ports: ports
+                .iter()
+                .map(|port| WatchedPort::new(port.name(), port.monitor(), usize::from(workers)))
+                .collect(),
+        });
 
         let (control_to_worker, worker_from_control) =
             MbufRing::create(eal, "control_to_worker0", 1024, socket)?;
@@ -515,7 +520,8 @@ impl<'a> Gateway<'a> {
         ))));
         let nat_logger = crate::nat_log::spawn(&config.nat.log, nat_logs)?;
         let metrics = Metrics::new(Sources {
-            ports: port_monitors,
+            ports: port_watch.clone(),
+            pool: Some(pool.clone()),
             bonds: bond_watch.clone(),
             qos: qos_stats.clone(),
             meter: MeterSource {
@@ -552,7 +558,7 @@ impl<'a> Gateway<'a> {
                 workers: worker_counters.clone(),
                 control: control_counters.clone(),
                 interface_names: config.interfaces.iter().map(|i| i.name.clone()).collect(),
-                ports: ctl_ports,
+                ports: port_watch.clone(),
                 router: router_published.clone(),
                 neighbors: neighbors_published,
             },
@@ -603,6 +609,7 @@ impl<'a> Gateway<'a> {
             qos_stats,
             worker_counters,
             bond_watch,
+            port_watch,
             steering,
             macs,
             ports,
@@ -628,11 +635,13 @@ impl<'a> Gateway<'a> {
             reload_status,
             qos_stats,
             bond_watch,
+            port_watch,
             macs,
             worker_lcores,
             ..
         } = self;
-        let mut next_bond_sample = std::time::Instant::now();
+        let mut next_link_sample = std::time::Instant::now();
+        let mut next_stats_poll = std::time::Instant::now() + port_watch::STATS_INTERVAL;
         let qos_rates = |router: &Published<pipeline::RouterConfig>| {
             (router.load().0.qos.as_ref()).map(|q| [q.uplink_bps, q.downlink_bps])
         };
@@ -646,9 +655,15 @@ impl<'a> Gateway<'a> {
                 rebalance_qos(qos_stats, rates);
                 next_qos_rebalance += Duration::from_millis(5);
             }
-            if !bond_watch.bonds.is_empty() && std::time::Instant::now() >= next_bond_sample {
+            let now = std::time::Instant::now();
+            if now >= next_link_sample {
+                port_watch.sample_links();
                 bond_watch.sample();
-                next_bond_sample += Duration::from_millis(100);
+                next_link_sample = now + port_watch::LINK_INTERVAL;
+            }
+            if now >= next_stats_poll {
+                port_watch.poll_stats();
+                next_stats_poll = now + port_watch::STATS_INTERVAL;
             }
             // Idle: wait for an event as long as the old sleep lasted, so ARP stays prompt.
             let event = match control.poll() {
@@ -734,6 +749,7 @@ impl<'a> Gateway<'a> {
             qos_stats: _qos_stats,
             worker_counters,
             bond_watch: _bond_watch,
+            port_watch: _port_watch,
             steering,
             macs: _macs,
             ports,

@@ -8,7 +8,8 @@ use crate::dpdk::bond::{self, lacp_state};
 use crate::dpdk::PortId;
 
 /// One member's last sample, packed so it is read and written as one atomic word:
-/// link (bit 0), selected (bit 1), actor state (bits 8-15), partner state (bits 16-23).
+/// link (bit 0), selected (bit 1), actor state (bits 8-15), partner state (bits 16-23),
+/// link speed in Mbit/s (bits 32-63).
 #[derive(Debug, Default)]
 pub struct MemberSample(AtomicU64);
 
@@ -18,6 +19,9 @@ pub struct MemberState {
     pub selected: bool,
     pub actor: u8,
     pub partner: u8,
+    /// Mbit/s: 802.3ad aggregates only members of one speed, and an X550-T2's
+    /// auto-negotiation can quietly settle one member lower.
+    pub speed_mbps: u32,
 }
 
 impl MemberState {
@@ -26,6 +30,7 @@ impl MemberState {
             | u64::from(self.selected) << 1
             | u64::from(self.actor) << 8
             | u64::from(self.partner) << 16
+            | u64::from(self.speed_mbps) << 32
     }
 
     fn unpack(word: u64) -> MemberState {
@@ -34,6 +39,7 @@ impl MemberState {
             selected: word & 2 != 0,
             actor: (word >> 8) as u8,
             partner: (word >> 16) as u8,
+            speed_mbps: (word >> 32) as u32,
         }
     }
 
@@ -112,8 +118,10 @@ impl BondWatch {
             let mut active = 0;
             for member in &bond.members {
                 let lacp = bond::member_lacp(bond.port, member.port).unwrap_or_default();
+                let (link_up, speed_mbps) = bond::link(member.port);
                 let now = MemberState {
-                    link_up: bond::link_up(member.port),
+                    link_up,
+                    speed_mbps,
                     selected: lacp.selected,
                     actor: lacp.actor_state,
                     partner: lacp.partner_state,
@@ -147,6 +155,7 @@ mod tests {
             selected: false,
             actor: lacp_state::COLLECTING | lacp_state::ACTIVE,
             partner: lacp_state::DISTRIBUTING,
+            speed_mbps: 10_000,
         };
         let back = MemberState::unpack(state.pack());
         assert_eq!(back, state);

@@ -218,10 +218,14 @@ impl Default for TrafficMeterConfig {
     }
 }
 
+/// The metrics' default port, from Prometheus's exporter range.
+pub const DEFAULT_METRICS_PORT: u16 = 9469;
+
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Where Prometheus scrapes `/metrics`. Loopback by default: expose it deliberately.
+    /// Port 9469, not node_exporter's 9100, so the two can run on one host.
     pub listen: SocketAddr,
     /// A Prometheus exporter-toolkit web-config file (YAML): TLS and basic auth for the
     /// endpoint (`crate::web_config`). None: plain HTTP, no auth.
@@ -231,7 +235,7 @@ pub struct MetricsConfig {
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT)),
             web_config: None,
         }
     }
@@ -255,8 +259,13 @@ pub struct EalConfig {
     /// The main lcore, which runs the control thread; never a worker.
     pub main_lcore: u32,
     pub hugepages: HugepageMode,
-    /// MiB of memory for DPDK (`-m`).
+    /// MiB of memory for DPDK (`-m`), from any NUMA node. Ignored when `socket_memory_mb`
+    /// is set, since DPDK refuses `-m` beside `--socket-mem`.
     pub memory_mb: u32,
+    /// MiB of hugepage memory per NUMA node, node 0 first (`--socket-mem`): the NIC's node
+    /// only, e.g. `[2048, 0]`. Empty: `memory_mb` from wherever the EAL finds it. Without
+    /// hugepages (`--no-huge` has no nodes) their sum is taken as `-m`.
+    pub socket_memory_mb: Vec<u32>,
     /// Keeps this instance's runtime files apart from other DPDK processes.
     pub file_prefix: String,
     pub log_level: String,
@@ -267,12 +276,23 @@ pub struct EalConfig {
     pub extra_args: Vec<String>,
 }
 
+impl EalConfig {
+    /// The MiB the EAL takes: the nodes' sum when given per node, else `memory_mb`.
+    pub fn total_memory_mb(&self) -> u32 {
+        match self.socket_memory_mb.iter().sum() {
+            0 => self.memory_mb,
+            per_node => per_node,
+        }
+    }
+}
+
 impl Default for EalConfig {
     fn default() -> Self {
         EalConfig {
             main_lcore: 0,
             hugepages: HugepageMode::Auto,
             memory_mb: 512,
+            socket_memory_mb: Vec::new(),
             file_prefix: "gateway".into(),
             log_level: "notice".into(),
             cpus: Vec::new(),
@@ -359,6 +379,12 @@ pub struct InterfaceConfig {
     /// The twin's name in the kernel; omitted: the interface's name.
     #[serde(default)]
     pub kernel_twin_name: Option<String>,
+    /// Receive frames addressed to any MAC. Off (the default), the NIC filters to the
+    /// port's MAC, broadcast and the multicast it joined (a bond's LACP group), so flooded
+    /// unicast for other hosts costs no worker cycles. On for a port whose PMD filters
+    /// nothing anyway, or for a mirror.
+    #[serde(default)]
+    pub promiscuous: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -987,6 +1013,7 @@ impl GatewayConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_eal()?;
         if self.workers.lcores.is_empty() {
             return Err(invalid(
                 "workers.lcores",
@@ -1179,6 +1206,36 @@ impl GatewayConfig {
 
     /// The state directory must be absolute (the service's working directory is no place
     /// for state) and, where it exists, a directory.
+    /// The EAL's memory options come from `memory_mb`, `socket_memory_mb` and `hugepages`
+    /// only: the same options again in `extra_args` would make DPDK refuse to start (`-m`
+    /// beside `--socket-mem`) or quietly fight the fields.
+    fn validate_eal(&self) -> Result<(), ConfigError> {
+        const OWNED: &[(&str, &str)] = &[
+            ("-m", "eal.memory_mb"),
+            ("--socket-mem", "eal.socket_memory_mb"),
+            ("--no-huge", "eal.hugepages = \"off\""),
+        ];
+        for (i, arg) in self.eal.extra_args.iter().enumerate() {
+            let owner = OWNED
+                .iter()
+                .find(|(name, _)| crate::dpdk::gives_option(arg, name));
+            if let Some((name, field)) = owner {
+                return Err(invalid(
+                    format!("eal.extra_args[{i}]"),
+                    format!("{arg:?}: set {field} instead of passing {name} to the EAL"),
+                ));
+            }
+        }
+        let per_node = &self.eal.socket_memory_mb;
+        if !per_node.is_empty() && per_node.iter().all(|&mb| mb == 0) {
+            return Err(invalid(
+                "eal.socket_memory_mb",
+                "gives no node any memory; leave it empty to use eal.memory_mb",
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_nat_log(&self) -> Result<(), ConfigError> {
         let log = &self.nat.log;
         if log.facility > 23 {

@@ -22,6 +22,12 @@ enum Command {
     },
     /// Validate a config file without starting anything.
     CheckConfig { config: PathBuf },
+    /// Exit 0 if the gateway this config describes serves its metrics (at metrics.listen),
+    /// 1 if not: for a container's HEALTHCHECK.
+    Healthcheck {
+        #[arg(short, long, default_value = "/etc/gateway/gateway.toml")]
+        config: PathBuf,
+    },
     /// Ask the running gateway (over its ctl.socket): flows, drops, workers; clear flows.
     Ctl {
         /// The running gateway's `ctl.socket`.
@@ -244,6 +250,9 @@ fn main() -> ExitCode {
             json,
             command,
         } => ctl(&socket, json, command),
+        Command::Healthcheck { config } => GatewayConfig::load(&config)
+            .map_err(anyhow::Error::from)
+            .and_then(|loaded| gateway::healthcheck::check(&loaded.metrics)),
         Command::CheckConfig { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
             .and_then(|loaded| gateway::pipeline_config::check_startable(&loaded))

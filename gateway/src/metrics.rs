@@ -26,7 +26,8 @@ use pipeline::features::meter::{self, HostMeter, HostUsage};
 use pipeline::features::qos::QosStats;
 
 use crate::bonds::BondWatch;
-use crate::dpdk::{PortMonitor, PortStats, QUEUE_STAT_COUNTERS};
+use crate::dpdk::{Mempool, PortStats, BURST_SIZE, QUEUE_STAT_COUNTERS};
+use crate::port_watch::PortWatch;
 use crate::published::Published;
 use crate::web_config::{AuthVerdict, BasicAuth, WebConfig};
 
@@ -120,7 +121,9 @@ pub struct Sources {
     pub meter: MeterSource,
     /// Per worker: the uplink and downlink policers' statistics.
     pub qos: Vec<[Arc<QosStats>; 2]>,
-    pub ports: Vec<(String, PortMonitor, usize)>,
+    pub ports: Arc<PortWatch>,
+    /// The packet pool, whose buffers in use are exported (none in tests without an EAL).
+    pub pool: Option<Arc<Mempool>>,
     pub bonds: Arc<BondWatch>,
     pub workers: Vec<Arc<WorkerCounters>>,
     /// Per worker: the TSC of its latest loop, turned into an age at each scrape.
@@ -150,8 +153,15 @@ pub struct Metrics {
     sources: Sources,
     port_counters: Vec<Family<PortStats>>,
     queue_packets: IntCounterVec,
+    queue_drops: IntCounterVec,
+    xstats: IntCounterVec,
     port_link_up: IntGaugeVec,
     port_speed: IntGaugeVec,
+    link_flaps: IntCounterVec,
+    port_info: IntGaugeVec,
+    mempool_mbufs: IntGaugeVec,
+    mempool_in_use: IntGaugeVec,
+    rx_burst_size: IntGaugeVec,
     worker_counters: Vec<Family<WorkerCounters>>,
     worker_gauges: Vec<GaugeFamily<WorkerCounters>>,
     heartbeat_age: prometheus::GaugeVec,
@@ -175,6 +185,7 @@ pub struct Metrics {
     bond_active_members: IntGaugeVec,
     bond_state_changes: IntCounterVec,
     member_link_up: IntGaugeVec,
+    member_speed: IntGaugeVec,
     member_selected: IntGaugeVec,
     member_collecting: IntGaugeVec,
     member_distributing: IntGaugeVec,
@@ -222,7 +233,7 @@ const PORT_COUNTERS: &[(&str, &str, PortReader)] = &[
     ("port_tx_errors_total", "Failed transmissions.", |s| s.tx_errors),
     (
         "port_rx_missed_packets_total",
-        "Packets the NIC dropped because no RX descriptor was free (imissed): the workers fell behind.",
+        "Packets the NIC dropped before any queue took them (imissed; ixgbe: the RX packet buffer overflowed, MPC). A queue short of descriptors counts in port_rx_queue_drops_total.",
         |s| s.rx_missed,
     ),
     (
@@ -247,6 +258,16 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
         "worker_fast_path_packets_total",
         "Packets of established flows the fast path decided (the rest took the full path).",
         |c| c.fast_path.get(),
+    ),
+    (
+        "worker_rx_bursts_total",
+        "RX bursts that returned packets.",
+        |c| c.rx_bursts.get(),
+    ),
+    (
+        "worker_rx_full_bursts_total",
+        "RX bursts that came back full (worker_rx_burst_size packets): more were waiting. Their share of all bursts nearing 1 means the worker barely keeps up.",
+        |c| c.rx_full_bursts.get(),
     ),
     (
         "worker_busy_cycles_total",
@@ -365,8 +386,15 @@ pub fn metric_names() -> Vec<String> {
     let fixed = [
         "build_info",
         "port_queue_packets_total",
+        "port_rx_queue_drops_total",
+        "port_xstats_total",
         "port_link_up",
-        "port_link_speed_bytes_per_second",
+        "port_speed_bytes",
+        "port_link_flaps_total",
+        "port_info",
+        "mempool_mbufs",
+        "mempool_mbufs_in_use",
+        "worker_rx_burst_size",
         "dropped_packets_total",
         "conntrack_invalid_packets_total",
         "config_last_reload_success",
@@ -388,6 +416,7 @@ pub fn metric_names() -> Vec<String> {
         "bond_active_members",
         "bond_member_state_changes_total",
         "bond_member_link_up",
+        "bond_member_speed_bytes",
         "bond_member_lacp_selected",
         "bond_member_lacp_collecting",
         "bond_member_lacp_distributing",
@@ -430,17 +459,59 @@ impl Metrics {
                 "Packets per port queue and direction (rx, tx).",
                 &["port", "queue", "direction"],
             ),
+            queue_drops: counter_vec(
+                &registry,
+                "port_rx_queue_drops_total",
+                "Packets a port queue dropped for want of a free descriptor (q_errors; ixgbe QPRDC with drop-enable): its worker fell behind.",
+                &["port", "queue"],
+            ),
+            xstats: counter_vec(
+                &registry,
+                "port_xstats_total",
+                "The NIC's extended statistics, named as the driver reports them (ixgbe: rx_crc_errors, mac_local_errors, ...).",
+                &["port", "stat"],
+            ),
             port_link_up: gauge_vec(
                 &registry,
                 "port_link_up",
-                "1 when the link is up.",
+                "Whether the port's link is up (1) or down (0).",
                 &["port"],
             ),
             port_speed: gauge_vec(
                 &registry,
-                "port_link_speed_bytes_per_second",
-                "Negotiated link speed (10GbE: 1.25e9).",
+                "port_speed_bytes",
+                "The link's speed in bytes per second, as node_exporter's node_network_speed_bytes.",
                 &["port"],
+            ),
+            link_flaps: counter_vec(
+                &registry,
+                "port_link_flaps_total",
+                "Times the port's link went down, sampled every 100 ms.",
+                &["port"],
+            ),
+            port_info: gauge_vec(
+                &registry,
+                "port_info",
+                "The port's driver, firmware version and EAL device; the value is always 1.",
+                &["port", "driver", "firmware", "device"],
+            ),
+            mempool_mbufs: gauge_vec(
+                &registry,
+                "mempool_mbufs",
+                "Packet buffers in the pool.",
+                &["pool"],
+            ),
+            mempool_in_use: gauge_vec(
+                &registry,
+                "mempool_mbufs_in_use",
+                "Packet buffers out of the pool (in rings, queues and bursts), approximate.",
+                &["pool"],
+            ),
+            rx_burst_size: gauge_vec(
+                &registry,
+                "worker_rx_burst_size",
+                "Packets one RX burst may return: a full burst (worker_rx_full_bursts_total) returned this many.",
+                &["worker"],
             ),
             worker_counters: WORKER_COUNTERS
                 .iter()
@@ -576,6 +647,12 @@ impl Metrics {
                 "1 when the member's link is up.",
                 &["bond", "member"],
             ),
+            member_speed: gauge_vec(
+                &registry,
+                "bond_member_speed_bytes",
+                "The member's link speed in bytes per second; 802.3ad aggregates only members of one speed.",
+                &["bond", "member"],
+            ),
             member_selected: gauge_vec(
                 &registry,
                 "bond_member_lacp_selected",
@@ -610,24 +687,31 @@ impl Metrics {
     }
 
     fn collect(&self) {
-        for (name, port, queues) in &self.sources.ports {
-            let Ok(stats) = port.stats() else { continue };
-            for family in &self.port_counters {
-                sync_counter(&family.vec, &[name], (family.read)(&stats));
-            }
-            for queue in 0..(*queues).min(QUEUE_STAT_COUNTERS) {
-                let q = queue.to_string();
-                sync_counter(
-                    &self.queue_packets,
-                    &[name, &q, "rx"],
-                    stats.rx_queue_packets[queue],
-                );
-                sync_counter(
-                    &self.queue_packets,
-                    &[name, &q, "tx"],
-                    stats.tx_queue_packets[queue],
-                );
-            }
+        for port in &self.sources.ports.ports {
+            let name = port.name.as_str();
+            port.poll(|totals| {
+                for family in &self.port_counters {
+                    sync_counter(&family.vec, &[name], (family.read)(&totals.stats));
+                }
+                for queue in 0..port.queues.min(QUEUE_STAT_COUNTERS) {
+                    let q = queue.to_string();
+                    let stats = &totals.stats;
+                    sync_counter(
+                        &self.queue_packets,
+                        &[name, &q, "rx"],
+                        stats.rx_queue_packets[queue],
+                    );
+                    sync_counter(
+                        &self.queue_packets,
+                        &[name, &q, "tx"],
+                        stats.tx_queue_packets[queue],
+                    );
+                    sync_counter(&self.queue_drops, &[name, &q], stats.rx_queue_drops[queue]);
+                }
+                for (stat, &value) in port.xstat_names.iter().zip(&totals.xstats) {
+                    sync_counter(&self.xstats, &[name, stat], value);
+                }
+            });
             let (up, speed_mbps) = port.link();
             self.port_link_up
                 .with_label_values(&[name])
@@ -635,6 +719,19 @@ impl Metrics {
             self.port_speed
                 .with_label_values(&[name])
                 .set(i64::from(speed_mbps) * 1_000_000 / 8);
+            sync_counter(&self.link_flaps, &[name], port.link_flaps());
+            let info = &port.info;
+            self.port_info
+                .with_label_values(&[name, &info.driver, &info.firmware, &info.device])
+                .set(1);
+        }
+        if let Some(pool) = &self.sources.pool {
+            self.mempool_mbufs
+                .with_label_values(&["packets"])
+                .set(i64::from(pool.capacity()));
+            self.mempool_in_use
+                .with_label_values(&["packets"])
+                .set(i64::from(pool.in_use()));
         }
         let workers = self
             .sources
@@ -643,6 +740,11 @@ impl Metrics {
             .enumerate()
             .map(|(i, c)| (i.to_string(), c));
         let control = std::iter::once(("control".to_string(), &self.sources.control));
+        for worker in 0..self.sources.workers.len() {
+            self.rx_burst_size
+                .with_label_values(&[&worker.to_string()])
+                .set(BURST_SIZE as i64);
+        }
         for (worker, counters) in workers.chain(control) {
             for family in &self.worker_counters {
                 sync_counter(&family.vec, &[&worker], (family.read)(counters));
@@ -721,6 +823,9 @@ impl Metrics {
                 self.member_link_up
                     .with_label_values(&labels)
                     .set(i64::from(state.link_up));
+                self.member_speed
+                    .with_label_values(&labels)
+                    .set(i64::from(state.speed_mbps) * 1_000_000 / 8);
                 self.member_selected
                     .with_label_values(&labels)
                     .set(i64::from(state.selected));

@@ -90,9 +90,12 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.mtu != new.mtu {
                 fields.push(format!("interfaces[{i}].mtu"));
             }
-            // Bonds and the RSS key are set up with the port.
-            if old.bond != new.bond || old.rss_key != new.rss_key {
-                fields.push(format!("interfaces[{i}].bond/rss_key"));
+            // Bonds, the RSS key and promiscuous mode are set up with the port.
+            if old.bond != new.bond
+                || old.rss_key != new.rss_key
+                || old.promiscuous != new.promiscuous
+            {
+                fields.push(format!("interfaces[{i}].bond/rss_key/promiscuous"));
             }
             // The NAT pools hand out ports on the addresses they started with.
             if old.address != new.address {
@@ -139,6 +142,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.address = old.address;
             new.bond = old.bond.clone();
             new.rss_key = old.rss_key.clone();
+            new.promiscuous = old.promiscuous;
             new.kernel_twin = old.kernel_twin;
             new.kernel_twin_name = old.kernel_twin_name.clone();
         }
@@ -370,7 +374,11 @@ mod tests {
         let fields = restart_required(&running, &new);
         assert_eq!(
             fields,
-            ["conntrack", "neighbors", "interfaces[1].bond/rss_key"]
+            [
+                "conntrack",
+                "neighbors",
+                "interfaces[1].bond/rss_key/promiscuous"
+            ]
         );
         let merged = merge_for_reload(&running, new.clone());
         assert_eq!(merged.conntrack, running.conntrack);

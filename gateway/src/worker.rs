@@ -341,6 +341,10 @@ impl WorkerLoop {
             }
             received += self.rx.len();
             worker.counters.rx_packets.add(self.rx.len() as u64);
+            worker.counters.rx_bursts.add(1);
+            if self.rx.is_full() {
+                worker.counters.rx_full_bursts.add(1);
+            }
             let ingress = Ingress {
                 port: ingress as u16,
                 handed_off: false,

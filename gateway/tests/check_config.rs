@@ -49,6 +49,21 @@ fn every_bad_file_is_refused_naming_its_field() {
     let missing_list = std::env::temp_dir().join("gw-check-config-no-such-list.txt");
     let cases: Vec<(&str, String, &str)> = vec![
         (
+            "EAL memory in extra_args beside memory_mb",
+            replaced("extra_args = []", "extra_args = [\"--socket-mem=1024,0\"]"),
+            "eal.extra_args[0]",
+        ),
+        (
+            "-m in extra_args",
+            replaced("extra_args = []", "extra_args = [\"--no-telemetry\", \"-m2048\"]"),
+            "eal.extra_args[1]",
+        ),
+        (
+            "per-node memory that gives no node any",
+            replaced("extra_args = []", "extra_args = []\nsocket_memory_mb = [0, 0]"),
+            "eal.socket_memory_mb",
+        ),
+        (
             "overlapping subnets",
             replaced("address = \"10.0.0.1/24\"", "address = \"192.168.10.200/16\""),
             "interfaces[1].address",
@@ -308,9 +323,9 @@ fn a_bad_web_config_file_is_refused_naming_its_field() {
             }
         }
         let text = replaced(
-            "listen = \"127.0.0.1:9100\"",
+            "listen = \"127.0.0.1:9469\"",
             &format!(
-                "listen = \"127.0.0.1:9100\"\nweb_config = \"{}\"",
+                "listen = \"127.0.0.1:9469\"\nweb_config = \"{}\"",
                 path.display()
             ),
         );
@@ -334,9 +349,9 @@ fn a_bad_web_config_file_is_refused_naming_its_field() {
     )
     .unwrap();
     let text = replaced(
-        "listen = \"127.0.0.1:9100\"",
+        "listen = \"127.0.0.1:9469\"",
         &format!(
-            "listen = \"127.0.0.1:9100\"\nweb_config = \"{}\"",
+            "listen = \"127.0.0.1:9469\"\nweb_config = \"{}\"",
             good.display()
         ),
     );

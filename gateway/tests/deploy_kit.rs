@@ -1,6 +1,7 @@
 //! The deployment kit against the code: every metric the Grafana dashboard and the Prometheus
 //! alerts query is one the gateway exports (`gateway::metrics::metric_names()`), and the X550
-//! config validates against the schema. No DPDK, no files written.
+//! configs validate against the schema, give the EAL arguments DPDK accepts and size their
+//! mempools for every port. No DPDK, no files written.
 //!
 //! The kit is read as text: expressions are pulled out of the dashboard's JSON strings and the
 //! alert rules' `expr:` values without a JSON or YAML parser (no new dependencies).
@@ -288,20 +289,75 @@ fn x550_config_validates_and_is_a_production_config() {
     assert!(devices.iter().all(|d| is_pci_address(d)));
     assert_eq!(config.nat.masquerade, ["wan"]);
     assert!(!config.nat.port_forwards.is_empty());
-    assert_eq!(config.metrics.listen.port(), 9100);
-
-    // The mempool covers every descriptor of every queue plus the caches, as the comment in
-    // the file works out.
-    let queues = config.workers.lcores.len() as u32;
-    let descriptors: u32 = config
-        .interfaces
-        .iter()
-        .map(|i| queues * (u32::from(i.rx_descriptors) + u32::from(i.tx_descriptors)))
-        .sum();
-    let caches = (queues + 1) * config.mempool.cache * 3 / 2;
-    assert!(
-        config.mempool.mbufs >= descriptors + caches,
-        "mempool.mbufs {} < {descriptors} descriptors + {caches} cached",
-        config.mempool.mbufs
+    assert_eq!(
+        config.metrics.listen.port(),
+        gateway::config::DEFAULT_METRICS_PORT
     );
+}
+
+/// Every config in configs/, loaded.
+fn shipped_configs() -> Vec<(String, GatewayConfig)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut configs: Vec<(String, GatewayConfig)> = std::fs::read_dir(&dir)
+        .expect("configs/ is readable")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let config = GatewayConfig::load(&path).unwrap_or_else(|err| panic!("{name}: {err}"));
+            (name, config)
+        })
+        .collect();
+    configs.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(configs.len() >= 3, "lab, x550 and x550-lacp at least");
+    configs
+}
+
+#[test]
+fn every_shipped_configs_eal_arguments_pass_dpdks_option_rules() {
+    for (name, config) in shipped_configs() {
+        // With hugepages, and without where the config may fall back to --no-huge.
+        let modes: &[bool] = match config.eal.hugepages {
+            HugepageMode::Required => &[false],
+            HugepageMode::Off => &[true],
+            HugepageMode::Auto => &[false, true],
+        };
+        for &no_huge in modes {
+            let argv = gateway::app::eal_args_with(&config, no_huge).to_argv();
+            gateway::dpdk::check_option_rules(&argv)
+                .unwrap_or_else(|err| panic!("{name} (no_huge {no_huge}): {err}"));
+            if !config.eal.socket_memory_mb.is_empty() && !no_huge {
+                assert!(
+                    argv.iter().any(|a| a.starts_with("--socket-mem=")),
+                    "{name}: {argv:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn x550_mempools_cover_every_ports_descriptors_and_caches() {
+    for (name, config) in shipped_configs()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("x550"))
+    {
+        // Each worker owns one RX and one TX queue on every port; a bond's members are the
+        // ports that hold descriptors, each with the bond's queues.
+        let queues = config.workers.lcores.len() as u32;
+        let descriptors: u32 = config
+            .interfaces
+            .iter()
+            .map(|i| {
+                let ports = i.bond.as_ref().map_or(1, |bond| bond.members.len() as u32);
+                ports * queues * (u32::from(i.rx_descriptors) + u32::from(i.tx_descriptors))
+            })
+            .sum();
+        let caches = (queues + 1) * config.mempool.cache * 3 / 2;
+        assert!(
+            config.mempool.mbufs >= descriptors + caches,
+            "{name}: mempool.mbufs {} < {descriptors} descriptors + {caches} cached",
+            config.mempool.mbufs
+        );
+    }
 }

@@ -24,6 +24,7 @@ fn eal() -> &'static Eal {
                 "net_ring1".into(),
                 "net_null1".into(),
                 "net_null2".into(),
+                "net_null3".into(),
             ],
             log_level: Some("warning".into()),
             ..Default::default()
@@ -285,4 +286,56 @@ fn a_monitor_reads_a_port_the_workers_use() {
         Port::find(eal, "net_null2").is_err(),
         "closed once the monitor and queue went"
     );
+}
+
+#[test]
+fn the_port_watch_reads_counters_and_xstats_without_a_scrape() {
+    use gateway::port_watch::{PortWatch, WatchedPort};
+    let eal = eal();
+    let pool =
+        Arc::new(Mempool::new(eal, "watch_test_pool", 1023, 0, 2048, SocketId::ANY).unwrap());
+    let id = Port::find(eal, "net_null3").unwrap();
+    let mut port = Port::start(eal, id, "net_null3", &PortConfig::default(), &pool).unwrap();
+    let watch = PortWatch {
+        ports: vec![WatchedPort::new("null", port.monitor(), 1)],
+    };
+    let watched = &watch.ports[0];
+    assert!(
+        watched
+            .xstat_names
+            .iter()
+            .any(|name| name == "rx_good_packets"),
+        "ethdev's generic xstats: {:?}",
+        watched.xstat_names
+    );
+    assert_eq!(watched.info.driver, "net_null");
+    assert_eq!(watched.info.device, "net_null3");
+    let mut rxq = port.take_rx_queue(RxQueueId(0)).unwrap();
+    let mut received = 0;
+    for _ in 0..3 {
+        let mut batch = MbufBatch::new();
+        received += rxq.rx_burst(&mut batch) as u64;
+        // What the control thread does every STATS_INTERVAL, with no metrics anywhere.
+        watch.poll_stats();
+    }
+    let (rx_packets, rx_good) = watched.poll(|totals| {
+        let good = watched
+            .xstat_names
+            .iter()
+            .position(|name| name == "rx_good_packets");
+        (
+            totals.stats.rx_packets,
+            good.map(|index| totals.xstats[index]),
+        )
+    });
+    assert_eq!(rx_packets, received);
+    assert_eq!(
+        rx_good,
+        Some(received),
+        "xstats accumulate beside the stats"
+    );
+    watch.sample_links();
+    assert!(watched.link().0, "net_null's link is up");
+    assert_eq!(watched.link_flaps(), 0);
+    drop((rxq, port, watch));
 }

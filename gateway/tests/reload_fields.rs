@@ -356,6 +356,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("eal.main_lcore", Restart, "2", None),
     ("eal.hugepages", Restart, "\"auto\"", None),
     ("eal.memory_mb", Restart, "1024", None),
+    ("eal.socket_memory_mb", Restart, "[512]", None),
     ("eal.file_prefix", Restart, "\"other\"", None),
     ("eal.log_level", Restart, "\"debug\"", None),
     ("eal.cpus", Restart, "[0, 1]", None),
@@ -391,6 +392,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("interfaces[].rx_descriptors", Restart, "512", None),
     ("interfaces[].tx_descriptors", Restart, "512", None),
     ("interfaces[].rss_key", Restart, "\"6d5a6d5a\"", None),
+    ("interfaces[].promiscuous", Restart, "true", None),
     ("interfaces[].kernel_twin", Restart, "false", None),
     (
         "interfaces[].kernel_twin_name",
@@ -552,6 +554,7 @@ const FULL: &str = r#"
 main_lcore = 0
 hugepages = "off"
 memory_mb = 512
+socket_memory_mb = []
 file_prefix = "gw"
 log_level = "notice"
 cpus = []
@@ -576,6 +579,7 @@ tx_descriptors = 1024
 rss_key = "6d5a"
 source_validation = "strict"
 kernel_twin = true
+promiscuous = false
 [interfaces.bond]
 members = ["net_ring2", "net_ring3"]
 xmit_policy = "l34"

@@ -50,6 +50,11 @@ impl Gauge {
 #[repr(align(64))]
 pub struct WorkerCounters {
     pub rx_packets: Counter,
+    /// RX bursts that returned packets, and those that came back full: the share of full
+    /// ones says how close the worker is to falling behind, where busy cycles cannot (a loop
+    /// that received one packet counts as busy).
+    pub rx_bursts: Counter,
+    pub rx_full_bursts: Counter,
     pub transmitted: Counter,
     /// Packets the established fast path decided (the burst path's shortcuts), whatever it decided.
     pub fast_path: Counter,
@@ -92,6 +97,8 @@ impl Default for WorkerCounters {
     fn default() -> Self {
         WorkerCounters {
             rx_packets: Counter::default(),
+            rx_bursts: Counter::default(),
+            rx_full_bursts: Counter::default(),
             transmitted: Counter::default(),
             fast_path: Counter::default(),
             fragmented: Counter::default(),

@@ -33,7 +33,7 @@ text = re.sub(r'device = "net_af_packet1,iface=gwl-wan[^"]*"',
     'device = "net_bonding0"\n'
     'bond = { members = ["net_tap0,iface=gwb0", "net_tap1,iface=gwb1"], '
     'xmit_policy = "l34", lacp_rate = "fast" }', text)
-text = text.replace('listen = "127.0.0.1:9100"', 'listen = "127.0.0.1:19106"')
+text = text.replace('listen = "127.0.0.1:9469"', 'listen = "127.0.0.1:19106"')
 text = text.replace('file_prefix = "gateway-lab"', 'file_prefix = "gateway-e2e"')
 assert "net_bonding0" in text
 open(sys.argv[2], "w").write(text)

@@ -149,8 +149,8 @@ fn print_workers(answer: &Value) {
 
 fn print_interfaces(answer: &Value) {
     println!(
-        "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10}",
-        "name", "address", "mac", "mtu", "link", "rx", "tx", "rx_missed", "errors"
+        "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10} {:>10}",
+        "name", "address", "mac", "mtu", "link", "rx", "tx", "rx_missed", "q_drops", "errors"
     );
     for i in answer["interfaces"].as_array().into_iter().flatten() {
         let link = if i["link_up"].as_bool() == Some(true) {
@@ -160,7 +160,7 @@ fn print_interfaces(answer: &Value) {
         };
         let errors = i["rx_errors"].as_u64().unwrap_or(0) + i["tx_errors"].as_u64().unwrap_or(0);
         println!(
-            "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10}",
+            "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10} {:>10}",
             cell(&i["name"]),
             cell(&i["address"]),
             cell(&i["mac"]),
@@ -169,6 +169,7 @@ fn print_interfaces(answer: &Value) {
             cell(&i["rx_packets"]),
             cell(&i["tx_packets"]),
             cell(&i["rx_missed"]),
+            cell(&i["rx_queue_drops"]),
             errors
         );
     }

@@ -24,7 +24,7 @@ use super::{
     MAX_TRACE_TIMEOUT_MS,
 };
 use crate::config::CtlConfig;
-use crate::dpdk::PortMonitor;
+use crate::port_watch::PortWatch;
 use crate::published::Published;
 
 /// How long a request may take to arrive, and the workers to answer it.
@@ -43,8 +43,8 @@ pub struct Sources {
     pub control: Arc<WorkerCounters>,
     /// The interfaces' names, in interface order (they change only with a restart).
     pub interface_names: Vec<String>,
-    /// Each port's statistics and link, in interface order.
-    pub ports: Vec<PortMonitor>,
+    /// Each port's counters and link, in interface order.
+    pub ports: Arc<PortWatch>,
     /// What the workers run: the router config and the neighbour view, as published.
     pub router: Arc<Published<RouterConfig>>,
     pub neighbors: Arc<Published<NeighborView>>,
@@ -324,9 +324,9 @@ fn show_interfaces(sources: &Sources) -> Value {
         .iter()
         .enumerate()
         .map(|(port, interface)| {
-            let monitor = sources.ports.get(port);
-            let (link_up, speed_mbps) = monitor.map_or((false, 0), PortMonitor::link);
-            let stats = monitor.and_then(|monitor| monitor.stats().ok());
+            let watched = sources.ports.ports.get(port);
+            let (link_up, speed_mbps) = watched.map_or((false, 0), |port| port.link());
+            let stats = watched.map(|port| port.poll(|totals| totals.stats));
             json!({
                 "name": interface_name(sources, port as u16),
                 "address": interface.has_address().then(|| format!("{}/{}", interface.addr, interface.prefix_len)),
@@ -339,6 +339,7 @@ fn show_interfaces(sources: &Sources) -> Value {
                 "rx_bytes": stats.as_ref().map(|s| s.rx_bytes),
                 "tx_bytes": stats.as_ref().map(|s| s.tx_bytes),
                 "rx_missed": stats.as_ref().map(|s| s.rx_missed),
+                "rx_queue_drops": stats.as_ref().map(|s| s.rx_queue_drops.iter().sum::<u64>()),
                 "rx_errors": stats.as_ref().map(|s| s.rx_errors),
                 "tx_errors": stats.as_ref().map(|s| s.tx_errors),
             })

@@ -79,9 +79,13 @@ pub fn member_lacp(bond: PortId, member: PortId) -> Result<MemberLacp> {
 }
 
 /// A member's link, read without waiting.
-pub fn link_up(port: PortId) -> bool {
+/// A member's link: up, and its speed in Mbit/s (0 when down or unknown).
+pub fn link(port: PortId) -> (bool, u32) {
     let mut link = dpdk_sys::rte_eth_link::default();
     // SAFETY: valid out-pointer; nowait never blocks.
     let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(port.0, &mut link) };
-    ret == 0 && link.link_status() != 0
+    if ret != 0 {
+        return (false, 0);
+    }
+    (link.link_status() != 0, link.link_speed)
 }

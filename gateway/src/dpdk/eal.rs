@@ -15,8 +15,11 @@ pub struct EalArgs {
     pub cpus: Vec<u32>,
     /// Run without hugepages (`--no-huge`), with `memory_mb` of ordinary memory.
     pub no_huge: bool,
-    /// Memory to reserve in MiB (`-m`); 0 lets the EAL decide.
+    /// Memory to reserve in MiB (`-m`); 0 lets the EAL decide. Not passed when
+    /// `socket_memory_mb` is (DPDK refuses the two together).
     pub memory_mb: u32,
+    /// MiB per NUMA node, node 0 first (`--socket-mem`); with hugepages only.
+    pub socket_memory_mb: Vec<u32>,
     /// Keep no files in /var/run or hugetlbfs (`--in-memory`), so nothing is left behind.
     pub in_memory: bool,
     /// Separates this process's shared files from another DPDK process's (`--file-prefix`).
@@ -51,7 +54,10 @@ impl EalArgs {
         if self.no_huge {
             argv.push("--no-huge".into());
         }
-        if self.memory_mb > 0 {
+        if !self.socket_memory_mb.is_empty() && !self.no_huge {
+            let per_node: Vec<String> = self.socket_memory_mb.iter().map(u32::to_string).collect();
+            argv.push(format!("--socket-mem={}", per_node.join(",")));
+        } else if self.memory_mb > 0 {
             argv.push(format!("-m{}", self.memory_mb));
         }
         if self.in_memory && self.no_huge {
@@ -75,6 +81,49 @@ impl EalArgs {
         argv.extend(self.extra.iter().cloned());
         argv
     }
+}
+
+/// The memory option pairs DPDK 22.11's EAL refuses to start with (`eal_check_common_options`
+/// and the Linux EAL's memory init), checked before `rte_eal_init` so a config that would
+/// trip them fails with the pair named instead of DPDK's log line. `--no-huge` implies
+/// legacy memory.
+pub fn check_option_rules(argv: &[String]) -> std::result::Result<(), String> {
+    let has = |option: &str| argv.iter().any(|arg| gives_option(arg, option));
+    let legacy = has("--legacy-mem") || has("--no-huge");
+    let refused = [
+        (
+            has("-m") && has("--socket-mem"),
+            "-m and --socket-mem cannot be given together",
+        ),
+        (
+            has("--no-huge") && has("--socket-mem"),
+            "--socket-mem needs hugepages, not --no-huge",
+        ),
+        (
+            legacy && has("--socket-limit"),
+            "--socket-limit needs dynamic memory, not --legacy-mem or --no-huge",
+        ),
+        (
+            legacy && has("--in-memory"),
+            "--in-memory is incompatible with --legacy-mem and --no-huge",
+        ),
+    ];
+    match refused.iter().find(|(broken, _)| *broken) {
+        Some((_, rule)) => Err(format!("EAL arguments {argv:?}: {rule}")),
+        None => Ok(()),
+    }
+}
+
+/// Whether the argument `arg` is the EAL option `option`: `--name`, `--name=value`, or for
+/// the short `-m` also `-m512`.
+pub fn gives_option(arg: &str, option: &str) -> bool {
+    let long = option.starts_with("--");
+    arg == option
+        || (long
+            && arg
+                .strip_prefix(option)
+                .is_some_and(|rest| rest.starts_with('=')))
+        || (!long && arg.starts_with(option) && !arg.starts_with("--"))
 }
 
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
@@ -135,6 +184,11 @@ impl Drop for EalGuard {
 
 impl Eal {
     pub fn init(args: &EalArgs) -> Result<Eal> {
+        let argv = args.to_argv();
+        check_option_rules(&argv).map_err(|detail| DpdkError::Invalid {
+            what: "EAL arguments",
+            detail,
+        })?;
         if EAL_STARTED.swap(true, Ordering::SeqCst) {
             return Err(DpdkError::Invalid {
                 what: "EAL",
@@ -142,7 +196,6 @@ impl Eal {
                     .into(),
             });
         }
-        let argv = args.to_argv();
         tracing::info!(args = %argv.join(" "), "starting the DPDK EAL");
         // The EAL keeps pointers into argv (devargs, for one) for the life of the process,
         // so the strings are leaked on purpose: once per process, a few hundred bytes.
@@ -221,6 +274,59 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(args.to_argv()[1], "--lcores=0@0,1@1,2@1");
+    }
+
+    #[test]
+    fn socket_memory_replaces_the_total_and_falls_back_to_it_without_hugepages() {
+        let mut args = EalArgs {
+            memory_mb: 2048,
+            socket_memory_mb: vec![2048, 0],
+            in_memory: true,
+            ..Default::default()
+        };
+        let argv = args.to_argv();
+        assert!(
+            argv.contains(&"--socket-mem=2048,0".to_string()),
+            "{argv:?}"
+        );
+        assert!(!argv.iter().any(|arg| arg.starts_with("-m")), "{argv:?}");
+        assert_eq!(check_option_rules(&argv), Ok(()));
+        args.no_huge = true;
+        let argv = args.to_argv();
+        assert!(argv.contains(&"-m2048".to_string()), "{argv:?}");
+        assert_eq!(check_option_rules(&argv), Ok(()));
+    }
+
+    #[test]
+    fn option_rules_refuse_what_dpdk_refuses() {
+        let argv = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        for refused in [
+            &["gateway", "-m2048", "--socket-mem=2048,0"][..],
+            &["gateway", "-m", "2048", "--socket-mem", "2048"],
+            &["gateway", "--no-huge", "--socket-mem=512"],
+            &["gateway", "--no-huge", "--socket-limit=512"],
+            &["gateway", "--legacy-mem", "--in-memory"],
+        ] {
+            assert!(check_option_rules(&argv(refused)).is_err(), "{refused:?}");
+        }
+        for accepted in [
+            &["gateway", "-m2048", "--in-memory"][..],
+            &[
+                "gateway",
+                "--socket-mem=2048,0",
+                "--socket-limit=4096,0",
+                "--in-memory",
+            ],
+            &[
+                "gateway",
+                "--no-huge",
+                "-m256",
+                "--no-shconf",
+                "--match-allocations",
+            ],
+        ] {
+            assert_eq!(check_option_rules(&argv(accepted)), Ok(()), "{accepted:?}");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod mempool;
 mod port;
 mod ring;
 
-pub use eal::{Eal, EalArgs};
+pub use eal::{check_option_rules, gives_option, Eal, EalArgs};
 pub use error::{DpdkError, Result};
 pub use huge_pages::{back_with_huge_pages, HugePageAdvice};
 pub use ids::{LcoreId, PortId, RxQueueId, SocketId, TxQueueId};
@@ -21,7 +21,7 @@ pub use lcore::{launch, launch_watched, LaunchedWork};
 pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 pub use mempool::Mempool;
 pub use port::{
-    Port, PortConfig, PortMonitor, PortRings, PortStats, RingDevice, RxQueue, TxQueue,
+    Port, PortConfig, PortInfo, PortMonitor, PortRings, PortStats, RingDevice, RxQueue, TxQueue,
     QUEUE_STAT_COUNTERS,
 };
 pub use ring::{MbufRing, RingConsumer, RingProducer};

@@ -37,6 +37,8 @@ pub struct PortConfig {
     pub rss_hash_types: u64,
     /// A 40-byte (or device-sized) Toeplitz key; `None` lets the driver choose.
     pub rss_key: Option<Vec<u8>>,
+    /// Receive frames for any MAC (flooded unicast too, each a `not_our_mac` drop a worker
+    /// pays for); off, the port takes its own MAC, broadcast and the multicast it joined.
     pub promiscuous: bool,
     /// Ask for `RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE` where the device has it. Granted only while
     /// the pool is the process's one packet pool (see `mempool.rs`), and never on a bond,
@@ -54,7 +56,7 @@ impl Default for PortConfig {
             mtu: None,
             rss_hash_types: dpdk_sys::flags::RTE_ETH_RSS_IPV4_TCP_UDP,
             rss_key: None,
-            promiscuous: true,
+            promiscuous: false,
             fast_free: true,
         }
     }
@@ -67,7 +69,9 @@ pub struct PortStats {
     pub tx_packets: u64,
     pub rx_bytes: u64,
     pub tx_bytes: u64,
-    /// Packets the NIC dropped because no RX descriptor was free (the poll loop fell behind).
+    /// `imissed`: packets the NIC dropped before any queue took them. On ixgbe that is the
+    /// RX packet buffer overflowing (MPC); with drop-enable on, a queue short of descriptors
+    /// counts its own drops in `rx_queue_drops` instead of backing the buffer up.
     pub rx_missed: u64,
     pub rx_errors: u64,
     pub tx_errors: u64,
@@ -76,7 +80,52 @@ pub struct PortStats {
     /// Per-queue packets, for the first RTE_ETHDEV_QUEUE_STAT_CNTRS queues.
     pub rx_queue_packets: [u64; QUEUE_STAT_COUNTERS],
     pub tx_queue_packets: [u64; QUEUE_STAT_COUNTERS],
+    /// Per-queue drops (`q_errors`): on ixgbe, packets a queue dropped for want of a free
+    /// descriptor (QPRDC), its worker having fallen behind.
+    pub rx_queue_drops: [u64; QUEUE_STAT_COUNTERS],
 }
+
+impl PortStats {
+    /// Calls `f` with each counter of `self` and the same counter of `other`.
+    pub fn zip_counters_mut(&mut self, other: &PortStats, mut f: impl FnMut(&mut u64, u64)) {
+        let scalars = [
+            (&mut self.rx_packets, other.rx_packets),
+            (&mut self.tx_packets, other.tx_packets),
+            (&mut self.rx_bytes, other.rx_bytes),
+            (&mut self.tx_bytes, other.tx_bytes),
+            (&mut self.rx_missed, other.rx_missed),
+            (&mut self.rx_errors, other.rx_errors),
+            (&mut self.tx_errors, other.tx_errors),
+            (&mut self.rx_nombuf, other.rx_nombuf),
+        ];
+        for (mine, theirs) in scalars {
+            f(mine, theirs);
+        }
+        let queues = [
+            (&mut self.rx_queue_packets, &other.rx_queue_packets),
+            (&mut self.tx_queue_packets, &other.tx_queue_packets),
+            (&mut self.rx_queue_drops, &other.rx_queue_drops),
+        ];
+        for (mine, theirs) in queues {
+            for (mine, &theirs) in mine.iter_mut().zip(theirs) {
+                f(mine, theirs);
+            }
+        }
+    }
+}
+
+/// What a port is, for an info metric: its driver, firmware (empty where the driver has
+/// none to tell) and EAL device name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortInfo {
+    pub driver: String,
+    pub firmware: String,
+    pub device: String,
+}
+
+/// At most this many extended statistics are read per port: ixgbe reports about 150 with
+/// its per-queue ones, so this only bounds a driver gone wrong.
+pub const MAX_XSTATS: usize = 512;
 
 /// `RTE_ETH_DEV_INTR_LSC` from rte_ethdev.h: the device reports link changes by interrupt.
 const RTE_ETH_DEV_INTR_LSC: u32 = 1 << 1;
@@ -434,15 +483,16 @@ impl Port {
             dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id.0, &mut rx_desc, &mut tx_desc)
         })?;
         let socket = Self::socket(eal, id);
+        let rxconf = rx_queue_conf(&info);
         for queue in 0..config.rx_queues {
-            // SAFETY: configured port, queue in range, live mempool; NULL conf means defaults.
+            // SAFETY: configured port, queue in range, live mempool, rxconf valid for the call.
             check("rte_eth_rx_queue_setup", unsafe {
                 dpdk_sys::rte_eth_rx_queue_setup(
                     id.0,
                     queue,
                     rx_desc,
                     socket.raw() as u32,
-                    std::ptr::null(),
+                    &rxconf,
                     pool.as_ptr(),
                 )
             })?;
@@ -481,12 +531,21 @@ impl Port {
         check("rte_eth_dev_start", unsafe {
             dpdk_sys::rte_eth_dev_start(id.0)
         })?;
-        if config.promiscuous {
-            // SAFETY: started port. Failure only matters for PMDs without a MAC filter.
-            let ret = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id.0) };
-            if ret < 0 {
-                tracing::debug!(port = name, "promiscuous mode not supported");
+        // SAFETY: started port. Failure only matters for PMDs without a MAC filter, which
+        // take every frame anyway.
+        let ret = unsafe {
+            if config.promiscuous {
+                dpdk_sys::rte_eth_promiscuous_enable(id.0)
+            } else {
+                dpdk_sys::rte_eth_promiscuous_disable(id.0)
             }
+        };
+        if ret < 0 {
+            tracing::debug!(
+                port = name,
+                promiscuous = config.promiscuous,
+                "the driver cannot change promiscuous mode"
+            );
         }
         inner.started = true;
         tracing::info!(
@@ -778,6 +837,76 @@ impl PortMonitor {
         stats(self.inner.id)
     }
 
+    /// The names of the port's extended statistics (at most [`MAX_XSTATS`]), in the order
+    /// [`PortMonitor::xstats`] reads their values. Fixed once the port is started.
+    pub fn xstat_names(&self) -> Result<Vec<String>> {
+        // SAFETY: a NULL array with size 0 asks only for the count.
+        let count =
+            unsafe { dpdk_sys::rte_eth_xstats_get_names(self.inner.id.0, std::ptr::null_mut(), 0) };
+        check("rte_eth_xstats_get_names", count)?;
+        let mut names =
+            vec![dpdk_sys::rte_eth_xstat_name::default(); (count as usize).min(MAX_XSTATS)];
+        // SAFETY: the array holds names.len() entries, which the call fills at most.
+        let filled = unsafe {
+            dpdk_sys::rte_eth_xstats_get_names(
+                self.inner.id.0,
+                names.as_mut_ptr(),
+                names.len() as u32,
+            )
+        };
+        check("rte_eth_xstats_get_names", filled)?;
+        names.truncate((filled as usize).min(names.len()));
+        Ok(names.iter().map(|name| c_text(&name.name)).collect())
+    }
+
+    /// The extended statistics' values into `values`, one per name of
+    /// [`PortMonitor::xstat_names`] (`values` is resized to that count).
+    pub fn xstats(&self, values: &mut Vec<u64>, count: usize) -> Result<()> {
+        let mut raw = vec![dpdk_sys::rte_eth_xstat::default(); count.min(MAX_XSTATS)];
+        // SAFETY: the array holds raw.len() entries, which the call fills at most.
+        let filled = unsafe {
+            dpdk_sys::rte_eth_xstats_get(self.inner.id.0, raw.as_mut_ptr(), raw.len() as u32)
+        };
+        check("rte_eth_xstats_get", filled)?;
+        values.clear();
+        values.resize(raw.len(), 0);
+        for stat in raw.iter().take(filled as usize) {
+            if let Some(value) = values.get_mut(stat.id as usize) {
+                *value = stat.value;
+            }
+        }
+        Ok(())
+    }
+
+    /// The port's driver, firmware version and device name.
+    pub fn info(&self) -> PortInfo {
+        let id = self.inner.id.0;
+        let driver =
+            device_info(self.inner.id).map_or_else(|_| String::new(), |info| driver_name(&info));
+        let mut firmware = [0 as std::ffi::c_char; 128];
+        // SAFETY: the buffer's length is passed; the driver writes a NUL-terminated string
+        // into it, or returns non-zero (no firmware to tell, or a longer one).
+        let fw = unsafe {
+            dpdk_sys::rte_eth_dev_fw_version_get(id, firmware.as_mut_ptr(), firmware.len())
+        };
+        let mut device = [0 as std::ffi::c_char; dpdk_sys::RTE_ETH_NAME_MAX_LEN as usize];
+        // SAFETY: the buffer is RTE_ETH_NAME_MAX_LEN long, as the call requires.
+        let named = unsafe { dpdk_sys::rte_eth_dev_get_name_by_port(id, device.as_mut_ptr()) };
+        PortInfo {
+            driver,
+            firmware: if fw == 0 {
+                c_text(&firmware)
+            } else {
+                String::new()
+            },
+            device: if named == 0 {
+                c_text(&device)
+            } else {
+                String::new()
+            },
+        }
+    }
+
     /// Link up, and speed in Mbit/s.
     pub fn link(&self) -> (bool, u32) {
         let mut link = dpdk_sys::rte_eth_link::default();
@@ -807,7 +936,28 @@ fn stats(id: PortId) -> Result<PortStats> {
         rx_nombuf: raw.rx_nombuf,
         rx_queue_packets: raw.q_ipackets,
         tx_queue_packets: raw.q_opackets,
+        rx_queue_drops: raw.q_errors,
     })
+}
+
+/// The RX queues' config: the driver's defaults (thresholds, offloads it needs) with
+/// drop-enable on. On ixgbe without it, a queue out of descriptors holds its packets in the
+/// port's shared RX buffer, which fills and stops every queue of the port: one slow worker
+/// would stall the others. With it, that queue alone drops, counted in `q_errors`.
+fn rx_queue_conf(info: &dpdk_sys::rte_eth_dev_info) -> dpdk_sys::rte_eth_rxconf {
+    let mut rxconf = info.default_rxconf;
+    rxconf.rx_drop_en = 1;
+    rxconf
+}
+
+/// A C string from a fixed buffer, up to its NUL or its end.
+fn c_text(buffer: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = buffer
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn device_info(id: PortId) -> Result<dpdk_sys::rte_eth_dev_info> {
@@ -846,4 +996,40 @@ fn check_descriptors(
 
 const fn libc_enotsup() -> i32 {
     95 // ENOTSUP on Linux
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rx_queues_ask_for_drop_enable_and_keep_the_drivers_defaults() {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        info.default_rxconf.rx_free_thresh = 32;
+        info.default_rxconf.rx_thresh.pthresh = 8;
+        let rxconf = rx_queue_conf(&info);
+        assert_eq!(rxconf.rx_drop_en, 1);
+        assert_eq!(rxconf.rx_free_thresh, 32);
+        assert_eq!(rxconf.rx_thresh.pthresh, 8);
+    }
+
+    #[test]
+    fn counters_are_zipped_field_by_field() {
+        let mut total = PortStats::default();
+        let mut step = PortStats {
+            rx_packets: 3,
+            rx_missed: 2,
+            ..Default::default()
+        };
+        step.rx_queue_drops[1] = 5;
+        step.tx_queue_packets[15] = 7;
+        total.zip_counters_mut(&step, |mine, theirs| *mine += theirs);
+        total.zip_counters_mut(&step, |mine, theirs| *mine += theirs);
+        assert_eq!((total.rx_packets, total.rx_missed), (6, 4));
+        assert_eq!(
+            (total.rx_queue_drops[1], total.tx_queue_packets[15]),
+            (10, 14)
+        );
+        assert_eq!(total.tx_bytes, 0);
+    }
 }
