@@ -7,8 +7,14 @@
 #       --security-opt no-new-privileges --read-only --tmpfs /run --tmpfs /tmp \
 #       --device /dev/vfio/vfio --device /dev/vfio/<group> -v /dev/hugepages:/dev/hugepages \
 #       -v /var/lib/gateway:/var/lib/gateway \
-#       -v /etc/gateway/gateway.toml:/etc/gateway/gateway.toml:ro gateway
+#       -v /etc/gateway:/etc/gateway:ro gateway
 #   docker kill -s HUP gateway     # reload the config
+#
+# Mount the config directory, not the file: an editor saves by writing a new file and renaming
+# it over the old one, and a single-file bind mount stays on the old inode, so neither the
+# gateway's file watcher nor SIGHUP would ever see the edit. (The directory mount hides the
+# example configs the image carries in /etc/gateway/; it must hold gateway.toml and whatever
+# the config names there, e.g. metrics.web_config and its certificates.)
 #
 # Capabilities (least privilege, as deploy/systemd/gateway.service). With the ports on vfio-pci
 # and an IOMMU (the host's deploy/systemd/gateway-setup.sh binds them), DPDK needs one:
@@ -121,8 +127,6 @@ RUN apt-get update \
         librte-net-tap23 \
         librte-net-ring23 \
         librte-net-null23 \
-        ca-certificates \
-        curl \
         iproute2 \
     && rm -rf /var/lib/apt/lists/*
 
@@ -130,19 +134,23 @@ COPY --from=build /usr/local/bin/gateway /usr/local/bin/gateway
 COPY configs/ /etc/gateway/
 
 # Fail the image build, not the first start, if a shared library is missing or a shipped
-# config no longer matches the schema.
+# config (every one in configs/: lab, x550, x550-lacp, ...) no longer matches the schema.
 RUN if ldd /usr/local/bin/gateway | grep 'not found'; then exit 1; fi \
-    && gateway check-config /etc/gateway/lab.toml \
-    && gateway check-config /etc/gateway/x550.toml
+    && for config in /etc/gateway/*.toml; do \
+        gateway check-config "$config" || exit 1; \
+    done
 
-# Prometheus metrics (metrics.listen in the config). The health check scrapes them over
-# loopback: with metrics.listen on 127.0.0.1:9100 as is; with a management address (as in
-# configs/x550.toml), put that address in the URL here. With metrics.web_config (TLS, basic
-# auth): https://, --cacert <the CA> and -u <user>:<password>.
-EXPOSE 9100
+# Prometheus metrics: metrics.listen in the config, 127.0.0.1:9469 by default (9100 is
+# node_exporter's). The health check is the gateway itself: `gateway healthcheck` reads the same
+# config as CMD, fetches http://<metrics.listen>/metrics and succeeds if gateway_build_info is
+# there (with metrics.web_config it only checks that the address accepts a connection), so it
+# follows metrics.listen to a management address without an edit here. No curl, and no
+# ca-certificates: nothing else in the image makes an HTTP or TLS client connection.
+EXPOSE 9469
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["/bin/sh", "-c", "curl -fsS --max-time 4 -o /dev/null http://127.0.0.1:9100/metrics || exit 1"]
+    CMD ["gateway", "healthcheck", "--config", "/etc/gateway/gateway.toml"]
 
-# Mount the operator's config here (read-only); configs/ is copied beside it as examples.
+# Mount the operator's config directory over /etc/gateway (read-only, see the header): it
+# replaces the example configs copied there.
 ENTRYPOINT ["gateway"]
 CMD ["run", "--config", "/etc/gateway/gateway.toml"]

@@ -7,7 +7,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$ROOT/scripts/lablib.sh"
 GATEWAY=$ROOT/target/release/gateway
 CONFIG=${CONFIG:-$ROOT/configs/lab.toml}
-METRICS=http://127.0.0.1:9100/metrics
+METRICS=http://127.0.0.1:9469/metrics
 KEEP=0
 [[ ${1:-} == --keep ]] && KEEP=1
 WORK=$(mktemp -d /tmp/gateway-demo.XXXXXX)

@@ -6,14 +6,24 @@
 #   - the Dockerfile's build stage installs every build package scripts/deps.sh installs, and
 #     every other package there is known to be for the lab and tests only, so the two install
 #     paths cannot drift; its runtime stage has every DPDK library the binary links (ldd) and
-#     the drivers the EAL loads; every COPY source exists;
+#     the drivers the EAL loads; every COPY source exists; the image build validates every
+#     shipped config (a loop over /etc/gateway/*.toml, or each configs/*.toml named); its
+#     HEALTHCHECK is `gateway healthcheck` with the CMD's --config (so it follows
+#     metrics.listen, wherever that is) and EXPOSE is the default metrics port, 9469;
 #   - systemd-analyze verifies the unit (with and without the vdev drop-in) and
 #     `systemd-analyze security` rates its exposure at most 2.0 (least privilege: only
-#     CAP_NET_ADMIN, for the kernel twins' tap devices, sandboxed); its PCI devices match
-#     configs/x550.toml;
+#     CAP_NET_ADMIN, for the kernel twins' tap devices, sandboxed); gateway.default's
+#     GATEWAY_PCI_DEVICES binds every PCI device (interfaces[].device, bond members) of every
+#     shipped config and lists none that no config uses; gateway-setup.sh reserves hugepages
+#     per NUMA node and checks nohz_full and the PCIe link;
 #   - promtool checks the scrape config and the alert rules, and runs the rules' unit tests;
-#   - the Grafana dashboard is well-formed and has the panels the guide promises;
-#   - gateway check-config accepts the shipped configs; the guide names only files that exist.
+#     every alert the guide lists exists, has a unit test and a runbook annotation;
+#   - the Grafana dashboard is well-formed, has the panels the guide promises, and every query
+#     keeps the instance label (no sum/avg/max/min/count/topk/... without `by (..., instance)`),
+#     so that with the instance variable on "All" no panel adds two gateways together;
+#   - gateway check-config accepts the shipped configs; no config listens on node_exporter's
+#     9100 or on 0.0.0.0, and none puts EAL memory options in extra_args; the guide names only
+#     files that exist and advises no --socket-mem in eal.extra_args.
 # Metric names in the dashboard and alerts are checked against the code by the Rust test
 # gateway/tests/deploy_kit.rs.
 set -euo pipefail
@@ -50,7 +60,7 @@ if [[ -x $GATEWAY ]]; then
     ldd_out=$(ldd "$GATEWAY") || fail "ldd $GATEWAY"
 fi
 LAB_ONLY=$LAB_ONLY BUILD=$BUILD LDD_OUT=$ldd_out python3 - <<'PY' || fail "Dockerfile checks (above)"
-import os, re, shlex, subprocess, sys
+import json, os, re, shlex, subprocess, sys
 
 errors = []
 def check(ok, message):
@@ -110,13 +120,14 @@ for pkg in deps_pkgs:
 for pkg in ("curl", "ca-certificates"):
     check(pkg in build_pkgs, f"build stage: {pkg} (for rustup) missing")
 
-# The runtime stage: the drivers the EAL loads from its plugin directory, and curl for the
-# health check.
+# The runtime stage: the drivers the EAL loads from its plugin directory, and iproute2 for the
+# kernel twins. The health check is the gateway itself, so no curl.
 needed = ["librte-bus-pci23", "librte-bus-vdev23", "librte-mempool-ring23", "librte-net-ixgbe23",
           "librte-net-bond23", "librte-net-af-packet23", "librte-net-af-xdp23", "librte-net-tap23",
-          "librte-net-ring23", "librte-net-null23", "ca-certificates", "curl"]
+          "librte-net-ring23", "librte-net-null23", "iproute2"]
 for pkg in needed:
     check(pkg in runtime_pkgs, f"runtime stage: {pkg} missing")
+check("curl" not in runtime_pkgs, "runtime stage installs curl, which nothing uses (the HEALTHCHECK is gateway healthcheck)")
 check(not any(p.endswith("-dev") for p in runtime_pkgs), f"runtime stage installs -dev packages: {runtime_pkgs}")
 
 # Every DPDK library the built binary links must come from a package the runtime installs.
@@ -170,10 +181,62 @@ for member in re.findall(r'"([^"]+)"', members):
 check("Cargo.lock" in copied, "dependency layer: Cargo.lock not copied before the first cargo build")
 check(stage_has(runtime, "COPY", r"--from=build \S+ /usr/local/bin/gateway$"), "runtime: the binary is not copied to /usr/local/bin/gateway")
 check(stage_has(runtime, "COPY", r"^configs/ /etc/gateway/$"), "runtime: configs/ not copied to /etc/gateway/")
-check(stage_has(runtime, "EXPOSE", r"^9100$"), "runtime: EXPOSE 9100 missing")
-check(stage_has(runtime, "HEALTHCHECK", r"curl .*http://127\.0\.0\.1:9100/metrics"), "runtime: HEALTHCHECK does not curl http://127.0.0.1:9100/metrics")
 check(stage_has(runtime, "ENTRYPOINT", r'^\["gateway"\]$'), 'runtime: ENTRYPOINT ["gateway"] missing')
 check(stage_has(runtime, "CMD", r'^\["run", "--config", "/etc/gateway/gateway.toml"\]$'), "runtime: CMD is not run --config /etc/gateway/gateway.toml")
+
+# EXPOSE is the gateway's default metrics port (MetricsConfig's default in gateway/src/config.rs),
+# 9469: not node_exporter's 9100, which the gateway cannot bind where node_exporter runs.
+DEFAULT_PORT = 9469
+config_rs = open("gateway/src/config.rs").read()
+default_impl = re.search(r"impl Default for MetricsConfig\b.*?\n}\n", config_rs, re.S)
+code_port = None
+if default_impl:
+    port = re.search(r"\[127, 0, 0, 1\],\s*(\w+)\s*\)", default_impl.group(0))
+    if port and port.group(1).isdigit():
+        code_port = int(port.group(1))
+    elif port:  # a named constant
+        const = re.search(rf"const {port.group(1)}: u16 = (\d+)", config_rs)
+        code_port = int(const.group(1)) if const else None
+check(code_port == DEFAULT_PORT,
+      f"gateway/src/config.rs: MetricsConfig's default port is {code_port or '(not found)'}, not {DEFAULT_PORT}")
+exposed = [a for w, a in runtime["ins"] if w == "EXPOSE"]
+check(exposed == [str(DEFAULT_PORT)], f"runtime: EXPOSE {exposed}, want [{DEFAULT_PORT}] (the default metrics port)")
+# The HEALTHCHECK is `gateway healthcheck --config <the CMD's config>`: it reads metrics.listen
+# from the config the gateway runs with, so moving the metrics to a management address (as the
+# X550 configs do) needs no edit here. A hard-coded address or port would not follow it.
+def json_list(args):
+    try:
+        value = json.loads(args)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+health = [a for w, a in runtime["ins"] if w == "HEALTHCHECK"]
+check(len(health) == 1, f"runtime: {len(health)} HEALTHCHECK instructions, want 1")
+cmd = next((json_list(a) for w, a in runtime["ins"] if w == "CMD"), None) or []
+run_config = cmd[cmd.index("--config") + 1] if "--config" in cmd[:-1] else None
+if health:
+    match = re.search(r"(?:^|\s)CMD\s+(\[.*\])\s*$", health[0])
+    probe = json_list(match.group(1)) if match else None
+    check(probe is not None, f"runtime: HEALTHCHECK is not in exec form (CMD [...]): {health[0]}")
+    if probe is not None:
+        check(probe[:2] == ["gateway", "healthcheck"],
+              f"runtime: HEALTHCHECK runs {probe[:2]}, not gateway healthcheck")
+        probe_config = probe[probe.index("--config") + 1] if "--config" in probe[:-1] else None
+        check(run_config is not None and probe_config == run_config,
+              f"runtime: HEALTHCHECK --config {probe_config}, CMD --config {run_config}: they must be the same file")
+    check(not re.search(r"https?://|127\.0\.0\.1|:9100\b|:9469\b", health[0]),
+          f"runtime: HEALTHCHECK hard-codes an address: {health[0]}")
+
+# The image build validates every shipped config: a loop over /etc/gateway/*.toml (configs/ is
+# copied there) that runs check-config on each, or each file of configs/ named.
+shipped = sorted(os.path.basename(p) for p in os.listdir("configs") if p.endswith(".toml"))
+runs = " ".join(a for w, a in runtime["ins"] if w == "RUN")
+loop = re.search(r"for (\w+) in /etc/gateway/\*\.toml\s*;\s*do\b(.*?)\bdone\b", runs)
+looped = bool(loop and re.search(r"check-config\s+\"?\$\{?" + loop.group(1) + r"\b", loop.group(2)))
+named = set(re.findall(r"check-config\s+/etc/gateway/(\S+\.toml)", runs))
+check(looped or set(shipped) <= named,
+      f"runtime: the image build does not validate every shipped config ({', '.join(shipped)}): "
+      f"loop over /etc/gateway/*.toml with gateway check-config, or name each; named: {sorted(named)}")
 # Every file the build context must provide exists, and every config the image checks is shipped.
 for stage in stages:
     for word, args in stage["ins"]:
@@ -234,6 +297,16 @@ grep -q 'dpdk-devbind.py' deploy/systemd/gateway-setup.sh || fail "gateway-setup
 grep -q 'mount -t hugetlbfs' deploy/systemd/gateway-setup.sh || fail "gateway-setup.sh does not mount hugetlbfs"
 grep -q 'chown "$RUN_AS" "/dev/vfio/$group"' deploy/systemd/gateway-setup.sh \
     || fail "gateway-setup.sh does not give the vfio group devices to the gateway user"
+# Boot-time hugepages=N splits the pages evenly over the NUMA nodes: the script reserves them
+# per node, and it checks what the guide asks to check (nohz_full active, the PCIe link).
+grep -qF '/sys/devices/system/node/node$node/hugepages/' deploy/systemd/gateway-setup.sh \
+    || fail "gateway-setup.sh does not reserve hugepages per NUMA node"
+grep -q '^GATEWAY_HUGEPAGES_1G_NODES=' deploy/systemd/gateway.default \
+    || fail "gateway.default does not set the per-node hugepages (GATEWAY_HUGEPAGES_1G_NODES)"
+grep -q 'nohz_full' deploy/systemd/gateway-setup.sh \
+    || fail "gateway-setup.sh does not check that nohz_full is active on the worker CPUs"
+grep -q 'current_link_speed' deploy/systemd/gateway-setup.sh && grep -q 'current_link_width' deploy/systemd/gateway-setup.sh \
+    || fail "gateway-setup.sh does not check the ports' PCIe link speed and width"
 if command -v systemd-analyze >/dev/null; then
     # verify insists that the executables exist: point the unit at stand-ins in $WORK.
     mkdir -p "$WORK/systemd"
@@ -280,13 +353,55 @@ if command -v systemd-analyze >/dev/null; then
 else
     pass "$unit has its key lines (systemd-analyze not installed: not verified)"
 fi
-# The example /etc/default/gateway binds exactly the PCI devices configs/x550.toml uses.
-defaults_devices=$(bash -c 'source deploy/systemd/gateway.default && echo $GATEWAY_PCI_DEVICES')
-config_devices=$(grep -oE '^device = "[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"' configs/x550.toml \
-    | cut -d'"' -f2 | xargs)
-[[ -n $config_devices && $defaults_devices == "$config_devices" ]] \
-    || fail "gateway.default binds '$defaults_devices' but configs/x550.toml uses '$config_devices'"
-pass "gateway.default binds the PCI devices of configs/x550.toml ($config_devices)"
+# The example /etc/default/gateway binds every PCI device of every shipped config (the devices
+# of interfaces[].device and the members of bonds), so that each config starts with it as is,
+# and lists none that no shipped config uses (a stray address could take a host NIC away).
+# Its GATEWAY_CONFIG is the config the unit runs, which gateway-setup.sh reads.
+defaults_devices=$(bash -c 'source deploy/systemd/gateway.default && echo "$GATEWAY_PCI_DEVICES"')
+defaults_config=$(bash -c 'source deploy/systemd/gateway.default && echo "$GATEWAY_CONFIG"')
+DEVICES=$defaults_devices python3 - configs/*.toml <<'PY' || fail "gateway.default's GATEWAY_PCI_DEVICES (above)"
+import os, re, sys
+try:
+    import tomllib
+except ImportError:
+    sys.exit("  python3 has no tomllib (3.11 or later is needed to read the configs)")
+pci = re.compile(r"([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+def full(device):
+    name = device.split(",")[0].strip().lower()
+    if not pci.fullmatch(name):
+        return None
+    return name if name.count(":") == 2 else "0000:" + name
+errors, used = [], {}
+listed = set()
+for dev in os.environ["DEVICES"].split():
+    if full(dev) is None:
+        errors.append(f"GATEWAY_PCI_DEVICES: {dev!r} is not a PCI address")
+    else:
+        listed.add(full(dev))
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        config = tomllib.load(f)
+    for iface in config.get("interfaces", []):
+        for device in [iface.get("device", "")] + (iface.get("bond") or {}).get("members", []):
+            dev = full(device)
+            if dev is None:
+                continue
+            used.setdefault(dev, []).append(f"{path} ({iface.get('name')})")
+            if dev not in listed:
+                errors.append(f"{path} uses {dev} (interface {iface.get('name')}), which GATEWAY_PCI_DEVICES does not bind")
+for dev in sorted(listed - set(used)):
+    errors.append(f"GATEWAY_PCI_DEVICES binds {dev}, which no shipped config uses")
+if not used:
+    errors.append("no shipped config uses a PCI device: the check checked nothing")
+for e in errors:
+    print("  " + e, file=sys.stderr)
+for dev, where in sorted(used.items()):
+    print(f"  {dev}: {', '.join(where)}")
+sys.exit(1 if errors else 0)
+PY
+grep -qxF "ExecStart=/usr/local/bin/gateway run --config $defaults_config" "$unit" \
+    || fail "gateway.default's GATEWAY_CONFIG ($defaults_config) is not the config gateway.service runs"
+pass "gateway.default binds every PCI device of every shipped config ($defaults_devices)"
 
 # --- Prometheus ---------------------------------------------------------------------------------
 command -v promtool >/dev/null || fail "promtool is not installed (Debian package prometheus; make deps)"
@@ -296,12 +411,28 @@ pass "promtool check config accepts deploy/prometheus/prometheus.yml"
 promtool check rules deploy/prometheus/gateway-alerts.yml >"$WORK/promtool.txt" 2>&1 \
     || fail "promtool check rules: $(cat "$WORK/promtool.txt")"
 pass "promtool check rules: $(grep -o '[0-9]* rules found' "$WORK/promtool.txt")"
-for alert in GatewayConntrackNearlyFull GatewayNatPortsNearlyExhausted GatewayRxMissed \
-    GatewayWorkerBusy GatewayWorkerStalled GatewayConfigReloadFailed GatewayBondMemberDown; do
+# The alerts docs/deploy-x550.md lists: each exists, has a unit test and a runbook annotation,
+# and the guide says what it means.
+ALERTS="GatewayDown GatewayTargetMissing GatewayRxMissed GatewayRxQueueDrops GatewayRxNoMbuf
+    GatewayWorkerNearCapacity GatewayWorkerStalled GatewayPortLinkDown GatewayPortLinkFlapping
+    GatewayPortSpeedLow GatewayBondMemberDown GatewayBondMemberSpeedMismatch
+    GatewayConntrackNearlyFull GatewayConntrackFull GatewayNatPortsNearlyExhausted
+    GatewayNatPortsExhausted GatewayTxQueueFull GatewayMempoolNearlyEmpty GatewayConfigReloadFailed"
+for alert in $ALERTS; do
     grep -q "alert: $alert\$" deploy/prometheus/gateway-alerts.yml || fail "alert $alert missing"
     grep -q "alertname: $alert\$" deploy/prometheus/gateway-alerts.test.yml \
         || fail "alert $alert has no unit test in gateway-alerts.test.yml"
+    grep -qw "$alert" docs/deploy-x550.md || fail "docs/deploy-x550.md does not describe alert $alert"
 done
+python3 - <<'PY' || fail "deploy/prometheus/gateway-alerts.yml: an alert without a runbook annotation (above)"
+import re, sys
+text = open("deploy/prometheus/gateway-alerts.yml").read()
+rules = re.split(r"^\s*- alert: ", text, flags=re.M)[1:]
+bare = [rule.split()[0] for rule in rules if not re.search(r"^\s+runbook:", rule, re.M)]
+for name in bare:
+    print(f"  {name}", file=sys.stderr)
+sys.exit(1 if bare else 0)
+PY
 (cd deploy/prometheus && promtool test rules gateway-alerts.test.yml) >"$WORK/promtool.txt" 2>&1 \
     || fail "promtool test rules: $(cat "$WORK/promtool.txt")"
 pass "promtool test rules: every alert fires on its condition and not on healthy series"
@@ -346,6 +477,80 @@ print(f"  {len(titles)} panels, {exprs} queries")
 sys.exit(1 if errors else 0)
 PY
 pass "the Grafana dashboard is well-formed and has the promised panels"
+# Every dashboard query keeps the instance label: an aggregation (sum, avg, max, ..., topk)
+# without `by (..., instance)` (or with `without (..., instance)`) adds the gateways together
+# when the instance variable is on "All". A text check of the PromQL, not a parser: strings are
+# blanked first, so a label value cannot pass for an aggregation.
+python3 - <<'PY' || fail "deploy/grafana/gateway-dashboard.json: queries that aggregate instance away (above)"
+import json, re, sys
+AGG = re.compile(r"\b(sum|avg|min|max|count|count_values|group|stddev|stdvar|topk|bottomk|"
+                 r"quantile|limitk|limit_ratio)\b")
+def blank_strings(expr):
+    out, i = [], 0
+    while i < len(expr):
+        c = expr[i]
+        if c in "\"'`":
+            j = i + 1
+            while j < len(expr) and expr[j] != c:
+                j += 2 if expr[j] == "\\" else 1
+            out.append(c + "_" * (min(j, len(expr)) - i - 1) + (c if j < len(expr) else ""))
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+def skip_space(s, i):
+    while i < len(s) and s[i].isspace():
+        i += 1
+    return i
+def group_end(s, i):  # s[i] == "(": the index after its closing parenthesis
+    depth = 0
+    for j in range(i, len(s)):
+        depth += {"(": 1, ")": -1}.get(s[j], 0)
+        if depth == 0:
+            return j + 1
+    return len(s)
+def clause(s, i):  # `by (...)` or `without (...)` at i: (kind, labels, end), or None
+    m = re.match(r"(by|without)\s*\(([^)]*)\)", s[i:])
+    if not m:
+        return None
+    return m.group(1), {l.strip() for l in m.group(2).split(",") if l.strip()}, i + m.end()
+def problems(expr):
+    s = blank_strings(expr)
+    found = []
+    for m in AGG.finditer(s):
+        i = skip_space(s, m.end())
+        modifier = clause(s, i)
+        if modifier:
+            i = skip_space(s, modifier[2])
+        if i >= len(s) or s[i] != "(":
+            continue  # not an aggregation: a label name, a word in a comment
+        end = group_end(s, i)
+        if modifier is None:
+            modifier = clause(s, skip_space(s, end))
+        kind, labels = (modifier or ("none", set()))[:2]
+        keeps = (kind == "by" and "instance" in labels) or (kind == "without" and "instance" not in labels)
+        if not keeps:
+            what = f"{kind} ({', '.join(sorted(labels))})" if modifier else "no by (...)"
+            found.append(f"{m.group(1)} with {what}: {expr[m.start():end][:100]}")
+    return found
+def panels(items):
+    for p in items:
+        yield p
+        yield from panels(p.get("panels", []))
+d = json.load(open("deploy/grafana/gateway-dashboard.json"))
+errors, exprs = [], 0
+for p in panels(d["panels"]):
+    for target in p.get("targets", []):
+        if target.get("expr"):
+            exprs += 1
+            errors += [f"panel {p.get('title')!r}: {e}" for e in problems(target["expr"])]
+for e in errors:
+    print("  " + e, file=sys.stderr)
+print(f"  {exprs} queries checked")
+sys.exit(1 if errors else 0)
+PY
+pass "every dashboard query keeps the instance label"
 
 # --- configs and the guide ------------------------------------------------------------------------
 if [[ -x $GATEWAY ]]; then
@@ -358,6 +563,47 @@ else
     pass "no release binary: configs checked by the Rust test only (gateway/tests/deploy_kit.rs)"
 fi
 grep -q '^hugepages = "required"$' configs/x550.toml || fail "configs/x550.toml: hugepages is not required"
+# The EAL's memory options come from eal.socket_memory_mb, eal.memory_mb and eal.hugepages: DPDK
+# 22.11 refuses -m beside --socket-mem, and the gateway passes -m whenever socket_memory_mb is
+# empty, so --socket-mem in extra_args (the old advice) stops the gateway from starting. No
+# shipped config puts them there, and neither the configs' comments nor the guide advise it (a
+# quoted "--socket-mem..." is a list item to paste into extra_args). No config listens on
+# node_exporter's 9100 or on every interface, and the guide mounts the config directory into
+# the container, not the file (a rename-write leaves a file mount on the old inode).
+python3 - configs/*.toml <<'PY' || fail "configs and docs/deploy-x550.md (above)"
+import re, sys, tomllib
+errors = []
+memory_option = re.compile(r"^(-m\d*|--socket-mem|--socket-limit|--no-huge)(=.*)?$")
+quoted_memory_option = re.compile(r"[\"'](--socket-mem|--socket-limit)\b")
+for path in sys.argv[1:]:
+    text = open(path).read()
+    config = tomllib.loads(text)
+    for arg in config.get("eal", {}).get("extra_args", []):
+        if memory_option.match(arg):
+            errors.append(f"{path}: eal.extra_args has {arg!r}: use eal.socket_memory_mb or eal.memory_mb")
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#") and quoted_memory_option.search(line):
+            errors.append(f"{path}:{number}: a comment suggests {quoted_memory_option.search(line).group(1)} for extra_args")
+    listen = config.get("metrics", {}).get("listen")
+    if listen:
+        host, _, port = listen.rpartition(":")
+        if port == "9100":
+            errors.append(f"{path}: metrics.listen {listen}: 9100 is node_exporter's port (the default is 9469)")
+        if host in ("0.0.0.0", "[::]", ""):
+            errors.append(f"{path}: metrics.listen {listen} serves every interface")
+guide = open("docs/deploy-x550.md").read()
+if re.search(r"extra_args\s*=\s*\[[^\]]*--socket-(mem|limit)", guide, re.S) or quoted_memory_option.search(guide):
+    errors.append("docs/deploy-x550.md advises --socket-mem (or --socket-limit) in eal.extra_args")
+for path, text in (("docs/deploy-x550.md", guide), ("Dockerfile", open("Dockerfile").read())):
+    for m in re.finditer(r"-v\s+\S*gateway\.toml:\S*", text):
+        errors.append(f"{path}: {m.group(0)}: mount the config directory (-v /etc/gateway:/etc/gateway:ro)")
+    if "-v /etc/gateway:/etc/gateway:ro" not in text:
+        errors.append(f"{path}: no -v /etc/gateway:/etc/gateway:ro (the config directory) in the docker run line")
+for e in errors:
+    print("  " + e, file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+pass "no shipped config or the guide puts EAL memory options in extra_args; metrics off 9100; the container mounts the config directory"
 missing=
 for path in $(grep -oP '(?<![\w./-])(deploy|configs|scripts|docs|tests|gateway)/[\w./-]*\w' docs/deploy-x550.md | sort -u); do
     [[ -e $path ]] || missing+=" $path"

@@ -65,3 +65,36 @@ build=$(query 'gateway_build_info')
 reload=$(query 'gateway_config_last_reload_success')
 [[ $reload == 1 ]] || fail "gateway_config_last_reload_success = $reload"
 pass "build info and reload status are exported"
+
+# Issue 22: the NIC's extended stats, the port's identity, the pool's use and the RX bursts,
+# read by the control thread's port watch and exported.
+good=$(query 'gateway_port_xstats_total{port="lan", stat="rx_good_packets"}')
+[[ -n $good ]] && (( good >= 20 )) || fail "xstat rx_good_packets of lan = '$good', want >= 20 pings"
+pass "the port's extended stats are exported: lan rx_good_packets = $good"
+info=$(query 'gateway_port_info{port="lan", driver="net_af_packet"}')
+[[ $info == 1 ]] || fail "gateway_port_info{port=lan, driver=net_af_packet} = '$info'"
+# af_packet allocates at receive, so an idle lab may hold no buffer out of the pool.
+in_use=$(query 'gateway_mempool_mbufs_in_use{pool="packets"}')
+capacity=$(query 'gateway_mempool_mbufs{pool="packets"}')
+configured=$(sed -n 's/^mbufs = \([0-9]*\).*/\1/p' "$WORK/gateway.toml")
+[[ -n $in_use && $capacity == "$configured" ]] && (( in_use <= capacity )) \
+    || fail "mempool in use '$in_use' of '$capacity' (mempool.mbufs = $configured)"
+pass "port info and the pool's use ($in_use of $capacity buffers) are exported"
+bursts=$(query 'sum(gateway_worker_rx_bursts_total)')
+full=$(query 'sum(gateway_worker_rx_full_bursts_total)')
+[[ -n $bursts && -n $full ]] && (( bursts >= 20 && full <= bursts )) \
+    || fail "rx bursts '$bursts', full '$full': 40 packets came in bursts of at least one"
+drops=$(query 'sum(gateway_port_rx_queue_drops_total)')
+[[ $drops == 0 ]] || fail "queue drops = '$drops' after 20 pings"
+pass "RX bursts ($bursts, $full full) and per-queue drops ($drops) are exported"
+
+# The container's health check follows the config's metrics.listen.
+"$GATEWAY" healthcheck --config "$WORK/gateway.toml" >"$WORK/health.txt" 2>&1 \
+    || fail "gateway healthcheck on a running gateway: $(cat "$WORK/health.txt")"
+lab_config 19199 >"$WORK/elsewhere.toml"
+if "$GATEWAY" healthcheck --config "$WORK/elsewhere.toml" >"$WORK/health.txt" 2>&1; then
+    fail "gateway healthcheck passed with nothing on 127.0.0.1:19199"
+fi
+grep -q "metrics.listen 127.0.0.1:19199" "$WORK/health.txt" \
+    || fail "the failed health check does not name metrics.listen: $(cat "$WORK/health.txt")"
+pass "gateway healthcheck: 0 for the running gateway, 1 naming metrics.listen where none listens"
