@@ -19,6 +19,7 @@ use crate::bonds::BondWatch;
 use crate::config::{
     device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode, LacpRate,
 };
+use crate::config_history::{ConfigHistory, FileText};
 use crate::control::ControlPlane;
 use crate::dpdk::flow::FlowRule;
 use crate::dpdk::{
@@ -198,6 +199,7 @@ struct Gateway<'a> {
     control: ControlPlane,
     router_published: Arc<Published<pipeline::RouterConfig>>,
     reload_status: Arc<ReloadStatus>,
+    config_history: ConfigHistory,
     control_counters: Arc<WorkerCounters>,
     /// Before the ports, rings and pool: dropped first.
     running_workers: Workers,
@@ -480,6 +482,9 @@ impl<'a> Gateway<'a> {
 
         let control_counters = Arc::new(WorkerCounters::default());
         let reload_status = Arc::new(ReloadStatus::new());
+        // Read again for its digest: GatewayConfig::load parsed it a moment ago.
+        let running_file = FileText::read(config_path);
+        let config_history = ConfigHistory::start(config_path, &running_file);
         let neighbor_config = NeighborConfig {
             capacity: config.neighbors.capacity,
             pending_per_neighbor: config.neighbors.pending_per_neighbor,
@@ -561,6 +566,7 @@ impl<'a> Gateway<'a> {
                 ports: port_watch.clone(),
                 router: router_published.clone(),
                 neighbors: neighbors_published,
+                config: config_history.clone(),
             },
         )
         .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))
@@ -577,6 +583,7 @@ impl<'a> Gateway<'a> {
             reload::Loader::start(
                 config_path.to_path_buf(),
                 config.clone(),
+                running_file,
                 macs.clone(),
                 kernel_for_loads.clone(),
                 move |loaded| {
@@ -602,6 +609,7 @@ impl<'a> Gateway<'a> {
             control,
             router_published,
             reload_status,
+            config_history,
             control_counters,
             running_workers,
             saved_flows,
@@ -633,6 +641,7 @@ impl<'a> Gateway<'a> {
             control,
             router_published,
             reload_status,
+            config_history,
             qos_stats,
             bond_watch,
             port_watch,
@@ -686,6 +695,7 @@ impl<'a> Gateway<'a> {
                             qos: qos_stats,
                             meter: meter_export,
                             status: reload_status,
+                            history: config_history,
                         },
                     ) {
                         *running = applied;
@@ -748,6 +758,7 @@ impl<'a> Gateway<'a> {
             stopped_flows,
             qos_stats: _qos_stats,
             worker_counters,
+            config_history: _,
             bond_watch: _bond_watch,
             port_watch: _port_watch,
             steering,
@@ -955,6 +966,7 @@ struct ReloadTargets<'a> {
     qos: &'a [[Arc<pipeline::features::qos::QosStats>; 2]],
     meter: &'a Published<MeterExport>,
     status: &'a ReloadStatus,
+    history: &'a ConfigHistory,
 }
 
 /// Publishes a reload the `config-load` thread made ready, or reports its refusal. A file
@@ -966,12 +978,15 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<Gatew
         qos,
         meter,
         status,
+        history,
     } = targets;
     match loaded {
         reload::Loaded::Ready {
             config,
             router: router_config,
             restart,
+            file,
+            changed,
         } => {
             if !restart.is_empty() {
                 tracing::warn!(
@@ -982,6 +997,10 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<Gatew
             meter.publish(Arc::new(MeterExport::from(&config.traffic_meter)));
             publish_router(router, qos, router_config);
             status.record(true);
+            if !changed.is_empty() {
+                tracing::info!("reload: changed {}", changed.join(", "));
+            }
+            history.applied(&file.sha256, changed, restart);
             tracing::info!(
                 "reload applied: new flows follow the new config, established flows continue"
             );
@@ -990,6 +1009,7 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<Gatew
         reload::Loaded::Refused(err) => {
             tracing::error!("reload refused, keeping the running config: {err}");
             status.record(false);
+            history.refused(&err);
             None
         }
     }

@@ -28,11 +28,10 @@ pub fn check(config: &MetricsConfig) -> anyhow::Result<()> {
     }
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .with_context(|| format!("metrics.listen {address}: sending the request"))?;
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .with_context(|| format!("metrics.listen {address}: sending the request"))?;
     let mut answer = Vec::new();
     stream
         .take(READ_LIMIT)
@@ -80,8 +79,13 @@ mod tests {
         let address = listener.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut stream, _) = listener.accept().unwrap();
-            let mut request = [0u8; 1024];
-            let _ = stream.read(&mut request);
+            // The whole request first: closing with some of it unread would reset the
+            // connection under the client.
+            let mut request = Vec::new();
+            let mut byte = [0u8; 1];
+            while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                request.push(byte[0]);
+            }
             let _ = stream.write_all(answer.as_bytes());
         });
         address

@@ -121,6 +121,8 @@ enum Show {
     Routes,
     /// The resolved neighbours (ARP).
     Neighbors,
+    /// The running config (version, SHA-256) and what the latest reloads changed.
+    Config,
     /// NAT bindings and how many each internal host holds (who holds the NAT ports).
     Nat {
         /// Only this internal host's bindings.
@@ -184,6 +186,7 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
             Show::Interfaces => Request::ShowInterfaces,
             Show::Routes => Request::ShowRoutes,
             Show::Neighbors => Request::ShowNeighbors,
+            Show::Config => Request::ShowConfig,
             Show::Nat { host, limit } => Request::ShowNat { host, limit },
         },
         CtlCommand::Trace {

@@ -14,6 +14,7 @@ use notify::{RecursiveMode, Watcher};
 use pipeline::RouterConfig;
 
 use crate::config::GatewayConfig;
+use crate::config_history::FileText;
 use crate::netlink::KernelView;
 use crate::pipeline_config::router_config_with_kernel;
 
@@ -159,20 +160,27 @@ pub enum Loaded {
         config: Box<GatewayConfig>,
         router: Arc<RouterConfig>,
         restart: Vec<String>,
+        /// The file as read, and the settings in it that differ from the one before.
+        file: FileText,
+        changed: Vec<String>,
     },
     /// The file did not load, validate or compile; nothing changes. The reason names the field.
     Refused(String),
 }
 
-/// Reads, validates and compiles the file as a reload of `running`.
+/// Reads, validates and compiles the file as a reload of `running`, read from `running_file`.
 /// `kernel` is what the twins' kernel side says (addresses from DHCP, routes): the reload
 /// compiles with it, as the control thread does when it changes.
 pub fn load_for_reload(
     path: &Path,
     running: &GatewayConfig,
+    running_file: &FileText,
     macs: &[[u8; 6]],
     kernel: &KernelView,
 ) -> Loaded {
+    // Read for its digest and diff just before the load reads it: a write in between is
+    // followed by another reload, which the watcher triggers.
+    let file = FileText::read(path);
     let new = match GatewayConfig::load(path) {
         Ok(new) => new,
         Err(err) => return Loaded::Refused(err.to_string()),
@@ -184,6 +192,8 @@ pub fn load_for_reload(
             config: Box::new(merged),
             router: Arc::new(router),
             restart,
+            changed: file.changed_since(running_file),
+            file,
         },
         Err(err) => Loaded::Refused(format!("{err:#}")),
     }
@@ -206,6 +216,7 @@ impl Loader {
     pub fn start(
         path: PathBuf,
         running: GatewayConfig,
+        running_file: FileText,
         macs: Vec<[u8; 6]>,
         kernel: Arc<Mutex<KernelView>>,
         on_loaded: impl Fn(Loaded) + Send + 'static,
@@ -214,7 +225,7 @@ impl Loader {
         let thread = std::thread::Builder::new()
             .name("config-load".into())
             .spawn(move || {
-                let mut running = running;
+                let (mut running, mut running_file) = (running, running_file);
                 while requested.recv().is_ok() {
                     // One load answers every request made so far.
                     while requested.try_recv().is_ok() {}
@@ -222,9 +233,10 @@ impl Loader {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .clone();
-                    let loaded = load_for_reload(&path, &running, &macs, &view);
-                    if let Loaded::Ready { config, .. } = &loaded {
+                    let loaded = load_for_reload(&path, &running, &running_file, &macs, &view);
+                    if let Loaded::Ready { config, file, .. } = &loaded {
                         running = (**config).clone();
+                        running_file = file.clone();
                     }
                     on_loaded(loaded);
                 }
@@ -464,6 +476,7 @@ mod tests {
         let loader = Loader::start(
             path.clone(),
             running,
+            FileText::default(),
             macs,
             Default::default(),
             move |result| {
@@ -543,6 +556,7 @@ mod tests {
         let loader = Loader::start(
             path,
             running.clone(),
+            FileText::new(&text),
             macs,
             Default::default(),
             move |result| {
@@ -553,20 +567,31 @@ mod tests {
         loader.request();
         let first = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
         let Loaded::Ready {
-            config, restart, ..
+            config,
+            restart,
+            changed,
+            ..
         } = first
         else {
             panic!("refused: {first:?}");
         };
         assert_eq!(restart, ["neighbors"]);
+        assert_eq!(changed, ["icmp.errors_per_sec", "neighbors.locktime_ms"]);
         assert_eq!(config.icmp.errors_per_sec, 7);
         assert_eq!(config.neighbors, running.neighbors, "kept as it runs");
         loader.request();
         let second = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
-        let Loaded::Ready { restart, .. } = second else {
+        let Loaded::Ready {
+            restart, changed, ..
+        } = second
+        else {
             panic!("refused: {second:?}");
         };
         assert_eq!(restart, ["neighbors"], "still differs from what runs");
+        assert!(
+            changed.is_empty(),
+            "the file is as the last reload read it: {changed:?}"
+        );
         drop(loader);
         let _ = std::fs::remove_dir_all(&dir);
     }

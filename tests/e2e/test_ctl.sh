@@ -191,6 +191,37 @@ entries_after=$(metric 'gateway_conntrack_entries')
 (( entries_after <= entries - cleared + 2 )) || fail "conntrack_entries $entries -> $entries_after after clearing $cleared"
 pass "clear flows --host 192.168.10.2: $cleared flows ended and their NAT bindings freed, 192.168.10.3 keeps its $after, conntrack_entries $entries -> $entries_after"
 
+# show config: the running file's version and digest, then what a reload changed and why
+# a bad one was refused, as the file watcher reloads them.
+config_field() { ctl show config --json | python3 -c "import json,sys; a=json.load(sys.stdin); print($1)"; }
+[[ $(config_field 'a["version"]') == 1 ]] || fail "show config: version $(config_field 'a["version"]') at start"
+[[ $(config_field 'a["sha256"]') == "$(sha256sum "$WORK/gateway.toml" | cut -d' ' -f1)" ]] \
+    || fail "show config: the digest is not the file's"
+sed -i 's/^errors_per_sec = .*/errors_per_sec = 77/' "$WORK/gateway.toml"
+for _ in $(seq 1 40); do
+    [[ $(config_field 'a["version"]') == 2 ]] && break
+    sleep 0.25
+done
+[[ $(config_field 'a["version"]') == 2 ]] || fail "show config: no version 2 after an edit: $(ctl show config)"
+[[ $(config_field '",".join(a["reloads"][-1]["changed"])') == icmp.errors_per_sec ]] \
+    || fail "show config: the reload changed $(config_field 'a["reloads"][-1]["changed"]')"
+[[ $(config_field 'a["sha256"]') == "$(sha256sum "$WORK/gateway.toml" | cut -d' ' -f1)" ]] \
+    || fail "show config: the digest did not follow the reload"
+sed -i 's/^errors_per_sec = .*/errors_per_sec = "many"/' "$WORK/gateway.toml"
+for _ in $(seq 1 40); do
+    [[ $(config_field 'a["reloads"][-1]["result"]') == refused ]] && break
+    sleep 0.25
+done
+[[ $(config_field 'a["reloads"][-1]["result"]') == refused ]] || fail "show config: the bad file was not refused: $(ctl show config)"
+config_field 'a["reloads"][-1]["error"]' | grep -q "icmp.errors_per_sec" \
+    || fail "show config: the refusal does not name the field: $(config_field 'a["reloads"][-1]["error"]')"
+[[ $(config_field 'a["version"]') == 2 ]] || fail "show config: a refused reload changed the version"
+ctl show config >"$WORK/config.txt"
+grep -q "applied: changed icmp.errors_per_sec" "$WORK/config.txt" && grep -q "refused: icmp.errors_per_sec" "$WORK/config.txt" \
+    || fail "show config's table: $(cat "$WORK/config.txt")"
+pass "show config: version 1 with the file's sha256, version 2 naming icmp.errors_per_sec after an edit, a bad edit refused naming the field"
+cat "$WORK/config.txt"
+
 # Operator mistakes get an error naming what is wrong, never a cleared table.
 if out=$(ctl clear flows 2>&1); then fail "clear flows without a filter ran: $out"; fi
 grep -q -- "--all" <<<"$out" || fail "clear flows without a filter: $out"

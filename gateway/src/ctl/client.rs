@@ -58,6 +58,7 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowInterfaces => print_interfaces(answer),
         Request::ShowRoutes => print_routes(answer),
         Request::ShowNeighbors => print_neighbors(answer),
+        Request::ShowConfig => print_config(answer),
         Request::ShowNat { .. } => print_nat(answer),
         Request::Trace { .. } => print_trace(answer),
         Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
@@ -196,6 +197,62 @@ fn print_neighbors(answer: &Value) {
             cell(&neighbor["mac"]),
             cell(&neighbor["interface"])
         );
+    }
+}
+
+/// Unix seconds as RFC 3339 UTC, or the value as it came.
+fn when(value: &Value) -> String {
+    value.as_u64().map_or_else(
+        || cell(value),
+        |secs| crate::timestamp::rfc3339(std::time::Duration::from_secs(secs)),
+    )
+}
+
+fn print_config(answer: &Value) {
+    println!(
+        "{} version {} since {}\nsha256 {}",
+        cell(&answer["path"]),
+        cell(&answer["version"]),
+        when(&answer["since_unix"]),
+        cell(&answer["sha256"])
+    );
+    let reloads = answer["reloads"].as_array().cloned().unwrap_or_default();
+    if reloads.is_empty() {
+        println!("no reload since start");
+    }
+    for reload in &reloads {
+        let list = |key: &str| {
+            let names: Vec<String> = reload[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(cell)
+                .collect();
+            if names.is_empty() {
+                "nothing".to_string()
+            } else {
+                names.join(", ")
+            }
+        };
+        match reload["error"].as_str() {
+            Some(error) => println!("{} refused: {error}", when(&reload["at_unix"])),
+            None => {
+                println!(
+                    "{} applied: changed {}",
+                    when(&reload["at_unix"]),
+                    list("changed")
+                );
+                if reload["restart_required"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty())
+                {
+                    println!(
+                        "  kept as running until a restart: {}",
+                        list("restart_required")
+                    );
+                }
+            }
+        }
     }
 }
 

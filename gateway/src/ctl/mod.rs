@@ -39,6 +39,8 @@ pub enum Request {
     ShowRoutes,
     /// The resolved neighbours (ARP) the workers send to.
     ShowNeighbors,
+    /// The running config's version and digest, and what the latest reloads changed.
+    ShowConfig,
     /// End the flows matching the filter, on every worker.
     ClearFlows { filter: FilterSpec },
     /// The next `count` packets matching the filter (host, port, protocol), explained and

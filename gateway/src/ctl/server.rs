@@ -24,6 +24,7 @@ use super::{
     MAX_TRACE_TIMEOUT_MS,
 };
 use crate::config::CtlConfig;
+use crate::config_history::ConfigHistory;
 use crate::port_watch::PortWatch;
 use crate::published::Published;
 
@@ -48,6 +49,8 @@ pub struct Sources {
     /// What the workers run: the router config and the neighbour view, as published.
     pub router: Arc<Published<RouterConfig>>,
     pub neighbors: Arc<Published<NeighborView>>,
+    /// Which config runs and what the latest reloads did.
+    pub config: ConfigHistory,
 }
 
 /// The running ctl thread; [`CtlServer::stop`] ends it and removes the socket.
@@ -173,6 +176,7 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         Request::ShowInterfaces => Ok(show_interfaces(sources)),
         Request::ShowRoutes => Ok(show_routes(sources)),
         Request::ShowNeighbors => Ok(show_neighbors(sources)),
+        Request::ShowConfig => Ok(sources.config.to_json()),
         Request::ClearFlows { filter } => clear_flows(&filter.compile()?, sources),
         Request::Trace {
             filter,

@@ -171,7 +171,7 @@ fn drain(stats: &NatLogStats, destinations: &mut [Destination], batch: &mut Vec<
     for destination in destinations {
         match destination {
             Destination::Syslog(header, transport) => {
-                let timestamp = syslog::rfc3339(now);
+                let timestamp = crate::timestamp::rfc3339(now);
                 for event in batch.iter() {
                     message.clear();
                     syslog::format_event(&mut message, header, &timestamp, event);
