@@ -96,6 +96,7 @@ assert packet["ingress"] == "wan" and packet["received"]["src"] == "10.0.0.2", p
 assert packet["received"]["dst"] == "192.168.10.2" and packet["received"]["dst_port"] == 22, packet
 flow = packet["flow"]
 assert flow["match"] == "new" and flow["firewall"]["action"] == "drop" and flow["firewall"]["rule"] is None, flow
+assert (flow["firewall"]["from"], flow["firewall"]["to"]) == ("wan", "lan"), flow
 assert packet["verdict"] == {"kind": "drop", "reason": "firewall_drop"}, packet
 PY
 ctl trace 2 --host 192.168.10.2 --protocol icmp --timeout 10 >"$WORK/trace-ping.txt" &

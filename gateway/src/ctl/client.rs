@@ -331,15 +331,15 @@ fn print_trace(answer: &Value) {
                     println!("  firewall    no decision (no route, or no zone)");
                 } else {
                     println!(
-                        "  firewall    {} by {} (zone {} -> {})",
+                        "  firewall    {} by {} ({} -> {})",
                         cell(&firewall["action"]),
                         firewall["rule"]
                             .as_str()
                             .map_or("the zone policy".to_string(), |rule| format!(
                                 "rule \"{rule}\""
                             )),
-                        cell(&firewall["from_zone"]),
-                        cell(&firewall["to_zone"])
+                        cell(&firewall["from"]),
+                        cell(&firewall["to"])
                     );
                 }
             }

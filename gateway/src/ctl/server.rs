@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord};
+use pipeline::state::firewall::ZoneId;
 use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
 
@@ -321,6 +322,22 @@ fn interface_name(sources: &Sources, port: u16) -> String {
         .unwrap_or_else(|| port.to_string())
 }
 
+/// A zone as the operator knows it: "local" (the gateway), or the interfaces in it ("wan",
+/// "lan+dmz"), which reload with the config as the zone names do.
+fn zone_label(sources: &Sources, zones: &[ZoneId], zone: ZoneId) -> String {
+    if zone == ZoneId::LOCAL {
+        return "local".into();
+    }
+    let members: Vec<String> = (0..zones.len())
+        .filter(|&port| zones[port] == zone)
+        .map(|port| interface_name(sources, port as u16))
+        .collect();
+    match members.is_empty() {
+        true => format!("zone {}", zone.0),
+        false => members.join("+"),
+    }
+}
+
 fn show_interfaces(sources: &Sources) -> Value {
     let (router, _) = sources.router.load();
     let interfaces: Vec<Value> = router
@@ -520,6 +537,8 @@ fn record_json(record: &TraceRecord, sources: &Sources) -> Value {
                 "rule": decision.rule.map(|i| router.stateful.firewall.rule(i).name.clone()),
                 "from_zone": decision.from.0,
                 "to_zone": decision.to.0,
+                "from": zone_label(sources, &router.stateful.zones, decision.from),
+                "to": zone_label(sources, &router.stateful.zones, decision.to),
             })),
         }),
     };
