@@ -248,6 +248,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     let flood = lab.syn_flood(seconds, options.syn_percent)?;
     let handoff_cycles = handoff_cycles_per_packet(eal, &lab)?;
     let ctl_walk = CtlWalk::measure(&lab);
+    let trace_idle = TraceIdle::measure();
     let rows = [
         floor,
         established,
@@ -293,7 +294,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
         }
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{},{}{series}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},{},{},{}{series}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
@@ -303,6 +304,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             setup_rate,
             syn_flood_json(&flood),
             ctl_walk.json(hz),
+            trace_idle.json(),
         );
         return syn_flood_verdict(&flood);
     }
@@ -350,6 +352,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     );
     println!("{}", syn_flood_summary(&flood));
     println!("{}", ctl_walk.summary(hz));
+    println!("{}", trace_idle.summary());
     if !sweep.is_empty() {
         series::print_sweep(&sweep, &rows[0], hz);
     }
@@ -467,6 +470,54 @@ fn print_syn_flood(flood: &SynFlood, options: &BenchOptions, hz: u64) {
         );
     }
     println!("{}", syn_flood_summary(flood));
+}
+
+/// What `gateway ctl trace` costs a worker while no trace is armed: the poll of its request
+/// flag once per loop (the channel is read only when the flag is set) and the armed check once
+/// per burst, timed over many loops of the hook alone, in cache as it is in the worker loop.
+struct TraceIdle {
+    loops: u64,
+    cycles: u64,
+}
+
+impl TraceIdle {
+    const LOOPS: u64 = 10_000_000;
+
+    fn measure() -> TraceIdle {
+        let (_requests, mut link) = crate::ctl::trace_link::TraceLink::pair(0);
+        let mut armed = 0u64;
+        let start = dpdk::rdtsc();
+        for _ in 0..Self::LOOPS {
+            link.poll();
+            armed += u64::from(std::hint::black_box(&link).is_armed());
+        }
+        let cycles = dpdk::rdtsc() - start;
+        assert_eq!(armed, 0, "nobody armed the bench's trace link");
+        TraceIdle {
+            loops: Self::LOOPS,
+            cycles,
+        }
+    }
+
+    fn cycles_per_loop(&self) -> f64 {
+        self.cycles as f64 / self.loops as f64
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "ctl trace, unarmed: {:.1} cycles per worker loop (the pending flag and the armed check), {:.2} cycles/packet at full {BURST_SIZE}-packet bursts",
+            self.cycles_per_loop(),
+            self.cycles_per_loop() / BURST_SIZE as f64
+        )
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "\"trace_unarmed\":{{\"cycles_per_loop\":{:.2},\"cycles_per_packet_full_bursts\":{:.3}}}",
+            self.cycles_per_loop(),
+            self.cycles_per_loop() / BURST_SIZE as f64
+        )
+    }
 }
 
 /// What `gateway ctl show flows` costs the worker: one listing over the whole table, a slice
