@@ -6,6 +6,7 @@
 //! workers themselves, a slice per poll loop (`worker_link`).
 
 pub mod client;
+pub mod mailbox;
 pub mod server;
 pub mod trace_link;
 pub mod worker_link;

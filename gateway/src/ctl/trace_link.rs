@@ -9,7 +9,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Sender, TrySendError};
+
+use super::mailbox::{Mailbox, MailboxSender};
 use pipeline::flow::FlowKey;
 use pipeline::pipeline::explain::Explanation;
 use pipeline::pipeline::fast_path::frame_key;
@@ -42,26 +44,12 @@ pub struct TraceRecord {
     pub next_hop_mac: Option<[u8; 6]>,
 }
 
-/// The ctl thread's end: the request, and a flag the worker reads first, so that an idle
-/// worker's loop pays a load of a line nobody writes instead of a channel receive.
-pub struct TraceSender {
-    requests: Sender<TraceRequest>,
-    pending: Arc<AtomicBool>,
-}
-
-impl TraceSender {
-    /// Hands `request` to the worker; refused while it holds an earlier one.
-    pub fn try_send(&self, request: TraceRequest) -> Result<(), TrySendError<TraceRequest>> {
-        self.requests.try_send(request)?;
-        self.pending.store(true, Ordering::Release);
-        Ok(())
-    }
-}
+/// The ctl thread's end.
+pub type TraceSender = MailboxSender<TraceRequest>;
 
 pub struct TraceLink {
     worker: u16,
-    requests: Receiver<TraceRequest>,
-    pending: Arc<AtomicBool>,
+    requests: Mailbox<TraceRequest>,
     active: Option<TraceRequest>,
 }
 
@@ -70,17 +58,12 @@ pub type Traced = arrayvec::ArrayVec<(usize, Explanation), MAX_BURST>;
 
 impl TraceLink {
     pub fn pair(worker: u16) -> (TraceSender, TraceLink) {
-        let (requests_in, requests) = crossbeam_channel::bounded(1);
-        let pending = Arc::new(AtomicBool::new(false));
+        let (requests_in, requests) = Mailbox::pair();
         (
-            TraceSender {
-                requests: requests_in,
-                pending: pending.clone(),
-            },
+            requests_in,
             TraceLink {
                 worker,
                 requests,
-                pending,
                 active: None,
             },
         )
@@ -90,7 +73,7 @@ impl TraceLink {
     /// if none is armed. Idle, one load of the pending flag.
     #[inline]
     pub fn poll(&mut self) {
-        if self.active.is_none() && !self.pending.load(Ordering::Relaxed) {
+        if self.active.is_none() && !self.requests.has_mail() {
             return;
         }
         self.take_or_disarm();
@@ -103,8 +86,8 @@ impl TraceLink {
                 self.active = None;
             }
         }
-        if self.active.is_none() && self.pending.swap(false, Ordering::Acquire) {
-            self.active = self.requests.try_recv().ok();
+        if self.active.is_none() {
+            self.active = self.requests.take();
         }
     }
 

@@ -6,10 +6,12 @@
 //! The worker allocates nothing: a listing fills the buffer the query brought (sized by the
 //! ctl thread) and hands it back in the answer.
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord, WalkStep};
 use pipeline::state::nat::BindingView;
 use pipeline::Pipeline;
+
+use super::mailbox::{Mailbox, MailboxSender};
 
 /// Flow-table slots a worker visits per poll loop while a query is under way: a million
 /// slots take about a thousand loops, a few milliseconds at idle.
@@ -48,11 +50,11 @@ pub type FlowListing = Listing<FlowRecord>;
 
 /// The ctl thread's end: send a query with `try_send`, so a worker that is still busy with
 /// an earlier query is reported, not waited for.
-pub type QuerySender = Sender<WorkerQuery>;
+pub type QuerySender = MailboxSender<WorkerQuery>;
 
 /// The worker's end.
 pub struct CtlLink {
-    queries: Receiver<WorkerQuery>,
+    queries: Mailbox<WorkerQuery>,
     walk: Option<Walk>,
 }
 
@@ -65,7 +67,7 @@ struct Walk {
 impl CtlLink {
     /// One worker's link: the ctl thread keeps the sender.
     pub fn pair() -> (QuerySender, CtlLink) {
-        let (queries_in, queries) = crossbeam_channel::bounded(1);
+        let (queries_in, queries) = Mailbox::pair();
         (
             queries_in,
             CtlLink {
@@ -79,7 +81,13 @@ impl CtlLink {
     #[inline]
     pub fn poll(&mut self, pipeline: &mut Pipeline, now_ns: u64) {
         if self.walk.is_none() {
-            let Ok(query) = self.queries.try_recv() else {
+            // Idle: one load of the mailbox's flag.
+            let Some(query) = self
+                .queries
+                .has_mail()
+                .then(|| self.queries.take())
+                .flatten()
+            else {
                 return;
             };
             self.walk = Some(Walk {
