@@ -13,10 +13,11 @@ use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use pipeline::pipeline::config::PuntConfig;
 use pipeline::pipeline::config::Stateful;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::state::nat::{NatEvent, NatEventKind, NatLog};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Interface, KernelRoute, NeighborView, PacketBuf, Pipeline,
-    RouterConfig, StaticRoute, Verdict, WorkerCounters,
+    RouterConfig, StaticRoute, Verdict, WorkerCounters, WorkerSetup,
 };
 
 const LAN: u16 = 0;
@@ -210,6 +211,64 @@ fn masquerade_follows_the_lease_and_flows_on_the_old_address_end() {
     gw.set_router(router(None, &[]));
     let (verdict, _) = process(&mut gw, &from_host(40002), LAN);
     assert_eq!(verdict, Verdict::Transmit { port: LAN });
+}
+
+/// The NAT log hears a mapping end when its address goes with the lease, not never: the
+/// flow's release later finds nothing in the new pool to free.
+#[test]
+fn mappings_on_an_address_that_went_are_logged_as_deleted_when_it_goes() {
+    let first = Ipv4Addr::new(10, 0, 0, 50);
+    let second = Ipv4Addr::new(10, 0, 0, 77);
+    let log = Arc::new(NatLog::new(64));
+    let setup = WorkerSetup {
+        nat_log: Some(log.clone()),
+        ..WorkerSetup::default()
+    };
+    let neighbors = NeighborView::new([
+        (ISP, EthernetAddress(ISP_MAC)),
+        (Ipv4Addr::from(HOST), EthernetAddress(HOST_MAC)),
+    ]);
+    let mut gw = Pipeline::for_worker(
+        router(Some((first, 24)), &[default_via_isp()]),
+        Arc::new(neighbors),
+        Arc::new(WorkerCounters::default()),
+        setup,
+    )
+    .unwrap();
+    let drain = || {
+        let mut events: Vec<NatEvent> = Vec::new();
+        log.drain(|event| events.push(event));
+        events
+    };
+    let (_, out) = process(&mut gw, &from_host(40000), LAN);
+    let mapped = source(&out);
+    let created = drain();
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].kind, NatEventKind::Create);
+    assert_eq!(created[0].external, mapped);
+
+    // The lease moves: the mapping on the old address ends now, in the log too.
+    gw.set_router(router(Some((second, 24)), &[default_via_isp()]));
+    let ended = drain();
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0].kind, NatEventKind::Delete);
+    assert_eq!(ended[0].internal, (Ipv4Addr::from(HOST), 40000));
+    assert_eq!(ended[0].external, mapped);
+    // Its next packet ends the flow, with nothing more to log.
+    let (verdict, _) = process(&mut gw, &from_host(40000), LAN);
+    assert_eq!(verdict, Verdict::Drop(DropReason::NatAddressGone));
+    assert!(drain().is_empty());
+    // A new mapping on the new address, which a lost lease ends as well.
+    let (_, out) = process(&mut gw, &from_host(40001), LAN);
+    assert_eq!(source(&out).0, second);
+    assert_eq!(drain().len(), 1);
+    gw.set_router(router(None, &[]));
+    let ended = drain();
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(
+        (ended[0].kind, ended[0].external),
+        (NatEventKind::Delete, source(&out))
+    );
 }
 
 #[test]

@@ -24,7 +24,9 @@ use crate::counters::WorkerCounters;
 use crate::features::content::{ContentInspector, DEFAULT_SLOTS};
 use crate::features::meter::HostMeter;
 use crate::state::conntrack::{ConntrackConfig, FlowTable};
-use crate::state::nat::{NatLog, NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
+use crate::state::nat::{
+    NatEvent, NatEventKind, NatLog, NatPool, NatPoolError, Ownership, DEFAULT_PORTS,
+};
 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
@@ -251,7 +253,8 @@ impl Pipeline {
     /// The masquerade addresses changed (a DHCP lease came, moved or went): a new pool on
     /// the new addresses, holding the bindings of the flows whose address stays. Flows on an
     /// address that went are ended by their next packet (`nat_address_gone`) or expire; their
-    /// release finds nothing in the new pool. Allocates, once per change, between bursts.
+    /// release finds nothing in the new pool, so their mappings' ends are logged here, when
+    /// the address goes. Allocates, once per change, between bursts.
     fn renumber_nat(&mut self) {
         let addresses = self.router.nat_addresses();
         let setup = &self.nat_setup;
@@ -278,6 +281,21 @@ impl Pipeline {
                         let internal = (flow.original.src, flow.original.src_port);
                         let _ = pool.restore(protocol, internal, (address, port));
                     }
+                }
+            });
+        }
+        if let (Some(old), Some(log)) = (self.nat.as_ref(), setup.log.as_ref()) {
+            old.bindings_in(0..old.binding_capacity(), |binding| {
+                let kept = pool
+                    .as_ref()
+                    .is_some_and(|pool| pool.has_address(binding.external.0));
+                if !kept {
+                    log.record(NatEvent {
+                        kind: NatEventKind::Delete,
+                        protocol: binding.protocol,
+                        internal: binding.internal,
+                        external: binding.external,
+                    });
                 }
             });
         }
