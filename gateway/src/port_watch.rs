@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::dpdk::{PortInfo, PortMonitor, PortStats};
 
@@ -40,9 +40,42 @@ pub struct PortTotals {
     pub xstats: Vec<u64>,
     /// How many readings failed (the driver refused), for the logs.
     failures: u64,
+    /// The totals when the control thread's last periodic poll closed a window, and when.
+    window_start: Option<(Instant, PortStats)>,
+    /// Over the last window the control thread closed ([`STATS_INTERVAL`], 10 s).
+    pub rates: Rates,
+}
+
+/// A port's packet and bit rates over one window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    pub rx_packets_per_sec: f64,
+    pub tx_packets_per_sec: f64,
+    pub rx_bits_per_sec: f64,
+    pub tx_bits_per_sec: f64,
+    /// The window's length; 0 until two periodic polls have run.
+    pub over_secs: f64,
 }
 
 impl PortTotals {
+    /// Ends the rate window at `at` (after a reading) and starts the next.
+    pub fn close_window(&mut self, at: Instant) {
+        if let Some((start, before)) = self.window_start {
+            let secs = at.saturating_duration_since(start).as_secs_f64();
+            if secs > 0.0 {
+                let per_sec = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
+                self.rates = Rates {
+                    rx_packets_per_sec: per_sec(self.stats.rx_packets, before.rx_packets),
+                    tx_packets_per_sec: per_sec(self.stats.tx_packets, before.tx_packets),
+                    rx_bits_per_sec: 8.0 * per_sec(self.stats.rx_bytes, before.rx_bytes),
+                    tx_bits_per_sec: 8.0 * per_sec(self.stats.tx_bytes, before.tx_bytes),
+                    over_secs: secs,
+                };
+            }
+        }
+        self.window_start = Some((at, self.stats));
+    }
+
     /// Adds one reading of the counters.
     pub fn add(&mut self, now: &PortStats, now_xstats: &[u64]) {
         let mut grown = *now;
@@ -108,7 +141,7 @@ impl WatchedPort {
 
     /// Reads the port's counters into its totals, then lets `read` see them.
     pub fn poll<R>(&self, read: impl FnOnce(&PortTotals) -> R) -> R {
-        let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut totals = self.totals();
         let mut xstats = Vec::with_capacity(self.xstat_names.len());
         let stats = self.monitor.stats();
         let xstats_read = match self.xstat_names.len() {
@@ -125,6 +158,10 @@ impl WatchedPort {
             }
         }
         read(&totals)
+    }
+
+    fn totals(&self) -> std::sync::MutexGuard<'_, PortTotals> {
+        self.totals.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Samples the link and counts it going down.
@@ -154,10 +191,12 @@ pub struct PortWatch {
 }
 
 impl PortWatch {
-    /// Reads every port's counters. Called by the control thread every [`STATS_INTERVAL`].
+    /// Reads every port's counters and closes their rate windows. Called by the control
+    /// thread every [`STATS_INTERVAL`] (reads between, by scrapes, do not move the windows).
     pub fn poll_stats(&self) {
         for port in &self.ports {
             port.poll(|_| ());
+            port.totals().close_window(Instant::now());
         }
     }
 
@@ -193,6 +232,36 @@ mod tests {
         assert_eq!(totals.stats.rx_packets, 250 + 30 + 10);
         assert_eq!(totals.stats.rx_queue_drops[2], 4 + 1);
         assert_eq!(totals.xstats, [15 + 5 + 4, 2 + 1]);
+    }
+
+    #[test]
+    fn rates_come_from_the_periodic_windows() {
+        let mut totals = PortTotals::default();
+        let start = Instant::now();
+        totals.add(
+            &PortStats {
+                rx_packets: 1_000,
+                rx_bytes: 64_000,
+                ..Default::default()
+            },
+            &[],
+        );
+        totals.close_window(start);
+        assert_eq!(totals.rates.over_secs, 0.0, "one poll is no window yet");
+        totals.add(
+            &PortStats {
+                rx_packets: 21_000,
+                rx_bytes: 1_344_000,
+                tx_packets: 500,
+                ..Default::default()
+            },
+            &[],
+        );
+        totals.close_window(start + Duration::from_secs(10));
+        assert_eq!(totals.rates.over_secs, 10.0);
+        assert_eq!(totals.rates.rx_packets_per_sec, 2_000.0);
+        assert_eq!(totals.rates.rx_bits_per_sec, 1_024_000.0);
+        assert_eq!(totals.rates.tx_packets_per_sec, 50.0);
     }
 
     #[test]

@@ -162,6 +162,28 @@ routes_table=$(ctl show routes)
 grep -q "^0.0.0.0/0 *wan *10.0.0.2" <<<"$routes_table" || fail "show routes (table): $routes_table"
 pass "show interfaces, routes and neighbors: both ports up with their addresses, the default route via 10.0.0.2, the LAN host at $lan_mac"
 
+# Rates over the control thread's 10-s windows: 10 pings a second for 13 s show on the LAN
+# port. Whatever the windows' phase, one of them holds at least 6.5 s of the pings.
+lan ping -q -c 130 -i 0.1 -W 1 10.0.0.2 >/dev/null 2>&1 &
+pinger=$!
+lan_rate() { ctl show interfaces --json | python3 -c '
+import json, sys
+lan = {i["name"]: i for i in json.load(sys.stdin)["interfaces"]}["lan"]
+r = lan["rates"]
+print("%.0f %.0f %.1f" % (r["rx_packets_per_sec"], r["rx_bits_per_sec"], r["over_secs"]))'; }
+rate_ok=
+for _ in $(seq 1 60); do
+    read -r pps bps over <<<"$(lan_rate)"
+    if (( pps >= 5 && pps <= 20 )); then rate_ok=1; break; fi
+    sleep 0.5
+done
+wait "$pinger" || true
+[[ -n $rate_ok ]] || fail "show interfaces: lan rx rate $pps packets/s over $over s with 10 pings/s"
+(( bps * 10 >= pps * 98 * 8 * 9 )) || fail "show interfaces: lan rx $bps bit/s for $pps packets/s of 98 bytes"
+interfaces_table=$(ctl show interfaces)
+grep -q "rx Mbit/s" <<<"$interfaces_table" || fail "show interfaces (table) has no rate columns: $interfaces_table"
+pass "show interfaces: lan rx $pps packets/s, $bps bit/s over the last $over s window during 10 pings/s"
+
 # DPDK's own telemetry socket answers DPDK's own client.
 printf '/ethdev/list\n/ethdev/stats,1\n' | dpdk-telemetry.py -f gateway-e2e >"$WORK/telemetry.txt" 2>&1 \
     || fail "dpdk-telemetry.py: $(cat "$WORK/telemetry.txt")"

@@ -148,10 +148,28 @@ fn print_workers(answer: &Value) {
     }
 }
 
+/// Bits per second as Mbit/s with one decimal; "-" before the first 10-s window closes.
+fn mbits(value: &Value) -> String {
+    value
+        .as_f64()
+        .map_or_else(|| "-".to_string(), |bits| format!("{:.1}", bits / 1e6))
+}
+
 fn print_interfaces(answer: &Value) {
     println!(
-        "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10} {:>10}",
-        "name", "address", "mac", "mtu", "link", "rx", "tx", "rx_missed", "q_drops", "errors"
+        "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>9} {:>9} {:>10} {:>10} {:>10}",
+        "name",
+        "address",
+        "mac",
+        "mtu",
+        "link",
+        "rx",
+        "tx",
+        "rx Mbit/s",
+        "tx Mbit/s",
+        "rx_missed",
+        "q_drops",
+        "errors"
     );
     for i in answer["interfaces"].as_array().into_iter().flatten() {
         let link = if i["link_up"].as_bool() == Some(true) {
@@ -161,7 +179,7 @@ fn print_interfaces(answer: &Value) {
         };
         let errors = i["rx_errors"].as_u64().unwrap_or(0) + i["tx_errors"].as_u64().unwrap_or(0);
         println!(
-            "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>10} {:>10} {:>10}",
+            "{:<10} {:<20} {:<18} {:>5} {:<10} {:>14} {:>14} {:>9} {:>9} {:>10} {:>10} {:>10}",
             cell(&i["name"]),
             cell(&i["address"]),
             cell(&i["mac"]),
@@ -169,6 +187,8 @@ fn print_interfaces(answer: &Value) {
             link,
             cell(&i["rx_packets"]),
             cell(&i["tx_packets"]),
+            mbits(&i["rates"]["rx_bits_per_sec"]),
+            mbits(&i["rates"]["tx_bits_per_sec"]),
             cell(&i["rx_missed"]),
             cell(&i["rx_queue_drops"]),
             errors

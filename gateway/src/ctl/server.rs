@@ -347,7 +347,9 @@ fn show_interfaces(sources: &Sources) -> Value {
         .map(|(port, interface)| {
             let watched = sources.ports.ports.get(port);
             let (link_up, speed_mbps) = watched.map_or((false, 0), |port| port.link());
-            let stats = watched.map(|port| port.poll(|totals| totals.stats));
+            let (stats, rates) = watched
+                .map(|port| port.poll(|totals| (totals.stats, totals.rates)))
+                .unzip();
             json!({
                 "name": interface_name(sources, port as u16),
                 "address": interface.has_address().then(|| format!("{}/{}", interface.addr, interface.prefix_len)),
@@ -361,6 +363,13 @@ fn show_interfaces(sources: &Sources) -> Value {
                 "tx_bytes": stats.as_ref().map(|s| s.tx_bytes),
                 "rx_missed": stats.as_ref().map(|s| s.rx_missed),
                 "rx_queue_drops": stats.as_ref().map(|s| s.rx_queue_drops.iter().sum::<u64>()),
+                "rates": rates.map(|r| json!({
+                    "rx_packets_per_sec": r.rx_packets_per_sec.round(),
+                    "tx_packets_per_sec": r.tx_packets_per_sec.round(),
+                    "rx_bits_per_sec": r.rx_bits_per_sec.round(),
+                    "tx_bits_per_sec": r.tx_bits_per_sec.round(),
+                    "over_secs": r.over_secs,
+                })),
                 "rx_errors": stats.as_ref().map(|s| s.rx_errors),
                 "tx_errors": stats.as_ref().map(|s| s.tx_errors),
             })
