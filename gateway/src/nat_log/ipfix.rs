@@ -10,9 +10,9 @@ const HEADER_LEN: usize = 16;
 const TEMPLATE_SET_ID: u16 = 2;
 /// Our one template's id (data set ids start at 256).
 const TEMPLATE_ID: u16 = 256;
-/// RFC 8158 natEvent values.
-const NAT44_BIB_CREATE: u8 = 6;
-const NAT44_BIB_DELETE: u8 = 7;
+/// RFC 8158 natEvent values (IANA's "NAT Event Type" registry; 6 and 7 are NAT64 sessions).
+const NAT44_BIB_CREATE: u8 = 8;
+const NAT44_BIB_DELETE: u8 = 9;
 
 /// The record's fields: (information element, length). IANA's IPFIX registry numbers.
 const FIELDS: [(u16, u16); 7] = [
@@ -175,7 +175,7 @@ mod tests {
             [
                 (
                     1_796_151_600_123,
-                    6,
+                    8,
                     Ipv4Addr::new(192, 168, 10, 2),
                     Ipv4Addr::new(10, 0, 0, 1),
                     17,
@@ -184,7 +184,7 @@ mod tests {
                 ),
                 (
                     1_796_151_600_123,
-                    7,
+                    9,
                     Ipv4Addr::new(192, 168, 10, 2),
                     Ipv4Addr::new(10, 0, 0, 1),
                     17,
