@@ -327,13 +327,17 @@ impl WorkerLoop {
     pub fn poll_once(&mut self) -> usize {
         let worker = &mut self.worker;
         let pipeline = &mut self.pipeline;
+        let now_ns = self.clock.now_ns();
+        // NAT events of this loop (a reload's renumbering included) carry its time.
+        if let Some(log) = pipeline.nat_log() {
+            log.set_now(now_ns);
+        }
         if let Some(router) = worker.router.changed_since(&mut self.router_version) {
             pipeline.set_router(router);
         }
         if let Some(neighbors) = worker.neighbors.changed_since(&mut self.neighbors_version) {
             pipeline.set_neighbors(neighbors);
         }
-        let now_ns = self.clock.now_ns();
         let mut received = 0;
         for (ingress, queue) in self.rx_queues.iter_mut().enumerate() {
             if queue.rx_burst(&mut self.rx) == 0 {

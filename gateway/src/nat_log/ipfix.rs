@@ -3,6 +3,8 @@
 //! the protocol. Each message carries its template set, so a collector that starts late (or
 //! loses a datagram) decodes the next message at once, as RFC 7011 10.3.6 lets UDP exporters do.
 
+use std::time::Duration;
+
 use pipeline::state::nat::{NatEvent, NatEventKind};
 
 const VERSION: u16 = 10;
@@ -55,9 +57,9 @@ impl Exporter {
         }
     }
 
-    /// One message with the template and `events` (at most [`RECORDS_PER_MESSAGE`]), all
-    /// stamped `at_ms` (Unix milliseconds), into `out`.
-    pub fn message(&mut self, events: &[NatEvent], at_ms: u64, out: &mut Vec<u8>) {
+    /// One message with the template and `events` (at most [`RECORDS_PER_MESSAGE`]), each
+    /// record with its event's time, exported at `at_ms` (Unix milliseconds), into `out`.
+    pub fn message(&mut self, events: &[(Duration, NatEvent)], at_ms: u64, out: &mut Vec<u8>) {
         let events = &events[..events.len().min(RECORDS_PER_MESSAGE)];
         out.clear();
         let length = HEADER_LEN + TEMPLATE_SET_LEN + 4 + events.len() * RECORD_LEN;
@@ -78,8 +80,8 @@ impl Exporter {
 
         out.extend_from_slice(&TEMPLATE_ID.to_be_bytes());
         out.extend_from_slice(&((4 + events.len() * RECORD_LEN) as u16).to_be_bytes());
-        for event in events {
-            out.extend_from_slice(&at_ms.to_be_bytes());
+        for (unix, event) in events {
+            out.extend_from_slice(&(unix.as_millis() as u64).to_be_bytes());
             out.push(match event.kind {
                 NatEventKind::Create => NAT44_BIB_CREATE,
                 NatEventKind::Delete => NAT44_BIB_DELETE,
@@ -152,20 +154,25 @@ mod tests {
 
     #[test]
     fn messages_carry_the_template_and_count_their_records() {
-        let event = |kind, port| NatEvent {
-            kind,
-            protocol: 17,
-            internal: (Ipv4Addr::new(192, 168, 10, 2), port),
-            external: (Ipv4Addr::new(10, 0, 0, 1), port + 1),
+        // Each record carries its own event's time, not the export's.
+        let event = |kind, port, unix_ms| {
+            let event = NatEvent {
+                at_ns: 0,
+                kind,
+                protocol: 17,
+                internal: (Ipv4Addr::new(192, 168, 10, 2), port),
+                external: (Ipv4Addr::new(10, 0, 0, 1), port + 1),
+            };
+            (Duration::from_millis(unix_ms), event)
         };
         let mut exporter = Exporter::new(1);
         let mut message = Vec::new();
         exporter.message(
             &[
-                event(NatEventKind::Create, 5300),
-                event(NatEventKind::Delete, 5301),
+                event(NatEventKind::Create, 5300, 1_796_151_600_123),
+                event(NatEventKind::Delete, 5301, 1_796_151_600_456),
             ],
-            1_796_151_600_123,
+            1_796_151_600_500,
             &mut message,
         );
         let (sequence, records) = decode(&message);
@@ -183,7 +190,7 @@ mod tests {
                     5301
                 ),
                 (
-                    1_796_151_600_123,
+                    1_796_151_600_456,
                     9,
                     Ipv4Addr::new(192, 168, 10, 2),
                     Ipv4Addr::new(10, 0, 0, 1),
@@ -193,7 +200,7 @@ mod tests {
                 ),
             ]
         );
-        let many = vec![event(NatEventKind::Create, 1); RECORDS_PER_MESSAGE + 5];
+        let many = vec![event(NatEventKind::Create, 1, 0); RECORDS_PER_MESSAGE + 5];
         exporter.message(&many, 0, &mut message);
         let (sequence, records) = decode(&message);
         assert_eq!((sequence, records.len()), (2, RECORDS_PER_MESSAGE));

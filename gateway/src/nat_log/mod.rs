@@ -147,18 +147,39 @@ pub fn spawn(config: &NatLogConfig, logs: Vec<Arc<NatLog>>) -> anyhow::Result<Op
     }))
 }
 
+/// Dates each of `events` (time since the Unix epoch, beside the event): the worker stamped
+/// it with its clock, and that clock read now beside the wall clock says how long ago it
+/// was. Read after the drain, so every event drained is at or before it; re-read at every
+/// drain, so the TSC's drift from the wall clock never adds up.
+fn date(events: &mut [(Duration, NatEvent)], worker_now_ns: u64, wall_now: Duration) {
+    for (unix, event) in events {
+        let age = Duration::from_nanos(worker_now_ns.saturating_sub(event.at_ns));
+        *unix = wall_now.saturating_sub(age);
+    }
+}
+
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 /// Sends everything the workers queued since the last drain.
-fn drain(stats: &NatLogStats, destinations: &mut [Destination], batch: &mut Vec<NatEvent>) {
+fn drain(
+    stats: &NatLogStats,
+    destinations: &mut [Destination],
+    batch: &mut Vec<(Duration, NatEvent)>,
+) {
     batch.clear();
     for log in &stats.logs {
-        log.drain(|event| batch.push(event));
+        let first = batch.len();
+        log.drain(|event| batch.push((Duration::ZERO, event)));
+        date(&mut batch[first..], log.now_ns(), unix_now());
     }
     if batch.is_empty() {
         return;
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = unix_now();
     let count = |result: std::io::Result<usize>, events: usize| {
         let counter = if result.is_ok() {
             &stats.sent
@@ -171,9 +192,9 @@ fn drain(stats: &NatLogStats, destinations: &mut [Destination], batch: &mut Vec<
     for destination in destinations {
         match destination {
             Destination::Syslog(header, transport) => {
-                let timestamp = crate::timestamp::rfc3339(now);
-                for event in batch.iter() {
+                for (unix, event) in batch.iter() {
                     message.clear();
+                    let timestamp = crate::timestamp::rfc3339(*unix);
                     syslog::format_event(&mut message, header, &timestamp, event);
                     count(transport.send(&message), 1);
                 }
@@ -185,5 +206,34 @@ fn drain(stats: &NatLogStats, destinations: &mut [Destination], batch: &mut Vec<
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pipeline::state::nat::NatEventKind;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn events_are_dated_by_their_age_on_the_workers_clock() {
+        let event = |at_ns| NatEvent {
+            at_ns,
+            kind: NatEventKind::Create,
+            protocol: 17,
+            internal: (Ipv4Addr::new(192, 168, 10, 2), 5300),
+            external: (Ipv4Addr::new(10, 0, 0, 1), 5300),
+        };
+        let mut events = [
+            (Duration::ZERO, event(1_000_000_000)),
+            (Duration::ZERO, event(1_070_000_000)),
+            // Stamped after the clock was read: dated now, never in the future.
+            (Duration::ZERO, event(1_200_000_000)),
+        ];
+        let wall_now = Duration::from_secs(1_796_151_600);
+        date(&mut events, 1_100_000_000, wall_now);
+        assert_eq!(events[0].0, wall_now - Duration::from_millis(100));
+        assert_eq!(events[1].0, wall_now - Duration::from_millis(30));
+        assert_eq!(events[2].0, wall_now);
     }
 }

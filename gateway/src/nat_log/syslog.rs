@@ -55,6 +55,7 @@ mod tests {
             pid: 42,
         };
         let event = NatEvent {
+            at_ns: 0,
             kind: NatEventKind::Delete,
             protocol: 17,
             internal: (Ipv4Addr::new(192, 168, 10, 2), 5300),

@@ -24,9 +24,7 @@ use crate::counters::WorkerCounters;
 use crate::features::content::{ContentInspector, DEFAULT_SLOTS};
 use crate::features::meter::HostMeter;
 use crate::state::conntrack::{ConntrackConfig, FlowTable};
-use crate::state::nat::{
-    NatEvent, NatEventKind, NatLog, NatPool, NatPoolError, Ownership, DEFAULT_PORTS,
-};
+use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
@@ -290,12 +288,8 @@ impl Pipeline {
                     .as_ref()
                     .is_some_and(|pool| pool.has_address(binding.external.0));
                 if !kept {
-                    log.record(NatEvent {
-                        kind: NatEventKind::Delete,
-                        protocol: binding.protocol,
-                        internal: binding.internal,
-                        external: binding.external,
-                    });
+                    let (internal, external) = (binding.internal, binding.external);
+                    log.record(NatEventKind::Delete, binding.protocol, internal, external);
                 }
             });
         }
@@ -337,6 +331,12 @@ impl Pipeline {
 
     pub fn counters(&self) -> &WorkerCounters {
         &self.counters
+    }
+
+    /// The NAT log this worker records its mapping events in, if `[nat.log]` is on: the
+    /// worker loop tells it the time of each loop.
+    pub fn nat_log(&self) -> Option<&Arc<NatLog>> {
+        self.nat_setup.log.as_ref()
     }
 
     /// The full path for one packet: every check, the stateful stage, routing, and the

@@ -28,6 +28,8 @@ impl NatEventKind {
 /// is endpoint-independent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NatEvent {
+    /// The worker's clock (its pipeline's `now_ns`) in the loop the event happened in.
+    pub at_ns: u64,
     pub kind: NatEventKind,
     /// The IP protocol (6, 17, 1: the port is an ICMP query id).
     pub protocol: u8,
@@ -40,6 +42,9 @@ pub struct NatEvent {
 pub struct NatLog {
     queue: ArrayQueue<NatEvent>,
     lost: AtomicU64,
+    /// The worker's clock at its current loop, which events are stamped with; the draining
+    /// thread reads it beside the wall clock to date them.
+    now_ns: AtomicU64,
 }
 
 impl NatLog {
@@ -48,12 +53,38 @@ impl NatLog {
         NatLog {
             queue: ArrayQueue::new(capacity.max(1)),
             lost: AtomicU64::new(0),
+            now_ns: AtomicU64::new(0),
         }
     }
 
-    /// Queues `event`, or counts it lost when the queue is full. Lock-free, no allocation.
+    /// The worker's clock now: once per poll loop, a store to a line only it writes.
     #[inline]
-    pub(crate) fn record(&self, event: NatEvent) {
+    pub fn set_now(&self, now_ns: u64) {
+        self.now_ns.store(now_ns, Ordering::Relaxed);
+    }
+
+    /// The worker's clock at its latest loop.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns.load(Ordering::Relaxed)
+    }
+
+    /// Queues the event, stamped with the worker's clock, or counts it lost when the queue
+    /// is full. Lock-free, no allocation.
+    #[inline]
+    pub(crate) fn record(
+        &self,
+        kind: NatEventKind,
+        protocol: u8,
+        internal: (Ipv4Addr, u16),
+        external: (Ipv4Addr, u16),
+    ) {
+        let event = NatEvent {
+            at_ns: self.now_ns.load(Ordering::Relaxed),
+            kind,
+            protocol,
+            internal,
+            external,
+        };
         if self.queue.push(event).is_err() {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
@@ -76,27 +107,40 @@ impl NatLog {
 mod tests {
     use super::*;
 
-    fn event(port: u16) -> NatEvent {
-        NatEvent {
-            kind: NatEventKind::Create,
-            protocol: 17,
-            internal: (Ipv4Addr::new(192, 168, 10, 2), port),
-            external: (Ipv4Addr::new(10, 0, 0, 1), port),
-        }
+    fn record(log: &NatLog, port: u16) {
+        log.record(
+            NatEventKind::Create,
+            17,
+            (Ipv4Addr::new(192, 168, 10, 2), port),
+            (Ipv4Addr::new(10, 0, 0, 1), port),
+        );
     }
 
     #[test]
     fn a_full_queue_counts_what_it_loses_and_drains_in_order() {
         let log = NatLog::new(2);
         for port in 1..=3 {
-            log.record(event(port));
+            record(&log, port);
         }
         assert_eq!(log.lost(), 1);
         let mut drained = Vec::new();
         log.drain(|e| drained.push(e.internal.1));
         assert_eq!(drained, [1, 2]);
-        log.record(event(4));
+        record(&log, 4);
         log.drain(|e| drained.push(e.internal.1));
         assert_eq!(drained, [1, 2, 4]);
+    }
+
+    #[test]
+    fn events_carry_the_workers_clock_of_their_loop() {
+        let log = NatLog::new(4);
+        log.set_now(1_000);
+        record(&log, 1);
+        log.set_now(5_000);
+        record(&log, 2);
+        let mut stamps = Vec::new();
+        log.drain(|e| stamps.push(e.at_ns));
+        assert_eq!(stamps, [1_000, 5_000]);
+        assert_eq!(log.now_ns(), 5_000);
     }
 }

@@ -47,7 +47,7 @@ use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use super::log::{NatEvent, NatEventKind, NatLog};
+use super::log::{NatEventKind, NatLog};
 use crate::state::hosts::{HostCounts, Refusal};
 use crate::wire::ipv4::protocol;
 
@@ -636,12 +636,7 @@ impl NatPool {
         self.by_external.slots[external_slot] = binding;
         let external = (self.addresses[address], external_port);
         if let Some(log) = &self.log {
-            log.record(NatEvent {
-                kind: NatEventKind::Create,
-                protocol: ip_protocol,
-                internal,
-                external,
-            });
+            log.record(NatEventKind::Create, ip_protocol, internal, external);
         }
         Ok(external)
     }
@@ -693,12 +688,8 @@ impl NatPool {
         }
         if let Some(log) = &self.log {
             let freed = &self.bindings[binding];
-            log.record(NatEvent {
-                kind: NatEventKind::Delete,
-                protocol: ip_protocol,
-                internal: (Ipv4Addr::from(freed.internal_ip), freed.internal_port),
-                external,
-            });
+            let internal = (Ipv4Addr::from(freed.internal_ip), freed.internal_port);
+            log.record(NatEventKind::Delete, ip_protocol, internal, external);
         }
         true
     }
