@@ -760,7 +760,7 @@ impl<'a> Gateway<'a> {
             worker_counters,
             config_history: _,
             bond_watch: _bond_watch,
-            port_watch: _port_watch,
+            port_watch,
             steering,
             macs: _macs,
             ports,
@@ -792,7 +792,7 @@ impl<'a> Gateway<'a> {
         if let Some(thread) = metrics_thread {
             let _ = thread.join();
         }
-        report(&ports, &worker_counters, &control_counters);
+        report(&port_watch, &worker_counters, &control_counters);
         drop(control);
         drop(steering);
         drop(ports);
@@ -1058,17 +1058,16 @@ fn apply_kernel(
     }
 }
 
-fn report(ports: &[Port], workers: &[Arc<WorkerCounters>], control: &WorkerCounters) {
-    for port in ports {
-        if let Ok(stats) = port.stats() {
-            tracing::info!(
-                port = port.name(),
-                rx = stats.rx_packets,
-                tx = stats.tx_packets,
-                rx_missed = stats.rx_missed,
-                "port totals"
-            );
-        }
+fn report(ports: &PortWatch, workers: &[Arc<WorkerCounters>], control: &WorkerCounters) {
+    for port in &ports.ports {
+        let stats = port.poll(|totals| totals.stats);
+        tracing::info!(
+            port = %port.name,
+            rx = stats.rx_packets,
+            tx = stats.tx_packets,
+            rx_missed = stats.rx_missed,
+            "port totals"
+        );
     }
     for (index, counters) in workers.iter().enumerate() {
         tracing::info!(

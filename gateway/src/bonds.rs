@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::dpdk::bond::{self, lacp_state};
-use crate::dpdk::PortId;
+use crate::dpdk::{link_status, PortId};
 
 /// One member's last sample, packed so it is read and written as one atomic word:
 /// link (bit 0), selected (bit 1), actor state (bits 8-15), partner state (bits 16-23),
@@ -118,7 +118,7 @@ impl BondWatch {
             let mut active = 0;
             for member in &bond.members {
                 let lacp = bond::member_lacp(bond.port, member.port).unwrap_or_default();
-                let (link_up, speed_mbps) = bond::link(member.port);
+                let (link_up, speed_mbps) = link_status(member.port);
                 let now = MemberState {
                     link_up,
                     speed_mbps,

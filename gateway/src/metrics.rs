@@ -158,10 +158,8 @@ pub struct Metrics {
     port_link_up: IntGaugeVec,
     port_speed: IntGaugeVec,
     link_flaps: IntCounterVec,
-    port_info: IntGaugeVec,
     mempool_mbufs: IntGaugeVec,
     mempool_in_use: IntGaugeVec,
-    rx_burst_size: IntGaugeVec,
     worker_counters: Vec<Family<WorkerCounters>>,
     worker_gauges: Vec<GaugeFamily<WorkerCounters>>,
     heartbeat_age: prometheus::GaugeVec,
@@ -445,6 +443,30 @@ impl Metrics {
         build
             .with_label_values(&[env!("CARGO_PKG_VERSION"), &crate::dpdk::version()])
             .set(1);
+        // What does not change while the gateway runs is set once.
+        let port_info = gauge_vec(
+            &registry,
+            "port_info",
+            "The port's driver, firmware version and EAL device; the value is always 1.",
+            &["port", "driver", "firmware", "device"],
+        );
+        for port in &sources.ports.ports {
+            let info = &port.info;
+            port_info
+                .with_label_values(&[&port.name, &info.driver, &info.firmware, &info.device])
+                .set(1);
+        }
+        let rx_burst_size = gauge_vec(
+            &registry,
+            "worker_rx_burst_size",
+            "Packets one RX burst may return: a full burst (worker_rx_full_bursts_total) returned this many.",
+            &["worker"],
+        );
+        for worker in 0..sources.workers.len() {
+            rx_burst_size
+                .with_label_values(&[&worker.to_string()])
+                .set(BURST_SIZE as i64);
+        }
         Metrics {
             port_counters: PORT_COUNTERS
                 .iter()
@@ -489,12 +511,6 @@ impl Metrics {
                 "Times the port's link went down, sampled every 100 ms.",
                 &["port"],
             ),
-            port_info: gauge_vec(
-                &registry,
-                "port_info",
-                "The port's driver, firmware version and EAL device; the value is always 1.",
-                &["port", "driver", "firmware", "device"],
-            ),
             mempool_mbufs: gauge_vec(
                 &registry,
                 "mempool_mbufs",
@@ -506,12 +522,6 @@ impl Metrics {
                 "mempool_mbufs_in_use",
                 "Packet buffers out of the pool (in rings, queues and bursts), approximate.",
                 &["pool"],
-            ),
-            rx_burst_size: gauge_vec(
-                &registry,
-                "worker_rx_burst_size",
-                "Packets one RX burst may return: a full burst (worker_rx_full_bursts_total) returned this many.",
-                &["worker"],
             ),
             worker_counters: WORKER_COUNTERS
                 .iter()
@@ -720,10 +730,6 @@ impl Metrics {
                 .with_label_values(&[name])
                 .set(i64::from(speed_mbps) * 1_000_000 / 8);
             sync_counter(&self.link_flaps, &[name], port.link_flaps());
-            let info = &port.info;
-            self.port_info
-                .with_label_values(&[name, &info.driver, &info.firmware, &info.device])
-                .set(1);
         }
         if let Some(pool) = &self.sources.pool {
             self.mempool_mbufs
@@ -740,11 +746,6 @@ impl Metrics {
             .enumerate()
             .map(|(i, c)| (i.to_string(), c));
         let control = std::iter::once(("control".to_string(), &self.sources.control));
-        for worker in 0..self.sources.workers.len() {
-            self.rx_burst_size
-                .with_label_values(&[&worker.to_string()])
-                .set(BURST_SIZE as i64);
-        }
         for (worker, counters) in workers.chain(control) {
             for family in &self.worker_counters {
                 sync_counter(&family.vec, &[&worker], (family.read)(counters));

@@ -77,15 +77,3 @@ pub fn member_lacp(bond: PortId, member: PortId) -> Result<MemberLacp> {
         partner_state: info.partner_state,
     })
 }
-
-/// A member's link, read without waiting.
-/// A member's link: up, and its speed in Mbit/s (0 when down or unknown).
-pub fn link(port: PortId) -> (bool, u32) {
-    let mut link = dpdk_sys::rte_eth_link::default();
-    // SAFETY: valid out-pointer; nowait never blocks.
-    let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(port.0, &mut link) };
-    if ret != 0 {
-        return (false, 0);
-    }
-    (link.link_status() != 0, link.link_speed)
-}

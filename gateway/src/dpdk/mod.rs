@@ -21,8 +21,8 @@ pub use lcore::{launch, launch_watched, LaunchedWork};
 pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 pub use mempool::Mempool;
 pub use port::{
-    Port, PortConfig, PortInfo, PortMonitor, PortRings, PortStats, RingDevice, RxQueue, TxQueue,
-    QUEUE_STAT_COUNTERS,
+    link_status, Port, PortConfig, PortInfo, PortMonitor, PortRings, PortStats, RingDevice,
+    RxQueue, TxQueue, QUEUE_STAT_COUNTERS,
 };
 pub use ring::{MbufRing, RingConsumer, RingProducer};
 

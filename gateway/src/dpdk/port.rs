@@ -909,14 +909,20 @@ impl PortMonitor {
 
     /// Link up, and speed in Mbit/s.
     pub fn link(&self) -> (bool, u32) {
-        let mut link = dpdk_sys::rte_eth_link::default();
-        // SAFETY: started port and a valid out-pointer; nowait never blocks.
-        let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(self.inner.id.0, &mut link) };
-        if ret < 0 {
-            return (false, 0);
-        }
-        (link.link_status() != 0, link.link_speed)
+        link_status(self.inner.id)
     }
+}
+
+/// A port's link: up, and its speed in Mbit/s (down and 0 when the driver cannot say). For
+/// the ports the gateway started and for a bond's members, which the bonding PMD started.
+pub fn link_status(id: PortId) -> (bool, u32) {
+    let mut link = dpdk_sys::rte_eth_link::default();
+    // SAFETY: a valid out-pointer; an unknown port returns an error; nowait never blocks.
+    let ret = unsafe { dpdk_sys::rte_eth_link_get_nowait(id.0, &mut link) };
+    if ret < 0 {
+        return (false, 0);
+    }
+    (link.link_status() != 0, link.link_speed)
 }
 
 fn stats(id: PortId) -> Result<PortStats> {
