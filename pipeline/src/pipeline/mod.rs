@@ -24,6 +24,7 @@ use crate::counters::WorkerCounters;
 use crate::features::content::{ContentInspector, DEFAULT_SLOTS};
 use crate::features::meter::HostMeter;
 use crate::state::conntrack::{ConntrackConfig, FlowTable};
+use crate::state::nat::blocks::blocks_per_host;
 use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
@@ -57,6 +58,8 @@ pub struct WorkerSetup {
     pub nat_bindings: usize,
     /// NAT bindings (external ports) one internal host may hold on this worker.
     pub nat_host_ports: u32,
+    /// Ports are handed out to each internal host in blocks of this many (0: one by one).
+    pub nat_port_block_size: u32,
     /// This worker's per-LAN-host byte and packet counts, written while the router config
     /// has the traffic meter on. Shared so the metrics thread can read what this worker alone
     /// writes. None: the meter cannot be switched on.
@@ -77,6 +80,7 @@ impl Default for WorkerSetup {
             nat_ports: DEFAULT_PORTS,
             nat_bindings: 1 << 16,
             nat_host_ports: DEFAULT_HOST_PORTS,
+            nat_port_block_size: 0,
             meter: None,
             fast_path: true,
             nat_log: None,
@@ -179,6 +183,7 @@ impl Pipeline {
             ports: setup.nat_ports.clone(),
             bindings: setup.nat_bindings,
             host_ports: setup.nat_host_ports,
+            port_block_size: setup.nat_port_block_size,
             hosts: setup.conntrack.hosts,
             log: setup.nat_log.clone(),
         };
@@ -268,10 +273,15 @@ impl Pipeline {
                 .ok()
             })
             .flatten()
-            .map(|pool| {
-                pool.with_host_limit(setup.host_ports, setup.hosts)
-                    .with_log(setup.log.clone())
-            });
+            .and_then(|pool| {
+                with_port_blocks(
+                    pool.with_host_limit(setup.host_ports, setup.hosts),
+                    setup.port_block_size,
+                    setup.host_ports,
+                )
+                .ok()
+            })
+            .map(|pool| pool.with_log(setup.log.clone()));
         if let Some(pool) = pool.as_mut() {
             self.flows.export(0, |flow| {
                 if let Some((protocol, address, port)) = flow.data.binding {
@@ -282,16 +292,20 @@ impl Pipeline {
                 }
             });
         }
-        if let (Some(old), Some(log)) = (self.nat.as_ref(), setup.log.as_ref()) {
-            old.bindings_in(0..old.binding_capacity(), |binding| {
-                let kept = pool
-                    .as_ref()
-                    .is_some_and(|pool| pool.has_address(binding.external.0));
-                if !kept {
+        let kept = |address| pool.as_ref().is_some_and(|pool| pool.has_address(address));
+        match (self.nat.as_ref(), setup.log.as_ref()) {
+            (Some(old), Some(log)) if old.by_blocks() => old.held_blocks(|host, address, ports| {
+                if !kept(address) {
+                    log.record_block(NatEventKind::BlockDelete, host, address, ports);
+                }
+            }),
+            (Some(old), Some(log)) => old.bindings_in(0..old.binding_capacity(), |binding| {
+                if !kept(binding.external.0) {
                     let (internal, external) = (binding.internal, binding.external);
                     log.record(NatEventKind::Delete, binding.protocol, internal, external);
                 }
-            });
+            }),
+            _ => {}
         }
         self.nat = pool;
     }
@@ -857,8 +871,18 @@ struct NatSetup {
     ports: RangeInclusive<u16>,
     bindings: usize,
     host_ports: u32,
+    port_block_size: u32,
     hosts: usize,
     log: Option<Arc<NatLog>>,
+}
+
+/// `pool` handing out ports in blocks of `size` (0: one by one), as many per host as
+/// `host_ports` needs.
+fn with_port_blocks(pool: NatPool, size: u32, host_ports: u32) -> Result<NatPool, NatPoolError> {
+    if size == 0 {
+        return Ok(pool);
+    }
+    pool.with_port_blocks(size, blocks_per_host(host_ports, size))
 }
 
 /// The NAT pool of a worker, when any interface masquerades.
@@ -874,12 +898,14 @@ fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool
         Ownership::new(setup.workers),
         setup.nat_bindings,
     )
-    .map(|pool| {
-        Some(
-            pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts)
-                .with_log(setup.nat_log.clone()),
+    .and_then(|pool| {
+        with_port_blocks(
+            pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts),
+            setup.nat_port_block_size,
+            setup.nat_host_ports,
         )
     })
+    .map(|pool| Some(pool.with_log(setup.nat_log.clone())))
 }
 
 /// Source-routed datagrams (RFC 7126) and options that do not parse are not forwarded. Most

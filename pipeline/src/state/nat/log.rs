@@ -13,6 +13,9 @@ use crossbeam_queue::ArrayQueue;
 pub enum NatEventKind {
     Create,
     Delete,
+    /// A host took a block of ports (`nat.port_block_size`), or gave it back.
+    BlockCreate,
+    BlockDelete,
 }
 
 impl NatEventKind {
@@ -20,12 +23,25 @@ impl NatEventKind {
         match self {
             NatEventKind::Create => "create",
             NatEventKind::Delete => "delete",
+            NatEventKind::BlockCreate => "block-create",
+            NatEventKind::BlockDelete => "block-delete",
         }
     }
 }
 
+/// The external ports of a block: `first`, then every `step`th up to `last`, `ports` in all
+/// (RFC 8158's portRangeStart, portRangeEnd, portRangeStepSize and portRangeNumPorts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortBlock {
+    pub first: u16,
+    pub last: u16,
+    pub step: u16,
+    pub ports: u16,
+}
+
 /// One mapping event, as RFC 8158's NAT44 BIB events describe it (no destination: a mapping
-/// is endpoint-independent).
+/// is endpoint-independent), or one port block event: then `block` names the ports, the
+/// protocol is 0 (the block holds its ports in every protocol) and so are both ports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NatEvent {
     /// The worker's clock (its pipeline's `now_ns`) in the loop the event happened in.
@@ -35,6 +51,7 @@ pub struct NatEvent {
     pub protocol: u8,
     pub internal: (Ipv4Addr, u16),
     pub external: (Ipv4Addr, u16),
+    pub block: Option<PortBlock>,
 }
 
 /// One worker's queue of events, written by that worker only.
@@ -78,13 +95,39 @@ impl NatLog {
         internal: (Ipv4Addr, u16),
         external: (Ipv4Addr, u16),
     ) {
-        let event = NatEvent {
+        self.push(NatEvent {
             at_ns: self.now_ns.load(Ordering::Relaxed),
             kind,
             protocol,
             internal,
             external,
-        };
+            block: None,
+        });
+    }
+
+    /// Queues a block event (`kind` is `BlockCreate` or `BlockDelete`) as [`record`] does.
+    ///
+    /// [`record`]: Self::record
+    #[inline]
+    pub(crate) fn record_block(
+        &self,
+        kind: NatEventKind,
+        host: Ipv4Addr,
+        address: Ipv4Addr,
+        block: PortBlock,
+    ) {
+        self.push(NatEvent {
+            at_ns: self.now_ns.load(Ordering::Relaxed),
+            kind,
+            protocol: 0,
+            internal: (host, 0),
+            external: (address, 0),
+            block: Some(block),
+        });
+    }
+
+    #[inline]
+    fn push(&self, event: NatEvent) {
         if self.queue.push(event).is_err() {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }

@@ -47,7 +47,8 @@ use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use super::log::{NatEventKind, NatLog};
+use super::blocks::{BlockRefusal, PortBlocks, BLOCK_ALIGN, MAX_BLOCKS_PER_HOST};
+use super::log::{NatEventKind, NatLog, PortBlock};
 use crate::state::hosts::{HostCounts, Refusal};
 use crate::wire::ipv4::protocol;
 
@@ -203,6 +204,12 @@ pub enum NatPoolError {
     NoOwnedPorts,
     /// Zero, or above [`MAX_BINDINGS`].
     BindingCapacity,
+    /// Port blocks of zero ports or of a number that is not a multiple of
+    /// [`BLOCK_ALIGN`], or more than [`MAX_BLOCKS_PER_HOST`] per host.
+    PortBlockSize,
+    /// Port blocks with a worker count that is not a power of two: a worker would own two
+    /// port classes of unequal spacing, so a block's ports would not step evenly.
+    PortBlockWorkers,
 }
 
 impl fmt::Display for NatPoolError {
@@ -218,6 +225,13 @@ impl fmt::Display for NatPoolError {
             NatPoolError::NoOwnedPorts => f.write_str("the worker owns no port in the range"),
             NatPoolError::BindingCapacity => {
                 write!(f, "binding capacity must be 1..={MAX_BINDINGS}")
+            }
+            NatPoolError::PortBlockSize => write!(
+                f,
+                "a port block must be a positive multiple of {BLOCK_ALIGN} ports, at most {MAX_BLOCKS_PER_HOST} per host"
+            ),
+            NatPoolError::PortBlockWorkers => {
+                f.write_str("port blocks need a power-of-two number of workers")
             }
         }
     }
@@ -419,6 +433,8 @@ pub struct NatPool {
     hosts: Option<HostCounts<1>>,
     /// Where new and freed bindings are told, when logged.
     log: Option<Arc<NatLog>>,
+    /// Which host holds which block of ports, when ports are handed out by blocks.
+    blocks: Option<PortBlocks>,
 }
 
 impl fmt::Debug for NatPool {
@@ -513,6 +529,7 @@ impl NatPool {
             addresses,
             hosts: None,
             log: None,
+            blocks: None,
         })
     }
 
@@ -529,6 +546,128 @@ impl NatPool {
     pub fn with_host_limit(mut self, ports_per_host: u32, hosts: usize) -> NatPool {
         self.hosts = Some(HostCounts::new(hosts, [ports_per_host]));
         self
+    }
+
+    /// Hands ports out by blocks of `size` (a multiple of [`BLOCK_ALIGN`]), at most
+    /// `blocks_per_host` per host, logged per block instead of per mapping: see
+    /// [`super::blocks`]. Needs a power-of-two number of workers, so that each owns one port
+    /// class and a block's ports step evenly. Allocates: call at set-up.
+    pub fn with_port_blocks(
+        mut self,
+        size: u32,
+        blocks_per_host: usize,
+    ) -> Result<NatPool, NatPoolError> {
+        if size == 0
+            || !size.is_multiple_of(BLOCK_ALIGN)
+            || !(1..=MAX_BLOCKS_PER_HOST).contains(&blocks_per_host)
+        {
+            return Err(NatPoolError::PortBlockSize);
+        }
+        if u32::from(self.ownership.workers()) != self.ownership.period() {
+            return Err(NatPoolError::PortBlockWorkers);
+        }
+        self.blocks = Some(PortBlocks::new(
+            size,
+            self.slots,
+            self.addresses.len(),
+            blocks_per_host,
+        ));
+        Ok(self)
+    }
+
+    /// Whether ports are handed out (and logged) by blocks.
+    pub fn by_blocks(&self) -> bool {
+        self.blocks.is_some()
+    }
+
+    /// Every held block: its host, its external address and its ports.
+    pub fn held_blocks(&self, mut each: impl FnMut(Ipv4Addr, Ipv4Addr, PortBlock)) {
+        let Some(blocks) = self.blocks.as_ref() else {
+            return;
+        };
+        for block in 0..blocks.count() {
+            if let Some(host) = blocks.holder(block) {
+                let address = self.addresses[blocks.address_of(block)];
+                each(host, address, self.block_ports(blocks, block));
+            }
+        }
+    }
+
+    /// The ports of `block`, as the log names them.
+    fn block_ports(&self, blocks: &PortBlocks, block: u32) -> PortBlock {
+        let slots = blocks.slots_of(block);
+        PortBlock {
+            first: self.port_of(slots.start),
+            last: self.port_of(slots.end - 1),
+            step: self.ownership.period() as u16,
+            ports: (slots.end - slots.start) as u16,
+        }
+    }
+
+    /// A free slot of `group` in one of `host`'s blocks on `address` (the internal port's own
+    /// when it is one of them and free), or in a block it newly takes. The block is returned
+    /// beside the slot, and is new if the host did not hold it.
+    fn block_slot(
+        &mut self,
+        group: usize,
+        address: usize,
+        host: Ipv4Addr,
+        port: u16,
+    ) -> Result<(u32, u32, bool), Option<AllocError>> {
+        let Some(blocks) = self.blocks.as_ref() else {
+            return Err(None);
+        };
+        let preserved = self.slot_of(port).filter(|&slot| self.is_free(group, slot));
+        for &block in blocks.blocks_of(host) {
+            if blocks.address_of(block) != address {
+                continue;
+            }
+            if let Some(slot) = preserved.filter(|&slot| blocks.block_of(address, slot) == block)
+            {
+                return Ok((block, slot, false));
+            }
+            if let Some(slot) = self.free_in_block(blocks, group, block) {
+                return Ok((block, slot, false));
+            }
+        }
+        let blocks = self.blocks.as_mut().ok_or(None)?;
+        let block = match blocks.claim(host, address) {
+            Ok(block) => block,
+            Err(BlockRefusal::HostLimit) => return Err(Some(AllocError::HostLimit)),
+            Err(_) => return Err(None),
+        };
+        let blocks = self.blocks.as_ref().ok_or(None)?;
+        let found = preserved
+            .filter(|&slot| blocks.block_of(address, slot) == block)
+            .or_else(|| self.free_in_block(blocks, group, block));
+        match found {
+            Some(slot) => Ok((block, slot, true)),
+            None => {
+                // Every port of the new block is kept for a forward in this protocol.
+                if let Some(blocks) = self.blocks.as_mut() {
+                    blocks.abandon(block);
+                }
+                Err(None)
+            }
+        }
+    }
+
+    /// The first free slot of `group` in `block` from the block's cursor, wrapping within it.
+    fn free_in_block(&self, blocks: &PortBlocks, group: usize, block: u32) -> Option<u32> {
+        let slots = blocks.slots_of(block);
+        let free = &self.free[group * self.words..][..self.words];
+        let cursor = blocks.cursor(block);
+        let (first_word, end_word) = ((slots.start / 64) as usize, slots.end.div_ceil(64) as usize);
+        let cursor_word = (cursor / 64) as usize;
+        let here = free[cursor_word] & (u64::MAX << (cursor % 64));
+        if here != 0 {
+            return Some(cursor_word as u32 * 64 + here.trailing_zeros());
+        }
+        // The words after the cursor's, then from the block's start round to it again.
+        (cursor_word + 1..end_word)
+            .chain(first_word..=cursor_word)
+            .find(|&word| free[word] != 0)
+            .map(|word| word as u32 * 64 + free[word].trailing_zeros())
     }
 
     /// The bindings `ip` holds, as counted for its limit (0 without a limit).
@@ -598,9 +737,14 @@ impl NatPool {
 
         let address = self.paired_index(internal.0);
         let group = protocol * self.addresses.len() + address;
-        let (slot, preserved) = match self.slot_of(port) {
-            Some(slot) if self.is_free(group, slot) => (slot, true),
-            _ => (self.find_free(group).ok_or(None)?, false),
+        let (slot, preserved, block) = if self.blocks.is_some() {
+            let (block, slot, new) = self.block_slot(group, address, internal.0, port)?;
+            (slot, true, Some((block, new)))
+        } else {
+            match self.slot_of(port) {
+                Some(slot) if self.is_free(group, slot) => (slot, true, None),
+                _ => (self.find_free(group).ok_or(None)?, false, None),
+            }
         };
         let external_port = self.port_of(slot);
         let external_slot = match self.by_external.find(
@@ -611,7 +755,12 @@ impl NatPool {
             Probe::Vacant { slot } => slot,
             // A free port with a binding would be a bookkeeping bug; refusing keeps the
             // existing binding intact rather than handing its port out twice.
-            Probe::Found { .. } | Probe::Full => return Err(None),
+            Probe::Found { .. } | Probe::Full => {
+                if let (Some(blocks), Some((block, true))) = (self.blocks.as_mut(), block) {
+                    blocks.abandon(block);
+                }
+                return Err(None);
+            }
         };
         let charged = self
             .hosts
@@ -635,8 +784,20 @@ impl NatPool {
         self.by_internal.slots[internal_slot] = binding;
         self.by_external.slots[external_slot] = binding;
         let external = (self.addresses[address], external_port);
-        if let Some(log) = &self.log {
-            log.record(NatEventKind::Create, ip_protocol, internal, external);
+        match (block, self.blocks.as_mut()) {
+            (Some((block, new)), Some(blocks)) => {
+                blocks.hold(block);
+                blocks.advance(block, slot);
+                if let (true, Some(log), Some(blocks)) = (new, &self.log, &self.blocks) {
+                    let ports = self.block_ports(blocks, block);
+                    log.record_block(NatEventKind::BlockCreate, internal.0, external.0, ports);
+                }
+            }
+            _ => {
+                if let Some(log) = &self.log {
+                    log.record(NatEventKind::Create, ip_protocol, internal, external);
+                }
+            }
         }
         Ok(external)
     }
@@ -681,15 +842,29 @@ impl NatPool {
                 .remove(slot, &self.bindings, Binding::internal_key);
         }
         self.free_bindings.push(binding as u32);
-        if let Some(slot) = self.slot_of(external.1) {
+        let slot = self.slot_of(external.1);
+        if let Some(slot) = slot {
             if !self.is_reserved(protocol, slot) {
                 self.put(protocol * self.addresses.len() + address, slot);
             }
         }
-        if let Some(log) = &self.log {
-            let freed = &self.bindings[binding];
-            let internal = (Ipv4Addr::from(freed.internal_ip), freed.internal_port);
-            log.record(NatEventKind::Delete, ip_protocol, internal, external);
+        let freed = &self.bindings[binding];
+        let internal = (Ipv4Addr::from(freed.internal_ip), freed.internal_port);
+        match (self.blocks.as_mut(), slot) {
+            (Some(blocks), Some(slot)) => {
+                let block = blocks.block_of(address, slot);
+                if blocks.release(block) {
+                    if let (Some(log), Some(blocks)) = (&self.log, &self.blocks) {
+                        let ports = self.block_ports(blocks, block);
+                        log.record_block(NatEventKind::BlockDelete, internal.0, external.0, ports);
+                    }
+                }
+            }
+            _ => {
+                if let Some(log) = &self.log {
+                    log.record(NatEventKind::Delete, ip_protocol, internal, external);
+                }
+            }
         }
         true
     }
@@ -766,6 +941,17 @@ impl NatPool {
             Probe::Full => return Err(RestoreError::Exhausted),
         };
         let binding = *self.free_bindings.last().ok_or(RestoreError::Exhausted)?;
+        if let Some(blocks) = self.blocks.as_ref() {
+            // A restored mapping brings its block with it, unless the block is another's.
+            let block = blocks.block_of(address, slot);
+            match blocks.holder(block) {
+                Some(holder) if holder != internal.0 => return Err(RestoreError::Conflict),
+                None if blocks.blocks_of(internal.0).len() >= blocks.blocks_per_host() => {
+                    return Err(RestoreError::HostLimit)
+                }
+                _ => {}
+            }
+        }
         let charged = match self
             .hosts
             .as_mut()
@@ -775,6 +961,13 @@ impl NatPool {
             Some(Ok(())) => true,
             Some(Err(Refusal::Untracked)) | None => false,
         };
+        if let Some(blocks) = self.blocks.as_mut() {
+            let block = blocks.block_of(address, slot);
+            // Checked above: the block is free or the host's, and the host has room.
+            if blocks.adopt(internal.0, block).is_ok() {
+                blocks.hold(block);
+            }
+        }
         self.take(group, slot);
         self.free_bindings.pop();
         self.bindings[binding as usize] = Binding {
@@ -1609,5 +1802,124 @@ mod tests {
         );
         assert!(p.release(UDP, (EXT, 1030)));
         assert_eq!(p.host_ports(host(1)), 1);
+    }
+
+    fn block_events(log: &NatLog) -> Vec<(NatEventKind, Ipv4Addr, PortBlock)> {
+        let mut events = Vec::new();
+        log.drain(|event| events.push((event.kind, event.internal.0, event.block.unwrap())));
+        events
+    }
+
+    #[test]
+    fn port_blocks_give_each_host_its_own_ports_and_one_log_line_per_block() {
+        let log = Arc::new(NatLog::new(64));
+        let mut p = pool(1024..=65535, 1, 2)
+            .with_port_blocks(64, 2)
+            .unwrap()
+            .with_log(Some(log.clone()));
+        let mut a = Vec::new();
+        for port in [5000, 5001, 5002] {
+            a.push(p.allocate(UDP, (host(1), port)).unwrap());
+        }
+        a.push(p.allocate(TCP, (host(1), 6000)).unwrap());
+        let b = p.allocate(UDP, (host(2), 5000)).unwrap();
+        let events = block_events(&log);
+        assert_eq!(events.len(), 2, "one block each: {events:?}");
+        let (kind, holder, block) = events[0];
+        assert_eq!((kind, holder), (NatEventKind::BlockCreate, host(1)));
+        // Worker 1 of 2 owns the odd ports: the block is 64 of them, stepping by 2.
+        assert_eq!((block.step, block.ports), (2, 64));
+        assert_eq!(block.last, block.first + 2 * 63);
+        for (_, port) in &a {
+            assert!((block.first..=block.last).contains(port) && port % 2 == 1, "{port}");
+        }
+        let other = events[1].2;
+        assert!(other.first > block.last || other.last < block.first);
+        assert!((other.first..=other.last).contains(&b.1));
+        // The host's ports go back one by one; the block with the last of them.
+        for (i, &(address, port)) in a.iter().enumerate() {
+            let protocol = if i == 3 { TCP } else { UDP };
+            assert!(p.release(protocol, (address, port)));
+        }
+        let events = block_events(&log);
+        assert_eq!(events, [(NatEventKind::BlockDelete, host(1), block)]);
+    }
+
+    #[test]
+    fn a_host_gets_more_blocks_up_to_its_limit() {
+        let mut p = pool(1024..=65535, 0, 1).with_port_blocks(64, 2).unwrap();
+        for port in 0..128 {
+            p.allocate_checked(UDP, (host(1), 10_000 + port)).unwrap();
+        }
+        assert_eq!(
+            p.allocate_checked(UDP, (host(1), 20_000)),
+            Err(AllocError::HostLimit)
+        );
+        // Its TCP ports come from the same blocks, which it holds in every protocol.
+        assert!(p.allocate_checked(TCP, (host(1), 20_000)).is_ok());
+        assert!(p.allocate_checked(UDP, (host(2), 20_000)).is_ok());
+    }
+
+    #[test]
+    fn port_blocks_need_aligned_sizes_and_power_of_two_workers() {
+        let blocks = |size, workers| {
+            pool(1024..=65535, 0, workers)
+                .with_port_blocks(size, 2)
+                .map(|_| ())
+        };
+        assert_eq!(blocks(100, 1), Err(NatPoolError::PortBlockSize));
+        assert_eq!(blocks(0, 1), Err(NatPoolError::PortBlockSize));
+        assert_eq!(blocks(64, 3), Err(NatPoolError::PortBlockWorkers));
+        assert_eq!(blocks(64, 4), Ok(()));
+    }
+
+    #[test]
+    fn a_restored_mapping_brings_its_block_and_another_host_cannot_share_it() {
+        let mut p = pool(1024..=65535, 0, 1).with_port_blocks(64, 1).unwrap();
+        p.restore(UDP, (host(1), 5000), (EXT, 1030)).unwrap();
+        assert_eq!(
+            p.restore(UDP, (host(2), 5000), (EXT, 1031)),
+            Err(RestoreError::Conflict)
+        );
+        // The host's next mapping is in the restored block: 1024..=1087.
+        let (_, port) = p.allocate(TCP, (host(1), 7000)).unwrap();
+        assert!((1024..=1087).contains(&port), "{port}");
+        assert_eq!(
+            p.restore(UDP, (host(1), 5001), (EXT, 2000)),
+            Err(RestoreError::HostLimit)
+        );
+    }
+
+    proptest! {
+        /// Through any allocations and releases by blocks: every binding's port is in a block
+        /// its host holds, no block has two holders, and the pool's counts agree.
+        #[test]
+        fn blocks_are_never_shared(ops in proptest::collection::vec((0..6u32, 0..40u16, any::<bool>()), 0..300)) {
+            let mut p = pool(1024..=2047, 1, 2).with_port_blocks(64, 2).unwrap();
+            let mut held: Vec<(u8, Ipv4Addr, (Ipv4Addr, u16))> = Vec::new();
+            for (h, port, allocate) in ops {
+                let protocol = if port % 2 == 0 { UDP } else { TCP };
+                if allocate {
+                    if let Some(external) = p.allocate(protocol, (host(h as u8), 4000 + port)) {
+                        held.push((protocol, host(h as u8), external));
+                    }
+                } else if let Some(at) = held.iter().position(|&(_, owner, _)| owner == host(h as u8)) {
+                    let (protocol, _, external) = held.swap_remove(at);
+                    prop_assert!(p.release(protocol, external));
+                }
+                let blocks = p.blocks.as_ref().unwrap();
+                for &(_, owner, (_, port)) in &held {
+                    let slot = p.slot_of(port).unwrap();
+                    prop_assert_eq!(blocks.holder(blocks.block_of(0, slot)), Some(owner));
+                }
+            }
+            for (protocol, _, external) in held.drain(..) {
+                prop_assert!(p.release(protocol, external));
+            }
+            prop_assert_eq!(p.in_use(), 0);
+            let mut any = false;
+            p.held_blocks(|_, _, _| any = true);
+            prop_assert!(!any, "every block is back once every mapping is");
+        }
     }
 }
