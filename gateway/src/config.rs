@@ -598,6 +598,9 @@ pub struct NatConfig {
     pub binding_capacity: usize,
     /// NAT bindings (so external ports) one internal host may hold per worker.
     pub host_ports: u32,
+    /// Hand each internal host its ports in blocks of this many (a multiple of 64), logged
+    /// once per block instead of once per mapping; 0: port by port.
+    pub port_block_size: u32,
     pub port_forwards: Vec<PortForwardConfig>,
     /// The NAT log: each mapping's creation and deletion, to syslog.
     pub log: NatLogConfig,
@@ -651,6 +654,7 @@ impl Default for NatConfig {
             },
             binding_capacity: 65536,
             host_ports: pipeline::pipeline::DEFAULT_HOST_PORTS,
+            port_block_size: 0,
             port_forwards: Vec::new(),
             log: NatLogConfig::default(),
         }
@@ -1012,6 +1016,42 @@ impl GatewayConfig {
         Ok(config)
     }
 
+    /// Port blocks (`nat.port_block_size`) must be whole words of the pool's bitmaps, few
+    /// enough per host for its table, and need every worker to own one port class.
+    fn validate_port_blocks(&self) -> Result<(), ConfigError> {
+        use pipeline::state::nat::blocks::{blocks_per_host, BLOCK_ALIGN, MAX_BLOCKS_PER_HOST};
+        let size = self.nat.port_block_size;
+        if size == 0 {
+            return Ok(());
+        }
+        if !size.is_multiple_of(BLOCK_ALIGN) || size > 32768 {
+            return Err(invalid(
+                "nat.port_block_size",
+                format!("must be 0 (off) or a multiple of {BLOCK_ALIGN} up to 32768, not {size}"),
+            ));
+        }
+        let blocks = blocks_per_host(self.nat.host_ports, size);
+        if blocks > MAX_BLOCKS_PER_HOST {
+            return Err(invalid(
+                "nat.port_block_size",
+                format!(
+                    "nat.host_ports = {} would take {blocks} blocks of {size} per host, at most {MAX_BLOCKS_PER_HOST}: raise the block size or lower host_ports",
+                    self.nat.host_ports
+                ),
+            ));
+        }
+        let workers = self.workers.lcores.len();
+        if !workers.is_power_of_two() {
+            return Err(invalid(
+                "nat.port_block_size",
+                format!(
+                    "needs a power-of-two number of workers (workers.lcores has {workers}), so that each owns one port class and a block's ports step evenly"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_eal()?;
         if self.workers.lcores.is_empty() {
@@ -1342,6 +1382,7 @@ impl GatewayConfig {
         if self.nat.host_ports == 0 {
             return Err(invalid("nat.host_ports", "must be positive"));
         }
+        self.validate_port_blocks()?;
         if self.conntrack.tcp_established_secs < 7440 {
             tracing::warn!("conntrack.tcp_established_secs is below RFC 5382's 2 h 4 min");
         }
@@ -1638,6 +1679,30 @@ mod tests {
         let set = format!("{LAB}\n[conntrack]\nhalf_open = 77\nhost_flows = 9\n");
         let table = crate::pipeline_config::conntrack_config(&parse(&set).unwrap());
         assert_eq!((table.half_open, table.host_flows), (77, 9));
+    }
+
+    #[test]
+    fn port_blocks_are_validated_by_field() {
+        let with = |lines: &str| parse(&format!("{LAB}\n[nat]\n{lines}\n"));
+        assert_eq!(
+            with("port_block_size = 256").unwrap().nat.port_block_size,
+            256
+        );
+        assert_eq!(parse(LAB).unwrap().nat.port_block_size, 0);
+        for (lines, says) in [
+            ("port_block_size = 100", "multiple of 64"),
+            ("port_block_size = 65536", "multiple of 64"),
+            ("port_block_size = 64", "64 blocks of 64 per host"),
+        ] {
+            let err = with(lines).unwrap_err().to_string();
+            assert!(err.starts_with("nat.port_block_size:"), "{lines}: {err}");
+            assert!(err.contains(says), "{lines}: {err}");
+        }
+        let three = LAB.replace("lcores = [1]", "lcores = [1, 2, 3]");
+        let err = parse(&format!("{three}\n[nat]\nport_block_size = 256\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("power-of-two number of workers"), "{err}");
     }
 
     #[test]

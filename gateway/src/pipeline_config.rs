@@ -66,6 +66,7 @@ pub fn worker_setup(
         nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
         nat_bindings: config.nat.binding_capacity,
         nat_host_ports: config.nat.host_ports,
+        nat_port_block_size: config.nat.port_block_size,
         meter,
         fast_path: true,
         nat_log,

@@ -41,6 +41,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.nat.host_ports != new.nat.host_ports {
         fields.push("nat.host_ports".to_string());
     }
+    if running.nat.port_block_size != new.nat.port_block_size {
+        fields.push("nat.port_block_size".to_string());
+    }
     if running.nat.port_range != new.nat.port_range {
         fields.push("nat.port_range".to_string());
     }
@@ -126,6 +129,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.nat.binding_capacity = running.nat.binding_capacity;
     merged.nat.log = running.nat.log.clone();
     merged.nat.host_ports = running.nat.host_ports;
+    merged.nat.port_block_size = running.nat.port_block_size;
     merged.nat.port_range = running.nat.port_range;
     merged.nat.masquerade = running.nat.masquerade.clone();
     merged.neighbors = running.neighbors.clone();

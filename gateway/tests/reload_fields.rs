@@ -435,6 +435,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("nat.port_range", Restart, "\"2000-3000\"", None),
     ("nat.binding_capacity", Restart, "1000", None),
     ("nat.host_ports", Restart, "100", None),
+    ("nat.port_block_size", Restart, "512", None),
     ("nat.port_forwards[].interface", Applied, "\"lan\"", None),
     ("nat.port_forwards[].protocol", Applied, "\"udp\"", None),
     ("nat.port_forwards[].port", Applied, "\"9000-9001\"", None),
@@ -617,6 +618,7 @@ masquerade = ["wan"]
 port_range = "1024-65535"
 binding_capacity = 65536
 host_ports = 4096
+port_block_size = 256
 [[nat.port_forwards]]
 interface = "wan"
 protocol = "tcp"

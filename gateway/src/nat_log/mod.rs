@@ -223,6 +223,7 @@ mod tests {
             protocol: 17,
             internal: (Ipv4Addr::new(192, 168, 10, 2), 5300),
             external: (Ipv4Addr::new(10, 0, 0, 1), 5300),
+            block: None,
         };
         let mut events = [
             (Duration::ZERO, event(1_000_000_000)),

@@ -20,8 +20,23 @@ pub(super) struct Header {
 /// `<134>1 2026-12-01T19:40:00.123Z gw gateway 4242 NAT [nat@32473 event="create"
 /// protocol="udp" inside="192.168.10.2:5300" outside="10.0.0.1:5300"] NAT mapping create udp
 /// 192.168.10.2:5300 -> 10.0.0.1:5300` (one line).
+///
+/// A port block's: `... NAT [nat@32473 event="block-create" inside="192.168.10.2"
+/// outside="10.0.0.1" ports="1025-1151" step="2" count="64"] NAT port block create
+/// 192.168.10.2 -> 10.0.0.1:1025-1151`.
 pub(super) fn format_event(out: &mut Vec<u8>, header: &Header, timestamp: &str, event: &NatEvent) {
     use std::io::Write;
+    if let Some(block) = event.block {
+        let (kind, inside, outside) = (event.kind.label(), event.internal.0, event.external.0);
+        let ports = format!("{}-{}", block.first, block.last);
+        let what = kind.strip_prefix("block-").unwrap_or(kind);
+        let _ = write!(
+            out,
+            "<{}>1 {timestamp} {} gateway {} NAT [{SD_ID} event=\"{kind}\" inside=\"{inside}\" outside=\"{outside}\" ports=\"{ports}\" step=\"{}\" count=\"{}\"] NAT port block {what} {inside} -> {outside}:{ports}",
+            header.priority, header.hostname, header.pid, block.step, block.ports
+        );
+        return;
+    }
     let (kind, protocol) = (event.kind.label(), protocol_name(event.protocol));
     let inside = format!("{}:{}", event.internal.0, event.internal.1);
     let outside = format!("{}:{}", event.external.0, event.external.1);
@@ -60,12 +75,41 @@ mod tests {
             protocol: 17,
             internal: (Ipv4Addr::new(192, 168, 10, 2), 5300),
             external: (Ipv4Addr::new(10, 0, 0, 1), 61000),
+            block: None,
         };
         let mut message = Vec::new();
         format_event(&mut message, &header, "2026-12-01T19:00:00.000Z", &event);
         assert_eq!(
             String::from_utf8(message).unwrap(),
             "<134>1 2026-12-01T19:00:00.000Z gw gateway 42 NAT [nat@32473 event=\"delete\" protocol=\"udp\" inside=\"192.168.10.2:5300\" outside=\"10.0.0.1:61000\"] NAT mapping delete udp 192.168.10.2:5300 -> 10.0.0.1:61000"
+        );
+    }
+
+    #[test]
+    fn a_port_block_is_one_message_naming_its_ports() {
+        let header = Header {
+            priority: 16 * 8 + SEVERITY_INFO,
+            hostname: "gw".into(),
+            pid: 42,
+        };
+        let event = NatEvent {
+            at_ns: 0,
+            kind: NatEventKind::BlockCreate,
+            protocol: 0,
+            internal: (Ipv4Addr::new(192, 168, 10, 2), 0),
+            external: (Ipv4Addr::new(10, 0, 0, 1), 0),
+            block: Some(pipeline::state::nat::PortBlock {
+                first: 1025,
+                last: 1151,
+                step: 2,
+                ports: 64,
+            }),
+        };
+        let mut message = Vec::new();
+        format_event(&mut message, &header, "2026-12-01T19:00:00.000Z", &event);
+        assert_eq!(
+            String::from_utf8(message).unwrap(),
+            "<134>1 2026-12-01T19:00:00.000Z gw gateway 42 NAT [nat@32473 event=\"block-create\" inside=\"192.168.10.2\" outside=\"10.0.0.1\" ports=\"1025-1151\" step=\"2\" count=\"64\"] NAT port block create 192.168.10.2 -> 10.0.0.1:1025-1151"
         );
     }
 }

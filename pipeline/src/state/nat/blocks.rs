@@ -146,7 +146,11 @@ impl PortBlocks {
     pub fn advance(&mut self, block: u32, slot: u32) {
         let slots = self.slots_of(block);
         let next = slot + 1 - slots.start;
-        self.cursor[block as usize] = if next < slots.end - slots.start { next } else { 0 };
+        self.cursor[block as usize] = if next < slots.end - slots.start {
+            next
+        } else {
+            0
+        };
     }
 
     /// The blocks `host` holds now.

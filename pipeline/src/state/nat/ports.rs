@@ -622,8 +622,7 @@ impl NatPool {
             if blocks.address_of(block) != address {
                 continue;
             }
-            if let Some(slot) = preserved.filter(|&slot| blocks.block_of(address, slot) == block)
-            {
+            if let Some(slot) = preserved.filter(|&slot| blocks.block_of(address, slot) == block) {
                 return Ok((block, slot, false));
             }
             if let Some(slot) = self.free_in_block(blocks, group, block) {
@@ -1831,7 +1830,10 @@ mod tests {
         assert_eq!((block.step, block.ports), (2, 64));
         assert_eq!(block.last, block.first + 2 * 63);
         for (_, port) in &a {
-            assert!((block.first..=block.last).contains(port) && port % 2 == 1, "{port}");
+            assert!(
+                (block.first..=block.last).contains(port) && port % 2 == 1,
+                "{port}"
+            );
         }
         let other = events[1].2;
         assert!(other.first > block.last || other.last < block.first);
