@@ -372,6 +372,10 @@ impl Harness {
                     },
                     nat_ports: NAT_PORTS,
                     nat_bindings: NAT_BINDINGS,
+                    // Worker 1 hands its ports out by blocks (one per host, all 48 of its
+                    // ports), worker 0 port by port.
+                    nat_host_ports: if worker == 1 { 64 } else { 4096 },
+                    nat_port_block_size: if worker == 1 { 64 } else { 0 },
                     meter: Some(Arc::new(pipeline::features::meter::HostMeter::new(16))),
                     ..WorkerSetup::default()
                 };

@@ -2316,7 +2316,14 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         // both reachable.
         nat_ports: 4990..=5117,
         nat_bindings: 48,
-        nat_host_ports: pipeline::pipeline::DEFAULT_HOST_PORTS,
+        // Worker 1 hands its 64 ports out as one block per host: a second host there finds
+        // the block taken, and every invariant must hold either way.
+        nat_host_ports: if worker == 1 {
+            64
+        } else {
+            pipeline::pipeline::DEFAULT_HOST_PORTS
+        },
+        nat_port_block_size: if worker == 1 { 64 } else { 0 },
         meter: None,
         fast_path: true,
         nat_log: None,
