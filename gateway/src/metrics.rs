@@ -357,6 +357,16 @@ const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
         |c| c.nat_ports_available.get(),
     ),
     (
+        "nat_port_blocks_in_use",
+        "NAT port blocks LAN hosts hold on this worker (nat.port_block_size; 0 without).",
+        |c| c.nat_port_blocks_in_use.get(),
+    ),
+    (
+        "nat_port_blocks",
+        "NAT port blocks this worker has over its addresses (nat.port_block_size; 0 without).",
+        |c| c.nat_port_blocks.get(),
+    ),
+    (
         "conntrack_half_open",
         "Half-open TCP flows in the worker's table (capped by conntrack.half_open).",
         |c| c.conntrack_half_open.get(),

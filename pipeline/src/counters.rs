@@ -76,6 +76,9 @@ pub struct WorkerCounters {
     pub conntrack_evictions: Gauge,
     pub nat_ports_in_use: Gauge,
     pub nat_ports_available: Gauge,
+    /// With `nat.port_block_size`: the blocks hosts hold on this worker, of how many.
+    pub nat_port_blocks_in_use: Gauge,
+    pub nat_port_blocks: Gauge,
     /// Half-open TCP flows in the worker's table.
     pub conntrack_half_open: Gauge,
     /// Hosts at their flow, half-open and NAT port limits now.
@@ -118,6 +121,8 @@ impl Default for WorkerCounters {
             conntrack_evictions: Gauge::default(),
             nat_ports_in_use: Gauge::default(),
             nat_ports_available: Gauge::default(),
+            nat_port_blocks_in_use: Gauge::default(),
+            nat_port_blocks: Gauge::default(),
             conntrack_half_open: Gauge::default(),
             hosts_at_flow_limit: Gauge::default(),
             hosts_at_half_open_limit: Gauge::default(),

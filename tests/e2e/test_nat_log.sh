@@ -166,6 +166,8 @@ for port in (5400, 5401, 5402):
 PY
 wait "$echo_server" || true
 pass "UDP from three ports of 192.168.10.2 through masquerade by port blocks"
+blocks=$(metric 'gateway_nat_port_blocks{')
+(( blocks > 0 )) || fail "gateway_nat_port_blocks is $blocks with nat.port_block_size = 256"
 for _ in $(seq 1 80); do
     grep -q 'event="block-delete"' "$WORK/nat.log" 2>/dev/null && break
     sleep 0.1

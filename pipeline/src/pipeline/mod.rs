@@ -443,6 +443,9 @@ impl Pipeline {
             self.counters
                 .nat_ports_available
                 .set(nat.available() as u64);
+            let (blocks_held, blocks) = nat.blocks_in_use();
+            self.counters.nat_port_blocks_in_use.set(blocks_held as u64);
+            self.counters.nat_port_blocks.set(blocks as u64);
         }
     }
 

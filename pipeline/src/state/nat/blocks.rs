@@ -70,6 +70,7 @@ pub struct PortBlocks {
     /// Per block (address-major): its holder, meaningful while it is held.
     holder: Vec<u32>,
     held: Vec<bool>,
+    held_count: usize,
     /// Mappings (any protocol) using the block's ports.
     mappings: Vec<u32>,
     /// Per block: where the next search for a free port in it starts, so that a port a
@@ -99,6 +100,7 @@ impl PortBlocks {
             blocks_per_host: blocks_per_host.clamp(1, MAX_BLOCKS_PER_HOST),
             holder: vec![0; blocks],
             held: vec![false; blocks],
+            held_count: 0,
             mappings: vec![0; blocks],
             cursor: vec![0; blocks],
             next_block: vec![0; addresses.max(1)],
@@ -110,6 +112,11 @@ impl PortBlocks {
 
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// Blocks held now.
+    pub fn held_count(&self) -> usize {
+        self.held_count
     }
 
     /// Blocks over every address.
@@ -239,6 +246,7 @@ impl PortBlocks {
         entry.count += 1;
         self.holder[block as usize] = host;
         self.held[block as usize] = true;
+        self.held_count += 1;
         self.mappings[block as usize] = 0;
     }
 
@@ -248,6 +256,7 @@ impl PortBlocks {
             return;
         }
         self.held[index] = false;
+        self.held_count -= 1;
         let Ok(slot) = self.find(self.holder[index]) else {
             return;
         };
@@ -403,6 +412,7 @@ mod tests {
                 } else if let Some(block) = model.get_mut(&h).and_then(Vec::pop) {
                     prop_assert!(blocks.release(block));
                 }
+                prop_assert_eq!(blocks.held_count(), model.values().map(Vec::len).sum::<usize>());
                 for (&h, held) in &model {
                     let mut listed = blocks.blocks_of(host(h)).to_vec();
                     let mut expected = held.clone();

@@ -575,6 +575,13 @@ impl NatPool {
         Ok(self)
     }
 
+    /// Port blocks held and blocks in all, over every address (0 and 0 port by port).
+    pub fn blocks_in_use(&self) -> (usize, usize) {
+        self.blocks.as_ref().map_or((0, 0), |blocks| {
+            (blocks.held_count(), blocks.count() as usize)
+        })
+    }
+
     /// Whether ports are handed out (and logged) by blocks.
     pub fn by_blocks(&self) -> bool {
         self.blocks.is_some()
@@ -1824,6 +1831,7 @@ mod tests {
         let b = p.allocate(UDP, (host(2), 5000)).unwrap();
         let events = block_events(&log);
         assert_eq!(events.len(), 2, "one block each: {events:?}");
+        assert_eq!(p.blocks_in_use(), (2, 504));
         let (kind, holder, block) = events[0];
         assert_eq!((kind, holder), (NatEventKind::BlockCreate, host(1)));
         // Worker 1 of 2 owns the odd ports: the block is 64 of them, stepping by 2.
