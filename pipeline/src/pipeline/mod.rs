@@ -179,14 +179,7 @@ impl Pipeline {
                 .map_or(0, |config| config.rate_bps(link));
             Arc::new(QosStats::new(rate / workers))
         });
-        let nat_setup = NatSetup {
-            ports: setup.nat_ports.clone(),
-            bindings: setup.nat_bindings,
-            host_ports: setup.nat_host_ports,
-            port_block_size: setup.nat_port_block_size,
-            hosts: setup.conntrack.hosts,
-            log: setup.nat_log.clone(),
-        };
+        let nat_setup = NatSetup::of(&setup);
         let mut pipeline = Pipeline {
             nat_setup,
             neighbors,
@@ -261,27 +254,10 @@ impl Pipeline {
     fn renumber_nat(&mut self) {
         let addresses = self.router.nat_addresses();
         let setup = &self.nat_setup;
-        let mut pool = (!addresses.is_empty())
-            .then(|| {
-                NatPool::new(
-                    &addresses,
-                    setup.ports.clone(),
-                    self.worker,
-                    self.ownership,
-                    setup.bindings,
-                )
-                .ok()
-            })
-            .flatten()
-            .and_then(|pool| {
-                with_port_blocks(
-                    pool.with_host_limit(setup.host_ports, setup.hosts),
-                    setup.port_block_size,
-                    setup.host_ports,
-                )
-                .ok()
-            })
-            .map(|pool| pool.with_log(setup.log.clone()));
+        let mut pool = setup
+            .pool(&addresses, self.worker, self.ownership)
+            .ok()
+            .flatten();
         if let Some(pool) = pool.as_mut() {
             self.flows.export(0, |flow| {
                 if let Some((protocol, address, port)) = flow.data.binding {
@@ -879,36 +855,49 @@ struct NatSetup {
     log: Option<Arc<NatLog>>,
 }
 
-/// `pool` handing out ports in blocks of `size` (0: one by one), as many per host as
-/// `host_ports` needs.
-fn with_port_blocks(pool: NatPool, size: u32, host_ports: u32) -> Result<NatPool, NatPoolError> {
-    if size == 0 {
-        return Ok(pool);
+impl NatSetup {
+    fn of(setup: &WorkerSetup) -> NatSetup {
+        NatSetup {
+            ports: setup.nat_ports.clone(),
+            bindings: setup.nat_bindings,
+            host_ports: setup.nat_host_ports,
+            port_block_size: setup.nat_port_block_size,
+            hosts: setup.conntrack.hosts,
+            log: setup.nat_log.clone(),
+        }
     }
-    pool.with_port_blocks(size, blocks_per_host(host_ports, size))
+
+    /// Worker `worker`'s pool on `addresses` (None without any), with these settings: at
+    /// start and whenever the masquerade addresses change.
+    fn pool(
+        &self,
+        addresses: &[Ipv4Addr],
+        worker: u16,
+        ownership: Ownership,
+    ) -> Result<Option<NatPool>, NatPoolError> {
+        if addresses.is_empty() {
+            return Ok(None);
+        }
+        let mut pool = NatPool::new(
+            addresses,
+            self.ports.clone(),
+            worker,
+            ownership,
+            self.bindings,
+        )?
+        .with_host_limit(self.host_ports, self.hosts);
+        if self.port_block_size > 0 {
+            let per_host = blocks_per_host(self.host_ports, self.port_block_size);
+            pool = pool.with_port_blocks(self.port_block_size, per_host)?;
+        }
+        Ok(Some(pool.with_log(self.log.clone())))
+    }
 }
 
 /// The NAT pool of a worker, when any interface masquerades.
 fn nat_pool(router: &RouterConfig, setup: &WorkerSetup) -> Result<Option<NatPool>, NatPoolError> {
-    let addresses = router.nat_addresses();
-    if addresses.is_empty() {
-        return Ok(None);
-    }
-    NatPool::new(
-        &addresses,
-        setup.nat_ports.clone(),
-        setup.worker,
-        Ownership::new(setup.workers),
-        setup.nat_bindings,
-    )
-    .and_then(|pool| {
-        with_port_blocks(
-            pool.with_host_limit(setup.nat_host_ports, setup.conntrack.hosts),
-            setup.nat_port_block_size,
-            setup.nat_host_ports,
-        )
-    })
-    .map(|pool| Some(pool.with_log(setup.nat_log.clone())))
+    let ownership = Ownership::new(setup.workers);
+    NatSetup::of(setup).pool(&router.nat_addresses(), setup.worker, ownership)
 }
 
 /// Source-routed datagrams (RFC 7126) and options that do not parse are not forwarded. Most
