@@ -15,6 +15,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::net::Ipv4Addr;
+use std::ops::{Index, IndexMut};
 
 /// How far from its home slot a host may be placed.
 pub const PROBE_LIMIT: usize = 32;
@@ -26,14 +27,107 @@ struct Slot<const N: usize> {
     counts: [u32; N],
 }
 
-impl<const N: usize> Slot<N> {
+impl<const N: usize> HostEntry for Slot<N> {
     const VACANT: Slot<N> = Slot {
         host: 0,
         counts: [0; N],
     };
 
+    fn host(&self) -> u32 {
+        self.host
+    }
+
     fn is_vacant(&self) -> bool {
         self.counts.iter().all(|&count| count == 0)
+    }
+}
+
+/// What a [`HostSlots`] table keeps for one host.
+pub(crate) trait HostEntry: Copy {
+    const VACANT: Self;
+    fn host(&self) -> u32;
+    /// A vacant entry's host means nothing; the table never holds a host with nothing.
+    fn is_vacant(&self) -> bool;
+}
+
+/// The table under [`HostCounts`] (and the NAT's port blocks): open-addressed by host address
+/// from [`crate::hash::home_slot`] with a per-table seed, each host within [`PROBE_LIMIT`]
+/// slots of its home, backward-shift deletion. Allocated once.
+#[derive(Debug)]
+pub(crate) struct HostSlots<E> {
+    slots: Box<[E]>,
+    mask: usize,
+    seed: u64,
+}
+
+impl<E: HostEntry> HostSlots<E> {
+    /// Room for `hosts` hosts: twice as many slots, rounded up to a power of two, so at most
+    /// half are used. Allocates: call at set-up.
+    pub(crate) fn new(hosts: usize) -> Self {
+        let len = hosts.max(1).saturating_mul(2).next_power_of_two();
+        HostSlots {
+            slots: vec![E::VACANT; len].into_boxed_slice(),
+            mask: len - 1,
+            seed: RandomState::new().hash_one(u64::from_le_bytes(*b"hostlimt")),
+        }
+    }
+
+    #[inline]
+    fn home(&self, host: u32) -> usize {
+        crate::hash::home_slot(u64::from(host), self.seed, self.mask)
+    }
+
+    /// `Ok(slot)` holding `host`; else `Err(Some(slot))`, the vacant slot where it would go,
+    /// or `Err(None)` when there is none within [`PROBE_LIMIT`]. Hosts sit within the limit
+    /// of their home and deletion leaves no holes in a probe sequence, so the first vacant
+    /// slot ends the search.
+    pub(crate) fn find(&self, host: u32) -> Result<usize, Option<usize>> {
+        let home = self.home(host);
+        for step in 0..PROBE_LIMIT.min(self.slots.len()) {
+            let slot = (home + step) & self.mask;
+            let entry = &self.slots[slot];
+            if entry.is_vacant() {
+                return Err(Some(slot));
+            }
+            if entry.host() == host {
+                return Ok(slot);
+            }
+        }
+        Err(None)
+    }
+
+    /// Empties `hole` by backward-shift deletion: later hosts of the cluster move into the
+    /// hole unless that would put them before their home. Moving a host only brings it
+    /// nearer its home.
+    pub(crate) fn remove(&mut self, mut hole: usize) {
+        let mask = self.mask;
+        let mut slot = (hole + 1) & mask;
+        for _ in 0..self.slots.len() {
+            if self.slots[slot].is_vacant() {
+                break;
+            }
+            let home = self.home(self.slots[slot].host());
+            if slot.wrapping_sub(home) & mask >= slot.wrapping_sub(hole) & mask {
+                self.slots[hole] = self.slots[slot];
+                hole = slot;
+            }
+            slot = (slot + 1) & mask;
+        }
+        self.slots[hole] = E::VACANT;
+    }
+}
+
+impl<E> Index<usize> for HostSlots<E> {
+    type Output = E;
+
+    fn index(&self, slot: usize) -> &E {
+        &self.slots[slot]
+    }
+}
+
+impl<E> IndexMut<usize> for HostSlots<E> {
+    fn index_mut(&mut self, slot: usize) -> &mut E {
+        &mut self.slots[slot]
     }
 }
 
@@ -49,9 +143,7 @@ pub enum Refusal {
 /// `N` counters per host, each with its own limit.
 #[derive(Debug)]
 pub struct HostCounts<const N: usize> {
-    slots: Box<[Slot<N>]>,
-    mask: usize,
-    seed: u64,
+    slots: HostSlots<Slot<N>>,
     limits: [u32; N],
     hosts: usize,
     /// Per counter, how many hosts are at its limit now.
@@ -62,11 +154,8 @@ impl<const N: usize> HostCounts<N> {
     /// Room for `hosts` hosts (twice as many slots, rounded up to a power of two). A limit of
     /// 0 is taken as 1. Allocates: call at set-up.
     pub fn new(hosts: usize, limits: [u32; N]) -> Self {
-        let len = hosts.max(1).saturating_mul(2).next_power_of_two();
         HostCounts {
-            slots: vec![Slot::VACANT; len].into_boxed_slice(),
-            mask: len - 1,
-            seed: RandomState::new().hash_one(u64::from_le_bytes(*b"hostlimt")),
+            slots: HostSlots::new(hosts),
             limits: limits.map(|limit| limit.max(1)),
             hosts: 0,
             at_limit: [0; N],
@@ -93,7 +182,7 @@ impl<const N: usize> HostCounts<N> {
 
     /// What `host` holds (zeros if nothing, or if it is untracked).
     pub fn counts(&self, host: Ipv4Addr) -> [u32; N] {
-        match self.find(u32::from(host)) {
+        match self.slots.find(u32::from(host)) {
             Ok(slot) => self.slots[slot].counts,
             Err(_) => [0; N],
         }
@@ -102,7 +191,7 @@ impl<const N: usize> HostCounts<N> {
     /// Whether `host` may take `adds` more: the refusal [`charge`](Self::charge) would give,
     /// without changing anything.
     pub fn check(&self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
-        match self.find(u32::from(host)) {
+        match self.slots.find(u32::from(host)) {
             Ok(slot) => self.within_limits(&self.slots[slot].counts, &adds),
             Err(Some(_)) => self.within_limits(&[0; N], &adds),
             Err(None) => Err(Refusal::Untracked),
@@ -112,7 +201,7 @@ impl<const N: usize> HostCounts<N> {
     /// Adds `adds` to what `host` holds if every counter it raises stays within its limit;
     /// otherwise changes nothing.
     pub fn charge(&mut self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
-        let slot = match self.find(u32::from(host)) {
+        let slot = match self.slots.find(u32::from(host)) {
             Ok(slot) => slot,
             Err(Some(vacant)) => vacant,
             Err(None) => return Err(Refusal::Untracked),
@@ -125,7 +214,7 @@ impl<const N: usize> HostCounts<N> {
     /// Adds `adds` whatever the limits say, for a change of state the caller cannot refuse
     /// (a closed TCP flow opened again). False if the host is untracked.
     pub fn force(&mut self, host: Ipv4Addr, adds: [u32; N]) -> bool {
-        let slot = match self.find(u32::from(host)) {
+        let slot = match self.slots.find(u32::from(host)) {
             Ok(slot) => slot,
             Err(Some(vacant)) => vacant,
             Err(None) => return false,
@@ -137,7 +226,7 @@ impl<const N: usize> HostCounts<N> {
     /// Takes back what an earlier `charge` or `force` added (saturating at zero). A host
     /// left holding nothing leaves the table.
     pub fn credit(&mut self, host: Ipv4Addr, subs: [u32; N]) {
-        let Ok(slot) = self.find(u32::from(host)) else {
+        let Ok(slot) = self.slots.find(u32::from(host)) else {
             return;
         };
         let entry = &mut self.slots[slot];
@@ -151,7 +240,7 @@ impl<const N: usize> HostCounts<N> {
         }
         if entry.is_vacant() {
             self.hosts -= 1;
-            self.remove(slot);
+            self.slots.remove(slot);
         }
     }
 
@@ -183,49 +272,6 @@ impl<const N: usize> HostCounts<N> {
                 self.at_limit[counter] += 1;
             }
         }
-    }
-
-    #[inline]
-    fn home(&self, host: u32) -> usize {
-        crate::hash::home_slot(u64::from(host), self.seed, self.mask)
-    }
-
-    /// `Ok(slot)` holding `host`; else `Err(Some(slot))`, the vacant slot where it would go,
-    /// or `Err(None)` when there is none within [`PROBE_LIMIT`]. Hosts sit within the limit
-    /// of their home and deletion leaves no holes in a probe sequence, so the first vacant
-    /// slot ends the search.
-    fn find(&self, host: u32) -> Result<usize, Option<usize>> {
-        let home = self.home(host);
-        for step in 0..PROBE_LIMIT.min(self.slots.len()) {
-            let slot = (home + step) & self.mask;
-            let entry = &self.slots[slot];
-            if entry.is_vacant() {
-                return Err(Some(slot));
-            }
-            if entry.host == host {
-                return Ok(slot);
-            }
-        }
-        Err(None)
-    }
-
-    /// Backward-shift deletion: later hosts of the cluster move into the hole unless that
-    /// would put them before their home. Moving a host only brings it nearer its home.
-    fn remove(&mut self, mut hole: usize) {
-        let mask = self.mask;
-        let mut slot = (hole + 1) & mask;
-        for _ in 0..self.slots.len() {
-            if self.slots[slot].is_vacant() {
-                break;
-            }
-            let home = self.home(self.slots[slot].host);
-            if slot.wrapping_sub(home) & mask >= slot.wrapping_sub(hole) & mask {
-                self.slots[hole] = self.slots[slot];
-                hole = slot;
-            }
-            slot = (slot + 1) & mask;
-        }
-        self.slots[hole] = Slot::VACANT;
     }
 }
 

@@ -12,12 +12,13 @@
 //! Slots are the worker's ports in port order ([`super::ports`]). Blocks are `size` slots
 //! (a multiple of 64, so a block is whole words of the pool's bitmaps) from slot 0; the last
 //! block of an address may be shorter. Everything is allocated by [`PortBlocks::new`]; the
-//! per-host table is open-addressed with backward-shift deletion and sized so that it is at
-//! most half full even with every block held by a different host.
+//! per-host table is a [`HostSlots`], sized so that it is at most half full even with every
+//! block held by a different host.
 
-use std::hash::{BuildHasher, RandomState};
 use std::net::Ipv4Addr;
 use std::ops::Range;
+
+use crate::state::hosts::{HostEntry, HostSlots};
 
 /// The most blocks one host may hold on a worker: `nat.host_ports / nat.port_block_size`,
 /// rounded up, may not exceed it.
@@ -39,14 +40,16 @@ pub fn blocks_per_host(host_ports: u32, size: u32) -> usize {
 pub enum BlockRefusal {
     /// The host holds `blocks_per_host` blocks already.
     HostLimit,
-    /// Every block of the address is held.
+    /// Every block of the address is held (or, most unlikely, the host finds no slot in the
+    /// per-host table near its home).
     Exhausted,
     /// The block is another host's (a restored mapping that disagrees with the table).
     Conflict,
 }
 
+/// The blocks one host holds.
 #[derive(Clone, Copy, Debug)]
-struct HostSlot {
+struct HostBlocks {
     host: u32,
     /// `count` block ids, then [`NO_BLOCK`].
     blocks: [u32; MAX_BLOCKS_PER_HOST],
@@ -54,11 +57,21 @@ struct HostSlot {
     count: u8,
 }
 
-const VACANT_HOST: HostSlot = HostSlot {
-    host: 0,
-    blocks: [NO_BLOCK; MAX_BLOCKS_PER_HOST],
-    count: 0,
-};
+impl HostEntry for HostBlocks {
+    const VACANT: HostBlocks = HostBlocks {
+        host: 0,
+        blocks: [NO_BLOCK; MAX_BLOCKS_PER_HOST],
+        count: 0,
+    };
+
+    fn host(&self) -> u32 {
+        self.host
+    }
+
+    fn is_vacant(&self) -> bool {
+        self.count == 0
+    }
+}
 
 /// One worker's blocks over its external addresses, and which host holds each.
 #[derive(Debug)]
@@ -78,9 +91,7 @@ pub struct PortBlocks {
     cursor: Vec<u32>,
     /// Per address: where the next search for a free block starts.
     next_block: Vec<u32>,
-    hosts: Box<[HostSlot]>,
-    mask: usize,
-    seed: u64,
+    hosts: HostSlots<HostBlocks>,
 }
 
 impl PortBlocks {
@@ -92,7 +103,6 @@ impl PortBlocks {
         let size = size.max(BLOCK_ALIGN);
         let per_address = slots.div_ceil(size).max(1);
         let blocks = per_address as usize * addresses.max(1);
-        let capacity = (2 * blocks).next_power_of_two().max(16);
         PortBlocks {
             size,
             slots,
@@ -104,14 +114,9 @@ impl PortBlocks {
             mappings: vec![0; blocks],
             cursor: vec![0; blocks],
             next_block: vec![0; addresses.max(1)],
-            hosts: vec![VACANT_HOST; capacity].into_boxed_slice(),
-            mask: capacity - 1,
-            seed: RandomState::new().hash_one(0x626c_6f63_6b73_u64),
+            // Every host holds a block: at most one host per block.
+            hosts: HostSlots::new(blocks),
         }
-    }
-
-    pub fn size(&self) -> u32 {
-        self.size
     }
 
     /// Blocks held now.
@@ -122,10 +127,6 @@ impl PortBlocks {
     /// Blocks over every address.
     pub fn count(&self) -> u32 {
         self.held.len() as u32
-    }
-
-    pub fn blocks_per_host(&self) -> usize {
-        self.blocks_per_host
     }
 
     /// The block holding `slot` of `address`.
@@ -162,7 +163,7 @@ impl PortBlocks {
 
     /// The blocks `host` holds now.
     pub fn blocks_of(&self, host: Ipv4Addr) -> &[u32] {
-        match self.find(u32::from(host)) {
+        match self.hosts.find(u32::from(host)) {
             Ok(slot) => {
                 let entry = &self.hosts[slot];
                 &entry.blocks[..usize::from(entry.count)]
@@ -189,8 +190,8 @@ impl PortBlocks {
             .map(|step| first + (start + step) % self.per_address)
             .find(|&block| !self.held[block as usize])
             .ok_or(BlockRefusal::Exhausted)?;
+        self.give(host, block)?;
         self.next_block[address] = (block - first + 1) % self.per_address;
-        self.give(host, block);
         Ok(block)
     }
 
@@ -202,10 +203,7 @@ impl PortBlocks {
             None if self.blocks_of(host).len() >= self.blocks_per_host => {
                 Err(BlockRefusal::HostLimit)
             }
-            None => {
-                self.give(host, block);
-                Ok(())
-            }
+            None => self.give(host, block),
         }
     }
 
@@ -232,14 +230,15 @@ impl PortBlocks {
         }
     }
 
-    fn give(&mut self, host: Ipv4Addr, block: u32) {
+    fn give(&mut self, host: Ipv4Addr, block: u32) -> Result<(), BlockRefusal> {
         let host = u32::from(host);
-        let slot = match self.find(host) {
+        let slot = match self.hosts.find(host) {
             Ok(slot) => slot,
-            Err(vacant) => {
+            Err(Some(vacant)) => {
                 self.hosts[vacant].host = host;
                 vacant
             }
+            Err(None) => return Err(BlockRefusal::Exhausted),
         };
         let entry = &mut self.hosts[slot];
         entry.blocks[usize::from(entry.count)] = block;
@@ -248,6 +247,7 @@ impl PortBlocks {
         self.held[block as usize] = true;
         self.held_count += 1;
         self.mappings[block as usize] = 0;
+        Ok(())
     }
 
     fn take_back(&mut self, block: u32) {
@@ -257,7 +257,7 @@ impl PortBlocks {
         }
         self.held[index] = false;
         self.held_count -= 1;
-        let Ok(slot) = self.find(self.holder[index]) else {
+        let Ok(slot) = self.hosts.find(self.holder[index]) else {
             return;
         };
         let entry = &mut self.hosts[slot];
@@ -268,46 +268,7 @@ impl PortBlocks {
             entry.count -= 1;
         }
         if entry.count == 0 {
-            self.remove(slot);
-        }
-    }
-
-    fn home(&self, host: u32) -> usize {
-        let mixed = (u64::from(host) ^ self.seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (mixed >> 32) as usize & self.mask
-    }
-
-    /// The host's slot, or the vacant slot where it would go. The table is at most half
-    /// full (one host per held block at most), so a vacant slot is always found.
-    fn find(&self, host: u32) -> Result<usize, usize> {
-        let mut slot = self.home(host);
-        loop {
-            let entry = &self.hosts[slot];
-            if entry.count == 0 {
-                return Err(slot);
-            }
-            if entry.host == host {
-                return Ok(slot);
-            }
-            slot = (slot + 1) & self.mask;
-        }
-    }
-
-    /// Backward-shift deletion: later entries of the probe chain move into the hole.
-    fn remove(&mut self, mut hole: usize) {
-        self.hosts[hole] = VACANT_HOST;
-        let mut next = (hole + 1) & self.mask;
-        while self.hosts[next].count != 0 {
-            let home = self.home(self.hosts[next].host);
-            // Move the entry back if its home is not in (hole, next].
-            let distance_to_next = next.wrapping_sub(home) & self.mask;
-            let distance_to_hole = hole.wrapping_sub(home) & self.mask;
-            if distance_to_hole < distance_to_next {
-                self.hosts[hole] = self.hosts[next];
-                self.hosts[next] = VACANT_HOST;
-                hole = next;
-            }
-            next = (next + 1) & self.mask;
+            self.hosts.remove(slot);
         }
     }
 }

@@ -947,32 +947,39 @@ impl NatPool {
             Probe::Full => return Err(RestoreError::Exhausted),
         };
         let binding = *self.free_bindings.last().ok_or(RestoreError::Exhausted)?;
-        if let Some(blocks) = self.blocks.as_ref() {
-            // A restored mapping brings its block with it, unless the block is another's.
-            let block = blocks.block_of(address, slot);
-            match blocks.holder(block) {
-                Some(holder) if holder != internal.0 => return Err(RestoreError::Conflict),
-                None if blocks.blocks_of(internal.0).len() >= blocks.blocks_per_host() => {
-                    return Err(RestoreError::HostLimit)
-                }
-                _ => {}
+        // A restored mapping brings its block with it, unless the block is another's.
+        let block = match self.blocks.as_mut() {
+            Some(blocks) => {
+                let block = blocks.block_of(address, slot);
+                blocks
+                    .adopt(internal.0, block)
+                    .map_err(|refusal| match refusal {
+                        BlockRefusal::Conflict => RestoreError::Conflict,
+                        BlockRefusal::HostLimit => RestoreError::HostLimit,
+                        BlockRefusal::Exhausted => RestoreError::Exhausted,
+                    })?;
+                Some(block)
             }
-        }
+            None => None,
+        };
         let charged = match self
             .hosts
             .as_mut()
             .map(|hosts| hosts.charge(internal.0, [1]))
         {
-            Some(Err(Refusal::AtLimit { .. })) => return Err(RestoreError::HostLimit),
+            Some(Err(Refusal::AtLimit { .. })) => {
+                // A block adopted for this mapping alone goes back (abandon leaves one that
+                // holds other mappings).
+                if let (Some(blocks), Some(block)) = (self.blocks.as_mut(), block) {
+                    blocks.abandon(block);
+                }
+                return Err(RestoreError::HostLimit);
+            }
             Some(Ok(())) => true,
             Some(Err(Refusal::Untracked)) | None => false,
         };
-        if let Some(blocks) = self.blocks.as_mut() {
-            let block = blocks.block_of(address, slot);
-            // Checked above: the block is free or the host's, and the host has room.
-            if blocks.adopt(internal.0, block).is_ok() {
-                blocks.hold(block);
-            }
+        if let (Some(blocks), Some(block)) = (self.blocks.as_mut(), block) {
+            blocks.hold(block);
         }
         self.take(group, slot);
         self.free_bindings.pop();
