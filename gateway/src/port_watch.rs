@@ -139,8 +139,9 @@ impl WatchedPort {
         }
     }
 
-    /// Reads the port's counters into its totals, then lets `read` see them.
-    pub fn poll<R>(&self, read: impl FnOnce(&PortTotals) -> R) -> R {
+    /// Reads the port's counters into its totals, then hands them to `read`, still under
+    /// the lock.
+    pub fn poll<R>(&self, read: impl FnOnce(&mut PortTotals) -> R) -> R {
         let mut totals = self.totals();
         let mut xstats = Vec::with_capacity(self.xstat_names.len());
         let stats = self.monitor.stats();
@@ -157,7 +158,7 @@ impl WatchedPort {
                 }
             }
         }
-        read(&totals)
+        read(&mut totals)
     }
 
     fn totals(&self) -> std::sync::MutexGuard<'_, PortTotals> {
@@ -195,8 +196,7 @@ impl PortWatch {
     /// thread every [`STATS_INTERVAL`] (reads between, by scrapes, do not move the windows).
     pub fn poll_stats(&self) {
         for port in &self.ports {
-            port.poll(|_| ());
-            port.totals().close_window(Instant::now());
+            port.poll(|totals| totals.close_window(Instant::now()));
         }
     }
 
