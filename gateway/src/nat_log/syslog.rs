@@ -26,25 +26,33 @@ pub(super) struct Header {
 /// 192.168.10.2 -> 10.0.0.1:1025-1151`.
 pub(super) fn format_event(out: &mut Vec<u8>, header: &Header, timestamp: &str, event: &NatEvent) {
     use std::io::Write;
-    if let Some(block) = event.block {
-        let (kind, inside, outside) = (event.kind.label(), event.internal.0, event.external.0);
-        let ports = format!("{}-{}", block.first, block.last);
-        let what = kind.strip_prefix("block-").unwrap_or(kind);
-        let _ = write!(
-            out,
-            "<{}>1 {timestamp} {} gateway {} NAT [{SD_ID} event=\"{kind}\" inside=\"{inside}\" outside=\"{outside}\" ports=\"{ports}\" step=\"{}\" count=\"{}\"] NAT port block {what} {inside} -> {outside}:{ports}",
-            header.priority, header.hostname, header.pid, block.step, block.ports
-        );
-        return;
-    }
-    let (kind, protocol) = (event.kind.label(), protocol_name(event.protocol));
-    let inside = format!("{}:{}", event.internal.0, event.internal.1);
-    let outside = format!("{}:{}", event.external.0, event.external.1);
+    let kind = event.kind.label();
     let _ = write!(
         out,
-        "<{}>1 {timestamp} {} gateway {} NAT [{SD_ID} event=\"{kind}\" protocol=\"{protocol}\" inside=\"{inside}\" outside=\"{outside}\"] NAT mapping {kind} {protocol} {inside} -> {outside}",
+        "<{}>1 {timestamp} {} gateway {} NAT [{SD_ID} event=\"{kind}\" ",
         header.priority, header.hostname, header.pid
     );
+    let _ = match event.block {
+        Some(block) => {
+            let (inside, outside) = (event.internal.0, event.external.0);
+            let ports = format!("{}-{}", block.first, block.last);
+            let what = kind.strip_prefix("block-").unwrap_or(kind);
+            write!(
+                out,
+                "inside=\"{inside}\" outside=\"{outside}\" ports=\"{ports}\" step=\"{}\" count=\"{}\"] NAT port block {what} {inside} -> {outside}:{ports}",
+                block.step, block.ports
+            )
+        }
+        None => {
+            let protocol = protocol_name(event.protocol);
+            let inside = format!("{}:{}", event.internal.0, event.internal.1);
+            let outside = format!("{}:{}", event.external.0, event.external.1);
+            write!(
+                out,
+                "protocol=\"{protocol}\" inside=\"{inside}\" outside=\"{outside}\"] NAT mapping {kind} {protocol} {inside} -> {outside}"
+            )
+        }
+    };
 }
 
 /// The host's name, or "-" (RFC 5424's nil value) when it cannot be read.
@@ -62,13 +70,20 @@ mod tests {
     use pipeline::state::nat::NatEventKind;
     use std::net::Ipv4Addr;
 
-    #[test]
-    fn an_event_is_one_rfc5424_message() {
+    /// `event` as facility local0 (16) of host "gw", pid 42, at a fixed time.
+    fn formatted(event: &NatEvent) -> String {
         let header = Header {
             priority: 16 * 8 + SEVERITY_INFO,
             hostname: "gw".into(),
             pid: 42,
         };
+        let mut message = Vec::new();
+        format_event(&mut message, &header, "2026-12-01T19:00:00.000Z", event);
+        String::from_utf8(message).unwrap()
+    }
+
+    #[test]
+    fn an_event_is_one_rfc5424_message() {
         let event = NatEvent {
             at_ns: 0,
             kind: NatEventKind::Delete,
@@ -77,21 +92,14 @@ mod tests {
             external: (Ipv4Addr::new(10, 0, 0, 1), 61000),
             block: None,
         };
-        let mut message = Vec::new();
-        format_event(&mut message, &header, "2026-12-01T19:00:00.000Z", &event);
         assert_eq!(
-            String::from_utf8(message).unwrap(),
+            formatted(&event),
             "<134>1 2026-12-01T19:00:00.000Z gw gateway 42 NAT [nat@32473 event=\"delete\" protocol=\"udp\" inside=\"192.168.10.2:5300\" outside=\"10.0.0.1:61000\"] NAT mapping delete udp 192.168.10.2:5300 -> 10.0.0.1:61000"
         );
     }
 
     #[test]
     fn a_port_block_is_one_message_naming_its_ports() {
-        let header = Header {
-            priority: 16 * 8 + SEVERITY_INFO,
-            hostname: "gw".into(),
-            pid: 42,
-        };
         let event = NatEvent {
             at_ns: 0,
             kind: NatEventKind::BlockCreate,
@@ -105,10 +113,8 @@ mod tests {
                 ports: 64,
             }),
         };
-        let mut message = Vec::new();
-        format_event(&mut message, &header, "2026-12-01T19:00:00.000Z", &event);
         assert_eq!(
-            String::from_utf8(message).unwrap(),
+            formatted(&event),
             "<134>1 2026-12-01T19:00:00.000Z gw gateway 42 NAT [nat@32473 event=\"block-create\" inside=\"192.168.10.2\" outside=\"10.0.0.1\" ports=\"1025-1151\" step=\"2\" count=\"64\"] NAT port block create 192.168.10.2 -> 10.0.0.1:1025-1151"
         );
     }
