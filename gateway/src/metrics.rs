@@ -158,7 +158,6 @@ pub struct Metrics {
     port_link_up: IntGaugeVec,
     port_speed: IntGaugeVec,
     link_flaps: IntCounterVec,
-    mempool_mbufs: IntGaugeVec,
     mempool_in_use: IntGaugeVec,
     worker_counters: Vec<Family<WorkerCounters>>,
     worker_gauges: Vec<GaugeFamily<WorkerCounters>>,
@@ -337,6 +336,11 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
     ),
 ];
 
+/// A link speed in Mbit/s as bytes per second, node_exporter's unit for speeds.
+fn bytes_per_second(speed_mbps: u32) -> i64 {
+    i64::from(speed_mbps) * 1_000_000 / 8
+}
+
 const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
     ("conntrack_entries", "Flows in the worker's table.", |c| {
         c.conntrack_entries.get()
@@ -466,6 +470,17 @@ impl Metrics {
                 .with_label_values(&[&port.name, &info.driver, &info.firmware, &info.device])
                 .set(1);
         }
+        let mempool_mbufs = gauge_vec(
+            &registry,
+            "mempool_mbufs",
+            "Packet buffers in the pool.",
+            &["pool"],
+        );
+        if let Some(pool) = &sources.pool {
+            mempool_mbufs
+                .with_label_values(&["packets"])
+                .set(i64::from(pool.capacity()));
+        }
         let rx_burst_size = gauge_vec(
             &registry,
             "worker_rx_burst_size",
@@ -520,12 +535,6 @@ impl Metrics {
                 "port_link_flaps_total",
                 "Times the port's link went down, sampled every 100 ms.",
                 &["port"],
-            ),
-            mempool_mbufs: gauge_vec(
-                &registry,
-                "mempool_mbufs",
-                "Packet buffers in the pool.",
-                &["pool"],
             ),
             mempool_in_use: gauge_vec(
                 &registry,
@@ -738,13 +747,10 @@ impl Metrics {
                 .set(i64::from(up));
             self.port_speed
                 .with_label_values(&[name])
-                .set(i64::from(speed_mbps) * 1_000_000 / 8);
+                .set(bytes_per_second(speed_mbps));
             sync_counter(&self.link_flaps, &[name], port.link_flaps());
         }
         if let Some(pool) = &self.sources.pool {
-            self.mempool_mbufs
-                .with_label_values(&["packets"])
-                .set(i64::from(pool.capacity()));
             self.mempool_in_use
                 .with_label_values(&["packets"])
                 .set(i64::from(pool.in_use()));
@@ -836,7 +842,7 @@ impl Metrics {
                     .set(i64::from(state.link_up));
                 self.member_speed
                     .with_label_values(&labels)
-                    .set(i64::from(state.speed_mbps) * 1_000_000 / 8);
+                    .set(bytes_per_second(state.speed_mbps));
                 self.member_selected
                     .with_label_values(&labels)
                     .set(i64::from(state.selected));
