@@ -12,6 +12,25 @@ stop_collectors() {
 }
 trap 'stop_collectors; cleanup' EXIT
 
+# listening_udp PORT: true once something listens on 127.0.0.1:PORT, within 5 s.
+listening_udp() {
+    local sockets
+    for _ in $(seq 1 50); do
+        sockets=$(ss -lnu)
+        [[ $sockets == *"127.0.0.1:$1 "* ]] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# start_nfcapd DIR: an IPFIX collector on IPFIX_PORT writing into DIR (pid in NFCAPD).
+start_nfcapd() {
+    mkdir -p "$1"
+    nfcapd -w "$1" -b 127.0.0.1 -p "$IPFIX_PORT" -t 3600 >"$WORK/nfcapd.log" 2>&1 &
+    NFCAPD=$!
+    listening_udp "$IPFIX_PORT" || fail "nfcapd is not listening on UDP $IPFIX_PORT: $(cat "$WORK/nfcapd.log")"
+}
+
 SYSLOG_PORT=19514
 mkdir -p "$WORK/rsyslog"
 cat >"$WORK/rsyslog.conf" <<CONF
@@ -24,21 +43,10 @@ ruleset(name="nat") {
 }
 CONF
 rsyslogd -f "$WORK/rsyslog.conf" -i "$WORK/rsyslog.pid" || fail "rsyslogd did not start"
-for _ in $(seq 1 50); do
-    ss -lnu | grep -q "127.0.0.1:$SYSLOG_PORT " && break
-    sleep 0.1
-done
-ss -lnu | grep -q "127.0.0.1:$SYSLOG_PORT " || fail "rsyslogd is not listening on UDP $SYSLOG_PORT"
+listening_udp "$SYSLOG_PORT" || fail "rsyslogd is not listening on UDP $SYSLOG_PORT"
 
 IPFIX_PORT=19995
-mkdir -p "$WORK/flows"
-nfcapd -w "$WORK/flows" -b 127.0.0.1 -p "$IPFIX_PORT" -t 3600 >"$WORK/nfcapd.log" 2>&1 &
-NFCAPD=$!
-for _ in $(seq 1 50); do
-    ss -lnu | grep -q "127.0.0.1:$IPFIX_PORT " && break
-    sleep 0.1
-done
-ss -lnu | grep -q "127.0.0.1:$IPFIX_PORT " || fail "nfcapd is not listening on UDP $IPFIX_PORT: $(cat "$WORK/nfcapd.log")"
+start_nfcapd "$WORK/flows"
 
 "$ROOT/scripts/lab.sh" up >/dev/null
 lab_config 19141 >"$WORK/gateway.toml"
@@ -133,13 +141,7 @@ pass "gateway stops cleanly"
 
 # Port-block allocation: the same host's mappings from three source ports share one block of
 # 256 ports, logged once when it is taken and once when the last mapping goes.
-mkdir -p "$WORK/flows-blocks"
-nfcapd -w "$WORK/flows-blocks" -b 127.0.0.1 -p "$IPFIX_PORT" -t 3600 >"$WORK/nfcapd.log" 2>&1 &
-NFCAPD=$!
-for _ in $(seq 1 50); do
-    ss -lnu | grep -q "127.0.0.1:$IPFIX_PORT " && break
-    sleep 0.1
-done
+start_nfcapd "$WORK/flows-blocks"
 sed -i 's/^host_ports = .*/host_ports = 4096\nport_block_size = 256/' "$WORK/gateway.toml"
 grep -q '^port_block_size = 256' "$WORK/gateway.toml" || fail "the lab config has no nat.host_ports line to add port_block_size beside"
 start_gateway "$WORK/gateway.toml"
