@@ -7,6 +7,9 @@
 //! - `handoff`: a packet of a flow another worker owns (this pipeline is worker 0 of 2, the
 //!   established flows are its own): what the receiving worker spends deciding to hand it
 //!   off. The owner then processes it as any other packet.
+//! - `features`: no other packets (EVERY is ignored); the established flows run with QoS
+//!   and the traffic meter on, as in `gateway bench`'s "+ all features" rows (keyword block
+//!   and parental control decide a flow once, at its set-up).
 //!
 //! `scripts/instructions.sh` runs it under `valgrind --tool=callgrind` at two lengths and
 //! reports the difference over the packets between them: instructions per packet, free of
@@ -17,6 +20,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use etherparse::PacketBuilder;
+use pipeline::features::meter::HostMeter;
+use pipeline::features::qos::{Class, ClassRule, QosConfig};
 use pipeline::pipeline::config::{PortForward, Stateful};
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
@@ -39,6 +44,7 @@ enum Kind {
     Syn,
     NewFlow,
     Handoff,
+    Features,
 }
 
 impl Kind {
@@ -46,7 +52,7 @@ impl Kind {
     fn ingress(self) -> u16 {
         match self {
             Kind::Syn => 1,
-            Kind::NewFlow | Kind::Handoff => 0,
+            Kind::NewFlow | Kind::Handoff | Kind::Features => 0,
         }
     }
 }
@@ -64,7 +70,19 @@ fn remote(flow: u32) -> Ipv4Addr {
     Ipv4Addr::from(0xc612_0000 + flow / HOSTS)
 }
 
-fn router() -> Arc<RouterConfig> {
+/// QoS as `gateway bench` sets it: a rate no traffic reaches, one priority rule.
+fn qos() -> QosConfig {
+    QosConfig {
+        uplink_bps: 1_000_000_000_000,
+        downlink_bps: 1_000_000_000_000,
+        burst_ms: 20,
+        classes: vec![ClassRule::new(Class::Priority)
+            .with_protocol(17)
+            .with_ports(5060, 5061)],
+    }
+}
+
+fn router(features: bool) -> Arc<RouterConfig> {
     let interfaces = vec![
         Interface {
             mac: EthernetAddress(LAN_MAC),
@@ -104,7 +122,9 @@ fn router() -> Arc<RouterConfig> {
         RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())
             .unwrap()
             .with_stateful(stateful)
-            .unwrap(),
+            .unwrap()
+            .with_qos(features.then(qos))
+            .with_traffic_meter(features),
     )
 }
 
@@ -142,7 +162,7 @@ fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16, room: &mut [u8])
 }
 
 fn main() {
-    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new|handoff EVERY";
+    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new|handoff|features EVERY";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [flows, packets, kind, every] = &args[..] else {
         panic!("{USAGE}");
@@ -153,8 +173,11 @@ fn main() {
         "syn" => Kind::Syn,
         "new" => Kind::NewFlow,
         "handoff" => Kind::Handoff,
+        "features" => Kind::Features,
         _ => panic!("{USAGE}"),
     };
+    let features = matches!(kind, Kind::Features);
+    let every = if features { 0 } else { every };
     let flows = flows as u32;
     let neighbors = NeighborView::new(
         (0..HOSTS)
@@ -166,7 +189,7 @@ fn main() {
     let capacity = (flows as usize + extras + (flows as usize + extras) / 2).next_power_of_two();
     let counters = Arc::new(WorkerCounters::default());
     let mut pipeline = Pipeline::for_worker(
-        router(),
+        router(features),
         Arc::new(neighbors),
         counters.clone(),
         WorkerSetup {
@@ -179,6 +202,7 @@ fn main() {
             // Room for the new flows' bindings too.
             nat_bindings: 4 * HOSTS as usize + packets as usize,
             workers: if matches!(kind, Kind::Handoff) { 2 } else { 1 },
+            meter: features.then(|| Arc::new(HostMeter::new(2 * HOSTS as usize))),
             ..WorkerSetup::default()
         },
     )
@@ -248,6 +272,7 @@ fn main() {
                     let h = theirs[i as usize % theirs.len()];
                     udp(host_mac(h), LAN_MAC, host(h), remote(x), (5000, 443))
                 }
+                Kind::Features => unreachable!("no packets of its own (EVERY is 0)"),
             }
         })
         .collect();

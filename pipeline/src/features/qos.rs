@@ -27,9 +27,10 @@
 //!
 //! # Per-host fairness within bulk
 //!
-//! A small table ([`HOST_SLOTS`] slots) keeps, per LAN host, a credit that grows at the
-//! host's fair share, `bulk inflow / active hosts` (active: sent bulk traffic in the last
-//! [`ACTIVE_WINDOW_NS`]; the bulk inflow, including spill from priority, is measured every
+//! A table ([`HostShares`], sized for the hosts a worker serves) keeps, per LAN host, a
+//! credit that grows at the host's fair share, `bulk inflow / active hosts` (active: sent
+//! bulk traffic in the last [`ACTIVE_WINDOW_NS`], as a sweep of the table finds, so for up to
+//! twice that; the bulk inflow, including spill from priority, is measured every
 //! [`EPOCH_NS`]). A bulk packet passes if
 //!
 //! - its host has credit for it and the bulk bucket has tokens (the host is within its share
@@ -107,8 +108,9 @@ pub const ACTIVE_WINDOW_NS: u64 = 100_000_000;
 /// table is noise.
 pub const EPOCH_NS: u64 = 5_000_000;
 
-/// Slots in each worker's per-host fairness table.
-pub const HOST_SLOTS: usize = 64;
+/// Hosts the fairness table of [`Qos::new`] has room for; a worker's policers are sized for
+/// the hosts it serves instead ([`HostShares::new`]).
+pub const DEFAULT_HOSTS: usize = 32;
 
 /// How many slots a host lookup inspects before the host is treated as untracked.
 const HOST_PROBE_LIMIT: usize = 8;
@@ -365,13 +367,63 @@ impl QosStats {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct HostSlot {
-    used: bool,
     ip: u32,
-    last_seen_ns: u64,
+    used: bool,
+    /// Included in the active count: set when the host is seen, cleared by the sweep once
+    /// it has been idle for [`ACTIVE_WINDOW_NS`].
+    counted: bool,
+    /// When the host last sent, which is also when its credit was last refilled.
+    seen_ns: u64,
     credit: u64,
-    refilled_ns: u64,
-    /// The epoch whose active count includes this slot.
-    counted_epoch: u64,
+}
+
+/// The per-host fairness table of one direction: open-addressed by host from a per-table
+/// seed, at most half full when sized for the hosts a worker serves (`conntrack.hosts`, the
+/// per-host limits' size), so that a host is found in a probe or two. Allocated once, at
+/// start: a reload that rebuilds the policer hands it on ([`Qos::into_hosts`]), so a worker
+/// never allocates or frees it.
+#[derive(Debug)]
+pub struct HostShares {
+    slots: Box<[HostSlot]>,
+    mask: usize,
+    seed: u64,
+    /// Where the sweep that uncounts idle hosts goes on.
+    sweep_cursor: usize,
+}
+
+impl HostShares {
+    /// Room for `hosts` hosts: twice as many slots, a power of two. Allocates.
+    pub fn new(hosts: usize) -> Self {
+        let len = hosts.max(1).saturating_mul(2).next_power_of_two();
+        HostShares {
+            slots: vec![HostSlot::default(); len].into_boxed_slice(),
+            mask: len - 1,
+            seed: RandomState::new().hash_one(u64::from_le_bytes(*b"qoshosts")),
+            sweep_cursor: 0,
+        }
+    }
+
+    /// A table with no room: every host untracked. Allocates nothing, so it can stand in for a
+    /// table that is being handed on.
+    pub fn empty() -> Self {
+        HostShares {
+            slots: Box::new([]),
+            mask: 0,
+            seed: 0,
+            sweep_cursor: 0,
+        }
+    }
+
+    /// Forgets every host, keeping the memory.
+    fn clear(&mut self) {
+        self.slots.fill(HostSlot::default());
+        self.sweep_cursor = 0;
+    }
+
+    #[inline]
+    fn home(&self, ip: u32) -> usize {
+        crate::hash::home_slot(u64::from(ip), self.seed, self.mask)
+    }
 }
 
 /// One worker's policer for one direction. Not shared: the worker owns it; others see it
@@ -390,9 +442,7 @@ pub struct Qos {
     bulk: u64,
     refilled_ns: u64,
 
-    hosts: Box<[HostSlot]>,
-    host_mask: usize,
-    host_seed: u64,
+    hosts: HostShares,
     /// What bulk hosts had to share over the last epoch (bulk refill plus priority's spill,
     /// less priority's borrowing), bytes per second.
     bulk_inflow_rate: u64,
@@ -401,7 +451,6 @@ pub struct Qos {
     host_cap: u64,
     active: u64,
 
-    epoch: u64,
     epoch_start_ns: u64,
     /// Nano-bytes credited to the bulk bucket this epoch (before its cap), and borrowed from
     /// it by priority traffic: their difference is what bulk hosts had to share.
@@ -421,14 +470,19 @@ impl Qos {
     /// The priority bucket's depth is set from this share for good. Allocates: build it at
     /// set-up.
     pub fn new(config: &QosConfig, share_bps: u64) -> Self {
-        Self::with_stats(config, Arc::new(QosStats::new(share_bps)))
+        Self::with_stats(
+            config,
+            Arc::new(QosStats::new(share_bps)),
+            HostShares::new(DEFAULT_HOSTS),
+        )
     }
 
-    /// A policer that counts into `stats` and starts from their assigned share: how a
-    /// reload rebuilds a worker's policers without losing their counts.
-    pub fn with_stats(config: &QosConfig, stats: Arc<QosStats>) -> Self {
+    /// A policer that counts into `stats`, starts from their assigned share and keeps its
+    /// hosts in `hosts` (cleared): how a reload rebuilds a worker's policers without losing
+    /// their counts or allocating.
+    pub fn with_stats(config: &QosConfig, stats: Arc<QosStats>, mut hosts: HostShares) -> Self {
         let share_bps = stats.assigned_share();
-        let hosts = HOST_SLOTS.next_power_of_two();
+        hosts.clear();
         let mut qos = Qos {
             rules: config.classes.clone().into_boxed_slice(),
             burst_ns: u64::from(config.burst_ms).saturating_mul(1_000_000),
@@ -440,14 +494,11 @@ impl Qos {
             priority: 0,
             bulk: 0,
             refilled_ns: 0,
-            hosts: vec![HostSlot::default(); hosts].into_boxed_slice(),
-            host_mask: hosts - 1,
-            host_seed: RandomState::new().hash_one(u64::from_le_bytes(*b"qoshosts")),
+            hosts,
             bulk_inflow_rate: 0,
             host_rate: 0,
             host_cap: 0,
             active: 0,
-            epoch: 1,
             epoch_start_ns: 0,
             epoch_inflow: 0,
             epoch_borrowed: 0,
@@ -467,6 +518,11 @@ impl Qos {
         qos.priority = priority_depth;
         qos.bulk = qos.bulk_cap;
         qos
+    }
+
+    /// The fairness table, for the policer that replaces this one.
+    pub fn into_hosts(self) -> HostShares {
+        self.hosts
     }
 
     /// The counters and the control thread's handle.
@@ -616,16 +672,16 @@ impl Qos {
             self.stats.untracked_packets.inc();
             return self.take_from_bulk(cost, 0);
         };
-        let slot = &mut self.hosts[index];
-        let elapsed = now_ns.saturating_sub(slot.refilled_ns);
-        slot.refilled_ns = slot.refilled_ns.max(now_ns);
+        let slot = &mut self.hosts.slots[index];
+        let elapsed = now_ns.saturating_sub(slot.seen_ns);
+        slot.seen_ns = slot.seen_ns.max(now_ns);
         slot.credit = slot
             .credit
             .saturating_add(elapsed.saturating_mul(self.host_rate))
             .min(self.host_cap);
         if slot.credit >= cost {
             if self.take_from_bulk(cost, 0) {
-                self.hosts[index].credit -= cost;
+                self.hosts.slots[index].credit -= cost;
                 return true;
             }
             return false;
@@ -643,25 +699,22 @@ impl Qos {
         }
     }
 
-    #[inline]
-    fn host_home(&self, ip: u32) -> usize {
-        crate::hash::home_slot(u64::from(ip), self.host_seed, self.host_mask)
-    }
-
-    /// The host's slot, claimed if need be, marked seen and counted active. `None` if every
-    /// slot in its probe window belongs to another active host.
+    /// The host's slot, claimed if need be and counted active, its credit not yet refilled
+    /// (its `seen_ns` is when it was refilled last). `None` if every slot in its probe window
+    /// belongs to another active host.
     ///
     /// Slots are never emptied, only reused once stale, so a host's slot always lies before
     /// the first never-used slot of its probe sequence and the search may stop there.
     #[inline]
     fn host_slot(&mut self, host: Ipv4Addr, now_ns: u64) -> Option<usize> {
         let ip = u32::from(host);
-        let home = self.host_home(ip);
+        let home = self.hosts.home(ip);
+        let mask = self.hosts.mask;
         let mut found = None;
         let mut reusable = None;
-        for i in 0..self.hosts.len().min(HOST_PROBE_LIMIT) {
-            let index = (home + i) & self.host_mask;
-            let slot = &self.hosts[index];
+        for i in 0..self.hosts.slots.len().min(HOST_PROBE_LIMIT) {
+            let index = (home + i) & mask;
+            let slot = &self.hosts.slots[index];
             if slot.used && slot.ip == ip {
                 found = Some(index);
                 break;
@@ -670,7 +723,7 @@ impl Qos {
                 reusable = reusable.or(Some(index));
                 break;
             }
-            if reusable.is_none() && now_ns.saturating_sub(slot.last_seen_ns) >= ACTIVE_WINDOW_NS {
+            if reusable.is_none() && now_ns.saturating_sub(slot.seen_ns) >= ACTIVE_WINDOW_NS {
                 reusable = Some(index);
             }
         }
@@ -679,32 +732,50 @@ impl Qos {
             None => {
                 let index = reusable?;
                 let host_cap = self.host_cap;
-                let slot = &mut self.hosts[index];
-                // `counted_epoch` is kept: a stale host counted this epoch hands its place in
-                // the active count to its successor rather than both being counted.
+                let slot = &mut self.hosts.slots[index];
+                // `counted` is kept: a stale host not yet swept hands its place in the active
+                // count to its successor rather than both being counted.
                 *slot = HostSlot {
-                    used: true,
                     ip,
-                    last_seen_ns: now_ns,
+                    used: true,
+                    counted: slot.counted,
+                    seen_ns: now_ns,
                     credit: host_cap,
-                    refilled_ns: now_ns,
-                    counted_epoch: slot.counted_epoch,
                 };
                 index
             }
         };
-        let epoch = self.epoch;
-        let slot = &mut self.hosts[index];
-        slot.last_seen_ns = slot.last_seen_ns.max(now_ns);
-        if slot.counted_epoch != epoch {
+        let slot = &mut self.hosts.slots[index];
+        if !slot.counted {
             // Newly active: count it now rather than at the next epoch, so that the hosts
             // already active do not keep the whole bulk rate for that long.
-            slot.counted_epoch = epoch;
+            slot.counted = true;
             self.active += 1;
             self.stats.active_hosts.set(self.active);
             self.update_host_rate();
         }
         Some(index)
+    }
+
+    /// Uncounts the hosts idle for [`ACTIVE_WINDOW_NS`] in the next part of the table: the
+    /// whole table once per window of elapsed time, so a host leaves the active count at most
+    /// two windows after its last packet, and an epoch scans a twentieth of the table rather
+    /// than all of it.
+    fn sweep_idle_hosts(&mut self, now_ns: u64, elapsed_ns: u64) {
+        let len = self.hosts.slots.len();
+        // Rounded up, so that a window's epochs cover the table.
+        let share = (u128::from(elapsed_ns) * len as u128).div_ceil(u128::from(ACTIVE_WINDOW_NS));
+        let count = usize::try_from(share).unwrap_or(len).max(1).min(len);
+        for _ in 0..count {
+            let cursor = self.hosts.sweep_cursor;
+            self.hosts.sweep_cursor = (cursor + 1) & self.hosts.mask;
+            let slot = &mut self.hosts.slots[cursor];
+            if slot.counted && now_ns.saturating_sub(slot.seen_ns) >= ACTIVE_WINDOW_NS {
+                slot.counted = false;
+                self.active = self.active.saturating_sub(1);
+            }
+        }
+        self.stats.active_hosts.set(self.active);
     }
 
     fn update_host_rate(&mut self) {
@@ -714,16 +785,7 @@ impl Qos {
 
     fn end_epoch(&mut self, now_ns: u64) {
         let elapsed = now_ns.saturating_sub(self.epoch_start_ns).max(1);
-        self.epoch += 1;
-        let mut active = 0;
-        for slot in self.hosts.iter_mut() {
-            if slot.used && now_ns.saturating_sub(slot.last_seen_ns) < ACTIVE_WINDOW_NS {
-                slot.counted_epoch = self.epoch;
-                active += 1;
-            }
-        }
-        self.active = active;
-        self.stats.active_hosts.set(active);
+        self.sweep_idle_hosts(now_ns, elapsed);
 
         // Nano-bytes per nanosecond is bytes per second.
         let available = self.epoch_inflow.saturating_sub(self.epoch_borrowed) / u128::from(elapsed);
@@ -1120,23 +1182,61 @@ mod tests {
     }
 
     #[test]
-    fn idle_hosts_stop_counting_after_the_active_window() {
+    fn idle_hosts_stop_counting_within_two_active_windows() {
         let rate = 10 * MBPS;
         let mut qos = Qos::new(&config(rate), rate);
         for h in 2..6 {
             assert_eq!(qos.police(Class::Bulk, host(h), 100, MS), Decision::Pass);
         }
         assert_eq!(qos.stats().active_hosts(), 4);
-        qos.tick(50 * MS);
+        // The poll loop ticks as time goes on; host 2 keeps sending until 60 ms.
+        let mut now = MS;
+        let mut tick_until = |qos: &mut Qos, until: u64| {
+            while now < until {
+                now += MS;
+                qos.tick(now);
+            }
+        };
+        tick_until(&mut qos, 50 * MS);
         assert_eq!(qos.stats().active_hosts(), 4);
         let _ = qos.police(Class::Bulk, host(2), 100, 60 * MS);
-        qos.tick(MS + ACTIVE_WINDOW_NS + EPOCH_NS);
-        assert_eq!(qos.stats().active_hosts(), 1);
-        qos.tick(60 * MS + ACTIVE_WINDOW_NS + EPOCH_NS);
+        // Idle for less than a window: still counted.
+        tick_until(&mut qos, ACTIVE_WINDOW_NS);
+        assert_eq!(qos.stats().active_hosts(), 4);
+        tick_until(&mut qos, 60 * MS + ACTIVE_WINDOW_NS - MS);
+        assert!(
+            qos.stats().active_hosts() >= 1,
+            "host 2 is not a window idle"
+        );
+        // Hosts 3 to 5 are two windows idle; host 2 may have gone too.
+        tick_until(&mut qos, MS + 2 * ACTIVE_WINDOW_NS);
+        assert!(qos.stats().active_hosts() <= 1);
+        tick_until(&mut qos, 60 * MS + 2 * ACTIVE_WINDOW_NS);
         assert_eq!(qos.stats().active_hosts(), 0);
         // A stale slot is reused, not leaked.
         let _ = qos.police(Class::Bulk, host(3), 100, SECOND);
         assert_eq!(qos.stats().active_hosts(), 1);
+    }
+
+    #[test]
+    fn a_host_in_a_stale_slot_takes_over_its_count() {
+        let rate = 10 * MBPS;
+        let mut qos = Qos::new(&config(rate), rate);
+        // Enough hosts that some share a probe sequence and reuse each other's stale slots.
+        let hosts = 2 * DEFAULT_HOSTS as u32;
+        for round in 0..4u64 {
+            let now = MS + round * 3 * ACTIVE_WINDOW_NS;
+            for h in 0..hosts {
+                let _ = qos.police(Class::Bulk, host(h as u8), 100, now);
+            }
+            assert!(qos.stats().active_hosts() <= u64::from(hosts));
+            let mut t = now;
+            while t < now + 3 * ACTIVE_WINDOW_NS - MS {
+                t += MS;
+                qos.tick(t);
+            }
+            assert_eq!(qos.stats().active_hosts(), 0, "round {round}");
+        }
     }
 
     #[test]
@@ -1161,7 +1261,7 @@ mod tests {
         assert!(total <= link + slack(rate));
         assert!(ratio(total, link) > 0.97);
         assert!(qos.stats().untracked_packets.get() > 0);
-        assert!(qos.stats().active_hosts() <= HOST_SLOTS as u64);
+        assert!(qos.stats().active_hosts() <= 2 * DEFAULT_HOSTS as u64);
     }
 
     #[test]

@@ -30,7 +30,7 @@ use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
-use crate::features::qos::{Decision, Link, PacketInfo, Qos, QosConfig, QosStats};
+use crate::features::qos::{Decision, HostShares, Link, PacketInfo, Qos, QosStats};
 use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
@@ -119,6 +119,9 @@ pub struct Pipeline {
     meter: Option<Arc<HostMeter>>,
     /// Uplink (LAN -> outside) and downlink policers, while the router config has QoS on.
     qos: Option<[Qos; 2]>,
+    /// Their fairness tables while QoS is off, allocated at start for the hosts the worker
+    /// serves and handed from policers to policers, so that a reload allocates none.
+    idle_qos_hosts: [HostShares; 2],
     /// Their statistics, which outlive policers a reload rebuilds.
     qos_stats: [Arc<QosStats>; 2],
     /// Scanners of TCP flows whose content is still being judged.
@@ -197,13 +200,12 @@ impl Pipeline {
             router_epoch: FIRST_EPOCH,
             neighbor_epoch: FIRST_EPOCH,
             fast_path: setup.fast_path,
-            qos: router
-                .qos
-                .as_ref()
-                .map(|config| policers(config, &qos_stats)),
+            qos: None,
+            idle_qos_hosts: [(); 2].map(|_| HostShares::new(setup.conntrack.hosts)),
             qos_stats,
             router,
         };
+        pipeline.rebuild_policers();
         pipeline.reserve_forwarded_ports();
         pipeline.publish_table_stats();
         pipeline
@@ -211,6 +213,34 @@ impl Pipeline {
 
     pub fn router(&self) -> &Arc<RouterConfig> {
         &self.router
+    }
+
+    /// Policers for the router config's QoS (none with QoS off), their counts carried on
+    /// and their fairness tables handed on from the old ones.
+    fn rebuild_policers(&mut self) {
+        let mut hosts = match self.qos.take() {
+            Some(policers) => policers.map(Qos::into_hosts),
+            None => std::mem::replace(
+                &mut self.idle_qos_hosts,
+                [(); 2].map(|_| HostShares::empty()),
+            ),
+        };
+        match &self.router.qos {
+            Some(config) => {
+                let [uplink, downlink] = self.qos_stats.clone();
+                let [up_hosts, down_hosts] = hosts;
+                self.qos = Some([
+                    Qos::with_stats(config, uplink, up_hosts),
+                    Qos::with_stats(config, downlink, down_hosts),
+                ]);
+            }
+            None => {
+                std::mem::swap(&mut self.idle_qos_hosts, &mut hosts);
+                self.qos_stats
+                    .iter()
+                    .for_each(|stats| stats.policing_stopped());
+            }
+        }
     }
 
     /// Swaps in a new router config (a reload). Called between bursts. Flows stay.
@@ -225,19 +255,11 @@ impl Pipeline {
         {
             self.punts = punt_bucket(&router.punt);
         }
-        if router.qos != self.router.qos {
-            // Allocates (the hosts table): once per reload, between bursts.
-            self.qos = router
-                .qos
-                .as_ref()
-                .map(|config| policers(config, &self.qos_stats));
-            if self.qos.is_none() {
-                self.qos_stats
-                    .iter()
-                    .for_each(|stats| stats.policing_stopped());
-            }
-        }
+        let qos_changed = router.qos != self.router.qos;
         let old = std::mem::replace(&mut self.router, router);
+        if qos_changed {
+            self.rebuild_policers();
+        }
         if old.nat_addresses() != self.router.nat_addresses() {
             self.renumber_nat();
         } else {
@@ -840,10 +862,6 @@ fn punt_bucket(punt: &crate::pipeline::config::PuntConfig) -> TokenBucket {
 }
 
 /// Uplink and downlink policers counting into `stats`.
-fn policers(config: &QosConfig, stats: &[Arc<QosStats>; 2]) -> [Qos; 2] {
-    stats.clone().map(|stats| Qos::with_stats(config, stats))
-}
-
 /// A worker's NAT pool settings, but for its addresses.
 #[derive(Clone, Debug)]
 struct NatSetup {
