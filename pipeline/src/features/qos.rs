@@ -544,6 +544,12 @@ impl Qos {
         classify(&self.rules, pkt)
     }
 
+    /// Whether a rule looks at DSCP, the one field the packets of a flow direction may
+    /// differ in: otherwise a direction's class is its first packet's.
+    pub fn classifies_by_dscp(&self) -> bool {
+        self.rules.iter().any(|rule| rule.dscp.is_some())
+    }
+
     fn bucket_cap(&self, rate: u64) -> u64 {
         if rate == 0 {
             0

@@ -28,6 +28,7 @@ use std::net::Ipv4Addr;
 
 use crate::flow::{Direction, FlowKey};
 use crate::packet::PacketBuf;
+use crate::pipeline::features::FeaturePlan;
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::conntrack::{FlowHash, FlowId, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, Shortcut};
@@ -232,8 +233,8 @@ impl Pipeline {
         let verdict = Verdict::Transmit {
             port: shortcut.egress,
         };
-        Some(self.features(
-            ingress.port,
+        Some(self.apply_features(
+            FeaturePlan::from_bits(shortcut.features),
             (src, src_mac),
             pkt,
             verdict,
@@ -251,6 +252,7 @@ impl Pipeline {
         flow: FlowId,
         direction: Direction,
         egress: u16,
+        features: FeaturePlan,
     ) {
         let received = self.flows.key(flow, direction);
         let target = self.flows.key(flow, direction.opposite()).reversed();
@@ -268,6 +270,7 @@ impl Pipeline {
             next_hop_mac: next_hop_mac.0,
             deltas: ChecksumDeltas::new(&received, &target),
             received_here: !ingress.handed_off,
+            features: features.bits(),
         };
     }
 }

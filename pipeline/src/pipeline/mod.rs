@@ -11,6 +11,7 @@ pub mod config;
 pub mod control;
 pub mod explain;
 pub mod fast_path;
+pub mod features;
 pub mod flow_listing;
 pub mod punt;
 pub mod snapshot;
@@ -30,7 +31,7 @@ use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
-use crate::features::qos::{Decision, HostShares, Link, PacketInfo, Qos, QosStats};
+use crate::features::qos::{HostShares, Link, Qos, QosStats};
 use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
@@ -39,9 +40,7 @@ use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
-use crate::wire::{
-    ethernet, icmp, ipv4, EthernetAddress, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr,
-};
+use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
 
 /// RFC 1812 4.3.2.3: an ICMP error carries as much of the original as fits in 576 bytes.
 const ICMP_ERROR_MAX_LEN: usize = 576;
@@ -548,149 +547,26 @@ impl Pipeline {
             Stage::Done(verdict) => return verdict,
         };
         let src_mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
+        let mut shortcut = None;
         let verdict = match self.route_and_send(pkt, ingress.port, now_ns, translation) {
             Ok(Verdict::Transmit { port }) => {
-                if let Some((flow, direction)) = established {
-                    self.remember_shortcut(pkt, ingress, flow, direction, port);
-                }
+                shortcut = established.map(|(flow, direction)| (flow, direction, port));
                 Verdict::Transmit { port }
             }
             Ok(verdict) | Err(verdict) => verdict,
         };
-        self.features(
+        let (verdict, plan) = self.features(
             ingress.port,
             (src, src_mac),
             pkt,
             verdict,
             frame_len,
             now_ns,
-        )
-    }
-
-    /// The per-packet features after forwarding decided: QoS policing and the traffic
-    /// meter, each only while the config has it on. With both off this is two tests
-    /// (`apply_features` is not inlined into every caller).
-    #[inline(always)]
-    pub(crate) fn features(
-        &mut self,
-        ingress: u16,
-        source: (Ipv4Addr, EthernetAddress),
-        pkt: &PacketBuf,
-        verdict: Verdict,
-        frame_len: usize,
-        now_ns: u64,
-    ) -> Verdict {
-        if self.qos.is_none() && !self.router.traffic_meter {
-            return verdict;
-        }
-        self.apply_features(ingress, source, pkt, verdict, frame_len, now_ns)
-    }
-
-    fn apply_features(
-        &mut self,
-        ingress: u16,
-        source: (Ipv4Addr, EthernetAddress),
-        pkt: &PacketBuf,
-        mut verdict: Verdict,
-        frame_len: usize,
-        now_ns: u64,
-    ) -> Verdict {
-        if self.qos.is_some() {
-            verdict = self.police(ingress, source, pkt, verdict, frame_len as u64, now_ns);
-        }
-        if self.router.traffic_meter {
-            self.meter_packet(ingress, source.0, pkt, verdict, frame_len as u64);
+        );
+        if let Some((flow, direction, port)) = shortcut {
+            self.remember_shortcut(pkt, ingress, flow, direction, port, plan);
         }
         verdict
-    }
-
-    /// QoS on the WAN links: traffic from an inside host leaving by a masqueraded interface
-    /// is uplink, traffic entering by one toward an inside host is downlink. Everything else
-    /// (LAN to LAN, to the gateway) is not policed.
-    fn police(
-        &mut self,
-        ingress: u16,
-        (src, src_mac): (Ipv4Addr, EthernetAddress),
-        pkt: &PacketBuf,
-        verdict: Verdict,
-        bytes: u64,
-        now_ns: u64,
-    ) -> Verdict {
-        let Some(egress) = verdict.egress_port() else {
-            return verdict;
-        };
-        let masquerade = &self.router.stateful.masquerade;
-        let (from_outside, to_outside) = (
-            masquerade[usize::from(ingress)],
-            masquerade[usize::from(egress)],
-        );
-        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        // The LAN host's MAC: the sender's for uplink (kept before L2 was rewritten), the
-        // next hop's (the host itself) for downlink.
-        let (link, host, mac) = match (from_outside, to_outside) {
-            (false, true) => (0, src, Some(src_mac)),
-            (true, false) => (
-                1,
-                ip.dst_addr(),
-                Some(EthernetFrame::new_unchecked(pkt.bytes()).dst_addr()),
-            ),
-            _ => return verdict,
-        };
-        let (src_port, dst_port) = match ip.protocol() {
-            ipv4::protocol::TCP | ipv4::protocol::UDP if ip.payload().len() >= 4 => {
-                let l4 = ip.payload();
-                (
-                    u16::from_be_bytes([l4[0], l4[1]]),
-                    u16::from_be_bytes([l4[2], l4[3]]),
-                )
-            }
-            _ => (0, 0),
-        };
-        let info = PacketInfo {
-            host,
-            mac,
-            dscp: ip.dscp(),
-            protocol: ip.protocol(),
-            src_port,
-            dst_port,
-        };
-        let Some(policers) = self.qos.as_mut() else {
-            return verdict;
-        };
-        let policer = &mut policers[link];
-        let class = policer.classify(&info);
-        match policer.police(class, host, bytes, now_ns) {
-            Decision::Pass => verdict,
-            Decision::Drop => Verdict::Drop(DropReason::QosPoliced),
-        }
-    }
-
-    /// Counts a forwarded packet against the LAN hosts it comes from or goes to: "up" from a
-    /// host on an inside (not masqueraded) interface's subnet, "down" to one.
-    fn meter_packet(
-        &self,
-        ingress: u16,
-        src: Ipv4Addr,
-        pkt: &PacketBuf,
-        verdict: Verdict,
-        bytes: u64,
-    ) {
-        let Some(meter) = &self.meter else { return };
-        let Some(egress) = verdict.egress_port() else {
-            return;
-        };
-        let router = &*self.router;
-        let inside = |port: u16, ip: Ipv4Addr| {
-            let index = usize::from(port);
-            !router.stateful.masquerade[index] && router.interfaces[index].contains(ip)
-        };
-        if inside(ingress, src) {
-            meter.record_up(src, bytes);
-        }
-        let dst = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]).dst_addr();
-        if inside(egress, dst) {
-            meter.record_down(dst, bytes);
-        }
     }
 
     /// Routes a datagram whose headers are final, decrements its TTL and writes its L2 header.

@@ -79,4 +79,7 @@ pub(crate) struct Shortcut {
     /// source validation and the owner check ran (a handed-off packet skips both: its
     /// receiver ran them).
     pub(crate) received_here: bool,
+    /// What QoS and the meter do with the direction's packets: the pipeline's
+    /// `FeaturePlan`, packed (this layer knows nothing of features).
+    pub(crate) features: u8,
 }

@@ -1,0 +1,241 @@
+//! The per-packet features after forwarding decided: QoS policing and the traffic meter,
+//! each only while the router config has it on.
+//!
+//! What they do with a packet depends on its interfaces and addresses (which link it is
+//! policed on, which LAN host it is metered against) and on its classification, all of
+//! which a flow direction keeps packet after packet. So the full path works them out into a
+//! [`FeaturePlan`] for every packet, and keeps the plan in the flow direction's shortcut for
+//! the fast path, which then only polices and counts. Classification depends on the packet
+//! itself only through its DSCP: with rules on DSCP the plan leaves the class to each packet.
+
+use std::net::Ipv4Addr;
+
+use crate::features::qos::{Class, Decision, PacketInfo};
+use crate::packet::PacketBuf;
+use crate::pipeline::Pipeline;
+use crate::verdict::{DropReason, Verdict};
+use crate::wire::{ethernet, ipv4, EthernetAddress, EthernetFrame, Ipv4Packet};
+
+/// What the features do with the packets of one flow direction, packed into a byte so that
+/// a shortcut carries it in what was padding. 0: nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeaturePlan(u8);
+
+impl FeaturePlan {
+    pub const NONE: FeaturePlan = FeaturePlan(0);
+    const POLICE: u8 = 1;
+    /// Policed on the downlink (else the uplink).
+    const DOWNLINK: u8 = 2;
+    /// The class below holds for every packet (no rule looks at DSCP).
+    const CLASS_KNOWN: u8 = 4;
+    const PRIORITY: u8 = 8;
+    /// Metered against the source, as traffic it sent.
+    const METER_UP: u8 = 16;
+    /// Metered against the destination, as traffic it received.
+    const METER_DOWN: u8 = 32;
+
+    /// From its packed form (a shortcut's).
+    pub(crate) fn from_bits(bits: u8) -> FeaturePlan {
+        FeaturePlan(bits)
+    }
+
+    pub(crate) fn bits(self) -> u8 {
+        self.0
+    }
+
+    fn has(self, flag: u8) -> bool {
+        self.0 & flag != 0
+    }
+
+    /// The QoS link (0 uplink, 1 downlink) the packets are policed on, if any.
+    fn police_link(self) -> Option<usize> {
+        self.has(Self::POLICE)
+            .then_some(usize::from(self.has(Self::DOWNLINK)))
+    }
+
+    fn known_class(self) -> Option<Class> {
+        self.has(Self::CLASS_KNOWN)
+            .then_some(if self.has(Self::PRIORITY) {
+                Class::Priority
+            } else {
+                Class::Bulk
+            })
+    }
+}
+
+/// A packet's QoS classification fields, `host` and `mac` being the LAN host's.
+fn packet_info(ip: &Ipv4Packet<&[u8]>, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
+    let (src_port, dst_port) = match ip.protocol() {
+        ipv4::protocol::TCP | ipv4::protocol::UDP if ip.payload().len() >= 4 => {
+            let l4 = ip.payload();
+            (
+                u16::from_be_bytes([l4[0], l4[1]]),
+                u16::from_be_bytes([l4[2], l4[3]]),
+            )
+        }
+        _ => (0, 0),
+    };
+    PacketInfo {
+        host,
+        mac: Some(mac),
+        dscp: ip.dscp(),
+        protocol: ip.protocol(),
+        src_port,
+        dst_port,
+    }
+}
+
+impl Pipeline {
+    /// Whether any per-packet feature is on: with none, a packet costs the features this
+    /// one test.
+    #[inline(always)]
+    pub(crate) fn features_on(&self) -> bool {
+        self.qos.is_some() || self.router.traffic_meter
+    }
+
+    /// The features for a packet the full path decided, `source` being its sender's address
+    /// and MAC (from before L2 was rewritten). Returns the verdict, which policing may turn
+    /// into a drop, and the plan the packet's flow direction can keep.
+    #[inline(always)]
+    pub(crate) fn features(
+        &mut self,
+        ingress: u16,
+        source: (Ipv4Addr, EthernetAddress),
+        pkt: &PacketBuf,
+        verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> (Verdict, FeaturePlan) {
+        if !self.features_on() {
+            return (verdict, FeaturePlan::NONE);
+        }
+        let plan = self.feature_plan(ingress, source, pkt, verdict);
+        (
+            self.apply_features(plan, source, pkt, verdict, frame_len, now_ns),
+            plan,
+        )
+    }
+
+    /// Works out what the features do with this packet and the rest of its flow direction.
+    ///
+    /// QoS polices the WAN links: traffic from an inside host leaving by a masqueraded
+    /// interface is uplink, traffic entering by one toward an inside host is downlink;
+    /// everything else (LAN to LAN, to the gateway) is not policed. The meter counts a
+    /// forwarded packet against the LAN hosts it comes from or goes to: "up" from a host on
+    /// an inside (not masqueraded) interface's subnet, "down" to one.
+    fn feature_plan(
+        &self,
+        ingress: u16,
+        (src, src_mac): (Ipv4Addr, EthernetAddress),
+        pkt: &PacketBuf,
+        verdict: Verdict,
+    ) -> FeaturePlan {
+        let Some(egress) = verdict.egress_port() else {
+            return FeaturePlan::NONE;
+        };
+        let router = &*self.router;
+        let masquerade = &router.stateful.masquerade;
+        let (from_outside, to_outside) = (
+            masquerade[usize::from(ingress)],
+            masquerade[usize::from(egress)],
+        );
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let dst = ip.dst_addr();
+        let mut bits = 0;
+        if let Some(policers) = &self.qos {
+            // The LAN host's MAC: the sender's for uplink (kept before L2 was rewritten), the
+            // next hop's (the host itself) for downlink.
+            let lan_host = match (from_outside, to_outside) {
+                (false, true) => Some((0, src, src_mac)),
+                (true, false) => Some((
+                    FeaturePlan::DOWNLINK,
+                    dst,
+                    EthernetFrame::new_unchecked(pkt.bytes()).dst_addr(),
+                )),
+                _ => None,
+            };
+            if let Some((link, host, mac)) = lan_host {
+                bits |= FeaturePlan::POLICE | link;
+                let policer = &policers[usize::from(link != 0)];
+                if !policer.classifies_by_dscp() {
+                    bits |= FeaturePlan::CLASS_KNOWN;
+                    if policer.classify(&packet_info(&ip, host, mac)) == Class::Priority {
+                        bits |= FeaturePlan::PRIORITY;
+                    }
+                }
+            }
+        }
+        if router.traffic_meter && self.meter.is_some() {
+            let inside = |port: u16, ip: Ipv4Addr| {
+                let index = usize::from(port);
+                !masquerade[index] && router.interfaces[index].contains(ip)
+            };
+            if inside(ingress, src) {
+                bits |= FeaturePlan::METER_UP;
+            }
+            if inside(egress, dst) {
+                bits |= FeaturePlan::METER_DOWN;
+            }
+        }
+        FeaturePlan(bits)
+    }
+
+    /// Polices and meters a packet of `frame_len` bytes by `plan` (on the fast path, its
+    /// flow direction's), `source` being its sender's address and MAC.
+    /// A plan of nothing costs this one test (the work is not inlined into every caller).
+    #[inline(always)]
+    pub(crate) fn apply_features(
+        &mut self,
+        plan: FeaturePlan,
+        source: (Ipv4Addr, EthernetAddress),
+        pkt: &PacketBuf,
+        verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> Verdict {
+        if plan == FeaturePlan::NONE {
+            return verdict;
+        }
+        self.police_and_meter(plan, source, pkt, verdict, frame_len, now_ns)
+    }
+
+    #[inline(never)]
+    fn police_and_meter(
+        &mut self,
+        plan: FeaturePlan,
+        (src, src_mac): (Ipv4Addr, EthernetAddress),
+        pkt: &PacketBuf,
+        verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> Verdict {
+        let bytes = frame_len as u64;
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let dst = ip.dst_addr();
+        if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
+            let policer = &mut policers[link];
+            let host = if link == 0 { src } else { dst };
+            let class = plan.known_class().unwrap_or_else(|| {
+                let mac = if link == 0 {
+                    src_mac
+                } else {
+                    EthernetFrame::new_unchecked(pkt.bytes()).dst_addr()
+                };
+                policer.classify(&packet_info(&ip, host, mac))
+            });
+            if policer.police(class, host, bytes, now_ns) == Decision::Drop {
+                // Not metered: the meter counts what the host sent and got.
+                return Verdict::Drop(DropReason::QosPoliced);
+            }
+        }
+        if let Some(meter) = &self.meter {
+            if plan.has(FeaturePlan::METER_UP) {
+                meter.record_up(src, bytes);
+            }
+            if plan.has(FeaturePlan::METER_DOWN) {
+                meter.record_down(dst, bytes);
+            }
+        }
+        verdict
+    }
+}
