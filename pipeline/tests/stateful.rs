@@ -21,7 +21,7 @@ use etherparse::{
     Ipv4Header, PacketBuilder, TcpHeader, TcpOptionElement, UdpHeader,
 };
 use pipeline::features::meter::HostMeter;
-use pipeline::features::qos::{assign_equal_shares, QosConfig};
+use pipeline::features::qos::{assign_equal_shares, Class, ClassRule, QosConfig};
 use pipeline::flow::Direction;
 use pipeline::pipeline::config::{PortForward, Stateful};
 use pipeline::pipeline::explain::FlowMatch;
@@ -2449,6 +2449,9 @@ enum Mangle {
     BadChecksum,
     /// Don't-fragment, more-fragments or an offset set, checksum kept right.
     FragmentBits(u16),
+    /// A DSCP (46 is the one QoS's rule looks for), checksum kept right: a flow's packets
+    /// may differ in it.
+    Dscp(u8),
 }
 
 fn mangle() -> impl Strategy<Value = Mangle> {
@@ -2456,6 +2459,7 @@ fn mangle() -> impl Strategy<Value = Mangle> {
         (0u8..4).prop_map(Mangle::Ttl),
         Just(Mangle::BadChecksum),
         prop_oneof![Just(0x4000u16), Just(0x2000), Just(0x0001)].prop_map(Mangle::FragmentBits),
+        prop_oneof![Just(46u8), Just(0), Just(10)].prop_map(Mangle::Dscp),
     ]
 }
 
@@ -2485,6 +2489,10 @@ fn apply_mangle(frame: &mut [u8], mangle: Mangle) {
             header[6..8].copy_from_slice(&(old | bits).to_be_bytes());
             refill(header);
         }
+        Mangle::Dscp(dscp) => {
+            header[1] = dscp << 2 | header[1] & 0x3;
+            refill(header);
+        }
     }
 }
 
@@ -2506,7 +2514,43 @@ fn worker_state(
         c.icmp_errors_rate_limited.get(),
     ];
     counts.extend(DropReason::ALL.iter().map(|&reason| c.dropped(reason)));
+    for stats in gw.pipeline.qos_stats() {
+        for class in [&stats.priority, &stats.bulk] {
+            counts.extend([
+                class.passed_bytes.get(),
+                class.passed_packets.get(),
+                class.dropped_bytes.get(),
+                class.dropped_packets.get(),
+            ]);
+        }
+        counts.push(stats.active_hosts());
+    }
+    if let Some(meter) = gw.pipeline.meter() {
+        let mut hosts: Vec<_> = meter
+            .snapshot()
+            .map(|h| (h.ip, h.up_bytes, h.up_packets, h.down_bytes, h.down_packets))
+            .collect();
+        hosts.sort();
+        counts.extend(
+            hosts
+                .iter()
+                .flat_map(|&(ip, a, b, c, d)| [u64::from(u32::from(ip)), a, b, c, d]),
+        );
+    }
     (flows, counts)
+}
+
+/// What the differential test changes between bursts.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// A reload to the plain config (QoS and the meter off).
+    Reload,
+    NeighbourMoves,
+    /// A reload with QoS (a rate low enough to police, priority by port or by DSCP) and the
+    /// traffic meter on.
+    Features {
+        by_dscp: bool,
+    },
 }
 
 /// Two workers, as one system sees them: bursts through `process_burst`, or packets one at a
@@ -2520,6 +2564,7 @@ impl System {
     fn new(tcp_loose: bool, bursts: bool) -> System {
         let setup = |worker| WorkerSetup {
             fast_path: bursts,
+            meter: Some(Arc::new(HostMeter::new(16))),
             ..fuzz_setup(worker, tcp_loose)
         };
         System {
@@ -2528,6 +2573,37 @@ impl System {
                 Gateway::with(with_rejects(), setup(1)),
             ],
             bursts,
+        }
+    }
+
+    /// Reloads both workers with QoS and the meter on, the shares assigned first as the
+    /// control thread does.
+    fn switch_features_on(&mut self, by_dscp: bool) {
+        let rule = ClassRule::new(Class::Priority);
+        let rule = if by_dscp {
+            rule.with_dscp(46)
+        } else {
+            rule.with_protocol(17).with_ports(53, 53)
+        };
+        let qos = QosConfig {
+            uplink_bps: 400_000,
+            downlink_bps: 400_000,
+            burst_ms: 20,
+            classes: vec![rule],
+        };
+        let stats: Vec<_> = self
+            .workers
+            .iter()
+            .map(|gw| gw.pipeline.qos_stats())
+            .collect();
+        assign_equal_shares(&stats, Some(&qos));
+        let router = Arc::new(
+            config(1500, reject_rules(), 0, false)
+                .with_qos(Some(qos))
+                .with_traffic_meter(true),
+        );
+        for gw in &mut self.workers {
+            gw.pipeline.set_router(router.clone());
         }
     }
 
@@ -2626,7 +2702,13 @@ proptest! {
                     ),
                     1..8,
                 ),
-                prop_oneof![8 => Just(None), 1 => Just(Some(false)), 1 => Just(Some(true))],
+                prop_oneof![
+                    8 => Just(None),
+                    1 => Just(Some(Change::Reload)),
+                    1 => Just(Some(Change::NeighbourMoves)),
+                    1 => Just(Some(Change::Features { by_dscp: false })),
+                    1 => Just(Some(Change::Features { by_dscp: true })),
+                ],
             ),
             1..24,
         ),
@@ -2647,10 +2729,15 @@ proptest! {
             for system in &mut systems {
                 for gw in &mut system.workers {
                     match change {
-                        Some(false) => gw.pipeline.set_router(with_rejects()),
-                        Some(true) => gw.pipeline.set_neighbors(moved_upstream.clone()),
-                        None => {}
+                        Some(Change::Reload) => gw.pipeline.set_router(with_rejects()),
+                        Some(Change::NeighbourMoves) => {
+                            gw.pipeline.set_neighbors(moved_upstream.clone())
+                        }
+                        Some(Change::Features { .. }) | None => {}
                     }
+                }
+                if let Some(Change::Features { by_dscp }) = change {
+                    system.switch_features_on(by_dscp);
                 }
             }
             let worker = usize::from(inputs[0].0.worker);

@@ -397,6 +397,11 @@ impl Pipeline {
     /// The QoS statistics of this worker's uplink and downlink policers, for the control
     /// thread (rebalancing) and metrics. They exist with QoS off too, so that a reload can
     /// switch it on: the control thread assigns shares before it publishes that config.
+    /// The traffic meter this worker counts into, if it has one (`WorkerSetup::meter`).
+    pub fn meter(&self) -> Option<&Arc<HostMeter>> {
+        self.meter.as_ref()
+    }
+
     pub fn qos_stats(&self) -> [Arc<QosStats>; 2] {
         self.qos_stats.clone()
     }
