@@ -81,6 +81,12 @@ impl<E: HostEntry> HostSlots<E> {
     /// or `Err(None)` when there is none within [`PROBE_LIMIT`]. Hosts sit within the limit
     /// of their home and deletion leaves no holes in a probe sequence, so the first vacant
     /// slot ends the search.
+    /// Hosts the table takes: half its slots, so that probe sequences stay short (a host
+    /// not in the table is known so within two or three slots on average).
+    pub(crate) fn room(&self) -> usize {
+        self.slots.len() / 2
+    }
+
     pub(crate) fn find(&self, host: u32) -> Result<usize, Option<usize>> {
         let home = self.home(host);
         for step in 0..PROBE_LIMIT.min(self.slots.len()) {
@@ -191,21 +197,30 @@ impl<const N: usize> HostCounts<N> {
     /// Whether `host` may take `adds` more: the refusal [`charge`](Self::charge) would give,
     /// without changing anything.
     pub fn check(&self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
+        match self.find_or_vacant(host) {
+            Ok(slot) if !self.slots[slot].is_vacant() => {
+                self.within_limits(&self.slots[slot].counts, &adds)
+            }
+            Ok(_) => self.within_limits(&[0; N], &adds),
+            Err(untracked) => Err(untracked),
+        }
+    }
+
+    /// `host`'s slot, or the vacant one it would take; untracked if it has none and the
+    /// table has no room for another host (it holds [`HostSlots::room`] hosts: were it let
+    /// fill, a flood of new sources would make every lookup probe [`PROBE_LIMIT`] slots).
+    fn find_or_vacant(&self, host: Ipv4Addr) -> Result<usize, Refusal> {
         match self.slots.find(u32::from(host)) {
-            Ok(slot) => self.within_limits(&self.slots[slot].counts, &adds),
-            Err(Some(_)) => self.within_limits(&[0; N], &adds),
-            Err(None) => Err(Refusal::Untracked),
+            Ok(slot) => Ok(slot),
+            Err(Some(vacant)) if self.hosts < self.slots.room() => Ok(vacant),
+            Err(_) => Err(Refusal::Untracked),
         }
     }
 
     /// Adds `adds` to what `host` holds if every counter it raises stays within its limit;
     /// otherwise changes nothing.
     pub fn charge(&mut self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
-        let slot = match self.slots.find(u32::from(host)) {
-            Ok(slot) => slot,
-            Err(Some(vacant)) => vacant,
-            Err(None) => return Err(Refusal::Untracked),
-        };
+        let slot = self.find_or_vacant(host)?;
         self.within_limits(&self.slots[slot].counts, &adds)?;
         self.add_at(slot, u32::from(host), adds);
         Ok(())
@@ -214,10 +229,8 @@ impl<const N: usize> HostCounts<N> {
     /// Adds `adds` whatever the limits say, for a change of state the caller cannot refuse
     /// (a closed TCP flow opened again). False if the host is untracked.
     pub fn force(&mut self, host: Ipv4Addr, adds: [u32; N]) -> bool {
-        let slot = match self.slots.find(u32::from(host)) {
-            Ok(slot) => slot,
-            Err(Some(vacant)) => vacant,
-            Err(None) => return false,
+        let Ok(slot) = self.find_or_vacant(host) else {
+            return false;
         };
         self.add_at(slot, u32::from(host), adds);
         true
@@ -323,17 +336,20 @@ mod tests {
 
     #[test]
     fn a_full_table_leaves_newcomers_untracked_until_a_host_leaves() {
-        // Two slots: room for one host, and PROBE_LIMIT covers the whole table.
-        let mut hosts = HostCounts::new(1, [10]);
+        // Four slots: room for two hosts, though a third would find a vacant slot.
+        let mut hosts = HostCounts::new(2, [10]);
         assert_eq!(hosts.charge(host(1), [1]), Ok(()));
         assert_eq!(hosts.charge(host(2), [1]), Ok(()));
         assert_eq!(hosts.charge(host(3), [1]), Err(Refusal::Untracked));
+        assert_eq!(hosts.check(host(3), [1]), Err(Refusal::Untracked));
         assert!(!hosts.force(host(3), [1]));
         hosts.credit(host(3), [1]);
         assert_eq!(hosts.len(), 2);
+        // Hosts in the table still count.
+        assert_eq!(hosts.charge(host(2), [1]), Ok(()));
         hosts.credit(host(1), [1]);
         assert_eq!(hosts.charge(host(3), [1]), Ok(()));
-        assert_eq!(hosts.counts(host(2)), [1]);
+        assert_eq!(hosts.counts(host(2)), [2]);
         assert_eq!(hosts.counts(host(3)), [1]);
     }
 
