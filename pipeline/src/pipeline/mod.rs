@@ -488,19 +488,37 @@ impl Pipeline {
         }
     }
 
+    /// An IPv4 datagram: the checks every datagram must pass, then the stateful stage,
+    /// routing and the features.
     fn ipv4(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
+        match self.admit_ipv4(pkt, ingress, now_ns) {
+            Ok(datagram) => self.forward(pkt, ingress, datagram, now_ns),
+            Err(verdict) => verdict,
+        }
+    }
+
+    /// The checks of a received datagram before any state is looked at: its header
+    /// (checksum, options), DHCP answers for the kernel twin, its addresses (martians,
+    /// broadcasts, the gateway's own, source validation), a unicast datagram in a link-layer
+    /// broadcast, and its TTL. Trims the frame to the datagram. Err: what became of it.
+    fn admit_ipv4(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        now_ns: u64,
+    ) -> Result<Datagram, Verdict> {
         let Ok(ip) = Ipv4Packet::new_checked(&pkt.bytes()[ethernet::HEADER_LEN..]) else {
-            return Verdict::Drop(DropReason::MalformedIpv4);
+            return Err(Verdict::Drop(DropReason::MalformedIpv4));
         };
         if !ip.verify_checksum() {
-            return Verdict::Drop(DropReason::Ipv4Checksum);
+            return Err(Verdict::Drop(DropReason::Ipv4Checksum));
         }
         if let Some(reason) = options_drop_reason(&ip) {
-            return Verdict::Drop(reason);
+            return Err(Verdict::Drop(reason));
         }
         if self.router.punt.is_dhcp_client(ingress.port) {
             if let Some(verdict) = self.punt_dhcp_answer(&ip, ingress) {
-                return verdict;
+                return Err(verdict);
             }
         }
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
@@ -519,13 +537,13 @@ impl Pipeline {
             })
         {
             // Broadcast DHCP is for the kernel twin, when there is one.
-            return self
+            return Err(self
                 .punt_broadcast(&ip, ingress)
-                .unwrap_or(Verdict::Drop(DropReason::MartianAddress));
+                .unwrap_or(Verdict::Drop(DropReason::MartianAddress)));
         }
         // A handed-off packet was checked by the worker that received it.
         if !ingress.handed_off && !self.router.source_allowed(ingress.port, src) {
-            return Verdict::Drop(DropReason::SourceValidation);
+            return Err(Verdict::Drop(DropReason::SourceValidation));
         }
         let local = self.router.local_port(dst).is_some();
         // RFC 1812 5.3.4: a unicast datagram in a link-layer broadcast is not forwarded.
@@ -534,14 +552,26 @@ impl Pipeline {
                 .dst_addr()
                 .is_multicast()
         {
-            return Verdict::Drop(DropReason::LinkLayerBroadcast);
+            return Err(Verdict::Drop(DropReason::LinkLayerBroadcast));
         }
         // Ethernet pads short frames; what we send must end where the datagram does.
         pkt.set_len(frame_len);
         if !local && ttl <= 1 {
-            return self.icmp_error(pkt, ingress.port, now_ns, IcmpError::TimeExceeded);
+            return Err(self.icmp_error(pkt, ingress.port, now_ns, IcmpError::TimeExceeded));
         }
+        Ok(Datagram { src, frame_len })
+    }
 
+    /// An admitted datagram through the stateful stage (conntrack, firewall, NAT, content),
+    /// routing and the features; an established flow's direction gets its shortcut for the
+    /// fast path.
+    fn forward(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        Datagram { src, frame_len }: Datagram,
+        now_ns: u64,
+    ) -> Verdict {
         let (translation, established) = match self.stateful(pkt, ingress, now_ns) {
             Stage::Forward(translation) => (translation, None),
             Stage::Established {
@@ -743,6 +773,14 @@ fn punt_bucket(punt: &crate::pipeline::config::PuntConfig) -> TokenBucket {
 }
 
 /// Uplink and downlink policers counting into `stats`.
+/// What forwarding needs of a datagram the input checks admitted.
+#[derive(Clone, Copy, Debug)]
+struct Datagram {
+    src: Ipv4Addr,
+    /// Where the datagram ends in the frame (Ethernet pads short ones).
+    frame_len: usize,
+}
+
 /// A worker's NAT pool settings, but for its addresses.
 #[derive(Clone, Debug)]
 struct NatSetup {
