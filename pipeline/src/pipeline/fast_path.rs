@@ -243,34 +243,37 @@ impl Pipeline {
         ))
     }
 
-    /// After the full path transmitted a packet of an established flow toward `egress`
-    /// (its L2 header written): the shortcut for that flow direction's next packets.
+    /// After the full path transmitted a packet of an established flow by `route` (its L2
+    /// header written): the shortcut for that flow direction's next packets.
     pub(crate) fn remember_shortcut(
         &mut self,
         pkt: &PacketBuf,
         ingress: Ingress,
         flow: FlowId,
         direction: Direction,
-        egress: u16,
+        route: Route,
         features: FeaturePlan,
     ) {
         let received = self.flows.key(flow, direction);
         let target = self.flows.key(flow, direction.opposite()).reversed();
-        // The route the full path took: the one to the translated destination.
-        let Some(route) = self.router.routes.lookup(target.dst) else {
-            return;
-        };
         let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         self.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
             router_epoch: self.router_epoch,
             neighbor_epoch: self.neighbor_epoch,
             ingress: ingress.port,
-            egress,
-            next_hop: u32::from(route.resolve(target.dst)),
+            egress: route.egress,
+            next_hop: u32::from(route.next_hop),
             next_hop_mac: next_hop_mac.0,
             deltas: ChecksumDeltas::new(&received, &target),
             received_here: !ingress.handed_off,
             features: features.bits(),
         };
     }
+}
+
+/// Where the full path sent a packet: its egress interface and the next hop it resolved.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Route {
+    pub(crate) egress: u16,
+    pub(crate) next_hop: Ipv4Addr,
 }

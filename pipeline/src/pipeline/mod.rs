@@ -36,6 +36,7 @@ use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
+use crate::pipeline::fast_path::Route;
 use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
@@ -584,11 +585,11 @@ impl Pipeline {
         let src_mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
         let mut shortcut = None;
         let verdict = match self.route_and_send(pkt, ingress.port, now_ns, translation) {
-            Ok(Verdict::Transmit { port }) => {
-                shortcut = established.map(|(flow, direction)| (flow, direction, port));
+            Ok((Verdict::Transmit { port }, next_hop)) => {
+                shortcut = established.map(|(flow, direction)| (flow, direction, port, next_hop));
                 Verdict::Transmit { port }
             }
-            Ok(verdict) | Err(verdict) => verdict,
+            Ok((verdict, _)) | Err(verdict) => verdict,
         };
         let (verdict, plan) = self.features(
             ingress.port,
@@ -598,23 +599,24 @@ impl Pipeline {
             frame_len,
             now_ns,
         );
-        if let Some((flow, direction, port)) = shortcut {
-            self.remember_shortcut(pkt, ingress, flow, direction, port, plan);
+        if let Some((flow, direction, egress, next_hop)) = shortcut {
+            let route = Route { egress, next_hop };
+            self.remember_shortcut(pkt, ingress, flow, direction, route, plan);
         }
         verdict
     }
 
     /// Routes a datagram whose headers are final, decrements its TTL and writes its L2 header.
     /// `translation` is how the stateful stage rewrote it, undone for an ICMP error about it.
-    /// Ok: the datagram itself goes on (or waits for its next hop's MAC); Err: it was dropped
-    /// or turned into an ICMP error about it.
+    /// Ok: the datagram itself goes on (or waits for its next hop's MAC), and the next hop it
+    /// goes to; Err: it was dropped or turned into an ICMP error about it.
     fn route_and_send(
         &mut self,
         pkt: &mut PacketBuf,
         ingress: u16,
         now_ns: u64,
         translation: Option<Translation>,
-    ) -> Result<Verdict, Verdict> {
+    ) -> Result<(Verdict, Ipv4Addr), Verdict> {
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let (dst, ttl, dont_frag) = (ip.dst_addr(), ip.ttl(), ip.dont_frag());
         let datagram_len = usize::from(ip.total_len());
@@ -639,11 +641,13 @@ impl Pipeline {
         let mut ip = Ipv4Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..]);
         ip.decrement_ttl();
         let port = next_hop.port;
-        Ok(match self.resolve_l2(pkt, port, next_hop.resolve(dst)) {
+        let next_hop = next_hop.resolve(dst);
+        let verdict = match self.resolve_l2(pkt, port, next_hop) {
             None if too_big => Verdict::Fragment { port },
             None => Verdict::Transmit { port },
             Some(unresolved) => unresolved,
-        })
+        };
+        Ok((verdict, next_hop))
     }
 
     /// An ICMP error about a packet NAT rewrote must go to its sender and quote what that
