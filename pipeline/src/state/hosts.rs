@@ -146,12 +146,21 @@ pub enum Refusal {
     Untracked,
 }
 
+/// Where [`HostCounts::check`] found a host, valid until a host leaves the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checked {
+    slot: usize,
+    removals: u64,
+}
+
 /// `N` counters per host, each with its own limit.
 #[derive(Debug)]
 pub struct HostCounts<const N: usize> {
     slots: HostSlots<Slot<N>>,
     limits: [u32; N],
     hosts: usize,
+    /// Hosts that have left the table: a [`Checked`] from before a removal is stale.
+    removals: u64,
     /// Per counter, how many hosts are at its limit now.
     at_limit: [usize; N],
 }
@@ -164,6 +173,7 @@ impl<const N: usize> HostCounts<N> {
             slots: HostSlots::new(hosts),
             limits: limits.map(|limit| limit.max(1)),
             hosts: 0,
+            removals: 0,
             at_limit: [0; N],
         }
     }
@@ -195,15 +205,38 @@ impl<const N: usize> HostCounts<N> {
     }
 
     /// Whether `host` may take `adds` more: the refusal [`charge`](Self::charge) would give,
-    /// without changing anything.
-    pub fn check(&self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
-        match self.find_or_vacant(host) {
-            Ok(slot) if !self.slots[slot].is_vacant() => {
-                self.within_limits(&self.slots[slot].counts, &adds)
-            }
-            Ok(_) => self.within_limits(&[0; N], &adds),
-            Err(untracked) => Err(untracked),
+    /// without changing anything. Ok holds where the host is, for a
+    /// [`charge_checked`](Self::charge_checked) that follows.
+    pub fn check(&self, host: Ipv4Addr, adds: [u32; N]) -> Result<Checked, Refusal> {
+        let slot = self.find_or_vacant(host)?;
+        let counts = if self.slots[slot].is_vacant() {
+            [0; N]
+        } else {
+            self.slots[slot].counts
+        };
+        self.within_limits(&counts, &adds)?;
+        Ok(Checked {
+            slot,
+            removals: self.removals,
+        })
+    }
+
+    /// [`charge`](Self::charge) after a [`check`](Self::check) of the same host and adds,
+    /// without looking the host up again unless a host has left the table since (a removal
+    /// moves hosts, so the slot the check found may no longer be the host's place).
+    pub fn charge_checked(
+        &mut self,
+        checked: Checked,
+        host: Ipv4Addr,
+        adds: [u32; N],
+    ) -> Result<(), Refusal> {
+        if checked.removals != self.removals {
+            return self.charge(host, adds);
         }
+        // Nothing left since the check, and only a removal lowers a count or moves a host:
+        // the slot is still the host's (or the vacant one it takes) and its counts as checked.
+        self.add_at(checked.slot, u32::from(host), adds);
+        Ok(())
     }
 
     /// `host`'s slot, or the vacant one it would take; untracked if it has none and the
@@ -253,6 +286,7 @@ impl<const N: usize> HostCounts<N> {
         }
         if entry.is_vacant() {
             self.hosts -= 1;
+            self.removals += 1;
             self.slots.remove(slot);
         }
     }
@@ -355,25 +389,43 @@ mod tests {
 
     proptest! {
         /// Against a map: counts, limits and the at-limit gauge agree after any sequence of
-        /// charges and credits over few hosts, in a table small enough to collide.
+        /// charges and credits over few hosts, in a table small enough to collide. Charges
+        /// are made either at once or as a check and a `charge_checked`, as the conntrack
+        /// table does, with another host's credit (which may move hosts) between.
         #[test]
-        fn agrees_with_a_map(ops in proptest::collection::vec((0..12u32, any::<bool>()), 0..400)) {
+        fn agrees_with_a_map(
+            ops in proptest::collection::vec((0..12u32, any::<bool>(), prop::option::of(0..12u32)), 0..400),
+        ) {
             let limit = 3;
             let mut hosts = HostCounts::new(8, [limit]);
             let mut model: HashMap<u32, u32> = HashMap::new();
-            for (n, add) in ops {
-                if add {
-                    match hosts.charge(host(n), [1]) {
-                        Ok(()) => *model.entry(n).or_default() += 1,
-                        Err(Refusal::AtLimit { .. }) => prop_assert_eq!(model[&n], limit),
-                        Err(Refusal::Untracked) => prop_assert!(!model.contains_key(&n)),
-                    }
-                } else if let Some(count) = model.get_mut(&n) {
+            let mut credit = |hosts: &mut HostCounts<1>, model: &mut HashMap<u32, u32>, n: u32| {
+                if let Some(count) = model.get_mut(&n) {
                     hosts.credit(host(n), [1]);
                     *count -= 1;
                     if *count == 0 {
                         model.remove(&n);
                     }
+                }
+            };
+            for (n, add, between) in ops {
+                if add {
+                    let charged = match between {
+                        None => hosts.charge(host(n), [1]),
+                        Some(other) => hosts.check(host(n), [1]).and_then(|checked| {
+                            if other != n {
+                                credit(&mut hosts, &mut model, other);
+                            }
+                            hosts.charge_checked(checked, host(n), [1])
+                        }),
+                    };
+                    match charged {
+                        Ok(()) => *model.entry(n).or_default() += 1,
+                        Err(Refusal::AtLimit { .. }) => prop_assert_eq!(model[&n], limit),
+                        Err(Refusal::Untracked) => prop_assert!(!model.contains_key(&n)),
+                    }
+                } else {
+                    credit(&mut hosts, &mut model, n);
                 }
                 prop_assert_eq!(hosts.len(), model.len());
                 for (&n, &count) in &model {

@@ -308,15 +308,19 @@ impl<D: Copy> FlowTable<D> {
         // Every TCP flow starts half-open.
         let half_open = matches!(tracker, Tracker::Tcp(_));
         let charge = [1, u32::from(half_open)];
-        if let Err(Refusal::AtLimit { counter }) = self.hosts.check(original.src, charge) {
-            return Err(if counter == HOST_FLOWS {
-                self.stats.refused_host_flows += 1;
-                InsertError::HostFlowLimit
-            } else {
-                self.stats.refused_host_half_open += 1;
-                InsertError::HostHalfOpenLimit
-            });
-        }
+        let checked = match self.hosts.check(original.src, charge) {
+            Ok(checked) => Some(checked),
+            Err(Refusal::Untracked) => None,
+            Err(Refusal::AtLimit { counter }) => {
+                return Err(if counter == HOST_FLOWS {
+                    self.stats.refused_host_flows += 1;
+                    InsertError::HostFlowLimit
+                } else {
+                    self.stats.refused_host_half_open += 1;
+                    InsertError::HostHalfOpenLimit
+                });
+            }
+        };
         if half_open && self.half_open.len() >= self.config.half_open {
             // The oldest half-open flow makes room, wherever it is.
             let Some(oldest) = self.half_open.oldest() else {
@@ -341,7 +345,12 @@ impl<D: Copy> FlowTable<D> {
         };
         let slot = slot as usize;
         // Evictions only lowered what the host holds, so only a full host count refuses here.
-        let charged = match self.hosts.charge(original.src, charge) {
+        let charged = match checked {
+            Some(checked) => self.hosts.charge_checked(checked, original.src, charge),
+            // Evictions may have made room.
+            None => self.hosts.charge(original.src, charge),
+        };
+        let charged = match charged {
             Ok(()) => true,
             Err(_) => {
                 self.stats.untracked_hosts += 1;
