@@ -399,7 +399,7 @@ mod tests {
             let limit = 3;
             let mut hosts = HostCounts::new(8, [limit]);
             let mut model: HashMap<u32, u32> = HashMap::new();
-            let mut credit = |hosts: &mut HostCounts<1>, model: &mut HashMap<u32, u32>, n: u32| {
+            let credit = |hosts: &mut HostCounts<1>, model: &mut HashMap<u32, u32>, n: u32| {
                 if let Some(count) = model.get_mut(&n) {
                     hosts.credit(host(n), [1]);
                     *count -= 1;
