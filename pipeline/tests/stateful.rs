@@ -2409,10 +2409,12 @@ fn qos_and_the_traffic_meter_switch_on_and_off_with_a_reload() {
         classes: Vec::new(),
     };
     assign_equal_shares(&[gw.pipeline.qos_stats()], Some(&qos));
-    let on = config(1500, Vec::new(), 1, false)
-        .with_qos(Some(qos))
-        .with_traffic_meter(true);
-    gw.pipeline.set_router(Arc::new(on));
+    let on = || {
+        config(1500, Vec::new(), 1, false)
+            .with_qos(Some(qos.clone()))
+            .with_traffic_meter(true)
+    };
+    gw.pipeline.set_router(Arc::new(on()));
     let (passed, policed) = send_burst(&mut gw, 2 * SECOND);
     assert!(
         passed > 0 && policed > 0,
@@ -2421,6 +2423,8 @@ fn qos_and_the_traffic_meter_switch_on_and_off_with_a_reload() {
     assert_eq!(uplink.bulk.passed_packets.get(), passed);
     assert_eq!(uplink.bulk.dropped_packets.get(), policed);
     assert_eq!(uplink.share_bps(), 8_000);
+    // The fairness table the policers were handed holds the host.
+    assert_eq!(uplink.untracked_packets.get(), 0);
     let frame_len = frame.len() as u64;
     assert_eq!(
         host_bytes(&meter),
@@ -2437,6 +2441,13 @@ fn qos_and_the_traffic_meter_switch_on_and_off_with_a_reload() {
         1,
         "the flow survived both reloads"
     );
+
+    // On again: the policers get their fairness table back from the idle one.
+    assign_equal_shares(&[gw.pipeline.qos_stats()], Some(&qos));
+    gw.pipeline.set_router(Arc::new(on()));
+    let (passed_again, policed_again) = send_burst(&mut gw, 4 * SECOND);
+    assert!(passed_again > 0 && policed_again > 0, "QoS on again");
+    assert_eq!(uplink.untracked_packets.get(), 0, "the host found its slot");
 }
 
 /// A header change the differential test makes to an IPv4 packet before sending it: what the
@@ -2452,6 +2463,9 @@ enum Mangle {
     /// A DSCP (46 is the one QoS's rule looks for), checksum kept right: a flow's packets
     /// may differ in it.
     Dscp(u8),
+    /// Another Ethernet source (QoS's MAC rule looks for the LAN host's): a flow's sender
+    /// may change its MAC.
+    SourceMac,
 }
 
 fn mangle() -> impl Strategy<Value = Mangle> {
@@ -2460,10 +2474,15 @@ fn mangle() -> impl Strategy<Value = Mangle> {
         Just(Mangle::BadChecksum),
         prop_oneof![Just(0x4000u16), Just(0x2000), Just(0x0001)].prop_map(Mangle::FragmentBits),
         prop_oneof![Just(46u8), Just(0), Just(10)].prop_map(Mangle::Dscp),
+        Just(Mangle::SourceMac),
     ]
 }
 
 fn apply_mangle(frame: &mut [u8], mangle: Mangle) {
+    if let (Mangle::SourceMac, Some(source)) = (mangle, frame.get_mut(6..12)) {
+        source[5] ^= 0x40;
+        return;
+    }
     let Some(header) = frame.get_mut(ETH_LEN..ETH_LEN + 20) else {
         return;
     };
@@ -2493,6 +2512,7 @@ fn apply_mangle(frame: &mut [u8], mangle: Mangle) {
             header[1] = dscp << 2 | header[1] & 0x3;
             refill(header);
         }
+        Mangle::SourceMac => {}
     }
 }
 
@@ -2524,6 +2544,7 @@ fn worker_state(
             ]);
         }
         counts.push(stats.active_hosts());
+        counts.push(stats.untracked_packets.get());
     }
     if let Some(meter) = gw.pipeline.meter() {
         let mut hosts: Vec<_> = meter
@@ -2546,11 +2567,19 @@ enum Change {
     /// A reload to the plain config (QoS and the meter off).
     Reload,
     NeighbourMoves,
-    /// A reload with QoS (a rate low enough to police, priority by port or by DSCP) and the
-    /// traffic meter on.
+    /// A reload with QoS (a rate low enough to police, priority by port, by DSCP or by the
+    /// LAN host's MAC) and the traffic meter on.
     Features {
-        by_dscp: bool,
+        priority: Priority,
     },
+}
+
+/// What QoS's priority rule in the differential test matches.
+#[derive(Clone, Copy, Debug)]
+enum Priority {
+    Port,
+    Dscp,
+    Mac,
 }
 
 /// Two workers, as one system sees them: bursts through `process_burst`, or packets one at a
@@ -2578,12 +2607,12 @@ impl System {
 
     /// Reloads both workers with QoS and the meter on, the shares assigned first as the
     /// control thread does.
-    fn switch_features_on(&mut self, by_dscp: bool) {
+    fn switch_features_on(&mut self, priority: Priority) {
         let rule = ClassRule::new(Class::Priority);
-        let rule = if by_dscp {
-            rule.with_dscp(46)
-        } else {
-            rule.with_protocol(17).with_ports(53, 53)
+        let rule = match priority {
+            Priority::Port => rule.with_protocol(17).with_ports(53, 53),
+            Priority::Dscp => rule.with_dscp(46),
+            Priority::Mac => rule.with_mac(EthernetAddress(HOST_MAC)),
         };
         let qos = QosConfig {
             uplink_bps: 400_000,
@@ -2706,8 +2735,9 @@ proptest! {
                     8 => Just(None),
                     1 => Just(Some(Change::Reload)),
                     1 => Just(Some(Change::NeighbourMoves)),
-                    1 => Just(Some(Change::Features { by_dscp: false })),
-                    1 => Just(Some(Change::Features { by_dscp: true })),
+                    1 => Just(Some(Change::Features { priority: Priority::Port })),
+                    1 => Just(Some(Change::Features { priority: Priority::Dscp })),
+                    1 => Just(Some(Change::Features { priority: Priority::Mac })),
                 ],
             ),
             1..24,
@@ -2736,8 +2766,8 @@ proptest! {
                         Some(Change::Features { .. }) | None => {}
                     }
                 }
-                if let Some(Change::Features { by_dscp }) = change {
-                    system.switch_features_on(by_dscp);
+                if let Some(Change::Features { priority }) = change {
+                    system.switch_features_on(priority);
                 }
             }
             let worker = usize::from(inputs[0].0.worker);

@@ -110,7 +110,7 @@ pub const EPOCH_NS: u64 = 5_000_000;
 
 /// Hosts the fairness table of [`Qos::new`] has room for; a worker's policers are sized for
 /// the hosts it serves instead ([`HostShares::new`]).
-pub const DEFAULT_HOSTS: usize = 32;
+pub const STANDALONE_HOSTS: usize = 32;
 
 /// How many slots a host lookup inspects before the host is treated as untracked.
 const HOST_PROBE_LIMIT: usize = 8;
@@ -473,7 +473,7 @@ impl Qos {
         Self::with_stats(
             config,
             Arc::new(QosStats::new(share_bps)),
-            HostShares::new(DEFAULT_HOSTS),
+            HostShares::new(STANDALONE_HOSTS),
         )
     }
 
@@ -544,10 +544,13 @@ impl Qos {
         classify(&self.rules, pkt)
     }
 
-    /// Whether a rule looks at DSCP, the one field the packets of a flow direction may
-    /// differ in: otherwise a direction's class is its first packet's.
-    pub fn classifies_by_dscp(&self) -> bool {
-        self.rules.iter().any(|rule| rule.dscp.is_some())
+    /// Whether a rule looks at what the packets of one flow direction may differ in: the
+    /// DSCP, or the LAN host's MAC (a sender's may change, and a downlink host's address may
+    /// come to resolve to another device). Otherwise a direction's class is its first packet's.
+    pub fn classifies_per_packet(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|rule| rule.dscp.is_some() || rule.mac.is_some())
     }
 
     fn bucket_cap(&self, rate: u64) -> u64 {
@@ -768,6 +771,10 @@ impl Qos {
     /// two windows after its last packet, and an epoch scans a twentieth of the table rather
     /// than all of it.
     fn sweep_idle_hosts(&mut self, now_ns: u64, elapsed_ns: u64) {
+        if self.active == 0 {
+            // Every counted slot is in `active`: nothing to uncount.
+            return;
+        }
         let len = self.hosts.slots.len();
         // Rounded up, so that a window's epochs cover the table.
         let share = (u128::from(elapsed_ns) * len as u128).div_ceil(u128::from(ACTIVE_WINDOW_NS));
@@ -1229,7 +1236,7 @@ mod tests {
         let rate = 10 * MBPS;
         let mut qos = Qos::new(&config(rate), rate);
         // Enough hosts that some share a probe sequence and reuse each other's stale slots.
-        let hosts = 2 * DEFAULT_HOSTS as u32;
+        let hosts = 2 * STANDALONE_HOSTS as u32;
         for round in 0..4u64 {
             let now = MS + round * 3 * ACTIVE_WINDOW_NS;
             for h in 0..hosts {
@@ -1267,7 +1274,7 @@ mod tests {
         assert!(total <= link + slack(rate));
         assert!(ratio(total, link) > 0.97);
         assert!(qos.stats().untracked_packets.get() > 0);
-        assert!(qos.stats().active_hosts() <= 2 * DEFAULT_HOSTS as u64);
+        assert!(qos.stats().active_hosts() <= 2 * STANDALONE_HOSTS as u64);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! A packet of an established flow whose direction has a current [`Shortcut`] is forwarded
 //! without the full path. The shortcut holds what the full path decided for the previous
 //! packet of that direction (ingress, egress, next hop and its MAC, the rewrite's checksum
-//! deltas), and every check that decision depended on is a function of the flow's tuple and
+//! deltas, what QoS and the meter do with it), and every check that decision depended on is a function of the flow's tuple and
 //! the configuration: martian and directed-broadcast addresses, source validation, the
 //! flow's owner, local delivery, the firewall, the route. The shortcut is stamped with the
 //! pipeline's router epoch, which every new router config advances, so none of those can

@@ -5,8 +5,9 @@
 //! policed on, which LAN host it is metered against) and on its classification, all of
 //! which a flow direction keeps packet after packet. So the full path works them out into a
 //! [`FeaturePlan`] for every packet, and keeps the plan in the flow direction's shortcut for
-//! the fast path, which then only polices and counts. Classification depends on the packet
-//! itself only through its DSCP: with rules on DSCP the plan leaves the class to each packet.
+//! the fast path, which then only polices and counts. The packets of one flow direction may
+//! differ in their DSCP and in the LAN host's MAC: with a rule on either, the plan leaves the
+//! class to each packet.
 
 use std::net::Ipv4Addr;
 
@@ -26,7 +27,7 @@ impl FeaturePlan {
     const POLICE: u8 = 1;
     /// Policed on the downlink (else the uplink).
     const DOWNLINK: u8 = 2;
-    /// The class below holds for every packet (no rule looks at DSCP).
+    /// The class below holds for every packet (no rule looks at DSCP or a MAC).
     const CLASS_KNOWN: u8 = 4;
     const PRIORITY: u8 = 8;
     /// Metered against the source, as traffic it sent.
@@ -157,7 +158,7 @@ impl Pipeline {
             if let Some((link, host, mac)) = lan_host {
                 bits |= FeaturePlan::POLICE | link;
                 let policer = &policers[usize::from(link != 0)];
-                if !policer.classifies_by_dscp() {
+                if !policer.classifies_per_packet() {
                     bits |= FeaturePlan::CLASS_KNOWN;
                     if policer.classify(&packet_info(&ip, host, mac)) == Class::Priority {
                         bits |= FeaturePlan::PRIORITY;

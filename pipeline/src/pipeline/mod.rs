@@ -398,13 +398,13 @@ impl Pipeline {
     /// The QoS statistics of this worker's uplink and downlink policers, for the control
     /// thread (rebalancing) and metrics. They exist with QoS off too, so that a reload can
     /// switch it on: the control thread assigns shares before it publishes that config.
+    pub fn qos_stats(&self) -> [Arc<QosStats>; 2] {
+        self.qos_stats.clone()
+    }
+
     /// The traffic meter this worker counts into, if it has one (`WorkerSetup::meter`).
     pub fn meter(&self) -> Option<&Arc<HostMeter>> {
         self.meter.as_ref()
-    }
-
-    pub fn qos_stats(&self) -> [Arc<QosStats>; 2] {
-        self.qos_stats.clone()
     }
 
     pub(crate) fn publish_table_stats(&self) {
@@ -776,7 +776,6 @@ fn punt_bucket(punt: &crate::pipeline::config::PuntConfig) -> TokenBucket {
     TokenBucket::new(punt.per_sec, punt.burst)
 }
 
-/// Uplink and downlink policers counting into `stats`.
 /// What forwarding needs of a datagram the input checks admitted.
 #[derive(Clone, Copy, Debug)]
 struct Datagram {

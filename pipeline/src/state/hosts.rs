@@ -8,7 +8,8 @@
 //! [`PROBE_LIMIT`] slots of its home, at most half the slots are used, and nothing allocates
 //! after [`HostCounts::new`].
 //!
-//! When no slot is free near its home, the host is *untracked*: [`HostCounts::charge`] says
+//! When no slot is free near its home, or the table already holds as many hosts as it
+//! takes (half its slots), the host is *untracked*: [`HostCounts::charge`] says
 //! so and the caller admits it without a count (fail open, counted), since refusing would let
 //! whoever fills the table shut every newcomer out. With the table sized for the hosts a
 //! worker serves, that only happens under an attack from many addresses.
@@ -77,16 +78,16 @@ impl<E: HostEntry> HostSlots<E> {
         crate::hash::home_slot(u64::from(host), self.seed, self.mask)
     }
 
-    /// `Ok(slot)` holding `host`; else `Err(Some(slot))`, the vacant slot where it would go,
-    /// or `Err(None)` when there is none within [`PROBE_LIMIT`]. Hosts sit within the limit
-    /// of their home and deletion leaves no holes in a probe sequence, so the first vacant
-    /// slot ends the search.
     /// Hosts the table takes: half its slots, so that probe sequences stay short (a host
     /// not in the table is known so within two or three slots on average).
     pub(crate) fn room(&self) -> usize {
         self.slots.len() / 2
     }
 
+    /// `Ok(slot)` holding `host`; else `Err(Some(slot))`, the vacant slot where it would go,
+    /// or `Err(None)` when there is none within [`PROBE_LIMIT`]. Hosts sit within the limit
+    /// of their home and deletion leaves no holes in a probe sequence, so the first vacant
+    /// slot ends the search.
     pub(crate) fn find(&self, host: u32) -> Result<usize, Option<usize>> {
         let home = self.home(host);
         for step in 0..PROBE_LIMIT.min(self.slots.len()) {
@@ -142,15 +143,17 @@ impl<E> IndexMut<usize> for HostSlots<E> {
 pub enum Refusal {
     /// The host holds `limits[counter]` already: refuse what it asked for.
     AtLimit { counter: usize },
-    /// No slot for a new host near its home: admit it uncounted.
+    /// No slot for a new host near its home, or the table holds as many hosts as it takes
+    /// (half its slots): admit it uncounted.
     Untracked,
 }
 
-/// Where [`HostCounts::check`] found a host, valid until a host leaves the table.
+/// Where [`HostCounts::check`] found a host, valid while no host enters or leaves the table
+/// (a [`HostCounts::charge_checked`] after either looks the host up again).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checked {
     slot: usize,
-    removals: u64,
+    moves: u64,
 }
 
 /// `N` counters per host, each with its own limit.
@@ -159,8 +162,9 @@ pub struct HostCounts<const N: usize> {
     slots: HostSlots<Slot<N>>,
     limits: [u32; N],
     hosts: usize,
-    /// Hosts that have left the table: a [`Checked`] from before a removal is stale.
-    removals: u64,
+    /// Hosts that have entered or left the table: a [`Checked`] from before is stale (an
+    /// entry may take the vacant slot it found, a removal moves hosts).
+    moves: u64,
     /// Per counter, how many hosts are at its limit now.
     at_limit: [usize; N],
 }
@@ -173,7 +177,7 @@ impl<const N: usize> HostCounts<N> {
             slots: HostSlots::new(hosts),
             limits: limits.map(|limit| limit.max(1)),
             hosts: 0,
-            removals: 0,
+            moves: 0,
             at_limit: [0; N],
         }
     }
@@ -217,24 +221,24 @@ impl<const N: usize> HostCounts<N> {
         self.within_limits(&counts, &adds)?;
         Ok(Checked {
             slot,
-            removals: self.removals,
+            moves: self.moves,
         })
     }
 
     /// [`charge`](Self::charge) after a [`check`](Self::check) of the same host and adds,
-    /// without looking the host up again unless a host has left the table since (a removal
-    /// moves hosts, so the slot the check found may no longer be the host's place).
+    /// without looking the host up again unless a host has entered or left the table since.
+    /// Nothing may be charged to this host between the two: its counts are taken as checked.
     pub fn charge_checked(
         &mut self,
         checked: Checked,
         host: Ipv4Addr,
         adds: [u32; N],
     ) -> Result<(), Refusal> {
-        if checked.removals != self.removals {
+        if checked.moves != self.moves {
             return self.charge(host, adds);
         }
-        // Nothing left since the check, and only a removal lowers a count or moves a host:
-        // the slot is still the host's (or the vacant one it takes) and its counts as checked.
+        // No host entered or left since the check: the slot is still the host's (or the
+        // vacant one it takes).
         self.add_at(checked.slot, u32::from(host), adds);
         Ok(())
     }
@@ -286,7 +290,7 @@ impl<const N: usize> HostCounts<N> {
         }
         if entry.is_vacant() {
             self.hosts -= 1;
-            self.removals += 1;
+            self.moves += 1;
             self.slots.remove(slot);
         }
     }
@@ -310,6 +314,7 @@ impl<const N: usize> HostCounts<N> {
             }
             entry.host = host;
             self.hosts += 1;
+            self.moves += 1;
         }
         for (counter, add) in adds.into_iter().enumerate() {
             let before = entry.counts[counter];
@@ -391,10 +396,14 @@ mod tests {
         /// Against a map: counts, limits and the at-limit gauge agree after any sequence of
         /// charges and credits over few hosts, in a table small enough to collide. Charges
         /// are made either at once or as a check and a `charge_checked`, as the conntrack
-        /// table does, with another host's credit (which may move hosts) between.
+        /// table does, with another host's credit (which may move hosts) or charge (which
+        /// may take the vacant slot the check found) between.
         #[test]
         fn agrees_with_a_map(
-            ops in proptest::collection::vec((0..12u32, any::<bool>(), prop::option::of(0..12u32)), 0..400),
+            ops in proptest::collection::vec(
+                (0..12u32, any::<bool>(), prop::option::of((0..12u32, any::<bool>()))),
+                0..400,
+            ),
         ) {
             let limit = 3;
             let mut hosts = HostCounts::new(8, [limit]);
@@ -408,13 +417,20 @@ mod tests {
                     }
                 }
             };
+            let charge = |hosts: &mut HostCounts<1>, model: &mut HashMap<u32, u32>, n: u32| {
+                if hosts.charge(host(n), [1]).is_ok() {
+                    *model.entry(n).or_default() += 1;
+                }
+            };
             for (n, add, between) in ops {
                 if add {
                     let charged = match between {
                         None => hosts.charge(host(n), [1]),
-                        Some(other) => hosts.check(host(n), [1]).and_then(|checked| {
-                            if other != n {
-                                credit(&mut hosts, &mut model, other);
+                        Some((other, charges)) => hosts.check(host(n), [1]).and_then(|checked| {
+                            match (other != n, charges) {
+                                (true, true) => charge(&mut hosts, &mut model, other),
+                                (true, false) => credit(&mut hosts, &mut model, other),
+                                (false, _) => {}
                             }
                             hosts.charge_checked(checked, host(n), [1])
                         }),
