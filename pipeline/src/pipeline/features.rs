@@ -64,6 +64,22 @@ impl FeaturePlan {
     }
 }
 
+/// The LAN host a packet policed on `link` (0 uplink, 1 downlink) is from or to, and its
+/// MAC: the sender's for uplink (kept before L2 was rewritten), the next hop's (the host
+/// itself) for downlink.
+fn lan_host(
+    link: usize,
+    (src, src_mac): (Ipv4Addr, EthernetAddress),
+    dst: Ipv4Addr,
+    pkt: &PacketBuf,
+) -> (Ipv4Addr, EthernetAddress) {
+    if link == 0 {
+        (src, src_mac)
+    } else {
+        (dst, EthernetFrame::new_unchecked(pkt.bytes()).dst_addr())
+    }
+}
+
 /// A packet's QoS classification fields, `host` and `mac` being the LAN host's.
 fn packet_info(ip: &Ipv4Packet<&[u8]>, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
     let (src_port, dst_port) = match ip.protocol() {
@@ -144,20 +160,18 @@ impl Pipeline {
         let dst = ip.dst_addr();
         let mut bits = 0;
         if let Some(policers) = &self.qos {
-            // The LAN host's MAC: the sender's for uplink (kept before L2 was rewritten), the
-            // next hop's (the host itself) for downlink.
-            let lan_host = match (from_outside, to_outside) {
-                (false, true) => Some((0, src, src_mac)),
-                (true, false) => Some((
-                    FeaturePlan::DOWNLINK,
-                    dst,
-                    EthernetFrame::new_unchecked(pkt.bytes()).dst_addr(),
-                )),
+            let link = match (from_outside, to_outside) {
+                (false, true) => Some(0),
+                (true, false) => Some(1),
                 _ => None,
             };
-            if let Some((link, host, mac)) = lan_host {
-                bits |= FeaturePlan::POLICE | link;
-                let policer = &policers[usize::from(link != 0)];
+            if let Some(link) = link {
+                bits |= FeaturePlan::POLICE;
+                if link == 1 {
+                    bits |= FeaturePlan::DOWNLINK;
+                }
+                let (host, mac) = lan_host(link, (src, src_mac), dst, pkt);
+                let policer = &policers[link];
                 if !policer.classifies_per_packet() {
                     bits |= FeaturePlan::CLASS_KNOWN;
                     if policer.classify(&packet_info(&ip, host, mac)) == Class::Priority {
@@ -217,11 +231,7 @@ impl Pipeline {
             let policer = &mut policers[link];
             let host = if link == 0 { src } else { dst };
             let class = plan.known_class().unwrap_or_else(|| {
-                let mac = if link == 0 {
-                    src_mac
-                } else {
-                    EthernetFrame::new_unchecked(pkt.bytes()).dst_addr()
-                };
+                let (host, mac) = lan_host(link, (src, src_mac), dst, pkt);
                 policer.classify(&packet_info(&ip, host, mac))
             });
             if policer.police(class, host, bytes, now_ns) == Decision::Drop {
