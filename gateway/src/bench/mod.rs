@@ -85,6 +85,10 @@ struct Row {
     syns: u64,
     /// Of `packets`, those the receiving worker handed to the flow's owner.
     handoffs: u64,
+    /// Packets waiting in the WAN RX rings when the run ended (summed over added runs):
+    /// where the packets in flight sit decides how long after its outbound packet a reply
+    /// comes, and so whether its flow is still in cache.
+    wan_backlog: u32,
 }
 
 impl Row {
@@ -99,6 +103,7 @@ impl Row {
             cycles: 0,
             syns: 0,
             handoffs: 0,
+            wan_backlog: 0,
         }
     }
 
@@ -107,6 +112,7 @@ impl Row {
         self.cycles += other.cycles;
         self.syns += other.syns;
         self.handoffs += other.handoffs;
+        self.wan_backlog += other.wan_backlog;
     }
 
     /// Packets of established flows per worker cycle.
@@ -137,6 +143,13 @@ impl SynFlood {
     /// Over all rounds: the flood's established packets per cycle over the baseline's.
     fn established_ratio(&self) -> f64 {
         self.flood.established_per_cycle() / self.baseline.established_per_cycle()
+    }
+
+    /// Packets waiting in the WAN rings at the end of one of `row`'s rounds, on average. The
+    /// two kinds of rounds compare only if they are alike: a round whose packets pile up in
+    /// the WAN ring answers each outbound packet thousands of packets later, from DRAM.
+    fn mean_wan_backlog(&self, row: &Row) -> f64 {
+        f64::from(row.wan_backlog) / self.round_ratios.len().max(1) as f64
     }
 
     /// The median of the per-pair ratios: what the verdict uses, since a burst of load from
@@ -402,7 +415,7 @@ fn handoff_cycles_per_packet(eal: &Eal, lab: &Lab) -> anyhow::Result<f64> {
 /// The SYN-flood fields of `--json`, beside the others.
 fn syn_flood_json(flood: &SynFlood) -> String {
     format!(
-        "\"syn_percent_of_packets\":{:.2},\"syn_flood_syns\":{},\"syn_flood_refused_syns\":{},\"syn_flood_half_open\":{},\"syn_flood_half_open_limit\":{},\"syn_flood_established_ratio\":{:.3},\"syn_flood_refused_established\":{},\"syn_flood_round_pairs\":{},\"syn_flood_established_ratio_median\":{:.3}",
+        "\"syn_percent_of_packets\":{:.2},\"syn_flood_syns\":{},\"syn_flood_refused_syns\":{},\"syn_flood_half_open\":{},\"syn_flood_half_open_limit\":{},\"syn_flood_established_ratio\":{:.3},\"syn_flood_refused_established\":{},\"syn_flood_round_pairs\":{},\"syn_flood_established_ratio_median\":{:.3},\"syn_flood_baseline_wan_backlog\":{:.0},\"syn_flood_wan_backlog\":{:.0}",
         100.0 * flood.flood.syns as f64 / flood.flood.packets.max(1) as f64,
         flood.flood.syns,
         flood.refused_syns,
@@ -412,12 +425,14 @@ fn syn_flood_json(flood: &SynFlood) -> String {
         flood.refused_established,
         flood.round_ratios.len(),
         flood.median_round_ratio(),
+        flood.mean_wan_backlog(&flood.baseline),
+        flood.mean_wan_backlog(&flood.flood),
     )
 }
 
 fn syn_flood_summary(flood: &SynFlood) -> String {
     format!(
-        "SYN flood at a port forward: {} spoofed SYNs ({:.1}% of packets), {} of them refused, {} of {} half-open at the end; established flows kept {:.1}% of their packet rate per cycle (median of {} pairs of rounds; {:.1}% over all), {} of their packets refused",
+        "SYN flood at a port forward: {} spoofed SYNs ({:.1}% of packets), {} of them refused, {} of {} half-open at the end; established flows kept {:.1}% of their packet rate per cycle (median of {} pairs of rounds; {:.1}% over all), {} of their packets refused; packets waiting in the WAN ring at a round's end: {:.0} without the flood, {:.0} with it",
         flood.flood.syns,
         100.0 * flood.flood.syns as f64 / flood.flood.packets.max(1) as f64,
         flood.refused_syns,
@@ -427,6 +442,8 @@ fn syn_flood_summary(flood: &SynFlood) -> String {
         flood.round_ratios.len(),
         100.0 * flood.established_ratio(),
         flood.refused_established,
+        flood.mean_wan_backlog(&flood.baseline),
+        flood.mean_wan_backlog(&flood.flood),
     )
 }
 
