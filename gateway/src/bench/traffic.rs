@@ -16,6 +16,8 @@ use crate::pipeline_config::{content_policy, qos_config};
 pub(super) const HOSTS: u32 = 1000;
 pub(super) const FRAME_LEN: usize = 60; // 64 bytes on the wire with the FCS
 
+/// The step [`Traffic::next_outbound`] visits flows by: a prime above any flow count.
+const FLOW_STEP: u64 = 2_654_435_761;
 const LAN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const WAN_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
 pub(super) const UPSTREAM: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
@@ -217,8 +219,13 @@ impl Traffic {
             self.next_new = self.next_new.wrapping_add(1).max(self.flows);
             return self.outbound(room, self.next_new);
         }
-        // A multiplicative step scatters consecutive packets over the table.
-        let flow = (counter.wrapping_mul(2_654_435_761)) % self.flows;
+        // A multiplicative step modulo the flow count scatters consecutive packets over the
+        // table, and (the step being a prime no flow count reaches, so coprime to it) visits
+        // every flow once in each run of `flows` packets, as `Lab::warm_up` needs. The step
+        // taken modulo 2^32 instead, as before 2026-12-02, drew flows as if at random: a
+        // warm-up of one visit a flow left about a third of them (1/e) unvisited, and the
+        // rows after it paid their first visits on the full path.
+        let flow = (u64::from(counter % self.flows) * FLOW_STEP % u64::from(self.flows)) as u32;
         self.outbound(room, flow)
     }
 
