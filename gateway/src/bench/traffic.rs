@@ -353,7 +353,7 @@ fn mix32(mut x: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     use super::*;
 
@@ -403,6 +403,31 @@ mod tests {
         }
         // Some remotes are in their /19's prefix, others take the default route.
         assert!(by_own_route > 100, "{by_own_route}");
+    }
+
+    /// The warm-up sends each flow one packet each way and relies on that reaching every
+    /// flow: `flows` consecutive outbound packets must visit each flow exactly once.
+    #[test]
+    fn consecutive_outbound_packets_visit_every_flow_once() {
+        for flows in [1, 7, 1_000, 65_536, 1_000_000] {
+            let mut traffic = Traffic::new(
+                EthernetAddress([2, 0, 0, 0, 0, 1]),
+                EthernetAddress([2, 0, 0, 0, 0, 2]),
+                flows,
+            );
+            // Each flow has a remote address of its own (the test above).
+            let flow_of: HashMap<Ipv4Addr, u32> = (0..flows).map(|f| (remote(f), f)).collect();
+            let mut frame = [0u8; 2048];
+            let mut seen = vec![false; flows as usize];
+            for _ in 0..flows {
+                let len = traffic.next_outbound(&mut frame, 0);
+                assert_eq!(len, FRAME_LEN);
+                let remote = Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]);
+                let flow = flow_of[&remote];
+                assert!(!seen[flow as usize], "flow {flow} of {flows} visited twice");
+                seen[flow as usize] = true;
+            }
+        }
     }
 
     #[test]
