@@ -312,7 +312,7 @@ struct Conversation {
     /// The client's tuple as it left the gateway, the port it left by, and the removal epoch
     /// it was seen in: valid while no flow has been removed since.
     outside: Option<(Tuple, u16, u64)>,
-    /// The worker that sent the client's packet out, for FUZZ_STRICT's symmetry check.
+    /// The worker that sent the client's packet out, for the symmetry check.
     owner: u16,
     /// The last datagram (IP header on) each side received through the gateway in the
     /// current epoch, for ICMP errors about it: [to the server side, to the client side].

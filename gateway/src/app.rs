@@ -17,7 +17,8 @@ use pipeline::{NeighborView, Pipeline, WorkerCounters};
 
 use crate::bonds::BondWatch;
 use crate::config::{
-    device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode, LacpRate,
+    device_name, is_pci_address, parse_hex, read_config_file, BondConfig, GatewayConfig,
+    HugepageMode, LacpRate,
 };
 use crate::config_history::{ConfigHistory, FileText};
 use crate::control::ControlPlane;
@@ -126,7 +127,10 @@ const FAIL_START_ON_PURPOSE_VAR: &str = "GATEWAY_TEST_FAIL_START";
 /// Runs until SIGINT or SIGTERM, or until a worker dies (an error, so that the process exits
 /// non-zero and the service manager restarts it).
 pub fn run(config_path: &Path) -> anyhow::Result<()> {
-    let config = GatewayConfig::load(config_path)?;
+    // Read once: `gateway ctl show config`'s digest is of the very text that loaded.
+    let text = read_config_file(config_path)?;
+    let config = GatewayConfig::from_text(config_path, &text)?;
+    let running_file = FileText::new(&text);
     // Read before anything starts: a bad file stops the start as check-config reports it.
     let web_config = crate::web_config::for_metrics(&config.metrics)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -161,7 +165,8 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         .and_then(|eal| {
             tracing::info!(dpdk = %dpdk::version(), "EAL up");
             let channels = (events, control_events);
-            let result = serve(config_path, &config, web_config, &eal, stop, channels);
+            let loaded = (config_path, &config, running_file);
+            let result = serve(loaded, web_config, &eal, stop, channels);
             drop(eal);
             result
         });
@@ -218,15 +223,17 @@ struct Gateway<'a> {
     workers: u16,
 }
 
+/// The config file as start-up read it: its path, the config it holds, and its text's digest.
+type LoadedFile<'a> = (&'a Path, &'a GatewayConfig, FileText);
+
 fn serve(
-    config_path: &Path,
-    config: &GatewayConfig,
+    loaded: LoadedFile<'_>,
     web_config: crate::web_config::WebConfig,
     eal: &Eal,
     stop: Arc<AtomicBool>,
     (events, control_events): (Sender<ControlEvent>, Receiver<ControlEvent>),
 ) -> anyhow::Result<()> {
-    let mut gateway = Gateway::start(config_path, config, web_config, eal, stop, &events)?;
+    let mut gateway = Gateway::start(loaded, web_config, eal, stop, &events)?;
     let worker_died = gateway.run(&control_events);
     gateway.teardown(worker_died)
 }
@@ -236,8 +243,7 @@ impl<'a> Gateway<'a> {
     /// plane, the netlink, metrics and config-load threads. On an error the workers started
     /// so far stop before the ports and the pool go.
     fn start(
-        config_path: &'a Path,
-        config: &'a GatewayConfig,
+        (config_path, config, running_file): LoadedFile<'a>,
         web_config: crate::web_config::WebConfig,
         eal: &Eal,
         stop: Arc<AtomicBool>,
@@ -482,8 +488,6 @@ impl<'a> Gateway<'a> {
 
         let control_counters = Arc::new(WorkerCounters::default());
         let reload_status = Arc::new(ReloadStatus::new());
-        // Read again for its digest: GatewayConfig::load parsed it a moment ago.
-        let running_file = FileText::read(config_path);
         let config_history = ConfigHistory::start(config_path, &running_file);
         let neighbor_config = NeighborConfig {
             capacity: config.neighbors.capacity,

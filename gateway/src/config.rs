@@ -932,7 +932,7 @@ fn no_host_bits(field: String, prefix: &Ipv4Cidr) -> Result<(), ConfigError> {
 /// reads a quoted key such as `"a[-9]"` or `"a[33333333333332]"` as a path with an array
 /// subscript and panics or aborts on the allocation (config 0.14; found by fuzzing), which
 /// would take a running gateway down on reload. No field of the schema needs another key.
-fn check_keys(path: &Path) -> Result<(), ConfigError> {
+fn check_keys(text: &str) -> Result<(), ConfigError> {
     fn walk(value: &toml::Value, at: &str) -> Result<(), ConfigError> {
         match value {
             toml::Value::Table(table) => {
@@ -963,10 +963,7 @@ fn check_keys(path: &Path) -> Result<(), ConfigError> {
             _ => Ok(()),
         }
     }
-    // Unreadable or not TOML: the config crate's own error says it, with the line.
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(());
-    };
+    // Not TOML: the config crate's own error says it, with the line.
     match text.parse::<toml::Table>() {
         Ok(table) => walk(&toml::Value::Table(table), ""),
         Err(_) => Ok(()),
@@ -985,16 +982,32 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The config file's text, for [`GatewayConfig::from_text`]; the error names the file.
+pub fn read_config_file(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|err| ConfigError::Load {
+        path: path.display().to_string(),
+        source: config::ConfigError::Foreign(Box::new(err)),
+    })
+}
+
 impl GatewayConfig {
     /// Reads, applies `GATEWAY__*` environment overrides, and validates.
     pub fn load(path: &Path) -> Result<GatewayConfig, ConfigError> {
+        Self::from_text(path, &read_config_file(path)?)
+    }
+
+    /// As [`load`](Self::load), from the text of the file at `path`, read once by the caller:
+    /// whoever keeps the text's digest (start-up and reload, for `gateway ctl show config`)
+    /// then describes exactly what was loaded, even if the file changes meanwhile. `path`
+    /// names the file in errors.
+    pub fn from_text(path: &Path, text: &str) -> Result<GatewayConfig, ConfigError> {
         let load_error = |source| ConfigError::Load {
             path: path.display().to_string(),
             source,
         };
-        check_keys(path)?;
+        check_keys(text)?;
         let source = config::Config::builder()
-            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix("GATEWAY")
                     .prefix_separator("__")
@@ -1574,6 +1587,25 @@ mod tests {
         let result = GatewayConfig::load(&file);
         std::fs::remove_file(&file).ok();
         result
+    }
+
+    /// Start-up and reload read the file once and load from that text, so the digest they
+    /// keep of it is of what loaded; `path` only names the file in errors.
+    #[test]
+    fn from_text_loads_the_text_given_and_names_the_path_in_errors() {
+        let path = Path::new("/nonexistent/gateway.toml");
+        let config = GatewayConfig::from_text(path, LAB).unwrap();
+        assert_eq!(config.interfaces[1].name, "wan");
+        let bad = GatewayConfig::from_text(path, "[workers\nlcores = [1]")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.starts_with("/nonexistent/gateway.toml: "), "{bad}");
+        let unreadable = read_config_file(path).unwrap_err().to_string();
+        assert!(
+            unreadable.starts_with("/nonexistent/gateway.toml: "),
+            "{unreadable}"
+        );
+        assert!(unreadable.contains("No such file"), "{unreadable}");
     }
 
     #[test]

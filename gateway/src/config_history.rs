@@ -31,11 +31,6 @@ impl FileText {
         }
     }
 
-    /// Reads the file; an unreadable one has an empty digest and no tree.
-    pub fn read(path: &std::path::Path) -> Self {
-        std::fs::read_to_string(path).map_or_else(|_| FileText::default(), |text| Self::new(&text))
-    }
-
     /// The leaf settings that differ from `before`, tables' keys in sorted order.
     pub fn changed_since(&self, before: &FileText) -> Vec<String> {
         let mut changed = Vec::new();

@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use notify::{RecursiveMode, Watcher};
 use pipeline::RouterConfig;
 
-use crate::config::GatewayConfig;
+use crate::config::{read_config_file, GatewayConfig};
 use crate::config_history::FileText;
 use crate::netlink::KernelView;
 use crate::pipeline_config::router_config_with_kernel;
@@ -182,11 +182,13 @@ pub fn load_for_reload(
     macs: &[[u8; 6]],
     kernel: &KernelView,
 ) -> Loaded {
-    // Read for its digest and diff just before the load reads it: a write in between is
-    // followed by another reload, which the watcher triggers.
-    let file = FileText::read(path);
-    let new = match GatewayConfig::load(path) {
-        Ok(new) => new,
+    // Read once, for the load and for its digest and diff alike.
+    let new = read_config_file(path).and_then(|text| {
+        let config = GatewayConfig::from_text(path, &text)?;
+        Ok((config, FileText::new(&text)))
+    });
+    let (new, file) = match new {
+        Ok(loaded) => loaded,
         Err(err) => return Loaded::Refused(err.to_string()),
     };
     let restart = restart_required(running, &new);
