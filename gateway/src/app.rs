@@ -29,6 +29,7 @@ use crate::dpdk::{
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
+use crate::hugepages;
 use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
 use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
 use crate::netlink::{Followed, KernelView};
@@ -42,40 +43,29 @@ use crate::worker::Worker;
 
 /// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs.
 pub fn hugepages_available(memory_mb: u32) -> bool {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        meminfo
-            .lines()
-            .find(|line| line.starts_with(name))
-            .and_then(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let free_kib = field("HugePages_Free:") * field("Hugepagesize:");
-    let mounted = std::fs::read_to_string("/proc/mounts")
-        .map(|mounts| {
-            mounts
-                .lines()
-                .any(|line| line.split_whitespace().nth(2) == Some("hugetlbfs"))
-        })
-        .unwrap_or(false);
-    mounted && free_kib > 0 && free_kib >= u64::from(memory_mb) * 1024
+    hugepages::shortfall(memory_mb, &[]).is_none()
 }
 
 pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
-    let memory_mb = config.eal.total_memory_mb();
+    let shortfall =
+        || hugepages::shortfall(config.eal.total_memory_mb(), &config.eal.socket_memory_mb);
     let no_huge = match config.eal.hugepages {
         HugepageMode::Off => true,
-        HugepageMode::Required if !hugepages_available(memory_mb) => {
-            bail!("eal.hugepages = \"required\" but no free hugepages are mounted (see `make hugepages`)")
-        }
-        HugepageMode::Required => false,
-        HugepageMode::Auto if !hugepages_available(memory_mb) => {
-            eprintln!(
-                "notice: no hugepages available; running with --no-huge (slower, fine for labs)"
-            );
-            true
-        }
-        HugepageMode::Auto => false,
+        HugepageMode::Required => match shortfall() {
+            Some(why) => bail!(
+                "eal.hugepages = \"required\" but the hugepages fall short: {why} (see `make hugepages`)"
+            ),
+            None => false,
+        },
+        HugepageMode::Auto => match shortfall() {
+            Some(why) => {
+                eprintln!(
+                    "notice: hugepages fall short ({why}); running with --no-huge (slower, fine for labs)"
+                );
+                true
+            }
+            None => false,
+        },
     };
     Ok(eal_args_with(config, no_huge))
 }

@@ -13,6 +13,7 @@ pub mod dpdk;
 pub mod egress;
 pub mod handoff;
 pub mod healthcheck;
+pub mod hugepages;
 pub mod liveness;
 pub mod metrics;
 pub mod nat_log;
