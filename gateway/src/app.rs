@@ -17,8 +17,7 @@ use pipeline::{NeighborView, Pipeline, WorkerCounters};
 
 use crate::bonds::BondWatch;
 use crate::config::{
-    device_name, is_pci_address, parse_hex, read_config_file, BondConfig, GatewayConfig,
-    HugepageMode, LacpRate,
+    device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode, LacpRate,
 };
 use crate::config_history::{ConfigHistory, FileText};
 use crate::control::ControlPlane;
@@ -117,10 +116,7 @@ const FAIL_START_ON_PURPOSE_VAR: &str = "GATEWAY_TEST_FAIL_START";
 /// Runs until SIGINT or SIGTERM, or until a worker dies (an error, so that the process exits
 /// non-zero and the service manager restarts it).
 pub fn run(config_path: &Path) -> anyhow::Result<()> {
-    // Read once: `gateway ctl show config`'s digest is of the very text that loaded.
-    let text = read_config_file(config_path)?;
-    let config = GatewayConfig::from_text(config_path, &text)?;
-    let running_file = FileText::new(&text);
+    let (config, running_file) = reload::load_file(config_path)?;
     // Read before anything starts: a bad file stops the start as check-config reports it.
     let web_config = crate::web_config::for_metrics(&config.metrics)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -155,7 +151,11 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         .and_then(|eal| {
             tracing::info!(dpdk = %dpdk::version(), "EAL up");
             let channels = (events, control_events);
-            let loaded = (config_path, &config, running_file);
+            let loaded = LoadedFile {
+                path: config_path,
+                config: &config,
+                text: running_file,
+            };
             let result = serve(loaded, web_config, &eal, stop, channels);
             drop(eal);
             result
@@ -213,8 +213,13 @@ struct Gateway<'a> {
     workers: u16,
 }
 
-/// The config file as start-up read it: its path, the config it holds, and its text's digest.
-type LoadedFile<'a> = (&'a Path, &'a GatewayConfig, FileText);
+/// The config file as start-up read it.
+struct LoadedFile<'a> {
+    path: &'a Path,
+    config: &'a GatewayConfig,
+    /// The digest of the text `config` was loaded from.
+    text: FileText,
+}
 
 fn serve(
     loaded: LoadedFile<'_>,
@@ -233,7 +238,11 @@ impl<'a> Gateway<'a> {
     /// plane, the netlink, metrics and config-load threads. On an error the workers started
     /// so far stop before the ports and the pool go.
     fn start(
-        (config_path, config, running_file): LoadedFile<'a>,
+        LoadedFile {
+            path: config_path,
+            config,
+            text: running_file,
+        }: LoadedFile<'a>,
         web_config: crate::web_config::WebConfig,
         eal: &Eal,
         stop: Arc<AtomicBool>,

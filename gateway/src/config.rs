@@ -982,6 +982,31 @@ fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// A config file's text as a source of the `config` crate, named by the file's path: every
+/// value carries the path as its origin, so a type error says which file it is in, as it did
+/// when `config::File` read the file itself.
+#[derive(Clone, Debug)]
+struct NamedToml {
+    path: String,
+    text: String,
+}
+
+impl config::Source for NamedToml {
+    fn clone_into_box(&self) -> Box<dyn config::Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn collect(&self) -> Result<config::Map<String, config::Value>, config::ConfigError> {
+        use config::Format;
+        config::FileFormat::Toml
+            .parse(Some(&self.path), &self.text)
+            .map_err(|cause| config::ConfigError::FileParse {
+                uri: Some(self.path.clone()),
+                cause,
+            })
+    }
+}
+
 /// The config file's text, for [`GatewayConfig::from_text`]; the error names the file.
 pub fn read_config_file(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|err| ConfigError::Load {
@@ -1007,7 +1032,10 @@ impl GatewayConfig {
         };
         check_keys(text)?;
         let source = config::Config::builder()
-            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .add_source(NamedToml {
+                path: path.display().to_string(),
+                text: text.to_string(),
+            })
             .add_source(
                 config::Environment::with_prefix("GATEWAY")
                     .prefix_separator("__")
@@ -1600,6 +1628,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.starts_with("/nonexistent/gateway.toml: "), "{bad}");
+        // A value of the wrong type: the field, and the file it is in.
+        let mistyped = format!("{LAB}\n[icmp]\nerrors_per_sec = \"many\"\n");
+        let mistyped = GatewayConfig::from_text(path, &mistyped)
+            .unwrap_err()
+            .to_string();
+        assert!(mistyped.starts_with("icmp.errors_per_sec: "), "{mistyped}");
+        assert!(
+            mistyped.ends_with("in /nonexistent/gateway.toml"),
+            "{mistyped}"
+        );
         let unreadable = read_config_file(path).unwrap_err().to_string();
         assert!(
             unreadable.starts_with("/nonexistent/gateway.toml: "),

@@ -51,8 +51,8 @@ enum Command {
         /// Seconds per measured run.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
-        /// Percent of generated packets that are spoofed SYNs at a port forward in the
-        /// SYN-flood run.
+        /// Percent of the replies from the WAN replaced by spoofed SYNs at a port forward in
+        /// the SYN-flood run (replies are half the packets: 2 is 1% of all).
         #[arg(long, default_value_t = 2)]
         syn_percent: u32,
         /// Run only the flow setup and the SYN-flood runs.

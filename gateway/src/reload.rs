@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use notify::{RecursiveMode, Watcher};
 use pipeline::RouterConfig;
 
-use crate::config::{read_config_file, GatewayConfig};
+use crate::config::{read_config_file, ConfigError, GatewayConfig};
 use crate::config_history::FileText;
 use crate::netlink::KernelView;
 use crate::pipeline_config::router_config_with_kernel;
@@ -172,6 +172,13 @@ pub enum Loaded {
     Refused(String),
 }
 
+/// Reads the config file once, and loads and digests that one text: the digest (`gateway ctl
+/// show config`) is of what loaded, whatever is written to the file meanwhile.
+pub fn load_file(path: &Path) -> Result<(GatewayConfig, FileText), ConfigError> {
+    let text = read_config_file(path)?;
+    Ok((GatewayConfig::from_text(path, &text)?, FileText::new(&text)))
+}
+
 /// Reads, validates and compiles the file as a reload of `running`, read from `running_file`.
 /// `kernel` is what the twins' kernel side says (addresses from DHCP, routes): the reload
 /// compiles with it, as the control thread does when it changes.
@@ -182,12 +189,7 @@ pub fn load_for_reload(
     macs: &[[u8; 6]],
     kernel: &KernelView,
 ) -> Loaded {
-    // Read once, for the load and for its digest and diff alike.
-    let new = read_config_file(path).and_then(|text| {
-        let config = GatewayConfig::from_text(path, &text)?;
-        Ok((config, FileText::new(&text)))
-    });
-    let (new, file) = match new {
+    let (new, file) = match load_file(path) {
         Ok(loaded) => loaded,
         Err(err) => return Loaded::Refused(err.to_string()),
     };

@@ -423,7 +423,7 @@ impl Lab {
         Ok(())
     }
 
-    /// The established flows without and then with `syn_percent` of the generated packets
+    /// The established flows without and then with `syn_percent` of the replies from the WAN
     /// replaced by spoofed SYNs toward the port forward. Both runs keep the same number of
     /// packets in flight (counting those waiting in the rings): otherwise the refill, which
     /// counts only the generator's queues, lets the rings fill up differently in each, and
@@ -521,12 +521,8 @@ impl Lab {
                         for mut mbuf in batch.drain() {
                             // A SYN takes the place of a reply, not of an outbound packet:
                             // both enter by the WAN and leave by the LAN, so each ring keeps
-                            // the inflow it had without the flood. In place of an outbound
-                            // packet, every SYN moved one packet from the LAN ring to the
-                            // WAN ring for good, until the WAN ring held every packet in
-                            // flight and replies came thousands of packets after their
-                            // outbound packet instead of one burst after it: out of cache,
-                            // which cost established flows 10-15% that was not the flood's.
+                            // the inflow it had without the flood, and replies stay one
+                            // burst behind their outbound packets in both kinds of round.
                             if self.traffic.syn_due(syn_percent) {
                                 let len = self.traffic.spoofed_syn(mbuf.room_mut());
                                 if mbuf.set_len(len).is_ok() {
@@ -566,7 +562,9 @@ impl Lab {
         let cycles = self.poll_cycles - cycles_before;
         let handoffs = self.handoffs_sent() - handoffs_before;
         let wan_backlog = self.queues.iter().map(|rings| rings.wan_rx.len()).sum();
-        // SYNs generated but never injected were not sent.
+        // SYNs generated but never injected were not sent. (Those injected but still in the
+        // WAN ring are counted and not received: `wan_backlog`, printed, says how many
+        // packets that can be at most.)
         syns -= self
             .wan_in
             .iter()

@@ -16,7 +16,8 @@ use crate::pipeline_config::{content_policy, qos_config};
 pub(super) const HOSTS: u32 = 1000;
 pub(super) const FRAME_LEN: usize = 60; // 64 bytes on the wire with the FCS
 
-/// The step [`Traffic::next_outbound`] visits flows by: a prime above any flow count.
+/// The step [`Traffic::next_outbound`] visits flows by: a prime, so coprime to every flow
+/// count below it (the bench's tables hold at most 2^28).
 const FLOW_STEP: u64 = 2_654_435_761;
 const LAN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const WAN_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
@@ -181,6 +182,9 @@ pub(super) struct Traffic {
     pub wan_mac: EthernetAddress,
     flows: u32,
     next_new: u32,
+    /// Outbound packets generated: which of them open new flows.
+    next_packet: u32,
+    /// Established flows visited: which one is next.
     next_established: u32,
     syn_counter: u32,
     /// xorshift32 state for the spoofed sources.
@@ -194,6 +198,7 @@ impl Traffic {
             wan_mac,
             flows,
             next_new: flows,
+            next_packet: 0,
             next_established: 0,
             syn_counter: 0,
             syn_random: 0x9e37_79b9,
@@ -212,19 +217,19 @@ impl Traffic {
     /// The next outbound packet: an established flow, visited in a scattered order so the
     /// flow table is read the way real traffic reads it, or a new one.
     pub fn next_outbound(&mut self, room: &mut [u8], new_percent: u32) -> usize {
-        let counter = self.next_established;
-        self.next_established = self.next_established.wrapping_add(1);
-        if new_percent > 0 && counter % 100 < new_percent {
+        let packet = self.next_packet;
+        self.next_packet = self.next_packet.wrapping_add(1);
+        if new_percent > 0 && packet % 100 < new_percent {
             // New flows only ever send one packet: the table evicts them first when full.
             self.next_new = self.next_new.wrapping_add(1).max(self.flows);
             return self.outbound(room, self.next_new);
         }
         // A multiplicative step modulo the flow count scatters consecutive packets over the
-        // table, and (the step being a prime no flow count reaches, so coprime to it) visits
-        // every flow once in each run of `flows` packets, as `Lab::warm_up` needs. The step
-        // taken modulo 2^32 instead, as before 2026-12-02, drew flows as if at random: a
-        // warm-up of one visit a flow left about a third of them (1/e) unvisited, and the
-        // rows after it paid their first visits on the full path.
+        // table and, being coprime to it, visits every flow once in each run of `flows`
+        // established packets, as `Lab::warm_up` needs. (Its own counter: with the packet's,
+        // the flows that share a residue mod 100 with the new ones would never be visited.)
+        let counter = self.next_established;
+        self.next_established = self.next_established.wrapping_add(1);
         let flow = (u64::from(counter % self.flows) * FLOW_STEP % u64::from(self.flows)) as u32;
         self.outbound(room, flow)
     }
@@ -246,7 +251,7 @@ impl Traffic {
         FRAME_LEN
     }
 
-    /// Whether the next generated packet is a spoofed SYN: `syn_percent` of them, spread.
+    /// Whether the next reply is replaced by a spoofed SYN: `syn_percent` of them, spread.
     pub fn syn_due(&mut self, syn_percent: u32) -> bool {
         if syn_percent == 0 {
             return false;
