@@ -56,7 +56,11 @@ with_e2e_workers() {
 
 # start_gateway CONFIG: runs the gateway in the background and waits until it forwards.
 start_gateway() {
-    "$GATEWAY" run --config "$1" >"$WORK/gateway.log" 2>&1 &
+    # Emptied here, not by the background job's redirection: that runs in the child, which
+    # may open the file only after the first check below has read the previous gateway's
+    # "gateway running" from it.
+    : >"$WORK/gateway.log"
+    "$GATEWAY" run --config "$1" >>"$WORK/gateway.log" 2>&1 &
     GATEWAY_PID=$!
     for _ in $(seq 1 100); do
         grep -q "gateway running" "$WORK/gateway.log" && return 0
