@@ -40,11 +40,6 @@ use crate::snapshot::{Restore, SnapshotStatus};
 use crate::twins::Twins;
 use crate::worker::Worker;
 
-/// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs.
-pub fn hugepages_available(memory_mb: u32) -> bool {
-    hugepages::shortfall(memory_mb, &[]).is_none()
-}
-
 pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
     let shortfall =
         || hugepages::shortfall(config.eal.total_memory_mb(), &config.eal.socket_memory_mb);

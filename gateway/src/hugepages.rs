@@ -11,6 +11,12 @@ pub fn shortfall(memory_mb: u32, per_node_mb: &[u32]) -> Option<String> {
     shortfall_under(Path::new("/"), memory_mb, per_node_mb)
 }
 
+/// Whether this machine has `memory_mb` of free hugepages on a mounted hugetlbfs, from any
+/// node.
+pub fn available(memory_mb: u32) -> bool {
+    shortfall(memory_mb, &[]).is_none()
+}
+
 /// [`shortfall`] reading `proc` and `sys` under `root` (tests give a directory of their own).
 fn shortfall_under(root: &Path, memory_mb: u32, per_node_mb: &[u32]) -> Option<String> {
     let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap_or_default();

@@ -33,7 +33,6 @@ use pipeline::state::conntrack::BYTES_PER_FLOW;
 use pipeline::state::flow_data::FlowData;
 use pipeline::{DropReason, WorkerCounters};
 
-use crate::app::hugepages_available;
 use crate::ctl::worker_link::SLOTS_PER_LOOP;
 use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufBatch, Mempool, SocketId, BURST_SIZE};
 use crate::handoff::HandoffLinks;
@@ -186,7 +185,7 @@ fn syns_in(batch: &MbufBatch) -> u64 {
 
 pub fn run(options: &BenchOptions) -> anyhow::Result<()> {
     const MEMORY_MB: u32 = 256;
-    let no_huge = !hugepages_available(MEMORY_MB);
+    let no_huge = !crate::hugepages::available(MEMORY_MB);
     let eal = Eal::init(&EalArgs {
         lcores: vec![LcoreId(0)],
         no_huge,
