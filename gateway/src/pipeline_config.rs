@@ -70,6 +70,7 @@ pub fn worker_setup(
         meter,
         fast_path: true,
         nat_log,
+        qos_seed: None,
     }
 }
 

@@ -392,13 +392,15 @@ pub struct HostShares {
 }
 
 impl HostShares {
-    /// Room for `hosts` hosts: twice as many slots, a power of two. Allocates.
-    pub fn new(hosts: usize) -> Self {
+    /// Room for `hosts` hosts: twice as many slots, a power of two, hashed from `seed` (None:
+    /// a random one). Allocates.
+    pub fn new(hosts: usize, seed: Option<u64>) -> Self {
         let len = hosts.max(1).saturating_mul(2).next_power_of_two();
         HostShares {
             slots: vec![HostSlot::default(); len].into_boxed_slice(),
             mask: len - 1,
-            seed: RandomState::new().hash_one(u64::from_le_bytes(*b"qoshosts")),
+            seed: seed
+                .unwrap_or_else(|| RandomState::new().hash_one(u64::from_le_bytes(*b"qoshosts"))),
             sweep_cursor: 0,
         }
     }
@@ -473,7 +475,7 @@ impl Qos {
         Self::with_stats(
             config,
             Arc::new(QosStats::new(share_bps)),
-            HostShares::new(STANDALONE_HOSTS),
+            HostShares::new(STANDALONE_HOSTS, None),
         )
     }
 
@@ -508,6 +510,9 @@ impl Qos {
             last_assigned: share_bps,
             stats,
         };
+        // The table was cleared: the gauge must not show the old policer's hosts until a sweep
+        // or a newly active host sets it.
+        qos.stats.active_hosts.set(0);
         qos.set_share(share_bps);
         // Fixed from here on; see `set_share`. At least one packet deep even if built with
         // no share, so that priority traffic is not left to borrowing for good.

@@ -69,6 +69,11 @@ pub struct WorkerSetup {
     pub fast_path: bool,
     /// Where this worker's NAT pool tells its bindings made and freed (`[nat.log]`).
     pub nat_log: Option<Arc<NatLog>>,
+    /// Seeds the QoS fairness tables' hashing; None: a random seed, so that hosts cannot
+    /// choose addresses that collide. Where a host's slot lies decides when the idle sweep
+    /// uncounts it, so two pipelines meant to behave alike (the differential test's) need
+    /// the same seed.
+    pub qos_seed: Option<u64>,
 }
 
 impl Default for WorkerSetup {
@@ -84,6 +89,7 @@ impl Default for WorkerSetup {
             meter: None,
             fast_path: true,
             nat_log: None,
+            qos_seed: None,
         }
     }
 }
@@ -201,7 +207,7 @@ impl Pipeline {
             neighbor_epoch: FIRST_EPOCH,
             fast_path: setup.fast_path,
             qos: None,
-            idle_qos_hosts: [(); 2].map(|_| HostShares::new(setup.conntrack.hosts)),
+            idle_qos_hosts: [(); 2].map(|_| HostShares::new(setup.conntrack.hosts, setup.qos_seed)),
             qos_stats,
             router,
         };
