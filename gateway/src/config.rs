@@ -371,6 +371,13 @@ pub struct InterfaceConfig {
     /// strict elsewhere.
     #[serde(default)]
     pub source_validation: Option<SourceValidationConfig>,
+    /// TCP MSS clamping: SYNs and SYN-ACKs entering or leaving by this interface announce at
+    /// most this MSS. "auto": the interface's MTU less 40 bytes of IPv4 and TCP headers; or a
+    /// number of bytes (536 up to that). Omitted: SYNs keep theirs. For links whose MTU is
+    /// below the hosts' (PPPoE's 1492, tunnels), where path-MTU discovery fails behind
+    /// firewalls that drop ICMP.
+    #[serde(default)]
+    pub tcp_mss: Option<TcpMssConfig>,
     /// Whether the interface has a kernel twin (a tap device with its MAC and address, for
     /// Linux daemons); omitted: `kernel_twins.inside_by_default` for interfaces that do not
     /// masquerade, no twin for those that do.
@@ -407,6 +414,67 @@ impl TryFrom<String> for SourceValidationConfig {
                 "source_validation: {text:?} is not strict, loose or off"
             )),
         }
+    }
+}
+
+/// An interface's `tcp_mss`: "auto" or a number of bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpMssConfig {
+    /// The interface's MTU less the 40 bytes of IPv4 and TCP headers.
+    Auto,
+    Bytes(u16),
+}
+
+/// The least MSS `tcp_mss` may set: every IPv4 host must take 576-byte datagrams (RFC 879).
+pub const MIN_TCP_MSS: u16 = 536;
+/// IPv4 and TCP headers without options: what an MSS leaves of the MTU.
+const TCP_IPV4_HEADERS: u16 = 40;
+
+impl TcpMssConfig {
+    /// The MSS SYNs through an interface of `mtu` are clamped to.
+    pub fn bytes(self, mtu: u16) -> u16 {
+        match self {
+            TcpMssConfig::Auto => mtu.saturating_sub(TCP_IPV4_HEADERS),
+            TcpMssConfig::Bytes(bytes) => bytes,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TcpMssConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = TcpMssConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"auto\" or a number of bytes")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, bytes: u64) -> Result<TcpMssConfig, E> {
+                u16::try_from(bytes)
+                    .map(TcpMssConfig::Bytes)
+                    .map_err(|_| E::custom(format!("tcp_mss: {bytes} is more than 65535")))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, bytes: i64) -> Result<TcpMssConfig, E> {
+                u64::try_from(bytes)
+                    .map_err(|_| E::custom(format!("tcp_mss: {bytes} is negative")))
+                    .and_then(|bytes| self.visit_u64(bytes))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<TcpMssConfig, E> {
+                match text {
+                    "auto" => Ok(TcpMssConfig::Auto),
+                    // Environment overrides arrive as text.
+                    _ => text.parse::<u16>().map(TcpMssConfig::Bytes).map_err(|_| {
+                        E::custom(format!(
+                            "tcp_mss: {text:?} is not \"auto\" or a number of bytes"
+                        ))
+                    }),
+                }
+            }
+        }
+        deserializer.deserialize_any(Visitor)
     }
 }
 
@@ -1191,6 +1259,18 @@ impl GatewayConfig {
                     ),
                 ));
             }
+            if let Some(TcpMssConfig::Bytes(bytes)) = iface.tcp_mss {
+                let most = TcpMssConfig::Auto.bytes(iface.mtu);
+                if !(MIN_TCP_MSS..=most).contains(&bytes) {
+                    return Err(invalid(
+                        field("tcp_mss"),
+                        format!(
+                            "{bytes} must be from {MIN_TCP_MSS} to the MTU ({}) less 40 bytes of headers ({most}), or \"auto\"",
+                            iface.mtu
+                        ),
+                    ));
+                }
+            }
         }
         for (i, route) in self.routes.iter().enumerate() {
             let dest = route.destination;
@@ -1807,6 +1887,31 @@ mod tests {
         let err = parse(&bad).unwrap_err().to_string();
         assert!(err.contains("source_validation"), "{err}");
         assert!(err.contains("strict"), "the error lists the choices: {err}");
+    }
+
+    #[test]
+    fn tcp_mss_is_auto_or_bytes_within_the_mtu() {
+        let with = |value: &str| {
+            LAB.replace(
+                "address = \"10.0.0.1/24\"",
+                &format!("address = \"10.0.0.1/24\"\nmtu = 1492\ntcp_mss = {value}"),
+            )
+        };
+        let config = parse(&with("\"auto\"")).unwrap();
+        assert_eq!(config.interfaces[1].tcp_mss, Some(TcpMssConfig::Auto));
+        assert_eq!(config.interfaces[1].tcp_mss.unwrap().bytes(1492), 1452);
+        assert_eq!(config.interfaces[0].tcp_mss, None);
+        let config = parse(&with("1400")).unwrap();
+        assert_eq!(
+            config.interfaces[1].tcp_mss,
+            Some(TcpMssConfig::Bytes(1400))
+        );
+        for bad in ["1453", "535", "-1", "70000", "\"big\""] {
+            let err = parse(&with(bad)).unwrap_err().to_string();
+            assert!(err.contains("tcp_mss"), "{bad}: {err}");
+        }
+        let err = parse(&with("1453")).unwrap_err().to_string();
+        assert!(err.starts_with("interfaces[1].tcp_mss:"), "{err}");
     }
 
     #[test]

@@ -316,6 +316,11 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
         "ICMP errors suppressed by the rate limit.",
         |c| c.icmp_errors_rate_limited.get(),
     ),
+    (
+        "worker_tcp_mss_clamped_total",
+        "TCP SYNs whose MSS option was lowered to an interface's tcp_mss.",
+        |c| c.mss_clamped.get(),
+    ),
     ("conntrack_flow_setups_total", "Flows created.", |c| {
         c.conntrack_setups.get()
     }),

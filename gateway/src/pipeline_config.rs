@@ -130,9 +130,15 @@ pub fn router_config_with_kernel(
             })
         })
         .collect();
+    let tcp_mss: Vec<Option<u16>> = config
+        .interfaces
+        .iter()
+        .map(|iface| iface.tcp_mss.map(|mss| mss.bytes(iface.mtu)))
+        .collect();
     let router = RouterConfig::with_kernel_routes(interfaces, &routes, &kernel.routes, icmp)
         .context("routes")?
-        .with_source_validation(&source_validation)?;
+        .with_source_validation(&source_validation)?
+        .with_tcp_mss(&tcp_mss)?;
     Ok(router
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))

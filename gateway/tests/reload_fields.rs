@@ -407,6 +407,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("state.directory", Restart, "\"/tmp/other\"", None),
     ("state.snapshot", Restart, "false", None),
     ("interfaces[].source_validation", Applied, "\"off\"", None),
+    ("interfaces[].tcp_mss", Applied, "1400", None),
     ("routes[].destination", Applied, "\"172.16.0.0/12\"", None),
     ("routes[].via", Applied, "\"10.0.0.3\"", None),
     ("icmp.errors_per_sec", Applied, "5", None),
@@ -579,6 +580,7 @@ rx_descriptors = 1024
 tx_descriptors = 1024
 rss_key = "6d5a"
 source_validation = "strict"
+tcp_mss = "auto"
 kernel_twin = true
 promiscuous = false
 [interfaces.bond]

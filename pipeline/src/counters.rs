@@ -67,6 +67,8 @@ pub struct WorkerCounters {
     pub handoffs_received: Counter,
     pub icmp_errors_sent: Counter,
     pub icmp_errors_rate_limited: Counter,
+    /// TCP SYNs whose MSS option was lowered to an interface's `tcp_mss`.
+    pub mss_clamped: Counter,
     pub busy_cycles: Counter,
     pub idle_cycles: Counter,
     pub conntrack_entries: Gauge,
@@ -112,6 +114,7 @@ impl Default for WorkerCounters {
             handoffs_received: Counter::default(),
             icmp_errors_sent: Counter::default(),
             icmp_errors_rate_limited: Counter::default(),
+            mss_clamped: Counter::default(),
             busy_cycles: Counter::default(),
             idle_cycles: Counter::default(),
             conntrack_entries: Gauge::default(),

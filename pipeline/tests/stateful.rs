@@ -534,6 +534,57 @@ fn handshake(gw: &mut Gateway, client: Endpoint, server: Endpoint, now: u64) -> 
 
 // --- 1. Masquerade -------------------------------------------------------------------------
 
+/// The MSS a forwarded TCP segment announces, its checksums checked; None without one.
+fn announced_mss(frame: &[u8]) -> Option<u16> {
+    let (_, header, segment) = parse_ipv4(frame);
+    let (tcp, _) = check_tcp(&header, segment);
+    tcp.options_iterator().find_map(|option| match option {
+        Ok(TcpOptionElement::MaximumSegmentSize(mss)) => Some(mss),
+        _ => None,
+    })
+}
+
+/// `tcp_mss` on the WAN (a PPPoE-sized link): the SYN leaving by it and the SYN-ACK entering
+/// by it both announce at most the clamp, with right checksums, and are counted; the rest of
+/// the connection, and SYNs between interfaces without a clamp, keep what they carry.
+#[test]
+fn syns_through_an_interface_with_tcp_mss_are_clamped_both_ways() {
+    let router = config(1492, Vec::new(), 0, false)
+        .with_tcp_mss(&[None, Some(1452)])
+        .unwrap();
+    let mut gw = Gateway::with(Arc::new(router), WorkerSetup::default());
+    let client = (HOST, 40000);
+    let server = (REMOTE, 443);
+    let public = (WAN_ADDR, 40000);
+    let syn = tcp(LAN, client, server, seg(SYN, C_ISN, 0), &[]);
+    assert_eq!(announced_mss(&syn), Some(1460));
+    let (verdict, out) = gw.process(&syn, LAN, SECOND);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(announced_mss(&out), Some(1452));
+    let syn_ack = tcp(WAN, server, public, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
+    let (verdict, back) = gw.process(&syn_ack, WAN, SECOND);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    assert_eq!(announced_mss(&back), Some(1452));
+    assert_eq!(gw.counters.mss_clamped.get(), 2);
+    let ack = tcp(LAN, client, server, seg(ACK, C_ISN + 1, S_ISN + 1), &[]);
+    gw.forward(&ack, LAN, SECOND, WAN, public, server);
+    let request = tcp(
+        LAN,
+        client,
+        server,
+        seg(PSH | ACK, C_ISN + 1, S_ISN + 1),
+        &data(100),
+    );
+    gw.forward(&request, LAN, SECOND, WAN, public, server);
+    assert_eq!(gw.counters.mss_clamped.get(), 2, "only SYNs");
+
+    // Without a clamp the SYN leaves as it came (but for NAT).
+    let mut plain = Gateway::new();
+    let out = plain.forward(&syn, LAN, SECOND, WAN, public, server);
+    assert_eq!(announced_mss(&out), Some(1460));
+    assert_eq!(plain.counters.mss_clamped.get(), 0);
+}
+
 #[test]
 fn masquerade_tcp_connection_from_handshake_to_close() {
     let mut gw = Gateway::new();

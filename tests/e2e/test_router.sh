@@ -7,7 +7,8 @@ source "$ROOT/scripts/lablib.sh"
 trap cleanup EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
-# No default route, so 198.51.100.0/24 is unrouted; a WAN MTU of 1400 exercises DF handling.
+# No default route, so 198.51.100.0/24 is unrouted; a WAN MTU of 1400 exercises DF handling;
+# the WAN's tcp_mss (below the MTU's 1360, so that it shows) clamps SYNs both ways.
 cat >"$WORK/router.toml" <<TOML
 [eal]
 hugepages = "auto"
@@ -23,6 +24,7 @@ name = "wan"
 device = "net_af_packet1,iface=gwl-wan"
 address = "10.0.0.1/24"
 mtu = 1400
+tcp_mss = 1200
 [icmp]
 echo_per_sec = 50
 echo_burst = 10
@@ -57,6 +59,34 @@ pass "TCP LAN -> WAN routed untranslated: 4 streams, $gbps Gbit/s"
 read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 192.168.10.2 -P 4 -t 2) || fail "iperf3 WAN -> LAN"
 pass "TCP WAN -> LAN routed: 4 streams, $gbps Gbit/s"
 assert_no_conntrack_invalid
+
+# MSS clamping: a connection through the WAN's tcp_mss = 1200 gets segments of at most 1200
+# bytes at both ends (each side's TCP_MAXSEG is the MSS the other announced, less the
+# timestamp option), where the MTUs alone would give the WAN host 1348 and the LAN host 1348.
+wan python3 -c '
+import socket
+server = socket.create_server(("10.0.0.2", 7777))
+server.settimeout(10)
+peer, _ = server.accept()
+print(peer.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG), flush=True)
+peer.recv(1)
+' >"$WORK/mss_server" 2>&1 &
+SERVER=$!
+sleep 0.5
+lan_mss=$(lan python3 -c '
+import socket, time
+client = socket.create_connection(("10.0.0.2", 7777), timeout=5)
+print(client.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+time.sleep(0.3)
+client.close()
+') || fail "TCP LAN -> WAN host for the MSS check"
+wait "$SERVER" || fail "the MSS check's server: $(cat "$WORK/mss_server")"
+wan_mss=$(cat "$WORK/mss_server")
+(( wan_mss <= 1200 && lan_mss <= 1200 )) \
+    || fail "MSS not clamped to the WAN's tcp_mss 1200: the WAN host sends $wan_mss, the LAN host $lan_mss"
+clamped=$(metric gateway_worker_tcp_mss_clamped_total)
+(( clamped >= 2 )) || fail "clamped SYNs not counted (gateway_worker_tcp_mss_clamped_total = $clamped)"
+pass "tcp_mss clamps both ends: the WAN host sends segments of $wan_mss, the LAN host $lan_mss; $clamped SYNs clamped"
 
 # A ping flood at the gateway is policed per worker, and ARP still gets through: the LAN host
 # forgets the gateway's MAC mid-flood and must resolve it again to reach the WAN host.

@@ -217,6 +217,11 @@ pub struct RouterConfig {
     pub source_validation: Vec<SourceValidation>,
     /// Whether a default route exists: loose validation then needs no route lookup.
     has_default_route: bool,
+    /// Per interface, the largest MSS a TCP SYN entering or leaving by it may announce (None:
+    /// SYNs keep theirs); see [`RouterConfig::mss_limit`].
+    tcp_mss: Vec<Option<u16>>,
+    /// Whether any interface clamps: with none, a SYN costs the clamp this one test.
+    clamps_mss: bool,
     /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
     pub punt: PuntConfig,
 }
@@ -334,6 +339,7 @@ impl RouterConfig {
         let routes = RouteTable::build(&routes).map_err(RouterError::Route)?;
         let stateful = Stateful::open(interfaces.len());
         let punt = PuntConfig::none(interfaces.len());
+        let interfaces_len = interfaces.len();
         Ok(RouterConfig {
             interfaces,
             routes,
@@ -343,6 +349,8 @@ impl RouterConfig {
             traffic_meter: false,
             source_validation,
             has_default_route: !default_ports.is_empty(),
+            tcp_mss: vec![None; interfaces_len],
+            clamps_mss: false,
             punt,
         })
     }
@@ -370,6 +378,32 @@ impl RouterConfig {
             }
         }
         Ok(self)
+    }
+
+    /// Clamps the MSS of TCP SYNs (and SYN-ACKs) through the interfaces given `Some` to that
+    /// many bytes: on a link whose MTU is below the hosts' (PPPoE's 1492, a tunnel), where
+    /// path-MTU discovery fails behind firewalls that drop ICMP.
+    pub fn with_tcp_mss(mut self, mss: &[Option<u16>]) -> Result<RouterConfig, RouterError> {
+        if mss.len() != self.interfaces.len() {
+            return Err(RouterError::StatefulMismatch);
+        }
+        self.tcp_mss = mss.to_vec();
+        self.clamps_mss = mss.iter().any(Option::is_some);
+        Ok(self)
+    }
+
+    /// The largest MSS a SYN from `ingress` to `egress` may announce: the lower of the two
+    /// interfaces' clamps, as the SYN crosses both.
+    #[inline]
+    pub fn mss_limit(&self, ingress: u16, egress: u16) -> Option<u16> {
+        if !self.clamps_mss {
+            return None;
+        }
+        let clamp = |port: u16| self.tcp_mss.get(usize::from(port)).copied().flatten();
+        match (clamp(ingress), clamp(egress)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether a packet from `src` may come in on `port` (RFC 3704; see [`SourceValidation`]).

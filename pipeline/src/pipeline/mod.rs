@@ -41,7 +41,7 @@ use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
-use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
+use crate::wire::{ethernet, icmp, ipv4, tcp, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
 
 /// RFC 1812 4.3.2.3: an ICMP error carries as much of the original as fits in 576 bytes.
 const ICMP_ERROR_MAX_LEN: usize = 576;
@@ -647,6 +647,9 @@ impl Pipeline {
         let mut ip = Ipv4Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..]);
         ip.decrement_ttl();
         let port = next_hop.port;
+        if let Some(limit) = self.router.mss_limit(ingress, port) {
+            self.clamp_mss(pkt, limit);
+        }
         let next_hop = next_hop.resolve(dst);
         let verdict = match self.resolve_l2(pkt, port, next_hop) {
             None if too_big => Verdict::Fragment { port },
@@ -654,6 +657,23 @@ impl Pipeline {
             Some(unresolved) => unresolved,
         };
         Ok((verdict, next_hop))
+    }
+
+    /// Lowers a TCP SYN's MSS option to `limit` (any SYN: the fast path never sees one). Not
+    /// for non-initial fragments, which hold no TCP header; a first fragment's checksum covers
+    /// the whole datagram, which the incremental update keeps right.
+    fn clamp_mss(&mut self, pkt: &mut PacketBuf, limit: u16) {
+        let mut ip = Ipv4Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..]);
+        if ip.protocol() != ipv4::protocol::TCP || ip.frag_offset() != 0 {
+            return;
+        }
+        let segment = ip.payload_mut();
+        let is_syn = segment
+            .get(tcp::field::FLAGS)
+            .is_some_and(|flags| flags & tcp::flags::SYN != 0);
+        if is_syn && tcp::clamp_mss(segment, limit).is_some() {
+            self.counters.mss_clamped.inc();
+        }
     }
 
     /// An ICMP error about a packet NAT rewrote must go to its sender and quote what that

@@ -17,7 +17,7 @@ pub mod flags {
     pub const URG: u8 = 0x20;
 }
 
-mod field {
+pub mod field {
     use core::ops::Range;
 
     pub const SRC_PORT: Range<usize> = 0..2;
@@ -201,6 +201,74 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
+/// TCP option kinds (RFC 9293 3.2).
+pub mod option {
+    pub const END: u8 = 0;
+    pub const NOP: u8 = 1;
+    pub const MSS: u8 = 2;
+    pub const MSS_LEN: usize = 4;
+}
+
+/// Lowers the MSS option of `segment` (a whole TCP segment, the IPv4 payload) to `limit` if it
+/// announces more, updating the checksum by RFC 1624 so that a segment's checksum stays as
+/// right or as wrong as it was. Returns the MSS it replaced. A segment without an MSS option,
+/// or whose options are malformed (a length under 2 or past the header, an MSS option not 4
+/// bytes long), is left alone: the endpoint judges those, as Linux's TCPMSS target leaves
+/// them.
+pub fn clamp_mss(segment: &mut [u8], limit: u16) -> Option<u16> {
+    let header_len = usize::from(*segment.get(field::DATA_OFFSET)? >> 4) * 4;
+    if header_len < HEADER_LEN || header_len > segment.len() {
+        return None;
+    }
+    let mut at = HEADER_LEN;
+    while at < header_len {
+        let kind = segment[at];
+        match kind {
+            option::END => return None,
+            option::NOP => at += 1,
+            _ => {
+                let len = usize::from(*segment.get(at + 1).filter(|_| at + 1 < header_len)?);
+                if len < 2 || at + len > header_len {
+                    return None;
+                }
+                if kind == option::MSS {
+                    if len != option::MSS_LEN {
+                        return None;
+                    }
+                    let value = at + 2;
+                    let mss = u16::from_be_bytes([segment[value], segment[value + 1]]);
+                    if mss <= limit {
+                        return None;
+                    }
+                    replace_updating_checksum(segment, value, limit.to_be_bytes());
+                    return Some(mss);
+                }
+                at += len;
+            }
+        }
+    }
+    None
+}
+
+/// Writes `bytes` at `at` and updates the TCP checksum for each 16-bit word of the segment
+/// they touch (the option may start at an odd offset, after a single NOP).
+fn replace_updating_checksum(segment: &mut [u8], at: usize, bytes: [u8; 2]) {
+    let word = |segment: &[u8], start: usize| {
+        let byte = |i: usize| segment.get(i).copied().unwrap_or(0);
+        u16::from_be_bytes([byte(start), byte(start + 1)])
+    };
+    let first_word = at & !1;
+    let last_word = (at + 1) & !1;
+    let old = [word(segment, first_word), word(segment, last_word)];
+    segment[at..at + 2].copy_from_slice(&bytes);
+    let mut sum = read_u16(segment, field::CHECKSUM);
+    sum = checksum::update16(sum, old[0], word(segment, first_word));
+    if last_word != first_word {
+        sum = checksum::update16(sum, old[1], word(segment, last_word));
+    }
+    write_u16(segment, field::CHECKSUM, sum);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,10 +443,112 @@ mod tests {
         assert!(packet.verify_checksum(SRC, DST));
     }
 
+    /// `SYN` with a valid checksum and its options replaced by `options` (a multiple of 4).
+    fn syn_with_options(options: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut segment = SYN[..HEADER_LEN].to_vec();
+        segment.extend_from_slice(options);
+        segment.extend_from_slice(payload);
+        let mut packet = Packet::new_unchecked(&mut segment[..]);
+        packet.set_header_len((HEADER_LEN + options.len()) as u8);
+        packet.fill_checksum(SRC, DST);
+        segment
+    }
+
+    fn mss_of(segment: &[u8]) -> Option<u16> {
+        let (header, _) = TcpHeader::from_slice(segment).ok()?;
+        header.options_iterator().find_map(|option| match option {
+            Ok(etherparse::TcpOptionElement::MaximumSegmentSize(mss)) => Some(mss),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn mss_above_the_limit_is_lowered_and_the_checksum_stays_right() {
+        let mut segment = SYN.to_vec();
+        assert_eq!(clamp_mss(&mut segment, 1452), Some(1460));
+        assert_eq!(mss_of(&segment), Some(1452));
+        assert!(Packet::new_checked(&segment[..])
+            .unwrap()
+            .verify_checksum(SRC, DST));
+        // Everything else as it was.
+        assert_eq!(segment[..16], SYN[..16]);
+        assert_eq!(segment[24..], SYN[24..]);
+        // At or below the limit: untouched.
+        let before = segment.clone();
+        assert_eq!(clamp_mss(&mut segment, 1452), None);
+        assert_eq!(clamp_mss(&mut segment, 1500), None);
+        assert_eq!(segment, before);
+    }
+
+    #[test]
+    fn mss_at_an_odd_offset_and_with_an_odd_length_payload() {
+        // NOP, MSS 8960, NOP NOP NOP: the MSS value straddles two checksum words.
+        let options = [1, 2, 4, 0x23, 0x00, 1, 1, 1];
+        for payload in [&b""[..], b"x", b"hello"] {
+            let mut segment = syn_with_options(&options, payload);
+            assert_eq!(clamp_mss(&mut segment, 1400), Some(8960));
+            assert_eq!(mss_of(&segment), Some(1400));
+            assert!(Packet::new_checked(&segment[..])
+                .unwrap()
+                .verify_checksum(SRC, DST));
+        }
+    }
+
+    #[test]
+    fn malformed_or_missing_options_are_left_alone() {
+        for options in [
+            &[1, 1, 1, 1][..],             // no MSS
+            &[0, 2, 4, 5, 0xb4, 0, 0, 0],  // end of list before it
+            &[2, 3, 5, 0],                 // MSS of the wrong length
+            &[8, 0, 2, 4, 5, 0xb4, 0, 0],  // an option of length 0
+            &[8, 12, 2, 4, 5, 0xb4, 0, 0], // an option running past the header
+            &[1, 1, 1, 2],                 // a kind with no length byte left
+        ] {
+            let mut segment = syn_with_options(options, b"");
+            let before = segment.clone();
+            assert_eq!(clamp_mss(&mut segment, 536), None, "{options:?}");
+            assert_eq!(segment, before);
+        }
+        // A data offset past the segment, or under 5 words.
+        let mut short = SYN[..30].to_vec();
+        assert_eq!(clamp_mss(&mut short, 536), None);
+        let mut tiny = SYN.to_vec();
+        tiny[field::DATA_OFFSET] = 0x40;
+        assert_eq!(clamp_mss(&mut tiny, 536), None);
+        assert_eq!(clamp_mss(&mut [], 536), None);
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..128)) {
             call_everything(bytes);
+        }
+
+        /// Whatever the bytes, clamping never panics, changes at most the MSS value and the
+        /// checksum, and a checksum that was right stays right.
+        #[test]
+        fn clamping_keeps_the_checksum(
+            mut bytes in prop::collection::vec(any::<u8>(), 0..80),
+            limit in any::<u16>(),
+            fix_checksum in any::<bool>(),
+        ) {
+            if fix_checksum && Packet::new_checked(&bytes[..]).is_ok() {
+                Packet::new_checked(&mut bytes[..]).unwrap().fill_checksum(SRC, DST);
+            }
+            let was_right = Packet::new_checked(&bytes[..]).is_ok_and(|p| p.verify_checksum(SRC, DST));
+            let before = bytes.clone();
+            let clamped = clamp_mss(&mut bytes, limit);
+            let changed: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] != before[i]).collect();
+            match clamped {
+                None => prop_assert!(changed.is_empty()),
+                Some(old) => {
+                    prop_assert!(old > limit);
+                    prop_assert!(changed.iter().all(|&i| i >= HEADER_LEN || field::CHECKSUM.contains(&i)));
+                }
+            }
+            if was_right {
+                prop_assert!(Packet::new_checked(&bytes[..]).unwrap().verify_checksum(SRC, DST));
+            }
         }
     }
 }
