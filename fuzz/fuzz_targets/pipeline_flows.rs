@@ -279,6 +279,14 @@ fn config(variant: usize) -> RouterConfig {
             content,
         })
         .expect("the fuzz stateful config fits")
+        // MSS clamping on the DMZ always and on the WAN in half the variants: SYNs between
+        // them get the lower clamp.
+        .with_tcp_mss(&[
+            None,
+            (variant % 2 == 1).then_some(wan_mtu.saturating_sub(40)),
+            Some(1200),
+        ])
+        .expect("one clamp an interface")
         .with_qos(qos)
 }
 
