@@ -431,6 +431,7 @@ impl Lab {
     pub fn syn_flood(&mut self, duration: Duration, syn_percent: u32) -> anyhow::Result<SynFlood> {
         let in_flight = (IN_FLIGHT + IN_FLIGHT / 2) as u32;
         self.warm_up(in_flight)?;
+        self.fill_half_open(in_flight)?;
         let forwarded_before = self.forwarded_syns;
         let drops_before = self.dropped_total();
         let by_reason_before: Vec<u64> = DropReason::ALL
@@ -490,6 +491,25 @@ impl Lab {
             half_open_limit,
             round_ratios,
         })
+    }
+
+    /// Spoofed SYNs in place of every reply until the half-open table is full: the state of a
+    /// flood that has been going on for a while, in which every further SYN first evicts the
+    /// oldest half-open flow. At most a few seconds; the bench goes on either way and prints
+    /// the half-open count it reached.
+    fn fill_half_open(&mut self, in_flight: u32) -> anyhow::Result<()> {
+        let limit: usize = self
+            .workers()
+            .iter()
+            .map(|worker| worker.pipeline().flow_half_open_limit())
+            .sum();
+        for _ in 0..200 {
+            if self.half_open() >= limit as u64 {
+                break;
+            }
+            self.steady_with_syns("half-open fill", SYN_FLOOD_ROUND, 0, 100, in_flight)?;
+        }
+        Ok(())
     }
 
     pub fn steady_with_syns(

@@ -59,6 +59,20 @@ pub fn frame_key(frame: &[u8]) -> Option<FlowKey> {
     FlowKey::from_ipv4(&ip).ok()
 }
 
+/// Whether an IPv4 frame holding TCP (its key says so) is a bare SYN: SYN set, ACK, FIN
+/// and RST clear. A hint for prefetching only; the full path decides.
+#[inline]
+fn frame_is_bare_syn(frame: &[u8]) -> bool {
+    const SIGNIFICANT: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
+    let Some(&version_and_ihl) = frame.get(ethernet::HEADER_LEN) else {
+        return false;
+    };
+    let flags = ethernet::HEADER_LEN + usize::from(version_and_ihl & 0x0f) * 4 + tcp::field::FLAGS;
+    frame
+        .get(flags)
+        .is_some_and(|flags| flags & SIGNIFICANT == tcp::flags::SYN)
+}
+
 impl Pipeline {
     /// Decides the fate of a packet received on `ingress`, rewriting it in place, and counts
     /// the decision: a burst of one.
@@ -97,14 +111,28 @@ impl Pipeline {
             .min(verdicts.len())
             .min(MAX_BURST);
         let mut keys = [None::<(FlowKey, FlowHash)>; MAX_BURST];
+        let mut opens_flow = false;
         for (slot, pkt) in keys.iter_mut().zip(&packets[..count]) {
             *slot = self.hashed_key(pkt.bytes());
-            if let Some((_, hash)) = slot {
+            if let Some((key, hash)) = slot {
                 prefetch(self.flows.index_address_hashed(*hash));
+                if key.protocol == ipv4::protocol::TCP && frame_is_bare_syn(pkt.bytes()) {
+                    // Likely a new flow, whose insert would otherwise wait on each of these.
+                    opens_flow = true;
+                    for line in self.flows.insert_lines(key.src).into_iter().flatten() {
+                        prefetch(line);
+                    }
+                }
             }
         }
         for (_, hash) in keys[..count].iter().flatten() {
             for line in self.flows.flow_lines_hashed(*hash).into_iter().flatten() {
+                prefetch(line);
+            }
+        }
+        if opens_flow {
+            // Under a SYN flood the insert first evicts the oldest half-open flow.
+            for line in self.flows.eviction_lines().into_iter().flatten() {
                 prefetch(line);
             }
         }

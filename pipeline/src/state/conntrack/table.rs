@@ -237,6 +237,59 @@ impl<D: Copy> FlowTable<D> {
         ])
     }
 
+    /// The cache lines an [`insert`](Self::insert) of a flow opened by `opener` is likely to
+    /// touch beyond the index: the opener's host counts, and the slot the flow would take,
+    /// its entry (both ends: entries straddle lines) and its data. With the half-open table
+    /// full that slot is the oldest half-open flow's, which makes room and is reused at
+    /// once; else the next free one. For a burst to prefetch where a packet is likely to open
+    /// a flow (a bare SYN), so that these misses overlap the burst's other packets instead of
+    /// stalling the insert.
+    #[inline]
+    pub fn insert_lines(&self, opener: Ipv4Addr) -> [Option<*const u8>; 4] {
+        let slot = self.insert_slot();
+        let flow = slot
+            .and_then(|slot| self.flows.get(slot))
+            .map(|flow| flow as *const Flow as *const u8);
+        [
+            Some(self.hosts.home_address(opener)),
+            flow,
+            flow.map(|flow| flow.wrapping_add(std::mem::size_of::<Flow>() - 1)),
+            slot.and_then(|slot| self.data.get(slot))
+                .map(|data| data as *const D as *const u8),
+        ]
+    }
+
+    /// With the half-open table full, what making room for the next TCP insert touches: the
+    /// oldest half-open flow's two index slots and its opener's host counts (read from the
+    /// flow's entry, so prefetch [`insert_lines`](Self::insert_lines) first). None else.
+    #[inline]
+    pub fn eviction_lines(&self) -> [Option<*const u8>; 3] {
+        let oldest = (self.half_open.len() >= self.config.half_open)
+            .then(|| self.half_open.oldest())
+            .flatten()
+            .and_then(|slot| self.flows.get(slot));
+        let Some(flow) = oldest else {
+            return [None; 3];
+        };
+        let index_slot = |key: &FlowKey| {
+            Some(self.index.home_slot(self.index.tag(key)) as *const _ as *const u8)
+        };
+        [
+            index_slot(&flow.original),
+            index_slot(&flow.reply),
+            Some(self.hosts.home_address(flow.original.src)),
+        ]
+    }
+
+    /// The slot the next TCP [`insert`](Self::insert) would fill, if it got that far.
+    fn insert_slot(&self) -> Option<usize> {
+        if self.half_open.len() >= self.config.half_open {
+            self.half_open.oldest()
+        } else {
+            self.free_flows.last().map(|&slot| slot as usize)
+        }
+    }
+
     /// Where the table's large arrays are (start, bytes): the index, the flows and their
     /// data, for the caller to ask the OS for huge pages (the pipeline makes no system calls).
     pub fn memory_regions(&self) -> [(*const u8, usize); 3] {

@@ -1239,6 +1239,33 @@ fn half_open_flows_are_capped_and_replace_each_other_not_established_ones() {
     assert_eq!(table.len(), 7);
 }
 
+/// What a burst prefetches for a SYN is the slot its insert then fills: the next free one,
+/// and under a flood (the half-open table full) the oldest half-open flow's, reused at once.
+#[test]
+fn insert_lines_name_the_slot_the_insert_fills() {
+    let mut table = FlowTable::new(
+        ConntrackConfig {
+            half_open: 4,
+            ..config(1024)
+        },
+        0_u32,
+    );
+    let mut evicted = Vec::new();
+    for n in 0..12_u16 {
+        let src = [198, 51, 100, n as u8];
+        let predicted = table.insert_lines(Ipv4Addr::from(src));
+        syn_from(&mut table, src, 1000 + n, 0, &mut evicted).unwrap();
+        let original = key(src, 1000 + n, [192, 0, 2, 80], 80, protocol::TCP);
+        let filled = table
+            .flow_lines_hashed(table.hash(&original))
+            .expect("the new flow's home index slot");
+        assert_eq!(predicted[1], Some(filled[0]), "flow entry, SYN {n}");
+        assert_eq!(predicted[2], Some(filled[1]), "its last byte, SYN {n}");
+        assert_eq!(predicted[3], Some(filled[2]), "its data, SYN {n}");
+    }
+    assert_eq!(evicted.len(), 8, "the last 8 SYNs each replaced the oldest");
+}
+
 #[test]
 fn the_oldest_half_open_flow_is_replaced_wherever_it_sits() {
     let capacity = 2 * EVICTION_SCAN_MAX;
