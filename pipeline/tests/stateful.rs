@@ -544,6 +544,28 @@ fn announced_mss(frame: &[u8]) -> Option<u16> {
     })
 }
 
+/// A SYN crosses two interfaces and gets the lower of their clamps, or the one there is.
+#[test]
+fn the_mss_limit_is_the_lower_clamp_of_the_two_interfaces() {
+    let limit = |clamps: [Option<u16>; 2], from: u16, to: u16| {
+        config(1500, Vec::new(), 0, false)
+            .with_tcp_mss(&clamps)
+            .unwrap()
+            .mss_limit(from, to)
+    };
+    assert_eq!(limit([None, None], LAN, WAN), None);
+    assert_eq!(limit([Some(1400), None], LAN, WAN), Some(1400));
+    assert_eq!(limit([None, Some(1300)], LAN, WAN), Some(1300));
+    assert_eq!(limit([None, Some(1300)], WAN, LAN), Some(1300));
+    assert_eq!(limit([Some(1400), Some(1300)], LAN, WAN), Some(1300));
+    assert_eq!(limit([Some(1200), Some(1300)], WAN, LAN), Some(1200));
+    assert_eq!(limit([Some(1200), None], LAN, LAN), Some(1200));
+    assert_eq!(limit([None, Some(1300)], 7, 9), None, "no such interfaces");
+    assert!(config(1500, Vec::new(), 0, false)
+        .with_tcp_mss(&[None])
+        .is_err());
+}
+
 /// `tcp_mss` on the WAN (a PPPoE-sized link): the SYN leaving by it and the SYN-ACK entering
 /// by it both announce at most the clamp, with right checksums, and are counted; the rest of
 /// the connection, and SYNs between interfaces without a clamp, keep what they carry.

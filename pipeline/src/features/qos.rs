@@ -907,6 +907,20 @@ mod tests {
         }
     }
 
+    /// A policer rebuilt on the same statistics (a reload that changes QoS) clears its hosts,
+    /// and its active-hosts gauge says so at once, not only after the next sweep or host.
+    #[test]
+    fn a_rebuilt_policer_shows_no_active_hosts() {
+        let mut qos = Qos::new(&config(100 * MBPS), 100 * MBPS);
+        for last in 1..=3 {
+            qos.police(Class::Bulk, host(last), PACKET, MS);
+        }
+        assert_eq!(qos.stats().active_hosts(), 3);
+        let stats = qos.stats().clone();
+        let rebuilt = Qos::with_stats(&config(50 * MBPS), stats, qos.into_hosts());
+        assert_eq!(rebuilt.stats().active_hosts(), 0);
+    }
+
     /// Constant-rate traffic in full-size packets.
     struct Source {
         class: Class,

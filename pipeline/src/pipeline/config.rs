@@ -220,7 +220,7 @@ pub struct RouterConfig {
     /// Per interface, the largest MSS a TCP SYN entering or leaving by it may announce (None:
     /// SYNs keep theirs); see [`RouterConfig::mss_limit`].
     tcp_mss: Vec<Option<u16>>,
-    /// Whether any interface clamps: with none, a SYN costs the clamp this one test.
+    /// Whether any interface clamps: with none, clamping costs a full-path packet this test.
     clamps_mss: bool,
     /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
     pub punt: PuntConfig,
@@ -380,9 +380,10 @@ impl RouterConfig {
         Ok(self)
     }
 
-    /// Clamps the MSS of TCP SYNs (and SYN-ACKs) through the interfaces given `Some` to that
-    /// many bytes: on a link whose MTU is below the hosts' (PPPoE's 1492, a tunnel), where
-    /// path-MTU discovery fails behind firewalls that drop ICMP.
+    /// Clamps the MSS of forwarded TCP SYNs (and SYN-ACKs) through the interfaces given `Some`
+    /// to that many bytes: on a link whose MTU is below the hosts' (PPPoE's 1492, a tunnel),
+    /// where path-MTU discovery fails behind firewalls that drop ICMP. The values are the
+    /// caller's to validate (the gateway's config allows 536 to the MTU less 40).
     pub fn with_tcp_mss(mut self, mss: &[Option<u16>]) -> Result<RouterConfig, RouterError> {
         if mss.len() != self.interfaces.len() {
             return Err(RouterError::StatefulMismatch);

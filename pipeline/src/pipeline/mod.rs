@@ -659,7 +659,8 @@ impl Pipeline {
         Ok((verdict, next_hop))
     }
 
-    /// Lowers a TCP SYN's MSS option to `limit` (any SYN: the fast path never sees one). Not
+    /// Lowers a forwarded TCP SYN's (or SYN-ACK's) MSS option to `limit`; only the full path
+    /// forwards SYNs, so the fast path needs no clamp. Not
     /// for non-initial fragments, which hold no TCP header; a first fragment's checksum covers
     /// the whole datagram, which the incremental update keeps right.
     fn clamp_mss(&mut self, pkt: &mut PacketBuf, limit: u16) {

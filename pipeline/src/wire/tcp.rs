@@ -524,6 +524,67 @@ mod tests {
             call_everything(bytes);
         }
 
+        /// Well-formed option lists in any order (NOPs shifting the MSS to odd offsets, other
+        /// options around it, an END before it): the first MSS before any END is lowered to
+        /// the limit if above it, the checksum stays right, and nothing else changes.
+        #[test]
+        fn the_first_mss_is_clamped_wherever_it_sits(
+            options in prop::collection::vec(
+                prop_oneof![
+                    Just(vec![option::NOP]),
+                    Just(vec![option::END]),
+                    any::<u16>().prop_map(|mss| {
+                        let [high, low] = mss.to_be_bytes();
+                        vec![option::MSS, 4, high, low]
+                    }),
+                    (3..=30u8, prop::collection::vec(any::<u8>(), 0..5)).prop_map(|(kind, data)| {
+                        let mut option = vec![kind, data.len() as u8 + 2];
+                        option.extend(data);
+                        option
+                    }),
+                ],
+                0..8,
+            ),
+            payload in prop::collection::vec(any::<u8>(), 0..9),
+            limit in 536..=9000u16,
+        ) {
+            let mut bytes: Vec<u8> = options.concat();
+            bytes.truncate(40);
+            while bytes.len() % 4 != 0 {
+                bytes.push(option::NOP);
+            }
+            // The first MSS option a receiver would read, and where its value sits, by a walk
+            // of the list as built.
+            let mut expected = None;
+            let mut at = HEADER_LEN;
+            for option in &options {
+                if at + option.len() > HEADER_LEN + 40 || option[0] == option::END {
+                    break;
+                }
+                if option[0] == option::MSS {
+                    expected = Some((u16::from_be_bytes([option[2], option[3]]), at + 2));
+                    break;
+                }
+                at += option.len();
+            }
+            let mut segment = syn_with_options(&bytes, &payload);
+            let before = segment.clone();
+            let clamped = clamp_mss(&mut segment, limit);
+            let expected = expected.filter(|&(mss, _)| mss > limit);
+            prop_assert_eq!(clamped, expected.map(|(mss, _)| mss));
+            prop_assert!(Packet::new_checked(&segment[..]).unwrap().verify_checksum(SRC, DST));
+            match expected {
+                Some((_, value)) => {
+                    prop_assert_eq!(&segment[value..value + 2], &limit.to_be_bytes()[..]);
+                    let only_mss_and_checksum = (0..segment.len())
+                        .filter(|&i| segment[i] != before[i])
+                        .all(|i| field::CHECKSUM.contains(&i) || (value..value + 2).contains(&i));
+                    prop_assert!(only_mss_and_checksum);
+                }
+                None => prop_assert_eq!(&segment, &before),
+            }
+        }
+
         /// Whatever the bytes, clamping never panics, changes at most the MSS value and the
         /// checksum, and a checksum that was right stays right.
         #[test]
