@@ -913,7 +913,10 @@ mod tests {
     fn a_rebuilt_policer_shows_no_active_hosts() {
         let mut qos = Qos::new(&config(100 * MBPS), 100 * MBPS);
         for last in 1..=3 {
-            qos.police(Class::Bulk, host(last), PACKET, MS);
+            assert_eq!(
+                qos.police(Class::Bulk, host(last), PACKET, MS),
+                Decision::Pass
+            );
         }
         assert_eq!(qos.stats().active_hosts(), 3);
         let stats = qos.stats().clone();

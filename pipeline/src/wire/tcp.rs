@@ -550,7 +550,7 @@ mod tests {
         ) {
             let mut bytes: Vec<u8> = options.concat();
             bytes.truncate(40);
-            while bytes.len() % 4 != 0 {
+            while !bytes.len().is_multiple_of(4) {
                 bytes.push(option::NOP);
             }
             // The first MSS option a receiver would read, and where its value sits, by a walk
