@@ -67,6 +67,7 @@ fn build(input: &mut Bytes, out: &mut [u8; 1600]) -> usize {
         icmp_code: 0,
         icmp_rest: input.u32(),
         window_scale: None,
+        mss: None,
     };
     let payload = input.slice(1200);
     let inner_len = write_frame(&mut frame, ([0; 6], [0; 6]), &inner, &l4, payload) - ETH_LEN;

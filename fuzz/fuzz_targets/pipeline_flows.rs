@@ -415,6 +415,7 @@ impl Harness {
 
     /// Runs the frame in `self.buf[..len]` through worker `worker`, following a handoff.
     fn process(&mut self, len: usize, port: u16, worker: u16) -> Outcome {
+        let ingress_port = port;
         // A router forwards a bad transport checksum as it came (NAT patches it, keeping it
         // bad); only what arrived valid must leave valid.
         let arrived_valid = check_datagram(&self.buf[..len]).is_ok();
@@ -464,6 +465,15 @@ impl Harness {
             );
             if let (true, Err(what)) = (arrived_valid, check_datagram(frame)) {
                 panic!("transmitted a bad datagram ({what}) on port {port}: {verdict:?}");
+            }
+            let router = self.workers[usize::from(worker)].router();
+            if let (Some(mss), Some(limit)) = (syn_mss(frame), router.mss_limit(ingress_port, port))
+            {
+                count(Check::MssClamped);
+                assert!(
+                    mss <= limit,
+                    "a SYN left by port {port} announcing MSS {mss} over {limit}"
+                );
             }
         }
         Outcome {
@@ -634,7 +644,13 @@ fn write_packet(
             ack: if shape.flags & ACK != 0 { ack } else { 0 },
             flags: shape.flags,
             window: 0xffff,
-            window_scale: (shape.flags & SYN != 0).then_some(7),
+            // SYNs in both option layouts, most with an MSS some interface clamps.
+            window_scale: (shape.flags & SYN != 0 && seq & 1 == 0).then_some(7),
+            mss: (shape.flags & SYN != 0 && seq & 2 == 0).then_some(if seq & 4 == 0 {
+                1460
+            } else {
+                8960
+            }),
             ..L4::default()
         },
     };
@@ -1015,10 +1031,11 @@ enum Check {
     IcmpErrorTranslatedBack,
     NatPortOwned,
     Drained,
+    MssClamped,
 }
 
-static CHECKS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
-const CHECK_NAMES: [&str; 7] = [
+static CHECKS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+const CHECK_NAMES: [&str; 8] = [
     "transmitted",
     "checksums verified",
     "stable translation",
@@ -1026,7 +1043,45 @@ const CHECK_NAMES: [&str; 7] = [
     "ICMP error translated back",
     "NAT port owned",
     "drained",
+    "SYN's MSS within the clamp",
 ];
+
+/// The MSS option of a TCP SYN (or SYN-ACK) in an Ethernet + IPv4 `frame`, if it has one:
+/// the harness's own walk of the options, independent of the pipeline's.
+fn syn_mss(frame: &[u8]) -> Option<u16> {
+    let ip = frame.get(ETH_LEN..)?;
+    let ip_header_len = usize::from(ip.first()? & 0x0f) * 4;
+    let not_first_fragment = u16::from_be_bytes([*ip.get(6)?, *ip.get(7)?]) & 0x1fff != 0;
+    if *ip.get(9)? != TCP || not_first_fragment {
+        return None;
+    }
+    let segment = ip.get(ip_header_len..)?;
+    if segment.get(13)? & SYN == 0 {
+        return None;
+    }
+    let options = segment.get(20..usize::from(segment.get(12)? >> 4) * 4)?;
+    let mut at = 0;
+    while at < options.len() {
+        match options[at] {
+            0 => return None,
+            1 => at += 1,
+            kind => {
+                let len = usize::from(*options.get(at + 1)?);
+                if kind == 2 && len == 4 {
+                    return Some(u16::from_be_bytes([
+                        *options.get(at + 2)?,
+                        *options.get(at + 3)?,
+                    ]));
+                }
+                if len < 2 {
+                    return None;
+                }
+                at += len;
+            }
+        }
+    }
+    None
+}
 
 fn count(check: Check) {
     CHECKS[check as usize].fetch_add(1, Relaxed);

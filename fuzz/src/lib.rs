@@ -138,6 +138,9 @@ pub struct L4 {
     pub window: u16,
     /// TCP: a window scale option on SYNs.
     pub window_scale: Option<u8>,
+    /// TCP: an MSS option: after the window scale if there is one (an even offset), else
+    /// after a NOP (an odd one).
+    pub mss: Option<u16>,
     /// ICMP: type and code (echo request 8/0, reply 0/0, errors 3 and 11).
     pub icmp_type: u8,
     pub icmp_code: u8,
@@ -159,7 +162,13 @@ pub fn write_frame(
         0
     } else {
         match ip.protocol {
-            TCP => 20 + if l4.window_scale.is_some() { 4 } else { 0 },
+            TCP => {
+                20 + match (l4.window_scale, l4.mss) {
+                    (None, None) => 0,
+                    (Some(_), None) => 4,
+                    (_, Some(_)) => 8,
+                }
+            }
             UDP => 8,
             ICMP => 8,
             _ => 0,
@@ -187,8 +196,15 @@ pub fn write_frame(
             segment[13] = l4.flags;
             segment[14..16].copy_from_slice(&l4.window.to_be_bytes());
             segment[16..20].fill(0);
-            if let Some(scale) = l4.window_scale {
-                segment[20..24].copy_from_slice(&[1, 3, 3, scale]);
+            match (l4.window_scale, l4.mss.map(u16::to_be_bytes)) {
+                (None, None) => {}
+                (Some(scale), None) => segment[20..24].copy_from_slice(&[1, 3, 3, scale]),
+                (Some(scale), Some([high, low])) => {
+                    segment[20..28].copy_from_slice(&[1, 3, 3, scale, 2, 4, high, low])
+                }
+                (None, Some([high, low])) => {
+                    segment[20..28].copy_from_slice(&[1, 2, 4, high, low, 1, 1, 1])
+                }
             }
             let sum = checksum(segment, pseudo_header(ip.src, ip.dst, TCP, l4_len));
             segment[16..18].copy_from_slice(&sum.to_be_bytes());
