@@ -201,12 +201,35 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// TCP option kinds (RFC 9293 3.2).
+/// TCP option kinds (RFC 9293 3.2, RFC 7323).
 pub mod option {
     pub const END: u8 = 0;
     pub const NOP: u8 = 1;
     pub const MSS: u8 = 2;
-    pub const MSS_LEN: usize = 4;
+    pub const WINDOW_SCALE: u8 = 3;
+}
+
+/// The options in `options` (a TCP header's bytes after the fixed 20), in order, as their
+/// offset in `options`, kind and data (after the kind and length bytes); NOPs skipped. Ends at
+/// END, or at the first malformed option (no length byte, a length under 2 or past the end),
+/// which hides everything after it.
+pub fn walk_options(options: &[u8]) -> impl Iterator<Item = (usize, u8, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || loop {
+        match *options.get(at)? {
+            option::END => return None,
+            option::NOP => at += 1,
+            kind => {
+                let len = usize::from(*options.get(at + 1)?);
+                if len < 2 || at + len > options.len() {
+                    return None;
+                }
+                let found = (at, kind, &options[at + 2..at + len]);
+                at += len;
+                return Some(found);
+            }
+        }
+    })
 }
 
 /// Lowers the MSS option of `segment` (a whole TCP segment, the IPv4 payload) to `limit` if it
@@ -220,34 +243,14 @@ pub fn clamp_mss(segment: &mut [u8], limit: u16) -> Option<u16> {
     if header_len < HEADER_LEN || header_len > segment.len() {
         return None;
     }
-    let mut at = HEADER_LEN;
-    while at < header_len {
-        let kind = segment[at];
-        match kind {
-            option::END => return None,
-            option::NOP => at += 1,
-            _ => {
-                let len = usize::from(*segment.get(at + 1).filter(|_| at + 1 < header_len)?);
-                if len < 2 || at + len > header_len {
-                    return None;
-                }
-                if kind == option::MSS {
-                    if len != option::MSS_LEN {
-                        return None;
-                    }
-                    let value = at + 2;
-                    let mss = u16::from_be_bytes([segment[value], segment[value + 1]]);
-                    if mss <= limit {
-                        return None;
-                    }
-                    replace_updating_checksum(segment, value, limit.to_be_bytes());
-                    return Some(mss);
-                }
-                at += len;
-            }
-        }
+    let (at, _, value) =
+        walk_options(&segment[HEADER_LEN..header_len]).find(|&(_, kind, _)| kind == option::MSS)?;
+    let mss = u16::from_be_bytes(value.try_into().ok()?);
+    if mss <= limit {
+        return None;
     }
-    None
+    replace_updating_checksum(segment, HEADER_LEN + at + 2, limit.to_be_bytes());
+    Some(mss)
 }
 
 /// Writes `bytes` at `at` and updates the TCP checksum for each 16-bit word of the segment

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::InvalidReason;
 use crate::flow::Direction;
-use crate::wire::tcp::flags;
+use crate::wire::tcp::{flags, option, walk_options};
 use crate::wire::{ipv4, Ipv4Packet, TcpPacket};
 
 /// The fields of one segment the tracker needs; the caller parses them from the header.
@@ -76,27 +76,11 @@ impl TcpSegment {
 }
 
 /// RFC 7323's window scale option (kind 3, length 3).
-fn window_scale_option(mut options: &[u8]) -> Option<u8> {
-    const END: u8 = 0;
-    const NOP: u8 = 1;
-    const WINDOW_SCALE: u8 = 3;
-    while let Some(&kind) = options.first() {
-        match kind {
-            END => return None,
-            NOP => options = &options[1..],
-            _ => {
-                let len = usize::from(*options.get(1)?);
-                if len < 2 || len > options.len() {
-                    return None;
-                }
-                if kind == WINDOW_SCALE && len == 3 {
-                    return Some(options[2]);
-                }
-                options = &options[len..];
-            }
-        }
-    }
-    None
+fn window_scale_option(options: &[u8]) -> Option<u8> {
+    walk_options(options).find_map(|(_, kind, data)| match (kind, data) {
+        (option::WINDOW_SCALE, &[shift]) => Some(shift),
+        _ => None,
+    })
 }
 
 /// The connection's state as a middlebox sees it. The endpoints' own states differ: closing
