@@ -295,6 +295,14 @@ impl Lab {
         self.counters.iter().map(|c| c.dropped_total()).sum()
     }
 
+    /// The most half-open flows the workers' tables hold together.
+    fn half_open_limit(&self) -> usize {
+        self.workers()
+            .iter()
+            .map(|worker| worker.pipeline().flow_half_open_limit())
+            .sum()
+    }
+
     pub fn half_open(&self) -> u64 {
         self.counters
             .iter()
@@ -476,11 +484,7 @@ impl Lab {
             .map(|(&reason, before)| (reason, self.dropped(reason) - before))
             .filter(|&(_, count)| count > 0)
             .collect();
-        let half_open_limit = self
-            .workers()
-            .iter()
-            .map(|worker| worker.pipeline().flow_half_open_limit())
-            .sum();
+        let half_open_limit = self.half_open_limit();
         Ok(SynFlood {
             baseline,
             flood,
@@ -498,13 +502,9 @@ impl Lab {
     /// oldest half-open flow. At most a few seconds; the bench goes on either way and prints
     /// the half-open count it reached.
     fn fill_half_open(&mut self, in_flight: u32) -> anyhow::Result<()> {
-        let limit: usize = self
-            .workers()
-            .iter()
-            .map(|worker| worker.pipeline().flow_half_open_limit())
-            .sum();
+        let limit = self.half_open_limit() as u64;
         for _ in 0..200 {
-            if self.half_open() >= limit as u64 {
+            if self.half_open() >= limit {
                 break;
             }
             self.steady_with_syns("half-open fill", SYN_FLOOD_ROUND, 0, 100, in_flight)?;

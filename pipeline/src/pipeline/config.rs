@@ -220,8 +220,6 @@ pub struct RouterConfig {
     /// Per interface, the largest MSS a TCP SYN entering or leaving by it may announce (None:
     /// SYNs keep theirs); see [`RouterConfig::mss_limit`].
     tcp_mss: Vec<Option<u16>>,
-    /// Whether any interface clamps: with none, clamping costs a full-path packet this test.
-    clamps_mss: bool,
     /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
     pub punt: PuntConfig,
 }
@@ -339,7 +337,7 @@ impl RouterConfig {
         let routes = RouteTable::build(&routes).map_err(RouterError::Route)?;
         let stateful = Stateful::open(interfaces.len());
         let punt = PuntConfig::none(interfaces.len());
-        let interfaces_len = interfaces.len();
+        let tcp_mss = vec![None; interfaces.len()];
         Ok(RouterConfig {
             interfaces,
             routes,
@@ -349,8 +347,7 @@ impl RouterConfig {
             traffic_meter: false,
             source_validation,
             has_default_route: !default_ports.is_empty(),
-            tcp_mss: vec![None; interfaces_len],
-            clamps_mss: false,
+            tcp_mss,
             punt,
         })
     }
@@ -389,7 +386,6 @@ impl RouterConfig {
             return Err(RouterError::StatefulMismatch);
         }
         self.tcp_mss = mss.to_vec();
-        self.clamps_mss = mss.iter().any(Option::is_some);
         Ok(self)
     }
 
@@ -397,9 +393,6 @@ impl RouterConfig {
     /// interfaces' clamps, as the SYN crosses both.
     #[inline]
     pub fn mss_limit(&self, ingress: u16, egress: u16) -> Option<u16> {
-        if !self.clamps_mss {
-            return None;
-        }
         let clamp = |port: u16| self.tcp_mss.get(usize::from(port)).copied().flatten();
         match (clamp(ingress), clamp(egress)) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -264,16 +264,15 @@ impl<D: Copy> FlowTable<D> {
     /// flow's entry, so prefetch [`insert_lines`](Self::insert_lines) first). None else.
     #[inline]
     pub fn eviction_lines(&self) -> [Option<*const u8>; 3] {
-        let oldest = (self.half_open.len() >= self.config.half_open)
+        let oldest = self
+            .half_open_full()
             .then(|| self.half_open.oldest())
             .flatten()
             .and_then(|slot| self.flows.get(slot));
         let Some(flow) = oldest else {
             return [None; 3];
         };
-        let index_slot = |key: &FlowKey| {
-            Some(self.index.home_slot(self.index.tag(key)) as *const _ as *const u8)
-        };
+        let index_slot = |key: &FlowKey| Some(self.index_address_hashed(self.hash(key)));
         [
             index_slot(&flow.original),
             index_slot(&flow.reply),
@@ -283,11 +282,16 @@ impl<D: Copy> FlowTable<D> {
 
     /// The slot the next TCP [`insert`](Self::insert) would fill, if it got that far.
     fn insert_slot(&self) -> Option<usize> {
-        if self.half_open.len() >= self.config.half_open {
+        if self.half_open_full() {
             self.half_open.oldest()
         } else {
             self.free_flows.last().map(|&slot| slot as usize)
         }
+    }
+
+    /// Whether a new half-open flow must first make room by evicting the oldest.
+    fn half_open_full(&self) -> bool {
+        self.half_open.len() >= self.config.half_open
     }
 
     /// Where the table's large arrays are (start, bytes): the index, the flows and their
@@ -374,7 +378,7 @@ impl<D: Copy> FlowTable<D> {
                 });
             }
         };
-        if half_open && self.half_open.len() >= self.config.half_open {
+        if half_open && self.half_open_full() {
             // The oldest half-open flow makes room, wherever it is.
             let Some(oldest) = self.half_open.oldest() else {
                 self.stats.refused_half_open += 1;
