@@ -220,6 +220,10 @@ pub struct RouterConfig {
     /// Per interface, the largest MSS a TCP SYN entering or leaving by it may announce (None:
     /// SYNs keep theirs); see [`RouterConfig::mss_limit`].
     tcp_mss: Vec<Option<u16>>,
+    /// Whether any interface clamps, kept beside `tcp_mss`: with none, a full-path packet pays
+    /// this one test instead of reading two clamps (12-15 instructions a SYN in `make
+    /// instructions`).
+    clamps_mss: bool,
     /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
     pub punt: PuntConfig,
 }
@@ -348,6 +352,7 @@ impl RouterConfig {
             source_validation,
             has_default_route: !default_ports.is_empty(),
             tcp_mss,
+            clamps_mss: false,
             punt,
         })
     }
@@ -386,6 +391,7 @@ impl RouterConfig {
             return Err(RouterError::StatefulMismatch);
         }
         self.tcp_mss = mss.to_vec();
+        self.clamps_mss = mss.iter().any(Option::is_some);
         Ok(self)
     }
 
@@ -393,6 +399,9 @@ impl RouterConfig {
     /// interfaces' clamps, as the SYN crosses both.
     #[inline]
     pub fn mss_limit(&self, ingress: u16, egress: u16) -> Option<u16> {
+        if !self.clamps_mss {
+            return None;
+        }
         let clamp = |port: u16| self.tcp_mss.get(usize::from(port)).copied().flatten();
         match (clamp(ingress), clamp(egress)) {
             (Some(a), Some(b)) => Some(a.min(b)),
