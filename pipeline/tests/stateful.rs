@@ -786,6 +786,67 @@ fn unsolicited_wan_traffic_and_invalid_segments_are_dropped() {
 
 // --- 3. Port forwarding --------------------------------------------------------------------
 
+/// The burst prefetches the reply tuple's index slot of a SYN through a forward before the
+/// full path inserts the flow: the predicted tuple must be the one the insert indexes.
+#[test]
+fn the_burst_predicts_the_reply_tuple_of_a_forwarded_flow() {
+    let mut gw = Gateway::new();
+    let peer = (REMOTE, 5555);
+    let from_wan = Ingress {
+        port: WAN,
+        handed_off: false,
+    };
+    let key = |src: Endpoint, dst: Endpoint| pipeline::flow::FlowKey {
+        src: ip(src.0),
+        dst: ip(dst.0),
+        src_port: src.1,
+        dst_port: dst.1,
+        protocol: 6,
+    };
+    // TCP 8080 on the WAN address goes to the server's port 80; UDP 5001 to its 6001.
+    for (forwarded, server, protocol) in [
+        ((WAN_ADDR, 8080), (SERVER, 80), 6),
+        ((WAN_ADDR, 5001), (SERVER, 6001), 17),
+    ] {
+        let opening = pipeline::flow::FlowKey {
+            protocol,
+            ..key(peer, forwarded)
+        };
+        let predicted = gw.pipeline.forwarded_reply(&opening, from_wan);
+        let packet = if protocol == 6 {
+            tcp(WAN, peer, forwarded, seg(SYN, 300, 0), &[])
+        } else {
+            udp(WAN, peer, forwarded, b"join")
+        };
+        gw.forward(&packet, WAN, 0, LAN, peer, server);
+        let mut flows = Vec::with_capacity(4);
+        let filter = FlowFilter {
+            port: Some(forwarded.1),
+            ..FlowFilter::default()
+        };
+        let capacity = gw.pipeline.flow_capacity();
+        gw.pipeline.list_flows(&filter, 0, capacity, 0, &mut flows);
+        assert_eq!(flows.len(), 1);
+        assert_eq!(predicted, Some(flows[0].reply), "protocol {protocol}");
+    }
+    // No forward on that port, or a flow from inside (a hairpin, whose source NAT the
+    // insert decides): no prediction.
+    assert_eq!(
+        gw.pipeline
+            .forwarded_reply(&key(peer, (WAN_ADDR, 8081)), from_wan),
+        None
+    );
+    let from_lan = Ingress {
+        port: LAN,
+        handed_off: false,
+    };
+    assert_eq!(
+        gw.pipeline
+            .forwarded_reply(&key((HOST, 40000), (WAN_ADDR, 8080)), from_lan),
+        None
+    );
+}
+
 #[test]
 fn port_forwards_reach_the_server_and_replies_leave_from_the_forwarded_port() {
     let mut gw = Gateway::new();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::features::content::ContentPolicy;
 use crate::features::qos::QosConfig;
+use crate::flow::FlowKey;
 use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
 use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use crate::wire::EthernetAddress;
@@ -199,6 +200,13 @@ impl Stateful {
                     .get(usize::from(forward.interface))
                     .is_some_and(|iface| iface.addr == dst)
         })
+    }
+
+    /// Where a port forward sends a new flow with `key`: the target's address and port.
+    #[inline]
+    pub fn dnat(&self, interfaces: &[Interface], key: &FlowKey) -> Option<(Ipv4Addr, u16)> {
+        self.port_forward(interfaces, key.protocol, key.dst, key.dst_port)
+            .map(|forward| (forward.to, forward.translate(key.dst_port)))
     }
 }
 

@@ -26,7 +26,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::flow::{Direction, FlowKey};
+use crate::flow::{reply_key, Direction, FlowKey};
 use crate::packet::PacketBuf;
 use crate::pipeline::features::FeaturePlan;
 use crate::pipeline::{Ingress, Pipeline};
@@ -112,7 +112,7 @@ impl Pipeline {
             .min(MAX_BURST);
         let mut keys = [None::<(FlowKey, FlowHash)>; MAX_BURST];
         let mut opens_flow = false;
-        for (slot, pkt) in keys.iter_mut().zip(&packets[..count]) {
+        for (slot_index, (slot, pkt)) in keys.iter_mut().zip(&packets[..count]).enumerate() {
             *slot = self.hashed_key(pkt.bytes());
             if let Some((key, hash)) = slot {
                 prefetch(self.flows.index_address_hashed(*hash));
@@ -121,6 +121,10 @@ impl Pipeline {
                     opens_flow = true;
                     for line in self.flows.insert_lines(key.src).into_iter().flatten() {
                         prefetch(line);
+                    }
+                    if let Some(reply) = self.forwarded_reply(key, ingress[slot_index]) {
+                        // The insert's first touch of it: a miss nothing else would overlap.
+                        prefetch(self.flows.index_address_hashed(self.flows.hash(&reply)));
                     }
                 }
             }
@@ -139,6 +143,24 @@ impl Pipeline {
         for (i, pkt) in packets[..count].iter_mut().enumerate() {
             verdicts[i] = self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns);
         }
+    }
+
+    /// The reply tuple of the flow a new packet with `key` would open through a port forward
+    /// from outside (no source NAT: the forward's target answers the client itself), as
+    /// the full path's `new_flow` would make it. A hint for prefetching only: the full path
+    /// decides.
+    #[inline]
+    pub fn forwarded_reply(&self, key: &FlowKey, ingress: Ingress) -> Option<FlowKey> {
+        let stateful = &self.router.stateful;
+        if !stateful
+            .masquerade
+            .get(usize::from(ingress.port))
+            .copied()?
+        {
+            return None;
+        }
+        let target = stateful.dnat(&self.router.interfaces, key)?;
+        Some(reply_key(key.protocol, target, (key.src, key.src_port)))
     }
 
     /// The frame's flow key and its hash in the flow table, if it has a key.

@@ -253,8 +253,7 @@ impl Pipeline {
         let router = &*self.router;
         let stateful = &router.stateful;
         let interfaces = &router.interfaces;
-        let forward = stateful.port_forward(interfaces, key.protocol, key.dst, key.dst_port);
-        let dnat = forward.map(|forward| (forward.to, forward.translate(key.dst_port)));
+        let dnat = stateful.dnat(interfaces, &key);
         let from = stateful.zones[usize::from(ingress.port)];
         if dnat.is_none() && router.local_port(key.dst).is_some() {
             let (action, _) = stateful
