@@ -42,6 +42,20 @@ impl HalfOpenList {
         })
     }
 
+    /// The slot that became half-open right after `slot` (which must be in the list).
+    pub(super) fn newer(&self, slot: usize) -> Option<usize> {
+        let next = self.links.get(slot)?[1];
+        (next != NONE).then_some(next as usize)
+    }
+
+    /// Where `slot`'s links are: what joining or leaving the list reads and writes, for a
+    /// caller to prefetch.
+    pub(super) fn links_address(&self, slot: usize) -> Option<*const u8> {
+        self.links
+            .get(slot)
+            .map(|links| links as *const [u32; 2] as *const u8)
+    }
+
     /// `slot` became half-open (it must not be in the list).
     pub(super) fn push(&mut self, slot: usize) {
         let slot32 = slot as u32;

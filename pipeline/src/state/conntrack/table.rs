@@ -237,15 +237,15 @@ impl<D: Copy> FlowTable<D> {
         ])
     }
 
-    /// The cache lines an [`insert`](Self::insert) of a flow opened by `opener` is likely to
-    /// touch beyond the index: the opener's host counts, and the slot the flow would take,
-    /// its entry (both ends: entries straddle lines) and its data. With the half-open table
-    /// full that slot is the oldest half-open flow's, which makes room and is reused at
-    /// once; else the next free one. For a burst to prefetch where a packet is likely to open
-    /// a flow (a bare SYN), so that these misses overlap the burst's other packets instead of
-    /// stalling the insert.
+    /// The cache lines an [`insert`](Self::insert) of a TCP flow opened by `opener` is likely
+    /// to touch beyond the index: the opener's host counts, and the slot the flow would
+    /// take: its entry (both ends: entries straddle lines), its data and its links in the
+    /// half-open list. With the half-open table full that slot is the oldest half-open
+    /// flow's, which makes room and is reused at once; else the next free one. For a burst
+    /// to prefetch where a packet is likely to open a flow (a bare SYN), so that these misses
+    /// overlap the burst's other packets instead of stalling the insert.
     #[inline]
-    pub fn insert_lines(&self, opener: Ipv4Addr) -> [Option<*const u8>; 4] {
+    pub fn insert_lines(&self, opener: Ipv4Addr) -> [Option<*const u8>; 5] {
         let slot = self.insert_slot();
         let flow = slot
             .and_then(|slot| self.flows.get(slot))
@@ -256,27 +256,47 @@ impl<D: Copy> FlowTable<D> {
             flow.map(|flow| flow.wrapping_add(std::mem::size_of::<Flow>() - 1)),
             slot.and_then(|slot| self.data.get(slot))
                 .map(|data| data as *const D as *const u8),
+            slot.and_then(|slot| self.half_open.links_address(slot)),
         ]
     }
 
     /// With the half-open table full, what making room for the next TCP insert touches: the
-    /// oldest half-open flow's two index slots and its opener's host counts (read from the
-    /// flow's entry, so prefetch [`insert_lines`](Self::insert_lines) first). None else.
+    /// oldest half-open flow's two index slots, its opener's host counts, and the links of
+    /// the next oldest, which becomes the list's head (all read from the oldest's entry and
+    /// links, so prefetch [`insert_lines`](Self::insert_lines) first). None else.
     #[inline]
-    pub fn eviction_lines(&self) -> [Option<*const u8>; 3] {
-        let oldest = self
+    pub fn eviction_lines(&self) -> [Option<*const u8>; 4] {
+        let Some(oldest) = self
             .half_open_full()
             .then(|| self.half_open.oldest())
             .flatten()
-            .and_then(|slot| self.flows.get(slot));
-        let Some(flow) = oldest else {
-            return [None; 3];
+        else {
+            return [None; 4];
+        };
+        let Some(flow) = self.flows.get(oldest) else {
+            return [None; 4];
         };
         let index_slot = |key: &FlowKey| Some(self.index_address_hashed(self.hash(key)));
         [
             index_slot(&flow.original),
             index_slot(&flow.reply),
             Some(self.hosts.home_address(flow.original.src)),
+            self.half_open
+                .newer(oldest)
+                .and_then(|next| self.half_open.links_address(next)),
+        ]
+    }
+
+    /// Where `id`'s links in the half-open list are, and the oldest half-open flow's: what
+    /// tests hold [`insert_lines`](Self::insert_lines) and
+    /// [`eviction_lines`](Self::eviction_lines) to.
+    #[cfg(test)]
+    pub(super) fn half_open_links_addresses(&self, id: FlowId) -> [Option<*const u8>; 2] {
+        [
+            self.half_open.links_address(id.index()),
+            self.half_open
+                .oldest()
+                .and_then(|slot| self.half_open.links_address(slot)),
         ]
     }
 

@@ -1254,7 +1254,8 @@ fn insert_lines_name_the_slot_the_insert_fills() {
     for n in 0..12_u16 {
         let src = [198, 51, 100, n as u8];
         let predicted = table.insert_lines(Ipv4Addr::from(src));
-        syn_from(&mut table, src, 1000 + n, 0, &mut evicted).unwrap();
+        let eviction = table.eviction_lines();
+        let id = syn_from(&mut table, src, 1000 + n, 0, &mut evicted).unwrap();
         let original = key(src, 1000 + n, [192, 0, 2, 80], 80, protocol::TCP);
         let filled = table
             .flow_lines_hashed(table.hash(&original))
@@ -1262,6 +1263,14 @@ fn insert_lines_name_the_slot_the_insert_fills() {
         assert_eq!(predicted[1], Some(filled[0]), "flow entry, SYN {n}");
         assert_eq!(predicted[2], Some(filled[1]), "its last byte, SYN {n}");
         assert_eq!(predicted[3], Some(filled[2]), "its data, SYN {n}");
+        let [links, head_links] = table.half_open_links_addresses(id);
+        assert_eq!(predicted[4], links, "its half-open links, SYN {n}");
+        if n >= 4 {
+            // The oldest made room: the next oldest is now the list's head.
+            assert_eq!(eviction[3], head_links, "the new head's links, SYN {n}");
+        } else {
+            assert_eq!(eviction, [None; 4], "nothing to evict yet, SYN {n}");
+        }
     }
     assert_eq!(evicted.len(), 8, "the last 8 SYNs each replaced the oldest");
 }
