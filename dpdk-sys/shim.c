@@ -20,6 +20,7 @@ SHIM_CHECK_MBUF_FIELD(port, PORT);
 SHIM_CHECK_MBUF_FIELD(ol_flags, OL_FLAGS);
 SHIM_CHECK_MBUF_FIELD(pkt_len, PKT_LEN);
 SHIM_CHECK_MBUF_FIELD(data_len, DATA_LEN);
+SHIM_CHECK_MBUF_FIELD(vlan_tci, VLAN_TCI);
 SHIM_CHECK_MBUF_FIELD(buf_len, BUF_LEN);
 
 uint16_t shim_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts)

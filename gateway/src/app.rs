@@ -33,6 +33,7 @@ use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
 use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
 use crate::netlink::{Followed, KernelView};
 use crate::pipeline_config::{router_config, router_config_with_kernel, worker_setup};
+use crate::port_layout::PortLayout;
 use crate::port_watch::{self, PortWatch, WatchedPort};
 use crate::published::Published;
 use crate::reload;
@@ -252,16 +253,18 @@ impl<'a> Gateway<'a> {
             }
         }
         let workers = worker_lcores.len() as u16;
-        let port_ids = config
-            .interfaces
+        // Ports are the interfaces with a device; VLAN subinterfaces ride on their parents'.
+        let layout = PortLayout::new(config);
+        let port_interfaces: Vec<usize> = layout.port_interfaces().collect();
+        let port_ids = port_interfaces
             .iter()
-            .enumerate()
-            .map(|(index, iface)| {
+            .map(|&index| {
+                let iface = &config.interfaces[index];
                 Port::find(eal, &iface.device)
                     .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let socket = nic_socket(eal, config, &port_ids, &worker_lcores);
+        let socket = nic_socket(eal, config, &port_interfaces, &port_ids, &worker_lcores);
         let pool = Arc::new(
             Mempool::new(
                 eal,
@@ -274,7 +277,8 @@ impl<'a> Gateway<'a> {
             .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
         );
         let mut ports = Vec::new();
-        for (index, (iface, &id)) in config.interfaces.iter().zip(&port_ids).enumerate() {
+        for (&index, &id) in port_interfaces.iter().zip(&port_ids) {
+            let iface = &config.interfaces[index];
             let port_config = PortConfig {
                 rx_queues: workers,
                 tx_queues: workers,
@@ -312,13 +316,22 @@ impl<'a> Gateway<'a> {
             })?;
             ports.push(port);
         }
-        let macs = ports
+        let port_macs = ports
             .iter()
             .map(|port| port.mac_address())
             .collect::<Result<Vec<_>, _>>()?;
-        let steering = steer_nat_replies(config, &ports, workers);
+        // A VLAN subinterface answers with its port's MAC, as Linux's do.
+        let macs: Vec<[u8; 6]> = (0..config.interfaces.len() as u16)
+            .filter_map(|iface| layout.link(iface))
+            .map(|link| port_macs[usize::from(link.port)])
+            .collect();
+        let steering = steer_nat_replies(config, &port_interfaces, &ports, workers);
         let mut bond_watch = BondWatch::default();
-        for (iface, port) in config.interfaces.iter().zip(&ports) {
+        for (iface, port) in port_interfaces
+            .iter()
+            .map(|&index| &config.interfaces[index])
+            .zip(&ports)
+        {
             if let Some(bond) = &iface.bond {
                 let members = bond
                     .members
@@ -427,7 +440,8 @@ impl<'a> Gateway<'a> {
                 index: index as u16,
                 rx,
                 handoff: handoff_links.next().expect("one set of links per worker"),
-                egress: Egress::new(tx),
+                egress: Egress::new(tx, layout.links().to_vec()),
+                layout: layout.clone(),
                 pool: pool.clone(),
                 to_control,
                 from_control: worker_from_control.take(),
@@ -561,6 +575,7 @@ impl<'a> Gateway<'a> {
                 workers: worker_counters.clone(),
                 control: control_counters.clone(),
                 interface_names: config.interfaces.iter().map(|i| i.name.clone()).collect(),
+                interface_links: layout.links().to_vec(),
                 ports: port_watch.clone(),
                 router: router_published.clone(),
                 neighbors: neighbors_published,
@@ -819,6 +834,7 @@ impl<'a> Gateway<'a> {
 fn nic_socket(
     eal: &Eal,
     config: &GatewayConfig,
+    port_interfaces: &[usize],
     port_ids: &[PortId],
     worker_lcores: &[LcoreId],
 ) -> SocketId {
@@ -828,7 +844,10 @@ fn nic_socket(
         .copied()
         .find(|socket| socket.node().is_some())
         .unwrap_or(SocketId::ANY);
-    for (iface, &port_socket) in config.interfaces.iter().zip(&sockets) {
+    let ports = port_interfaces
+        .iter()
+        .map(|&index| &config.interfaces[index]);
+    for (iface, &port_socket) in ports.zip(&sockets) {
         let Some(port_node) = port_socket.node() else {
             continue;
         };
@@ -860,13 +879,23 @@ fn nic_socket(
 /// On devices with rte_flow (the X550's flow director), NAT replies go straight to the queue
 /// of the worker owning their port class. A refused rule is logged once per port; the
 /// handoff rings then carry those replies, as they always do for ICMP and fragments.
-fn steer_nat_replies(config: &GatewayConfig, ports: &[Port], workers: u16) -> Vec<FlowRule> {
+/// Only ports' own interfaces are steered: a masqueraded VLAN's rules would need a VLAN
+/// pattern item, and its replies reach their owners by the handoff rings.
+fn steer_nat_replies(
+    config: &GatewayConfig,
+    port_interfaces: &[usize],
+    ports: &[Port],
+    workers: u16,
+) -> Vec<FlowRule> {
     let mut rules = Vec::new();
     if workers < 2 {
         return rules;
     }
     let ownership = Ownership::new(workers);
-    for (iface, port) in config.interfaces.iter().zip(ports) {
+    let port_ifaces = port_interfaces
+        .iter()
+        .map(|&index| &config.interfaces[index]);
+    for (iface, port) in port_ifaces.zip(ports) {
         if !config.nat.masquerade.contains(&iface.name) {
             continue;
         }

@@ -342,8 +342,18 @@ pub struct InterfaceConfig {
     /// A name for logs and metrics, e.g. "lan".
     pub name: String,
     /// A DPDK device: a PCI address ("0000:03:00.0") or a vdev string
-    /// ("net_af_packet0,iface=veth0"). For a bond, the bond's name: "net_bonding0".
+    /// ("net_af_packet0,iface=veth0"). For a bond, the bond's name: "net_bonding0". Omitted
+    /// for a VLAN subinterface, which uses its parent's.
+    #[serde(default)]
     pub device: String,
+    /// Makes this interface an 802.1Q VLAN subinterface of the interface named here (a port
+    /// or a bond): it shares the parent's port and MAC and carries its frames tagged with
+    /// `vlan`, while the parent carries the untagged ones.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// The subinterface's VLAN id, 1 to 4094; needs `parent`.
+    #[serde(default)]
+    pub vlan: Option<u16>,
     /// Makes this interface an 802.3ad (LACP) bond of member devices.
     #[serde(default)]
     pub bond: Option<BondConfig>,
@@ -427,6 +437,8 @@ pub enum TcpMssConfig {
 
 /// The least MSS `tcp_mss` may set: every IPv4 host must take 576-byte datagrams (RFC 879).
 pub const MIN_TCP_MSS: u16 = 536;
+/// 802.1Q ids 0 (priority tag) and 4095 are reserved.
+pub const MAX_VLAN_ID: u16 = 4094;
 /// IPv4 and TCP headers without options: what an MSS leaves of the MTU.
 const TCP_IPV4_HEADERS: u16 = 40;
 
@@ -521,7 +533,15 @@ pub enum LacpRate {
 
 impl InterfaceConfig {
     /// The EAL device strings this interface needs, members before the bond that uses them.
+    /// Whether this is a VLAN subinterface (it has a parent port) rather than a port or bond.
+    pub fn is_vlan(&self) -> bool {
+        self.parent.is_some() || self.vlan.is_some()
+    }
+
     pub fn eal_devices(&self) -> Vec<String> {
+        if self.is_vlan() {
+            return Vec::new();
+        }
         let Some(bond) = &self.bond else {
             return vec![self.device.clone()];
         };
@@ -1214,7 +1234,14 @@ impl GatewayConfig {
                     format!("{:?} is empty or used twice", iface.name),
                 ));
             }
-            if !devices.insert(device_name(&iface.device)) {
+            if iface.is_vlan() {
+                self.validate_vlan(i)?;
+            } else if iface.device.is_empty() {
+                return Err(invalid(
+                    field("device"),
+                    "missing: give a DPDK device, or parent and vlan for a VLAN subinterface",
+                ));
+            } else if !devices.insert(device_name(&iface.device)) {
                 return Err(invalid(
                     field("device"),
                     format!("{:?} is used twice", iface.device),
@@ -1250,11 +1277,13 @@ impl GatewayConfig {
                     ));
                 }
             }
-            if iface.mtu < 576 || iface.mtu as u32 + 18 > self.mempool.data_room as u32 {
+            let framing = if iface.is_vlan() { 22 } else { 18 };
+            if iface.mtu < 576 || u32::from(iface.mtu) + framing > u32::from(self.mempool.data_room)
+            {
                 return Err(invalid(
                     field("mtu"),
                     format!(
-                        "{} must be at least 576 and, with 18 bytes of Ethernet framing, fit mempool.data_room ({})",
+                        "{} must be at least 576 and, with {framing} bytes of Ethernet framing, fit mempool.data_room ({})",
                         iface.mtu, self.mempool.data_room
                     ),
                 ));
@@ -1630,6 +1659,74 @@ impl GatewayConfig {
     }
 
     /// The index of the interface whose connected subnet holds `ip`.
+    /// Interface `i`, a VLAN subinterface: its parent is a port or bond interface, its id
+    /// is in range and no other subinterface of that parent has it, its MTU fits the
+    /// parent's, and it sets nothing that belongs to the port.
+    fn validate_vlan(&self, i: usize) -> Result<(), ConfigError> {
+        let iface = &self.interfaces[i];
+        let field = |name: &str| format!("interfaces[{i}].{name}");
+        let (Some(parent), Some(vlan)) = (&iface.parent, iface.vlan) else {
+            let (missing, given) = if iface.parent.is_none() {
+                ("parent", "vlan")
+            } else {
+                ("vlan", "parent")
+            };
+            return Err(invalid(
+                field(given),
+                format!("a VLAN subinterface needs both parent and vlan; {missing} is missing"),
+            ));
+        };
+        if !(1..=MAX_VLAN_ID).contains(&vlan) {
+            return Err(invalid(
+                field("vlan"),
+                format!("{vlan} is not a VLAN id (1 to {MAX_VLAN_ID})"),
+            ));
+        }
+        let Some(port) = self
+            .interfaces
+            .iter()
+            .find(|other| &other.name == parent && !other.is_vlan())
+        else {
+            return Err(invalid(
+                field("parent"),
+                format!(
+                    "{parent:?} names no port or bond interface (VLANs of VLANs are not supported)"
+                ),
+            ));
+        };
+        if let Some(j) = self.interfaces[..i]
+            .iter()
+            .position(|other| other.parent.as_ref() == Some(parent) && other.vlan == Some(vlan))
+        {
+            return Err(invalid(
+                field("vlan"),
+                format!("{parent} already has VLAN {vlan} (interfaces[{j}])"),
+            ));
+        }
+        if iface.mtu > port.mtu {
+            return Err(invalid(
+                field("mtu"),
+                format!("{} is above its parent's ({})", iface.mtu, port.mtu),
+            ));
+        }
+        let port_settings = [
+            ("device", !iface.device.is_empty()),
+            ("bond", iface.bond.is_some()),
+            ("rss_key", iface.rss_key.is_some()),
+            ("promiscuous", iface.promiscuous),
+            ("kernel_twin", iface.kernel_twin == Some(true)),
+        ];
+        if let Some((name, _)) = port_settings.iter().find(|(_, set)| *set) {
+            let why = if *name == "kernel_twin" {
+                "kernel twins are not supported on VLAN subinterfaces yet"
+            } else {
+                "belongs to the parent's port: set it there"
+            };
+            return Err(invalid(field(name), why));
+        }
+        Ok(())
+    }
+
     pub fn interface_for(&self, ip: Ipv4Addr) -> Option<usize> {
         self.interfaces
             .iter()

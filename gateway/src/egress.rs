@@ -5,22 +5,45 @@ use pipeline::l3::fragment;
 use pipeline::{DropReason, WorkerCounters};
 
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, TxQueue};
+use crate::port_layout::Link;
 
 pub struct Egress {
+    /// This thread's TX queue on each port, and the burst gathering for it.
     queues: Vec<TxQueue>,
     batches: Vec<MbufBatch>,
+    /// Per interface: its port, and its 802.1Q tag if it is a VLAN subinterface.
+    links: Vec<Link>,
 }
 
 impl Egress {
-    /// `queues` is indexed by interface number: this thread's TX queue on each port.
-    pub fn new(queues: Vec<TxQueue>) -> Self {
+    /// `queues` is indexed by port number (`PortLayout`), `links` by interface number; every
+    /// link names one of the queues' ports.
+    pub fn new(queues: Vec<TxQueue>, links: Vec<Link>) -> Self {
+        assert!(
+            links
+                .iter()
+                .all(|link| usize::from(link.port) < queues.len()),
+            "an interface on a port without a queue"
+        );
         let batches = queues.iter().map(|_| MbufBatch::new()).collect();
-        Egress { queues, batches }
+        Egress {
+            queues,
+            batches,
+            links,
+        }
+    }
+
+    /// Interfaces that are their ports, untagged: interface i sends by queue i.
+    pub fn untagged(queues: Vec<TxQueue>) -> Self {
+        let links = (0..queues.len() as u16)
+            .map(|port| Link { port, vlan: None })
+            .collect();
+        Egress::new(queues, links)
     }
 
     /// How many interfaces there are to send by.
-    pub fn port_count(&self) -> usize {
-        self.queues.len()
+    pub fn interface_count(&self) -> usize {
+        self.links.len()
     }
 
     /// An empty burst on every queue, for the bonds' LACPDUs on quiet links.
@@ -30,9 +53,20 @@ impl Egress {
         }
     }
 
+    /// Queues `mbuf` to leave by interface `iface` (tagged for a VLAN subinterface).
     #[inline]
-    pub fn send(&mut self, port: u16, mbuf: Mbuf, counters: &WorkerCounters) {
-        let index = usize::from(port);
+    pub fn send(&mut self, iface: u16, mut mbuf: Mbuf, counters: &WorkerCounters) {
+        let Some(link) = self.links.get(usize::from(iface)) else {
+            counters.record_drop(DropReason::NotOurMac);
+            return;
+        };
+        if let Some(tci) = link.vlan {
+            if !mbuf.push_vlan_tag(tci) {
+                counters.record_drop(DropReason::NoBuffer);
+                return;
+            }
+        }
+        let index = usize::from(link.port);
         if let Err(mbuf) = self.batches[index].push(mbuf) {
             self.flush_port(index, counters);
             // The batch is empty after a flush, so this push succeeds.

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod nat_log;
 pub mod netlink;
 pub mod pipeline_config;
+pub mod port_layout;
 pub mod port_watch;
 pub mod published;
 pub mod reload;

@@ -87,6 +87,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.device != new.device || old.name != new.name {
                 fields.push(format!("interfaces[{i}].device/name"));
             }
+            // Which port a VLAN rides on and its tag are wired into the workers' I/O.
+            if old.parent != new.parent || old.vlan != new.vlan {
+                fields.push(format!("interfaces[{i}].parent/vlan"));
+            }
             if old.rx_descriptors != new.rx_descriptors || old.tx_descriptors != new.tx_descriptors
             {
                 fields.push(format!("interfaces[{i}].rx/tx_descriptors"));
@@ -141,6 +145,8 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
         for (new, old) in merged.interfaces.iter_mut().zip(&running.interfaces) {
             new.device = old.device.clone();
             new.name = old.name.clone();
+            new.parent = old.parent.clone();
+            new.vlan = old.vlan;
             new.rx_descriptors = old.rx_descriptors;
             new.tx_descriptors = old.tx_descriptors;
             new.mtu = old.mtu;

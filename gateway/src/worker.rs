@@ -18,6 +18,7 @@ use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer, Rx
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, HEARTBEAT_LOOPS};
+use crate::port_layout::PortLayout;
 use crate::published::Published;
 use crate::twins::PuntLink;
 
@@ -63,8 +64,10 @@ pub fn back_tables_with_huge_pages(pipeline: &Pipeline) -> dpdk::HugePageAdvice 
 pub struct Worker {
     /// The worker's number, which is also its queue number on every port.
     pub index: u16,
-    /// This worker's RX queue on every port, indexed by interface number.
+    /// This worker's RX queue on every port, indexed by port number.
     pub rx: Vec<RxQueue>,
+    /// Which interface a frame received on a port belongs to (VLAN subinterfaces).
+    pub layout: PortLayout,
     pub handoff: HandoffLinks,
     pub egress: Egress,
     pub pool: Arc<Mempool>,
@@ -110,14 +113,14 @@ impl Worker {
 
     /// Runs the pipeline over a burst (`pipeline.process_burst`, which prefetches and takes
     /// established flows by the fast path), sets each mbuf's new length and dispatches its
-    /// verdict. `ingress_of` says how each packet arrived; None drops it (a handed-off packet
-    /// naming no interface).
+    /// verdict. `ingress_of` says how each packet arrived (taking a VLAN tag off), or why it
+    /// is dropped (a handed-off packet naming no interface, a VLAN id no subinterface has).
     #[inline]
     fn process_batch(
         &mut self,
         pipeline: &mut Pipeline,
         batch: &mut MbufBatch,
-        ingress_of: impl Fn(&Mbuf) -> Option<Ingress>,
+        ingress_of: impl Fn(&mut Mbuf) -> Result<Ingress, DropReason>,
         now_ns: u64,
         control: &mut MbufBatch,
     ) {
@@ -130,9 +133,12 @@ impl Worker {
                 counters.record_drop(DropReason::MultiSegment);
                 return false;
             }
-            let Some(arrived) = ingress_of(mbuf) else {
-                counters.record_drop(DropReason::NotOurMac);
-                return false;
+            let arrived = match ingress_of(mbuf) {
+                Ok(arrived) => arrived,
+                Err(reason) => {
+                    counters.record_drop(reason);
+                    return false;
+                }
             };
             // On the gateway's own rings (control, handoff) the port field names the
             // interface the packet came in by: a bond member's DPDK port id would not.
@@ -225,13 +231,18 @@ impl Worker {
             return 0;
         }
         self.counters.handoffs_received.add(arrived as u64);
-        let ports = self.egress.port_count();
-        let ingress_of = |mbuf: &Mbuf| {
+        let interfaces = self.egress.interface_count();
+        // The worker that received it put the interface in the port field, tag taken off.
+        let ingress_of = |mbuf: &mut Mbuf| {
             let port = mbuf.port().0;
-            (usize::from(port) < ports).then_some(Ingress {
-                port,
-                handed_off: true,
-            })
+            if usize::from(port) < interfaces {
+                Ok(Ingress {
+                    port,
+                    handed_off: true,
+                })
+            } else {
+                Err(DropReason::NotOurMac)
+            }
         };
         self.process_batch(pipeline, batch, ingress_of, now_ns, control);
         arrived
@@ -244,10 +255,10 @@ impl Worker {
         if ring.dequeue(batch) == 0 {
             return;
         }
-        let ports = self.egress.port_count();
+        let interfaces = self.egress.interface_count();
         for mbuf in batch.drain() {
             let port = mbuf.port();
-            if usize::from(port.0) < ports {
+            if usize::from(port.0) < interfaces {
                 self.egress.send(port.0, mbuf, &self.counters);
             } else {
                 self.counters.record_drop(DropReason::NotOurMac);
@@ -275,6 +286,7 @@ pub struct WorkerLoop {
     clock: Clock,
     /// Taken out of the worker so the loop can poll them while it hands the worker packets.
     rx_queues: Vec<RxQueue>,
+    layout: PortLayout,
     rx: MbufBatch,
     control: MbufBatch,
     router_version: u64,
@@ -293,11 +305,13 @@ impl WorkerLoop {
         let (_, router_version) = worker.router.load();
         let (_, neighbors_version) = worker.neighbors.load();
         let rx_queues = std::mem::take(&mut worker.rx);
+        let layout = std::mem::take(&mut worker.layout);
         WorkerLoop {
             worker,
             pipeline,
             clock: Clock::new(),
             rx_queues,
+            layout,
             rx: MbufBatch::new(),
             control: MbufBatch::new(),
             router_version,
@@ -339,7 +353,7 @@ impl WorkerLoop {
             pipeline.set_neighbors(neighbors);
         }
         let mut received = 0;
-        for (ingress, queue) in self.rx_queues.iter_mut().enumerate() {
+        for (port, queue) in self.rx_queues.iter_mut().enumerate() {
             if queue.rx_burst(&mut self.rx) == 0 {
                 continue;
             }
@@ -349,14 +363,11 @@ impl WorkerLoop {
             if self.rx.is_full() {
                 worker.counters.rx_full_bursts.add(1);
             }
-            let ingress = Ingress {
-                port: ingress as u16,
-                handed_off: false,
-            };
+            let layout = &self.layout;
             worker.process_batch(
                 pipeline,
                 &mut self.rx,
-                |_| Some(ingress),
+                |mbuf| layout.ingress(port, mbuf),
                 now_ns,
                 &mut self.control,
             );

@@ -408,6 +408,18 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("state.snapshot", Restart, "false", None),
     ("interfaces[].source_validation", Applied, "\"off\"", None),
     ("interfaces[].tcp_mss", Applied, "1400", None),
+    (
+        "interfaces[].parent",
+        Restart,
+        "\"lan\"",
+        Some("interfaces[2].parent"),
+    ),
+    (
+        "interfaces[].vlan",
+        Restart,
+        "30",
+        Some("interfaces[2].vlan"),
+    ),
     ("routes[].destination", Applied, "\"172.16.0.0/12\"", None),
     ("routes[].via", Applied, "\"10.0.0.3\"", None),
     ("icmp.errors_per_sec", Applied, "5", None),
@@ -593,6 +605,12 @@ mac = "02:00:00:00:00:10"
 name = "wan"
 device = "net_ring1"
 address = "10.0.0.1/24"
+
+[[interfaces]]
+name = "guest"
+parent = "wan"
+vlan = 20
+address = "192.168.20.1/24"
 
 [[routes]]
 destination = "0.0.0.0/0"

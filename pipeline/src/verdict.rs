@@ -71,7 +71,7 @@ macro_rules! drop_reasons {
 drop_reasons! {
     /// Shorter than an Ethernet header.
     TruncatedFrame => "truncated_frame",
-    /// 802.1Q/802.1ad tagged; VLANs are not configured.
+    /// 802.1Q tagged with an id no VLAN subinterface of the port has, or 802.1ad (QinQ).
     VlanTagged => "vlan_tagged",
     /// Unicast to a MAC address that is not the ingress port's.
     NotOurMac => "not_our_mac",
@@ -191,7 +191,8 @@ drop_reasons! {
     NatAddressGone => "nat_address_gone",
     /// The NIC's TX queue refused the packet.
     TxQueueFull => "tx_queue_full",
-    /// No packet buffer was free to build a reply or a fragment.
+    /// No packet buffer was free to build a reply or a fragment, or a buffer had no
+    /// headroom for a VLAN subinterface's 802.1Q tag.
     NoBuffer => "no_buffer",
 }
 

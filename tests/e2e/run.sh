@@ -14,12 +14,12 @@ for test in test_*.sh; do
         failed+=("$test")
     fi
 done
-# The router, NAT, firewall and kernel twin checks, sessions across a restart, and addresses
-# and routes from the kernel (DHCP, BGP), again on
+# The router, NAT, firewall and kernel twin checks, sessions across a restart, addresses
+# and routes from the kernel (DHCP, BGP), and VLAN subinterfaces, again on
 # two workers (see with_e2e_workers in lib.sh).
 # test_netlink.sh runs dhcpcd on the WAN twin in the first pass, dhclient in this one.
 for test in test_router.sh test_nat.sh test_ctl.sh test_kernel_twins.sh test_snapshot.sh test_netlink.sh \
-    test_frr_bgp.sh; do
+    test_frr_bgp.sh test_vlan.sh; do
     echo "== $test on two workers"
     if ! E2E_WORKERS=2 DHCP_CLIENT=dhclient bash "$test"; then
         failed+=("$test (two workers)")

@@ -22,6 +22,7 @@ use crate::dpdk::{
 };
 use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
+use crate::port_layout::PortLayout;
 use crate::published::Published;
 use crate::worker::{Worker, WorkerLoop};
 
@@ -144,7 +145,7 @@ impl Lab {
                     lan.take_rx_queue(RxQueueId(0))?,
                     wan.take_rx_queue(RxQueueId(0))?,
                 ],
-                Egress::new(vec![
+                Egress::untagged(vec![
                     lan.take_tx_queue(TxQueueId(0))?,
                     wan.take_tx_queue(TxQueueId(0))?,
                 ]),
@@ -209,6 +210,7 @@ impl Lab {
                     let worker = Worker {
                         index,
                         rx,
+                        layout: PortLayout::ports_only(2),
                         handoff: links.next().context("a worker's handoff links")?,
                         egress,
                         pool: pool.clone(),

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::config::CtlConfig;
 use crate::config_history::ConfigHistory;
+use crate::port_layout::Link;
 use crate::port_watch::PortWatch;
 use crate::published::Published;
 
@@ -45,7 +46,9 @@ pub struct Sources {
     pub control: Arc<WorkerCounters>,
     /// The interfaces' names, in interface order (they change only with a restart).
     pub interface_names: Vec<String>,
-    /// Each port's counters and link, in interface order.
+    /// Per interface, its port and VLAN tag (`crate::port_layout`).
+    pub interface_links: Vec<Link>,
+    /// Each port's counters and link, in port order.
     pub ports: Arc<PortWatch>,
     /// What the workers run: the router config and the neighbour view, as published.
     pub router: Arc<Published<RouterConfig>>,
@@ -345,9 +348,13 @@ fn show_interfaces(sources: &Sources) -> Value {
         .iter()
         .enumerate()
         .map(|(port, interface)| {
-            let watched = sources.ports.ports.get(port);
+            let link = sources.interface_links.get(port).copied();
+            let watched = link.and_then(|link| sources.ports.ports.get(usize::from(link.port)));
             let (link_up, speed_mbps) = watched.map_or((false, 0), |port| port.link());
+            // A VLAN subinterface shares its port's link; the port's counters are not its own.
+            let vlan = link.and_then(|link| link.vlan);
             let (stats, rates) = watched
+                .filter(|_| vlan.is_none())
                 .map(|port| port.poll(|totals| (totals.stats, totals.rates)))
                 .unzip();
             json!({
@@ -355,6 +362,7 @@ fn show_interfaces(sources: &Sources) -> Value {
                 "address": interface.has_address().then(|| format!("{}/{}", interface.addr, interface.prefix_len)),
                 "mac": interface.mac.to_string(),
                 "mtu": interface.mtu,
+                "vlan": vlan,
                 "link_up": link_up,
                 "speed_mbps": speed_mbps,
                 "rx_packets": stats.as_ref().map(|s| s.rx_packets),

@@ -11,6 +11,14 @@ pub const BURST_SIZE: usize = 32;
 /// 32-bit; `ol_flags` is 64).
 const RX_L4_CKSUM_MASK: u64 = dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK as u64;
 const RX_L4_CKSUM_GOOD: u64 = dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD as u64;
+/// The NIC (or the PMD: af_packet takes the kernel's tag) removed an 802.1Q tag into
+/// `vlan_tci`.
+const RX_VLAN_STRIPPED: u64 = dpdk_sys::RTE_MBUF_F_RX_VLAN_STRIPPED as u64;
+/// 802.1Q's TPID, and what a tag adds to a frame.
+const ETHERTYPE_VLAN: u16 = 0x8100;
+const VLAN_TAG_LEN: usize = 4;
+/// The two MAC addresses a tag follows.
+const MAC_ADDRESSES_LEN: usize = 12;
 
 /// The `rte_mbuf` fields read and written directly below, checked at compile time against
 /// the layout dpdk-sys/shim.h declares, which shim.c checks against the C header with
@@ -53,6 +61,7 @@ mod layout {
     check_field!(ol_flags, SHIM_MBUF_OL_FLAGS_OFFSET, SHIM_MBUF_OL_FLAGS_SIZE);
     check_field!(pkt_len, SHIM_MBUF_PKT_LEN_OFFSET, SHIM_MBUF_PKT_LEN_SIZE);
     check_field!(data_len, SHIM_MBUF_DATA_LEN_OFFSET, SHIM_MBUF_DATA_LEN_SIZE);
+    check_field!(vlan_tci, SHIM_MBUF_VLAN_TCI_OFFSET, SHIM_MBUF_VLAN_TCI_SIZE);
     check_field!(buf_len, SHIM_MBUF_BUF_LEN_OFFSET, SHIM_MBUF_BUF_LEN_SIZE);
 }
 
@@ -198,6 +207,69 @@ impl Mbuf {
         let ol_flags = unsafe { self.ptr.as_ref().ol_flags };
         // Two bits: GOOD alone; both set means NONE (no valid checksum), not good.
         ol_flags & RX_L4_CKSUM_MASK == RX_L4_CKSUM_GOOD
+    }
+
+    /// The TCI of an 802.1Q tag the port removed on receipt (VLAN stripping), if it did.
+    #[inline]
+    pub fn rx_stripped_vlan(&self) -> Option<u16> {
+        let header = self.header();
+        (header.ol_flags & RX_VLAN_STRIPPED != 0).then_some(header.vlan_tci)
+    }
+
+    /// Takes an 802.1Q tag out of the frame, returning its TCI; None, with the frame as it
+    /// was, if the frame has none.
+    #[inline]
+    pub fn pop_vlan_tag(&mut self) -> Option<u16> {
+        if self.segments() != 1 {
+            return None;
+        }
+        let frame = self.data_mut();
+        let tagged = frame.len() >= MAC_ADDRESSES_LEN + VLAN_TAG_LEN + 2
+            && frame[MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + 2] == ETHERTYPE_VLAN.to_be_bytes();
+        if !tagged {
+            return None;
+        }
+        let tci = u16::from_be_bytes([frame[14], frame[15]]);
+        // The addresses move up over the tag; the frame then starts 4 bytes later.
+        frame.copy_within(0..MAC_ADDRESSES_LEN, VLAN_TAG_LEN);
+        let len = frame.len() - VLAN_TAG_LEN;
+        // SAFETY: we own the mbuf; data_off + 4 and len - 4 stay inside the same buffer
+        // (the frame had more than 4 bytes), and the sum data_off + data_len is unchanged.
+        unsafe {
+            let header = self.ptr.as_mut();
+            header.data_off += VLAN_TAG_LEN as u16;
+            header.data_len = len as u16;
+            header.pkt_len = len as u32;
+        }
+        Some(tci)
+    }
+
+    /// Puts an 802.1Q tag with `tci` after the MAC addresses. False, with the frame as it
+    /// was, if the buffer has no 4 bytes of headroom or the frame no addresses.
+    #[inline]
+    pub fn push_vlan_tag(&mut self, tci: u16) -> bool {
+        let header = self.header();
+        let data_off = usize::from(header.data_off);
+        let len = self.len();
+        if data_off < VLAN_TAG_LEN || len < MAC_ADDRESSES_LEN || self.segments() != 1 {
+            return false;
+        }
+        // SAFETY: we own the mbuf; the headroom's 4 bytes before data_off and the frame after
+        // it are one range of the buffer (data_off >= 4 was checked), plain bytes, and
+        // &mut self makes the access exclusive. The new length is the old plus 4, ending where
+        // the frame ended, so it fits the buffer and u16.
+        let frame = unsafe {
+            let header = self.ptr.as_mut();
+            header.data_off -= VLAN_TAG_LEN as u16;
+            header.data_len += VLAN_TAG_LEN as u16;
+            header.pkt_len += VLAN_TAG_LEN as u32;
+            std::slice::from_raw_parts_mut(self.data_ptr(), len + VLAN_TAG_LEN)
+        };
+        frame.copy_within(VLAN_TAG_LEN..VLAN_TAG_LEN + MAC_ADDRESSES_LEN, 0);
+        frame[MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + 2]
+            .copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+        frame[MAC_ADDRESSES_LEN + 2..MAC_ADDRESSES_LEN + 4].copy_from_slice(&tci.to_be_bytes());
+        true
     }
 
     /// Hints the CPU to fetch the packet's first cache line.

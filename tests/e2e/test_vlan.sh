@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# 802.1Q subinterfaces on one trunk port. This kernel has no 802.1Q module, so the switch is
+# Open vSwitch in userspace (no kernel module): its trunk port faces the gateway's LAN port,
+# and access ports tag the hosts' frames as a real switch would: the lab's LAN host untagged,
+# a guest host on VLAN 20, an IoT host on VLAN 30, and a host on VLAN 40, which the gateway
+# has no subinterface for. Each VLAN is its own interface and zone: the checks ping every
+# gateway address over its VLAN, cross NAT from each VLAN to the WAN host with TCP and UDP,
+# follow the firewall between the VLANs both ways, and count VLAN 40's frames as dropped.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ROOT/scripts/lablib.sh"
+
+OVS=$WORK/ovs
+mkdir -p "$OVS"
+export OVS_RUNDIR=$OVS OVS_LOGDIR=$OVS OVS_DBDIR=$OVS OVS_SYSCONFDIR=$OVS
+vsctl() { ovs-vsctl --db="unix:$OVS/db.sock" "$@"; }
+VLAN_HOSTS=(20 30 40)
+teardown() {
+    for daemon in ovs-vswitchd ovsdb-server; do
+        [[ -f $OVS/$daemon.pid ]] && kill "$(cat "$OVS/$daemon.pid")" 2>/dev/null || true
+    done
+    for id in "${VLAN_HOSTS[@]}"; do
+        ip netns del "gwvlan$id" 2>/dev/null || true
+        ip link del "gwv-$id" 2>/dev/null || true
+    done
+    ip link del gwv-gw 2>/dev/null || true
+    cleanup
+}
+trap teardown EXIT
+
+quiet_offloads() { ethtool -K "$1" tso off gso off gro off tx off rx off rxvlan off txvlan off >/dev/null 2>&1 || true; }
+
+"$ROOT/scripts/lab.sh" up >/dev/null
+# The trunk: the gateway's end, and OVS's.
+ip link del gwv-gw 2>/dev/null || true
+ip link add gwv-gw type veth peer name gwv-trunk
+for end in gwv-gw gwv-trunk; do
+    sysctl -qw "net.ipv6.conf.$end.disable_ipv6=1"
+    quiet_offloads "$end"
+    ip link set "$end" up
+done
+# A host per VLAN, 192.168.<id>.2 behind the gateway's 192.168.<id>.1.
+for id in "${VLAN_HOSTS[@]}"; do
+    ns=gwvlan$id
+    ip netns del "$ns" 2>/dev/null || true
+    ip netns add "$ns"
+    ip link add "gwv-$id" type veth peer name eth0 netns "$ns"
+    sysctl -qw "net.ipv6.conf.gwv-$id.disable_ipv6=1"
+    quiet_offloads "gwv-$id"
+    ip link set "gwv-$id" up
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "192.168.$id.2/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip netns exec "$ns" ethtool -K eth0 tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+    ip -n "$ns" route add default via "192.168.$id.1"
+done
+vlan_host() { local id=$1; shift; ip netns exec "gwvlan$id" "$@"; }
+
+ovsdb-tool create "$OVS/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+ovsdb-server "$OVS/conf.db" --remote="punix:$OVS/db.sock" --pidfile="$OVS/ovsdb-server.pid" \
+    --detach --log-file="$OVS/ovsdb-server.log" 2>/dev/null
+vsctl --no-wait init
+ovs-vswitchd "unix:$OVS/db.sock" --disable-system --pidfile="$OVS/ovs-vswitchd.pid" --detach \
+    --log-file="$OVS/ovs-vswitchd.log" 2>/dev/null
+vsctl add-br gwvbr -- set bridge gwvbr datapath_type=netdev
+# The trunk carries the untagged LAN and every VLAN; the lab's LAN host is untagged.
+vsctl add-port gwvbr gwv-trunk -- set port gwv-trunk vlan_mode=native-untagged tag=1 trunks=1,20,30,40
+vsctl add-port gwvbr gwl-lan -- set port gwl-lan tag=1
+for id in "${VLAN_HOSTS[@]}"; do
+    vsctl add-port gwvbr "gwv-$id" -- set port "gwv-$id" tag="$id"
+done
+ip link set gwvbr up
+
+python3 - "$ROOT/configs/lab.toml" "$WORK/gateway.toml" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+text = text.replace('device = "net_af_packet0,iface=gwl-lan,', 'device = "net_af_packet0,iface=gwv-gw,')
+text = text.replace('listen = "127.0.0.1:9469"', 'listen = "127.0.0.1:19131"')
+text = text.replace('file_prefix = "gateway-lab"', 'file_prefix = "gateway-e2e"')
+vlans = """
+[[interfaces]]
+name = "guest"
+parent = "lan"
+vlan = 20
+address = "192.168.20.1/24"
+
+[[interfaces]]
+name = "iot"
+parent = "lan"
+vlan = 30
+address = "192.168.30.1/24"
+mtu = 1400
+"""
+# After the two ports, before the routes.
+text = text.replace("\n[[routes]]", vlans + "\n[[routes]]", 1)
+policy = """policy = [
+    { from = "lan", to = "wan", action = "accept" },
+    { from = "lan", to = "local", action = "accept" },
+    { from = "lan", to = "guest", action = "accept" },
+    { from = "guest", to = "wan", action = "accept" },
+    { from = "guest", to = "local", action = "accept" },
+    { from = "guest", to = "lan", action = "drop" },
+    { from = "guest", to = "iot", action = "drop" },
+    { from = "iot", to = "wan", action = "accept" },
+    { from = "iot", to = "local", action = "accept" },
+    { from = "iot", to = "lan", action = "drop" },
+    { from = "iot", to = "guest", action = "drop" },
+    { from = "wan", to = "lan", action = "drop" },
+    { from = "wan", to = "local", action = "drop" },
+]"""
+text, n = re.subn(r"policy = \[.*?\n\]", policy, text, count=1, flags=re.S)
+assert n == 1 and "gwv-gw" in text
+open(sys.argv[2], "w").write(text)
+PY
+with_e2e_workers "$WORK/gateway.toml"
+METRICS=http://127.0.0.1:19131/metrics
+start_gateway "$WORK/gateway.toml"
+
+# Every gateway address answers over its own VLAN (ARP and echo both tagged both ways).
+lan ping -c 2 -W 2 192.168.10.1 >/dev/null || fail "the untagged LAN host cannot ping 192.168.10.1"
+for id in 20 30; do
+    ok=
+    for _ in 1 2 3; do
+        vlan_host "$id" ping -c 2 -W 2 "192.168.$id.1" >/dev/null && { ok=1; break; }
+    done
+    [[ -n $ok ]] || fail "the host on VLAN $id cannot ping the gateway's 192.168.$id.1"
+done
+pass "the untagged LAN and VLANs 20 and 30 each reach their gateway address over one trunk"
+
+# NAT from each VLAN to the WAN host: ping, UDP and TCP.
+server=$(udp_echo_server gwlab-wan 7000)
+trap 'kill $server 2>/dev/null; teardown' EXIT
+for id in 20 30; do
+    vlan_host "$id" ping -c 2 -W 2 10.0.0.2 >/dev/null || fail "VLAN $id cannot ping the WAN host"
+    answered=$(udp_exchange "gwvlan$id" 10.0.0.2 7000 10)
+    [[ $answered == 10 ]] || fail "VLAN $id: $answered of 10 UDP exchanges with the WAN host"
+    read -r peer gbps < <(iperf3_run gwlab-wan "gwvlan$id" 10.0.0.2 -t 2) || fail "iperf3 from VLAN $id"
+    [[ $peer == 10.0.0.1 ]] || fail "the WAN host saw VLAN $id's TCP from $peer, not the masquerade 10.0.0.1"
+    pass "VLAN $id reaches the WAN host through NAT: ping, 10/10 UDP exchanges, TCP at $gbps Gbit/s"
+done
+
+# The firewall between VLANs: lan may open flows to guest, not guest to lan; iot to neither.
+dropped_before=$(metric 'gateway_dropped_packets_total{reason="firewall_drop"')
+lan ping -c 2 -W 2 192.168.20.2 >/dev/null || fail "lan -> guest (accepted) did not get through"
+vlan_host 20 ping -c 2 -W 1 192.168.10.2 >/dev/null && fail "guest -> lan got through a drop policy"
+vlan_host 30 ping -c 2 -W 1 192.168.20.2 >/dev/null && fail "iot -> guest got through a drop policy"
+dropped=$(( $(metric 'gateway_dropped_packets_total{reason="firewall_drop"') - dropped_before ))
+((dropped >= 4)) || fail "guest -> lan and iot -> guest: $dropped firewall drops counted, expected 4"
+pass "between VLANs the firewall decides: lan -> guest accepted, guest -> lan and iot -> guest dropped ($dropped counted)"
+
+# VLAN 40 has no subinterface: its frames are dropped and counted, not taken for the LAN's.
+tagged_before=$(metric 'gateway_dropped_packets_total{reason="vlan_tagged"')
+vlan_host 40 ping -c 3 -W 1 192.168.40.1 >/dev/null && fail "VLAN 40 got an answer"
+vlan_host 40 ping -c 1 -W 1 192.168.10.1 >/dev/null && fail "VLAN 40 reached the LAN address"
+tagged=$(( $(metric 'gateway_dropped_packets_total{reason="vlan_tagged"') - tagged_before ))
+((tagged >= 2)) || fail "VLAN 40's ARP requests: $tagged dropped as vlan_tagged"
+pass "frames on VLAN 40, which has no subinterface, are dropped and counted as vlan_tagged ($tagged)"
+
+[[ ${E2E_WORKERS:-1} == 2 ]] && assert_no_conntrack_invalid
+stop_gateway
