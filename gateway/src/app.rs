@@ -277,7 +277,7 @@ impl<'a> Gateway<'a> {
             .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
         );
         let mut ports = Vec::new();
-        for (&index, &id) in port_interfaces.iter().zip(&port_ids) {
+        for (port_index, (&index, &id)) in port_interfaces.iter().zip(&port_ids).enumerate() {
             let iface = &config.interfaces[index];
             let port_config = PortConfig {
                 rx_queues: workers,
@@ -287,6 +287,8 @@ impl<'a> Gateway<'a> {
                 mtu: Some(iface.mtu),
                 rss_key: iface.rss_key.as_deref().and_then(parse_hex),
                 promiscuous: iface.promiscuous,
+                vlan_offloads: layout.port_has_vlans(port_index)
+                    && iface.vlan_offload.unwrap_or(true),
                 ..PortConfig::default()
             };
             let dedicated_lacp = match &iface.bond {

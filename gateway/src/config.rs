@@ -354,6 +354,10 @@ pub struct InterfaceConfig {
     /// The subinterface's VLAN id, 1 to 4094; needs `parent`.
     #[serde(default)]
     pub vlan: Option<u16>,
+    /// On a port carrying VLAN subinterfaces: let the NIC strip and insert the tags where it
+    /// can (the X550 can). false: the workers tag and untag in software. Omitted: true.
+    #[serde(default)]
+    pub vlan_offload: Option<bool>,
     /// Makes this interface an 802.3ad (LACP) bond of member devices.
     #[serde(default)]
     pub bond: Option<BondConfig>,
@@ -1714,6 +1718,7 @@ impl GatewayConfig {
             ("bond", iface.bond.is_some()),
             ("rss_key", iface.rss_key.is_some()),
             ("promiscuous", iface.promiscuous),
+            ("vlan_offload", iface.vlan_offload.is_some()),
             ("kernel_twin", iface.kernel_twin == Some(true)),
         ];
         if let Some((name, _)) = port_settings.iter().find(|(_, set)| *set) {
@@ -1873,6 +1878,56 @@ mod tests {
         let main_as_worker = LAB.replace("lcores = [1]", "lcores = [0]");
         let err = parse(&main_as_worker).unwrap_err().to_string();
         assert!(err.starts_with("workers.lcores[0]:"), "{err}");
+    }
+
+    #[test]
+    fn a_vlan_subinterface_is_checked_by_name() {
+        let with_vlan = |vlan: &str| {
+            let vlan = format!("[[interfaces]]\nname = \"guest\"\n{vlan}\n[[routes]]");
+            parse(&LAB.replacen("[[routes]]", &vlan, 1))
+        };
+        let good = "parent = \"lan\"\nvlan = 20\naddress = \"192.168.20.1/24\"";
+        let config = with_vlan(good).unwrap();
+        assert!(config.interfaces[2].is_vlan() && !config.interfaces[0].is_vlan());
+        assert!(config.interfaces[2].eal_devices().is_empty());
+        let cases = [
+            ("vlan = 20\naddress = \"192.168.20.1/24\"", "interfaces[2].vlan:", "parent is missing"),
+            ("parent = \"lan\"\naddress = \"192.168.20.1/24\"", "interfaces[2].parent:", "vlan is missing"),
+            ("parent = \"lan\"\nvlan = 4095\naddress = \"192.168.20.1/24\"", "interfaces[2].vlan:", "not a VLAN id"),
+            ("parent = \"lan\"\nvlan = 0\naddress = \"192.168.20.1/24\"", "interfaces[2].vlan:", "not a VLAN id"),
+            ("parent = \"dmz\"\nvlan = 20\naddress = \"192.168.20.1/24\"", "interfaces[2].parent:", "names no port"),
+            ("parent = \"lan\"\nvlan = 20\nmtu = 1600\naddress = \"192.168.20.1/24\"", "interfaces[2].mtu:", "above its parent"),
+            ("parent = \"lan\"\nvlan = 20\ndevice = \"net_ring0\"\naddress = \"192.168.20.1/24\"", "interfaces[2].device:", "parent's port"),
+            ("parent = \"lan\"\nvlan = 20\npromiscuous = true\naddress = \"192.168.20.1/24\"", "interfaces[2].promiscuous:", "parent's port"),
+            ("parent = \"lan\"\nvlan = 20\nkernel_twin = true\naddress = \"192.168.20.1/24\"", "interfaces[2].kernel_twin:", "not supported"),
+            ("address = \"192.168.20.1/24\"", "interfaces[2].device:", "missing"),
+        ];
+        for (fields, field, reason) in cases {
+            let err = with_vlan(fields).unwrap_err().to_string();
+            assert!(
+                err.starts_with(field) && err.contains(reason),
+                "{fields:?}: {err}"
+            );
+        }
+        // A VLAN of a VLAN, and one id twice on a port.
+        let twice = format!(
+            "{good}\n[[interfaces]]\nname = \"iot\"\nparent = \"lan\"\nvlan = 20\naddress = \"192.168.30.1/24\""
+        );
+        let err = with_vlan(&twice).unwrap_err().to_string();
+        assert!(
+            err.starts_with("interfaces[3].vlan:") && err.contains("already has VLAN 20"),
+            "{err}"
+        );
+        let nested = format!(
+            "{good}\n[[interfaces]]\nname = \"iot\"\nparent = \"guest\"\nvlan = 30\naddress = \"192.168.30.1/24\""
+        );
+        let err = with_vlan(&nested).unwrap_err().to_string();
+        assert!(err.starts_with("interfaces[3].parent:"), "{err}");
+        // The same id on another port is another VLAN.
+        let other_port = format!(
+            "{good}\n[[interfaces]]\nname = \"wan20\"\nparent = \"wan\"\nvlan = 20\naddress = \"172.16.0.1/24\""
+        );
+        with_vlan(&other_port).unwrap();
     }
 
     #[test]

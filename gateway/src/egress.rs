@@ -13,6 +13,8 @@ pub struct Egress {
     batches: Vec<MbufBatch>,
     /// Per interface: its port, and its 802.1Q tag if it is a VLAN subinterface.
     links: Vec<Link>,
+    /// Per port: whether the NIC inserts tags (else they are written here, in software).
+    nic_inserts_tags: Vec<bool>,
 }
 
 impl Egress {
@@ -26,10 +28,12 @@ impl Egress {
             "an interface on a port without a queue"
         );
         let batches = queues.iter().map(|_| MbufBatch::new()).collect();
+        let nic_inserts_tags = queues.iter().map(TxQueue::vlan_insert).collect();
         Egress {
             queues,
             batches,
             links,
+            nic_inserts_tags,
         }
     }
 
@@ -60,13 +64,15 @@ impl Egress {
             counters.record_drop(DropReason::NotOurMac);
             return;
         };
+        let index = usize::from(link.port);
         if let Some(tci) = link.vlan {
-            if !mbuf.push_vlan_tag(tci) {
+            if self.nic_inserts_tags[index] {
+                mbuf.request_tx_vlan(tci);
+            } else if !mbuf.push_vlan_tag(tci) {
                 counters.record_drop(DropReason::NoBuffer);
                 return;
             }
         }
-        let index = usize::from(link.port);
         if let Err(mbuf) = self.batches[index].push(mbuf) {
             self.flush_port(index, counters);
             // The batch is empty after a flush, so this push succeeds.

@@ -98,12 +98,15 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.mtu != new.mtu {
                 fields.push(format!("interfaces[{i}].mtu"));
             }
-            // Bonds, the RSS key and promiscuous mode are set up with the port.
+            // Bonds, the RSS key, promiscuous mode and VLAN offloads are set up with the port.
             if old.bond != new.bond
                 || old.rss_key != new.rss_key
                 || old.promiscuous != new.promiscuous
+                || old.vlan_offload != new.vlan_offload
             {
-                fields.push(format!("interfaces[{i}].bond/rss_key/promiscuous"));
+                fields.push(format!(
+                    "interfaces[{i}].bond/rss_key/promiscuous/vlan_offload"
+                ));
             }
             // The NAT pools hand out ports on the addresses they started with.
             if old.address != new.address {
@@ -154,6 +157,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.bond = old.bond.clone();
             new.rss_key = old.rss_key.clone();
             new.promiscuous = old.promiscuous;
+            new.vlan_offload = old.vlan_offload;
             new.kernel_twin = old.kernel_twin;
             new.kernel_twin_name = old.kernel_twin_name.clone();
         }

@@ -339,3 +339,128 @@ fn the_port_watch_reads_counters_and_xstats_without_a_scrape() {
     assert_eq!(watched.link_flaps(), 0);
     drop((rxq, port, watch));
 }
+
+/// A frame: broadcast destination, a source MAC, then `ethertype_and_rest`.
+fn frame(mbuf: &mut Mbuf, ethertype_and_rest: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![0xff; 6];
+    bytes.extend_from_slice(&[2, 0, 0, 0, 0, 7]);
+    bytes.extend_from_slice(ethertype_and_rest);
+    mbuf.set_len(bytes.len()).unwrap();
+    mbuf.data_mut().copy_from_slice(&bytes);
+    bytes
+}
+
+#[test]
+fn vlan_tags_go_in_after_the_addresses_and_come_out_again() {
+    let eal = eal();
+    let pool = Mempool::new(eal, "vlan_tag_pool", 63, 0, 2048, SocketId::ANY).unwrap();
+    let mut mbuf = Mbuf::alloc(&pool).unwrap();
+    let untagged = frame(&mut mbuf, &[0x08, 0x00, 0x45, 0, 0, 20]);
+    assert_eq!(
+        mbuf.pop_vlan_tag(),
+        None,
+        "an untagged frame has no tag to take"
+    );
+    assert_eq!(mbuf.data(), &untagged[..]);
+
+    assert!(mbuf.push_vlan_tag(0xa014));
+    let mut tagged = untagged[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0xa0, 0x14]);
+    tagged.extend_from_slice(&untagged[12..]);
+    assert_eq!(
+        mbuf.data(),
+        &tagged[..],
+        "TPID and TCI after the MAC addresses"
+    );
+    assert_eq!(mbuf.pop_vlan_tag(), Some(0xa014));
+    assert_eq!(
+        mbuf.data(),
+        &untagged[..],
+        "taking the tag out gives the frame back"
+    );
+
+    // A tag announced but cut short is not taken.
+    let truncated = frame(&mut mbuf, &[0x81, 0x00, 0x00]);
+    assert_eq!(mbuf.pop_vlan_tag(), None);
+    assert_eq!(mbuf.data(), &truncated[..]);
+
+    // Tags go in while the headroom lasts, and then refuse without touching the frame.
+    let untagged = frame(&mut mbuf, &[0x08, 0x00]);
+    let mut pushed = 0;
+    while mbuf.push_vlan_tag(7) {
+        pushed += 1;
+        assert!(pushed <= 1024, "the headroom never ran out");
+    }
+    assert!(pushed >= 1, "a fresh mbuf has headroom for a tag");
+    let full = mbuf.data().to_vec();
+    assert!(!mbuf.push_vlan_tag(7));
+    assert_eq!(mbuf.data(), &full[..]);
+    for _ in 0..pushed {
+        assert_eq!(mbuf.pop_vlan_tag(), Some(7));
+    }
+    assert_eq!(mbuf.data(), &untagged[..]);
+}
+
+#[test]
+fn a_port_with_vlans_hands_each_tagged_frame_to_its_subinterface_untagged() {
+    use gateway::config::GatewayConfig;
+    use gateway::port_layout::PortLayout;
+    use pipeline::DropReason;
+    let config = GatewayConfig::from_text(
+        std::path::Path::new("vlans.toml"),
+        r#"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_ring0"
+address = "192.168.1.1/24"
+[[interfaces]]
+name = "wan"
+device = "net_ring1"
+address = "10.0.0.1/24"
+[[interfaces]]
+name = "guest"
+parent = "lan"
+vlan = 20
+address = "192.168.20.1/24"
+[[routes]]
+destination = "0.0.0.0/0"
+via = "10.0.0.2"
+"#,
+    )
+    .unwrap();
+    let layout = PortLayout::new(&config);
+    let eal = eal();
+    let pool = Mempool::new(eal, "vlan_layout_pool", 63, 0, 2048, SocketId::ANY).unwrap();
+    let mut mbuf = Mbuf::alloc(&pool).unwrap();
+    let ipv4 = [0x08, 0x00, 0x45, 0];
+    let untagged = frame(&mut mbuf, &ipv4);
+    let port = |ingress: Result<pipeline::Ingress, DropReason>| ingress.map(|i| i.port);
+    assert_eq!(
+        port(layout.ingress(0, &mut mbuf)),
+        Ok(0),
+        "untagged: the parent"
+    );
+    assert!(mbuf.push_vlan_tag(20));
+    assert_eq!(port(layout.ingress(0, &mut mbuf)), Ok(2), "VLAN 20: guest");
+    assert_eq!(mbuf.data(), &untagged[..], "the pipeline gets it untagged");
+    assert!(mbuf.push_vlan_tag(0x6000 | 20));
+    assert_eq!(
+        port(layout.ingress(0, &mut mbuf)),
+        Ok(2),
+        "priority bits aside"
+    );
+    assert!(mbuf.push_vlan_tag(21));
+    assert_eq!(
+        port(layout.ingress(0, &mut mbuf)),
+        Err(DropReason::VlanTagged)
+    );
+    // The WAN port has no VLANs: a tagged frame there stays tagged for the pipeline to refuse.
+    let untagged = frame(&mut mbuf, &ipv4);
+    assert!(mbuf.push_vlan_tag(20));
+    let tagged = mbuf.data().to_vec();
+    assert_eq!(port(layout.ingress(1, &mut mbuf)), Ok(1));
+    assert_eq!(mbuf.data(), &tagged[..]);
+    assert_ne!(&tagged[..], &untagged[..]);
+}

@@ -420,6 +420,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "30",
         Some("interfaces[2].vlan"),
     ),
+    ("interfaces[].vlan_offload", Restart, "false", None),
     ("routes[].destination", Applied, "\"172.16.0.0/12\"", None),
     ("routes[].via", Applied, "\"10.0.0.3\"", None),
     ("icmp.errors_per_sec", Applied, "5", None),
@@ -595,6 +596,7 @@ source_validation = "strict"
 tcp_mss = "auto"
 kernel_twin = true
 promiscuous = false
+vlan_offload = true
 [interfaces.bond]
 members = ["net_ring2", "net_ring3"]
 xmit_policy = "l34"

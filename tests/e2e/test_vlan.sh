@@ -114,8 +114,24 @@ assert n == 1 and "gwv-gw" in text
 open(sys.argv[2], "w").write(text)
 PY
 with_e2e_workers "$WORK/gateway.toml"
+# One pass with the PMD's VLAN offloads (af_packet strips by the kernel's tag metadata and
+# inserts on transmit), the two-worker pass with the workers' software tagging.
+if [[ ${E2E_WORKERS:-1} == 2 ]]; then
+    sed -i 's|^\(device = "net_af_packet0,iface=gwv-gw.*\)$|\1\nvlan_offload = false|' "$WORK/gateway.toml"
+    grep -q '^vlan_offload = false' "$WORK/gateway.toml" || fail "could not turn the VLAN offloads off"
+    tagging="in software"
+else
+    tagging="by the port's offloads"
+fi
 METRICS=http://127.0.0.1:19131/metrics
 start_gateway "$WORK/gateway.toml"
+if [[ $tagging == "in software" ]]; then
+    grep -q 'port started.*port="lan".*vlan_strip=false vlan_insert=false' "$WORK/gateway.log" \
+        || fail "the LAN port started with VLAN offloads: $(grep 'port started' "$WORK/gateway.log")"
+else
+    grep -q 'port started.*port="lan".*vlan_strip=true vlan_insert=true' "$WORK/gateway.log" \
+        || fail "the LAN port started without VLAN offloads: $(grep 'port started' "$WORK/gateway.log")"
+fi
 
 # Every gateway address answers over its own VLAN (ARP and echo both tagged both ways).
 lan ping -c 2 -W 2 192.168.10.1 >/dev/null || fail "the untagged LAN host cannot ping 192.168.10.1"
@@ -126,7 +142,7 @@ for id in 20 30; do
     done
     [[ -n $ok ]] || fail "the host on VLAN $id cannot ping the gateway's 192.168.$id.1"
 done
-pass "the untagged LAN and VLANs 20 and 30 each reach their gateway address over one trunk"
+pass "the untagged LAN and VLANs 20 and 30 each reach their gateway address over one trunk, tagged $tagging"
 
 # NAT from each VLAN to the WAN host: ping, UDP and TCP.
 server=$(udp_echo_server gwlab-wan 7000)

@@ -14,6 +14,8 @@ const RX_L4_CKSUM_GOOD: u64 = dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD as u64;
 /// The NIC (or the PMD: af_packet takes the kernel's tag) removed an 802.1Q tag into
 /// `vlan_tci`.
 const RX_VLAN_STRIPPED: u64 = dpdk_sys::RTE_MBUF_F_RX_VLAN_STRIPPED as u64;
+/// Asks the NIC to insert an 802.1Q tag with the mbuf's `vlan_tci` (bindgen types it 64-bit).
+const TX_VLAN: u64 = dpdk_sys::RTE_MBUF_F_TX_VLAN;
 /// 802.1Q's TPID, and what a tag adds to a frame.
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const VLAN_TAG_LEN: usize = 4;
@@ -242,6 +244,18 @@ impl Mbuf {
             header.pkt_len = len as u32;
         }
         Some(tci)
+    }
+
+    /// Asks the NIC to tag the frame with `tci` as it sends it: only for a queue whose port
+    /// inserts tags ([`TxQueue::vlan_insert`](super::TxQueue::vlan_insert)).
+    #[inline]
+    pub fn request_tx_vlan(&mut self, tci: u16) {
+        // SAFETY: writes two fields of the mbuf we own.
+        unsafe {
+            let header = self.ptr.as_mut();
+            header.ol_flags |= TX_VLAN;
+            header.vlan_tci = tci;
+        }
     }
 
     /// Puts an 802.1Q tag with `tci` after the MAC addresses. False, with the frame as it

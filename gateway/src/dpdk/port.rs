@@ -44,6 +44,10 @@ pub struct PortConfig {
     /// the pool is the process's one packet pool (see `mempool.rs`), and never on a bond,
     /// whose PMD transmits LACPDUs from pools of its own on the data queues.
     pub fast_free: bool,
+    /// Let the NIC strip 802.1Q tags on receipt and insert them on transmit, where it can
+    /// (`RTE_ETH_RX_OFFLOAD_VLAN_STRIP`, `RTE_ETH_TX_OFFLOAD_VLAN_INSERT`): for a port that
+    /// carries VLAN subinterfaces. Elsewhere the workers tag and untag in software.
+    pub vlan_offloads: bool,
 }
 
 impl Default for PortConfig {
@@ -58,6 +62,7 @@ impl Default for PortConfig {
             rss_key: None,
             promiscuous: false,
             fast_free: true,
+            vlan_offloads: false,
         }
     }
 }
@@ -202,6 +207,8 @@ pub(crate) struct PortInner {
     name: String,
     started: bool,
     fast_free: Option<FastFreeClaim>,
+    /// The NIC inserts 802.1Q tags for mbufs that ask (`RTE_MBUF_F_TX_VLAN`).
+    vlan_insert: bool,
     _claim: PortClaim,
     rings: Option<PortRings>,
     /// Kept so the pool outlives the port's descriptors; read by debug builds' checks.
@@ -366,6 +373,7 @@ impl Port {
             name: name.to_string(),
             started: false,
             fast_free: None,
+            vlan_insert: false,
             _claim: claim,
             rings,
             pool: pool.clone(),
@@ -453,6 +461,16 @@ impl Port {
         conf.rxmode.offloads |= info.rx_offload_capa
             & (dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_TCP_CKSUM
                 | dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
+        if config.vlan_offloads {
+            // A stripped tag arrives in the mbuf's vlan_tci with RX_VLAN_STRIPPED set, which
+            // the workers read as they would the tag in the frame.
+            conf.rxmode.offloads |=
+                info.rx_offload_capa & dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_VLAN_STRIP;
+            if info.tx_offload_capa & dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_VLAN_INSERT != 0 {
+                conf.txmode.offloads |= dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_VLAN_INSERT;
+                inner.vlan_insert = true;
+            }
+        }
         let driver = driver_name(&info);
         if config.fast_free
             && info.tx_offload_capa & dpdk_sys::flags::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0
@@ -558,6 +576,8 @@ impl Port {
             rx_desc,
             tx_desc,
             fast_free = inner.fast_free.is_some(),
+            vlan_strip = conf.rxmode.offloads & dpdk_sys::flags::RTE_ETH_RX_OFFLOAD_VLAN_STRIP != 0,
+            vlan_insert = inner.vlan_insert,
             "port started"
         );
         Ok(Port {
@@ -611,6 +631,7 @@ impl Port {
         Ok(TxQueue {
             port: self.inner.id.0,
             queue: id.0,
+            vlan_insert: self.inner.vlan_insert,
             _owner: self.inner.clone(),
             _one_user: PhantomData,
         })
@@ -726,6 +747,7 @@ pub struct RxQueue {
 pub struct TxQueue {
     port: u16,
     queue: u16,
+    vlan_insert: bool,
     _owner: Arc<PortInner>,
     _one_user: PhantomData<Cell<()>>,
 }
@@ -762,6 +784,12 @@ impl RxQueue {
 impl TxQueue {
     pub fn port(&self) -> PortId {
         PortId(self.port)
+    }
+
+    /// Whether the NIC inserts 802.1Q tags for this queue's mbufs that ask
+    /// ([`Mbuf::request_tx_vlan`](super::Mbuf::request_tx_vlan)).
+    pub fn vlan_insert(&self) -> bool {
+        self.vlan_insert
     }
 
     pub fn id(&self) -> TxQueueId {
