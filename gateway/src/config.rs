@@ -1551,6 +1551,19 @@ impl GatewayConfig {
                     format!("no interface named {name:?}"),
                 ));
             }
+            // One pool pairs each LAN host with one external address whatever interface its
+            // flows leave by: with two uplinks, flows out of one would carry the other's
+            // address, which its ISP drops.
+            if i > 0 && self.nat.masquerade[..i].iter().any(|other| other != name) {
+                return Err(invalid(
+                    format!("nat.masquerade[{i}]"),
+                    format!(
+                        "a second masqueraded interface ({name:?} beside {:?}) is not supported: \
+                         masquerade translates to one uplink's address",
+                        self.nat.masquerade[0]
+                    ),
+                ));
+            }
         }
         let range = self.nat.port_range;
         if range.first < 1024 || range.last - range.first < 255 {
@@ -1878,6 +1891,24 @@ mod tests {
         let main_as_worker = LAB.replace("lcores = [1]", "lcores = [0]");
         let err = parse(&main_as_worker).unwrap_err().to_string();
         assert!(err.starts_with("workers.lcores[0]:"), "{err}");
+    }
+
+    #[test]
+    fn one_interface_masquerades() {
+        let two = LAB.replace(
+            "via = \"10.0.0.2\"",
+            "via = \"10.0.0.2\"\n[nat]\nmasquerade = [\"wan\", \"lan\"]",
+        );
+        let err = parse(&two).unwrap_err().to_string();
+        assert!(
+            err.starts_with("nat.masquerade[1]:") && err.contains("not supported"),
+            "{err}"
+        );
+        let one = LAB.replace(
+            "via = \"10.0.0.2\"",
+            "via = \"10.0.0.2\"\n[nat]\nmasquerade = [\"wan\"]",
+        );
+        parse(&one).unwrap();
     }
 
     #[test]

@@ -565,6 +565,22 @@ impl Port {
                 "the driver cannot change promiscuous mode"
             );
         }
+        // The bonding PMD's 802.3ad receive drops every multicast frame while the bond is
+        // neither promiscuous nor all-multicast, broadcast included: the partner side's ARP
+        // requests for the gateway would never arrive (found with a host behind Open vSwitch
+        // that had not heard from the gateway first). All-multicast lets them through; its
+        // members then take multicast too, which the pipeline drops as it does on any port.
+        if driver == "net_bonding" && !config.promiscuous {
+            // SAFETY: started port.
+            let ret = unsafe { dpdk_sys::rte_eth_allmulticast_enable(id.0) };
+            if ret < 0 {
+                tracing::warn!(
+                    port = name,
+                    "the bond refused all-multicast ({ret}): broadcast ARP from the partner side \
+                     will not arrive"
+                );
+            }
+        }
         inner.started = true;
         tracing::info!(
             port = name,
