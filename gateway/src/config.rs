@@ -1732,15 +1732,12 @@ impl GatewayConfig {
             ("rss_key", iface.rss_key.is_some()),
             ("promiscuous", iface.promiscuous),
             ("vlan_offload", iface.vlan_offload.is_some()),
-            ("kernel_twin", iface.kernel_twin == Some(true)),
         ];
         if let Some((name, _)) = port_settings.iter().find(|(_, set)| *set) {
-            let why = if *name == "kernel_twin" {
-                "kernel twins are not supported on VLAN subinterfaces yet"
-            } else {
-                "belongs to the parent's port: set it there"
-            };
-            return Err(invalid(field(name), why));
+            return Err(invalid(
+                field(name),
+                "belongs to the parent's port: set it there",
+            ));
         }
         Ok(())
     }
@@ -1930,7 +1927,6 @@ mod tests {
             ("parent = \"lan\"\nvlan = 20\nmtu = 1600\naddress = \"192.168.20.1/24\"", "interfaces[2].mtu:", "above its parent"),
             ("parent = \"lan\"\nvlan = 20\ndevice = \"net_ring0\"\naddress = \"192.168.20.1/24\"", "interfaces[2].device:", "parent's port"),
             ("parent = \"lan\"\nvlan = 20\npromiscuous = true\naddress = \"192.168.20.1/24\"", "interfaces[2].promiscuous:", "parent's port"),
-            ("parent = \"lan\"\nvlan = 20\nkernel_twin = true\naddress = \"192.168.20.1/24\"", "interfaces[2].kernel_twin:", "not supported"),
             ("address = \"192.168.20.1/24\"", "interfaces[2].device:", "missing"),
         ];
         for (fields, field, reason) in cases {

@@ -5,7 +5,8 @@
 # a guest host on VLAN 20, an IoT host on VLAN 30, and a host on VLAN 40, which the gateway
 # has no subinterface for. Each VLAN is its own interface and zone: the checks ping every
 # gateway address over its VLAN, cross NAT from each VLAN to the WAN host with TCP and UDP,
-# follow the firewall between the VLANs both ways, and count VLAN 40's frames as dropped.
+# follow the firewall between the VLANs both ways, and count VLAN 40's frames as dropped. The
+# guest VLAN has a kernel twin: its host, address removed, leases one from dnsmasq on it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -15,7 +16,12 @@ mkdir -p "$OVS"
 export OVS_RUNDIR=$OVS OVS_LOGDIR=$OVS OVS_DBDIR=$OVS OVS_SYSCONFDIR=$OVS
 vsctl() { ovs-vsctl --db="unix:$OVS/db.sock" "$@"; }
 VLAN_HOSTS=(20 30 40)
+TWIN_NS=gwvlan-twins
 teardown() {
+    if ip netns pids "$TWIN_NS" >/dev/null 2>&1; then
+        ip netns pids "$TWIN_NS" | xargs -r kill 2>/dev/null || true
+    fi
+    ip netns del "$TWIN_NS" 2>/dev/null || true
     for daemon in ovs-vswitchd ovsdb-server; do
         [[ -f $OVS/$daemon.pid ]] && kill "$(cat "$OVS/$daemon.pid")" 2>/dev/null || true
     done
@@ -56,6 +62,9 @@ for id in "${VLAN_HOSTS[@]}"; do
     ip -n "$ns" route add default via "192.168.$id.1"
 done
 vlan_host() { local id=$1; shift; ip netns exec "gwvlan$id" "$@"; }
+ip netns del "$TWIN_NS" 2>/dev/null || true
+ip netns add "$TWIN_NS"
+ip -n "$TWIN_NS" link set lo up
 
 ovsdb-tool create "$OVS/conf.db" /usr/share/openvswitch/vswitch.ovsschema
 ovsdb-server "$OVS/conf.db" --remote="punix:$OVS/db.sock" --pidfile="$OVS/ovsdb-server.pid" \
@@ -84,6 +93,7 @@ name = "guest"
 parent = "lan"
 vlan = 20
 address = "192.168.20.1/24"
+kernel_twin = true
 
 [[interfaces]]
 name = "iot"
@@ -111,6 +121,8 @@ policy = """policy = [
 ]"""
 text, n = re.subn(r"policy = \[.*?\n\]", policy, text, count=1, flags=re.S)
 assert n == 1 and "gwv-gw" in text
+text = text.replace('# netns = "gateway"', 'netns = "gwvlan-twins"', 1)
+assert 'netns = "gwvlan-twins"' in text
 open(sys.argv[2], "w").write(text)
 PY
 with_e2e_workers "$WORK/gateway.toml"
@@ -172,6 +184,49 @@ vlan_host 40 ping -c 1 -W 1 192.168.10.1 >/dev/null && fail "VLAN 40 reached the
 tagged=$(( $(metric 'gateway_dropped_packets_total{reason="vlan_tagged"') - tagged_before ))
 ((tagged >= 2)) || fail "VLAN 40's ARP requests: $tagged dropped as vlan_tagged"
 pass "frames on VLAN 40, which has no subinterface, are dropped and counted as vlan_tagged ($tagged)"
+
+# The guest VLAN's twin: dnsmasq leases the VLAN 20 host an address, tagged both ways.
+cat >"$WORK/dnsmasq.conf" <<CONF
+interface=guest
+bind-dynamic
+except-interface=lo
+dhcp-range=192.168.20.100,192.168.20.199,255.255.255.0,12h
+dhcp-option=option:router,192.168.20.1
+dhcp-authoritative
+user=root
+no-resolv
+no-hosts
+port=0
+dhcp-leasefile=$WORK/dnsmasq.leases
+pid-file=$WORK/dnsmasq.pid
+log-facility=$WORK/dnsmasq.log
+log-dhcp
+no-ping
+CONF
+ip netns exec "$TWIN_NS" ip -4 addr show dev guest | grep -q "inet 192.168.20.1/24" \
+    || fail "the guest VLAN's twin has no 192.168.20.1/24: $(ip -n "$TWIN_NS" addr show 2>&1)"
+ip netns exec "$TWIN_NS" dnsmasq --keep-in-foreground --conf-file="$WORK/dnsmasq.conf" &
+cat >"$WORK/dhclient-script" <<'SH'
+#!/bin/sh
+case "$reason" in
+    PREINIT) ip link set dev "$interface" up ;;
+    BOUND|RENEW|REBIND|REBOOT)
+        ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface"
+        ip route replace default via "${new_routers%% *}"
+        echo "$new_ip_address" >"$(dirname "$0")/lease" ;;
+esac
+exit 0
+SH
+chmod +x "$WORK/dhclient-script"
+vlan_host 20 ip addr flush dev eth0
+vlan_host 20 timeout 30 dhclient -4 -1 -v -sf "$WORK/dhclient-script" -lf "$WORK/dhclient.leases" \
+    -pf "$WORK/dhclient.pid" eth0 >"$WORK/dhclient.log" 2>&1 ||
+    fail "the VLAN 20 host got no lease: $(tail -n 5 "$WORK/dhclient.log"); dnsmasq: $(tail -n 5 "$WORK/dnsmasq.log" 2>/dev/null)"
+read -r leased <"$WORK/lease"
+[[ $leased == 192.168.20.1[0-9][0-9] ]] || fail "the lease $leased is not from the guest range"
+grep -q "DHCPACK(guest) $leased" "$WORK/dnsmasq.log" || fail "dnsmasq logged no DHCPACK on guest for $leased"
+vlan_host 20 ping -c 2 -W 2 10.0.0.2 >/dev/null || fail "the leased VLAN 20 host cannot reach the WAN host"
+pass "dnsmasq on the guest VLAN's kernel twin leased $leased to the VLAN 20 host, which then reaches the WAN"
 
 [[ ${E2E_WORKERS:-1} == 2 ]] && assert_no_conntrack_invalid
 stop_gateway
