@@ -407,7 +407,7 @@ mod tests {
             [
                 "conntrack",
                 "neighbors",
-                "interfaces[1].bond/rss_key/promiscuous"
+                "interfaces[1].bond/rss_key/promiscuous/vlan_offload"
             ]
         );
         let merged = merge_for_reload(&running, new.clone());
