@@ -445,7 +445,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("conntrack.host_half_open", Restart, "10", None),
     ("conntrack.half_open", Restart, "500", None),
     ("conntrack.hosts", Restart, "100", None),
-    ("nat.masquerade", Restart, "[\"wan\", \"lan\"]", None),
+    ("nat.masquerade", Restart, "[\"lan\"]", None),
     ("nat.port_range", Restart, "\"2000-3000\"", None),
     ("nat.binding_capacity", Restart, "1000", None),
     ("nat.host_ports", Restart, "100", None),
