@@ -401,12 +401,9 @@ fn vlan_tags_go_in_after_the_addresses_and_come_out_again() {
     assert_eq!(mbuf.data(), &untagged[..]);
 }
 
-#[test]
-fn a_port_with_vlans_hands_each_tagged_frame_to_its_subinterface_untagged() {
-    use gateway::config::GatewayConfig;
-    use gateway::port_layout::PortLayout;
-    use pipeline::DropReason;
-    let config = GatewayConfig::from_text(
+/// LAN and WAN ports, and VLAN 20 of the LAN as interface 2.
+fn trunk_layout() -> gateway::port_layout::PortLayout {
+    let config = gateway::config::GatewayConfig::from_text(
         std::path::Path::new("vlans.toml"),
         r#"
 [workers]
@@ -430,7 +427,13 @@ via = "10.0.0.2"
 "#,
     )
     .unwrap();
-    let layout = PortLayout::new(&config);
+    gateway::port_layout::PortLayout::new(&config)
+}
+
+#[test]
+fn a_port_with_vlans_hands_each_tagged_frame_to_its_subinterface_untagged() {
+    use pipeline::DropReason;
+    let layout = trunk_layout();
     let eal = eal();
     let pool = Mempool::new(eal, "vlan_layout_pool", 63, 0, 2048, SocketId::ANY).unwrap();
     let mut mbuf = Mbuf::alloc(&pool).unwrap();
@@ -463,4 +466,56 @@ via = "10.0.0.2"
     assert_eq!(port(layout.ingress(1, &mut mbuf)), Ok(1));
     assert_eq!(mbuf.data(), &tagged[..]);
     assert_ne!(&tagged[..], &untagged[..]);
+}
+
+use proptest::strategy::Strategy;
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+
+    /// Any bytes on the trunk, tagged or not, long or cut short: the frame goes to the
+    /// interface its tag names with the tag taken out, stays as it was for the port's own
+    /// interface, or is refused as `vlan_tagged`; never a panic. The model is the bytes alone.
+    #[test]
+    fn any_frame_on_a_trunk_is_mapped_as_its_bytes_say(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        // Half the tags name VLAN 20 (with any priority bits), the others any id.
+        tci in proptest::option::of(proptest::prop_oneof![
+            proptest::prelude::any::<u16>(),
+            (0_u16..16).prop_map(|priority| (priority << 12) | 20),
+        ]),
+    ) {
+        use std::sync::OnceLock;
+        use pipeline::DropReason;
+        static LAYOUT: OnceLock<gateway::port_layout::PortLayout> = OnceLock::new();
+        static POOL: OnceLock<Mempool> = OnceLock::new();
+        let layout = LAYOUT.get_or_init(trunk_layout);
+        let pool = POOL.get_or_init(|| {
+            Mempool::new(eal(), "vlan_fuzz_pool", 63, 0, 2048, SocketId::ANY).unwrap()
+        });
+        let mut mbuf = Mbuf::alloc(pool).unwrap();
+        mbuf.set_len(bytes.len()).unwrap();
+        mbuf.data_mut().copy_from_slice(&bytes);
+        if let Some(tci) = tci {
+            // Frames without their addresses take no tag.
+            proptest::prop_assert_eq!(mbuf.push_vlan_tag(tci), bytes.len() >= 12);
+        }
+        let frame = mbuf.data().to_vec();
+        let tagged = frame.len() >= 18 && frame[12..14] == [0x81, 0x00];
+        let untagged: Vec<u8> = frame[..frame.len().min(12)]
+            .iter()
+            .chain(frame.get(16..).unwrap_or(&[]))
+            .copied()
+            .collect();
+        let result = layout.ingress(0, &mut mbuf).map(|ingress| ingress.port);
+        if !tagged {
+            proptest::prop_assert_eq!(result, Ok(0));
+            proptest::prop_assert_eq!(mbuf.data(), &frame[..]);
+        } else if u16::from_be_bytes([frame[14], frame[15]]) & 0x0fff == 20 {
+            proptest::prop_assert_eq!(result, Ok(2));
+            proptest::prop_assert_eq!(mbuf.data(), &untagged[..]);
+        } else {
+            proptest::prop_assert_eq!(result, Err(DropReason::VlanTagged));
+        }
+    }
 }
