@@ -115,3 +115,41 @@ expect_output() {
     grep -Eq "$pattern" <<<"$out" || fail "$what: expected /$pattern/ in: $out"
     pass "$what"
 }
+
+# Open vSwitch in userspace (no kernel module), its database and daemons under $WORK/ovs:
+# start_ovs starts them, vsctl talks to them, stop_ovs stops them (call it from the EXIT trap).
+OVS=$WORK/ovs
+vsctl() { ovs-vsctl --db="unix:$OVS/db.sock" "$@"; }
+start_ovs() {
+    mkdir -p "$OVS"
+    export OVS_RUNDIR=$OVS OVS_LOGDIR=$OVS OVS_DBDIR=$OVS OVS_SYSCONFDIR=$OVS
+    ovsdb-tool create "$OVS/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+    ovsdb-server "$OVS/conf.db" --remote="punix:$OVS/db.sock" --pidfile="$OVS/ovsdb-server.pid" \
+        --detach --log-file="$OVS/ovsdb-server.log" 2>/dev/null
+    vsctl --no-wait init
+    ovs-vswitchd "unix:$OVS/db.sock" --disable-system --pidfile="$OVS/ovs-vswitchd.pid" --detach \
+        --log-file="$OVS/ovs-vswitchd.log" 2>/dev/null
+}
+stop_ovs() {
+    for daemon in ovs-vswitchd ovsdb-server; do
+        [[ -f $OVS/$daemon.pid ]] && kill "$(cat "$OVS/$daemon.pid")" 2>/dev/null || true
+    done
+}
+
+# dhclient_script FILE: a dhclient script that sets the lease's address and default route only
+# (nothing on the host, such as resolv.conf, is touched) and writes "address dns-servers" to
+# lease beside FILE.
+dhclient_script() {
+    cat >"$1" <<'SH'
+#!/bin/sh
+case "$reason" in
+    PREINIT) ip link set dev "$interface" up ;;
+    BOUND|RENEW|REBIND|REBOOT)
+        ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface"
+        ip route replace default via "${new_routers%% *}"
+        echo "$new_ip_address $new_domain_name_servers" >"$(dirname "$0")/lease" ;;
+esac
+exit 0
+SH
+    chmod +x "$1"
+}

@@ -9,25 +9,11 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
 
-OVS=$WORK/ovs
-mkdir -p "$OVS"
-export OVS_RUNDIR=$OVS OVS_LOGDIR=$OVS OVS_DBDIR=$OVS OVS_SYSCONFDIR=$OVS
-vsctl() { ovs-vsctl --db="unix:$OVS/db.sock" "$@"; }
-stop_ovs() {
-    for daemon in ovs-vswitchd ovsdb-server; do
-        [[ -f $OVS/$daemon.pid ]] && kill "$(cat "$OVS/$daemon.pid")" 2>/dev/null || true
-    done
-}
 VLAN_NS=gwlab-wan30
 trap 'stop_ovs; ip netns del $VLAN_NS 2>/dev/null || true; ip link del gwl-wan30 2>/dev/null || true; cleanup' EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
-ovsdb-tool create "$OVS/conf.db" /usr/share/openvswitch/vswitch.ovsschema
-ovsdb-server "$OVS/conf.db" --remote="punix:$OVS/db.sock" --pidfile="$OVS/ovsdb-server.pid" \
-    --detach --log-file="$OVS/ovsdb-server.log" 2>/dev/null
-vsctl --no-wait init
-ovs-vswitchd "unix:$OVS/db.sock" --disable-system --pidfile="$OVS/ovs-vswitchd.pid" --detach \
-    --log-file="$OVS/ovs-vswitchd.log" 2>/dev/null
+start_ovs
 
 python3 - "$ROOT/configs/lab.toml" "$WORK/gateway.toml" <<'PY'
 import re, sys

@@ -147,19 +147,7 @@ CONF
 gw dnsmasq --test --conf-file="$WORK/dnsmasq.conf" >/dev/null 2>&1 ||
     fail "dnsmasq refuses deploy/dnsmasq/gateway-lan.conf: $(gw dnsmasq --test --conf-file="$WORK/dnsmasq.conf" 2>&1)"
 gw dnsmasq --keep-in-foreground --conf-file="$WORK/dnsmasq.conf" &
-cat >"$WORK/dhclient-script" <<'SH'
-#!/bin/sh
-# Sets the address and default route only: nothing on the host (resolv.conf) is touched.
-case "$reason" in
-    PREINIT) ip link set dev "$interface" up ;;
-    BOUND|RENEW|REBIND|REBOOT)
-        ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface"
-        ip route replace default via "${new_routers%% *}"
-        echo "$new_ip_address $new_domain_name_servers" >"$(dirname "$0")/lease" ;;
-esac
-exit 0
-SH
-chmod +x "$WORK/dhclient-script"
+dhclient_script "$WORK/dhclient-script"
 lan ip addr flush dev eth0
 lan ip -4 addr show dev eth0 | grep -q inet && fail "the LAN host still has an address"
 punted_before=$(metric gateway_worker_punted_total)

@@ -11,10 +11,6 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
 
-OVS=$WORK/ovs
-mkdir -p "$OVS"
-export OVS_RUNDIR=$OVS OVS_LOGDIR=$OVS OVS_DBDIR=$OVS OVS_SYSCONFDIR=$OVS
-vsctl() { ovs-vsctl --db="unix:$OVS/db.sock" "$@"; }
 VLAN_HOSTS=(20 30 40)
 TWIN_NS=gwvlan-twins
 teardown() {
@@ -22,9 +18,7 @@ teardown() {
         ip netns pids "$TWIN_NS" | xargs -r kill 2>/dev/null || true
     fi
     ip netns del "$TWIN_NS" 2>/dev/null || true
-    for daemon in ovs-vswitchd ovsdb-server; do
-        [[ -f $OVS/$daemon.pid ]] && kill "$(cat "$OVS/$daemon.pid")" 2>/dev/null || true
-    done
+    stop_ovs
     for id in "${VLAN_HOSTS[@]}"; do
         ip netns del "gwvlan$id" 2>/dev/null || true
         ip link del "gwv-$id" 2>/dev/null || true
@@ -66,12 +60,7 @@ ip netns del "$TWIN_NS" 2>/dev/null || true
 ip netns add "$TWIN_NS"
 ip -n "$TWIN_NS" link set lo up
 
-ovsdb-tool create "$OVS/conf.db" /usr/share/openvswitch/vswitch.ovsschema
-ovsdb-server "$OVS/conf.db" --remote="punix:$OVS/db.sock" --pidfile="$OVS/ovsdb-server.pid" \
-    --detach --log-file="$OVS/ovsdb-server.log" 2>/dev/null
-vsctl --no-wait init
-ovs-vswitchd "unix:$OVS/db.sock" --disable-system --pidfile="$OVS/ovs-vswitchd.pid" --detach \
-    --log-file="$OVS/ovs-vswitchd.log" 2>/dev/null
+start_ovs
 vsctl add-br gwvbr -- set bridge gwvbr datapath_type=netdev
 # The trunk carries the untagged LAN and every VLAN; the lab's LAN host is untagged.
 vsctl add-port gwvbr gwv-trunk -- set port gwv-trunk vlan_mode=native-untagged tag=1 trunks=1,20,30,40
@@ -206,23 +195,12 @@ CONF
 ip netns exec "$TWIN_NS" ip -4 addr show dev guest | grep -q "inet 192.168.20.1/24" \
     || fail "the guest VLAN's twin has no 192.168.20.1/24: $(ip -n "$TWIN_NS" addr show 2>&1)"
 ip netns exec "$TWIN_NS" dnsmasq --keep-in-foreground --conf-file="$WORK/dnsmasq.conf" &
-cat >"$WORK/dhclient-script" <<'SH'
-#!/bin/sh
-case "$reason" in
-    PREINIT) ip link set dev "$interface" up ;;
-    BOUND|RENEW|REBIND|REBOOT)
-        ip addr replace "$new_ip_address/$new_subnet_mask" dev "$interface"
-        ip route replace default via "${new_routers%% *}"
-        echo "$new_ip_address" >"$(dirname "$0")/lease" ;;
-esac
-exit 0
-SH
-chmod +x "$WORK/dhclient-script"
+dhclient_script "$WORK/dhclient-script"
 vlan_host 20 ip addr flush dev eth0
 vlan_host 20 timeout 30 dhclient -4 -1 -v -sf "$WORK/dhclient-script" -lf "$WORK/dhclient.leases" \
     -pf "$WORK/dhclient.pid" eth0 >"$WORK/dhclient.log" 2>&1 ||
     fail "the VLAN 20 host got no lease: $(tail -n 5 "$WORK/dhclient.log"); dnsmasq: $(tail -n 5 "$WORK/dnsmasq.log" 2>/dev/null)"
-read -r leased <"$WORK/lease"
+read -r leased _ <"$WORK/lease"
 [[ $leased == 192.168.20.1[0-9][0-9] ]] || fail "the lease $leased is not from the guest range"
 grep -q "DHCPACK(guest) $leased" "$WORK/dnsmasq.log" || fail "dnsmasq logged no DHCPACK on guest for $leased"
 vlan_host 20 ping -c 2 -W 2 10.0.0.2 >/dev/null || fail "the leased VLAN 20 host cannot reach the WAN host"
