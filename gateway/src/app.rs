@@ -539,6 +539,7 @@ impl<'a> Gateway<'a> {
         ))));
         let nat_logger = crate::nat_log::spawn(&config.nat.log, nat_logs)?;
         let metrics = Metrics::new(Sources {
+            interfaces: config.interfaces.iter().map(|i| i.name.clone()).collect(),
             ports: port_watch.clone(),
             pool: Some(pool.clone()),
             bonds: bond_watch.clone(),

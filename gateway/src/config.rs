@@ -1228,6 +1228,16 @@ impl GatewayConfig {
         if self.interfaces.is_empty() {
             return Err(invalid("interfaces", "at least one interface is needed"));
         }
+        if self.interfaces.len() > pipeline::counters::MAX_INTERFACES {
+            return Err(invalid(
+                "interfaces",
+                format!(
+                    "{} interfaces, more than the {} each worker keeps counters for",
+                    self.interfaces.len(),
+                    pipeline::counters::MAX_INTERFACES
+                ),
+            ));
+        }
         let mut names = HashSet::new();
         let mut devices = HashSet::new();
         for (i, iface) in self.interfaces.iter().enumerate() {

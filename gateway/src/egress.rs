@@ -64,6 +64,9 @@ impl Egress {
             counters.record_drop(DropReason::NotOurMac);
             return;
         };
+        if let Some(counters) = counters.interface(iface) {
+            counters.count_tx(mbuf.len());
+        }
         let index = usize::from(link.port);
         if let Some(tci) = link.vlan {
             if self.nic_inserts_tags[index] {

@@ -125,6 +125,8 @@ pub struct Sources {
     /// The packet pool, whose buffers in use are exported (none in tests without an EAL).
     pub pool: Option<Arc<Mempool>>,
     pub bonds: Arc<BondWatch>,
+    /// The interfaces' names, in interface order (ports and VLAN subinterfaces).
+    pub interfaces: Vec<String>,
     pub workers: Vec<Arc<WorkerCounters>>,
     /// Per worker: the TSC of its latest loop, turned into an age at each scrape.
     pub heartbeats: Vec<Arc<crate::liveness::Heartbeat>>,
@@ -153,6 +155,8 @@ pub struct Metrics {
     sources: Sources,
     port_counters: Vec<Family<PortStats>>,
     queue_packets: IntCounterVec,
+    interface_packets: IntCounterVec,
+    interface_bytes: IntCounterVec,
     queue_drops: IntCounterVec,
     xstats: IntCounterVec,
     port_link_up: IntGaugeVec,
@@ -511,6 +515,19 @@ impl Metrics {
                 "Packets per port queue and direction (rx, tx).",
                 &["port", "queue", "direction"],
             ),
+            interface_packets: counter_vec(
+                &registry,
+                "interface_packets_total",
+                "Packets per interface (a port's own or a VLAN subinterface) and direction: rx \
+                 as received, tx as handed to the port's queue.",
+                &["interface", "direction"],
+            ),
+            interface_bytes: counter_vec(
+                &registry,
+                "interface_bytes_total",
+                "Bytes of those packets, Ethernet header included, 802.1Q tag not.",
+                &["interface", "direction"],
+            ),
             queue_drops: counter_vec(
                 &registry,
                 "port_rx_queue_drops_total",
@@ -721,6 +738,26 @@ impl Metrics {
     }
 
     fn collect(&self) {
+        for (index, name) in self.sources.interfaces.iter().enumerate() {
+            let total = |read: fn(&pipeline::counters::InterfaceCounters) -> u64| {
+                self.sources
+                    .workers
+                    .iter()
+                    .filter_map(|worker| worker.interface(index as u16))
+                    .map(read)
+                    .sum::<u64>()
+            };
+            let name = name.as_str();
+            let families = [
+                (&self.interface_packets, "rx", total(|c| c.rx_packets.get())),
+                (&self.interface_packets, "tx", total(|c| c.tx_packets.get())),
+                (&self.interface_bytes, "rx", total(|c| c.rx_bytes.get())),
+                (&self.interface_bytes, "tx", total(|c| c.tx_bytes.get())),
+            ];
+            for (family, direction, value) in families {
+                sync_counter(family, &[name, direction], value);
+            }
+        }
         for port in &self.sources.ports.ports {
             let name = port.name.as_str();
             port.poll(|totals| {

@@ -143,6 +143,12 @@ impl Worker {
             // On the gateway's own rings (control, handoff) the port field names the
             // interface the packet came in by: a bond member's DPDK port id would not.
             mbuf.set_port(arrived.port);
+            // Counted once, by the worker that received it.
+            if !arrived.handed_off {
+                if let Some(iface) = counters.interface(arrived.port) {
+                    iface.count_rx(mbuf.len());
+                }
+            }
             ingress[kept] = arrived;
             kept += 1;
             true

@@ -127,6 +127,7 @@ struct Server {
 impl Server {
     fn start(web: WebConfig) -> Server {
         let metrics = Metrics::new(Sources {
+            interfaces: Vec::new(),
             meter: MeterSource {
                 workers: Vec::new(),
                 export: Arc::new(Published::new(Arc::new(MeterExport::default()))),

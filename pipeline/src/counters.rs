@@ -45,6 +45,34 @@ impl Gauge {
     }
 }
 
+/// The most interfaces (ports and VLAN subinterfaces) a gateway has: each has its counters in
+/// every worker's [`WorkerCounters`], allocated with them.
+pub const MAX_INTERFACES: usize = 64;
+
+/// One interface's traffic on one worker: what arrived by it (counted once, by the worker
+/// that received it) and what left by it.
+#[derive(Debug, Default)]
+pub struct InterfaceCounters {
+    pub rx_packets: Counter,
+    pub rx_bytes: Counter,
+    pub tx_packets: Counter,
+    pub tx_bytes: Counter,
+}
+
+impl InterfaceCounters {
+    #[inline]
+    pub fn count_rx(&self, bytes: usize) {
+        self.rx_packets.inc();
+        self.rx_bytes.add(bytes as u64);
+    }
+
+    #[inline]
+    pub fn count_tx(&self, bytes: usize) {
+        self.tx_packets.inc();
+        self.tx_bytes.add(bytes as u64);
+    }
+}
+
 /// One worker's counters, on cache lines of their own so no other core's writes share them.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -96,6 +124,7 @@ pub struct WorkerCounters {
     pub conntrack_stale_segments: Gauge,
     pub conntrack_ambiguous_tuple: Gauge,
     drops: [Counter; DropReason::COUNT],
+    interfaces: [InterfaceCounters; MAX_INTERFACES],
 }
 
 impl Default for WorkerCounters {
@@ -135,7 +164,17 @@ impl Default for WorkerCounters {
             conntrack_stale_segments: Gauge::default(),
             conntrack_ambiguous_tuple: Gauge::default(),
             drops: std::array::from_fn(|_| Counter::default()),
+            interfaces: std::array::from_fn(|_| InterfaceCounters::default()),
         }
+    }
+}
+
+impl WorkerCounters {
+    /// Interface `iface`'s counters; None beyond [`MAX_INTERFACES`] (config validation keeps
+    /// every interface below it).
+    #[inline]
+    pub fn interface(&self, iface: u16) -> Option<&InterfaceCounters> {
+        self.interfaces.get(usize::from(iface))
     }
 }
 

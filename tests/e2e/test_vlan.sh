@@ -157,6 +157,18 @@ for id in 20 30; do
     pass "VLAN $id reaches the WAN host through NAT: ping, 10/10 UDP exchanges, TCP at $gbps Gbit/s"
 done
 
+# Each VLAN counts its own traffic; the trunk port counts all of it.
+for name in guest iot; do
+    for direction in rx tx; do
+        packets=$(metric "gateway_interface_packets_total{direction=\"$direction\",interface=\"$name\"}")
+        ((packets > 1000)) || fail "$name counted $packets $direction packets after its iperf3 run"
+    done
+done
+guest_rx=$(metric 'gateway_interface_packets_total{direction="rx",interface="guest"}')
+trunk_rx=$(metric 'gateway_port_rx_packets_total{port="lan"}')
+((trunk_rx >= guest_rx)) || fail "the trunk received $trunk_rx packets, fewer than its VLAN 20 alone ($guest_rx)"
+pass "each VLAN counts its own packets (guest received $guest_rx, the trunk $trunk_rx in all)"
+
 # The firewall between VLANs: lan may open flows to guest, not guest to lan; iot to neither.
 dropped_before=$(metric 'gateway_dropped_packets_total{reason="firewall_drop"')
 lan ping -c 2 -W 2 192.168.20.2 >/dev/null || fail "lan -> guest (accepted) did not get through"
