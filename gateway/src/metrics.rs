@@ -413,6 +413,8 @@ pub fn metric_names() -> Vec<String> {
         "port_speed_bytes",
         "port_link_flaps_total",
         "port_info",
+        "interface_packets_total",
+        "interface_bytes_total",
         "mempool_mbufs",
         "mempool_mbufs_in_use",
         "worker_rx_burst_size",
