@@ -18,6 +18,9 @@ const VLAN_ID_MASK: u16 = 0x0fff;
 const VLAN_IDS: usize = 4096;
 /// No interface has this VLAN id on the port.
 const NO_INTERFACE: u16 = u16::MAX;
+/// 802.1Q's priority tag: a frame of the port's own (untagged) network that carries only a
+/// priority, as some phones and hosts send.
+const PRIORITY_TAG_ID: usize = 0;
 
 /// Where an interface's frames go out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +73,10 @@ impl PortLayout {
             let link = match (&iface.parent, iface.vlan) {
                 (Some(parent), Some(vlan)) => {
                     let port = port_of(parent).expect("validated: a VLAN's parent is a port");
-                    let by_vlan = &mut ports[port].by_vlan;
+                    let PortInterfaces { untagged, by_vlan } = &mut ports[port];
                     if by_vlan.is_empty() {
                         by_vlan.resize(VLAN_IDS, NO_INTERFACE);
+                        by_vlan[PRIORITY_TAG_ID] = *untagged;
                     }
                     by_vlan[usize::from(vlan & VLAN_ID_MASK)] = i as u16;
                     Link {
@@ -158,7 +162,9 @@ impl PortLayout {
     }
 
     /// The interface a frame received on `port` belongs to, given its 802.1Q TCI if it was
-    /// tagged. A tag no subinterface of the port has is refused as `vlan_tagged`.
+    /// tagged. A tag no subinterface of the port has is refused as `vlan_tagged`; a priority
+    /// tag (id 0) on a port with subinterfaces is the port's own. (On a port without any, no
+    /// tag is taken off, and the pipeline refuses priority-tagged frames with the others.)
     #[inline]
     pub fn interface(&self, port: usize, tci: Option<u16>) -> Result<u16, DropReason> {
         let port = self.ports.get(port).ok_or(DropReason::NotOurMac)?;
@@ -231,9 +237,12 @@ address = "192.168.30.1/24"
         // Priority bits are not part of the id.
         assert_eq!(layout.interface(0, Some(0xe000 | 30)), Ok(3));
         assert_eq!(layout.interface(1, None), Ok(2));
+        // A priority tag (id 0) is the untagged network's.
+        assert_eq!(layout.interface(0, Some(0)), Ok(0));
+        assert_eq!(layout.interface(0, Some(0xa000)), Ok(0));
         // An id no subinterface has, or a tag on a port without VLANs: refused and counted.
         assert_eq!(layout.interface(0, Some(40)), Err(DropReason::VlanTagged));
-        assert_eq!(layout.interface(0, Some(0)), Err(DropReason::VlanTagged));
+        assert_eq!(layout.interface(1, Some(0)), Err(DropReason::VlanTagged));
         assert_eq!(layout.interface(1, Some(20)), Err(DropReason::VlanTagged));
         assert_eq!(layout.interface(2, None), Err(DropReason::NotOurMac));
     }

@@ -479,10 +479,12 @@ proptest::proptest! {
     #[test]
     fn any_frame_on_a_trunk_is_mapped_as_its_bytes_say(
         bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
-        // Half the tags name VLAN 20 (with any priority bits), the others any id.
+        // A third of the tags name VLAN 20, a third are priority tags (id 0), with any
+        // priority bits; the others any id.
         tci in proptest::option::of(proptest::prop_oneof![
             proptest::prelude::any::<u16>(),
             (0_u16..16).prop_map(|priority| (priority << 12) | 20),
+            (0_u16..16).prop_map(|priority| priority << 12),
         ]),
     ) {
         use std::sync::OnceLock;
@@ -513,6 +515,10 @@ proptest::proptest! {
             proptest::prop_assert_eq!(mbuf.data(), &frame[..]);
         } else if u16::from_be_bytes([frame[14], frame[15]]) & 0x0fff == 20 {
             proptest::prop_assert_eq!(result, Ok(2));
+            proptest::prop_assert_eq!(mbuf.data(), &untagged[..]);
+        } else if u16::from_be_bytes([frame[14], frame[15]]) & 0x0fff == 0 {
+            // A priority tag: the LAN's own frame.
+            proptest::prop_assert_eq!(result, Ok(0));
             proptest::prop_assert_eq!(mbuf.data(), &untagged[..]);
         } else {
             proptest::prop_assert_eq!(result, Err(DropReason::VlanTagged));
