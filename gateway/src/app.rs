@@ -323,8 +323,9 @@ impl<'a> Gateway<'a> {
             .map(|port| port.mac_address())
             .collect::<Result<Vec<_>, _>>()?;
         // A VLAN subinterface answers with its port's MAC, as Linux's do.
-        let macs: Vec<[u8; 6]> = (0..config.interfaces.len() as u16)
-            .filter_map(|iface| layout.link(iface))
+        let macs: Vec<[u8; 6]> = layout
+            .links()
+            .iter()
             .map(|link| port_macs[usize::from(link.port)])
             .collect();
         let steering = steer_nat_replies(config, &port_interfaces, &ports, workers);

@@ -37,14 +37,6 @@ impl Egress {
         }
     }
 
-    /// Interfaces that are their ports, untagged: interface i sends by queue i.
-    pub fn untagged(queues: Vec<TxQueue>) -> Self {
-        let links = (0..queues.len() as u16)
-            .map(|port| Link { port, vlan: None })
-            .collect();
-        Egress::new(queues, links)
-    }
-
     /// How many interfaces there are to send by.
     pub fn interface_count(&self) -> usize {
         self.links.len()

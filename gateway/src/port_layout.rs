@@ -40,6 +40,24 @@ struct PortInterfaces {
     by_vlan: Vec<u16>,
 }
 
+impl PortInterfaces {
+    fn has_vlans(&self) -> bool {
+        !self.by_vlan.is_empty()
+    }
+
+    /// See [`PortLayout::interface`].
+    #[inline]
+    fn interface(&self, tci: Option<u16>) -> Result<u16, DropReason> {
+        match tci {
+            None => Ok(self.untagged),
+            Some(tci) => match self.by_vlan.get(usize::from(tci & VLAN_ID_MASK)) {
+                Some(&iface) if iface != NO_INTERFACE => Ok(iface),
+                _ => Err(DropReason::VlanTagged),
+            },
+        }
+    }
+}
+
 /// Default: no ports.
 #[derive(Clone, Debug, Default)]
 pub struct PortLayout {
@@ -112,27 +130,15 @@ impl PortLayout {
         &self.links
     }
 
-    /// How many ports there are.
-    pub fn port_count(&self) -> usize {
-        self.ports.len()
-    }
-
     /// Each port's own interface (its untagged one), in port order.
     pub fn port_interfaces(&self) -> impl Iterator<Item = usize> + '_ {
         self.ports.iter().map(|port| usize::from(port.untagged))
     }
 
-    /// Whether any port carries a VLAN subinterface.
-    pub fn has_vlans(&self) -> bool {
-        self.ports.iter().any(|port| !port.by_vlan.is_empty())
-    }
-
     /// Whether `port` carries VLAN subinterfaces, so its frames must be looked at for tags.
     #[inline]
     pub fn port_has_vlans(&self, port: usize) -> bool {
-        self.ports
-            .get(port)
-            .is_some_and(|port| !port.by_vlan.is_empty())
+        self.ports.get(port).is_some_and(PortInterfaces::has_vlans)
     }
 
     /// Where interface `iface` sends by; None for a number that is no interface.
@@ -147,15 +153,16 @@ impl PortLayout {
     /// pipeline's to refuse; one the NIC stripped is refused here.
     #[inline]
     pub fn ingress(&self, port: usize, mbuf: &mut Mbuf) -> Result<Ingress, DropReason> {
+        let port = self.ports.get(port).ok_or(DropReason::NotOurMac)?;
         let stripped = mbuf.rx_stripped_vlan();
-        let tci = if self.port_has_vlans(port) {
+        let tci = if port.has_vlans() {
             // A PMD that strips may also put the tag back (af_packet does, unless asked to
             // strip): the frame's own tag comes first.
             mbuf.pop_vlan_tag().or(stripped)
         } else {
             stripped
         };
-        self.interface(port, tci).map(|iface| Ingress {
+        port.interface(tci).map(|iface| Ingress {
             port: iface,
             handed_off: false,
         })
@@ -167,14 +174,10 @@ impl PortLayout {
     /// tag is taken off, and the pipeline refuses priority-tagged frames with the others.)
     #[inline]
     pub fn interface(&self, port: usize, tci: Option<u16>) -> Result<u16, DropReason> {
-        let port = self.ports.get(port).ok_or(DropReason::NotOurMac)?;
-        match tci {
-            None => Ok(port.untagged),
-            Some(tci) => match port.by_vlan.get(usize::from(tci & VLAN_ID_MASK)) {
-                Some(&iface) if iface != NO_INTERFACE => Ok(iface),
-                _ => Err(DropReason::VlanTagged),
-            },
-        }
+        self.ports
+            .get(port)
+            .ok_or(DropReason::NotOurMac)?
+            .interface(tci)
     }
 }
 
@@ -215,7 +218,6 @@ address = "192.168.30.1/24"
     #[test]
     fn subinterfaces_ride_on_their_parents_port_with_their_tag() {
         let layout = layout(TRUNK);
-        assert_eq!(layout.port_count(), 2);
         assert_eq!(layout.port_interfaces().collect::<Vec<_>>(), [0, 2]);
         let link = |port, vlan| Some(Link { port, vlan });
         assert_eq!(layout.link(0), link(0, None));
@@ -223,7 +225,6 @@ address = "192.168.30.1/24"
         assert_eq!(layout.link(2), link(1, None));
         assert_eq!(layout.link(3), link(0, Some(30)));
         assert_eq!(layout.link(4), None);
-        assert!(layout.has_vlans());
         assert!(layout.port_has_vlans(0));
         assert!(!layout.port_has_vlans(1));
     }
@@ -253,7 +254,7 @@ address = "192.168.30.1/24"
             "[[interfaces]]\nname = \"lan\"\ndevice = \"net_ring0\"\naddress = \"192.168.1.1/24\"\n\
              [[interfaces]]\nname = \"wan\"\ndevice = \"net_ring1\"\naddress = \"10.0.0.1/24\"\n",
         );
-        assert!(!layout.has_vlans());
+        assert!(!layout.port_has_vlans(0) && !layout.port_has_vlans(1));
         for i in 0..2_u16 {
             assert_eq!(
                 layout.link(i),

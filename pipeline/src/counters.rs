@@ -176,9 +176,7 @@ impl WorkerCounters {
     pub fn interface(&self, iface: u16) -> Option<&InterfaceCounters> {
         self.interfaces.get(usize::from(iface))
     }
-}
 
-impl WorkerCounters {
     #[inline]
     pub fn record_drop(&self, reason: DropReason) {
         self.drops[reason as usize].inc();

@@ -145,10 +145,13 @@ impl Lab {
                     lan.take_rx_queue(RxQueueId(0))?,
                     wan.take_rx_queue(RxQueueId(0))?,
                 ],
-                Egress::untagged(vec![
-                    lan.take_tx_queue(TxQueueId(0))?,
-                    wan.take_tx_queue(TxQueueId(0))?,
-                ]),
+                Egress::new(
+                    vec![
+                        lan.take_tx_queue(TxQueueId(0))?,
+                        wan.take_tx_queue(TxQueueId(0))?,
+                    ],
+                    PortLayout::ports_only(2).links().to_vec(),
+                ),
             ))
         };
         let mut counters = Vec::new();
