@@ -4,10 +4,7 @@ set -euo pipefail
 
 packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
           ethtool procps iputils-ping python3 curl prometheus nftables openvswitch-switch
-          dnsmasq-base isc-dhcp-client frr rsyslog nfdump
-          # The PPPoE test ISP (issue 17): scapy's PPPoE, PPP and TUN layers, an encoder and
-          # decoder we did not write. Debian's, so /usr/bin/python3 (not a pyenv shim) has it.
-          python3-scapy)
+          dnsmasq-base isc-dhcp-client frr rsyslog nfdump)
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 missing=()
 for pkg in "${packages[@]}"; do
