@@ -17,7 +17,8 @@ use pipeline::{NeighborView, Pipeline, WorkerCounters};
 
 use crate::bonds::BondWatch;
 use crate::config::{
-    device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode, LacpRate,
+    device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode,
+    InterfaceAddress, LacpRate,
 };
 use crate::config_history::{ConfigHistory, FileText};
 use crate::control::ControlPlane;
@@ -35,6 +36,7 @@ use crate::netlink::{Followed, KernelView};
 use crate::pipeline_config::{router_config, router_config_with_kernel, worker_setup};
 use crate::port_layout::PortLayout;
 use crate::port_watch::{self, PortWatch, WatchedPort};
+use crate::pppoe::links::{PppoeLinks, PppoeView};
 use crate::published::Published;
 use crate::reload;
 use crate::snapshot::{Restore, SnapshotStatus};
@@ -185,8 +187,12 @@ struct Gateway<'a> {
     netlink_thread: Option<std::thread::JoinHandle<()>>,
     /// The config in force: the last reload applied (kernel updates are compiled onto it).
     running: GatewayConfig,
-    /// What the kernel says, for the config-load thread, which compiles reloads with it.
+    /// What the kernel and the PPPoE sessions say, merged, for the config-load thread, which
+    /// compiles reloads with it.
     kernel_for_loads: Arc<Mutex<KernelView>>,
+    /// The two halves of it: netlink sends whole views, which would overwrite the sessions'.
+    netlink_view: KernelView,
+    pppoe_view: PppoeView,
     control: ControlPlane,
     router_published: Arc<Published<pipeline::RouterConfig>>,
     reload_status: Arc<ReloadStatus>,
@@ -284,7 +290,7 @@ impl<'a> Gateway<'a> {
                 tx_queues: workers,
                 rx_descriptors: iface.rx_descriptors,
                 tx_descriptors: iface.tx_descriptors,
-                mtu: Some(iface.mtu),
+                mtu: Some(iface.port_mtu()),
                 rss_key: iface.rss_key.as_deref().and_then(parse_hex),
                 promiscuous: iface.promiscuous,
                 vlan_offloads: layout.port_has_vlans(port_index)
@@ -443,7 +449,7 @@ impl<'a> Gateway<'a> {
                 index: index as u16,
                 rx,
                 handoff: handoff_links.next().expect("one set of links per worker"),
-                egress: Egress::new(tx, layout.links().to_vec()),
+                egress: Egress::new(tx, layout.links().to_vec(), layout.sessions().clone()),
                 layout: layout.clone(),
                 pool: pool.clone(),
                 to_control,
@@ -510,7 +516,7 @@ impl<'a> Gateway<'a> {
         };
         let router_published = router.clone();
         let neighbors_published = neighbors.clone();
-        let mut control = ControlPlane::new(
+        let control = ControlPlane::new(
             control_to_worker,
             from_workers,
             pool.clone(),
@@ -520,6 +526,9 @@ impl<'a> Gateway<'a> {
             neighbor_config,
         )
         .with_twins(twins.with_rings(punt_rings));
+        let pppoe = PppoeLinks::new(config, &macs, layout.sessions().clone(), pppoe_seed());
+        let pppoe_status = (!pppoe.is_empty()).then(|| pppoe.status());
+        let mut control = control.with_pppoe(pppoe);
         control.announce();
         // The twins' addresses ("dhcp") and routes, followed on a thread of its own.
         // What the kernel says, for the config-load thread, which compiles reloads with it.
@@ -555,6 +564,7 @@ impl<'a> Gateway<'a> {
             reload: reload_status.clone(),
             snapshot: snapshot_status.clone(),
             nat_log: nat_logger.as_ref().map(|logger| logger.stats.clone()),
+            pppoe: pppoe_status,
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));
         let metrics_thread = match metrics::serve(
@@ -623,6 +633,8 @@ impl<'a> Gateway<'a> {
             netlink_thread,
             running,
             kernel_for_loads,
+            netlink_view: KernelView::default(),
+            pppoe_view: PppoeView::default(),
             control,
             router_published,
             reload_status,
@@ -655,6 +667,8 @@ impl<'a> Gateway<'a> {
             meter_export,
             running,
             kernel_for_loads,
+            netlink_view,
+            pppoe_view,
             control,
             router_published,
             reload_status,
@@ -696,6 +710,15 @@ impl<'a> Gateway<'a> {
                 0 => control_events.recv_timeout(Duration::from_micros(200)).ok(),
                 _ => control_events.try_recv().ok(),
             };
+            if let Some(view) = control.take_pppoe_view() {
+                *pppoe_view = view;
+                let merged = merged_view(netlink_view, pppoe_view);
+                apply_kernel(running, macs, &merged, router_published, qos_stats);
+                *kernel_for_loads
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = merged;
+                policed_rates = qos_rates(router_published);
+            }
             match event {
                 None => {}
                 Some(ControlEvent::ReloadSignal | ControlEvent::FileChanged) => {
@@ -716,14 +739,17 @@ impl<'a> Gateway<'a> {
                         },
                     ) {
                         *running = applied;
+                        control.reconfigure_pppoe(running, macs);
                     }
                     policed_rates = qos_rates(router_published);
                 }
                 Some(ControlEvent::Kernel(view)) => {
-                    apply_kernel(running, macs, &view, router_published, qos_stats);
+                    *netlink_view = view;
+                    let merged = merged_view(netlink_view, pppoe_view);
+                    apply_kernel(running, macs, &merged, router_published, qos_stats);
                     *kernel_for_loads
                         .lock()
-                        .unwrap_or_else(PoisonError::into_inner) = view;
+                        .unwrap_or_else(PoisonError::into_inner) = merged;
                     policed_rates = qos_rates(router_published);
                 }
                 Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
@@ -766,6 +792,8 @@ impl<'a> Gateway<'a> {
             netlink_thread,
             running: _running,
             kernel_for_loads: _kernel_for_loads,
+            netlink_view: _netlink_view,
+            pppoe_view: _pppoe_view,
             mut control,
             router_published: _router_published,
             reload_status: _reload_status,
@@ -785,6 +813,9 @@ impl<'a> Gateway<'a> {
             worker_lcores: _worker_lcores,
             workers,
         } = self;
+        // While worker 0 still sends what the control thread queues: the access
+        // concentrator hears the session end instead of timing it out.
+        control.stop_pppoe();
         tracing::info!("stopping workers");
         // Before the workers: a query under way would wait for them in vain.
         if let Some(server) = ctl_server {
@@ -1046,6 +1077,36 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<Gatew
     }
 }
 
+/// The router's dynamic half: the twins' addresses and routes from netlink, and the PPPoE
+/// sessions' (an interface has one or the other; the sessions' routes go first).
+fn merged_view(netlink: &KernelView, pppoe: &PppoeView) -> KernelView {
+    let interfaces = netlink.addresses.len().max(pppoe.addresses.len());
+    KernelView {
+        addresses: (0..interfaces)
+            .map(|i| {
+                netlink
+                    .address(i)
+                    .or(pppoe.addresses.get(i).copied().flatten())
+            })
+            .collect(),
+        routes: pppoe
+            .routes
+            .iter()
+            .chain(&netlink.routes)
+            .copied()
+            .collect(),
+    }
+}
+
+/// A seed for the PPPoE clients' magic numbers and Host-Uniq: different on every start, so
+/// that a restarted gateway's LCP is not taken for a looped-back one.
+fn pppoe_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64);
+    nanos ^ u64::from(std::process::id()).rotate_left(32)
+}
+
 /// The kernel's addresses or routes on the twins changed: the running config is built again
 /// with them and published, as a reload does (new flows use the new address and routes;
 /// flows masqueraded to an address that went end on their next packet, `nat_address_gone`).
@@ -1063,7 +1124,7 @@ fn apply_kernel(
                 .iter()
                 .zip(config.interfaces.iter().enumerate())
             {
-                if iface.address.is_dhcp() {
+                if !matches!(iface.address, InterfaceAddress::Static(_)) {
                     let old = router
                         .load()
                         .0
@@ -1074,7 +1135,8 @@ fn apply_kernel(
                         tracing::info!(
                             interface = %iface.name,
                             address = %format!("{}/{}", new.addr, new.prefix_len),
-                            "address from the kernel twin (dhcp) applied"
+                            source = %iface.address,
+                            "address from the kernel twin (dhcp) or the PPPoE session applied"
                         );
                     }
                 }

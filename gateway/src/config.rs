@@ -368,8 +368,16 @@ pub struct InterfaceConfig {
     /// The firewall zone; defaults to the interface's name.
     #[serde(default)]
     pub zone: Option<String>,
-    #[serde(default = "default_mtu")]
+    /// The IP MTU as written; see `mtu`.
+    #[serde(default, rename = "mtu")]
+    configured_mtu: Option<u16>,
+    /// The IP MTU: as configured, else 1500, or 1492 on PPPoE (a 1500-byte Ethernet payload
+    /// less PPPoE's 6 bytes of header and PPP's 2). Filled in by `GatewayConfig::from_text`.
+    #[serde(skip, default = "default_mtu")]
     pub mtu: u16,
+    /// `address = "pppoe"`: the PPPoE client's credentials and timers.
+    #[serde(default)]
+    pub pppoe: Option<PppoeConfig>,
     #[serde(default = "default_descriptors")]
     pub rx_descriptors: u16,
     #[serde(default = "default_descriptors")]
@@ -498,6 +506,62 @@ fn default_mtu() -> u16 {
     1500
 }
 
+/// The largest IP MTU a PPPoE session carries over a 1500-byte Ethernet payload (RFC 2516):
+/// 6 bytes of PPPoE header and 2 of PPP protocol go first.
+pub const PPPOE_MTU: u16 = 1492;
+
+/// A PPPoE client session on an interface (`address = "pppoe"`): discovery, LCP, PAP or
+/// CHAP with these credentials, then IPCP gives the interface its address, its peer (the
+/// default route's next hop) and DNS servers. Changing any of it on reload reconnects.
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PppoeConfig {
+    pub username: String,
+    pub password: String,
+    /// The service to ask for; omitted: any the access concentrator offers.
+    #[serde(default)]
+    pub service_name: String,
+    /// Take offers only from the access concentrator of this name; omitted: the first.
+    #[serde(default)]
+    pub ac_name: Option<String>,
+    /// LCP echo requests every this many seconds once the link is up; 0: none.
+    #[serde(default = "default_lcp_echo_interval_secs")]
+    pub lcp_echo_interval_secs: u64,
+    /// Unanswered echoes in a row that end the session (then it reconnects).
+    #[serde(default = "default_lcp_echo_failures")]
+    pub lcp_echo_failures: u32,
+    /// Route 0.0.0.0/0 to the peer while the session is up.
+    #[serde(default = "default_true")]
+    pub default_route: bool,
+}
+
+fn default_lcp_echo_interval_secs() -> u64 {
+    10
+}
+
+fn default_lcp_echo_failures() -> u32 {
+    3
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The password stays out of logs.
+impl fmt::Debug for PppoeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PppoeConfig")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("service_name", &self.service_name)
+            .field("ac_name", &self.ac_name)
+            .field("lcp_echo_interval_secs", &self.lcp_echo_interval_secs)
+            .field("lcp_echo_failures", &self.lcp_echo_failures)
+            .field("default_route", &self.default_route)
+            .finish()
+    }
+}
+
 fn default_descriptors() -> u16 {
     1024
 }
@@ -540,6 +604,26 @@ impl InterfaceConfig {
     /// Whether this is a VLAN subinterface (it has a parent port) rather than a port or bond.
     pub fn is_vlan(&self) -> bool {
         self.parent.is_some() || self.vlan.is_some()
+    }
+
+    /// The MTU to give the port: the interface's, plus the PPPoE and PPP headers its
+    /// datagrams travel under on a PPPoE port.
+    pub fn port_mtu(&self) -> u16 {
+        if self.address.is_pppoe() {
+            self.mtu + pipeline::wire::pppoe::OVERHEAD as u16
+        } else {
+            self.mtu
+        }
+    }
+
+    /// The MSS that SYNs crossing the interface are clamped to: `tcp_mss`'s, and on PPPoE
+    /// "auto" where it is omitted, since the hosts behind assume 1500 bytes and path-MTU
+    /// discovery fails where firewalls drop ICMP.
+    pub fn tcp_mss_bytes(&self) -> Option<u16> {
+        let clamp = self
+            .tcp_mss
+            .or(self.address.is_pppoe().then_some(TcpMssConfig::Auto));
+        clamp.map(|mss| mss.bytes(self.mtu))
     }
 
     pub fn eal_devices(&self) -> Vec<String> {
@@ -938,25 +1022,32 @@ impl fmt::Display for Ipv4Cidr {
     }
 }
 
-/// An interface's address: configured, or the one a DHCP client gets on its twin.
+/// An interface's address: configured, the one a DHCP client gets on its twin, or the one
+/// a PPPoE session's IPCP assigns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InterfaceAddress {
     Static(Ipv4Cidr),
     /// `"dhcp"`: none until the kernel twin has a lease (`crate::netlink`).
     Dhcp,
+    /// `"pppoe"`: none until the session is up (`crate::pppoe`).
+    Pppoe,
 }
 
 impl InterfaceAddress {
-    /// The configured address; None for "dhcp".
+    /// The configured address; None for "dhcp" and "pppoe".
     pub fn cidr(&self) -> Option<Ipv4Cidr> {
         match self {
             InterfaceAddress::Static(cidr) => Some(*cidr),
-            InterfaceAddress::Dhcp => None,
+            InterfaceAddress::Dhcp | InterfaceAddress::Pppoe => None,
         }
     }
 
     pub fn is_dhcp(&self) -> bool {
         *self == InterfaceAddress::Dhcp
+    }
+
+    pub fn is_pppoe(&self) -> bool {
+        *self == InterfaceAddress::Pppoe
     }
 }
 
@@ -964,12 +1055,14 @@ impl FromStr for InterfaceAddress {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        if text == "dhcp" {
-            return Ok(InterfaceAddress::Dhcp);
+        match text {
+            "dhcp" => return Ok(InterfaceAddress::Dhcp),
+            "pppoe" => return Ok(InterfaceAddress::Pppoe),
+            _ => {}
         }
         text.parse()
             .map(InterfaceAddress::Static)
-            .map_err(|err| format!("{err}, or \"dhcp\""))
+            .map_err(|err| format!("{err}, \"dhcp\" or \"pppoe\""))
     }
 }
 
@@ -985,6 +1078,7 @@ impl fmt::Display for InterfaceAddress {
         match self {
             InterfaceAddress::Static(cidr) => cidr.fmt(f),
             InterfaceAddress::Dhcp => f.write_str("dhcp"),
+            InterfaceAddress::Pppoe => f.write_str("pppoe"),
         }
     }
 }
@@ -1138,15 +1232,89 @@ impl GatewayConfig {
             .map_err(load_error)?;
         // The path to a value that fails to deserialize (a range that runs backwards, an
         // unknown mode) names the field, as every other error here does.
-        let config: GatewayConfig = serde_path_to_error::deserialize(source).map_err(|err| {
-            let field = err.path().to_string();
-            ConfigError::Invalid {
-                field,
-                reason: err.into_inner().to_string(),
-            }
-        })?;
+        let mut config: GatewayConfig =
+            serde_path_to_error::deserialize(source).map_err(|err| {
+                let field = err.path().to_string();
+                ConfigError::Invalid {
+                    field,
+                    reason: err.into_inner().to_string(),
+                }
+            })?;
+        for iface in &mut config.interfaces {
+            iface.mtu = iface.configured_mtu.unwrap_or(if iface.address.is_pppoe() {
+                PPPOE_MTU
+            } else {
+                default_mtu()
+            });
+        }
         config.validate()?;
         Ok(config)
+    }
+
+    /// `address = "pppoe"` and the `pppoe` table go together; the session's frames carry 8
+    /// bytes more than the datagram, so the MTU is at most 1492.
+    fn validate_pppoe(&self, i: usize) -> Result<(), ConfigError> {
+        let iface = &self.interfaces[i];
+        let field = |name: &str| format!("interfaces[{i}].{name}");
+        match (&iface.pppoe, iface.address.is_pppoe()) {
+            (None, false) => return Ok(()),
+            (None, true) => {
+                return Err(invalid(
+                    field("pppoe"),
+                    "missing: address = \"pppoe\" needs a [interfaces.pppoe] table with username and password",
+                ))
+            }
+            (Some(_), false) => {
+                return Err(invalid(
+                    field("pppoe"),
+                    format!(
+                        "is set but the address is {}: write address = \"pppoe\" to run a PPPoE session",
+                        iface.address
+                    ),
+                ))
+            }
+            (Some(_), true) => {}
+        }
+        let pppoe = iface.pppoe.as_ref().expect("matched above");
+        if pppoe.username.is_empty() {
+            return Err(invalid(field("pppoe.username"), "must not be empty"));
+        }
+        if pppoe.lcp_echo_interval_secs > 0 && pppoe.lcp_echo_failures == 0 {
+            return Err(invalid(
+                field("pppoe.lcp_echo_failures"),
+                "must be at least 1 while lcp_echo_interval_secs is not 0",
+            ));
+        }
+        if iface.mtu > PPPOE_MTU {
+            return Err(invalid(
+                field("mtu"),
+                format!(
+                    "{} is more than PPPoE carries in a 1500-byte frame ({PPPOE_MTU}); omit it for {PPPOE_MTU}",
+                    iface.mtu
+                ),
+            ));
+        }
+        if iface.kernel_twin == Some(true) {
+            return Err(invalid(
+                field("kernel_twin"),
+                "a PPPoE interface has no kernel twin: its session lives in the gateway",
+            ));
+        }
+        if pppoe.default_route && self.routes.iter().any(|route| route.destination.len == 0) {
+            return Err(invalid(
+                field("pppoe.default_route"),
+                "the session would route 0.0.0.0/0, and [[routes]] has a default route already: remove one, or set default_route = false",
+            ));
+        }
+        if let Some(j) = self.interfaces[..i].iter().position(|other| {
+            other.pppoe.as_ref().is_some_and(|p| p.default_route) && pppoe.default_route
+        }) {
+            return Err(invalid(
+                field("pppoe.default_route"),
+                format!("interfaces[{j}] routes 0.0.0.0/0 by its PPPoE session already"),
+            ));
+        }
+        Ok(())
     }
 
     /// Port blocks (`nat.port_block_size`) must be whole words of the pool's bitmaps, few
@@ -1302,6 +1470,7 @@ impl GatewayConfig {
                     ),
                 ));
             }
+            self.validate_pppoe(i)?;
             if let Some(TcpMssConfig::Bytes(bytes)) = iface.tcp_mss {
                 let most = TcpMssConfig::Auto.bytes(iface.mtu);
                 if !(MIN_TCP_MSS..=most).contains(&bytes) {
@@ -2076,6 +2245,74 @@ mod tests {
         let err = parse(&bad).unwrap_err().to_string();
         assert!(err.contains("source_validation"), "{err}");
         assert!(err.contains("strict"), "the error lists the choices: {err}");
+    }
+
+    #[test]
+    fn pppoe_needs_its_table_gets_1492_and_clamps_by_default() {
+        // The session supplies the default route: none in [[routes]].
+        let base = LAB
+            .replace(
+                "        [[routes]]\n        destination = \"0.0.0.0/0\"\n        via = \"10.0.0.2\"\n",
+                "",
+            )
+            .replace(
+                "address = \"10.0.0.1/24\"",
+                "address = \"10.0.0.1/24\"\n[[interfaces]]\nname = \"isp\"\nparent = \"wan\"\nvlan = 7\naddress = \"pppoe\"",
+            );
+        let table = "\n[interfaces.pppoe]\nusername = \"gw\"\npassword = \"pw\"\n";
+        let with = |extra: &str| {
+            base.replace(
+                "address = \"pppoe\"",
+                &format!("address = \"pppoe\"{extra}"),
+            )
+        };
+        let config = parse(&with(table)).unwrap();
+        let isp = &config.interfaces[2];
+        assert!(isp.address.is_pppoe());
+        assert_eq!(isp.mtu, PPPOE_MTU);
+        assert_eq!(isp.port_mtu(), 1500);
+        assert_eq!(isp.tcp_mss_bytes(), Some(1452));
+        assert_eq!(config.interfaces[1].mtu, 1500);
+        assert_eq!(config.interfaces[1].tcp_mss_bytes(), None);
+        let pppoe = isp.pppoe.as_ref().unwrap();
+        assert_eq!(
+            (pppoe.lcp_echo_interval_secs, pppoe.lcp_echo_failures),
+            (10, 3)
+        );
+        assert!(pppoe.default_route);
+        assert!(
+            !format!("{pppoe:?}").contains("pw\""),
+            "the password is logged"
+        );
+        let refused = |text: &str, field: &str| {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.starts_with(field), "{field}: {err}");
+        };
+        refused(&base, "interfaces[2].pppoe:");
+        refused(
+            &LAB.replace(
+                "address = \"10.0.0.1/24\"",
+                &format!("address = \"10.0.0.1/24\"{table}"),
+            ),
+            "interfaces[1].pppoe:",
+        );
+        refused(&with(&format!("\nmtu = 1500{table}")), "interfaces[2].mtu:");
+        refused(
+            &with(&format!("{table}lcp_echo_failures = 0\n")),
+            "interfaces[2].pppoe.lcp_echo_failures:",
+        );
+        refused(
+            &with(&table.replace("\"gw\"", "\"\"")),
+            "interfaces[2].pppoe.username:",
+        );
+        refused(
+            &with(&format!("{table}secret = 1\n")),
+            "interfaces[2].pppoe",
+        );
+        // A static default route and the session's would fight.
+        refused(&LAB.replace("address = \"10.0.0.1/24\"", "address = \"10.0.0.1/24\"\n[[interfaces]]\nname = \"isp\"\nparent = \"wan\"\nvlan = 7\naddress = \"pppoe\"").replace("address = \"pppoe\"", &format!("address = \"pppoe\"{table}")), "interfaces[2].pppoe.default_route:");
+        let config = parse(&with(&format!("\nmtu = 1400\ntcp_mss = 1300{table}"))).unwrap();
+        assert_eq!(config.interfaces[2].tcp_mss_bytes(), Some(1300));
     }
 
     #[test]

@@ -15,12 +15,17 @@ use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters
 use crate::clock::Clock;
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer};
 use crate::egress::split_into_fragments;
+use crate::pppoe::links::{PppoeLinks, PppoeView};
 use crate::published::Published;
 use crate::twins::Twins;
 
 /// How often the neighbour table is swept and stale entries re-probed.
 const MAINTENANCE_INTERVAL_NS: u64 = 100_000_000;
 const EXPIRE_BUDGET: usize = 256;
+/// How often the PPPoE clients' timers run (theirs are seconds), and their status is
+/// refreshed for metrics.
+const PPPOE_TIMER_INTERVAL_NS: u64 = 10_000_000;
+const PPPOE_STATUS_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// A packet waiting for its next hop's MAC, and the port it leaves by.
 struct HeldPacket {
@@ -40,8 +45,16 @@ pub struct ControlPlane {
     table: NeighborTable<HeldPacket>,
     /// The interfaces' kernel twins (`crate::twins`); none unless configured.
     twins: Twins,
+    /// The PPPoE interfaces' clients (`crate::pppoe`); none unless configured.
+    pppoe: PppoeLinks,
+    /// The PPPoE sessions' peers and their MACs: neighbours no ARP resolves.
+    pppoe_peers: Vec<(Ipv4Addr, [u8; 6])>,
+    /// A changed PPPoE view the router has not taken yet (`take_pppoe_view`).
+    pppoe_view: Option<PppoeView>,
     clock: Clock,
     next_maintenance_ns: u64,
+    next_pppoe_timers_ns: u64,
+    next_pppoe_status_ns: u64,
 }
 
 impl ControlPlane {
@@ -65,8 +78,71 @@ impl ControlPlane {
             counters,
             table: NeighborTable::new(neighbor_config),
             twins: Twins::default(),
+            pppoe: PppoeLinks::default(),
+            pppoe_peers: Vec::new(),
+            pppoe_view: None,
             clock: Clock::new(),
             next_maintenance_ns: 0,
+            next_pppoe_timers_ns: 0,
+            next_pppoe_status_ns: 0,
+        }
+    }
+
+    /// Hands the control thread the PPPoE clients, and starts their discovery.
+    pub fn with_pppoe(mut self, links: PppoeLinks) -> Self {
+        self.pppoe = links;
+        let now_ns = self.clock.now_ns();
+        self.run_pppoe(|links, send| links.start(now_ns, send));
+        self
+    }
+
+    /// The PPPoE sessions' addresses and routes, when they changed since the last call: for
+    /// the router config, as the kernel's are.
+    pub fn take_pppoe_view(&mut self) -> Option<PppoeView> {
+        self.pppoe_view.take()
+    }
+
+    /// A reload: PPPoE clients whose settings changed reconnect with the new ones.
+    pub fn reconfigure_pppoe(&mut self, config: &crate::config::GatewayConfig, macs: &[[u8; 6]]) {
+        let now_ns = self.clock.now_ns();
+        self.run_pppoe(|links, send| links.reconfigure(config, macs, now_ns, send));
+    }
+
+    /// Ends the PPPoE sessions politely, at shutdown.
+    pub fn stop_pppoe(&mut self) {
+        self.run_pppoe(|links, send| links.stop(send));
+        self.flush();
+    }
+
+    /// Runs `work` on the PPPoE clients with a way to send their frames, then takes up a
+    /// changed view: the peers become neighbours of the workers' view at once.
+    fn run_pppoe(&mut self, work: impl FnOnce(&mut PppoeLinks, &mut dyn FnMut(u16, &[u8]))) {
+        if self.pppoe.is_empty() {
+            return;
+        }
+        let mut links = std::mem::take(&mut self.pppoe);
+        work(&mut links, &mut |iface, frame| {
+            self.send_frame(iface, frame)
+        });
+        if let Some(view) = links.take_view() {
+            self.pppoe_peers = view.peers.clone();
+            self.pppoe_view = Some(view);
+            self.publish_view();
+        }
+        self.pppoe = links;
+    }
+
+    /// Sends a frame the control thread built as bytes (a PPPoE client's).
+    fn send_frame(&mut self, iface: u16, frame: &[u8]) {
+        let Some(mut mbuf) = Mbuf::alloc(&self.pool) else {
+            return self.counters.record_drop(DropReason::NoBuffer);
+        };
+        let Some(room) = mbuf.room_mut().get_mut(..frame.len()) else {
+            return self.counters.record_drop(DropReason::NoBuffer);
+        };
+        room.copy_from_slice(frame);
+        if mbuf.set_len(frame.len()).is_ok() {
+            self.send(iface, mbuf);
         }
     }
 
@@ -80,8 +156,11 @@ impl ControlPlane {
     pub fn announce(&mut self) {
         let (router, _) = self.router.load();
         for (port, iface) in router.interfaces.iter().enumerate() {
-            // A gratuitous ARP is a request for one's own address.
-            self.send_arp_request(&router, port as u16, iface.addr, None);
+            // A gratuitous ARP is a request for one's own address; a PPPoE link has no ARP,
+            // and an interface waiting for its address has nothing to announce.
+            if !iface.addr.is_unspecified() && !router.runs_pppoe(port as u16) {
+                self.send_arp_request(&router, port as u16, iface.addr, None);
+            }
         }
         self.flush();
     }
@@ -120,6 +199,14 @@ impl ControlPlane {
             self.maintain(now_ns);
             self.next_maintenance_ns = now_ns + MAINTENANCE_INTERVAL_NS;
         }
+        if now_ns >= self.next_pppoe_timers_ns {
+            self.run_pppoe(|links, send| links.poll(now_ns, send));
+            self.next_pppoe_timers_ns = now_ns + PPPOE_TIMER_INTERVAL_NS;
+        }
+        if now_ns >= self.next_pppoe_status_ns {
+            self.pppoe.refresh_status();
+            self.next_pppoe_status_ns = now_ns + PPPOE_STATUS_INTERVAL_NS;
+        }
         self.flush();
         handled
     }
@@ -146,8 +233,20 @@ impl ControlPlane {
         let Ok(frame) = EthernetFrame::new_checked(mbuf.data()) else {
             return self.counters.record_drop(DropReason::TruncatedFrame);
         };
-        if frame.ethertype() == ethernet::ethertype::ARP {
-            return self.handle_arp(&router, ingress as u16, mbuf);
+        match frame.ethertype() {
+            ethernet::ethertype::ARP => return self.handle_arp(&router, ingress as u16, mbuf),
+            ethernet::ethertype::PPPOE_DISCOVERY | ethernet::ethertype::PPPOE_SESSION => {
+                let now_ns = self.clock.now_ns();
+                let mut handled = false;
+                self.run_pppoe(|links, send| {
+                    handled = links.receive(ingress as u16, mbuf.data(), now_ns, send)
+                });
+                if !handled {
+                    self.counters.record_drop(DropReason::UnsupportedEthertype);
+                }
+                return;
+            }
+            _ => {}
         }
         let Ok(ip) = Ipv4Packet::new_checked(&mbuf.data()[ethernet::HEADER_LEN..]) else {
             return self.counters.record_drop(DropReason::MalformedIpv4);
@@ -172,6 +271,14 @@ impl ControlPlane {
             mbuf,
             port: route.port,
         };
+        // A PPPoE peer is not ARP's to find (a worker may have asked before the view with
+        // it reached it).
+        if let Some(&(_, mac)) = self.pppoe_peers.iter().find(|(peer, _)| *peer == next_hop) {
+            return self.transmit_held(&router, held, EthernetAddress(mac));
+        }
+        if router.runs_pppoe(route.port) {
+            return self.counters.record_drop(DropReason::PppoeDown);
+        }
         let now_ns = self.clock.now_ns();
         let evictions_before = self.table.evictions();
         let counters = &self.counters;
@@ -308,6 +415,9 @@ impl ControlPlane {
         target: Ipv4Addr,
         unicast: Option<EthernetAddress>,
     ) {
+        if router.runs_pppoe(port) {
+            return;
+        }
         let Some(mut mbuf) = Mbuf::alloc(&self.pool) else {
             return self.counters.record_drop(DropReason::NoBuffer);
         };
@@ -338,11 +448,16 @@ impl ControlPlane {
     }
 
     fn publish_view(&mut self) {
+        let peers = self
+            .pppoe_peers
+            .iter()
+            .map(|&(ip, mac)| (ip, EthernetAddress(mac)));
         let view = NeighborView::new(
             self.table
                 .iter()
                 .filter(|(_, _, state)| *state != NeighborState::Incomplete)
-                .map(|(ip, mac, _)| (ip, EthernetAddress(mac))),
+                .map(|(ip, mac, _)| (ip, EthernetAddress(mac)))
+                .chain(peers),
         );
         self.neighbors.publish(Arc::new(view));
     }

@@ -4,8 +4,11 @@
 use pipeline::l3::fragment;
 use pipeline::{DropReason, WorkerCounters};
 
+use std::sync::Arc;
+
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, TxQueue};
 use crate::port_layout::Link;
+use crate::pppoe::{self, SessionStates};
 
 pub struct Egress {
     /// This thread's TX queue on each port, and the burst gathering for it.
@@ -15,12 +18,14 @@ pub struct Egress {
     links: Vec<Link>,
     /// Per port: whether the NIC inserts tags (else they are written here, in software).
     nic_inserts_tags: Vec<bool>,
+    /// The PPPoE interfaces' sessions, for the links that run one.
+    sessions: Arc<SessionStates>,
 }
 
 impl Egress {
     /// `queues` is indexed by port number (`PortLayout`), `links` by interface number; every
-    /// link names one of the queues' ports.
-    pub fn new(queues: Vec<TxQueue>, links: Vec<Link>) -> Self {
+    /// link names one of the queues' ports. `sessions` frames the PPPoE links' datagrams.
+    pub fn new(queues: Vec<TxQueue>, links: Vec<Link>, sessions: Arc<SessionStates>) -> Self {
         assert!(
             links
                 .iter()
@@ -34,6 +39,7 @@ impl Egress {
             batches,
             links,
             nic_inserts_tags,
+            sessions,
         }
     }
 
@@ -49,13 +55,20 @@ impl Egress {
         }
     }
 
-    /// Queues `mbuf` to leave by interface `iface` (tagged for a VLAN subinterface).
+    /// Queues `mbuf` to leave by interface `iface` (in its PPPoE session, tagged for a VLAN
+    /// subinterface).
     #[inline]
     pub fn send(&mut self, iface: u16, mut mbuf: Mbuf, counters: &WorkerCounters) {
         let Some(link) = self.links.get(usize::from(iface)) else {
             counters.record_drop(DropReason::NotOurMac);
             return;
         };
+        if link.pppoe {
+            if let Err(reason) = pppoe::encapsulate(self.sessions.get(iface), &mut mbuf) {
+                counters.record_drop(reason);
+                return;
+            }
+        }
         if let Some(counters) = counters.interface(iface) {
             counters.count_tx(mbuf.len());
         }

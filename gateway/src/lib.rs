@@ -21,6 +21,7 @@ pub mod netlink;
 pub mod pipeline_config;
 pub mod port_layout;
 pub mod port_watch;
+pub mod pppoe;
 pub mod published;
 pub mod reload;
 pub mod snapshot;

@@ -136,6 +136,8 @@ pub struct Sources {
     pub snapshot: Arc<crate::snapshot::SnapshotStatus>,
     /// The NAT log's sends, when `[nat.log]` names a destination.
     pub nat_log: Option<Arc<crate::nat_log::NatLogStats>>,
+    /// The PPPoE sessions, when an interface runs one.
+    pub pppoe: Option<Arc<crate::pppoe::links::PppoeStatus>>,
 }
 
 /// A counter family whose value per label set is read from a source of type `T`.
@@ -190,6 +192,119 @@ pub struct Metrics {
     member_selected: IntGaugeVec,
     member_collecting: IntGaugeVec,
     member_distributing: IntGaugeVec,
+    pppoe: PppoeMetrics,
+}
+
+/// `gateway_pppoe_*`: each PPPoE interface's session.
+struct PppoeMetrics {
+    up: IntGaugeVec,
+    session_id: IntGaugeVec,
+    state: IntGaugeVec,
+    mtu: IntGaugeVec,
+    sessions: IntCounterVec,
+    ends: IntCounterVec,
+    control: IntCounterVec,
+    refused: IntCounterVec,
+    echoes: IntCounterVec,
+}
+
+impl PppoeMetrics {
+    fn new(registry: &Registry) -> Self {
+        PppoeMetrics {
+            up: gauge_vec(
+                registry,
+                "pppoe_session_up",
+                "1 while the interface's PPPoE session is up (IPCP open), else 0.",
+                &["interface"],
+            ),
+            session_id: gauge_vec(
+                registry,
+                "pppoe_session_id",
+                "The PPPoE session id discovery gave (0: none).",
+                &["interface"],
+            ),
+            state: gauge_vec(
+                registry,
+                "pppoe_state",
+                "1 for the PPPoE client's current state: discovery, requesting, lcp, authenticating, ipcp, up, backoff, stopped.",
+                &["interface", "state"],
+            ),
+            mtu: gauge_vec(
+                registry,
+                "pppoe_mtu",
+                "The session's negotiated MTU (0 while down).",
+                &["interface"],
+            ),
+            sessions: counter_vec(
+                registry,
+                "pppoe_sessions_total",
+                "PPPoE sessions brought up.",
+                &["interface"],
+            ),
+            ends: counter_vec(
+                registry,
+                "pppoe_session_ends_total",
+                "PPPoE sessions ended (or attempts given up), by reason: padt, lcp_terminate, echo_timeout, negotiation_timeout, auth_failed, stopped.",
+                &["interface", "reason"],
+            ),
+            control: counter_vec(
+                registry,
+                "pppoe_control_packets_total",
+                "PPPoE discovery and PPP control packets, by direction (sent, received).",
+                &["interface", "direction"],
+            ),
+            refused: counter_vec(
+                registry,
+                "pppoe_refused_control_packets_total",
+                "PPPoE control packets the client refused: malformed, or ignored (not for it, or not in its state).",
+                &["interface", "why"],
+            ),
+            echoes: counter_vec(
+                registry,
+                "pppoe_lcp_echoes_total",
+                "LCP echoes: requests_sent, replies_received.",
+                &["interface", "kind"],
+            ),
+        }
+    }
+
+    fn sync(&self, status: &crate::pppoe::links::PppoeStatus) {
+        for link in status.links() {
+            let name = link.interface.as_str();
+            self.up
+                .with_label_values(&[name])
+                .set(i64::from(link.local.is_some()));
+            self.session_id
+                .with_label_values(&[name])
+                .set(i64::from(link.session_id.unwrap_or(0)));
+            self.mtu
+                .with_label_values(&[name])
+                .set(i64::from(link.mtu.unwrap_or(0)));
+            for state in crate::pppoe::links::STATES {
+                self.state
+                    .with_label_values(&[name, state.name()])
+                    .set(i64::from(state.name() == link.state));
+            }
+            sync_counter(&self.sessions, &[name], link.sessions_up);
+            for (reason, count) in &link.ends {
+                sync_counter(&self.ends, &[name, reason], *count);
+            }
+            sync_counter(&self.control, &[name, "sent"], link.control_sent);
+            sync_counter(&self.control, &[name, "received"], link.control_received);
+            sync_counter(&self.refused, &[name, "malformed"], link.malformed);
+            sync_counter(&self.refused, &[name, "ignored"], link.ignored);
+            sync_counter(
+                &self.echoes,
+                &[name, "requests_sent"],
+                link.echo_requests_sent,
+            );
+            sync_counter(
+                &self.echoes,
+                &[name, "replies_received"],
+                link.echo_replies_received,
+            );
+        }
+    }
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -443,6 +558,15 @@ pub fn metric_names() -> Vec<String> {
         "bond_member_lacp_selected",
         "bond_member_lacp_collecting",
         "bond_member_lacp_distributing",
+        "pppoe_session_up",
+        "pppoe_session_id",
+        "pppoe_state",
+        "pppoe_mtu",
+        "pppoe_sessions_total",
+        "pppoe_session_ends_total",
+        "pppoe_control_packets_total",
+        "pppoe_refused_control_packets_total",
+        "pppoe_lcp_echoes_total",
     ];
     let tables = PORT_COUNTERS
         .iter()
@@ -724,6 +848,7 @@ impl Metrics {
                 "1 when the side (actor: the gateway, partner: the switch) distributes on the member.",
                 &["bond", "member", "side"],
             ),
+            pppoe: PppoeMetrics::new(&registry),
             registry,
             sources,
         }
@@ -921,6 +1046,9 @@ impl Metrics {
             .set(snapshot.restored.load(Ordering::Relaxed) as i64);
         self.snapshot_refused
             .set(i64::from(snapshot.refused.load(Ordering::Relaxed)));
+        if let Some(pppoe) = &self.sources.pppoe {
+            self.pppoe.sync(pppoe);
+        }
         if let Some(nat_log) = &self.sources.nat_log {
             let results = [
                 ("sent", nat_log.sent.load(Ordering::Relaxed)),

@@ -17,8 +17,8 @@ use pipeline::features::inspect::parse_domain_list;
 use pipeline::features::parental::{days, DeviceMatch, Policy as ParentalPolicy, TimeWindow};
 
 use crate::config::{
-    DnsActionConfig, FirewallAction, GatewayConfig, KeywordBlockConfig, L4Protocol, ParentalConfig,
-    PortRange, QosSettings, RuleProtocol, SourceValidationConfig,
+    DnsActionConfig, FirewallAction, GatewayConfig, InterfaceConfig, KeywordBlockConfig,
+    L4Protocol, ParentalConfig, PortRange, QosSettings, RuleProtocol, SourceValidationConfig,
 };
 use crate::netlink::KernelView;
 
@@ -133,12 +133,18 @@ pub fn router_config_with_kernel(
     let tcp_mss: Vec<Option<u16>> = config
         .interfaces
         .iter()
-        .map(|iface| iface.tcp_mss.map(|mss| mss.bytes(iface.mtu)))
+        .map(InterfaceConfig::tcp_mss_bytes)
+        .collect();
+    let pppoe: Vec<bool> = config
+        .interfaces
+        .iter()
+        .map(|iface| iface.address.is_pppoe())
         .collect();
     let router = RouterConfig::with_kernel_routes(interfaces, &routes, &kernel.routes, icmp)
         .context("routes")?
         .with_source_validation(&source_validation)?
-        .with_tcp_mss(&tcp_mss)?;
+        .with_tcp_mss(&tcp_mss)?
+        .with_pppoe(&pppoe)?;
     Ok(router
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))

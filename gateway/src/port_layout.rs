@@ -8,10 +8,13 @@
 //! the NIC stripped); on transmit it puts the interface's tag back. The pipeline sees
 //! untagged frames only.
 
+use std::sync::Arc;
+
 use pipeline::{DropReason, Ingress};
 
 use crate::config::GatewayConfig;
 use crate::dpdk::Mbuf;
+use crate::pppoe::{self, SessionStates};
 
 /// VLAN ids are 12 bits of the TCI; the other 4 are priority and the drop-eligible bit.
 const VLAN_ID_MASK: u16 = 0x0fff;
@@ -29,6 +32,8 @@ pub struct Link {
     pub port: u16,
     /// The 802.1Q TCI its frames carry; None: untagged.
     pub vlan: Option<u16>,
+    /// Its IPv4 rides a PPPoE session (`crate::pppoe`).
+    pub pppoe: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -59,12 +64,22 @@ impl PortInterfaces {
 }
 
 /// Default: no ports.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct PortLayout {
     /// Per interface.
     links: Vec<Link>,
     /// Per port.
     ports: Vec<PortInterfaces>,
+    /// Bit i: interface i runs PPPoE, so its frames are decapsulated on receipt.
+    pppoe_interfaces: u64,
+    /// The PPPoE interfaces' sessions, shared with the control thread and every worker.
+    sessions: Arc<SessionStates>,
+}
+
+impl Default for PortLayout {
+    fn default() -> Self {
+        PortLayout::ports_only(0)
+    }
 }
 
 impl PortLayout {
@@ -100,29 +115,54 @@ impl PortLayout {
                     Link {
                         port: port as u16,
                         vlan: Some(vlan),
+                        pppoe: iface.address.is_pppoe(),
                     }
                 }
                 _ => Link {
                     port: port_of(&iface.name).expect("a port interface is a port") as u16,
                     vlan: None,
+                    pppoe: iface.address.is_pppoe(),
                 },
             };
             links.push(link);
         }
-        PortLayout { links, ports }
+        let pppoe_interfaces = links
+            .iter()
+            .enumerate()
+            .filter(|(_, link)| link.pppoe)
+            .fold(0, |mask, (i, _)| mask | 1 << i);
+        PortLayout {
+            sessions: Arc::new(SessionStates::new(links.len())),
+            links,
+            ports,
+            pppoe_interfaces,
+        }
     }
 
     /// Interfaces that are their ports, untagged: interface i is port i.
     pub fn ports_only(count: u16) -> PortLayout {
         PortLayout {
-            links: (0..count).map(|port| Link { port, vlan: None }).collect(),
+            links: (0..count)
+                .map(|port| Link {
+                    port,
+                    vlan: None,
+                    pppoe: false,
+                })
+                .collect(),
             ports: (0..count)
                 .map(|untagged| PortInterfaces {
                     untagged,
                     by_vlan: Vec::new(),
                 })
                 .collect(),
+            pppoe_interfaces: 0,
+            sessions: Arc::new(SessionStates::new(usize::from(count))),
         }
+    }
+
+    /// The PPPoE sessions the workers frame by; the control thread's clients set them.
+    pub fn sessions(&self) -> &Arc<SessionStates> {
+        &self.sessions
     }
 
     /// Per interface, where it sends by.
@@ -149,10 +189,23 @@ impl PortLayout {
 
     /// How a frame received on `port` arrived: its interface, with the 802.1Q tag taken out
     /// of the frame where the port has subinterfaces (or read from the NIC, which may have
-    /// stripped it). On a port without subinterfaces a tag left in the frame is the
-    /// pipeline's to refuse; one the NIC stripped is refused here.
+    /// stripped it), and on a PPPoE interface the session's framing taken off its IPv4
+    /// ([`pppoe::decapsulate`]). On a port without subinterfaces a tag left in the frame is
+    /// the pipeline's to refuse; one the NIC stripped is refused here.
     #[inline]
     pub fn ingress(&self, port: usize, mbuf: &mut Mbuf) -> Result<Ingress, DropReason> {
+        let iface = self.interface_of(port, mbuf)?;
+        if self.pppoe_interfaces & (1 << (iface & 63)) != 0 {
+            pppoe::decapsulate(self.sessions.get(iface), mbuf)?;
+        }
+        Ok(Ingress {
+            port: iface,
+            handed_off: false,
+        })
+    }
+
+    #[inline]
+    fn interface_of(&self, port: usize, mbuf: &mut Mbuf) -> Result<u16, DropReason> {
         let port = self.ports.get(port).ok_or(DropReason::NotOurMac)?;
         let stripped = mbuf.rx_stripped_vlan();
         let tci = if port.has_vlans() {
@@ -162,10 +215,7 @@ impl PortLayout {
         } else {
             stripped
         };
-        port.interface(tci).map(|iface| Ingress {
-            port: iface,
-            handed_off: false,
-        })
+        port.interface(tci)
     }
 
     /// The interface a frame received on `port` belongs to, given its 802.1Q TCI if it was
@@ -219,7 +269,13 @@ address = "192.168.30.1/24"
     fn subinterfaces_ride_on_their_parents_port_with_their_tag() {
         let layout = layout(TRUNK);
         assert_eq!(layout.port_interfaces().collect::<Vec<_>>(), [0, 2]);
-        let link = |port, vlan| Some(Link { port, vlan });
+        let link = |port, vlan| {
+            Some(Link {
+                port,
+                vlan,
+                pppoe: false,
+            })
+        };
         assert_eq!(layout.link(0), link(0, None));
         assert_eq!(layout.link(1), link(0, Some(20)));
         assert_eq!(layout.link(2), link(1, None));
@@ -260,7 +316,8 @@ address = "192.168.30.1/24"
                 layout.link(i),
                 Some(Link {
                     port: i,
-                    vlan: None
+                    vlan: None,
+                    pppoe: false,
                 })
             );
             assert_eq!(layout.interface(usize::from(i), None), Ok(i));

@@ -77,7 +77,9 @@ pub fn twin_names(config: &GatewayConfig) -> Vec<Option<String>> {
         .iter()
         .map(|iface| {
             let inside = !config.nat.masquerade.contains(&iface.name);
-            let default = inside && config.kernel_twins.inside_by_default;
+            // A PPPoE session lives in the gateway; the kernel has no part of it.
+            let default =
+                inside && config.kernel_twins.inside_by_default && !iface.address.is_pppoe();
             iface.kernel_twin.unwrap_or(default).then(|| {
                 iface
                     .kernel_twin_name

@@ -142,6 +142,7 @@ impl Server {
             heartbeats: Vec::new(),
             snapshot: Default::default(),
             nat_log: None,
+            pppoe: None,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

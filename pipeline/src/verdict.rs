@@ -42,6 +42,9 @@ pub enum ControlWork {
     /// Routed, but the next hop's MAC is unknown: hold the packet while ARP resolves it.
     /// The IP header is final; only the Ethernet header remains to be written.
     Resolve { port: u16, next_hop: Ipv4Addr },
+    /// PPPoE discovery, or a PPP control protocol (LCP, PAP, CHAP, IPCP) of the session, on
+    /// an interface that runs a PPPoE client.
+    Pppoe,
 }
 
 macro_rules! drop_reasons {
@@ -73,6 +76,13 @@ drop_reasons! {
     TruncatedFrame => "truncated_frame",
     /// 802.1Q tagged with an id no VLAN subinterface of the port has, or 802.1ad (QinQ).
     VlanTagged => "vlan_tagged",
+    /// A PPPoE session frame whose header is wrong (version, code, or a length past the
+    /// frame or too short for the PPP protocol).
+    PppoeMalformed => "pppoe_malformed",
+    /// A PPPoE session frame of another session than the interface's own (or of none).
+    PppoeSession => "pppoe_session",
+    /// An IPv4 datagram to send or received on a PPPoE interface whose session is not up.
+    PppoeDown => "pppoe_down",
     /// Unicast to a MAC address that is not the ingress port's.
     NotOurMac => "not_our_mac",
     /// An EtherType the gateway does not route (IPv6, LLDP, ...).

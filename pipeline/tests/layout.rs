@@ -4,7 +4,7 @@
 //! | layer | modules                                                                 |
 //! |-------|-------------------------------------------------------------------------|
 //! | 0     | `wire/`, and the shared vocabulary `packet`, `verdict`, `counters`, `hash`, `ratelimit` |
-//! | 1     | `flow` (the 5-tuple), `l3/` (FIB, neighbours, fragmentation)             |
+//! | 1     | `flow` (the 5-tuple), `l3/` (FIB, neighbours, fragmentation), `pppoe/` (the PPPoE client) |
 //! | 2     | `state/` (conntrack, NAT, per-host limits, firewall rules, flow data)   |
 //! | 3     | `features/` (QoS, meters, content blocking, parental control)            |
 //! | 4     | `pipeline/` (the `Pipeline`, its stages, the router config)              |
@@ -29,7 +29,7 @@ const TOP: u8 = 4;
 fn layer_of_module(name: &str) -> Option<u8> {
     Some(match name {
         "wire" | "packet" | "verdict" | "counters" | "hash" | "ratelimit" => 0,
-        "flow" | "l3" => 1,
+        "flow" | "l3" | "pppoe" => 1,
         "state" => 2,
         "features" => 3,
         "pipeline" => TOP,
@@ -38,7 +38,7 @@ fn layer_of_module(name: &str) -> Option<u8> {
 }
 
 /// Top-level modules that are directories of modules: their children are the graph's nodes.
-const GROUPS: [&str; 4] = ["l3", "state", "features", "pipeline"];
+const GROUPS: [&str; 5] = ["l3", "pppoe", "state", "features", "pipeline"];
 
 /// The node a path (`state::nat::rewrite::fold`, `verdict::DropReason`) belongs to:
 /// `state::nat`, `verdict`.

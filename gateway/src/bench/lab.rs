@@ -151,6 +151,7 @@ impl Lab {
                         wan.take_tx_queue(TxQueueId(0))?,
                     ],
                     PortLayout::ports_only(2).links().to_vec(),
+                    PortLayout::ports_only(2).sessions().clone(),
                 ),
             ))
         };

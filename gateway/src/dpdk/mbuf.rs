@@ -222,28 +222,64 @@ impl Mbuf {
     /// was, if the frame has none.
     #[inline]
     pub fn pop_vlan_tag(&mut self) -> Option<u16> {
-        if self.segments() != 1 {
-            return None;
-        }
-        let frame = self.data_mut();
+        let frame = self.data();
         let tagged = frame.len() >= MAC_ADDRESSES_LEN + VLAN_TAG_LEN + 2
             && frame[MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + 2] == ETHERTYPE_VLAN.to_be_bytes();
         if !tagged {
             return None;
         }
         let tci = u16::from_be_bytes([frame[14], frame[15]]);
-        // The addresses move up over the tag; the frame then starts 4 bytes later.
-        frame.copy_within(0..MAC_ADDRESSES_LEN, VLAN_TAG_LEN);
-        let len = frame.len() - VLAN_TAG_LEN;
-        // SAFETY: we own the mbuf; data_off + 4 and len - 4 stay inside the same buffer
-        // (the frame had more than 4 bytes), and the sum data_off + data_len is unchanged.
+        self.remove_after_addresses(VLAN_TAG_LEN).then_some(tci)
+    }
+
+    /// Takes the `len` bytes after the MAC addresses out of the frame (a tag, or an
+    /// encapsulation's header): the addresses move up over them, and the frame starts `len`
+    /// bytes later. False, with the frame as it was, if the frame has no `len` bytes after
+    /// its addresses or spans segments.
+    #[inline]
+    pub fn remove_after_addresses(&mut self, len: usize) -> bool {
+        if self.segments() != 1 || self.len() < MAC_ADDRESSES_LEN + len {
+            return false;
+        }
+        self.data_mut().copy_within(0..MAC_ADDRESSES_LEN, len);
+        let remaining = self.len() - len;
+        // SAFETY: we own the mbuf; data_off + len and the remaining length stay inside the
+        // same buffer (the frame had at least len bytes, checked above), and the sum
+        // data_off + data_len is unchanged.
         unsafe {
             let header = self.ptr.as_mut();
-            header.data_off += VLAN_TAG_LEN as u16;
-            header.data_len = len as u16;
-            header.pkt_len = len as u32;
+            header.data_off += len as u16;
+            header.data_len = remaining as u16;
+            header.pkt_len = remaining as u32;
         }
-        Some(tci)
+        true
+    }
+
+    /// Opens `len` bytes after the MAC addresses (for a tag, or an encapsulation's header)
+    /// and returns them to be written; the frame then starts `len` bytes earlier. None, with
+    /// the frame as it was, if the buffer has not `len` bytes of headroom, the frame no
+    /// addresses, or it spans segments.
+    #[inline]
+    pub fn insert_after_addresses(&mut self, len: usize) -> Option<&mut [u8]> {
+        let header = self.header();
+        let data_off = usize::from(header.data_off);
+        let old_len = self.len();
+        if data_off < len || old_len < MAC_ADDRESSES_LEN || self.segments() != 1 {
+            return None;
+        }
+        // SAFETY: we own the mbuf; the headroom's `len` bytes before data_off and the frame
+        // after it are one range of the buffer (data_off >= len was checked), plain bytes,
+        // and &mut self makes the access exclusive. The new length is the old plus len,
+        // ending where the frame ended, so it fits the buffer and u16.
+        let frame = unsafe {
+            let header = self.ptr.as_mut();
+            header.data_off -= len as u16;
+            header.data_len += len as u16;
+            header.pkt_len += len as u32;
+            std::slice::from_raw_parts_mut(self.data_ptr(), old_len + len)
+        };
+        frame.copy_within(len..len + MAC_ADDRESSES_LEN, 0);
+        Some(&mut frame[MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + len])
     }
 
     /// Asks the NIC to tag the frame with `tci` as it sends it: only for a queue whose port
@@ -262,27 +298,11 @@ impl Mbuf {
     /// was, if the buffer has no 4 bytes of headroom or the frame no addresses.
     #[inline]
     pub fn push_vlan_tag(&mut self, tci: u16) -> bool {
-        let header = self.header();
-        let data_off = usize::from(header.data_off);
-        let len = self.len();
-        if data_off < VLAN_TAG_LEN || len < MAC_ADDRESSES_LEN || self.segments() != 1 {
+        let Some(tag) = self.insert_after_addresses(VLAN_TAG_LEN) else {
             return false;
-        }
-        // SAFETY: we own the mbuf; the headroom's 4 bytes before data_off and the frame after
-        // it are one range of the buffer (data_off >= 4 was checked), plain bytes, and
-        // &mut self makes the access exclusive. The new length is the old plus 4, ending where
-        // the frame ended, so it fits the buffer and u16.
-        let frame = unsafe {
-            let header = self.ptr.as_mut();
-            header.data_off -= VLAN_TAG_LEN as u16;
-            header.data_len += VLAN_TAG_LEN as u16;
-            header.pkt_len += VLAN_TAG_LEN as u32;
-            std::slice::from_raw_parts_mut(self.data_ptr(), len + VLAN_TAG_LEN)
         };
-        frame.copy_within(VLAN_TAG_LEN..VLAN_TAG_LEN + MAC_ADDRESSES_LEN, 0);
-        frame[MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + 2]
-            .copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-        frame[MAC_ADDRESSES_LEN + 2..MAC_ADDRESSES_LEN + 4].copy_from_slice(&tci.to_be_bytes());
+        tag[..2].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+        tag[2..].copy_from_slice(&tci.to_be_bytes());
         true
     }
 

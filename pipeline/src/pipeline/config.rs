@@ -234,6 +234,9 @@ pub struct RouterConfig {
     clamps_mss: bool,
     /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
     pub punt: PuntConfig,
+    /// Bit i: interface i runs a PPPoE client, whose discovery and PPP control frames go to
+    /// the control thread.
+    pppoe_interfaces: u64,
 }
 
 /// How a packet's source address is checked against the interface it came in on (RFC 3704).
@@ -361,6 +364,7 @@ impl RouterConfig {
             has_default_route: !default_ports.is_empty(),
             tcp_mss,
             clamps_mss: false,
+            pppoe_interfaces: 0,
             punt,
         })
     }
@@ -401,6 +405,25 @@ impl RouterConfig {
         self.tcp_mss = mss.to_vec();
         self.clamps_mss = mss.iter().any(Option::is_some);
         Ok(self)
+    }
+
+    /// Marks the interfaces that run a PPPoE client (one flag per interface).
+    pub fn with_pppoe(mut self, pppoe: &[bool]) -> Result<RouterConfig, RouterError> {
+        if pppoe.len() != self.interfaces.len() {
+            return Err(RouterError::StatefulMismatch);
+        }
+        self.pppoe_interfaces = pppoe
+            .iter()
+            .enumerate()
+            .filter(|(_, &on)| on)
+            .fold(0, |mask, (i, _)| mask | 1 << i);
+        Ok(self)
+    }
+
+    /// Whether interface `port` runs a PPPoE client.
+    #[inline]
+    pub fn runs_pppoe(&self, port: u16) -> bool {
+        port < 64 && self.pppoe_interfaces & (1 << port) != 0
     }
 
     /// The largest MSS a SYN from `ingress` to `egress` may announce: the lower of the two

@@ -17,11 +17,12 @@ use crate::wire::{
 pub const MIN_FRAME_LEN: usize = 60;
 
 /// Whether slow-path `work` may join a control ring holding `queued` of `capacity` packets.
-/// ARP may fill it; echo requests and packets awaiting resolution stop at half, so however
-/// those flood, the ARP that every next hop depends on still finds room.
+/// ARP and PPPoE's control frames may fill it; echo requests and packets awaiting
+/// resolution stop at half, so however those flood, the ARP that every next hop depends on,
+/// and the LCP echoes that keep a PPPoE session, still find room.
 pub fn admits_to_control(work: ControlWork, queued: usize, capacity: usize) -> bool {
     match work {
-        ControlWork::Arp => queued < capacity,
+        ControlWork::Arp | ControlWork::Pppoe => queued < capacity,
         ControlWork::LocalIcmp | ControlWork::Resolve { .. } => queued < capacity / 2,
     }
 }

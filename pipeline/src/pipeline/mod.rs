@@ -491,6 +491,13 @@ impl Pipeline {
             ethernet::ethertype::VLAN | ethernet::ethertype::QINQ => {
                 Verdict::Drop(DropReason::VlanTagged)
             }
+            // The gateway's I/O decapsulated the session's IPv4; what is left is the
+            // client's to read.
+            ethernet::ethertype::PPPOE_DISCOVERY | ethernet::ethertype::PPPOE_SESSION
+                if self.router.runs_pppoe(ingress.port) =>
+            {
+                Verdict::Control(ControlWork::Pppoe)
+            }
             _ => Verdict::Drop(DropReason::UnsupportedEthertype),
         }
     }

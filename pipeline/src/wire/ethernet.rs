@@ -9,6 +9,9 @@ pub mod ethertype {
     pub const ARP: u16 = 0x0806;
     pub const VLAN: u16 = 0x8100;
     pub const QINQ: u16 = 0x88a8;
+    /// PPPoE's discovery stage (PADI, PADO, PADR, PADS, PADT) and its session stage (RFC 2516).
+    pub const PPPOE_DISCOVERY: u16 = 0x8863;
+    pub const PPPOE_SESSION: u16 = 0x8864;
     /// IEEE 802.3 Slow Protocols, which carries LACP.
     pub const SLOW: u16 = 0x8809;
     pub const LACP: u16 = SLOW;

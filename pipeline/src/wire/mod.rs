@@ -13,6 +13,7 @@ pub mod checksum;
 pub mod ethernet;
 pub mod icmp;
 pub mod ipv4;
+pub mod pppoe;
 pub mod tcp;
 pub mod udp;
 

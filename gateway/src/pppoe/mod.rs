@@ -1,0 +1,150 @@
+//! PPPoE client sessions (RFC 2516) on interfaces with `address = "pppoe"`.
+//!
+//! The control thread runs each interface's client (`pipeline::pppoe::Client`: discovery,
+//! LCP, PAP or CHAP, IPCP) in [`links`], and gives the session's address, peer and route to
+//! the router config. The workers only frame: [`decapsulate`] on receipt turns the session's
+//! IPv4 frames into plain ones for the pipeline, and [`encapsulate`] on transmit does the
+//! reverse. They learn the session from [`SessionStates`], one atomic word per interface.
+
+pub mod links;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use pipeline::wire::ethernet::ethertype;
+use pipeline::wire::pppoe::{self, SessionHeader, OVERHEAD, PPP_IPV4};
+use pipeline::DropReason;
+
+use crate::dpdk::Mbuf;
+
+/// Where the EtherType sits in an untagged frame, and the IPv4 datagram after it.
+const ETHERTYPE_AT: usize = 12;
+const ETHERNET_HEADER_LEN: usize = 14;
+
+/// The session of one interface as the workers see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionState(u32);
+
+/// Bit 16: discovery gave a session (its id in the low 16 bits), so its control frames come
+/// in. Bit 17: IPCP is open, so datagrams flow.
+const HAS_SESSION: u32 = 1 << 16;
+const IP_UP: u32 = 1 << 17;
+
+impl SessionState {
+    pub const DOWN: SessionState = SessionState(0);
+
+    pub fn new(session_id: Option<u16>, ip_up: bool) -> SessionState {
+        match session_id {
+            None => SessionState::DOWN,
+            Some(id) => SessionState(HAS_SESSION | u32::from(id) | if ip_up { IP_UP } else { 0 }),
+        }
+    }
+
+    #[inline]
+    pub fn session_id(self) -> Option<u16> {
+        (self.0 & HAS_SESSION != 0).then_some(self.0 as u16)
+    }
+
+    #[inline]
+    pub fn ip_up(self) -> bool {
+        self.0 & IP_UP != 0
+    }
+}
+
+/// Per interface, its session: written by the control thread, read by every worker on each
+/// session frame. A worker may see a change a few packets late, which costs those packets
+/// (counted) and nothing else.
+#[derive(Debug)]
+pub struct SessionStates {
+    states: Box<[AtomicU32]>,
+}
+
+impl SessionStates {
+    pub fn new(interfaces: usize) -> SessionStates {
+        SessionStates {
+            states: (0..interfaces).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    pub fn set(&self, iface: u16, state: SessionState) {
+        if let Some(slot) = self.states.get(usize::from(iface)) {
+            slot.store(state.0, Ordering::Release);
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, iface: u16) -> SessionState {
+        self.states
+            .get(usize::from(iface))
+            .map_or(SessionState::DOWN, |slot| {
+                SessionState(slot.load(Ordering::Acquire))
+            })
+    }
+}
+
+/// On receipt on a PPPoE interface: a frame of the live session carrying IPv4 becomes a plain
+/// IPv4 frame, the 8 bytes of PPPoE and PPP taken out and the padding after the datagram cut.
+/// Discovery frames and the session's PPP control frames pass unchanged (the pipeline sends
+/// them to the control thread); a bad header or another session is refused.
+#[inline]
+pub fn decapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReason> {
+    let frame = mbuf.data();
+    if frame.len() < ETHERNET_HEADER_LEN
+        || frame[ETHERTYPE_AT..ETHERNET_HEADER_LEN] != ethertype::PPPOE_SESSION.to_be_bytes()
+    {
+        return Ok(());
+    }
+    let SessionHeader {
+        session_id,
+        protocol,
+        payload_len,
+    } = pppoe::parse_session(&frame[ETHERNET_HEADER_LEN..])
+        .map_err(|_| DropReason::PppoeMalformed)?;
+    if state.session_id() != Some(session_id) {
+        return Err(DropReason::PppoeSession);
+    }
+    if protocol != PPP_IPV4 {
+        return Ok(());
+    }
+    if !state.ip_up() {
+        return Err(DropReason::PppoeDown);
+    }
+    // The PPP protocol's two bytes become the EtherType: 8 bytes before them go.
+    if !mbuf.remove_after_addresses(OVERHEAD) {
+        return Err(DropReason::PppoeMalformed);
+    }
+    let frame = mbuf.data_mut();
+    frame[ETHERTYPE_AT..ETHERNET_HEADER_LEN].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+    let datagram_end = ETHERNET_HEADER_LEN + payload_len;
+    if mbuf.len() > datagram_end {
+        // Shorter than it was, so it fits.
+        let _ = mbuf.set_len(datagram_end);
+    }
+    Ok(())
+}
+
+/// On transmit by a PPPoE interface: an IPv4 frame becomes a frame of the live session; the
+/// client's own frames (discovery, PPP control) leave as they are. Without a session up, the
+/// datagram is refused.
+#[inline]
+pub fn encapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReason> {
+    let frame = mbuf.data();
+    if frame.len() < ETHERNET_HEADER_LEN
+        || frame[ETHERTYPE_AT..ETHERNET_HEADER_LEN] != ethertype::IPV4.to_be_bytes()
+    {
+        return Ok(());
+    }
+    let (Some(session_id), true) = (state.session_id(), state.ip_up()) else {
+        return Err(DropReason::PppoeDown);
+    };
+    let datagram_len = (frame.len() - ETHERNET_HEADER_LEN) as u16;
+    let Some(opened) = mbuf.insert_after_addresses(OVERHEAD) else {
+        return Err(DropReason::NoBuffer);
+    };
+    // The 8 new bytes plus the old EtherType's 2 become EtherType, PPPoE header and protocol.
+    opened[..2].copy_from_slice(&ethertype::PPPOE_SESSION.to_be_bytes());
+    let mut header = [0; OVERHEAD];
+    pppoe::write_session(&mut header, session_id, PPP_IPV4, datagram_len);
+    let frame = mbuf.data_mut();
+    frame[ETHERNET_HEADER_LEN..ETHERNET_HEADER_LEN + OVERHEAD].copy_from_slice(&header);
+    Ok(())
+}
