@@ -525,3 +525,220 @@ proptest::proptest! {
         }
     }
 }
+
+/// LAN and a PPPoE uplink on VLAN 7 of the WAN port (interface 2), session 0x1234 up.
+fn pppoe_layout() -> gateway::port_layout::PortLayout {
+    let config = gateway::config::GatewayConfig::from_text(
+        std::path::Path::new("pppoe.toml"),
+        r#"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_ring0"
+address = "192.168.1.1/24"
+[[interfaces]]
+name = "wan"
+device = "net_ring1"
+address = "10.0.0.1/24"
+[[interfaces]]
+name = "isp"
+parent = "wan"
+vlan = 7
+address = "pppoe"
+[interfaces.pppoe]
+username = "u"
+password = "p"
+"#,
+    )
+    .unwrap();
+    let layout = gateway::port_layout::PortLayout::new(&config);
+    layout.sessions().set(
+        2,
+        gateway::pppoe::SessionState::new(Some(PPPOE_SESSION), true),
+    );
+    layout
+}
+
+const PPPOE_SESSION: u16 = 0x1234;
+
+/// A PPPoE session frame: EtherType, header (version/type, code, session, length), PPP
+/// protocol, payload, then `padding` bytes of Ethernet padding.
+fn pppoe_frame(
+    session: u16,
+    length: u16,
+    protocol: u16,
+    payload: &[u8],
+    padding: usize,
+) -> Vec<u8> {
+    let mut bytes = vec![0x88, 0x64, 0x11, 0x00];
+    bytes.extend_from_slice(&session.to_be_bytes());
+    bytes.extend_from_slice(&length.to_be_bytes());
+    bytes.extend_from_slice(&protocol.to_be_bytes());
+    bytes.extend_from_slice(payload);
+    bytes.extend(std::iter::repeat_n(0, padding));
+    bytes
+}
+
+#[test]
+fn a_pppoe_session_frame_comes_off_as_ipv4_and_goes_back_on() {
+    use gateway::pppoe::{encapsulate, SessionState};
+    use pipeline::DropReason;
+    let layout = pppoe_layout();
+    let eal = eal();
+    let pool = Mempool::new(eal, "pppoe_pool", 63, 0, 2048, SocketId::ANY).unwrap();
+    let mut mbuf = Mbuf::alloc(&pool).unwrap();
+    let datagram = [
+        0x45, 0, 0, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+    ];
+    let mut ipv4 = vec![0x08, 0x00];
+    ipv4.extend_from_slice(&datagram);
+    let port = |ingress: Result<pipeline::Ingress, DropReason>| ingress.map(|i| i.port);
+    let receive = |bytes: &[u8], mbuf: &mut Mbuf| {
+        let sent = frame(mbuf, bytes);
+        assert!(mbuf.push_vlan_tag(7));
+        let result = port(layout.ingress(1, mbuf));
+        (result, sent)
+    };
+
+    // The session's IPv4, padded to Ethernet's minimum: plain IPv4, padding cut.
+    let (result, _) = receive(
+        &pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 18),
+        &mut mbuf,
+    );
+    assert_eq!(result, Ok(2));
+    let mut plain = mbuf.data()[..12].to_vec();
+    plain.extend_from_slice(&ipv4);
+    assert_eq!(mbuf.data(), &plain[..]);
+    // And back: the same session frame, without the padding.
+    let up = SessionState::new(Some(PPPOE_SESSION), true);
+    assert_eq!(encapsulate(up, &mut mbuf), Ok(()));
+    let mut framed = mbuf.data()[..12].to_vec();
+    framed.extend_from_slice(&pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 0));
+    assert_eq!(mbuf.data(), &framed[..]);
+
+    // LCP of the session and discovery pass as they are, for the control thread.
+    let (result, sent) = receive(
+        &pppoe_frame(PPPOE_SESSION, 6, 0xc021, &[9, 1, 0, 4], 0),
+        &mut mbuf,
+    );
+    assert_eq!((result, mbuf.data()), (Ok(2), &sent[..]));
+    let (result, sent) = receive(&[0x88, 0x63, 0x11, 0x07, 0, 0, 0, 0], &mut mbuf);
+    assert_eq!((result, mbuf.data()), (Ok(2), &sent[..]));
+
+    // Counted drops: a length past the frame, one too short for the protocol, a bad
+    // version, another session, IPv4 before IPCP is up.
+    let refused = [
+        (
+            pppoe_frame(PPPOE_SESSION, 60, 0x0021, &datagram, 0),
+            DropReason::PppoeMalformed,
+        ),
+        (
+            pppoe_frame(PPPOE_SESSION, 1, 0x0021, &datagram, 0),
+            DropReason::PppoeMalformed,
+        ),
+        (
+            {
+                let mut bad = pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 0);
+                bad[2] = 0x21;
+                bad
+            },
+            DropReason::PppoeMalformed,
+        ),
+        (vec![0x88, 0x64, 0x11], DropReason::PppoeMalformed),
+        (
+            pppoe_frame(PPPOE_SESSION + 1, 22, 0x0021, &datagram, 0),
+            DropReason::PppoeSession,
+        ),
+    ];
+    for (bytes, reason) in refused {
+        assert_eq!(receive(&bytes, &mut mbuf).0, Err(reason), "{bytes:02x?}");
+    }
+    layout
+        .sessions()
+        .set(2, SessionState::new(Some(PPPOE_SESSION), false));
+    let (result, _) = receive(
+        &pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 0),
+        &mut mbuf,
+    );
+    assert_eq!(result, Err(DropReason::PppoeDown));
+    layout.sessions().set(2, SessionState::DOWN);
+    let (result, _) = receive(
+        &pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 0),
+        &mut mbuf,
+    );
+    assert_eq!(result, Err(DropReason::PppoeSession));
+    // Nothing leaves without a session, and the WAN port's own frames are not PPPoE's.
+    frame(&mut mbuf, &ipv4);
+    assert_eq!(
+        encapsulate(SessionState::DOWN, &mut mbuf),
+        Err(DropReason::PppoeDown)
+    );
+    let untagged = frame(
+        &mut mbuf,
+        &pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 0),
+    );
+    assert_eq!(port(layout.ingress(1, &mut mbuf)), Ok(1));
+    assert_eq!(mbuf.data(), &untagged[..]);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+
+    /// Any bytes after the addresses of a frame on the PPPoE VLAN: taken off as the session
+    /// header says, passed on, or refused under a PPPoE reason; never a panic, and what comes
+    /// off as IPv4 is exactly the payload the header's length gives.
+    #[test]
+    fn any_frame_on_a_pppoe_link_is_framed_as_its_bytes_say(
+        rest in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+        session_frame in proptest::prelude::any::<bool>(),
+        our_session in proptest::prelude::any::<bool>(),
+        length in 0_u16..48,
+    ) {
+        use std::sync::OnceLock;
+        use pipeline::DropReason;
+        static LAYOUT: OnceLock<gateway::port_layout::PortLayout> = OnceLock::new();
+        static POOL: OnceLock<Mempool> = OnceLock::new();
+        let layout = LAYOUT.get_or_init(pppoe_layout);
+        let pool = POOL.get_or_init(|| {
+            Mempool::new(eal(), "pppoe_fuzz_pool", 63, 0, 2048, SocketId::ANY).unwrap()
+        });
+        let mut bytes = rest.clone();
+        if session_frame && bytes.len() >= 8 {
+            // Mostly well-formed headers, so the checks past the first are reached.
+            bytes[..4].copy_from_slice(&[0x88, 0x64, 0x11, 0x00]);
+            let session = if our_session { PPPOE_SESSION } else { 7 };
+            bytes[4..6].copy_from_slice(&session.to_be_bytes());
+            bytes[6..8].copy_from_slice(&length.to_be_bytes());
+        }
+        let mut mbuf = Mbuf::alloc(pool).unwrap();
+        let sent = frame(&mut mbuf, &bytes);
+        proptest::prop_assert!(mbuf.push_vlan_tag(7));
+        let result = layout.ingress(1, &mut mbuf).map(|ingress| ingress.port);
+        let is_session = bytes.len() >= 2 && bytes[..2] == [0x88, 0x64];
+        match result {
+            // A tag needs two bytes after it to be taken for one.
+            Ok(1) if bytes.len() < 2 => {}
+            Ok(port) => {
+                proptest::prop_assert_eq!(port, 2);
+                let decapsulated = is_session && bytes.len() >= 10 && bytes[8..10] == [0x00, 0x21];
+                if decapsulated {
+                    let length = usize::from(u16::from_be_bytes([bytes[6], bytes[7]]));
+                    let mut plain = sent[..12].to_vec();
+                    plain.extend_from_slice(&[0x08, 0x00]);
+                    plain.extend_from_slice(&bytes[10..8 + length]);
+                    proptest::prop_assert_eq!(mbuf.data(), &plain[..]);
+                } else {
+                    proptest::prop_assert_eq!(mbuf.data(), &sent[..]);
+                }
+            }
+            Err(reason) => {
+                proptest::prop_assert!(is_session);
+                proptest::prop_assert!(matches!(
+                    reason,
+                    DropReason::PppoeMalformed | DropReason::PppoeSession
+                ));
+            }
+        }
+    }
+}
