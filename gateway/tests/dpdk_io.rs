@@ -625,6 +625,9 @@ fn a_pppoe_session_frame_comes_off_as_ipv4_and_goes_back_on() {
     assert_eq!((result, mbuf.data()), (Ok(2), &sent[..]));
     let (result, sent) = receive(&[0x88, 0x63, 0x11, 0x07, 0, 0, 0, 0], &mut mbuf);
     assert_eq!((result, mbuf.data()), (Ok(2), &sent[..]));
+    // Even another session's: the client may not have published a new session yet.
+    let (result, sent) = receive(&pppoe_frame(9, 6, 0xc021, &[1, 1, 0, 4], 0), &mut mbuf);
+    assert_eq!((result, mbuf.data()), (Ok(2), &sent[..]));
 
     // Counted drops: a length past the frame, one too short for the protocol, a bad
     // version, another session, IPv4 before IPCP is up.

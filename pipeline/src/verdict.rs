@@ -79,7 +79,7 @@ drop_reasons! {
     /// A PPPoE session frame whose header is wrong (version, code, or a length past the
     /// frame or too short for the PPP protocol).
     PppoeMalformed => "pppoe_malformed",
-    /// A PPPoE session frame of another session than the interface's own (or of none).
+    /// IPv4 in a PPPoE session frame of another session than the interface's own (or of none).
     PppoeSession => "pppoe_session",
     /// An IPv4 datagram to send or received on a PPPoE interface whose session is not up.
     PppoeDown => "pppoe_down",

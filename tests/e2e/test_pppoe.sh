@@ -331,6 +331,40 @@ done
 [[ -n $ok ]] || pfail "the LAN host cannot ping 203.0.113.10 in session 4343"
 pass "a dead ISP is noticed by LCP echo within ${down_after} s (echo_timeout counted, $dropped_down pppoe_down drops); the restarted ISP's session 4343 carries ping again"
 
-# 7.
+# 7. Reloads: one that leaves the PPPoE settings alone keeps the session; new credentials
+# apply only by reconnecting (a wrong password: the session ends as stopped and CHAP fails;
+# the right one again: a new session).
+reloads() { m 'gateway_config_reloads_total{result="success"}'; }
+reload_with() {
+    local before
+    before=$(reloads)
+    sed -i "$1" "$WORK/gateway.toml"
+    kill -HUP "$GATEWAY_PID"
+    wait_metric 10 'gateway_config_reloads_total{result="success"}' '>=' $((before + 1)) ||
+        pfail "the reload ($1) was not applied within 10 s"
+}
+sessions_before=$(m "gateway_pppoe_sessions_total{$IF}")
+reload_with 's/^errors_per_sec = .*/errors_per_sec = 1001/'
+sleep 1
+[[ $(m "gateway_pppoe_session_up{$IF}") == 1 && $(m "gateway_pppoe_session_id{$IF}") == 4343 &&
+    $(m "gateway_pppoe_sessions_total{$IF}") == "$sessions_before" ]] ||
+    pfail "a reload that changed no PPPoE setting touched the session (id $(m "gateway_pppoe_session_id{$IF}"), sessions $sessions_before -> $(m "gateway_pppoe_sessions_total{$IF}"))"
+stopped_before=$(m "gateway_pppoe_session_ends_total{$IF,reason=\"stopped\"}")
+auth_before=$(m "gateway_pppoe_session_ends_total{$IF,reason=\"auth_failed\"}")
+reload_with 's/^password = "s3cret"/password = "wrong"/'
+wait_metric 10 "gateway_pppoe_session_ends_total{$IF,reason=\"auth_failed\"}" '>=' $((auth_before + 1)) ||
+    pfail "with a wrong password after the reload, no auth_failed end was counted within 10 s"
+(($(m "gateway_pppoe_session_ends_total{$IF,reason=\"stopped\"}") >= stopped_before + 1)) ||
+    pfail "the reload with new credentials did not end the old session (stopped not counted)"
+[[ $(m "gateway_pppoe_session_up{$IF}") == 0 ]] || pfail "the session is up with a wrong password"
+grep -q "chap failure" "$ISP_LOG" || echo "note: the ISP logged no chap failure: $(grep -i chap "$ISP_LOG" | tail -n 2)"
+reload_with 's/^password = "wrong"/password = "s3cret"/'
+wait_metric 20 "gateway_pppoe_session_up{$IF}" == 1 || pfail "no session within 20 s of the reload that restored the password"
+(($(m "gateway_pppoe_sessions_total{$IF}") == sessions_before + 1)) ||
+    pfail "sessions went from $sessions_before to $(m "gateway_pppoe_sessions_total{$IF}") over one reconnect"
+lan ping -c 2 -W 2 203.0.113.10 >/dev/null || pfail "the LAN host cannot ping 203.0.113.10 after the credentials came back"
+pass "reloads: other settings keep session 4343; a new password reconnects (CHAP refused it), the right one again brings session $(m "gateway_pppoe_session_id{$IF}")"
+
+# 8.
 assert_no_conntrack_invalid
 stop_gateway

@@ -6,7 +6,7 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pipeline::pppoe::client::{Client, ClientConfig, EndReason, Session, State};
+use pipeline::pppoe::client::{Client, ClientConfig, ClientCounters, EndReason, Session, State};
 use pipeline::KernelRoute;
 
 use crate::config::{GatewayConfig, PppoeConfig};
@@ -76,6 +76,8 @@ struct Link {
     name: String,
     config: PppoeConfig,
     client: Client,
+    /// The counters of the clients a reload replaced, so the interface's totals carry on.
+    earlier: ClientCounters,
     /// What the workers and the router were last told.
     applied: (SessionState, Option<Session>),
 }
@@ -141,6 +143,7 @@ impl PppoeLinks {
                 name: iface.name.clone(),
                 config: pppoe.clone(),
                 client,
+                earlier: ClientCounters::default(),
                 applied: (SessionState::DOWN, None),
             });
         }
@@ -225,6 +228,7 @@ impl PppoeLinks {
             let mtu = config.interfaces[iface].mtu;
             let seed = self.next_seed();
             let link = &mut self.links[index];
+            link.earlier = link.earlier.plus(link.client.counters());
             link.client = Client::new(client_config(new, *mac, mtu), seed);
             link.config = new.clone();
             link.client.start(now_ns, &mut self.out);
@@ -327,7 +331,7 @@ impl PppoeLinks {
             .links
             .iter()
             .map(|link| {
-                let counters = link.client.counters();
+                let counters = &link.earlier.plus(link.client.counters());
                 let session = link.applied.1.as_ref();
                 LinkStatus {
                     interface: link.name.clone(),

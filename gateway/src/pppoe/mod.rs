@@ -83,8 +83,8 @@ impl SessionStates {
 
 /// On receipt on a PPPoE interface: a frame of the live session carrying IPv4 becomes a plain
 /// IPv4 frame, the 8 bytes of PPPoE and PPP taken out and the padding after the datagram cut.
-/// Discovery frames and the session's PPP control frames pass unchanged (the pipeline sends
-/// them to the control thread); a bad header or another session is refused.
+/// Discovery frames and PPP control frames pass unchanged (the pipeline sends them to the
+/// control thread); a bad header, or IPv4 of another session, is refused.
 #[inline]
 pub fn decapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReason> {
     let frame = mbuf.data();
@@ -99,11 +99,14 @@ pub fn decapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
         payload_len,
     } = pppoe::parse_session(&frame[ETHERNET_HEADER_LEN..])
         .map_err(|_| DropReason::PppoeMalformed)?;
-    if state.session_id() != Some(session_id) {
-        return Err(DropReason::PppoeSession);
-    }
+    // PPP's control protocols go to the client whatever their session: the first LCP
+    // request follows the PADS so closely that a worker may see it before the control
+    // thread has published the new session. The client counts what is not its own.
     if protocol != PPP_IPV4 {
         return Ok(());
+    }
+    if state.session_id() != Some(session_id) {
+        return Err(DropReason::PppoeSession);
     }
     if !state.ip_up() {
         return Err(DropReason::PppoeDown);

@@ -236,6 +236,28 @@ pub struct ClientCounters {
     pub discovery_failures: u64,
 }
 
+impl ClientCounters {
+    /// These counters plus `other`'s: the totals of an interface over the clients a reload
+    /// replaced.
+    pub fn plus(&self, other: &ClientCounters) -> ClientCounters {
+        let mut ends = self.ends;
+        for (sum, more) in ends.iter_mut().zip(other.ends) {
+            *sum += more;
+        }
+        ClientCounters {
+            control_sent: self.control_sent + other.control_sent,
+            control_received: self.control_received + other.control_received,
+            malformed: self.malformed + other.malformed,
+            ignored: self.ignored + other.ignored,
+            echo_requests_sent: self.echo_requests_sent + other.echo_requests_sent,
+            echo_replies_received: self.echo_replies_received + other.echo_replies_received,
+            sessions_up: self.sessions_up + other.sessions_up,
+            ends,
+            discovery_failures: self.discovery_failures + other.discovery_failures,
+        }
+    }
+}
+
 /// The authentication the peer asked for in its LCP Configure-Request, which we Acked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Authentication {
