@@ -280,7 +280,7 @@ impl PppoeMetrics {
             self.mtu
                 .with_label_values(&[name])
                 .set(i64::from(link.mtu.unwrap_or(0)));
-            for state in crate::pppoe::links::STATES {
+            for state in pipeline::pppoe::State::ALL {
                 self.state
                     .with_label_values(&[name, state.name()])
                     .set(i64::from(state.name() == link.state));

@@ -6,7 +6,7 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pipeline::pppoe::client::{Client, ClientConfig, ClientCounters, EndReason, Session, State};
+use pipeline::pppoe::client::{Client, ClientConfig, ClientCounters, EndReason, Session};
 use pipeline::KernelRoute;
 
 use crate::config::{GatewayConfig, PppoeConfig};
@@ -58,18 +58,6 @@ impl PppoeStatus {
             .clone()
     }
 }
-
-/// The state names [`LinkStatus::state`] takes, for a metric per state.
-pub const STATES: [State; 8] = [
-    State::Discovery,
-    State::Requesting,
-    State::Lcp,
-    State::Authenticating,
-    State::Ipcp,
-    State::Up,
-    State::Backoff,
-    State::Stopped,
-];
 
 struct Link {
     iface: u16,

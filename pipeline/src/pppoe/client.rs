@@ -125,6 +125,18 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order a session goes through them.
+    pub const ALL: [State; 8] = [
+        State::Discovery,
+        State::Requesting,
+        State::Lcp,
+        State::Authenticating,
+        State::Ipcp,
+        State::Up,
+        State::Backoff,
+        State::Stopped,
+    ];
+
     /// The name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {
@@ -2632,17 +2644,6 @@ mod tests {
 
     // ---- robustness ----
 
-    const EVERY_STATE: [State; 8] = [
-        State::Stopped,
-        State::Discovery,
-        State::Requesting,
-        State::Lcp,
-        State::Authenticating,
-        State::Ipcp,
-        State::Up,
-        State::Backoff,
-    ];
-
     /// A client driven to `state` by the scripted AC (CHAP, so that every phase is passed).
     fn harness_in(state: State) -> Harness {
         let mut harness = Harness::new(ScriptedAc::new(AcAuth::Chap));
@@ -2752,7 +2753,7 @@ mod tests {
 
         #[test]
         fn no_input_in_any_state_panics_or_floods(
-            state in prop::sample::select(EVERY_STATE.to_vec()),
+            state in prop::sample::select(State::ALL.to_vec()),
             frames in vec(prop_oneof![4 => mutated_frame(), 1 => arbitrary_frame()], 1..10),
         ) {
             let mut harness = harness_in(state);
