@@ -1095,6 +1095,7 @@ fn merged_view(netlink: &KernelView, pppoe: &PppoeView) -> KernelView {
             .chain(&netlink.routes)
             .copied()
             .collect(),
+        mtus: pppoe.mtus.clone(),
     }
 }
 

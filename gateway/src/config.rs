@@ -616,14 +616,14 @@ impl InterfaceConfig {
         }
     }
 
-    /// The MSS that SYNs crossing the interface are clamped to: `tcp_mss`'s, and on PPPoE
-    /// "auto" where it is omitted, since the hosts behind assume 1500 bytes and path-MTU
-    /// discovery fails where firewalls drop ICMP.
-    pub fn tcp_mss_bytes(&self) -> Option<u16> {
+    /// The MSS that SYNs crossing the interface are clamped to at link MTU `mtu`: `tcp_mss`'s
+    /// ("auto" follows the MTU), and on PPPoE "auto" where it is omitted, since the hosts
+    /// behind assume 1500 bytes and path-MTU discovery fails where firewalls drop ICMP.
+    pub fn tcp_mss_bytes(&self, mtu: u16) -> Option<u16> {
         let clamp = self
             .tcp_mss
             .or(self.address.is_pppoe().then_some(TcpMssConfig::Auto));
-        clamp.map(|mss| mss.bytes(self.mtu))
+        clamp.map(|mss| mss.bytes(mtu).min(mss.bytes(self.mtu)))
     }
 
     pub fn eal_devices(&self) -> Vec<String> {
@@ -2271,9 +2271,11 @@ mod tests {
         assert!(isp.address.is_pppoe());
         assert_eq!(isp.mtu, PPPOE_MTU);
         assert_eq!(isp.port_mtu(), 1500);
-        assert_eq!(isp.tcp_mss_bytes(), Some(1452));
+        assert_eq!(isp.tcp_mss_bytes(isp.mtu), Some(1452));
+        // A peer's smaller MRU lowers the automatic clamp.
+        assert_eq!(isp.tcp_mss_bytes(1480), Some(1440));
         assert_eq!(config.interfaces[1].mtu, 1500);
-        assert_eq!(config.interfaces[1].tcp_mss_bytes(), None);
+        assert_eq!(config.interfaces[1].tcp_mss_bytes(1500), None);
         let pppoe = isp.pppoe.as_ref().unwrap();
         assert_eq!(
             (pppoe.lcp_echo_interval_secs, pppoe.lcp_echo_failures),
@@ -2312,7 +2314,7 @@ mod tests {
         // A static default route and the session's would fight.
         refused(&LAB.replace("address = \"10.0.0.1/24\"", "address = \"10.0.0.1/24\"\n[[interfaces]]\nname = \"isp\"\nparent = \"wan\"\nvlan = 7\naddress = \"pppoe\"").replace("address = \"pppoe\"", &format!("address = \"pppoe\"{table}")), "interfaces[2].pppoe.default_route:");
         let config = parse(&with(&format!("\nmtu = 1400\ntcp_mss = 1300{table}"))).unwrap();
-        assert_eq!(config.interfaces[2].tcp_mss_bytes(), Some(1300));
+        assert_eq!(config.interfaces[2].tcp_mss_bytes(1400), Some(1300));
     }
 
     #[test]

@@ -58,12 +58,20 @@ pub struct KernelView {
     pub addresses: Vec<Option<(Ipv4Addr, u8)>>,
     /// Routes on the twins, best first for each prefix (lowest metric).
     pub routes: Vec<KernelRoute>,
+    /// Per interface (empty: none known): an MTU below the configured one that the link
+    /// negotiated (a PPPoE peer's smaller MRU); netlink gives none.
+    pub mtus: Vec<Option<u16>>,
 }
 
 impl KernelView {
     /// The address of interface `index` if the kernel gave it one.
     pub fn address(&self, index: usize) -> Option<(Ipv4Addr, u8)> {
         self.addresses.get(index).copied().flatten()
+    }
+
+    /// The MTU interface `index` negotiated, if its link did.
+    pub fn mtu(&self, index: usize) -> Option<u16> {
+        self.mtus.get(index).copied().flatten()
     }
 }
 
@@ -133,6 +141,7 @@ pub fn view_from_messages<'a>(
     let mut view = KernelView {
         addresses: vec![None; followed.twins.len()],
         routes: Vec::new(),
+        mtus: Vec::new(),
     };
     for (index, addr, len) in addresses {
         let Some(port) = port_of(index) else { continue };

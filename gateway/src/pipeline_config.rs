@@ -81,6 +81,14 @@ pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result
 /// The router config with what the kernel has on the twins (`crate::netlink`): the
 /// addresses of "dhcp" interfaces (none until their first lease) and the twins' routes,
 /// below the config's own (connected, then static, then the kernel's).
+/// The MTU an interface sends by: its configured one, or less where its link negotiated
+/// less (a PPPoE peer's MRU).
+fn link_mtu(iface: &InterfaceConfig, kernel: &KernelView, index: usize) -> u16 {
+    kernel
+        .mtu(index)
+        .map_or(iface.mtu, |mtu| mtu.min(iface.mtu))
+}
+
 pub fn router_config_with_kernel(
     config: &GatewayConfig,
     macs: &[[u8; 6]],
@@ -100,7 +108,7 @@ pub fn router_config_with_kernel(
                 mac: EthernetAddress(*mac),
                 addr,
                 prefix_len,
-                mtu: iface.mtu,
+                mtu: link_mtu(iface, kernel, index),
             }
         })
         .collect();
@@ -133,7 +141,8 @@ pub fn router_config_with_kernel(
     let tcp_mss: Vec<Option<u16>> = config
         .interfaces
         .iter()
-        .map(InterfaceConfig::tcp_mss_bytes)
+        .enumerate()
+        .map(|(index, iface)| iface.tcp_mss_bytes(link_mtu(iface, kernel, index)))
         .collect();
     let pppoe: Vec<bool> = config
         .interfaces
@@ -476,5 +485,68 @@ mod tests {
         assert!(parse_window("someday 06:00-07:00").is_err());
         assert!(parse_window("mon 25:00-26:00").is_err());
         assert!(parse_window("mon").is_err());
+    }
+}
+
+#[cfg(test)]
+mod pppoe_tests {
+    use std::net::Ipv4Addr;
+
+    use pipeline::KernelRoute;
+
+    use super::router_config_with_kernel;
+    use crate::config::GatewayConfig;
+    use crate::netlink::KernelView;
+
+    const CONFIG: &str = r#"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_ring0"
+address = "192.168.1.1/24"
+[[interfaces]]
+name = "isp"
+device = "net_ring1"
+address = "pppoe"
+[interfaces.pppoe]
+username = "u"
+password = "p"
+"#;
+
+    #[test]
+    fn a_session_gives_the_interface_its_address_route_and_a_smaller_mtu() {
+        let config = GatewayConfig::from_text(std::path::Path::new("pppoe.toml"), CONFIG).unwrap();
+        let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        let down = router_config_with_kernel(&config, &macs, &KernelView::default()).unwrap();
+        assert_eq!(down.interfaces[1].addr, Ipv4Addr::UNSPECIFIED);
+        assert_eq!(down.interfaces[1].mtu, 1492);
+        assert_eq!(down.mss_limit(0, 1), Some(1452));
+        assert!(down.runs_pppoe(1) && !down.runs_pppoe(0));
+        assert!(down.routes.lookup(Ipv4Addr::new(198, 51, 100, 1)).is_none());
+        let peer = Ipv4Addr::new(100, 64, 0, 1);
+        let up = KernelView {
+            addresses: vec![None, Some((Ipv4Addr::new(100, 64, 0, 2), 32))],
+            routes: vec![KernelRoute {
+                destination: Ipv4Addr::UNSPECIFIED,
+                len: 0,
+                port: 1,
+                via: Some(peer),
+            }],
+            // The peer's MRU was 1480.
+            mtus: vec![None, Some(1480)],
+        };
+        let router = router_config_with_kernel(&config, &macs, &up).unwrap();
+        assert_eq!(router.interfaces[1].addr, Ipv4Addr::new(100, 64, 0, 2));
+        assert_eq!(router.interfaces[1].mtu, 1480);
+        assert_eq!(router.mss_limit(0, 1), Some(1440));
+        let route = router
+            .routes
+            .lookup(Ipv4Addr::new(198, 51, 100, 1))
+            .unwrap();
+        assert_eq!(
+            (route.port, route.resolve(Ipv4Addr::new(198, 51, 100, 1))),
+            (1, peer)
+        );
     }
 }

@@ -20,6 +20,8 @@ pub struct PppoeView {
     pub addresses: Vec<Option<(Ipv4Addr, u8)>>,
     pub routes: Vec<KernelRoute>,
     pub peers: Vec<(Ipv4Addr, [u8; 6])>,
+    /// Per interface, the session's MTU: the configured one, or a peer's smaller MRU.
+    pub mtus: Vec<Option<u16>>,
 }
 
 /// One interface's session, for metrics and `gateway ctl`.
@@ -293,8 +295,10 @@ impl PppoeLinks {
             let iface = usize::from(link.iface);
             if view.addresses.len() <= iface {
                 view.addresses.resize(iface + 1, None);
+                view.mtus.resize(iface + 1, None);
             }
             view.addresses[iface] = Some((session.local, 32));
+            view.mtus[iface] = Some(session.mtu);
             view.peers.push((session.peer, session.ac_mac));
             view.routes.push(KernelRoute {
                 destination: session.peer,
