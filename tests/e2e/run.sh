@@ -8,11 +8,15 @@ if [[ $EUID -ne 0 ]]; then
     exit 1
 fi
 failed=()
+# Each test's wall time, for keeping make test within its budget.
+took() { echo "-- $1: $((SECONDS - $2)) s"; }
 for test in test_*.sh; do
     echo "== $test"
+    started=$SECONDS
     if ! bash "$test"; then
         failed+=("$test")
     fi
+    took "$test" "$started"
 done
 # The router, NAT, firewall and kernel twin checks, sessions across a restart, addresses
 # and routes from the kernel (DHCP, BGP), and VLAN subinterfaces, again on
@@ -21,12 +25,14 @@ done
 for test in test_router.sh test_nat.sh test_ctl.sh test_kernel_twins.sh test_snapshot.sh test_netlink.sh \
     test_frr_bgp.sh test_vlan.sh; do
     echo "== $test on two workers"
+    started=$SECONDS
     if ! E2E_WORKERS=2 DHCP_CLIENT=dhclient bash "$test"; then
         failed+=("$test (two workers)")
     fi
+    took "$test on two workers" "$started"
 done
 if ((${#failed[@]})); then
     echo "e2e: FAILED: ${failed[*]}" >&2
     exit 1
 fi
-echo "e2e: all passed"
+echo "e2e: all passed in $SECONDS s"
