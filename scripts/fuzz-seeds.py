@@ -8,12 +8,16 @@
   fuzz-seeds.py convert SEEDS_DIR PCAP...   writes SEEDS_DIR/<target>/<name> for the frame
                                             targets: pipeline_flows, icmp_error, content,
                                             control_builders
+  fuzz-seeds.py pppoe SEEDS_DIR             writes SEEDS_DIR/pppoe_client/pppoe-<name>: scripted
+                                            access concentrator exchanges (no capture needed)
 
 No dependencies beyond Python 3. Each seed is laid out the way its target's harness reads its
 input (see the `Bytes` reads in fuzz/fuzz_targets/*.rs), so it starts the fuzzer on real
 traffic: whole captured flows for pipeline_flows, the ICMP errors for icmp_error, the first
 payloads (HTTP, TLS ClientHello, DNS) for content, and ARP, echo requests and large datagrams
-for control_builders.
+for control_builders. The pppoe_client seeds are written, not captured: an access concentrator's
+side of whole sessions (PAP, CHAP, no authentication) up to State::Up and how they end, in the
+target's step format, its patch bit filling in the client's Host-Uniq and identifiers.
 """
 
 import hashlib
@@ -200,11 +204,123 @@ def convert(root, pcaps):
         print(f"fuzz-seeds: {target}: {seeds.written[target]} new seeds")
 
 
+# pppoe_client: the steps of fuzz/fuzz_targets/pppoe_client.rs. A frame step is the step byte
+# (kind 0; 4: session ethertype, 8: patch, 16: broadcast, source in bits 5-6), a u16 length
+# and the PPPoE header and payload; a poll is kind 1 and a u16 of milliseconds; stop 2, start 3.
+# Every frame here is patched (8), so the harness puts in the client's Host-Uniq, session id
+# and request identifiers, which these seeds cannot know.
+PPPOE_SESSION_ID = 0x1234
+PADO, PADS, PADT = 0x07, 0x65, 0xA7
+TAG_SERVICE_NAME, TAG_AC_NAME, TAG_AC_COOKIE = 0x0101, 0x0102, 0x0104
+PPP_LCP, PPP_PAP, PPP_CHAP, PPP_IPCP, PPP_IPV6CP = 0xC021, 0xC023, 0xC223, 0x8021, 0x8057
+CONF_REQ, CONF_ACK, CONF_NAK, TERM_REQ, ECHO_REQ, ECHO_REPLY = 1, 2, 3, 5, 9, 10
+AC_MAGIC = struct.pack(">I", 0x0BADCAFE)
+
+
+def pppoe_step(code, payload, session_id=PPPOE_SESSION_ID, session=False, patch=True, broadcast=False, source=0):
+    step = (4 if session else 0) | (8 if patch else 0) | (16 if broadcast else 0) | (source << 5)
+    pppoe = bytes([0x11, code]) + struct.pack(">HH", session_id, len(payload))
+    return bytes([step]) + u16(len(pppoe) + len(payload)) + pppoe + payload
+
+
+def pado(tags):
+    return pppoe_step(PADO, tags, session_id=0)
+
+
+def poll(ms):
+    return b"\x01" + u16(ms)
+
+
+def tag(kind, value):
+    return struct.pack(">HH", kind, len(value)) + value
+
+
+def option(kind, value):
+    return bytes([kind, 2 + len(value)]) + value
+
+
+def ppp(protocol, code, identifier, data=b"", **kw):
+    packet = bytes([code, identifier]) + u16(4 + len(data)) + data
+    return pppoe_step(0, struct.pack(">H", protocol) + packet, session=True, **kw)
+
+
+def ip(a, b, c, d):
+    return bytes([a, b, c, d])
+
+
+def pppoe_up(auth):
+    """Discovery, LCP (the AC asking for `auth`), authentication and IPCP with a Nak, to Up."""
+    steps = pado(tag(TAG_AC_NAME, b"test-ac") + tag(TAG_SERVICE_NAME, b"") + tag(TAG_SERVICE_NAME, b"isp") + tag(TAG_AC_COOKIE, b"cookie-123"))
+    steps += pppoe_step(PADS, tag(TAG_SERVICE_NAME, b""))
+    auth_option = {"pap": option(3, b"\xc0\x23"), "chap": option(3, b"\xc2\x23\x05"), "none": b""}[auth]
+    steps += ppp(PPP_LCP, CONF_REQ, 1, option(1, u16(1492)) + auth_option + option(5, AC_MAGIC))
+    # Patched: the client's request identifier and options.
+    steps += ppp(PPP_LCP, CONF_ACK, 0)
+    if auth == "pap":
+        steps += ppp(PPP_PAP, 2, 0, b"\x00")
+    elif auth == "chap":
+        steps += ppp(PPP_CHAP, 1, 0x31, bytes([16]) + b"\x5a" * 16 + b"test-ac")
+        steps += ppp(PPP_CHAP, 3, 0x31, b"ok")
+    steps += ppp(PPP_IPCP, CONF_REQ, 0x71, option(3, ip(100, 64, 0, 1)))
+    steps += ppp(PPP_IPCP, CONF_NAK, 0, option(3, ip(100, 64, 0, 10)) + option(129, ip(9, 9, 9, 9)) + option(131, ip(1, 1, 1, 1)))
+    steps += ppp(PPP_IPCP, CONF_ACK, 0)
+    return steps
+
+
+def pppoe_echo():
+    """The client's echo after 10 s, answered; the AC's echo, which the client answers."""
+    return poll(10000) + ppp(PPP_LCP, ECHO_REPLY, 1, AC_MAGIC) + ppp(PPP_LCP, ECHO_REQ, 7, AC_MAGIC + b"ping")
+
+
+def pppoe_seeds():
+    return {
+        # PAP up, an echo each way, a PADT, the backoff, a new discovery.
+        "pap-echo-padt": pppoe_up("pap") + pppoe_echo() + pppoe_step(PADT, b"") + poll(1000),
+        # CHAP up, an echo, a re-challenge, LCP Terminate-Request.
+        "chap-echo-terminate": pppoe_up("chap") + pppoe_echo()
+        + ppp(PPP_CHAP, 1, 0x32, bytes([8]) + bytes(range(1, 9)) + b"test-ac")
+        + ppp(PPP_LCP, TERM_REQ, 0x42, b"bye"),
+        # No authentication, IPv6CP (Protocol-Reject), IPCP renegotiated to another address
+        # (a Nak with the address only: up again without DNS), IPCP Terminate.
+        "none-ipv6cp-ipcp-terminate": pppoe_up("none")
+        + ppp(PPP_IPV6CP, CONF_REQ, 3, option(1, b"\x00" * 8))
+        + ppp(PPP_IPCP, CONF_REQ, 0x72, option(3, ip(100, 64, 0, 1)))
+        + ppp(PPP_IPCP, CONF_NAK, 0, option(3, ip(100, 64, 0, 11)))
+        + ppp(PPP_IPCP, CONF_ACK, 0)
+        + ppp(PPP_IPCP, TERM_REQ, 9),
+        # PAP up, LCP renegotiation while up, then stop and start again.
+        "pap-renegotiate-stop-start": pppoe_up("pap")
+        + ppp(PPP_LCP, CONF_REQ, 2, option(1, u16(1400)) + option(3, b"\xc0\x23") + option(5, AC_MAGIC))
+        + ppp(PPP_LCP, CONF_ACK, 0) + ppp(PPP_PAP, 2, 0, b"\x00")
+        + b"\x02\x03" + pppoe_up("pap"),
+        # CHAP up, then three unanswered echoes end it; back up after the backoff.
+        "chap-echo-timeout": pppoe_up("chap") + poll(10000) + poll(10000) + poll(10000) + poll(10000)
+        + poll(1000) + pppoe_up("chap"),
+        # Discovery retransmits, a PADO, the PADRs time out, PAP refused.
+        "discovery-timeouts-pap-nak": poll(1000) + poll(2000) + pado(tag(TAG_SERVICE_NAME, b""))
+        + poll(3000) + poll(3000) + poll(3000) + poll(3000) + poll(3000)
+        + pado(tag(TAG_SERVICE_NAME, b"")) + pppoe_step(PADS, tag(TAG_SERVICE_NAME, b""))
+        + ppp(PPP_LCP, CONF_REQ, 1, option(3, b"\xc0\x23")) + ppp(PPP_LCP, CONF_ACK, 0)
+        + ppp(PPP_PAP, 3, 0, b"\x00"),
+    }
+
+
+def pppoe(root):
+    d = os.path.join(root, "pppoe_client")
+    os.makedirs(d, exist_ok=True)
+    for name, data in sorted(pppoe_seeds().items()):
+        with open(os.path.join(d, f"pppoe-{name}"), "wb") as f:
+            f.write(data)
+    print(f"fuzz-seeds: pppoe_client: {len(pppoe_seeds())} seeds")
+
+
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "capture":
         capture(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) >= 4 and sys.argv[1] == "convert":
         convert(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) == 3 and sys.argv[1] == "pppoe":
+        pppoe(sys.argv[2])
     else:
         sys.stderr.write(__doc__)
         sys.exit(2)

@@ -4,8 +4,9 @@
 # test_nat.sh, for TCP through masquerade and a port forward) with a capture in the lab
 # hosts (both directions of the gateway's veths), and converts the frames into seed files
 # under fuzz/seeds/<target>/ (scripts/fuzz-seeds.py), a few dozen per target at most. The config target's seeds are configs/*.toml
-# without their comments. Run as root; each test holds the e2e lock (/tmp/e2e.lock) while it
-# runs, as every e2e test must.
+# without their comments; the pppoe_client target's are written by scripts/fuzz-seeds.py pppoe
+# (scripted access concentrator sessions, no capture). Run as root; each test holds the e2e
+# lock (/tmp/e2e.lock) while it runs, as every e2e test must.
 #
 #   GATEWAY=path/to/gateway scripts/fuzz-seeds.sh [tests/e2e/test_x.sh ...]
 set -euo pipefail
@@ -46,6 +47,7 @@ for test in "${tests[@]}"; do
     ' || { tail -n 20 "$WORK/$name.pcap.log" >&2; echo "fuzz-seeds: $name failed (frames kept)" >&2; }
 done
 python3 "$ROOT/scripts/fuzz-seeds.py" convert "$SEEDS" "$WORK"/*.pcap.*.eth0
+python3 "$ROOT/scripts/fuzz-seeds.py" pppoe "$SEEDS"
 
 mkdir -p "$SEEDS/config"
 for config in "$ROOT"/configs/*.toml; do

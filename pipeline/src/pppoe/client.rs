@@ -56,6 +56,10 @@ const BACKOFF_FIRST_NS: u64 = SECOND_NS;
 const BACKOFF_MAX_NS: u64 = 32 * SECOND_NS;
 /// RFC 1661's MRU when the peer does not state one.
 const DEFAULT_PEER_MRU: u16 = 1500;
+/// A discovery tag's type and length, before its value.
+const TAG_HEADER_LEN: usize = 4;
+/// The most a discovery frame carries after the PPPoE header in a 1500-byte payload.
+const MAX_DISCOVERY_PAYLOAD: usize = 1500 - wire::PPPOE_HEADER_LEN;
 /// The smallest MRU we accept from or grant to a peer (as pppd): below it, IPv4 would hardly
 /// fit and the session's MTU would be useless to the dataplane.
 const MIN_MRU: u16 = 128;
@@ -625,7 +629,18 @@ impl Client {
                 || tags
                     .all(tag::SERVICE_NAME)
                     .any(|offered| offered == wanted_service));
-        if !acceptable {
+        // A PADR echoes the cookie and relay id: an offer whose PADR would not fit a
+        // 1500-byte frame is no offer (a conforming AC's never comes near).
+        let echoed = |kind| {
+            tags.first(kind)
+                .map_or(0, |value| TAG_HEADER_LEN + value.len())
+        };
+        let padr_tags = 2 * TAG_HEADER_LEN
+            + wanted_service.len()
+            + self.host_uniq.len()
+            + echoed(tag::AC_COOKIE)
+            + echoed(tag::RELAY_SESSION_ID);
+        if !acceptable || padr_tags > MAX_DISCOVERY_PAYLOAD {
             return Outcome::Ignored;
         }
         self.ac_mac = frame.source;
@@ -860,12 +875,22 @@ impl Client {
         let mut naked_as_received = Vec::new();
         let mut mru = DEFAULT_PEER_MRU;
         let mut authentication = Authentication::None;
+        // Each kind is suggested once however often the request repeats it, so that a Nak
+        // is never longer than a few options (a request of hundreds of bogus Auth-Protocols
+        // must not become a Nak bigger than the link's MTU).
+        let mut suggested: Vec<u8> = Vec::new();
+        let mut nak = |naked: &mut Vec<u8>, kind: u8, value: &[u8]| {
+            if !suggested.contains(&kind) {
+                suggested.push(kind);
+                wire::push_option(naked, kind, value);
+            }
+        };
         for option in options.iter() {
             match option.kind {
                 lcp_option::MRU => match option.value_u16() {
                     Some(value) if value >= MIN_MRU => mru = value,
                     Some(_) => {
-                        wire::push_option(&mut naked, lcp_option::MRU, &MIN_MRU.to_be_bytes());
+                        nak(&mut naked, lcp_option::MRU, &MIN_MRU.to_be_bytes());
                         naked_as_received.extend_from_slice(option.raw);
                     }
                     None => rejected.extend_from_slice(option.raw),
@@ -879,7 +904,7 @@ impl Client {
                         authentication = Authentication::ChapMd5;
                     } else {
                         // MS-CHAP, EAP, ...: offer what we can do.
-                        wire::push_option(&mut naked, lcp_option::AUTH_PROTOCOL, &CHAP_MD5_OPTION);
+                        nak(&mut naked, lcp_option::AUTH_PROTOCOL, &CHAP_MD5_OPTION);
                         naked_as_received.extend_from_slice(option.raw);
                     }
                 }
@@ -888,7 +913,7 @@ impl Client {
                     // 6.4 has us Nak with another number.
                     Some(value) if value == self.magic => {
                         let suggestion = nonzero_magic(&mut self.rng, self.magic);
-                        wire::push_option(
+                        nak(
                             &mut naked,
                             lcp_option::MAGIC_NUMBER,
                             &suggestion.to_be_bytes(),
