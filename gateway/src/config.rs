@@ -368,13 +368,9 @@ pub struct InterfaceConfig {
     /// The firewall zone; defaults to the interface's name.
     #[serde(default)]
     pub zone: Option<String>,
-    /// The IP MTU as written; see `mtu`.
+    /// The IP MTU as written; omitted: see [`InterfaceConfig::mtu`].
     #[serde(default, rename = "mtu")]
-    configured_mtu: Option<u16>,
-    /// The IP MTU: as configured, else 1500, or 1492 on PPPoE (a 1500-byte Ethernet payload
-    /// less PPPoE's 6 bytes of header and PPP's 2). Filled in by `GatewayConfig::from_text`.
-    #[serde(skip, default = "default_mtu")]
-    pub mtu: u16,
+    pub configured_mtu: Option<u16>,
     /// `address = "pppoe"`: the PPPoE client's credentials and timers.
     #[serde(default)]
     pub pppoe: Option<PppoeConfig>,
@@ -502,9 +498,8 @@ impl<'de> Deserialize<'de> for TcpMssConfig {
     }
 }
 
-fn default_mtu() -> u16 {
-    1500
-}
+/// An interface's IP MTU where none is configured (and it is not PPPoE).
+pub const DEFAULT_MTU: u16 = 1500;
 
 /// The largest IP MTU a PPPoE session carries over a 1500-byte Ethernet payload (RFC 2516):
 /// 6 bytes of PPPoE header and 2 of PPP protocol go first.
@@ -606,13 +601,23 @@ impl InterfaceConfig {
         self.parent.is_some() || self.vlan.is_some()
     }
 
+    /// The IP MTU: as configured, else 1500, or 1492 on PPPoE (a 1500-byte Ethernet payload
+    /// less PPPoE's 6 bytes of header and PPP's 2).
+    pub fn mtu(&self) -> u16 {
+        self.configured_mtu.unwrap_or(if self.address.is_pppoe() {
+            PPPOE_MTU
+        } else {
+            DEFAULT_MTU
+        })
+    }
+
     /// The MTU to give the port: the interface's, plus the PPPoE and PPP headers its
     /// datagrams travel under on a PPPoE port.
     pub fn port_mtu(&self) -> u16 {
         if self.address.is_pppoe() {
-            self.mtu + pipeline::wire::pppoe::OVERHEAD as u16
+            self.mtu() + pipeline::wire::pppoe::OVERHEAD as u16
         } else {
-            self.mtu
+            self.mtu()
         }
     }
 
@@ -623,7 +628,7 @@ impl InterfaceConfig {
         let clamp = self
             .tcp_mss
             .or(self.address.is_pppoe().then_some(TcpMssConfig::Auto));
-        clamp.map(|mss| mss.bytes(mtu).min(mss.bytes(self.mtu)))
+        clamp.map(|mss| mss.bytes(mtu).min(mss.bytes(self.mtu())))
     }
 
     pub fn eal_devices(&self) -> Vec<String> {
@@ -1232,21 +1237,13 @@ impl GatewayConfig {
             .map_err(load_error)?;
         // The path to a value that fails to deserialize (a range that runs backwards, an
         // unknown mode) names the field, as every other error here does.
-        let mut config: GatewayConfig =
-            serde_path_to_error::deserialize(source).map_err(|err| {
-                let field = err.path().to_string();
-                ConfigError::Invalid {
-                    field,
-                    reason: err.into_inner().to_string(),
-                }
-            })?;
-        for iface in &mut config.interfaces {
-            iface.mtu = iface.configured_mtu.unwrap_or(if iface.address.is_pppoe() {
-                PPPOE_MTU
-            } else {
-                default_mtu()
-            });
-        }
+        let config: GatewayConfig = serde_path_to_error::deserialize(source).map_err(|err| {
+            let field = err.path().to_string();
+            ConfigError::Invalid {
+                field,
+                reason: err.into_inner().to_string(),
+            }
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -1285,12 +1282,12 @@ impl GatewayConfig {
                 "must be at least 1 while lcp_echo_interval_secs is not 0",
             ));
         }
-        if iface.mtu > PPPOE_MTU {
+        if iface.mtu() > PPPOE_MTU {
             return Err(invalid(
                 field("mtu"),
                 format!(
                     "{} is more than PPPoE carries in a 1500-byte frame ({PPPOE_MTU}); omit it for {PPPOE_MTU}",
-                    iface.mtu
+                    iface.mtu()
                 ),
             ));
         }
@@ -1460,25 +1457,26 @@ impl GatewayConfig {
                 }
             }
             let framing = if iface.is_vlan() { 22 } else { 18 };
-            if iface.mtu < 576 || u32::from(iface.mtu) + framing > u32::from(self.mempool.data_room)
+            if iface.mtu() < 576
+                || u32::from(iface.mtu()) + framing > u32::from(self.mempool.data_room)
             {
                 return Err(invalid(
                     field("mtu"),
                     format!(
                         "{} must be at least 576 and, with {framing} bytes of Ethernet framing, fit mempool.data_room ({})",
-                        iface.mtu, self.mempool.data_room
+                        iface.mtu(), self.mempool.data_room
                     ),
                 ));
             }
             self.validate_pppoe(i)?;
             if let Some(TcpMssConfig::Bytes(bytes)) = iface.tcp_mss {
-                let most = TcpMssConfig::Auto.bytes(iface.mtu);
+                let most = TcpMssConfig::Auto.bytes(iface.mtu());
                 if !(MIN_TCP_MSS..=most).contains(&bytes) {
                     return Err(invalid(
                         field("tcp_mss"),
                         format!(
                             "{bytes} must be from {MIN_TCP_MSS} to the MTU ({}) less 40 bytes of headers ({most}), or \"auto\"",
-                            iface.mtu
+                            iface.mtu()
                         ),
                     ));
                 }
@@ -1899,10 +1897,10 @@ impl GatewayConfig {
                 format!("{parent} already has VLAN {vlan} (interfaces[{j}])"),
             ));
         }
-        if iface.mtu > port.mtu {
+        if iface.mtu() > port.mtu() {
             return Err(invalid(
                 field("mtu"),
-                format!("{} is above its parent's ({})", iface.mtu, port.mtu),
+                format!("{} is above its parent's ({})", iface.mtu(), port.mtu()),
             ));
         }
         let port_settings = [
@@ -2020,7 +2018,7 @@ mod tests {
     #[test]
     fn lab_config_loads_with_defaults() {
         let config = parse(LAB).unwrap();
-        assert_eq!(config.interfaces[0].mtu, 1500);
+        assert_eq!(config.interfaces[0].mtu(), 1500);
         assert_eq!(config.eal.hugepages, HugepageMode::Auto);
         assert_eq!(config.routes[0].destination.len, 0);
         assert_eq!(config.interface_for("10.0.0.2".parse().unwrap()), Some(1));
@@ -2269,12 +2267,12 @@ mod tests {
         let config = parse(&with(table)).unwrap();
         let isp = &config.interfaces[2];
         assert!(isp.address.is_pppoe());
-        assert_eq!(isp.mtu, PPPOE_MTU);
+        assert_eq!(isp.mtu(), PPPOE_MTU);
         assert_eq!(isp.port_mtu(), 1500);
-        assert_eq!(isp.tcp_mss_bytes(isp.mtu), Some(1452));
+        assert_eq!(isp.tcp_mss_bytes(isp.mtu()), Some(1452));
         // A peer's smaller MRU lowers the automatic clamp.
         assert_eq!(isp.tcp_mss_bytes(1480), Some(1440));
-        assert_eq!(config.interfaces[1].mtu, 1500);
+        assert_eq!(config.interfaces[1].mtu(), 1500);
         assert_eq!(config.interfaces[1].tcp_mss_bytes(1500), None);
         let pppoe = isp.pppoe.as_ref().unwrap();
         assert_eq!(

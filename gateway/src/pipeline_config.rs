@@ -86,7 +86,7 @@ pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result
 fn link_mtu(iface: &InterfaceConfig, kernel: &KernelView, index: usize) -> u16 {
     kernel
         .mtu(index)
-        .map_or(iface.mtu, |mtu| mtu.min(iface.mtu))
+        .map_or(iface.mtu(), |mtu| mtu.min(iface.mtu()))
 }
 
 pub fn router_config_with_kernel(

@@ -95,7 +95,7 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             {
                 fields.push(format!("interfaces[{i}].rx/tx_descriptors"));
             }
-            if old.mtu != new.mtu {
+            if old.mtu() != new.mtu() {
                 fields.push(format!("interfaces[{i}].mtu"));
             }
             // Bonds, the RSS key, promiscuous mode and VLAN offloads are set up with the port.
@@ -152,7 +152,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.vlan = old.vlan;
             new.rx_descriptors = old.rx_descriptors;
             new.tx_descriptors = old.tx_descriptors;
-            new.mtu = old.mtu;
+            new.configured_mtu = old.configured_mtu;
             new.address = old.address;
             new.bond = old.bond.clone();
             new.rss_key = old.rss_key.clone();

@@ -276,7 +276,7 @@ impl Twins {
                 tx_queues: 1,
                 rx_descriptors: TWIN_DESCRIPTORS,
                 tx_descriptors: TWIN_DESCRIPTORS,
-                mtu: Some(iface.mtu),
+                mtu: Some(iface.mtu()),
                 rss_key: None,
                 promiscuous: false,
                 ..PortConfig::default()

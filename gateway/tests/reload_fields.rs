@@ -347,8 +347,12 @@ enum Class {
     Applied,
     /// A name only: carried by a reload, changes nothing that runs.
     Label,
+    /// A PPPoE session's setting: carried by a reload and compiled into nothing; the control
+    /// thread's client ends its session and reconnects with it (`PppoeLinks::reconfigure`,
+    /// proved end to end by tests/e2e/test_pppoe.sh).
+    Reconnect,
 }
-use Class::{Applied, Label, Restart};
+use Class::{Applied, Label, Reconnect, Restart};
 
 /// Every leaf field, how a reload treats it, and a change that proves it: a TOML value put at
 /// the field's path in `FULL` (`[]` becomes `[0]`), or at the path given instead.
@@ -421,6 +425,48 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         Some("interfaces[2].vlan"),
     ),
     ("interfaces[].vlan_offload", Restart, "false", None),
+    (
+        "interfaces[].pppoe.username",
+        Reconnect,
+        "\"other\"",
+        Some("interfaces[3].pppoe.username"),
+    ),
+    (
+        "interfaces[].pppoe.password",
+        Reconnect,
+        "\"other\"",
+        Some("interfaces[3].pppoe.password"),
+    ),
+    (
+        "interfaces[].pppoe.service_name",
+        Reconnect,
+        "\"other\"",
+        Some("interfaces[3].pppoe.service_name"),
+    ),
+    (
+        "interfaces[].pppoe.ac_name",
+        Reconnect,
+        "\"other\"",
+        Some("interfaces[3].pppoe.ac_name"),
+    ),
+    (
+        "interfaces[].pppoe.lcp_echo_interval_secs",
+        Reconnect,
+        "30",
+        Some("interfaces[3].pppoe.lcp_echo_interval_secs"),
+    ),
+    (
+        "interfaces[].pppoe.lcp_echo_failures",
+        Reconnect,
+        "5",
+        Some("interfaces[3].pppoe.lcp_echo_failures"),
+    ),
+    (
+        "interfaces[].pppoe.default_route",
+        Reconnect,
+        "false",
+        Some("interfaces[3].pppoe.default_route"),
+    ),
     ("routes[].destination", Applied, "\"172.16.0.0/12\"", None),
     ("routes[].via", Applied, "\"10.0.0.3\"", None),
     ("icmp.errors_per_sec", Applied, "5", None),
@@ -614,8 +660,23 @@ parent = "wan"
 vlan = 20
 address = "192.168.20.1/24"
 
+[[interfaces]]
+name = "isp"
+parent = "wan"
+vlan = 7
+address = "pppoe"
+[interfaces.pppoe]
+username = "gateway"
+password = "secret"
+service_name = "internet"
+ac_name = "bras-1"
+lcp_echo_interval_secs = 10
+lcp_echo_failures = 3
+default_route = true
+
+# The PPPoE session brings the default route.
 [[routes]]
-destination = "0.0.0.0/0"
+destination = "10.99.0.0/16"
 via = "10.0.0.2"
 
 [icmp]
@@ -796,6 +857,7 @@ fn published(config: &GatewayConfig) -> String {
         "172.16.1.1",
         "8.8.8.8",
         "192.168.10.5",
+        "10.99.1.1",
     ]
     .iter()
     .map(|ip| {
@@ -957,6 +1019,23 @@ fn every_field_is_applied_by_a_reload_or_reported_as_needing_a_restart() {
                 if merged != running {
                     failures.push(format!(
                         "{field} is restart-only, but a reload does not keep the running value"
+                    ));
+                }
+            }
+            Reconnect => {
+                if !reported.is_empty() {
+                    failures.push(format!(
+                        "{field} reconnects the PPPoE session, but a reload that changes it reports {reported:?} as needing a restart"
+                    ));
+                }
+                if merged != new || merged.interfaces == running.interfaces {
+                    failures.push(format!(
+                        "{field} reconnects the PPPoE session, but the merged config does not carry the change"
+                    ));
+                }
+                if published(&merged) != before {
+                    failures.push(format!(
+                        "{field} only reconnects the PPPoE session, but changing it changes what is compiled"
                     ));
                 }
             }

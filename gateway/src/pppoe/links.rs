@@ -127,7 +127,7 @@ impl PppoeLinks {
             let (Some(pppoe), Some(mac)) = (&iface.pppoe, macs.get(index)) else {
                 continue;
             };
-            let client = Client::new(client_config(pppoe, *mac, iface.mtu), links.next_seed());
+            let client = Client::new(client_config(pppoe, *mac, iface.mtu()), links.next_seed());
             links.links.push(Link {
                 iface: index as u16,
                 name: iface.name.clone(),
@@ -215,7 +215,7 @@ impl PppoeLinks {
             );
             self.links[index].client.stop(&mut self.out);
             self.after(index, &mut send);
-            let mtu = config.interfaces[iface].mtu;
+            let mtu = config.interfaces[iface].mtu();
             let seed = self.next_seed();
             let link = &mut self.links[index];
             link.earlier = link.earlier.plus(link.client.counters());
