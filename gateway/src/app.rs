@@ -1133,12 +1133,20 @@ fn apply_kernel(
                         .get(index)
                         .map(|i| (i.addr, i.prefix_len));
                     if old != Some((new.addr, new.prefix_len)) {
-                        tracing::info!(
-                            interface = %iface.name,
-                            address = %format!("{}/{}", new.addr, new.prefix_len),
-                            source = %iface.address,
-                            "address from the kernel twin (dhcp) or the PPPoE session applied"
-                        );
+                        let address = format!("{}/{}", new.addr, new.prefix_len);
+                        if iface.address.is_pppoe() {
+                            tracing::info!(
+                                interface = %iface.name,
+                                %address,
+                                "address from the PPPoE session applied"
+                            );
+                        } else {
+                            tracing::info!(
+                                interface = %iface.name,
+                                %address,
+                                "address from the kernel twin (dhcp) applied"
+                            );
+                        }
                     }
                 }
             }
