@@ -134,15 +134,9 @@ impl ControlPlane {
 
     /// Sends a frame the control thread built as bytes (a PPPoE client's).
     fn send_frame(&mut self, iface: u16, frame: &[u8]) {
-        let Some(mut mbuf) = Mbuf::alloc(&self.pool) else {
-            return self.counters.record_drop(DropReason::NoBuffer);
-        };
-        let Some(room) = mbuf.room_mut().get_mut(..frame.len()) else {
-            return self.counters.record_drop(DropReason::NoBuffer);
-        };
-        room.copy_from_slice(frame);
-        if mbuf.set_len(frame.len()).is_ok() {
-            self.send(iface, mbuf);
+        match Mbuf::from_bytes(&self.pool, frame) {
+            Some(mbuf) => self.send(iface, mbuf),
+            None => self.counters.record_drop(DropReason::NoBuffer),
         }
     }
 

@@ -343,15 +343,9 @@ impl Twins {
         if !arp_for_twin(frame, iface) {
             return;
         }
-        let Some(mut copy) = Mbuf::alloc(pool) else {
-            return counters.record_drop(DropReason::NoBuffer);
-        };
-        let Some(room) = copy.room_mut().get_mut(..frame.len()) else {
-            return counters.record_drop(DropReason::NoBuffer);
-        };
-        room.copy_from_slice(frame);
-        if copy.set_len(frame.len()).is_ok() {
-            twin.queue(copy, counters);
+        match Mbuf::from_bytes(pool, frame) {
+            Some(copy) => twin.queue(copy, counters),
+            None => counters.record_drop(DropReason::NoBuffer),
         }
     }
 

@@ -122,6 +122,17 @@ impl Mbuf {
 
     /// Bytes of the packet's first segment. The gateway never enables scatter, so every
     /// packet it receives has one segment.
+    /// A fresh mbuf from `pool` holding a copy of `bytes` (a frame the control thread built,
+    /// or one it copies for a twin); None when the pool is empty or the frame does not fit.
+    pub fn from_bytes(pool: &Mempool, bytes: &[u8]) -> Option<Mbuf> {
+        let mut mbuf = Mbuf::alloc(pool)?;
+        mbuf.room_mut()
+            .get_mut(..bytes.len())?
+            .copy_from_slice(bytes);
+        mbuf.set_len(bytes.len()).ok()?;
+        Some(mbuf)
+    }
+
     #[inline]
     pub fn data(&self) -> &[u8] {
         // SAFETY: data_off + data_len lies inside the buffer we own; the bytes are plain u8.
