@@ -70,8 +70,6 @@ pub struct PortLayout {
     links: Vec<Link>,
     /// Per port.
     ports: Vec<PortInterfaces>,
-    /// Bit i: interface i runs PPPoE, so its frames are decapsulated on receipt.
-    pppoe_interfaces: u64,
     /// The PPPoE interfaces' sessions, shared with the control thread and every worker.
     sessions: Arc<SessionStates>,
 }
@@ -126,16 +124,10 @@ impl PortLayout {
             };
             links.push(link);
         }
-        let pppoe_interfaces = links
-            .iter()
-            .enumerate()
-            .filter(|(_, link)| link.pppoe)
-            .fold(0, |mask, (i, _)| mask | 1 << i);
         PortLayout {
             sessions: Arc::new(SessionStates::new(links.len())),
             links,
             ports,
-            pppoe_interfaces,
         }
     }
 
@@ -155,7 +147,6 @@ impl PortLayout {
                     by_vlan: Vec::new(),
                 })
                 .collect(),
-            pppoe_interfaces: 0,
             sessions: Arc::new(SessionStates::new(usize::from(count))),
         }
     }
@@ -195,7 +186,11 @@ impl PortLayout {
     #[inline]
     pub fn ingress(&self, port: usize, mbuf: &mut Mbuf) -> Result<Ingress, DropReason> {
         let iface = self.interface_of(port, mbuf)?;
-        if self.pppoe_interfaces & (1 << (iface & 63)) != 0 {
+        if self
+            .links
+            .get(usize::from(iface))
+            .is_some_and(|link| link.pppoe)
+        {
             pppoe::decapsulate(self.sessions.get(iface), mbuf)?;
         }
         Ok(Ingress {

@@ -10,15 +10,14 @@ pub mod links;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pipeline::wire::ethernet::ethertype;
+use pipeline::wire::ethernet::{ethertype, HEADER_LEN as ETHERNET_HEADER_LEN};
 use pipeline::wire::pppoe::{self, SessionHeader, OVERHEAD, PPP_IPV4};
 use pipeline::DropReason;
 
 use crate::dpdk::Mbuf;
 
-/// Where the EtherType sits in an untagged frame, and the IPv4 datagram after it.
-const ETHERTYPE_AT: usize = 12;
-const ETHERNET_HEADER_LEN: usize = 14;
+/// Where the EtherType sits in an untagged frame: its last two bytes.
+const ETHERTYPE_AT: usize = ETHERNET_HEADER_LEN - 2;
 
 /// The session of one interface as the workers see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
