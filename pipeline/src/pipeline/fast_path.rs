@@ -30,7 +30,7 @@ use crate::flow::{reply_key, Direction, FlowKey};
 use crate::packet::PacketBuf;
 use crate::pipeline::features::FeaturePlan;
 use crate::pipeline::{Ingress, Pipeline};
-use crate::state::conntrack::{FlowHash, FlowId, TcpSegment, Track};
+use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, Shortcut};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
@@ -71,6 +71,29 @@ fn frame_is_bare_syn(frame: &[u8]) -> bool {
     frame
         .get(flags)
         .is_some_and(|flags| flags & SIGNIFICANT == tcp::flags::SYN)
+}
+
+/// Whether packets with `key` may take the fast path at all: TCP, and UDP but DNS queries,
+/// which are checked against the block lists one by one, and answers to the gateway's own
+/// DHCP client, which go to its kernel twin.
+#[inline]
+fn has_fast_path(key: &FlowKey) -> bool {
+    match key.protocol {
+        ipv4::protocol::TCP => true,
+        ipv4::protocol::UDP => key.dst_port != DNS_PORT && key.dst_port != DHCP_CLIENT_PORT,
+        _ => false,
+    }
+}
+
+/// What the burst learnt of a packet's flow before the full path: its key as the frame gave
+/// it, the key's hash, and, when the fast path looked the key up, the table's answer. The
+/// full path's stateful stage uses them for the same key instead of hashing and looking up
+/// again: a new flow's packet (a SYN in a flood) would otherwise pay for three lookups.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlowProbe {
+    pub(crate) key: FlowKey,
+    pub(crate) hash: FlowHash,
+    pub(crate) found: Option<Probe>,
 }
 
 impl Pipeline {
@@ -119,7 +142,7 @@ impl Pipeline {
                 if key.protocol == ipv4::protocol::TCP && frame_is_bare_syn(pkt.bytes()) {
                     // Likely a new flow, whose insert would otherwise wait on each of these.
                     opens_flow = true;
-                    for line in self.flows.insert_lines(key.src).into_iter().flatten() {
+                    for line in self.flows.insert_lines(key.src) {
                         prefetch(line);
                     }
                     if let Some(reply) = self.forwarded_reply(key, ingress[slot_index]) {
@@ -139,6 +162,11 @@ impl Pipeline {
             for line in self.flows.eviction_lines().into_iter().flatten() {
                 prefetch(line);
             }
+        }
+        // Under a flood, the next victims' entries for the next burst's evictions: read now,
+        // by `eviction_lines` above, they would stall the burst.
+        for line in self.flows.eviction_ahead_lines() {
+            prefetch(line);
         }
         for (i, pkt) in packets[..count].iter_mut().enumerate() {
             verdicts[i] = self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns);
@@ -169,7 +197,8 @@ impl Pipeline {
         frame_key(frame).map(|key| (key, self.flows.hash(&key)))
     }
 
-    /// One packet, its flow key hashed already (None: it has none).
+    /// One packet, its flow key hashed already (None: it has none). The full path gets what
+    /// the fast path learnt: the key's hash, and the table's answer when it looked.
     #[inline]
     fn process_keyed(
         &mut self,
@@ -178,14 +207,25 @@ impl Pipeline {
         key: Option<&(FlowKey, FlowHash)>,
         now_ns: u64,
     ) -> Verdict {
-        if let Some((key, hash)) = key.filter(|_| self.fast_path) {
-            if let Some(verdict) = self.forward_established(pkt, ingress, key, *hash, now_ns) {
-                self.counters.fast_path.inc();
-                self.counters.count(&verdict);
-                return verdict;
+        let Some(&(key, hash)) = key else {
+            return self.process_full(pkt, ingress, None, now_ns);
+        };
+        let mut found = None;
+        if self.fast_path && has_fast_path(&key) {
+            let probe = self.flows.probe(&key, hash);
+            if let Probe::Found(flow, direction) = probe {
+                if let Some(verdict) =
+                    self.forward_established(pkt, ingress, &key, (flow, direction), now_ns)
+                {
+                    self.counters.fast_path.inc();
+                    self.counters.count(&verdict);
+                    return verdict;
+                }
             }
+            found = Some(probe);
         }
-        self.process_full(pkt, ingress, now_ns)
+        let probe = FlowProbe { key, hash, found };
+        self.process_full(pkt, ingress, Some(&probe), now_ns)
     }
 
     /// The fast path: Some(verdict) if the packet's flow direction has a current shortcut
@@ -196,18 +236,9 @@ impl Pipeline {
         pkt: &mut PacketBuf,
         ingress: Ingress,
         key: &FlowKey,
-        hash: FlowHash,
+        (flow, direction): (FlowId, Direction),
         now_ns: u64,
     ) -> Option<Verdict> {
-        match key.protocol {
-            ipv4::protocol::TCP => {}
-            // DNS queries are checked against the block lists one by one; answers to the
-            // gateway's own DHCP client go to its kernel twin.
-            ipv4::protocol::UDP if key.dst_port != DNS_PORT && key.dst_port != DHCP_CLIENT_PORT => {
-            }
-            _ => return None,
-        }
-        let (flow, direction) = self.flows.lookup_hashed(key, hash)?;
         let data = self.flows.data(flow);
         let mut shortcut = data.shortcuts[side(direction)];
         if shortcut.router_epoch != self.router_epoch

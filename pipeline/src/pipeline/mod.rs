@@ -36,7 +36,7 @@ use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
-use crate::pipeline::fast_path::Route;
+use crate::pipeline::fast_path::{FlowProbe, Route};
 use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
@@ -364,9 +364,10 @@ impl Pipeline {
         &mut self,
         pkt: &mut PacketBuf,
         ingress: Ingress,
+        probe: Option<&FlowProbe>,
         now_ns: u64,
     ) -> Verdict {
-        let mut verdict = self.classify(pkt, ingress, now_ns);
+        let mut verdict = self.classify(pkt, ingress, probe, now_ns);
         match verdict {
             Verdict::Control(ControlWork::LocalIcmp) if !self.echo_requests.try_take(now_ns) => {
                 verdict = Verdict::Drop(DropReason::SlowPathPoliced);
@@ -474,7 +475,13 @@ impl Pipeline {
         self.flows.config().half_open
     }
 
-    fn classify(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
+    fn classify(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        probe: Option<&FlowProbe>,
+        now_ns: u64,
+    ) -> Verdict {
         let Some(iface) = self.router.interfaces.get(usize::from(ingress.port)) else {
             return Verdict::Drop(DropReason::NotOurMac);
         };
@@ -486,7 +493,7 @@ impl Pipeline {
             return Verdict::Drop(DropReason::NotOurMac);
         }
         match frame.ethertype() {
-            ethernet::ethertype::IPV4 => self.ipv4(pkt, ingress, now_ns),
+            ethernet::ethertype::IPV4 => self.ipv4(pkt, ingress, probe, now_ns),
             ethernet::ethertype::ARP => Verdict::Control(ControlWork::Arp),
             ethernet::ethertype::VLAN | ethernet::ethertype::QINQ => {
                 Verdict::Drop(DropReason::VlanTagged)
@@ -504,9 +511,15 @@ impl Pipeline {
 
     /// An IPv4 datagram: the checks every datagram must pass, then the stateful stage,
     /// routing and the features.
-    fn ipv4(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
+    fn ipv4(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        probe: Option<&FlowProbe>,
+        now_ns: u64,
+    ) -> Verdict {
         match self.admit_ipv4(pkt, ingress, now_ns) {
-            Ok(datagram) => self.forward(pkt, ingress, datagram, now_ns),
+            Ok(datagram) => self.forward(pkt, ingress, datagram, probe, now_ns),
             Err(verdict) => verdict,
         }
     }
@@ -584,9 +597,10 @@ impl Pipeline {
         pkt: &mut PacketBuf,
         ingress: Ingress,
         Datagram { src, frame_len }: Datagram,
+        probe: Option<&FlowProbe>,
         now_ns: u64,
     ) -> Verdict {
-        let (translation, established) = match self.stateful(pkt, ingress, now_ns) {
+        let (translation, established) = match self.stateful(pkt, ingress, probe, now_ns) {
             Stage::Forward(translation) => (translation, None),
             Stage::Established {
                 translation,

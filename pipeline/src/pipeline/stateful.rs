@@ -15,8 +15,9 @@ use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
 use crate::l3::icmp_error::{IcmpBudget, IcmpError};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
+use crate::pipeline::fast_path::FlowProbe;
 use crate::pipeline::{Ingress, Pipeline};
-use crate::state::conntrack::{FlowId, InsertError, TcpSegment, TcpState, Track};
+use crate::state::conntrack::{FlowId, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::flow_data::{release, ContentState, FlowData};
 use crate::state::nat::{self, AllocError, Ownership};
@@ -60,7 +61,13 @@ impl Translation {
 }
 
 impl Pipeline {
-    pub(crate) fn stateful(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Stage {
+    pub(crate) fn stateful(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        probe: Option<&FlowProbe>,
+        now_ns: u64,
+    ) -> Stage {
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let key = match FlowKey::from_ipv4(&ip) {
             Ok(key) => key,
@@ -77,15 +84,26 @@ impl Pipeline {
         } else {
             None
         };
-        match self.flows.lookup(&key) {
-            Some((id, _)) if is_bare_syn(segment.as_ref()) && self.is_closed(id) => {
+        // The burst's probe of this key: its hash, and the table's answer if it looked.
+        let probe = probe.filter(|probe| probe.key == key);
+        let hash = probe.map_or_else(|| self.flows.hash(&key), |probe| probe.hash);
+        let found = match probe.and_then(|probe| probe.found) {
+            Some(found) => found,
+            None => self.flows.probe(&key, hash),
+        };
+        match found {
+            Probe::Found(id, _) if is_bare_syn(segment.as_ref()) && self.is_closed(id) => {
                 if !l4_checksum_ok(pkt) {
                     return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
                 self.end_flow(id);
-                self.new_flow(pkt, ingress, key, segment, icmp_type, now_ns)
+                let Probe::Vacant(vacancy) = self.flows.probe(&key, hash) else {
+                    // Not reached: the flow that held the key has just ended.
+                    return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
+                };
+                self.new_flow(pkt, ingress, vacancy, segment, icmp_type, now_ns)
             }
-            Some((id, direction)) => {
+            Probe::Found(id, direction) => {
                 if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(pkt) {
                     return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
@@ -121,8 +139,12 @@ impl Pipeline {
                     done => done,
                 }
             }
-            None if !l4_checksum_ok(pkt) => Stage::Done(Verdict::Drop(DropReason::L4Checksum)),
-            None => self.new_flow(pkt, ingress, key, segment, icmp_type, now_ns),
+            Probe::Vacant(_) if !l4_checksum_ok(pkt) => {
+                Stage::Done(Verdict::Drop(DropReason::L4Checksum))
+            }
+            Probe::Vacant(vacancy) => {
+                self.new_flow(pkt, ingress, vacancy, segment, icmp_type, now_ns)
+            }
         }
     }
 
@@ -245,11 +267,12 @@ impl Pipeline {
         &mut self,
         pkt: &mut PacketBuf,
         ingress: Ingress,
-        key: FlowKey,
+        vacancy: Vacancy,
         segment: Option<TcpSegment>,
         icmp_type: Option<u8>,
         now_ns: u64,
     ) -> Stage {
+        let key = *vacancy.key();
         let router = &*self.router;
         let stateful = &router.stateful;
         let interfaces = &router.interfaces;
@@ -368,9 +391,10 @@ impl Pipeline {
             content,
             shortcuts: Default::default(),
         };
-        let inserted = flows.insert(key, reply, data, segment.as_ref(), now_ns, |evicted| {
-            release(nat, &evicted)
-        });
+        let inserted =
+            flows.insert_vacant(vacancy, reply, data, segment.as_ref(), now_ns, |evicted| {
+                release(nat, &evicted)
+            });
         if let Err(error) = inserted {
             release(nat, &data);
             let reason = match error {

@@ -106,6 +106,10 @@ pub(super) struct FlowIndex {
     /// Turns a tag into a home slot: its top log2(slots) bits.
     home_shift: u32,
     hasher: FlowHasher,
+    /// Advanced by every insert, the only change that can make a missing key present: a
+    /// lookup that missed at one value still holds while the value is the same. Starts at
+    /// a random value, so that two indexes are never at the same one.
+    inserts: u64,
 }
 
 impl FlowIndex {
@@ -114,6 +118,7 @@ impl FlowIndex {
         FlowIndex {
             slots: vec![VACANT_SLOT; len],
             home_shift: u32::BITS - len.trailing_zeros(),
+            inserts: hasher.keys[0],
             hasher,
         }
     }
@@ -161,9 +166,19 @@ impl FlowIndex {
         (slot.flow_ref != VACANT && slot.tag == tag).then_some(FlowRef(slot.flow_ref))
     }
 
+    /// Where the index stands in its inserts: see [`FlowIndex::inserts`].
+    pub(super) fn inserts(&self) -> u64 {
+        self.inserts
+    }
+
     /// False only if the index is full, which its sizing rules out.
     pub(super) fn insert(&mut self, key: &FlowKey, flow_ref: FlowRef) -> bool {
-        let tag = self.tag(key);
+        self.insert_tagged(self.tag(key), flow_ref)
+    }
+
+    /// [`insert`](Self::insert) with the key's [`tag`](Self::tag), computed already.
+    pub(super) fn insert_tagged(&mut self, tag: u32, flow_ref: FlowRef) -> bool {
+        self.inserts = self.inserts.wrapping_add(1);
         let mask = self.slots.len() - 1;
         let mut slot = self.home(tag);
         for _ in 0..self.slots.len() {

@@ -83,7 +83,9 @@ mod tests;
 use std::mem::size_of;
 
 pub use table::export::{ExportedFlow, ImportError, TcpTracking};
-pub use table::{FlowHash, FlowTable, EVICTION_SCAN, EVICTION_SCAN_MAX, MAX_CAPACITY};
+pub use table::{
+    FlowHash, FlowTable, Probe, Vacancy, EVICTION_SCAN, EVICTION_SCAN_MAX, MAX_CAPACITY,
+};
 pub use tcp::{TcpSegment, TcpState};
 pub use timeouts::Timeouts;
 

@@ -29,7 +29,45 @@ pub const EVICTION_SCAN_MAX: usize = 4 * EVICTION_SCAN;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowHash(u32);
 
+/// What a [`FlowTable::probe`] found: the flow and which of its tuples the key is, or the
+/// table's word that it held none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    Found(FlowId, Direction),
+    Vacant(Vacancy),
+}
+
+/// A key the table held no flow for, when it was probed. [`FlowTable::insert_vacant`] takes
+/// it to open a flow for the key without looking it up again, as long as nothing was inserted
+/// since (removals cannot make the key present); else it looks again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vacancy {
+    key: FlowKey,
+    hash: FlowHash,
+    inserts: u64,
+}
+
+impl Vacancy {
+    pub fn key(&self) -> &FlowKey {
+        &self.key
+    }
+}
+
 /// The per-host counters of [`FlowTable::hosts`].
+/// The line size of the x86 and Arm cores the gateway runs on.
+const CACHE_LINE: usize = 64;
+
+/// The start of every cache line `item` occupies.
+#[inline]
+fn cache_lines<T>(item: &T) -> impl Iterator<Item = *const u8> {
+    let start = item as *const T as *const u8;
+    // Only an address for a prefetch hint: nothing is read through the pointers.
+    let offset = start as usize % CACHE_LINE;
+    let first = start.wrapping_sub(offset);
+    let lines = (offset + std::mem::size_of::<T>()).div_ceil(CACHE_LINE);
+    (0..lines).map(move |line| first.wrapping_add(line * CACHE_LINE))
+}
+
 const HOST_FLOWS: usize = 0;
 const HOST_HALF_OPEN: usize = 1;
 
@@ -220,57 +258,52 @@ impl<D: Copy> FlowTable<D> {
         self.index.home_slot(hash.0) as *const _ as *const u8
     }
 
-    /// The cache lines a lookup of the key is likely to read, and its packet to update: the
-    /// flow's first and last bytes and its data's (an entry may straddle two lines; the
-    /// arrays are not line-aligned). Read from the index slot, so prefetch
+    /// The cache lines a lookup of the key is likely to read, and its packet to update: every
+    /// line of the flow's entry and of its data (the arrays are not line-aligned, so a 100-byte
+    /// entry spans two or three lines, and 76 bytes of data as many: their two ends alone
+    /// would leave a middle line to miss on the packet's path). Read from the index slot, so prefetch
     /// [`index_address_hashed`](Self::index_address_hashed) first.
     #[inline]
-    pub fn flow_lines_hashed(&self, hash: FlowHash) -> Option<[*const u8; 4]> {
+    pub fn flow_lines_hashed(&self, hash: FlowHash) -> Option<impl Iterator<Item = *const u8>> {
         let entry = self.index.likely_flow(hash.0)?;
-        let flow = self.flows.get(entry.flow())? as *const Flow as *const u8;
-        let data = self.data.get(entry.flow())? as *const D as *const u8;
-        Some([
-            flow,
-            flow.wrapping_add(std::mem::size_of::<Flow>() - 1),
-            data,
-            data.wrapping_add(std::mem::size_of::<D>().saturating_sub(1)),
-        ])
+        self.slot_lines(entry.flow())
+    }
+
+    /// Every cache line of slot `slot`'s entry and data.
+    #[inline]
+    fn slot_lines(&self, slot: usize) -> Option<impl Iterator<Item = *const u8>> {
+        let flow = self.flows.get(slot)?;
+        let data = self.data.get(slot)?;
+        Some(cache_lines(flow).chain(cache_lines(data)))
     }
 
     /// The cache lines an [`insert`](Self::insert) of a TCP flow opened by `opener` is likely
     /// to touch beyond the index: the opener's host counts, and the slot the flow would
-    /// take: its entry (both ends: entries straddle lines), its data and its links in the
-    /// half-open list. With the half-open table full that slot is the oldest half-open
-    /// flow's, which makes room and is reused at once; else the next free one. For a burst
-    /// to prefetch where a packet is likely to open a flow (a bare SYN), so that these misses
-    /// overlap the burst's other packets instead of stalling the insert.
+    /// take: every line of its entry and its data, and its links in the half-open list. With
+    /// the half-open table full that slot is the oldest half-open flow's, which makes room and
+    /// is reused at once; else the next free one. For a burst to prefetch where a packet is
+    /// likely to open a flow (a bare SYN), so that these misses overlap the burst's other
+    /// packets instead of stalling the insert.
     #[inline]
-    pub fn insert_lines(&self, opener: Ipv4Addr) -> [Option<*const u8>; 5] {
+    pub fn insert_lines(&self, opener: Ipv4Addr) -> impl Iterator<Item = *const u8> + '_ {
         let slot = self.insert_slot();
-        let flow = slot
-            .and_then(|slot| self.flows.get(slot))
-            .map(|flow| flow as *const Flow as *const u8);
-        [
-            Some(self.hosts.home_address(opener)),
-            flow,
-            flow.map(|flow| flow.wrapping_add(std::mem::size_of::<Flow>() - 1)),
-            slot.and_then(|slot| self.data.get(slot))
-                .map(|data| data as *const D as *const u8),
-            slot.and_then(|slot| self.half_open.links_address(slot)),
-        ]
+        std::iter::once(self.hosts.home_address(opener))
+            .chain(
+                slot.and_then(|slot| self.slot_lines(slot))
+                    .into_iter()
+                    .flatten(),
+            )
+            .chain(slot.and_then(|slot| self.half_open.links_address(slot)))
     }
 
     /// With the half-open table full, what making room for the next TCP insert touches: the
     /// oldest half-open flow's two index slots, its opener's host counts, and the links of
     /// the next oldest, which becomes the list's head (all read from the oldest's entry and
-    /// links, so prefetch [`insert_lines`](Self::insert_lines) first). None else.
+    /// links, so prefetch [`eviction_ahead_lines`](Self::eviction_ahead_lines) a burst
+    /// before). None else.
     #[inline]
     pub fn eviction_lines(&self) -> [Option<*const u8>; 4] {
-        let Some(oldest) = self
-            .half_open_full()
-            .then(|| self.half_open.oldest())
-            .flatten()
-        else {
+        let Some(oldest) = self.half_open_victim() else {
             return [None; 4];
         };
         let Some(flow) = self.flows.get(oldest) else {
@@ -285,6 +318,31 @@ impl<D: Copy> FlowTable<D> {
                 .newer(oldest)
                 .and_then(|next| self.half_open.links_address(next)),
         ]
+    }
+
+    /// With the half-open table full, what [`eviction_lines`](Self::eviction_lines) and the
+    /// insert after it read first, for a burst to prefetch for the next one: every line of
+    /// the two oldest half-open flows' entries and their links (a flood's burst may hold two
+    /// SYNs). Under a flood every burst prefetches these, so the burst that evicts reads its
+    /// victim from the cache instead of waiting on it; while nothing is evicted the same
+    /// lines stay cached. Nothing when the half-open table has room.
+    #[inline]
+    pub fn eviction_ahead_lines(&self) -> impl Iterator<Item = *const u8> + '_ {
+        let oldest = self.half_open_victim();
+        let next = oldest.and_then(|oldest| self.half_open.newer(oldest));
+        [oldest, next].into_iter().flatten().flat_map(move |slot| {
+            self.slot_lines(slot)
+                .into_iter()
+                .flatten()
+                .chain(self.half_open.links_address(slot))
+        })
+    }
+
+    /// The half-open flow the next TCP insert would evict, if the half-open table is full.
+    fn half_open_victim(&self) -> Option<usize> {
+        self.half_open_full()
+            .then(|| self.half_open.oldest())
+            .flatten()
     }
 
     /// Where `id`'s links in the half-open list are, and the oldest half-open flow's: what
@@ -343,7 +401,36 @@ impl<D: Copy> FlowTable<D> {
             .map(|entry| (FlowId(entry.flow() as u32), entry.direction()))
     }
 
-    /// Creates a flow. `reply` is given explicitly because NAT makes it differ from
+    /// [`lookup_hashed`](Self::lookup_hashed), keeping a miss as a [`Vacancy`] for
+    /// [`insert_vacant`](Self::insert_vacant).
+    #[inline]
+    pub fn probe(&self, key: &FlowKey, hash: FlowHash) -> Probe {
+        match self.lookup_hashed(key, hash) {
+            Some((id, direction)) => Probe::Found(id, direction),
+            None => Probe::Vacant(Vacancy {
+                key: *key,
+                hash,
+                inserts: self.index.inserts(),
+            }),
+        }
+    }
+
+    /// [`insert`](Self::insert) for the key of a probe that missed: the flow's first tuple
+    /// is not looked up again unless a flow was inserted since, nor hashed again.
+    pub fn insert_vacant(
+        &mut self,
+        vacancy: Vacancy,
+        reply: FlowKey,
+        data: D,
+        tcp: Option<&TcpSegment>,
+        now_ns: u64,
+        on_evicted: impl FnMut(D),
+    ) -> Result<FlowId, InsertError> {
+        let still_vacant = vacancy.inserts == self.index.inserts();
+        let original = (vacancy.key, vacancy.hash, still_vacant);
+        self.insert_keyed(original, reply, data, tcp, now_ns, on_evicted)
+    }
+
     /// `original.reversed()`. A TCP flow must start with a bare SYN (or, with `tcp_loose`,
     /// a plain ACK), and needs `tcp`; other protocols ignore it.
     ///
@@ -353,6 +440,21 @@ impl<D: Copy> FlowTable<D> {
     pub fn insert(
         &mut self,
         original: FlowKey,
+        reply: FlowKey,
+        data: D,
+        tcp: Option<&TcpSegment>,
+        now_ns: u64,
+        on_evicted: impl FnMut(D),
+    ) -> Result<FlowId, InsertError> {
+        let original = (original, self.hash(&original), false);
+        self.insert_keyed(original, reply, data, tcp, now_ns, on_evicted)
+    }
+
+    /// [`insert`](Self::insert) of `original` with its hash, and whether it is known to be
+    /// absent.
+    fn insert_keyed(
+        &mut self,
+        (original, original_hash, known_vacant): (FlowKey, FlowHash, bool),
         reply: FlowKey,
         data: D,
         tcp: Option<&TcpSegment>,
@@ -378,7 +480,10 @@ impl<D: Copy> FlowTable<D> {
         } else {
             Tracker::Stateless
         };
-        if self.lookup(&original).is_some() || self.lookup(&reply).is_some() {
+        let reply_hash = self.hash(&reply);
+        if (!known_vacant && self.lookup_hashed(&original, original_hash).is_some())
+            || self.lookup_hashed(&reply, reply_hash).is_some()
+        {
             self.stats.refused_exists += 1;
             return Err(InsertError::Exists);
         }
@@ -451,10 +556,10 @@ impl<D: Copy> FlowTable<D> {
         self.data[slot] = data;
         let indexed = self
             .index
-            .insert(&original, FlowRef::new(slot, Direction::Original))
+            .insert_tagged(original_hash.0, FlowRef::new(slot, Direction::Original))
             && self
                 .index
-                .insert(&reply, FlowRef::new(slot, Direction::Reply));
+                .insert_tagged(reply_hash.0, FlowRef::new(slot, Direction::Reply));
         if !indexed {
             // Unreachable while the index is sized for every tuple; undone rather than kept
             // half-findable.

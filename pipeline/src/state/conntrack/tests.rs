@@ -1240,7 +1240,8 @@ fn half_open_flows_are_capped_and_replace_each_other_not_established_ones() {
 }
 
 /// What a burst prefetches for a SYN is the slot its insert then fills: the next free one,
-/// and under a flood (the half-open table full) the oldest half-open flow's, reused at once.
+/// and under a flood (the half-open table full) the oldest half-open flow's, reused at once;
+/// and a burst before, the entries of the two flows the next evictions take.
 #[test]
 fn insert_lines_name_the_slot_the_insert_fills() {
     let mut table = FlowTable::new(
@@ -1251,26 +1252,52 @@ fn insert_lines_name_the_slot_the_insert_fills() {
         0_u32,
     );
     let mut evicted = Vec::new();
+    let mut ahead_of_last: Vec<*const u8> = Vec::new();
     for n in 0..12_u16 {
         let src = [198, 51, 100, n as u8];
-        let predicted = table.insert_lines(Ipv4Addr::from(src));
+        let predicted: Vec<_> = table.insert_lines(Ipv4Addr::from(src)).collect();
         let eviction = table.eviction_lines();
+        let ahead: Vec<_> = table.eviction_ahead_lines().collect();
         let id = syn_from(&mut table, src, 1000 + n, 0, &mut evicted).unwrap();
         let original = key(src, 1000 + n, [192, 0, 2, 80], 80, protocol::TCP);
-        let filled = table
+        let filled: Vec<_> = table
             .flow_lines_hashed(table.hash(&original))
-            .expect("the new flow's home index slot");
-        assert_eq!(predicted[1], Some(filled[0]), "flow entry, SYN {n}");
-        assert_eq!(predicted[2], Some(filled[1]), "its last byte, SYN {n}");
-        assert_eq!(predicted[3], Some(filled[2]), "its data, SYN {n}");
+            .expect("the new flow's home index slot")
+            .collect();
+        // Every line of the entry (2 or 3: 100 bytes) and its data (here 4 bytes).
+        assert!(
+            filled.len() >= 3,
+            "entry and data lines, SYN {n}: {filled:?}"
+        );
+        assert!(filled
+            .iter()
+            .all(|line| (*line as usize).is_multiple_of(64)));
+        assert_eq!(
+            predicted[1..=filled.len()],
+            filled[..],
+            "entry lines, SYN {n}"
+        );
         let [links, head_links] = table.half_open_links_addresses(id);
-        assert_eq!(predicted[4], links, "its half-open links, SYN {n}");
+        assert_eq!(
+            predicted.last().copied(),
+            links,
+            "its half-open links, SYN {n}"
+        );
         if n >= 4 {
             // The oldest made room: the next oldest is now the list's head.
             assert_eq!(eviction[3], head_links, "the new head's links, SYN {n}");
+            assert!(!ahead.is_empty());
         } else {
             assert_eq!(eviction, [None; 4], "nothing to evict yet, SYN {n}");
+            assert!(ahead.is_empty(), "room in the half-open table, SYN {n}");
         }
+        if n >= 5 {
+            // The burst before (already full) had prefetched the victim's whole entry.
+            for line in &filled {
+                assert!(ahead_of_last.contains(line), "victim line, SYN {n}");
+            }
+        }
+        ahead_of_last = ahead;
     }
     assert_eq!(evicted.len(), 8, "the last 8 SYNs each replaced the oldest");
 }
