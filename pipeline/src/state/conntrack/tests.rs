@@ -1873,3 +1873,51 @@ fn export_leaves_out_expired_flows_and_import_caps_time_left() {
     let id = table.import(&flows[0], 5 * SECOND).unwrap();
     assert_eq!(table.deadline_ns(id), 15 * SECOND);
 }
+
+/// A probe's vacancy opens the flow without a second lookup only while nothing was inserted
+/// since: a flow inserted for the same key in between is found, not indexed twice.
+#[test]
+fn a_vacancy_is_believed_only_until_the_next_insert() {
+    let mut table = FlowTable::new(config(64), 0_u32);
+    let probe = |table: &FlowTable<u32>, key: FlowKey| table.probe(&key, table.hash(&key));
+    let Probe::Vacant(first) = probe(&table, udp_key(1)) else {
+        panic!("an empty table holds nothing");
+    };
+    let id = table
+        .insert_vacant(first, udp_key(1).reversed(), 7, None, 0, |_| {})
+        .unwrap();
+    assert_eq!(probe(&table, udp_key(1)), Probe::Found(id, Original));
+    assert_eq!(
+        probe(&table, udp_key(1).reversed()),
+        Probe::Found(id, Reply)
+    );
+
+    // Probed vacant, then the same key inserted another way: the stale vacancy is checked.
+    let Probe::Vacant(stale) = probe(&table, udp_key(2)) else {
+        panic!("udp_key(2) is not in the table yet");
+    };
+    table
+        .insert(udp_key(2), udp_key(2).reversed(), 8, None, 0, |_| {})
+        .unwrap();
+    let again = table.insert_vacant(
+        stale,
+        key([10, 9, 9, 9], 9, [1, 1, 1, 1], 9, protocol::UDP),
+        9,
+        None,
+        0,
+        |_| {},
+    );
+    assert_eq!(again, Err(InsertError::Exists));
+    assert_eq!(table.len(), 2);
+
+    // Removals cannot make a key present: a vacancy from before one still holds.
+    let Probe::Vacant(before_removal) = probe(&table, udp_key(3)) else {
+        panic!("udp_key(3) is not in the table yet");
+    };
+    table.remove(id);
+    let id3 = table
+        .insert_vacant(before_removal, udp_key(3).reversed(), 10, None, 0, |_| {})
+        .unwrap();
+    assert_eq!(probe(&table, udp_key(3)), Probe::Found(id3, Original));
+    assert_eq!(table.len(), 2);
+}
