@@ -229,7 +229,8 @@ impl Pipeline {
     }
 
     /// The fast path: Some(verdict) if the packet's flow direction has a current shortcut
-    /// and the packet is one it covers; None, with nothing changed, otherwise.
+    /// and the packet is one it covers; None otherwise, with the table as it was (at most
+    /// the shortcut's next-hop MAC refreshed from a newer neighbour view).
     #[inline]
     fn forward_established(
         &mut self,

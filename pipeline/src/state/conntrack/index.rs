@@ -108,7 +108,7 @@ pub(super) struct FlowIndex {
     hasher: FlowHasher,
     /// Advanced by every insert, the only change that can make a missing key present: a
     /// lookup that missed at one value still holds while the value is the same. Starts at
-    /// a random value, so that two indexes are never at the same one.
+    /// a random value, so that two indexes are unlikely to be at the same one.
     inserts: u64,
 }
 
@@ -166,7 +166,7 @@ impl FlowIndex {
         (slot.flow_ref != VACANT && slot.tag == tag).then_some(FlowRef(slot.flow_ref))
     }
 
-    /// Where the index stands in its inserts: see [`FlowIndex::inserts`].
+    /// Where the index stands in its inserts (the field of the same name).
     pub(super) fn inserts(&self) -> u64 {
         self.inserts
     }

@@ -53,7 +53,6 @@ impl Vacancy {
     }
 }
 
-/// The per-host counters of [`FlowTable::hosts`].
 /// The line size of the x86 and Arm cores the gateway runs on.
 const CACHE_LINE: usize = 64;
 
@@ -68,6 +67,7 @@ fn cache_lines<T>(item: &T) -> impl Iterator<Item = *const u8> {
     (0..lines).map(move |line| first.wrapping_add(line * CACHE_LINE))
 }
 
+/// The per-host counters of [`FlowTable::hosts`].
 const HOST_FLOWS: usize = 0;
 const HOST_HALF_OPEN: usize = 1;
 
@@ -259,9 +259,10 @@ impl<D: Copy> FlowTable<D> {
     }
 
     /// The cache lines a lookup of the key is likely to read, and its packet to update: every
-    /// line of the flow's entry and of its data (the arrays are not line-aligned, so a 100-byte
-    /// entry spans two or three lines, and 76 bytes of data as many: their two ends alone
-    /// would leave a middle line to miss on the packet's path). Read from the index slot, so prefetch
+    /// line of the flow's entry and of its data. The arrays are not line-aligned: 96-byte
+    /// entries sit at two offsets in their lines, and unless the array starts on a 32-byte
+    /// boundary every other entry spans three lines, whose middle one a prefetch of its two
+    /// ends would leave to miss. Read from the index slot, so prefetch
     /// [`index_address_hashed`](Self::index_address_hashed) first.
     #[inline]
     pub fn flow_lines_hashed(&self, hash: FlowHash) -> Option<impl Iterator<Item = *const u8>> {
@@ -426,11 +427,17 @@ impl<D: Copy> FlowTable<D> {
         now_ns: u64,
         on_evicted: impl FnMut(D),
     ) -> Result<FlowId, InsertError> {
+        debug_assert_eq!(
+            vacancy.hash,
+            self.hash(&vacancy.key),
+            "a vacancy of another table"
+        );
         let still_vacant = vacancy.inserts == self.index.inserts();
         let original = (vacancy.key, vacancy.hash, still_vacant);
         self.insert_keyed(original, reply, data, tcp, now_ns, on_evicted)
     }
 
+    /// Creates a flow. `reply` is given explicitly because NAT makes it differ from
     /// `original.reversed()`. A TCP flow must start with a bare SYN (or, with `tcp_loose`,
     /// a plain ACK), and needs `tcp`; other protocols ignore it.
     ///

@@ -1264,7 +1264,7 @@ fn insert_lines_name_the_slot_the_insert_fills() {
             .flow_lines_hashed(table.hash(&original))
             .expect("the new flow's home index slot")
             .collect();
-        // Every line of the entry (2 or 3: 100 bytes) and its data (here 4 bytes).
+        // Every line of the entry (2 or 3: 96 bytes) and its data (here 4 bytes).
         assert!(
             filled.len() >= 3,
             "entry and data lines, SYN {n}: {filled:?}"
