@@ -1,0 +1,898 @@
+//! The queueing core of a fair shaper (issue 20): packets over the rate wait instead of being
+//! dropped at once, in flow queues served by deficit round robin first over LAN hosts, then
+//! over each host's flows (CAKE's host isolation), with CoDel (RFC 8289) on every flow queue
+//! so that a queue's delay, not its length, bounds it.
+//!
+//! Not yet wired into the worker loop: the worker would enqueue a packet the pipeline sends on
+//! a shaped link instead of transmitting it, and call [`Shaper::dequeue`] once per poll with
+//! the TSC's time, transmitting what comes out. The shaper holds opaque handles (`T`: an mbuf
+//! for the worker, anything in tests) and never looks into a packet: the caller tells it the
+//! length, the host, the flow's hash and whether the packet is ECN-capable, and applies the
+//! outcome (send, set CE and send, or free).
+//!
+//! Everything is allocated at construction: `packets` nodes in an arena, `flow_queues`
+//! queues and `host_buckets` host slots. Hosts and flows are hashed into them, so two hosts
+//! (or flows) whose hashes collide share a slot and its fairness; with the defaults (1024
+//! queues, 1024 host buckets) that takes more hosts than a home or office network has. No
+//! operation allocates; the only loop longer than a few steps is the search for the fattest
+//! queue when the arena is full, at most `flow_queues` steps, and only on overflow.
+
+/// The shaper's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShaperConfig {
+    /// The link's rate, bits per second (0: nothing is sent).
+    pub rate_bps: u64,
+    /// How many bytes may leave at once after the link was idle.
+    pub burst_bytes: u64,
+    /// CoDel's target: the standing queue delay it tolerates (RFC 8289: 5 ms).
+    pub target_ns: u64,
+    /// CoDel's interval: how long the delay must stay above target before it acts (100 ms).
+    pub interval_ns: u64,
+    /// The most packets waiting in all queues together: the mempool share they may hold.
+    pub packets: usize,
+    /// Flow queues, a power of two.
+    pub flow_queues: usize,
+    /// Host slots, a power of two.
+    pub host_buckets: usize,
+    /// Bytes each host and each flow may send per round: about one full-sized frame.
+    pub quantum: u32,
+}
+
+impl Default for ShaperConfig {
+    fn default() -> Self {
+        ShaperConfig {
+            rate_bps: 0,
+            burst_bytes: 16 * 1514,
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+            packets: 4096,
+            flow_queues: 1024,
+            host_buckets: 1024,
+            quantum: 1514,
+        }
+    }
+}
+
+/// What the caller does with a packet the shaper hands back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Send,
+    /// Send it with its ECN field set to CE (Congestion Experienced): CoDel would have
+    /// dropped it, but it is ECN-capable.
+    MarkAndSend,
+    /// CoDel dropped it: free it.
+    Drop,
+}
+
+/// What the shaper knows of a packet it queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// Bytes on the wire, as the rate counts them.
+    pub len: u32,
+    /// The LAN host it is from or to (a hash of its address, or the address itself).
+    pub host: u64,
+    /// Its flow's hash: the flow queue it joins.
+    pub flow: u64,
+    /// ECT(0) or ECT(1) in its IP header: CoDel marks it rather than dropping it.
+    pub ecn_capable: bool,
+}
+
+/// What a packet [`Shaper::enqueue`] took did to the queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    Queued,
+    /// The arena was full: this many packets were dropped from the head of the fattest queue
+    /// (handed to the callback) to make room.
+    MadeRoom(u32),
+}
+
+/// The shaper's counters since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShaperStats {
+    pub enqueued_packets: u64,
+    pub sent_packets: u64,
+    pub sent_bytes: u64,
+    pub codel_drops: u64,
+    pub ecn_marks: u64,
+    pub overflow_drops: u64,
+    pub backlog_packets: u64,
+    pub backlog_bytes: u64,
+}
+
+const NIL: u32 = u32::MAX;
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+struct Node<T> {
+    item: Option<T>,
+    len: u32,
+    enqueued_ns: u64,
+    ecn_capable: bool,
+    next: u32,
+}
+
+/// RFC 8289's per-queue state.
+#[derive(Clone, Copy, Default)]
+struct Codel {
+    first_above_ns: u64,
+    drop_next_ns: u64,
+    count: u32,
+    last_count: u32,
+    dropping: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Queue {
+    head: u32,
+    tail: u32,
+    bytes: u64,
+    /// The host bucket it is listed under while active.
+    host: u32,
+    deficit: i64,
+    /// The next active queue of the same host.
+    next: u32,
+    active: bool,
+    codel: Codel,
+}
+
+#[derive(Clone, Copy)]
+struct Host {
+    deficit: i64,
+    /// Its active queues, served in turn.
+    first: u32,
+    last: u32,
+    /// The next active host.
+    next: u32,
+    active: bool,
+}
+
+/// See the module doc.
+pub struct Shaper<T> {
+    config: ShaperConfig,
+    nodes: Vec<Node<T>>,
+    free: Vec<u32>,
+    queues: Vec<Queue>,
+    hosts: Vec<Host>,
+    first_host: u32,
+    last_host: u32,
+    /// Send credit in byte-nanoseconds (bytes x 10^9), so that the rate divides nothing.
+    credit: i128,
+    credit_cap: i128,
+    bytes_per_second: u64,
+    last_refill_ns: u64,
+    stats: ShaperStats,
+}
+
+impl<T> Shaper<T> {
+    /// Rounds `flow_queues` and `host_buckets` up to powers of two, and `packets` to at
+    /// least 1.
+    pub fn new(mut config: ShaperConfig) -> Self {
+        config.flow_queues = config.flow_queues.clamp(1, 1 << 20).next_power_of_two();
+        config.host_buckets = config.host_buckets.clamp(1, 1 << 20).next_power_of_two();
+        config.packets = config.packets.clamp(1, (NIL - 1) as usize);
+        config.quantum = config.quantum.max(64);
+        let nodes = (0..config.packets)
+            .map(|_| Node {
+                item: None,
+                len: 0,
+                enqueued_ns: 0,
+                ecn_capable: false,
+                next: NIL,
+            })
+            .collect();
+        let queue = Queue {
+            head: NIL,
+            tail: NIL,
+            bytes: 0,
+            host: 0,
+            deficit: 0,
+            next: NIL,
+            active: false,
+            codel: Codel::default(),
+        };
+        let host = Host {
+            deficit: 0,
+            first: NIL,
+            last: NIL,
+            next: NIL,
+            active: false,
+        };
+        let credit_cap = i128::from(config.burst_bytes) * i128::from(NANOS_PER_SECOND);
+        Shaper {
+            nodes,
+            free: (0..config.packets as u32).rev().collect(),
+            queues: vec![queue; config.flow_queues],
+            hosts: vec![host; config.host_buckets],
+            first_host: NIL,
+            last_host: NIL,
+            // A link starts idle: a burst may leave at once (none at rate 0).
+            credit: if config.rate_bps > 0 { credit_cap } else { 0 },
+            credit_cap,
+            bytes_per_second: config.rate_bps / 8,
+            last_refill_ns: 0,
+            stats: ShaperStats::default(),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &ShaperConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> ShaperStats {
+        self.stats
+    }
+
+    /// Queues a packet (see [`Arrival`]). When every node is taken, the fattest queue's head packets are dropped
+    /// (handed to `on_drop`, to be freed) until this one fits, as fq_codel does: the flow
+    /// that overfills the queues pays for it, not the packet that arrives.
+    pub fn enqueue(
+        &mut self,
+        item: T,
+        Arrival {
+            len,
+            host,
+            flow,
+            ecn_capable,
+        }: Arrival,
+        now_ns: u64,
+        mut on_drop: impl FnMut(T),
+    ) -> Enqueued {
+        let mut made_room = 0;
+        while self.free.is_empty() {
+            let Some(fattest) = self.fattest_queue() else {
+                break;
+            };
+            if let Some((dropped, _)) = self.pop(fattest) {
+                made_room += 1;
+                self.stats.overflow_drops += 1;
+                on_drop(dropped);
+            }
+            self.deactivate_if_empty(fattest);
+        }
+        let Some(node) = self.free.pop() else {
+            // Not reached: a full arena always has a non-empty queue to take from.
+            self.stats.overflow_drops += 1;
+            on_drop(item);
+            return Enqueued::MadeRoom(made_room + 1);
+        };
+        self.nodes[node as usize] = Node {
+            item: Some(item),
+            len,
+            enqueued_ns: now_ns,
+            ecn_capable,
+            next: NIL,
+        };
+        let queue_index = (flow as usize) & (self.config.flow_queues - 1);
+        let host_index = (crate::hash::home_slot(host, 0, self.config.host_buckets - 1)) as u32;
+        let queue = &mut self.queues[queue_index];
+        if queue.tail == NIL {
+            queue.head = node;
+        } else {
+            self.nodes[queue.tail as usize].next = node;
+        }
+        queue.tail = node;
+        queue.bytes += u64::from(len);
+        self.stats.enqueued_packets += 1;
+        self.stats.backlog_packets += 1;
+        self.stats.backlog_bytes += u64::from(len);
+        if !self.queues[queue_index].active {
+            self.activate(queue_index as u32, host_index);
+        }
+        if made_room == 0 {
+            Enqueued::Queued
+        } else {
+            Enqueued::MadeRoom(made_room)
+        }
+    }
+
+    /// Hands to `out` what may leave by `now_ns`: at most `max` packets sent (or marked and
+    /// sent), while the link's credit lasts, each with what to do with it; CoDel's drops go
+    /// to `out` too, with [`Outcome::Drop`], and do not count against `max`. Returns how many
+    /// packets were sent.
+    pub fn dequeue(&mut self, now_ns: u64, max: usize, mut out: impl FnMut(T, Outcome)) -> usize {
+        self.refill(now_ns);
+        let mut sent = 0;
+        while sent < max && self.credit > 0 && self.first_host != NIL {
+            let Some((item, len, outcome)) = self.next_packet(now_ns, &mut out) else {
+                break;
+            };
+            self.credit -= i128::from(len) * i128::from(NANOS_PER_SECOND);
+            self.stats.sent_packets += 1;
+            self.stats.sent_bytes += u64::from(len);
+            out(item, outcome);
+            sent += 1;
+        }
+        sent
+    }
+
+    fn refill(&mut self, now_ns: u64) {
+        let elapsed = now_ns.saturating_sub(self.last_refill_ns);
+        self.last_refill_ns = self.last_refill_ns.max(now_ns);
+        let earned = i128::from(elapsed) * i128::from(self.bytes_per_second);
+        self.credit = (self.credit + earned).min(self.credit_cap);
+    }
+
+    /// The next packet by host, then flow, deficit round robin, through its queue's CoDel.
+    fn next_packet(
+        &mut self,
+        now_ns: u64,
+        out: &mut impl FnMut(T, Outcome),
+    ) -> Option<(T, u32, Outcome)> {
+        let quantum = i64::from(self.config.quantum);
+        while self.first_host != NIL {
+            let host_index = self.first_host;
+            let host = &mut self.hosts[host_index as usize];
+            if host.deficit <= 0 {
+                host.deficit += quantum;
+                self.rotate_host();
+                continue;
+            }
+            let queue_index = host.first;
+            let queue = &mut self.queues[queue_index as usize];
+            if queue.deficit <= 0 {
+                queue.deficit += quantum;
+                self.rotate_queue(host_index);
+                continue;
+            }
+            let served = self.codel_dequeue(queue_index as usize, now_ns, out);
+            self.deactivate_if_empty(queue_index as usize);
+            if let Some((item, len, outcome)) = served {
+                let charge = i64::from(len);
+                self.queues[queue_index as usize].deficit -= charge;
+                self.hosts[host_index as usize].deficit -= charge;
+                return Some((item, len, outcome));
+            }
+        }
+        None
+    }
+
+    /// RFC 8289's dequeue for one queue: packets CoDel drops go to `out` as they are dropped.
+    fn codel_dequeue(
+        &mut self,
+        queue_index: usize,
+        now_ns: u64,
+        out: &mut impl FnMut(T, Outcome),
+    ) -> Option<(T, u32, Outcome)> {
+        let interval = self.config.interval_ns;
+        let (mut packet, mut ok_to_drop) = self.codel_pop(queue_index, now_ns)?;
+        let mut codel = self.queues[queue_index].codel;
+        let mut outcome = Outcome::Send;
+        if codel.dropping {
+            if !ok_to_drop {
+                codel.dropping = false;
+            }
+            while codel.dropping && now_ns >= codel.drop_next_ns {
+                codel.count = codel.count.saturating_add(1);
+                if packet.2 {
+                    // ECN-capable: marked instead, and CoDel stops for this packet.
+                    outcome = Outcome::MarkAndSend;
+                    codel.drop_next_ns = control_law(codel.drop_next_ns, interval, codel.count);
+                    break;
+                }
+                self.stats.codel_drops += 1;
+                out(packet.0, Outcome::Drop);
+                match self.codel_pop(queue_index, now_ns) {
+                    Some((next, ok)) => {
+                        packet = next;
+                        ok_to_drop = ok;
+                    }
+                    None => {
+                        self.queues[queue_index].codel = Codel {
+                            dropping: false,
+                            ..codel
+                        };
+                        return None;
+                    }
+                }
+                if ok_to_drop {
+                    codel.drop_next_ns = control_law(codel.drop_next_ns, interval, codel.count);
+                } else {
+                    codel.dropping = false;
+                }
+            }
+        } else if ok_to_drop {
+            if packet.2 {
+                outcome = Outcome::MarkAndSend;
+            } else {
+                self.stats.codel_drops += 1;
+                out(packet.0, Outcome::Drop);
+                match self.codel_pop(queue_index, now_ns) {
+                    Some((next, _)) => packet = next,
+                    None => {
+                        self.queues[queue_index].codel = codel;
+                        return None;
+                    }
+                }
+            }
+            codel.dropping = true;
+            // Start from where the last dropping state left off if it was recent.
+            let delta = codel.count.wrapping_sub(codel.last_count);
+            codel.count = if delta > 1 && now_ns.saturating_sub(codel.drop_next_ns) < 16 * interval
+            {
+                delta
+            } else {
+                1
+            };
+            codel.drop_next_ns = control_law(now_ns, interval, codel.count);
+            codel.last_count = codel.count;
+        }
+        if outcome == Outcome::MarkAndSend {
+            self.stats.ecn_marks += 1;
+        }
+        self.queues[queue_index].codel = codel;
+        Some((packet.0, packet.1, outcome))
+    }
+
+    /// RFC 8289's `dodequeue`: the head packet (item, length, ECN-capable) and whether its
+    /// queue's delay has stayed above target for an interval.
+    fn codel_pop(&mut self, queue_index: usize, now_ns: u64) -> Option<((T, u32, bool), bool)> {
+        let Some((item, len, enqueued_ns, ecn_capable)) = self.pop_with_time(queue_index) else {
+            self.queues[queue_index].codel.first_above_ns = 0;
+            return None;
+        };
+        let (target, interval) = (self.config.target_ns, self.config.interval_ns);
+        let queue = &mut self.queues[queue_index];
+        let sojourn = now_ns.saturating_sub(enqueued_ns);
+        let mut ok_to_drop = false;
+        // Below target, or too little left to make a standing queue of: not congested.
+        if sojourn < target || queue.bytes <= u64::from(self.config.quantum) {
+            queue.codel.first_above_ns = 0;
+        } else if queue.codel.first_above_ns == 0 {
+            queue.codel.first_above_ns = now_ns + interval;
+        } else if now_ns >= queue.codel.first_above_ns {
+            ok_to_drop = true;
+        }
+        Some(((item, len, ecn_capable), ok_to_drop))
+    }
+
+    fn pop(&mut self, queue_index: usize) -> Option<(T, u32)> {
+        self.pop_with_time(queue_index)
+            .map(|(item, len, _, _)| (item, len))
+    }
+
+    fn pop_with_time(&mut self, queue_index: usize) -> Option<(T, u32, u64, bool)> {
+        let queue = &mut self.queues[queue_index];
+        let node_index = queue.head;
+        if node_index == NIL {
+            return None;
+        }
+        let node = &mut self.nodes[node_index as usize];
+        queue.head = node.next;
+        if queue.head == NIL {
+            queue.tail = NIL;
+        }
+        queue.bytes -= u64::from(node.len);
+        let item = node.item.take()?;
+        let popped = (item, node.len, node.enqueued_ns, node.ecn_capable);
+        node.next = NIL;
+        self.free.push(node_index);
+        self.stats.backlog_packets -= 1;
+        self.stats.backlog_bytes -= u64::from(popped.1);
+        Some(popped)
+    }
+
+    /// Lists an idle queue that just got a packet under its host, and the host among the
+    /// active hosts if it was idle.
+    fn activate(&mut self, queue_index: u32, host_index: u32) {
+        let quantum = i64::from(self.config.quantum);
+        let queue = &mut self.queues[queue_index as usize];
+        queue.active = true;
+        queue.host = host_index;
+        queue.deficit = quantum;
+        queue.next = NIL;
+        let host = &mut self.hosts[host_index as usize];
+        if host.last == NIL {
+            host.first = queue_index;
+        } else {
+            self.queues[host.last as usize].next = queue_index;
+        }
+        host.last = queue_index;
+        if !host.active {
+            host.active = true;
+            host.deficit = quantum;
+            host.next = NIL;
+            if self.last_host == NIL {
+                self.first_host = host_index;
+            } else {
+                self.hosts[self.last_host as usize].next = host_index;
+            }
+            self.last_host = host_index;
+        }
+    }
+
+    /// Unlists a queue that has run empty, and its host if it has no queue left. Only the
+    /// head queue of the head host runs empty in service; overflow drops may empty any
+    /// queue, so the lists are searched then (at most `flow_queues` steps, on overflow only).
+    fn deactivate_if_empty(&mut self, queue_index: usize) {
+        let queue = self.queues[queue_index];
+        if !queue.active || queue.head != NIL {
+            return;
+        }
+        let host_index = queue.host;
+        let queue_index = queue_index as u32;
+        // Unlink the queue from its host's list.
+        let host = self.hosts[host_index as usize];
+        let mut previous = NIL;
+        let mut at = host.first;
+        while at != NIL && at != queue_index {
+            previous = at;
+            at = self.queues[at as usize].next;
+        }
+        if at == NIL {
+            return;
+        }
+        let next = self.queues[queue_index as usize].next;
+        if previous == NIL {
+            self.hosts[host_index as usize].first = next;
+        } else {
+            self.queues[previous as usize].next = next;
+        }
+        if host.last == queue_index {
+            self.hosts[host_index as usize].last = previous;
+        }
+        let queue = &mut self.queues[queue_index as usize];
+        queue.active = false;
+        queue.next = NIL;
+        queue.deficit = 0;
+        if self.hosts[host_index as usize].first == NIL {
+            self.deactivate_host(host_index);
+        }
+    }
+
+    fn deactivate_host(&mut self, host_index: u32) {
+        let mut previous = NIL;
+        let mut at = self.first_host;
+        while at != NIL && at != host_index {
+            previous = at;
+            at = self.hosts[at as usize].next;
+        }
+        if at == NIL {
+            return;
+        }
+        let next = self.hosts[host_index as usize].next;
+        if previous == NIL {
+            self.first_host = next;
+        } else {
+            self.hosts[previous as usize].next = next;
+        }
+        if self.last_host == host_index {
+            self.last_host = previous;
+        }
+        let host = &mut self.hosts[host_index as usize];
+        host.active = false;
+        host.next = NIL;
+        host.deficit = 0;
+    }
+
+    /// The head host goes to the back of the active hosts.
+    fn rotate_host(&mut self) {
+        let head = self.first_host;
+        let next = self.hosts[head as usize].next;
+        if next == NIL {
+            return;
+        }
+        self.first_host = next;
+        self.hosts[self.last_host as usize].next = head;
+        self.hosts[head as usize].next = NIL;
+        self.last_host = head;
+    }
+
+    /// A host's head queue goes to the back of its queues.
+    fn rotate_queue(&mut self, host_index: u32) {
+        let host = self.hosts[host_index as usize];
+        let head = host.first;
+        let next = self.queues[head as usize].next;
+        if next == NIL {
+            return;
+        }
+        self.queues[host.last as usize].next = head;
+        self.queues[head as usize].next = NIL;
+        let host = &mut self.hosts[host_index as usize];
+        host.first = next;
+        host.last = head;
+    }
+
+    /// The active queue holding the most bytes (at most `flow_queues` steps).
+    fn fattest_queue(&self) -> Option<usize> {
+        self.queues
+            .iter()
+            .enumerate()
+            .filter(|(_, queue)| queue.head != NIL)
+            .max_by_key(|(_, queue)| queue.bytes)
+            .map(|(index, _)| index)
+    }
+}
+
+/// RFC 8289's control law: the next drop an interval over the square root of the drops so far
+/// after `t`, so that the drop rate rises until the queue's delay falls below target.
+fn control_law(t: u64, interval: u64, count: u32) -> u64 {
+    let step = interval as f64 / f64::from(count.max(1)).sqrt();
+    t.saturating_add(step as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn arrival(len: u32, host: u64, flow: u64, ecn_capable: bool) -> Arrival {
+        Arrival {
+            len,
+            host,
+            flow,
+            ecn_capable,
+        }
+    }
+
+    fn shaper(rate_bps: u64, packets: usize) -> Shaper<u32> {
+        Shaper::new(ShaperConfig {
+            rate_bps,
+            burst_bytes: 1500,
+            packets,
+            ..ShaperConfig::default()
+        })
+    }
+
+    /// Runs the link for `duration_ns` in 100 us polls, keeping `backlog` packets per flow
+    /// queued (flows given as (host, flow) pairs); returns bytes sent per flow.
+    fn saturate(
+        shaper: &mut Shaper<u32>,
+        flows: &[(u64, u64)],
+        backlog: usize,
+        duration_ns: u64,
+    ) -> Vec<u64> {
+        let mut sent = vec![0_u64; flows.len()];
+        let mut queued = vec![0_usize; flows.len()];
+        let mut now = 0;
+        while now < duration_ns {
+            for (index, &(host, flow)) in flows.iter().enumerate() {
+                while queued[index] < backlog {
+                    shaper.enqueue(
+                        index as u32,
+                        arrival(1500, host, flow, false),
+                        now,
+                        |dropped| {
+                            queued[dropped as usize] -= 1;
+                        },
+                    );
+                    queued[index] += 1;
+                }
+            }
+            shaper.dequeue(now, 64, |item, outcome| {
+                queued[item as usize] -= 1;
+                if outcome != Outcome::Drop {
+                    sent[item as usize] += 1500;
+                }
+            });
+            now += 100_000;
+        }
+        sent
+    }
+
+    #[test]
+    fn sends_at_the_rate_and_no_faster() {
+        let mut shaper = shaper(100_000_000, 1024);
+        let sent = saturate(&mut shaper, &[(1, 1)], 8, 1_000 * MS);
+        let rate = sent[0] * 8;
+        // 100 Mbit/s for a second, within one burst of 1500 bytes.
+        assert!((99_000_000..=100_020_000).contains(&rate), "{rate} bit/s");
+    }
+
+    #[test]
+    fn hosts_share_alike_whatever_their_flow_counts() {
+        let mut shaper = shaper(100_000_000, 4096);
+        // Host 1 with 16 flows, host 2 with one.
+        let mut flows: Vec<(u64, u64)> = (0..16).map(|flow| (1, 100 + flow)).collect();
+        flows.push((2, 7));
+        let sent = saturate(&mut shaper, &flows, 4, 1_000 * MS);
+        let host1: u64 = sent[..16].iter().sum();
+        let host2 = sent[16];
+        let share = host2 as f64 / (host1 + host2) as f64;
+        assert!((0.45..=0.55).contains(&share), "host 2 got {share:.3}");
+        // Within host 1, its flows share alike too.
+        let (least, most) = (
+            sent[..16].iter().min().unwrap(),
+            sent[..16].iter().max().unwrap(),
+        );
+        assert!(*most - *least <= 2 * 1514, "{least}..{most}");
+    }
+
+    /// Offers `per_poll` packets of 1500 bytes every `every_ns` (polls are 100 us apart) to
+    /// a 10 Mbit/s shaper (1.2 ms a packet) for `duration_ns`; returns the times of CoDel's
+    /// drops and the delays of what was sent.
+    fn offer(shaper: &mut Shaper<u64>, every_ns: u64, duration_ns: u64) -> (Vec<u64>, Vec<u64>) {
+        let (mut drops, mut delays) = (Vec::new(), Vec::new());
+        let mut now = 0;
+        let mut next_arrival = 0;
+        while now < duration_ns {
+            while next_arrival <= now {
+                shaper.enqueue(next_arrival, arrival(1500, 1, 1, false), now, |_| {});
+                next_arrival += every_ns;
+            }
+            shaper.dequeue(now, 64, |enqueued, outcome| match outcome {
+                Outcome::Drop => drops.push(now),
+                _ => delays.push(now - enqueued),
+            });
+            now += 100_000;
+        }
+        (drops, delays)
+    }
+
+    #[test]
+    fn codel_lets_a_burst_that_drains_within_an_interval_pass() {
+        let mut shaper: Shaper<u64> = Shaper::new(ShaperConfig {
+            rate_bps: 10_000_000,
+            burst_bytes: 1500,
+            ..ShaperConfig::default()
+        });
+        // 50 packets at once: 60 ms of queue, above the 5 ms target for less than 100 ms.
+        for id in 0..50 {
+            shaper.enqueue(id, arrival(1500, 1, 1, false), 0, |_| {});
+        }
+        let (drops, delays) = offer(&mut shaper, u64::MAX / 2, 200 * MS);
+        assert!(drops.is_empty(), "{drops:?}");
+        assert_eq!(delays.len(), 51);
+    }
+
+    #[test]
+    fn codel_drops_once_the_delay_stood_an_interval_then_ever_faster() {
+        let mut shaper: Shaper<u64> = Shaper::new(ShaperConfig {
+            rate_bps: 10_000_000,
+            burst_bytes: 1500,
+            ..ShaperConfig::default()
+        });
+        // A sender 25% over the rate that never slows down: a standing queue builds.
+        let (drops, _) = offer(&mut shaper, 960_000, 2_000 * MS);
+        // The delay passes the 5 ms target after some 25 ms; CoDel waits an interval more.
+        let first = drops[0];
+        assert!(
+            (100 * MS..=160 * MS).contains(&first),
+            "first drop at {first}"
+        );
+        // RFC 8289's control law: the n-th drop after it interval / sqrt(n) later (to the
+        // 1.2 ms a packet takes to reach the head).
+        let gaps: Vec<u64> = drops.windows(2).map(|pair| pair[1] - pair[0]).collect();
+        for (n, gap) in gaps.iter().take(4).enumerate() {
+            let law = (100.0 / ((n + 1) as f64).sqrt() * MS as f64) as u64;
+            assert!(gap.abs_diff(law) <= 2 * MS, "gap {n}: {gaps:?}");
+        }
+        assert!(gaps[40] < gaps[4] / 2, "{gaps:?}");
+        assert_eq!(shaper.stats().codel_drops, drops.len() as u64);
+        assert_eq!(shaper.stats().overflow_drops, 0);
+    }
+
+    #[test]
+    fn ecn_capable_packets_are_marked_not_dropped() {
+        let mut shaper = shaper(10_000_000, 1024);
+        let mut now = 0;
+        let mut marks = 0;
+        let mut next_id = 0;
+        while now < 2_000 * MS {
+            if now % 1_200_000 < 100_000 {
+                for _ in 0..2 {
+                    shaper.enqueue(next_id, arrival(1500, 1, 1, true), now, |_| {});
+                    next_id += 1;
+                }
+            }
+            shaper.dequeue(now, 64, |_, outcome| {
+                assert_ne!(outcome, Outcome::Drop, "an ECN-capable packet was dropped");
+                if outcome == Outcome::MarkAndSend {
+                    marks += 1;
+                }
+            });
+            now += 100_000;
+        }
+        assert!(marks > 0);
+        assert_eq!(shaper.stats().ecn_marks, marks);
+        assert_eq!(shaper.stats().codel_drops, 0);
+    }
+
+    #[test]
+    fn a_full_arena_drops_from_the_fattest_queue() {
+        let mut shaper = shaper(0, 8);
+        let mut dropped = Vec::new();
+        for id in 0..7 {
+            shaper.enqueue(id, arrival(1500, 1, 1, false), 0, |item| dropped.push(item));
+        }
+        shaper.enqueue(100, arrival(1500, 2, 2, false), 0, |item| {
+            dropped.push(item)
+        });
+        assert!(dropped.is_empty());
+        // Full: host 2's next packet pushes out host 1's oldest, not itself.
+        assert_eq!(
+            shaper.enqueue(101, arrival(1500, 2, 2, false), 0, |item| dropped
+                .push(item)),
+            Enqueued::MadeRoom(1)
+        );
+        assert_eq!(dropped, [0]);
+        assert_eq!(shaper.stats().backlog_packets, 8);
+        assert_eq!(shaper.stats().overflow_drops, 1);
+    }
+
+    #[test]
+    fn every_packet_comes_out_once() {
+        let mut shaper = shaper(1_000_000_000, 64);
+        let mut out = Vec::new();
+        let mut dropped = Vec::new();
+        for id in 0..200_u32 {
+            let host = u64::from(id % 5);
+            let flow = u64::from(id % 13);
+            shaper.enqueue(
+                id,
+                arrival(100 + id % 1400, host, flow, id % 2 == 0),
+                0,
+                |item| dropped.push(item),
+            );
+            if id % 3 == 0 {
+                shaper.dequeue(u64::from(id) * 10_000, 4, |item, outcome| match outcome {
+                    Outcome::Drop => dropped.push(item),
+                    _ => out.push(item),
+                });
+            }
+        }
+        let mut now = 10 * MS;
+        while shaper.stats().backlog_packets > 0 {
+            shaper.dequeue(now, 32, |item, outcome| match outcome {
+                Outcome::Drop => dropped.push(item),
+                _ => out.push(item),
+            });
+            now += MS;
+        }
+        let mut all: Vec<u32> = out.iter().chain(&dropped).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..200).collect::<Vec<_>>());
+        assert_eq!(shaper.stats().backlog_bytes, 0);
+        assert_eq!(shaper.free.len(), 64);
+        assert_eq!(shaper.first_host, NIL);
+    }
+
+    proptest::proptest! {
+        /// Any mix of arrivals (hosts, flows, lengths, ECN), polls and clock steps, on an
+        /// arena that may overflow: every packet comes out exactly once (sent, marked or
+        /// dropped), the backlog counters match, and the arena is whole at the end.
+        #[test]
+        fn packets_are_conserved(
+            ops in proptest::collection::vec(
+                (0_u8..4, 0_u64..6, 0_u64..40, 64_u32..1600, proptest::bool::ANY, 0_u64..30_000_000),
+                1..400,
+            ),
+            packets in 1_usize..48,
+            rate in 1_000_000_u64..1_000_000_000,
+        ) {
+            let mut shaper: Shaper<u32> = Shaper::new(ShaperConfig {
+                rate_bps: rate,
+                packets,
+                flow_queues: 16,
+                host_buckets: 4,
+                ..ShaperConfig::default()
+            });
+            let mut seen = std::collections::HashSet::new();
+            let mut now = 0;
+            let mut next = 0_u32;
+            for (op, host, flow, len, ecn, step) in ops {
+                now += step;
+                if op == 0 {
+                    shaper.dequeue(now, 8, |item, _| assert!(seen.insert(item)));
+                } else {
+                    shaper.enqueue(next, arrival(len, host, flow, ecn), now, |item| {
+                        assert!(seen.insert(item));
+                    });
+                    next += 1;
+                }
+                let stats = shaper.stats();
+                proptest::prop_assert_eq!(
+                    stats.backlog_packets as usize + shaper.free.len(),
+                    packets
+                );
+            }
+            while shaper.stats().backlog_packets > 0 {
+                now += 10_000_000;
+                shaper.dequeue(now, 64, |item, _| assert!(seen.insert(item)));
+            }
+            proptest::prop_assert_eq!(seen.len(), next as usize);
+            proptest::prop_assert_eq!(shaper.stats().backlog_bytes, 0);
+            proptest::prop_assert_eq!(shaper.first_host, NIL);
+        }
+    }
+}
