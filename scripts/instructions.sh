@@ -15,7 +15,7 @@ CACHE_SIM=${CACHE_SIM:-0}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 command -v valgrind >/dev/null || { echo "valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
-cargo build --release -q -p pipeline --example packet_cost
+cargo build --release -q -p pipeline --example packet_cost --example shaper_cost
 example="$TARGET_DIR/release/examples/packet_cost"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -52,4 +52,17 @@ printf '%-46s %s\n' "established, QoS and traffic meter on" "$(per_packet featur
 printf '%-46s %s\n' "new UDP flow through masquerade" "$(per_packet new 1 "$PACKETS")"
 printf "%-46s %s\n" "spoofed SYN at a forward, half-open table full" "$(per_packet syn 1 "$PACKETS")"
 printf '%-46s %s\n' "another worker's packet, handed off (decision)" "$(per_packet handoff 1 "$PACKETS")"
+# The shaper's queueing alone (pipeline::features::shaper, not yet in the pipeline): a
+# saturated link, 1,000 hosts with a flow each, 64-byte packets in and out in bursts of 32.
+shaper_count() {
+    local out="$work/cg.shaper.$1"
+    local sim=()
+    [[ $CACHE_SIM == 1 ]] && sim=(--cache-sim=yes)
+    valgrind --tool=callgrind "${sim[@]}" --toggle-collect='*shaper_cost::measure*' \
+        --callgrind-out-file="$out" "$TARGET_DIR/release/examples/shaper_cost" 1000 "$1" >/dev/null 2>&1
+    awk '/^totals:/ { print $2 }' "$out"
+}
+shaper_one=$(shaper_count "$((10 * PACKETS))")
+shaper_two=$(shaper_count "$((20 * PACKETS))")
+printf '%-46s %10.0f\n' "shaper enqueue + dequeue (1,000 hosts)" "$(((shaper_two - shaper_one) / (10 * PACKETS)))"
 [[ $CACHE_SIM == 1 ]] || echo "(misses: run with CACHE_SIM=1)"

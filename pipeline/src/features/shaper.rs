@@ -335,7 +335,9 @@ impl<T> Shaper<T> {
                 continue;
             }
             let served = self.codel_dequeue(queue_index as usize, now_ns, out);
-            self.deactivate_if_empty(queue_index as usize);
+            if self.queues[queue_index as usize].head == NIL {
+                self.retire_head_queue(host_index);
+            }
             if let Some((item, len, outcome)) = served {
                 let charge = i64::from(len);
                 self.queues[queue_index as usize].deficit -= charge;
@@ -536,6 +538,30 @@ impl<T> Shaper<T> {
         queue.deficit = 0;
         if self.hosts[host_index as usize].first == NIL {
             self.deactivate_host(host_index);
+        }
+    }
+
+    /// [`deactivate_if_empty`](Self::deactivate_if_empty) for the queue in service, which
+    /// heads its host's list, whose host heads the active hosts: no search.
+    fn retire_head_queue(&mut self, host_index: u32) {
+        let host = &mut self.hosts[host_index as usize];
+        let queue_index = host.first;
+        let queue = &mut self.queues[queue_index as usize];
+        host.first = queue.next;
+        if host.first == NIL {
+            host.last = NIL;
+        }
+        queue.active = false;
+        queue.next = NIL;
+        queue.deficit = 0;
+        if host.first == NIL {
+            host.active = false;
+            host.deficit = 0;
+            self.first_host = host.next;
+            host.next = NIL;
+            if self.first_host == NIL {
+                self.last_host = NIL;
+            }
         }
     }
 

@@ -1,0 +1,70 @@
+//! What the shaper's queueing costs a packet, without DPDK, for valgrind to count:
+//! `shaper_cost HOSTS PACKETS`. A saturated link (every host keeps packets queued, each
+//! host with one flow, as `gateway bench`'s LAN hosts have) takes bursts of 32 packets in and
+//! lets 32 out per poll, the clock advancing by what 32 packets take at the rate, so that the
+//! backlog stays put. `scripts/instructions.sh` runs it at two lengths and reports the
+//! difference over the packets between them: enqueue plus dequeue, per packet.
+
+use pipeline::features::shaper::{Arrival, Outcome, Shaper, ShaperConfig};
+
+const BURST: u64 = 32;
+const LEN: u32 = 64;
+/// 10 Gbit/s: 51.2 ns a 64-byte packet.
+const RATE_BPS: u64 = 10_000_000_000;
+
+#[inline(never)]
+fn measure(shaper: &mut Shaper<u64>, hosts: u64, packets: u64, mut now: u64) -> u64 {
+    let per_poll_ns = BURST * u64::from(LEN) * 8 * 1_000_000_000 / RATE_BPS;
+    let mut next = 0;
+    let mut sent = 0;
+    while next < packets {
+        for _ in 0..BURST {
+            let host = next % hosts;
+            let arrival = Arrival {
+                len: LEN,
+                host,
+                flow: host.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ecn_capable: false,
+            };
+            shaper.enqueue(next, arrival, now, drop);
+            next += 1;
+        }
+        now += per_poll_ns;
+        shaper.dequeue(now, BURST as usize, |item, outcome| {
+            if outcome != Outcome::Drop {
+                sent += 1;
+            }
+            std::hint::black_box(item);
+        });
+    }
+    sent
+}
+
+fn main() {
+    const USAGE: &str = "usage: shaper_cost HOSTS PACKETS";
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|arg| arg.parse().expect(USAGE))
+        .collect();
+    let [hosts, packets] = args[..] else {
+        panic!("{USAGE}");
+    };
+    let mut shaper = Shaper::new(ShaperConfig {
+        rate_bps: RATE_BPS,
+        burst_bytes: BURST * u64::from(LEN),
+        packets: 4 * hosts as usize + 1024,
+        flow_queues: 4 * hosts as usize,
+        host_buckets: 2 * hosts as usize,
+        ..ShaperConfig::default()
+    });
+    // Every host with a packet waiting before the measured loop.
+    let warm = measure(&mut shaper, hosts, hosts, 0);
+    let started = std::time::Instant::now();
+    let sent = measure(&mut shaper, hosts, packets, 1_000_000);
+    let elapsed = started.elapsed();
+    println!(
+        "{packets} packets over {hosts} hosts: {sent} sent ({warm} in warm-up), {:.1} ns a packet, backlog {}",
+        elapsed.as_nanos() as f64 / packets as f64,
+        shaper.stats().backlog_packets
+    );
+}
