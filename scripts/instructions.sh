@@ -53,16 +53,20 @@ printf '%-46s %s\n' "new UDP flow through masquerade" "$(per_packet new 1 "$PACK
 printf "%-46s %s\n" "spoofed SYN at a forward, half-open table full" "$(per_packet syn 1 "$PACKETS")"
 printf '%-46s %s\n' "another worker's packet, handed off (decision)" "$(per_packet handoff 1 "$PACKETS")"
 # The shaper's queueing alone (pipeline::features::shaper, not yet in the pipeline): a
-# saturated link, 1,000 hosts with a flow each, 64-byte packets in and out in bursts of 32.
+# saturated link, 1,000 hosts with a flow each, 64-byte packets in and out in bursts of 32;
+# then the same offered to a link ten times faster, where each leaves at once.
 shaper_count() {
-    local out="$work/cg.shaper.$1"
+    local out="$work/cg.shaper.$1.${2:-}"
     local sim=()
     [[ $CACHE_SIM == 1 ]] && sim=(--cache-sim=yes)
     valgrind --tool=callgrind "${sim[@]}" --toggle-collect='*shaper_cost::measure*' \
-        --callgrind-out-file="$out" "$TARGET_DIR/release/examples/shaper_cost" 1000 "$1" >/dev/null 2>&1
+        --callgrind-out-file="$out" "$TARGET_DIR/release/examples/shaper_cost" 1000 "$@" >/dev/null 2>&1
     awk '/^totals:/ { print $2 }' "$out"
 }
 shaper_one=$(shaper_count "$((10 * PACKETS))")
 shaper_two=$(shaper_count "$((20 * PACKETS))")
 printf '%-46s %10.0f\n' "shaper enqueue + dequeue (1,000 hosts)" "$(((shaper_two - shaper_one) / (10 * PACKETS)))"
+shaper_one=$(shaper_count "$((10 * PACKETS))" idle)
+shaper_two=$(shaper_count "$((20 * PACKETS))" idle)
+printf '%-46s %10.0f\n' "shaper, link below its rate (sent at once)" "$(((shaper_two - shaper_one) / (10 * PACKETS)))"
 [[ $CACHE_SIM == 1 ]] || echo "(misses: run with CACHE_SIM=1)"

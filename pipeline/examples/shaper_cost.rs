@@ -1,9 +1,12 @@
 //! What the shaper's queueing costs a packet, without DPDK, for valgrind to count:
-//! `shaper_cost HOSTS PACKETS`. A saturated link (every host keeps packets queued, each
+//! `shaper_cost HOSTS PACKETS [idle]`. A saturated link (every host keeps packets queued, each
 //! host with one flow, as `gateway bench`'s LAN hosts have) takes bursts of 32 packets in and
 //! lets 32 out per poll, the clock advancing by what 32 packets take at the rate, so that the
 //! backlog stays put. `scripts/instructions.sh` runs it at two lengths and reports the
-//! difference over the packets between them: enqueue plus dequeue, per packet.
+//! difference over the packets between them: enqueue plus dequeue, per packet. With `idle`,
+//! the link's rate is ten times what is offered, as in `gateway bench`'s feature rows, and
+//! every packet is offered (`Shaper::offer`) and sent at once: the shaper's cost when the link
+//! is not congested.
 
 use pipeline::features::shaper::{Arrival, Outcome, Shaper, ShaperConfig};
 
@@ -13,8 +16,11 @@ const LEN: u32 = 64;
 const RATE_BPS: u64 = 10_000_000_000;
 
 #[inline(never)]
-fn measure(shaper: &mut Shaper<u64>, hosts: u64, packets: u64, mut now: u64) -> u64 {
+fn measure(shaper: &mut Shaper<u64>, hosts: u64, packets: u64, mut now: u64, idle: bool) -> u64 {
     let per_poll_ns = BURST * u64::from(LEN) * 8 * 1_000_000_000 / RATE_BPS;
+    if idle {
+        return offer_below_the_rate(shaper, hosts, packets, now, 10 * per_poll_ns);
+    }
     let mut next = 0;
     let mut sent = 0;
     while next < packets {
@@ -40,12 +46,42 @@ fn measure(shaper: &mut Shaper<u64>, hosts: u64, packets: u64, mut now: u64) -> 
     sent
 }
 
+/// Bursts of 32 offered every `per_poll_ns`: ten times slower than the link drains them.
+fn offer_below_the_rate(
+    shaper: &mut Shaper<u64>,
+    hosts: u64,
+    packets: u64,
+    mut now: u64,
+    per_poll_ns: u64,
+) -> u64 {
+    let mut sent = 0;
+    for next in 0..packets {
+        if next % BURST == 0 {
+            now += per_poll_ns;
+        }
+        let host = next % hosts;
+        let arrival = Arrival {
+            len: LEN,
+            host,
+            flow: host.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ecn_capable: false,
+        };
+        if let Some(item) = shaper.offer(next, arrival, now, drop) {
+            std::hint::black_box(item);
+            sent += 1;
+        }
+    }
+    sent
+}
+
 fn main() {
-    const USAGE: &str = "usage: shaper_cost HOSTS PACKETS";
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|arg| arg.parse().expect(USAGE))
-        .collect();
+    const USAGE: &str = "usage: shaper_cost HOSTS PACKETS [idle]";
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let idle = args.last().is_some_and(|arg| arg == "idle");
+    if idle {
+        args.pop();
+    }
+    let args: Vec<u64> = args.iter().map(|arg| arg.parse().expect(USAGE)).collect();
     let [hosts, packets] = args[..] else {
         panic!("{USAGE}");
     };
@@ -58,9 +94,9 @@ fn main() {
         ..ShaperConfig::default()
     });
     // Every host with a packet waiting before the measured loop.
-    let warm = measure(&mut shaper, hosts, hosts, 0);
+    let warm = measure(&mut shaper, hosts, hosts, 0, idle);
     let started = std::time::Instant::now();
-    let sent = measure(&mut shaper, hosts, packets, 1_000_000);
+    let sent = measure(&mut shaper, hosts, packets, 1_000_000, idle);
     let elapsed = started.elapsed();
     println!(
         "{packets} packets over {hosts} hosts: {sent} sent ({warm} in warm-up), {:.1} ns a packet, backlog {}",

@@ -222,6 +222,30 @@ impl<T> Shaper<T> {
         self.stats
     }
 
+    /// A packet the caller would send now: back to send at once (`Some`) when nothing waits
+    /// and the link has credit, which it is charged, as a link below its rate always has;
+    /// else queued behind the others, as [`enqueue`](Self::enqueue) does (`None`). So an
+    /// uncongested link costs a packet a refill and a test, not a trip through the queues.
+    pub fn offer(
+        &mut self,
+        item: T,
+        arrival: Arrival,
+        now_ns: u64,
+        on_drop: impl FnMut(T),
+    ) -> Option<T> {
+        if self.first_host == NIL {
+            self.refill(now_ns);
+            if self.credit > 0 {
+                self.credit -= i128::from(arrival.len) * i128::from(NANOS_PER_SECOND);
+                self.stats.sent_packets += 1;
+                self.stats.sent_bytes += u64::from(arrival.len);
+                return Some(item);
+            }
+        }
+        self.enqueue(item, arrival, now_ns, on_drop);
+        None
+    }
+
     /// Queues a packet (see [`Arrival`]). When every node is taken, the fattest queue's head packets are dropped
     /// (handed to `on_drop`, to be freed) until this one fits, as fq_codel does: the flow
     /// that overfills the queues pays for it, not the packet that arrives.
@@ -812,6 +836,39 @@ mod tests {
         assert!(marks > 0);
         assert_eq!(shaper.stats().ecn_marks, marks);
         assert_eq!(shaper.stats().codel_drops, 0);
+    }
+
+    #[test]
+    fn below_its_rate_a_link_sends_at_once_and_over_it_queues() {
+        let mut shaper = shaper(100_000_000, 64);
+        // 1500 bytes every 200 us is 60 Mbit/s: never queued.
+        for id in 0..1000 {
+            let now = u64::from(id) * 200_000;
+            let offered = shaper.offer(id, arrival(1500, 1, 1, false), now, |_| {});
+            assert_eq!(offered, Some(id));
+        }
+        assert_eq!(shaper.stats().enqueued_packets, 0);
+        // Then 1500 bytes every 60 us, 200 Mbit/s: the credit runs out and packets wait, in
+        // order, behind the first that waited.
+        let mut now = 200 * MS;
+        let mut sent_at_once = 0;
+        for id in 1000..1100 {
+            now += 60_000;
+            if shaper
+                .offer(id, arrival(1500, 1, 1, false), now, |_| {})
+                .is_some()
+            {
+                sent_at_once += 1;
+            }
+        }
+        assert!(sent_at_once < 60, "{sent_at_once}");
+        assert!(shaper.stats().enqueued_packets > 0);
+        let mut order = Vec::new();
+        while shaper.stats().backlog_packets > 0 {
+            now += MS;
+            shaper.dequeue(now, 64, |id, _| order.push(id));
+        }
+        assert!(order.windows(2).all(|pair| pair[0] < pair[1]), "{order:?}");
     }
 
     #[test]
