@@ -1,8 +1,8 @@
 //! What the shaper's queueing costs a packet, without DPDK, for valgrind to count:
-//! `shaper_cost HOSTS PACKETS [idle]`. A saturated link (every host keeps packets queued, each
-//! host with one flow, as `gateway bench`'s LAN hosts have) takes bursts of 32 packets in and
-//! lets 32 out per poll, the clock advancing by what 32 packets take at the rate, so that the
-//! backlog stays put. `scripts/instructions.sh` runs it at two lengths and reports the
+//! `shaper_cost HOSTS PACKETS [idle]`. A saturated link: every host, with one flow as
+//! `gateway bench`'s LAN hosts have, first gets two packets queued, then each poll takes a
+//! burst of 32 packets in (the hosts in turn) and lets 32 out, the clock advancing by a little
+//! more than 32 packets take at the rate, so that the backlog stays put with every host active. `scripts/instructions.sh` runs it at two lengths and reports the
 //! difference over the packets between them: enqueue plus dequeue, per packet. With `idle`,
 //! the link's rate is ten times what is offered, as in `gateway bench`'s feature rows, and
 //! every packet is offered (`Shaper::offer`) and sent at once: the shaper's cost when the link
@@ -17,7 +17,8 @@ const RATE_BPS: u64 = 10_000_000_000;
 
 #[inline(never)]
 fn measure(shaper: &mut Shaper<u64>, hosts: u64, packets: u64, mut now: u64, idle: bool) -> u64 {
-    let per_poll_ns = BURST * u64::from(LEN) * 8 * 1_000_000_000 / RATE_BPS;
+    // Rounded up: the link could take a few more than 32, so `dequeue`'s cap decides.
+    let per_poll_ns = (BURST * u64::from(LEN) * 8 * 1_000_000_000).div_ceil(RATE_BPS);
     if idle {
         return offer_below_the_rate(shaper, hosts, packets, now, 10 * per_poll_ns);
     }
@@ -85,6 +86,7 @@ fn main() {
     let [hosts, packets] = args[..] else {
         panic!("{USAGE}");
     };
+    let hosts = hosts.max(1);
     let mut shaper = Shaper::new(ShaperConfig {
         rate_bps: RATE_BPS,
         burst_bytes: BURST * u64::from(LEN),
@@ -93,8 +95,22 @@ fn main() {
         host_buckets: 2 * hosts as usize,
         ..ShaperConfig::default()
     });
-    // Every host with a packet waiting before the measured loop.
-    let warm = measure(&mut shaper, hosts, hosts, 0, idle);
+    // Every host with two packets waiting before the measured loop (none below the rate).
+    let warm = if idle {
+        measure(&mut shaper, hosts, hosts, 0, idle)
+    } else {
+        for id in 0..2 * hosts {
+            let host = id % hosts;
+            let arrival = Arrival {
+                len: LEN,
+                host,
+                flow: host.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ecn_capable: false,
+            };
+            shaper.enqueue(id, arrival, 0, drop);
+        }
+        0
+    };
     let started = std::time::Instant::now();
     let sent = measure(&mut shaper, hosts, packets, 1_000_000, idle);
     let elapsed = started.elapsed();

@@ -11,11 +11,17 @@
 //! outcome (send, set CE and send, or free).
 //!
 //! Everything is allocated at construction: `packets` nodes in an arena, `flow_queues`
-//! queues and `host_buckets` host slots. Hosts and flows are hashed into them, so two hosts
-//! (or flows) whose hashes collide share a slot and its fairness; with the defaults (1024
-//! queues, 1024 host buckets) that takes more hosts than a home or office network has. No
-//! operation allocates; the only loop longer than a few steps is the search for the fattest
-//! queue when the arena is full, at most `flow_queues` steps, and only on overflow.
+//! queues and `host_buckets` host slots, and no operation allocates. Hosts and flows are
+//! hashed into the slots directly (not set-associatively, as CAKE does), so two hosts, or two
+//! flows, whose hashes collide share a slot and its fairness: by the birthday bound, some two
+//! of 38 hosts share one of 1024 buckets half the time. A packet whose flow queue is already
+//! listed under another host joins it there and is charged to that host.
+//!
+//! The work of one call is bounded by the arena and the slots, not by a constant: a
+//! [`dequeue`](Shaper::dequeue) may pass over every active host and queue to find one with
+//! deficit, CoDel may drop a queue's whole backlog, and an [`enqueue`](Shaper::enqueue) into a
+//! full arena scans the flow queues for the fattest (then drops up to half of its backlog at
+//! once, so that a flood pays for the scan once per many packets, as fq_codel does).
 
 /// The shaper's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +40,8 @@ pub struct ShaperConfig {
     pub flow_queues: usize,
     /// Host slots, a power of two.
     pub host_buckets: usize,
-    /// Bytes each host and each flow may send per round: about one full-sized frame.
+    /// Bytes each host and each flow may send per round: about one full-sized frame. Also
+    /// CoDel's MAXPACKET: a queue holding no more is never found congested.
     pub quantum: u32,
 }
 
@@ -163,13 +170,18 @@ pub struct Shaper<T> {
 }
 
 impl<T> Shaper<T> {
-    /// Rounds `flow_queues` and `host_buckets` up to powers of two, and `packets` to at
-    /// least 1.
+    /// Rounds `flow_queues` and `host_buckets` up to powers of two; takes at least one
+    /// packet, a 64-byte quantum, a burst of one quantum, and an interval of at most a minute.
     pub fn new(mut config: ShaperConfig) -> Self {
         config.flow_queues = config.flow_queues.clamp(1, 1 << 20).next_power_of_two();
         config.host_buckets = config.host_buckets.clamp(1, 1 << 20).next_power_of_two();
         config.packets = config.packets.clamp(1, (NIL - 1) as usize);
         config.quantum = config.quantum.max(64);
+        // At least a frame may leave at once; CoDel's times within what u64 nanoseconds hold
+        // with room (its arithmetic adds up to 16 intervals to the clock).
+        config.burst_bytes = config.burst_bytes.max(u64::from(config.quantum));
+        config.interval_ns = config.interval_ns.clamp(1, 60 * NANOS_PER_SECOND);
+        config.target_ns = config.target_ns.min(config.interval_ns);
         let nodes = (0..config.packets)
             .map(|_| Node {
                 item: None,
@@ -246,9 +258,9 @@ impl<T> Shaper<T> {
         None
     }
 
-    /// Queues a packet (see [`Arrival`]). When every node is taken, the fattest queue's head packets are dropped
-    /// (handed to `on_drop`, to be freed) until this one fits, as fq_codel does: the flow
-    /// that overfills the queues pays for it, not the packet that arrives.
+    /// Queues a packet (see [`Arrival`]). When every node is taken, packets are dropped from
+    /// the head of the fattest queue (handed to `on_drop`, to be freed) until this one fits:
+    /// the flow that overfills the queues pays for it, not the packet that arrives.
     pub fn enqueue(
         &mut self,
         item: T,
@@ -266,10 +278,24 @@ impl<T> Shaper<T> {
             let Some(fattest) = self.fattest_queue() else {
                 break;
             };
-            if let Some((dropped, _)) = self.pop(fattest) {
+            // Half its bytes, at most 64 packets, at least one: fq_codel's batch drop.
+            let goal = self.queues[fattest].bytes / 2;
+            let mut freed_bytes = 0;
+            for _ in 0..64 {
+                let Some((dropped, len)) = self.pop(fattest) else {
+                    break;
+                };
                 made_room += 1;
                 self.stats.overflow_drops += 1;
                 on_drop(dropped);
+                freed_bytes += u64::from(len);
+                if freed_bytes >= goal {
+                    break;
+                }
+            }
+            if self.queues[fattest].head == NIL {
+                // Emptied by force: its next busy period starts with a fresh CoDel.
+                self.queues[fattest].codel = Codel::default();
             }
             self.deactivate_if_empty(fattest);
         }
@@ -488,13 +514,13 @@ impl<T> Shaper<T> {
             queue.tail = NIL;
         }
         queue.bytes -= u64::from(node.len);
-        let item = node.item.take()?;
-        let popped = (item, node.len, node.enqueued_ns, node.ecn_capable);
         node.next = NIL;
         self.free.push(node_index);
         self.stats.backlog_packets -= 1;
-        self.stats.backlog_bytes -= u64::from(popped.1);
-        Some(popped)
+        self.stats.backlog_bytes -= u64::from(node.len);
+        // Every listed node holds an item: `enqueue` puts one in before listing it.
+        let item = node.item.take()?;
+        Some((item, node.len, node.enqueued_ns, node.ecn_capable))
     }
 
     /// Lists an idle queue that just got a packet under its host, and the host among the
@@ -777,8 +803,9 @@ mod tests {
             ..ShaperConfig::default()
         });
         // 50 packets at once: 60 ms of queue, above the 5 ms target for less than 100 ms.
-        for id in 0..50 {
-            shaper.enqueue(id, arrival(1500, 1, 1, false), 0, |_| {});
+        // (Each item is its enqueue time, as `offer` reads it.)
+        for _ in 0..50 {
+            shaper.enqueue(0, arrival(1500, 1, 1, false), 0, |_| {});
         }
         let (drops, delays) = offer(&mut shaper, u64::MAX / 2, 200 * MS);
         assert!(drops.is_empty(), "{drops:?}");
@@ -882,15 +909,22 @@ mod tests {
             dropped.push(item)
         });
         assert!(dropped.is_empty());
-        // Full: host 2's next packet pushes out host 1's oldest, not itself.
+        // Full: host 2's next packet pushes out host 1's oldest, not itself, half of that
+        // queue's bytes at once (fq_codel's batch drop).
         assert_eq!(
             shaper.enqueue(101, arrival(1500, 2, 2, false), 0, |item| dropped
                 .push(item)),
-            Enqueued::MadeRoom(1)
+            Enqueued::MadeRoom(4)
         );
-        assert_eq!(dropped, [0]);
-        assert_eq!(shaper.stats().backlog_packets, 8);
-        assert_eq!(shaper.stats().overflow_drops, 1);
+        assert_eq!(dropped, [0, 1, 2, 3]);
+        assert_eq!(shaper.stats().backlog_packets, 5);
+        assert_eq!(shaper.stats().overflow_drops, 4);
+        // The next three fit without a drop.
+        for id in 102..105 {
+            let queued =
+                shaper.enqueue(id, arrival(1500, 2, 2, false), 0, |item| dropped.push(item));
+            assert_eq!(queued, Enqueued::Queued);
+        }
     }
 
     #[test]
