@@ -15,6 +15,17 @@ const LEN: u32 = 64;
 /// 10 Gbit/s: 51.2 ns a 64-byte packet.
 const RATE_BPS: u64 = 10_000_000_000;
 
+/// Packet `id`'s arrival: the hosts in turn, one flow each.
+fn arrival(id: u64, hosts: u64) -> Arrival {
+    let host = id % hosts;
+    Arrival {
+        len: LEN,
+        host,
+        flow: host.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        ecn_capable: false,
+    }
+}
+
 #[inline(never)]
 fn measure(shaper: &mut Shaper<u64>, hosts: u64, packets: u64, mut now: u64, idle: bool) -> u64 {
     // Rounded up: the link could take a few more than 32, so `dequeue`'s cap decides.
@@ -26,14 +37,7 @@ fn measure(shaper: &mut Shaper<u64>, hosts: u64, packets: u64, mut now: u64, idl
     let mut sent = 0;
     while next < packets {
         for _ in 0..BURST {
-            let host = next % hosts;
-            let arrival = Arrival {
-                len: LEN,
-                host,
-                flow: host.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                ecn_capable: false,
-            };
-            shaper.enqueue(next, arrival, now, drop);
+            shaper.enqueue(next, arrival(next, hosts), now, drop);
             next += 1;
         }
         now += per_poll_ns;
@@ -60,14 +64,7 @@ fn offer_below_the_rate(
         if next % BURST == 0 {
             now += per_poll_ns;
         }
-        let host = next % hosts;
-        let arrival = Arrival {
-            len: LEN,
-            host,
-            flow: host.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            ecn_capable: false,
-        };
-        if let Some(item) = shaper.offer(next, arrival, now, drop) {
+        if let Some(item) = shaper.offer(next, arrival(next, hosts), now, drop) {
             std::hint::black_box(item);
             sent += 1;
         }
@@ -100,14 +97,7 @@ fn main() {
         measure(&mut shaper, hosts, hosts, 0, idle)
     } else {
         for id in 0..2 * hosts {
-            let host = id % hosts;
-            let arrival = Arrival {
-                len: LEN,
-                host,
-                flow: host.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                ecn_capable: false,
-            };
-            shaper.enqueue(id, arrival, 0, drop);
+            shaper.enqueue(id, arrival(id, hosts), 0, drop);
         }
         0
     };
