@@ -5,6 +5,10 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 GATEWAY := target/release/gateway
 
+# One step at a time even under `make -j`: the unit tests, the fuzz smoke and the e2e lab share
+# two CPUs, hugepages and the lab's namespace names.
+.NOTPARALLEL:
+
 .PHONY: all deps hugepages build demo test lint unit e2e bench bench-sweep bench-record lab-bench clean fuzz fuzz-smoke instructions
 
 all: build

@@ -8,10 +8,15 @@ iperf3_run() {
     shift 3
     local args=("$@")
     [[ " ${args[*]} " == *" -t "* ]] || args+=(-t 3)
-    ip netns exec "$server_ns" iperf3 -s -1 -J >"$WORK/server.json" 2>&1 &
+    local seconds=3 i
+    for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+        if [[ ${args[i]} == -t ]]; then seconds=${args[i + 1]%.*}; fi
+    done
+    # Bounded like the client: a server whose client never came must not hold the caller.
+    ip netns exec "$server_ns" timeout $((seconds + 60)) iperf3 -s -1 -J >"$WORK/server.json" 2>&1 &
     local server=$!
     sleep 0.5
-    if ! ip netns exec "$client_ns" timeout 60 iperf3 -c "$address" -J "${args[@]}" >"$WORK/client.json"; then
+    if ! ip netns exec "$client_ns" timeout $((seconds + 60)) iperf3 -c "$address" -J "${args[@]}" >"$WORK/client.json"; then
         kill "$server" 2>/dev/null
         echo "iperf3 $client_ns -> $address ${args[*]} failed: $(tail -c 300 "$WORK/client.json")" >&2
         return 1
@@ -29,7 +34,7 @@ PY
 
 # metric PREFIX: the sum of every series whose line starts with PREFIX.
 metric() {
-    curl -sf "$METRICS" | awk -v m="$1" 'index($0, m) == 1 { sum += $NF } END { printf "%d\n", sum }'
+    curl -sf --max-time 15 "$METRICS" | awk -v m="$1" 'index($0, m) == 1 { sum += $NF } END { printf "%d\n", sum }'
 }
 
 # udp_echo_server NS PORT: a UDP echo server in namespace NS, in the background; prints its pid.

@@ -8,6 +8,10 @@ GATEWAY_PID=
 # Each test's gateway keeps its state snapshot (see [state] in configs/lab.toml) in the test's
 # own directory, so that no test restores the flows another one left behind.
 export GATEWAY__STATE__DIRECTORY=${GATEWAY__STATE__DIRECTORY:-$WORK/state}
+# Every curl in a test gives up after 15 s (curl reads $CURL_HOME/.curlrc): a server that
+# accepts and never answers fails the test instead of hanging it.
+export CURL_HOME=$WORK
+printf 'connect-timeout = 5\nmax-time = 15\n' >"$WORK/.curlrc"
 
 fail() {
     echo "FAIL: $*" >&2
