@@ -125,6 +125,7 @@ feature_snippet() {
 # Policing of the WAN links with a priority class; rates far above what the lab carries, so
 # the row measures the policer's cost, not its limit.
 enabled = true
+mode = "policer"
 uplink_mbps = 100000
 downlink_mbps = 100000
 burst_ms = 20

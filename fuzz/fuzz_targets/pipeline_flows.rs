@@ -32,7 +32,7 @@ use gateway_fuzz::{
 };
 use libfuzzer_sys::fuzz_target;
 use pipeline::features::content::{ContentPolicy, DnsAction};
-use pipeline::features::qos::QosConfig;
+use pipeline::features::qos::{QosConfig, QosMode};
 use pipeline::pipeline::config::{PortForward, Stateful};
 use pipeline::state::conntrack::{ConntrackConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
@@ -215,6 +215,7 @@ fn config(variant: usize) -> RouterConfig {
                 downlink_bps: 8_000_000,
                 burst_ms: 5,
                 classes: Vec::new(),
+                mode: QosMode::Policer,
             });
         }
         3 => {

@@ -39,6 +39,7 @@ use crate::port_watch::{self, PortWatch, WatchedPort};
 use crate::pppoe::links::{PppoeLinks, PppoeView};
 use crate::published::Published;
 use crate::reload;
+use crate::shaping::LinkShapers;
 use crate::snapshot::{Restore, SnapshotStatus};
 use crate::twins::Twins;
 use crate::worker::Worker;
@@ -450,6 +451,10 @@ impl<'a> Gateway<'a> {
                 rx,
                 handoff: handoff_links.next().expect("one set of links per worker"),
                 egress: Egress::new(tx, layout.links().to_vec(), layout.sessions().clone()),
+                shapers: LinkShapers::new(
+                    crate::shaping::queued_per_link(config.mempool.mbufs, worker_lcores.len()),
+                    pipeline.qos_stats(),
+                ),
                 layout: layout.clone(),
                 pool: pool.clone(),
                 to_control,

@@ -162,6 +162,29 @@ pub struct QosSettings {
     pub burst_ms: u32,
     /// Traffic that goes first; everything else is bulk, shared fairly among LAN hosts.
     pub priority: Vec<QosPriorityRule>,
+    /// "shaper" (the default) queues what exceeds the rate (fair per host, then per flow,
+    /// CoDel on every queue, ECN marks); "policer" drops it at once.
+    pub mode: QosModeSetting,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(try_from = "String")]
+pub enum QosModeSetting {
+    Policer,
+    #[default]
+    Shaper,
+}
+
+impl TryFrom<String> for QosModeSetting {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        match text.as_str() {
+            "shaper" => Ok(Self::Shaper),
+            "policer" => Ok(Self::Policer),
+            _ => Err(format!("{text:?} is not shaper or policer")),
+        }
+    }
 }
 
 impl Default for QosSettings {
@@ -172,6 +195,7 @@ impl Default for QosSettings {
             downlink_mbps: 1000,
             burst_ms: 20,
             priority: Vec::new(),
+            mode: QosModeSetting::Shaper,
         }
     }
 }
@@ -2313,6 +2337,23 @@ mod tests {
         refused(&LAB.replace("address = \"10.0.0.1/24\"", "address = \"10.0.0.1/24\"\n[[interfaces]]\nname = \"isp\"\nparent = \"wan\"\nvlan = 7\naddress = \"pppoe\"").replace("address = \"pppoe\"", &format!("address = \"pppoe\"{table}")), "interfaces[2].pppoe.default_route:");
         let config = parse(&with(&format!("\nmtu = 1400\ntcp_mss = 1300{table}"))).unwrap();
         assert_eq!(config.interfaces[2].tcp_mss_bytes(1400), Some(1300));
+    }
+
+    #[test]
+    fn qos_shapes_by_default_and_polices_when_told() {
+        let on = format!("{LAB}\n[qos]\nenabled = true\n");
+        assert_eq!(parse(&on).unwrap().qos.mode, QosModeSetting::Shaper);
+        let policer = format!("{on}mode = \"policer\"\n");
+        let config = parse(&policer).unwrap();
+        assert_eq!(config.qos.mode, QosModeSetting::Policer);
+        assert_eq!(
+            crate::pipeline_config::qos_config(&config.qos).map(|qos| qos.mode),
+            Some(pipeline::features::qos::QosMode::Policer)
+        );
+        let bad = format!("{on}mode = \"fq_codel\"\n");
+        let err = parse(&bad).unwrap_err().to_string();
+        assert!(err.contains("qos.mode"), "the error names the field: {err}");
+        assert!(err.contains("shaper"), "the error lists the choices: {err}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod port_watch;
 pub mod pppoe;
 pub mod published;
 pub mod reload;
+pub mod shaping;
 pub mod snapshot;
 pub mod timestamp;
 pub mod twins;

@@ -180,6 +180,8 @@ pub struct Metrics {
     qos_bytes: IntCounterVec,
     qos_packets: IntCounterVec,
     qos_share: IntGaugeVec,
+    qos_ecn_marks: IntCounterVec,
+    qos_backlog: IntGaugeVec,
     meter_bytes: IntCounterVec,
     meter_packets: IntCounterVec,
     meter_hosts: IntGauge,
@@ -546,6 +548,9 @@ pub fn metric_names() -> Vec<String> {
         "qos_bytes_total",
         "qos_packets_total",
         "qos_share_bytes_per_second",
+        "qos_ecn_marks_total",
+        "qos_backlog_packets",
+        "qos_queue_delay_seconds",
         "meter_bytes_total",
         "meter_packets_total",
         "meter_hosts",
@@ -786,6 +791,18 @@ impl Metrics {
                 "QoS: the rate share each worker polices to, by link.",
                 &["worker", "link"],
             ),
+            qos_ecn_marks: counter_vec(
+                &registry,
+                "qos_ecn_marks_total",
+                "QoS shaper: packets marked CE (Congestion Experienced) instead of dropped, by link.",
+                &["link"],
+            ),
+            qos_backlog: gauge_vec(
+                &registry,
+                "qos_backlog_packets",
+                "QoS shaper: packets waiting in the shapers now, by link.",
+                &["link"],
+            ),
             meter_bytes: counter_vec(
                 &registry,
                 "meter_bytes_total",
@@ -857,9 +874,11 @@ impl Metrics {
     /// Reads every source and renders the Prometheus text exposition.
     pub fn render(&self) -> String {
         self.collect();
+        let mut families = self.registry.gather();
+        families.push(self.queue_delay_family());
         let mut out = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
+            .encode(&families, &mut out)
             .expect("text encoding into a Vec cannot fail");
         String::from_utf8(out).expect("the text format is UTF-8")
     }
@@ -1071,12 +1090,65 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// `gateway_qos_queue_delay_seconds`: how long packets waited in the shapers, a histogram
+    /// per link over all workers. Built here from the workers' bucket counts, which the
+    /// registry's own histograms (observed one value at a time) could not take.
+    fn queue_delay_family(&self) -> prometheus::proto::MetricFamily {
+        use pipeline::features::shaper::DELAY_BUCKETS_NS;
+        use prometheus::proto::{Bucket, Histogram, LabelPair, Metric, MetricFamily, MetricType};
+        let mut family = MetricFamily::default();
+        family.set_name("gateway_qos_queue_delay_seconds".into());
+        family.set_help(
+            "QoS shaper: time packets waited in the queues (sent, marked or dropped by CoDel), by link."
+                .into(),
+        );
+        family.set_field_type(MetricType::HISTOGRAM);
+        for (index, link) in ["uplink", "downlink"].into_iter().enumerate() {
+            let exports = self.sources.qos.iter().map(|links| &links[index].shaper);
+            let mut counts = [0u64; DELAY_BUCKETS_NS.len() + 1];
+            let mut sum_ns = 0u64;
+            for export in exports {
+                for (total, gauge) in counts.iter_mut().zip(&export.delay_counts) {
+                    *total += gauge.get();
+                }
+                sum_ns = sum_ns.wrapping_add(export.delay_sum_ns.get());
+            }
+            let mut histogram = Histogram::default();
+            let mut cumulative = 0;
+            let buckets = DELAY_BUCKETS_NS
+                .iter()
+                .zip(&counts)
+                .map(|(&bound, &count)| {
+                    cumulative += count;
+                    let mut bucket = Bucket::default();
+                    bucket.set_upper_bound(bound as f64 / 1e9);
+                    bucket.set_cumulative_count(cumulative);
+                    bucket
+                })
+                .collect();
+            histogram.set_bucket(buckets);
+            histogram.set_sample_count(counts.iter().sum());
+            histogram.set_sample_sum(sum_ns as f64 / 1e9);
+            let mut label = LabelPair::default();
+            label.set_name("link".into());
+            label.set_value(link.into());
+            let mut metric = Metric::default();
+            metric.set_label(vec![label]);
+            metric.set_histogram(histogram);
+            family.mut_metric().push(metric);
+        }
+        family
+    }
+
     fn collect_qos(&self) {
         let links = ["uplink", "downlink"];
         // [link][class][passed bytes, passed packets, dropped bytes, dropped packets]
         let mut totals = [[[0u64; 4]; 2]; 2];
+        let mut shaped = [[0u64; 2]; 2];
         for (worker, policers) in self.sources.qos.iter().enumerate() {
             for (link, stats) in policers.iter().enumerate() {
+                shaped[link][0] += stats.shaper.ecn_marks.get();
+                shaped[link][1] += stats.shaper.backlog_packets.get();
                 self.qos_share
                     .with_label_values(&[&worker.to_string(), links[link]])
                     .set((stats.share_bps() / 8) as i64);
@@ -1088,6 +1160,12 @@ impl Metrics {
                     total[3] += counts.dropped_packets.get();
                 }
             }
+        }
+        for (link, [marks, backlog]) in shaped.into_iter().enumerate() {
+            sync_counter(&self.qos_ecn_marks, &[links[link]], marks);
+            self.qos_backlog
+                .with_label_values(&[links[link]])
+                .set(backlog as i64);
         }
         for (link, per_class) in totals.iter().enumerate() {
             for (class, t) in per_class.iter().enumerate() {

@@ -324,6 +324,10 @@ pub fn qos_config(qos: &QosSettings) -> Option<pipeline::features::qos::QosConfi
         downlink_bps: qos.downlink_mbps.saturating_mul(1_000_000),
         burst_ms: qos.burst_ms,
         classes,
+        mode: match qos.mode {
+            crate::config::QosModeSetting::Shaper => pipeline::features::qos::QosMode::Shaper,
+            crate::config::QosModeSetting::Policer => pipeline::features::qos::QosMode::Policer,
+        },
     })
 }
 

@@ -20,6 +20,7 @@ use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, HEARTBEAT_LOOPS};
 use crate::port_layout::PortLayout;
 use crate::published::Published;
+use crate::shaping::LinkShapers;
 use crate::twins::PuntLink;
 
 /// Flows the expiry sweep visits per loop: bounded work, yet a full pass over a million
@@ -70,6 +71,8 @@ pub struct Worker {
     pub layout: PortLayout,
     pub handoff: HandoffLinks,
     pub egress: Egress,
+    /// QoS in shaper mode: the packets waiting for this worker's share of each WAN link.
+    pub shapers: LinkShapers,
     pub pool: Arc<Mempool>,
     pub to_control: RingProducer,
     /// Packets the control thread built (ARP, echo replies, released held packets), for this
@@ -181,11 +184,29 @@ impl Worker {
                 *len = packet.len();
             }
         }
-        for ((mut mbuf, verdict), len) in batch.drain().zip(verdicts).zip(lens) {
+        let shaping = pipeline.shaping();
+        for (index, ((mut mbuf, verdict), len)) in batch.drain().zip(verdicts).zip(lens).enumerate()
+        {
             // The pipeline only ever sets lengths within the room it was given.
-            if mbuf.set_len(len).is_ok() {
-                self.dispatch(pipeline, mbuf, verdict, control);
+            if mbuf.set_len(len).is_err() {
+                continue;
             }
+            if shaping {
+                if let (Verdict::Transmit { port }, Some(request)) =
+                    (verdict, pipeline.shape_requests()[index])
+                {
+                    self.shapers.shape(
+                        port,
+                        mbuf,
+                        request,
+                        now_ns,
+                        &mut self.egress,
+                        &self.counters,
+                    );
+                    continue;
+                }
+            }
+            self.dispatch(pipeline, mbuf, verdict, control);
         }
     }
 
@@ -385,6 +406,9 @@ impl WorkerLoop {
             trace.poll();
         }
         worker.transmit_from_control(&mut self.rx);
+        worker
+            .shapers
+            .poll(pipeline, now_ns, &mut worker.egress, &worker.counters);
         worker.egress.flush(&worker.counters);
         worker.handoff.flush(&worker.counters);
         worker.flush_control(&mut self.control);

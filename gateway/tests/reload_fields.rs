@@ -44,7 +44,13 @@ impl de::Error for TraceError {
 
 /// Strings the schema's string-typed leaves accept, tried in turn: any text, an address with
 /// a prefix, an address, a socket address, a source-validation mode.
-const STRING_CANDIDATES: &[&str] = &["10.0.0.1/24", "10.0.0.1", "127.0.0.1:9100", "strict"];
+const STRING_CANDIDATES: &[&str] = &[
+    "10.0.0.1/24",
+    "10.0.0.1",
+    "127.0.0.1:9100",
+    "strict",
+    "shaper",
+];
 
 /// What one walk shares: the leaves seen, the string candidate chosen per path, and the last
 /// string leaf handed out (the one at fault when a parse fails: each parse follows its read).
@@ -563,6 +569,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("qos.uplink_mbps", Applied, "200", None),
     ("qos.downlink_mbps", Applied, "200", None),
     ("qos.burst_ms", Applied, "30", None),
+    ("qos.mode", Applied, "\"policer\"", None),
     ("qos.priority[].host", Applied, "\"192.168.10.6\"", None),
     ("qos.priority[].mac", Applied, "\"02:00:00:00:00:51\"", None),
     ("qos.priority[].dscp", Applied, "34", None),

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use etherparse::PacketBuilder;
 use pipeline::features::meter::HostMeter;
-use pipeline::features::qos::{Class, ClassRule, QosConfig};
+use pipeline::features::qos::{Class, ClassRule, QosConfig, QosMode};
 use pipeline::pipeline::config::{PortForward, Stateful};
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
@@ -79,6 +79,7 @@ fn qos() -> QosConfig {
         classes: vec![ClassRule::new(Class::Priority)
             .with_protocol(17)
             .with_ports(5060, 5061)],
+        mode: QosMode::Policer,
     }
 }
 

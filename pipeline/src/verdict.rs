@@ -162,8 +162,14 @@ drop_reasons! {
     ContentBlocked => "content_blocked",
     /// A device outside its allowed hours, or paused, by parental control.
     ParentalBlocked => "parental_blocked",
-    /// Over the QoS rate of its link and class.
+    /// Over the QoS rate of its link and class (the policer; in shaper mode, priority
+    /// traffic above the link's whole rate).
     QosPoliced => "qos_policed",
+    /// Dropped by CoDel in the QoS shaper: its flow queue's delay stayed above target and
+    /// the packet was not ECN-capable.
+    QosCodel => "qos_codel",
+    /// The QoS shaper's queues were full: dropped from the head of the fattest flow queue.
+    QosQueueFull => "qos_queue_full",
     /// More than one mbuf segment (the gateway does not enable scatter).
     MultiSegment => "multi_segment",
     /// The held-packets queue of an unresolved next hop was full.

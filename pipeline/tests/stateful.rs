@@ -21,10 +21,11 @@ use etherparse::{
     Ipv4Header, PacketBuilder, TcpHeader, TcpOptionElement, UdpHeader,
 };
 use pipeline::features::meter::HostMeter;
-use pipeline::features::qos::{assign_equal_shares, Class, ClassRule, QosConfig};
+use pipeline::features::qos::{assign_equal_shares, Class, ClassRule, Link, QosConfig, QosMode};
 use pipeline::flow::Direction;
 use pipeline::pipeline::config::{PortForward, Stateful};
 use pipeline::pipeline::explain::FlowMatch;
+use pipeline::pipeline::features::mark_congestion;
 use pipeline::pipeline::flow_listing::FlowFilter;
 use pipeline::state::conntrack::{ConntrackConfig, TcpState, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
@@ -2544,6 +2545,7 @@ fn qos_and_the_traffic_meter_switch_on_and_off_with_a_reload() {
         downlink_bps: 8_000,
         burst_ms: 20,
         classes: Vec::new(),
+        mode: QosMode::Policer,
     };
     assign_equal_shares(&[gw.pipeline.qos_stats()], Some(&qos));
     let on = || {
@@ -2585,6 +2587,96 @@ fn qos_and_the_traffic_meter_switch_on_and_off_with_a_reload() {
     let (passed_again, policed_again) = send_burst(&mut gw, 4 * SECOND);
     assert!(passed_again > 0 && policed_again > 0, "QoS on again");
     assert_eq!(uplink.untracked_packets.get(), 0, "the host found its slot");
+}
+
+/// In shaper mode QoS drops nothing itself: each packet between a LAN host and the WAN is
+/// sent with a request naming its link, class, host and length for the worker's shaper, and
+/// LAN-to-gateway traffic carries none. `mark_congestion` sets CE on ECN-capable packets only,
+/// keeping the header checksum right.
+#[test]
+fn in_shaper_mode_qos_hands_wan_packets_to_the_worker_s_shaper() {
+    let qos = QosConfig {
+        uplink_bps: 8_000,
+        downlink_bps: 8_000,
+        burst_ms: 20,
+        classes: Vec::new(),
+        mode: QosMode::Shaper,
+    };
+    let mut gw = Gateway::with(
+        Arc::new(config(1500, Vec::new(), 1, false).with_qos(Some(qos.clone()))),
+        WorkerSetup::default(),
+    );
+    assign_equal_shares(&[gw.pipeline.qos_stats()], Some(&qos));
+    assert!(gw.pipeline.shaping());
+    let client = (HOST, 40000);
+    let server = (REMOTE, 4000);
+    let public = (WAN_ADDR, 40000);
+    let mut sent_up = 0;
+    for now in 0..20 {
+        let frame = udp(LAN, client, server, &data(1000));
+        let (verdict, _) = gw.process(&frame, LAN, now);
+        assert_eq!(
+            verdict,
+            Verdict::Transmit { port: WAN },
+            "the policer would drop most"
+        );
+        let request = gw.pipeline.shape_requests()[0].expect("a shaped packet");
+        assert_eq!((request.link, request.class), (Link::Uplink, Class::Bulk));
+        assert_eq!(request.arrival.len as usize, frame.len());
+        assert_eq!(request.arrival.host, u64::from(u32::from_be_bytes(HOST)));
+        assert!(!request.arrival.ecn_capable);
+        sent_up += 1;
+    }
+    let answer = udp(WAN, server, public, &data(500));
+    let (verdict, _) = gw.process(&answer, WAN, 30);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let down = gw.pipeline.shape_requests()[0].expect("a shaped reply");
+    assert_eq!(down.link, Link::Downlink);
+    assert_eq!(down.arrival.host, u64::from(u32::from_be_bytes(HOST)));
+    assert_eq!(gw.counters.dropped_total(), 0);
+    let [uplink, _] = gw.pipeline.qos_stats();
+    assert_eq!(
+        uplink.bulk.dropped_packets.get(),
+        0,
+        "nothing dropped by QoS itself"
+    );
+    // What the worker's shaper reports is counted by class.
+    gw.pipeline.qos_shaped(
+        Link::Uplink,
+        Class::Bulk,
+        (sent_up, 20_000),
+        (1, 1000),
+        true,
+    );
+    assert_eq!(uplink.bulk.passed_packets.get(), sent_up);
+    assert_eq!(uplink.bulk.dropped_packets.get(), 1);
+
+    // ECT(0) is ECN-capable; CE after marking, with a correct header checksum.
+    let mut frame = udp(LAN, (HOST, 40001), server, &data(100));
+    let mut ip = pipeline::wire::Ipv4Packet::new_unchecked(&mut frame[ETH_LEN..]);
+    ip.set_ecn(0b10);
+    ip.fill_checksum();
+    let (verdict, mut out) = gw.process(&frame, LAN, 40);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert!(gw.pipeline.shape_requests()[0].unwrap().arrival.ecn_capable);
+    assert!(mark_congestion(&mut out));
+    assert_eq!(out[ETH_LEN + 1] & 3, 3, "CE");
+    assert_eq!(raw_sum(&out[ETH_LEN..ETH_LEN + 20]), 0, "header checksum");
+    // Not ECN-capable: left alone.
+    let (_, mut plain) = gw.process(&udp(LAN, client, server, &data(10)), LAN, 50);
+    let before = plain.clone();
+    assert!(!mark_congestion(&mut plain));
+    assert_eq!(plain, before);
+
+    // Back to the policer by a reload: no more requests are filed.
+    let policer = QosConfig {
+        mode: QosMode::Policer,
+        ..qos
+    };
+    gw.pipeline.set_router(Arc::new(
+        config(1500, Vec::new(), 1, false).with_qos(Some(policer)),
+    ));
+    assert!(!gw.pipeline.shaping());
 }
 
 /// A header change the differential test makes to an IPv4 packet before sending it: what the
@@ -2756,6 +2848,7 @@ impl System {
             downlink_bps: 400_000,
             burst_ms: 20,
             classes: vec![rule],
+            mode: QosMode::Policer,
         };
         let stats: Vec<_> = self
             .workers

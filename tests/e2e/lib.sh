@@ -107,6 +107,40 @@ lab_up_with_twin_netns() {
     ip -n "$1" link set lo up
 }
 
+# second_lan_host NS ADDRESS: a second LAN host in a new namespace NS, at ADDRESS/24 with its
+# default route via the gateway. The LAN namespace's eth0 becomes a port of a bridge (br0) that
+# also reaches NS (by port gst0); the LAN host's own address moves to the bridge. The caller deletes NS on
+# exit (`remove_netns NS`).
+second_lan_host() {
+    local ns=$1 address=$2
+    ip netns del "$ns" 2>/dev/null || true
+    lan ip link add br0 type bridge forward_delay 0 stp_state 0
+    lan ip addr del 192.168.10.2/24 dev eth0
+    lan ip link set eth0 master br0
+    lan ip link set br0 up
+    lan ip addr add 192.168.10.2/24 dev br0
+    lan ip route replace default via 192.168.10.1
+    lan ethtool -K br0 tso off gso off gro off tx off >/dev/null 2>&1 || true
+    ip netns add "$ns"
+    lan ip link add gst0 type veth peer name eth0 netns "$ns"
+    lan ip link set gst0 master br0
+    lan ip link set gst0 up
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+    ip netns exec "$ns" ip link set lo up
+    ip netns exec "$ns" ip addr add "$address/24" dev eth0
+    ip netns exec "$ns" ethtool -K eth0 tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+    ip netns exec "$ns" ip link set eth0 up
+    ip netns exec "$ns" ip route add default via 192.168.10.1
+}
+
+# remove_netns NS: kills what runs in namespace NS and deletes it.
+remove_netns() {
+    if ip netns pids "$1" >/dev/null 2>&1; then
+        ip netns pids "$1" | xargs -r kill 2>/dev/null || true
+    fi
+    ip netns del "$1" 2>/dev/null || true
+}
+
 lan() { ip netns exec gwlab-lan "$@"; }
 wan() { ip netns exec gwlab-wan "$@"; }
 

@@ -16,36 +16,15 @@ GUEST_NS=gwlab-guest
 ATTACK_PID=
 arp_cleanup() {
     [[ -n $ATTACK_PID ]] && kill "$ATTACK_PID" 2>/dev/null || true
-    if ip netns pids "$GUEST_NS" >/dev/null 2>&1; then
-        ip netns pids "$GUEST_NS" | xargs -r kill 2>/dev/null || true
-    fi
-    ip netns del "$GUEST_NS" 2>/dev/null || true
+    remove_netns "$GUEST_NS"
     cleanup
 }
 trap arp_cleanup EXIT
 guest() { ip netns exec "$GUEST_NS" "$@"; }
 
 "$ROOT/scripts/lab.sh" up >/dev/null
-ip netns del "$GUEST_NS" 2>/dev/null || true
-
-# A second LAN host: the LAN namespace's eth0 becomes a port of a bridge that also reaches
-# the guest's namespace. The LAN host's own address moves to the bridge.
-lan ip link add br0 type bridge forward_delay 0 stp_state 0
-lan ip addr del 192.168.10.2/24 dev eth0
-lan ip link set eth0 master br0
-lan ip link set br0 up
-lan ip addr add 192.168.10.2/24 dev br0
-lan ip route replace default via 192.168.10.1
-lan ethtool -K br0 tso off gso off gro off tx off >/dev/null 2>&1 || true
-ip netns add "$GUEST_NS"
-lan ip link add gst0 type veth peer name eth0 netns "$GUEST_NS"
-lan ip link set gst0 master br0
-lan ip link set gst0 up
-guest sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-guest ip link set lo up
-guest ip addr add 192.168.10.66/24 dev eth0
-guest ip link set eth0 up
-guest ip route add default via 192.168.10.1
+# A second LAN host, the guest, behind the same bridge as the LAN host.
+second_lan_host "$GUEST_NS" 192.168.10.66
 # A second WAN host on the WAN subnet, and a destination behind the upstream router.
 wan ip addr add 10.0.0.3/24 dev eth0
 wan ip addr add 198.51.100.1/32 dev lo

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# QoS on the WAN links: a UDP flood at twice the configured rate is held to the rate (±3%,
+# QoS's policer on the WAN links (test_shaper.sh has the shaper, the default): a UDP flood at twice the configured rate is held to the rate (±3%,
 # measured on what the gateway passed), TCP still flows, and a priority class keeps its share
 # while bulk traffic floods the link.
 set -euo pipefail
@@ -13,6 +13,7 @@ cat >>"$WORK/gateway.toml" <<'TOML'
 
 [qos]
 enabled = true
+mode = "policer"
 uplink_mbps = 200
 downlink_mbps = 200
 burst_ms = 20

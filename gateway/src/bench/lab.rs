@@ -24,6 +24,7 @@ use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::port_layout::PortLayout;
 use crate::published::Published;
+use crate::shaping::{LinkShapers, MAX_QUEUED_PER_LINK};
 use crate::worker::{Worker, WorkerLoop};
 
 /// What the lab runs between the generator's rounds.
@@ -217,6 +218,7 @@ impl Lab {
                         layout: PortLayout::ports_only(2),
                         handoff: links.next().context("a worker's handoff links")?,
                         egress,
+                        shapers: LinkShapers::new(MAX_QUEUED_PER_LINK, pipeline.qos_stats()),
                         pool: pool.clone(),
                         to_control,
                         from_control: None,

@@ -138,6 +138,19 @@ pub enum Decision {
     Drop,
 }
 
+/// How QoS holds a link to its rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QosMode {
+    /// What exceeds the rate is dropped at once (token buckets): no queue, no delay, but
+    /// TCP loses segments whenever it bursts above the rate.
+    Policer,
+    /// What exceeds the rate waits in the worker's shaper ([`crate::features::shaper`]):
+    /// fair per host, then per flow, its delay bounded by CoDel. Priority traffic is sent at
+    /// once and charged to the link, so bulk yields to it. The default.
+    #[default]
+    Shaper,
+}
+
 /// Which way over the WAN link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Link {
@@ -260,6 +273,7 @@ pub struct QosConfig {
     pub burst_ms: u32,
     /// First match wins; unmatched traffic is Bulk.
     pub classes: Vec<ClassRule>,
+    pub mode: QosMode,
 }
 
 impl QosConfig {
@@ -303,6 +317,33 @@ pub struct QosStats {
     share_bps: Gauge,
     active_hosts: Gauge,
     assigned_bps: Assignment,
+    /// In shaper mode, the worker's shaper for this link (written by the worker).
+    pub shaper: ShaperExport,
+}
+
+/// What metrics show of one worker's shaper for one link: its totals since the worker
+/// started (the shaper outlives reloads) and its backlog now.
+#[derive(Debug, Default)]
+pub struct ShaperExport {
+    pub ecn_marks: Gauge,
+    pub backlog_packets: Gauge,
+    pub backlog_bytes: Gauge,
+    /// See [`crate::features::shaper::ShaperStats::delay_counts`].
+    pub delay_counts: [Gauge; crate::features::shaper::DELAY_BUCKETS_NS.len() + 1],
+    pub delay_sum_ns: Gauge,
+}
+
+impl ShaperExport {
+    /// Publishes `stats`.
+    pub fn publish(&self, stats: &crate::features::shaper::ShaperStats) {
+        self.ecn_marks.set(stats.ecn_marks);
+        self.backlog_packets.set(stats.backlog_packets);
+        self.backlog_bytes.set(stats.backlog_bytes);
+        for (gauge, &count) in self.delay_counts.iter().zip(&stats.delay_counts) {
+            gauge.set(count);
+        }
+        self.delay_sum_ns.set(stats.delay_sum_ns);
+    }
 }
 
 impl QosStats {
@@ -319,6 +360,7 @@ impl QosStats {
             share_bps: share,
             active_hosts: Gauge::default(),
             assigned_bps: Assignment(AtomicU64::new(share_bps)),
+            shaper: ShaperExport::default(),
         }
     }
 
@@ -639,6 +681,32 @@ impl Qos {
         self.bulk_cap / 2
     }
 
+    /// Shaper mode: a packet of `bytes` handed to the worker's shaper for this link. The
+    /// epoch's demand counts it as offered; its class's counts wait for what the shaper does
+    /// with it ([`shaped`](Self::shaped)).
+    #[inline]
+    pub fn offered(&mut self, bytes: u64, now_ns: u64) {
+        self.tick(now_ns);
+        self.epoch_offered_bytes = self.epoch_offered_bytes.saturating_add(bytes);
+    }
+
+    /// Shaper mode: what the worker's shaper for this link sent and dropped of `class`
+    /// (packets, bytes), and whether packets still wait: a backlog is this worker asking for
+    /// more of the link, as a policer's drops are.
+    pub fn shaped(&mut self, class: Class, sent: (u64, u64), dropped: (u64, u64), backlog: bool) {
+        let stats = self.stats.class(class);
+        if sent.0 > 0 {
+            stats.passed_packets.add(sent.0);
+            stats.passed_bytes.add(sent.1);
+            self.epoch_passed_bytes = self.epoch_passed_bytes.saturating_add(sent.1);
+        }
+        if dropped.0 > 0 {
+            stats.dropped_packets.add(dropped.0);
+            stats.dropped_bytes.add(dropped.1);
+        }
+        self.epoch_dropped |= backlog || dropped.0 > 0;
+    }
+
     /// Decides one packet of `bytes` (as counted against the link: the whole frame, or the
     /// IP packet, as long as it is the same everywhere) from or to the LAN host `host`.
     #[inline]
@@ -904,6 +972,7 @@ mod tests {
             downlink_bps: rate_bps / 4,
             burst_ms: 10,
             classes: Vec::new(),
+            mode: QosMode::Policer,
         }
     }
 

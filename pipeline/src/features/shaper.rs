@@ -93,6 +93,20 @@ pub enum Enqueued {
     MadeRoom(u32),
 }
 
+/// The upper bounds of the queue delay histogram's buckets, in nanoseconds: around CoDel's
+/// 5 ms target, out to twice its interval. A last bucket counts what waited longer.
+pub const DELAY_BUCKETS_NS: [u64; 9] = [
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+];
+
 /// The shaper's counters since it was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShaperStats {
@@ -104,6 +118,19 @@ pub struct ShaperStats {
     pub overflow_drops: u64,
     pub backlog_packets: u64,
     pub backlog_bytes: u64,
+    /// How long queued packets waited, by [`DELAY_BUCKETS_NS`] (not cumulative; the last
+    /// one above them all), and in total: sent, marked or dropped by CoDel alike.
+    pub delay_counts: [u64; DELAY_BUCKETS_NS.len() + 1],
+    pub delay_sum_ns: u64,
+}
+
+impl ShaperStats {
+    #[inline]
+    fn record_delay(&mut self, delay_ns: u64) {
+        let bucket = DELAY_BUCKETS_NS.partition_point(|&bound| bound < delay_ns);
+        self.delay_counts[bucket] += 1;
+        self.delay_sum_ns = self.delay_sum_ns.wrapping_add(delay_ns);
+    }
 }
 
 const NIL: u32 = u32::MAX;
@@ -232,6 +259,62 @@ impl<T> Shaper<T> {
 
     pub fn stats(&self) -> ShaperStats {
         self.stats
+    }
+
+    /// Shapes to `rate_bps` from now on (a worker's share moves with its load). Time until
+    /// `now_ns` is credited at the old rate; the credit kept is capped by the burst as always.
+    pub fn set_rate(&mut self, rate_bps: u64, now_ns: u64) {
+        if rate_bps == self.config.rate_bps {
+            return;
+        }
+        self.refill(now_ns);
+        self.config.rate_bps = rate_bps;
+        self.bytes_per_second = rate_bps / 8;
+    }
+
+    /// A packet that goes past the queues (priority traffic): true, with its bytes taken
+    /// from the link's credit so that queued packets wait for it, unless the link is already
+    /// a whole burst in debt to such packets (priority traffic above the link's rate), in
+    /// which case it is refused (false) and the caller drops it.
+    pub fn charge(&mut self, len: u32, now_ns: u64) -> bool {
+        self.refill(now_ns);
+        if self.credit <= -self.credit_cap {
+            return false;
+        }
+        self.credit -= i128::from(len) * i128::from(NANOS_PER_SECOND);
+        self.stats.sent_packets += 1;
+        self.stats.sent_bytes += u64::from(len);
+        true
+    }
+
+    /// Whether no packet waits.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.first_host == NIL
+    }
+
+    /// Hands every waiting packet to `out`, queue by queue, ignoring the rate and CoDel: for
+    /// a shaper that is being retired (shaping turned off), whose packets are sent rather
+    /// than lost.
+    pub fn drain(&mut self, mut out: impl FnMut(T)) {
+        for queue_index in 0..self.queues.len() {
+            while let Some((item, _)) = self.pop(queue_index) {
+                out(item);
+            }
+            self.queues[queue_index].active = false;
+            self.queues[queue_index].next = NIL;
+            self.queues[queue_index].deficit = 0;
+            self.queues[queue_index].codel = Codel::default();
+        }
+        for host in &mut self.hosts {
+            host.active = false;
+            host.first = NIL;
+            host.last = NIL;
+            host.next = NIL;
+            host.deficit = 0;
+        }
+        self.first_host = NIL;
+        self.last_host = NIL;
     }
 
     /// A packet the caller would send now: back to send at once (`Some`) when nothing waits
@@ -485,6 +568,7 @@ impl<T> Shaper<T> {
         let (target, interval) = (self.config.target_ns, self.config.interval_ns);
         let queue = &mut self.queues[queue_index];
         let sojourn = now_ns.saturating_sub(enqueued_ns);
+        self.stats.record_delay(sojourn);
         let mut ok_to_drop = false;
         // Below target, or too little left to make a standing queue of: not congested.
         if sojourn < target || queue.bytes <= u64::from(self.config.quantum) {
@@ -718,10 +802,21 @@ mod tests {
         backlog: usize,
         duration_ns: u64,
     ) -> Vec<u64> {
+        saturate_from(shaper, flows, backlog, 0, duration_ns)
+    }
+
+    /// [`saturate`] from `start_ns` to `end_ns`, the shaper holding none of these flows' packets.
+    fn saturate_from(
+        shaper: &mut Shaper<u32>,
+        flows: &[(u64, u64)],
+        backlog: usize,
+        start_ns: u64,
+        end_ns: u64,
+    ) -> Vec<u64> {
         let mut sent = vec![0_u64; flows.len()];
         let mut queued = vec![0_usize; flows.len()];
-        let mut now = 0;
-        while now < duration_ns {
+        let mut now = start_ns;
+        while now < end_ns {
             for (index, &(host, flow)) in flows.iter().enumerate() {
                 while queued[index] < backlog {
                     shaper.enqueue(
@@ -753,6 +848,68 @@ mod tests {
         let rate = sent[0] * 8;
         // 100 Mbit/s for a second, within one burst of 1500 bytes.
         assert!((99_000_000..=100_020_000).contains(&rate), "{rate} bit/s");
+    }
+
+    #[test]
+    fn a_new_rate_holds_from_when_it_is_set() {
+        let mut shaper = shaper(100_000_000, 1024);
+        let first = saturate_from(&mut shaper, &[(1, 1)], 8, 0, 500 * MS)[0] * 8 * 2;
+        shaper.drain(|_| {});
+        shaper.set_rate(20_000_000, 500 * MS);
+        let second = saturate_from(&mut shaper, &[(1, 1)], 8, 500 * MS, 1_000 * MS)[0] * 8 * 2;
+        assert!((99_000_000..=100_050_000).contains(&first), "{first} bit/s");
+        assert!(
+            (19_800_000..=20_050_000).contains(&second),
+            "{second} bit/s"
+        );
+    }
+
+    #[test]
+    fn charged_packets_take_the_queues_credit_up_to_one_burst_of_debt() {
+        // 12 Mbit/s: 1500 bytes per ms. One burst (a quantum, 1514 bytes) of credit to start.
+        let mut shaper = shaper(12_000_000, 64);
+        assert!(shaper.charge(1514, 0), "the link's credit pays for it");
+        assert!(shaper.charge(1514, 0), "one burst of debt is allowed");
+        assert!(
+            !shaper.charge(1514, 0),
+            "beyond that the link is over its rate"
+        );
+        // A queued packet waits until the debt is paid: two milliseconds.
+        assert!(shaper
+            .offer(7, arrival(1500, 1, 1, false), 0, |_| {})
+            .is_none());
+        let mut sent = Vec::new();
+        shaper.dequeue(MS, 8, |item, _| sent.push(item));
+        assert!(sent.is_empty(), "sent while the link was in debt");
+        shaper.dequeue(2 * MS + 1, 8, |item, _| sent.push(item));
+        assert_eq!(sent, [7]);
+    }
+
+    #[test]
+    fn drain_hands_back_every_waiting_packet_and_leaves_the_shaper_idle() {
+        let mut shaper = shaper(0, 64);
+        for item in 0..20_u32 {
+            let host = u64::from(item % 3);
+            shaper.enqueue(
+                item,
+                arrival(100, host, u64::from(item % 7), false),
+                0,
+                |_| panic!("nothing overflows"),
+            );
+        }
+        assert!(!shaper.is_idle());
+        let mut drained = Vec::new();
+        shaper.drain(|item| drained.push(item));
+        drained.sort_unstable();
+        assert_eq!(drained, (0..20).collect::<Vec<_>>());
+        assert!(shaper.is_idle());
+        assert_eq!(shaper.stats().backlog_packets, 0);
+        // Usable as new: the next packet is queued and comes out once a rate is set.
+        shaper.enqueue(99, arrival(100, 1, 1, false), 0, |_| {});
+        shaper.set_rate(1_000_000, 0);
+        let mut sent = Vec::new();
+        shaper.dequeue(10 * MS, 8, |item, _| sent.push(item));
+        assert_eq!(sent, [99]);
     }
 
     #[test]

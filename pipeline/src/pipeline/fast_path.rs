@@ -112,7 +112,18 @@ impl Pipeline {
     #[inline]
     pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
         let key = self.hashed_key(pkt.bytes());
-        self.process_keyed(pkt, ingress, key.as_ref(), now_ns)
+        let verdict = self.process_keyed(pkt, ingress, key.as_ref(), now_ns);
+        self.keep_shape_request(0);
+        verdict
+    }
+
+    /// Shaper mode: files what QoS asked of the worker for the packet just processed, at its
+    /// place in the burst.
+    #[inline(always)]
+    fn keep_shape_request(&mut self, index: usize) {
+        if self.shaping() {
+            self.shape_requests[index] = self.shape_request.take();
+        }
     }
 
     /// Decides the fate of a burst of packets, as [`process_from`](Pipeline::process_from)
@@ -170,6 +181,7 @@ impl Pipeline {
         }
         for (i, pkt) in packets[..count].iter_mut().enumerate() {
             verdicts[i] = self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns);
+            self.keep_shape_request(i);
         }
     }
 

@@ -11,7 +11,8 @@
 
 use std::net::Ipv4Addr;
 
-use crate::features::qos::{Class, Decision, PacketInfo};
+use crate::features::qos::{Class, Decision, Link, PacketInfo};
+use crate::features::shaper::Arrival;
 use crate::packet::PacketBuf;
 use crate::pipeline::Pipeline;
 use crate::verdict::{DropReason, Verdict};
@@ -62,6 +63,56 @@ impl FeaturePlan {
                 Class::Bulk
             })
     }
+}
+
+/// A packet QoS hands to the worker's shaper rather than deciding itself (shaper mode): the
+/// worker queues bulk packets in `link`'s shaper and sends priority ones at once, charging the
+/// link for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeRequest {
+    pub link: Link,
+    pub class: Class,
+    pub arrival: Arrival,
+}
+
+/// A hash of the packet's addresses, protocol and ports (as it leaves): its shaper flow
+/// queue. Not the flow table's key hash, which the fast path's callers do not all carry;
+/// any spread will do, as the queue index takes its low bits.
+#[inline]
+fn shaper_flow_hash(ip: &Ipv4Packet<&[u8]>) -> u64 {
+    let ports = match ip.protocol() {
+        ipv4::protocol::TCP | ipv4::protocol::UDP if ip.payload().len() >= 4 => {
+            let l4 = ip.payload();
+            u64::from(u32::from_be_bytes([l4[0], l4[1], l4[2], l4[3]]))
+        }
+        _ => 0,
+    };
+    let addresses =
+        (u64::from(u32::from(ip.src_addr())) << 32) | u64::from(u32::from(ip.dst_addr()));
+    let mixed = (addresses ^ ports.rotate_left(17) ^ u64::from(ip.protocol()))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    mixed ^ (mixed >> 29)
+}
+
+/// Sets an ECN-capable IPv4 packet's ECN field to CE (Congestion Experienced), its header
+/// checksum updated: what a shaper does instead of dropping it. `frame` starts
+/// with the Ethernet header the pipeline wrote. False, with nothing changed, for a frame that
+/// is not IPv4 or not ECN-capable.
+pub fn mark_congestion(frame: &mut [u8]) -> bool {
+    if frame.len() < ethernet::HEADER_LEN + 20
+        || EthernetFrame::new_unchecked(&*frame).ethertype() != ethernet::ethertype::IPV4
+    {
+        return false;
+    }
+    let mut ip = Ipv4Packet::new_unchecked(&mut frame[ethernet::HEADER_LEN..]);
+    let ecn = ip.ecn();
+    if ecn == 0 || ecn == 3 {
+        return ecn == 3;
+    }
+    ip.set_ecn(3);
+    // The header was checked on the way in, so summing it again is as good as a patch.
+    ip.fill_checksum();
+    true
 }
 
 /// The LAN host a packet policed on `link` (0 uplink, 1 downlink) is from or to, and its
@@ -227,6 +278,7 @@ impl Pipeline {
         let bytes = frame_len as u64;
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let dst = ip.dst_addr();
+        let shaping = self.shaping();
         if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
             let policer = &mut policers[link];
             let host = if link == 0 { src } else { dst };
@@ -234,7 +286,24 @@ impl Pipeline {
                 let (host, mac) = lan_host(link, (src, src_mac), dst, pkt);
                 policer.classify(&packet_info(&ip, host, mac))
             });
-            if policer.police(class, host, bytes, now_ns) == Decision::Drop {
+            if shaping {
+                // Metered now: the shaper sends it, or drops it much later, as CoDel decides.
+                policer.offered(bytes, now_ns);
+                self.shape_request = Some(ShapeRequest {
+                    link: if link == 0 {
+                        Link::Uplink
+                    } else {
+                        Link::Downlink
+                    },
+                    class,
+                    arrival: Arrival {
+                        len: frame_len as u32,
+                        host: u64::from(u32::from(host)),
+                        flow: shaper_flow_hash(&ip),
+                        ecn_capable: ip.ecn() != 0,
+                    },
+                });
+            } else if policer.police(class, host, bytes, now_ns) == Decision::Drop {
                 // Not metered: the meter counts what the host sent and got.
                 return Verdict::Drop(DropReason::QosPoliced);
             }

@@ -31,12 +31,13 @@ use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
-use crate::features::qos::{HostShares, Link, Qos, QosStats};
+use crate::features::qos::{Class, HostShares, Link, Qos, QosMode, QosStats};
 use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
-use crate::pipeline::fast_path::{FlowProbe, Route};
+use crate::pipeline::fast_path::{FlowProbe, Route, MAX_BURST};
+use crate::pipeline::features::ShapeRequest;
 use crate::pipeline::stateful::{Stage, Translation};
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
@@ -142,6 +143,12 @@ pub struct Pipeline {
     pub(crate) neighbor_epoch: u32,
     /// Whether established flows may take the fast path (`WorkerSetup::fast_path`).
     pub(crate) fast_path: bool,
+    /// In shaper mode, what QoS asks of the worker for the packet being processed, and for
+    /// each packet of the last burst ([`shape_requests`](Pipeline::shape_requests)).
+    pub(crate) shape_request: Option<ShapeRequest>,
+    shape_requests: [Option<ShapeRequest>; MAX_BURST],
+    /// QoS is on in shaper mode (the router config's, kept here for the per-packet test).
+    shaping: bool,
 }
 
 impl Pipeline {
@@ -206,6 +213,9 @@ impl Pipeline {
             router_epoch: FIRST_EPOCH,
             neighbor_epoch: FIRST_EPOCH,
             fast_path: setup.fast_path,
+            shape_request: None,
+            shape_requests: [None; MAX_BURST],
+            shaping: false,
             qos: None,
             idle_qos_hosts: [(); 2].map(|_| HostShares::new(setup.conntrack.hosts, setup.qos_seed)),
             qos_stats,
@@ -231,6 +241,8 @@ impl Pipeline {
                 [(); 2].map(|_| HostShares::empty()),
             ),
         };
+        self.shaping = self.router.qos.as_ref().map(|qos| qos.mode) == Some(QosMode::Shaper);
+        self.shape_request = None;
         match &self.router.qos {
             Some(config) => {
                 let [uplink, downlink] = self.qos_stats.clone();
@@ -400,6 +412,44 @@ impl Pipeline {
     /// windows. Called at start; the pipeline then counts from its own clock.
     pub fn set_wall_clock(&mut self, unix_seconds: i64, now_ns: u64) {
         self.unix_epoch_at_zero = unix_seconds - (now_ns / 1_000_000_000) as i64;
+    }
+
+    /// Whether QoS is on in shaper mode: then the worker reads
+    /// [`shape_requests`](Self::shape_requests) after every burst.
+    #[inline]
+    pub fn shaping(&self) -> bool {
+        self.shaping
+    }
+
+    /// In shaper mode, for each packet of the last [`process_burst`](Self::process_burst)
+    /// (or the one of [`process_from`](Self::process_from), at index 0), what the worker's
+    /// shaper is to do with it: None for a packet QoS leaves alone. Stale otherwise.
+    #[inline]
+    pub fn shape_requests(&self) -> &[Option<ShapeRequest>; MAX_BURST] {
+        &self.shape_requests
+    }
+
+    /// Shaper mode: what the worker's shaper for `link` did with packets of `class` since
+    /// the last call ([`Qos::shaped`]). Nothing with QoS off.
+    pub fn qos_shaped(
+        &mut self,
+        link: Link,
+        class: Class,
+        sent: (u64, u64),
+        dropped: (u64, u64),
+        backlog: bool,
+    ) {
+        if let Some(policers) = self.qos.as_mut() {
+            policers[link as usize].shaped(class, sent, dropped, backlog);
+        }
+    }
+
+    /// This worker's share of `link`'s rate, bits per second (0 with QoS off): what its
+    /// shaper for the link sends at.
+    pub fn qos_share_bps(&self, link: Link) -> u64 {
+        self.qos
+            .as_ref()
+            .map_or(0, |policers| policers[link as usize].share_bps())
     }
 
     /// The QoS statistics of this worker's uplink and downlink policers, for the control
