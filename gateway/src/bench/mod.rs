@@ -37,7 +37,7 @@ use crate::ctl::worker_link::SLOTS_PER_LOOP;
 use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufBatch, Mempool, SocketId, BURST_SIZE};
 use crate::handoff::HandoffLinks;
 use lab::{Lab, LabKind};
-use traffic::{features, router_config, FRAME_LEN, HOSTS};
+use traffic::{features, router_config, shaper_features, FRAME_LEN, HOSTS};
 
 pub use series::SWEEP_FLOWS;
 
@@ -236,6 +236,9 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     let established = lab.steady("nat44+spi, established flows", seconds, 0)?;
     lab.publish(&featured);
     let established_features = lab.steady("+ all features, established", seconds, 0)?;
+    let shaping = Arc::new(router_config(&lab.traffic, Some(&shaper_features()?))?);
+    lab.publish(&shaping);
+    let established_shaper = lab.steady("+ all, QoS shaper, established", seconds, 0)?;
     lab.publish(&plain);
     let mixed = lab.steady(
         "nat44+spi, mix with new flows",
@@ -250,7 +253,9 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         metered > 0,
         "the traffic meter counted no host while it was on"
     );
-    let policed = lab.dropped(DropReason::QosPoliced);
+    let policed = lab.dropped(DropReason::QosPoliced)
+        + lab.dropped(DropReason::QosCodel)
+        + lab.dropped(DropReason::QosQueueFull);
     let refused = lab.dropped(DropReason::ParentalBlocked);
     anyhow::ensure!(
         policed == 0 && refused == 0,
@@ -296,6 +301,9 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     let pppoe_distribute =
         hz as f64 / (rows[0].cycles_per_packet() + pppoe_cycles + handoff_cycles);
     let ns_per_cycle = 1e9 / hz as f64;
+    // The shaper in place of the policer, every other feature on: the shaper row less the
+    // all-features row.
+    let shaper_cycles = established_shaper.cycles_per_packet() - rows[2].cycles_per_packet();
     if options.json {
         let rows_json: Vec<String> = rows
             .iter()
@@ -312,7 +320,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
         }
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},\"vlan_software_cycles_per_packet\":{vlan_cycles:.1},\"pppoe_cycles_per_packet\":{pppoe_cycles:.1},\"pppoe_distribute_packets_per_second\":{pppoe_distribute:.0},{},{},{}{series}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},\"vlan_software_cycles_per_packet\":{vlan_cycles:.1},\"pppoe_cycles_per_packet\":{pppoe_cycles:.1},\"pppoe_distribute_packets_per_second\":{pppoe_distribute:.0},\"shaper_cycles_established\":{:.1},{},{},{}{series}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
@@ -320,6 +328,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             rows[2].cycles_per_packet() - rows[1].cycles_per_packet(),
             rows[4].cycles_per_packet() - rows[3].cycles_per_packet(),
             setup_rate,
+            shaper_cycles,
             syn_flood_json(&flood),
             ctl_walk.json(hz),
             trace_idle.json(),
@@ -355,6 +364,10 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         "all features on (QoS, traffic meter, keyword block, parental control): {:+.1} cycles/packet established, {:+.1} in the mix",
         rows[2].cycles_per_packet() - rows[1].cycles_per_packet(),
         rows[4].cycles_per_packet() - rows[3].cycles_per_packet()
+    );
+    println!(
+        "QoS as a shaper instead of the policer ({}, every host's share above its load): {shaper_cycles:+.1} cycles/packet established",
+        established_shaper.name
     );
     println!(
         "new-flow setup: {:.2} M flows/s per core ({:.0} cycles per flow, each with a NAT binding lookup)",

@@ -77,6 +77,14 @@ pub(super) fn features() -> anyhow::Result<Features> {
         .context("the bench's feature sections")
 }
 
+/// [`features`] with QoS in shaper mode (at the same rate far above the bench's): what the
+/// shaper costs a packet that its link's share lets through at once.
+pub(super) fn shaper_features() -> anyhow::Result<Features> {
+    let mut features = features()?;
+    features.qos.mode = crate::config::QosModeSetting::Shaper;
+    Ok(features)
+}
+
 pub(super) fn router_config(
     traffic: &Traffic,
     features: Option<&Features>,
