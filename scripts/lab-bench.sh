@@ -375,13 +375,9 @@ testpmd_reference() {
 testpmd_reference
 
 # --- reference: a Linux router with nftables -----------------------------------------------------
-linux_reference() {
-    local label="Linux router (nftables NAT + SPI)"
-    echo "== $label, $REF_RUNS runs of iperf3 ${SECS} s each way"
-    if ! command -v nft >/dev/null; then
-        record ref linux "$label" failed "" "" "" "" "nft not found (package nftables)"
-        return
-    fi
+# linux_router_up: gwl-lan/gwl-wan moved into namespace gwlab-linux, routing with the nftables
+# NAT and stateful forward chain. False (and nothing to undo but the namespace) if nft failed.
+linux_router_up() {
     "$LAB" up >/dev/null # fresh hosts and ARP caches
     ip netns add "$LINUX_NS"
     ip -n "$LINUX_NS" link set lo up
@@ -396,7 +392,7 @@ linux_reference() {
         ip netns exec "$LINUX_NS" ethtool -K "$ifname" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
     done
     ip netns exec "$LINUX_NS" sysctl -qw net.ipv4.ip_forward=1
-    if ! ip netns exec "$LINUX_NS" nft -f - <<'NFT'
+    ip netns exec "$LINUX_NS" nft -f - <<'NFT'
 table ip gwlab_bench {
     chain prerouting {
         type nat hook prerouting priority dstnat; policy accept;
@@ -414,8 +410,18 @@ table ip gwlab_bench {
     }
 }
 NFT
-    then
+}
+
+linux_reference() {
+    local label="Linux router (nftables NAT + SPI)"
+    echo "== $label, $REF_RUNS runs of iperf3 ${SECS} s each way"
+    if ! command -v nft >/dev/null; then
+        record ref linux "$label" failed "" "" "" "" "nft not found (package nftables)"
+        return
+    fi
+    if ! linux_router_up; then
         record ref linux "$label" failed "" "" "" "" "nft could not load the ruleset"
+        remove_linux_router
         return
     fi
     for round in $(seq 1 "$REF_RUNS"); do
@@ -426,10 +432,98 @@ NFT
 }
 linux_reference
 
+# --- QoS at 200 Mbit/s (issue 20): the shaper, the policer and Linux's htb ----------------------
+# The same port forward, the link held to SHAPING_MBPS each way: by the gateway's shaper, by its
+# policer, and by htb on both ports of the Linux router above (no fq_codel or CAKE in this
+# kernel: htb's default FIFO). Per run and direction: iperf3's rate, its retransmitted
+# segments, and a ping from the LAN host to the WAN host beside the load (its p95 against an
+# idle one measured first). REF_RUNS runs each.
+SHAPING_MBPS=200
+SHAPING=$WORK/shaping.tsv
+: >"$SHAPING"
+
+# shaped_once KEY LABEL ROUND: one run each way; rows "key label round direction mbps
+# retransmits segments ping_p95_ms idle_p95_ms" in $SHAPING.
+shaped_once() {
+    local key=$1 label=$2 round=$3 direction flag idle
+    idle=$(ip netns exec gwlab-lan ping -c 20 -i 0.1 10.0.0.2 2>/dev/null | p95_of_ping) || idle=-
+    for direction in down up; do
+        flag=()
+        [[ $direction == up ]] && flag=(-R)
+        ip netns exec gwlab-lan timeout $((SECS + 60)) iperf3 -s -1 -J >"$WORK/shaped-server.json" 2>&1 &
+        local server=$!
+        sleep 0.5
+        ip netns exec gwlab-lan ping -c $((SECS * 10)) -i 0.1 10.0.0.2 >"$WORK/shaped-ping.txt" 2>&1 &
+        local ping=$!
+        if ip netns exec gwlab-wan timeout $((SECS + 60)) iperf3 -c 10.0.0.1 -t "$SECS" -J \
+            -A "$IPERF3_CPU,$IPERF3_CPU" "${flag[@]}" >"$WORK/shaped-client.json" 2>/dev/null; then
+            python3 - "$WORK/shaped-client.json" "$key" "$label" "$round" "$direction" \
+                "$(p95_of_ping <"$WORK/shaped-ping.txt" || echo -)" "$idle" >>"$SHAPING" <<'PY'
+import json, sys
+end = json.load(open(sys.argv[1]))["end"]
+sent = end["sum_sent"]
+mbps = end["sum_received"]["bits_per_second"] / 1e6
+print("\t".join(sys.argv[2:6] + ["%.1f" % mbps, str(sent.get("retransmits", 0)),
+                                  "%.0f" % (sent["bytes"] / 1448)] + sys.argv[6:8]))
+PY
+            echo "   round $round, ${direction}link: $(tail -n 1 "$SHAPING" | cut -f5-)"
+        else
+            kill "$server" 2>/dev/null || true
+            printf '%s\t%s\t%s\t%s\tfailed\t-\t-\t-\t-\n' "$key" "$label" "$round" "$direction" >>"$SHAPING"
+        fi
+        wait "$server" 2>/dev/null || true
+        wait "$ping" 2>/dev/null || true
+    done
+}
+
+# p95_of_ping: the 95th percentile of the ping times on stdin, ms.
+p95_of_ping() {
+    python3 -c '
+import re, sys
+rtts = sorted(float(m) for m in re.findall(r"time=([0-9.]+) ms", sys.stdin.read()))
+if len(rtts) < 5: sys.exit(1)
+print("%.2f" % rtts[int(len(rtts) * 0.95) - 1])'
+}
+
+shaping_config() { # mode
+    local cfg=$WORK/shaping-$1.toml
+    {
+        cat "$BASE_CONFIG"
+        printf '\n[qos]\nenabled = true\nmode = "%s"\nuplink_mbps = %s\ndownlink_mbps = %s\n' \
+            "$1" "$SHAPING_MBPS" "$SHAPING_MBPS"
+    } >"$cfg"
+    echo "$cfg"
+}
+
+"$LAB" up >/dev/null
+for mode in shaper policer; do
+    echo "== QoS at $SHAPING_MBPS Mbit/s: the gateway's $mode, $REF_RUNS runs of iperf3 ${SECS} s each way"
+    for round in $(seq 1 "$REF_RUNS"); do
+        start_gateway "$(shaping_config "$mode")" || continue
+        shaped_once "$mode" "gateway, $mode" "$round"
+        stop_gateway
+    done
+done
+"$LAB" down
+echo "== QoS at $SHAPING_MBPS Mbit/s: Linux router with htb, $REF_RUNS runs of iperf3 ${SECS} s each way"
+if command -v nft >/dev/null && linux_router_up; then
+    for ifname in gwl-lan gwl-wan; do
+        ip netns exec "$LINUX_NS" tc qdisc add dev "$ifname" root handle 1: htb default 1
+        ip netns exec "$LINUX_NS" tc class add dev "$ifname" parent 1: classid 1:1 htb rate "${SHAPING_MBPS}mbit"
+    done
+    for round in $(seq 1 "$REF_RUNS"); do
+        shaped_once htb "Linux router, htb" "$round"
+    done
+else
+    printf 'htb\tLinux router, htb\t-\t-\tfailed\t-\t-\t-\t-\n' >>"$SHAPING"
+fi
+remove_linux_router
+"$LAB" down
+
 # --- the table and the JSON ----------------------------------------------------------------------
 mkdir -p "$(dirname "$JSON_OUT")"
 export LB_DATE LB_KERNEL LB_CPU LB_CPUS LB_IPERF3 LB_DPDK LB_SECS=$SECS LB_RUNS=$RUNS LB_REF_RUNS=$REF_RUNS LB_TESTPMD_MEMORY=$TESTPMD_MEMORY
-export LB_LOAD_START=$LOADAVG_START LB_LOAD_END
+export LB_LOAD_START=$LOADAVG_START LB_LOAD_END LB_SHAPING_MBPS=$SHAPING_MBPS
 LB_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 LB_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LB_KERNEL=$(uname -r)
@@ -594,6 +688,41 @@ for e in modes:
         out.append("")
         out.append("%s: the gateway knows the section but rejects the lab-bench snippet; update it in "
                    "scripts/lab-bench.sh: %s" % (e["label"], "; ".join(e["notes"])))
+shaping = []
+shaping_rows = {}
+for line in open(sys.argv[1].replace("results.tsv", "shaping.tsv")):
+    key, label, rnd, direction, mbps, retransmits, segments, p95, idle = line.rstrip("\n").split("\t")
+    row = shaping_rows.setdefault(key, dict(key=key, label=label, runs=[]))
+    if mbps == "failed":
+        row["runs"].append(dict(round=rnd, direction=direction, failed=True))
+        continue
+    row["runs"].append(dict(round=rnd, direction=direction, mbps=float(mbps),
+                            retransmit_percent=100.0 * int(retransmits) / max(1, int(segments)),
+                            ping_p95_ms=None if p95 == "-" else float(p95),
+                            idle_p95_ms=None if idle == "-" else float(idle)))
+out.append("")
+out.append("QoS at %s Mbit/s each way (issue 20): iperf3 TCP through the port forward, a ping LAN -> WAN beside it"
+           % env["LB_SHAPING_MBPS"])
+head = "%-22s %-9s %9s %14s %13s %11s" % ("shaped by", "direction", "Mbit/s", "retransmitted", "ping p95 ms", "idle p95 ms")
+out.append(head)
+out.append("-" * len(head))
+for row in shaping_rows.values():
+    for direction in ("down", "up"):
+        runs = [r for r in row["runs"] if r["direction"] == direction and not r.get("failed")]
+        if not runs:
+            out.append("%-22s %-9s %9s" % (row["label"], direction, "failed"))
+            continue
+        pings = [r["ping_p95_ms"] for r in runs if r["ping_p95_ms"] is not None]
+        idles = [r["idle_p95_ms"] for r in runs if r["idle_p95_ms"] is not None]
+        summary = dict(mbps=mean([r["mbps"] for r in runs]),
+                       retransmit_percent=mean([r["retransmit_percent"] for r in runs]),
+                       ping_p95_ms=mean(pings), idle_p95_ms=mean(idles))
+        row.setdefault("means", {})[direction] = summary
+        out.append("%-22s %-9s %9s %13s%% %13s %11s" % (
+            row["label"], direction, fmt(summary["mbps"], "%.1f"),
+            fmt(summary["retransmit_percent"], "%.3f"), fmt(summary["ping_p95_ms"]),
+            fmt(summary["idle_p95_ms"])))
+    shaping.append(row)
 print("\n".join(out))
 
 doc = dict(benchmark="lab-bench", issue=7, date=env["LB_DATE"], kernel=env["LB_KERNEL"],
@@ -607,13 +736,15 @@ doc = dict(benchmark="lab-bench", issue=7, date=env["LB_DATE"], kernel=env["LB_K
                          downlink="WAN -> LAN (client sends)", uplink="LAN -> WAN (iperf3 -R)",
                          lcores="0 main/control and iperf3, 1 forwarding (gateway worker, testpmd fwd core)",
                          testpmd_memory=env.get("LB_TESTPMD_MEMORY") or None),
-           modes=json_modes, references=json_refs)
+           modes=json_modes, references=json_refs,
+           shaping=dict(rate_mbps=int(env["LB_SHAPING_MBPS"]), rows=shaping))
 with open(sys.argv[2], "w") as f:
     json.dump(doc, f, indent=2)
     f.write("\n")
 PY
 echo
 echo "JSON: $JSON_OUT"
-if grep -qP '^[^\t]*\t[^\t]*\t[^\t]*\t(failed|snippet rejected)\t' "$RESULTS"; then
+if grep -qP '^[^\t]*\t[^\t]*\t[^\t]*\t(failed|snippet rejected)\t' "$RESULTS" \
+    || grep -qP '^([^\t]*\t){4}failed\t' "$SHAPING"; then
     exit 1
 fi
