@@ -12,9 +12,9 @@ use std::sync::Arc;
 use pipeline::features::qos::{Class, Link, QosStats};
 use pipeline::features::shaper::{Outcome, Shaper, ShaperConfig};
 use pipeline::pipeline::features::{mark_congestion, ShapeRequest};
-use pipeline::{DropReason, Pipeline, WorkerCounters};
+use pipeline::{DropReason, Pipeline, RouterConfig, WorkerCounters};
 
-use crate::dpdk::Mbuf;
+use crate::dpdk::{Mbuf, Mempool};
 use crate::egress::Egress;
 
 /// Packets each shaper may send per loop: a loop at line rate is a few microseconds, so
@@ -56,6 +56,54 @@ impl Tally {
     }
 }
 
+/// Where a shaped packet leaves: the worker's egress, and what fragmenting one takes.
+pub struct Exit<'a> {
+    pub egress: &'a mut Egress,
+    pub pool: &'a Mempool,
+    pub counters: &'a WorkerCounters,
+    /// For the interfaces' MTUs.
+    pub router: &'a RouterConfig,
+}
+
+/// Set in a queued mbuf's port field: the packet exceeds its interface's MTU and is split
+/// as it leaves (the pipeline's `Fragment` verdict). Interface numbers stay far below it.
+const FRAGMENT: u16 = 0x8000;
+
+/// How a packet the pipeline decided leaves: by `port`, whole or in fragments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leaving {
+    Whole { port: u16 },
+    Fragmented { port: u16 },
+}
+
+impl Leaving {
+    fn tag(self) -> u16 {
+        match self {
+            Leaving::Whole { port } => port,
+            Leaving::Fragmented { port } => port | FRAGMENT,
+        }
+    }
+}
+
+impl Exit<'_> {
+    /// Sends `mbuf` as its port field says (see [`FRAGMENT`]).
+    fn send(&mut self, mbuf: Mbuf) {
+        let tag = mbuf.port().0;
+        let port = tag & !FRAGMENT;
+        if tag & FRAGMENT == 0 {
+            self.egress.send(port, mbuf, self.counters);
+            return;
+        }
+        match self.router.interfaces.get(usize::from(port)) {
+            Some(interface) => {
+                self.egress
+                    .send_fragments(port, mbuf, interface.mtu, self.pool, self.counters)
+            }
+            None => self.counters.record_drop(DropReason::NotOurMac),
+        }
+    }
+}
+
 /// A worker's shapers, uplink and downlink, and what they did since the pipeline's QoS last
 /// heard of it.
 pub struct LinkShapers {
@@ -90,43 +138,43 @@ impl LinkShapers {
             .sum()
     }
 
-    /// A packet the pipeline sends by `port` and asked to shape: priority is sent at once and
-    /// charged to the link (dropped as `qos_policed` only above the link's whole rate); bulk
-    /// is sent at once while nothing waits and the share allows, else queued (which may drop
-    /// the fattest queue's head as `qos_queue_full`).
+    /// A packet the pipeline sends (`leaving`) and asked to shape: priority is sent at once
+    /// and charged to the link (dropped as `qos_policed` only above the link's whole rate);
+    /// bulk is sent at once while nothing waits and the share allows, else queued (which may
+    /// drop the fattest queue's head as `qos_queue_full`).
     #[inline]
     pub fn shape(
         &mut self,
-        port: u16,
+        leaving: Leaving,
         mut mbuf: Mbuf,
         request: ShapeRequest,
         now_ns: u64,
-        egress: &mut Egress,
-        counters: &WorkerCounters,
+        exit: &mut Exit,
     ) {
         let link = request.link as usize;
         let shaper = &mut self.shapers[link];
         let [bulk, priority] = &mut self.tallies[link];
         let len = mbuf.len();
+        mbuf.set_port(leaving.tag());
         match request.class {
             Class::Priority => {
                 if shaper.charge(request.arrival.len, now_ns) {
                     priority.send(len);
-                    egress.send(port, mbuf, counters);
+                    exit.send(mbuf);
                 } else {
                     priority.drop(len);
-                    counters.record_drop(DropReason::QosPoliced);
+                    exit.counters.record_drop(DropReason::QosPoliced);
                 }
             }
             Class::Bulk => {
-                mbuf.set_port(port);
+                let counters = exit.counters;
                 let sent_now = shaper.offer(mbuf, request.arrival, now_ns, |dropped| {
                     bulk.drop(dropped.len());
                     counters.record_drop(DropReason::QosQueueFull);
                 });
                 if let Some(mbuf) = sent_now {
                     bulk.send(len);
-                    egress.send(port, mbuf, counters);
+                    exit.send(mbuf);
                 }
             }
         }
@@ -142,44 +190,92 @@ impl LinkShapers {
         pipeline: &mut Pipeline,
         now_ns: u64,
         egress: &mut Egress,
+        pool: &Mempool,
         counters: &WorkerCounters,
     ) {
         let shaping = pipeline.shaping();
-        for (index, link) in [Link::Uplink, Link::Downlink].into_iter().enumerate() {
-            let shaper = &mut self.shapers[index];
-            let [bulk, priority] = &mut self.tallies[index];
-            if shaping {
-                // Before the idle test: an idle link's next packet is sent at this rate.
-                shaper.set_rate(pipeline.qos_share_bps(link), now_ns);
+        let mut busy = false;
+        {
+            let mut exit = Exit {
+                egress,
+                pool,
+                counters,
+                router: pipeline.router(),
+            };
+            for (index, link) in [Link::Uplink, Link::Downlink].into_iter().enumerate() {
+                let shaper = &mut self.shapers[index];
+                let [bulk, priority] = &mut self.tallies[index];
+                if shaping {
+                    // Before the idle test: an idle link's next packet is sent at this rate.
+                    shaper.set_rate(pipeline.qos_share_bps(link), now_ns);
+                }
+                if shaper.is_idle() && bulk.is_empty() && priority.is_empty() {
+                    continue;
+                }
+                busy = true;
+                if !shaping {
+                    shaper.drain(|mbuf| {
+                        bulk.send(mbuf.len());
+                        exit.send(mbuf);
+                    });
+                } else {
+                    shaper.dequeue(now_ns, DEQUEUE_PER_LOOP, |mut mbuf, outcome| {
+                        let len = mbuf.len();
+                        match outcome {
+                            Outcome::Send => {}
+                            Outcome::MarkAndSend => {
+                                mark_congestion(mbuf.data_mut());
+                            }
+                            Outcome::Drop => {
+                                bulk.drop(len);
+                                exit.counters.record_drop(DropReason::QosCodel);
+                                return;
+                            }
+                        }
+                        bulk.send(len);
+                        exit.send(mbuf);
+                    });
+                }
+                self.stats[index].shaper.publish(&shaper.stats());
             }
-            if shaper.is_idle() && bulk.is_empty() && priority.is_empty() {
-                continue;
-            }
-            if !shaping {
+        }
+        if busy {
+            self.report(pipeline);
+        }
+    }
+
+    /// At the worker's stop: whatever still waits is sent, as a reload that ends shaping does.
+    pub fn flush(
+        &mut self,
+        pipeline: &mut Pipeline,
+        egress: &mut Egress,
+        pool: &Mempool,
+        counters: &WorkerCounters,
+    ) {
+        {
+            let mut exit = Exit {
+                egress,
+                pool,
+                counters,
+                router: pipeline.router(),
+            };
+            for (index, shaper) in self.shapers.iter_mut().enumerate() {
+                let bulk = &mut self.tallies[index][0];
                 shaper.drain(|mbuf| {
                     bulk.send(mbuf.len());
-                    egress.send(mbuf.port().0, mbuf, counters);
+                    exit.send(mbuf);
                 });
-            } else {
-                shaper.dequeue(now_ns, DEQUEUE_PER_LOOP, |mut mbuf, outcome| {
-                    let len = mbuf.len();
-                    match outcome {
-                        Outcome::Send => {}
-                        Outcome::MarkAndSend => {
-                            mark_congestion(mbuf.data_mut());
-                        }
-                        Outcome::Drop => {
-                            bulk.drop(len);
-                            counters.record_drop(DropReason::QosCodel);
-                            return;
-                        }
-                    }
-                    bulk.send(len);
-                    egress.send(mbuf.port().0, mbuf, counters);
-                });
+                self.stats[index].shaper.publish(&shaper.stats());
             }
-            self.stats[index].shaper.publish(&shaper.stats());
-            let backlog = !shaper.is_idle();
+        }
+        self.report(pipeline);
+    }
+
+    /// Tells the pipeline's QoS what the shapers did since the last report.
+    fn report(&mut self, pipeline: &mut Pipeline) {
+        for (index, link) in [Link::Uplink, Link::Downlink].into_iter().enumerate() {
+            let backlog = !self.shapers[index].is_idle();
+            let [bulk, priority] = &mut self.tallies[index];
             pipeline.qos_shaped(link, Class::Bulk, bulk.sent, bulk.dropped, backlog);
             pipeline.qos_shaped(
                 link,

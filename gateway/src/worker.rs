@@ -20,7 +20,7 @@ use crate::handoff::HandoffLinks;
 use crate::liveness::{Heartbeat, HEARTBEAT_LOOPS};
 use crate::port_layout::PortLayout;
 use crate::published::Published;
-use crate::shaping::LinkShapers;
+use crate::shaping::{Exit, Leaving, LinkShapers};
 use crate::twins::PuntLink;
 
 /// Flows the expiry sweep visits per loop: bounded work, yet a full pass over a million
@@ -192,17 +192,21 @@ impl Worker {
                 continue;
             }
             if shaping {
-                if let (Verdict::Transmit { port }, Some(request)) =
-                    (verdict, pipeline.shape_requests()[index])
+                let leaving = match verdict {
+                    Verdict::Transmit { port } => Some(Leaving::Whole { port }),
+                    Verdict::Fragment { port } => Some(Leaving::Fragmented { port }),
+                    _ => None,
+                };
+                if let (Some(leaving), Some(request)) = (leaving, pipeline.shape_requests()[index])
                 {
-                    self.shapers.shape(
-                        port,
-                        mbuf,
-                        request,
-                        now_ns,
-                        &mut self.egress,
-                        &self.counters,
-                    );
+                    let mut exit = Exit {
+                        egress: &mut self.egress,
+                        pool: &self.pool,
+                        counters: &self.counters,
+                        router: pipeline.router(),
+                    };
+                    self.shapers
+                        .shape(leaving, mbuf, request, now_ns, &mut exit);
                     continue;
                 }
             }
@@ -406,9 +410,13 @@ impl WorkerLoop {
             trace.poll();
         }
         worker.transmit_from_control(&mut self.rx);
-        worker
-            .shapers
-            .poll(pipeline, now_ns, &mut worker.egress, &worker.counters);
+        worker.shapers.poll(
+            pipeline,
+            now_ns,
+            &mut worker.egress,
+            &worker.pool,
+            &worker.counters,
+        );
         worker.egress.flush(&worker.counters);
         worker.handoff.flush(&worker.counters);
         worker.flush_control(&mut self.control);
@@ -449,9 +457,15 @@ impl WorkerLoop {
         }
     }
 
-    /// Sends what is still batched.
+    /// Sends what is still batched, and what still waits in the QoS shapers.
     pub fn finish(&mut self) {
         let worker = &mut self.worker;
+        worker.shapers.flush(
+            &mut self.pipeline,
+            &mut worker.egress,
+            &worker.pool,
+            &worker.counters,
+        );
         worker.egress.flush(&worker.counters);
         worker.handoff.flush(&worker.counters);
         worker.flush_control(&mut self.control);

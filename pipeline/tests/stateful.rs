@@ -2668,6 +2668,43 @@ fn in_shaper_mode_qos_hands_wan_packets_to_the_worker_s_shaper() {
     assert!(!mark_congestion(&mut plain));
     assert_eq!(plain, before);
 
+    // A burst: each packet's request sits at its own index, and a packet QoS leaves alone
+    // (an echo request to the gateway) has none, between two that have one.
+    let burst = [
+        (udp(LAN, client, server, &data(300)), LAN),
+        (echo(LAN, HOST, LAN_ADDR, true, 9, 1), LAN),
+        (udp(WAN, server, public, &data(200)), WAN),
+    ];
+    let mut rooms = [[GARBAGE; ROOM]; 3];
+    let mut packets: Vec<PacketBuf> = rooms
+        .iter_mut()
+        .zip(&burst)
+        .map(|(room, (frame, _))| {
+            room[..frame.len()].copy_from_slice(frame);
+            PacketBuf::new(room, frame.len())
+        })
+        .collect();
+    let ingress = burst.each_ref().map(|&(_, port)| Ingress {
+        port,
+        handed_off: false,
+    });
+    let mut verdicts = [Verdict::Drop(DropReason::NotOurMac); 3];
+    gw.pipeline
+        .process_burst(&mut packets, &ingress, 60, &mut verdicts, |_| {});
+    let requests = &gw.pipeline.shape_requests()[..3];
+    assert_eq!(verdicts[0], Verdict::Transmit { port: WAN });
+    assert_eq!(verdicts[2], Verdict::Transmit { port: LAN });
+    assert!(!matches!(verdicts[1], Verdict::Transmit { .. }));
+    assert_eq!(
+        requests[0].map(|r| (r.link, r.arrival.len)),
+        Some((Link::Uplink, burst[0].0.len() as u32))
+    );
+    assert_eq!(requests[1], None, "nothing for a packet to the gateway");
+    assert_eq!(
+        requests[2].map(|r| (r.link, r.arrival.len)),
+        Some((Link::Downlink, burst[2].0.len() as u32))
+    );
+
     // Back to the policer by a reload: no more requests are filed.
     let policer = QosConfig {
         mode: QosMode::Policer,

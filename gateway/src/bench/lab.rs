@@ -24,7 +24,7 @@ use crate::egress::Egress;
 use crate::handoff::HandoffLinks;
 use crate::port_layout::PortLayout;
 use crate::published::Published;
-use crate::shaping::{LinkShapers, MAX_QUEUED_PER_LINK};
+use crate::shaping::{queued_per_link, LinkShapers};
 use crate::worker::{Worker, WorkerLoop};
 
 /// What the lab runs between the generator's rounds.
@@ -218,7 +218,10 @@ impl Lab {
                         layout: PortLayout::ports_only(2),
                         handoff: links.next().context("a worker's handoff links")?,
                         egress,
-                        shapers: LinkShapers::new(MAX_QUEUED_PER_LINK, pipeline.qos_stats()),
+                        shapers: LinkShapers::new(
+                            queued_per_link(pool.capacity(), usize::from(workers)),
+                            pipeline.qos_stats(),
+                        ),
                         pool: pool.clone(),
                         to_control,
                         from_control: None,

@@ -28,7 +28,8 @@
 pub struct ShaperConfig {
     /// The link's rate, bits per second (0: nothing is sent).
     pub rate_bps: u64,
-    /// How many bytes may leave at once after the link was idle.
+    /// How many bytes may leave at once after the link was idle (at least a millisecond of
+    /// the rate, whatever this says).
     pub burst_bytes: u64,
     /// CoDel's target: the standing queue delay it tolerates (RFC 8289: 5 ms).
     pub target_ns: u64,
@@ -134,6 +135,22 @@ impl ShaperStats {
 }
 
 const NIL: u32 = u32::MAX;
+
+/// The least time of the rate a link may send at once after it was idle: the caller
+/// dequeues once per poll loop, and a loop busy with other work may take longer than a few
+/// frames' time at a high rate, whose credit a burst of 16 frames would then throw away.
+const MIN_BURST_NS: u64 = 1_000_000;
+
+/// The credit cap, byte-nanoseconds: the configured burst, or a millisecond of the rate if
+/// that is more.
+fn credit_cap(config: &ShaperConfig) -> i128 {
+    let of_rate = u128::from(config.rate_bps / 8) * u128::from(MIN_BURST_NS);
+    let configured = u128::from(config.burst_bytes) * u128::from(NANOS_PER_SECOND);
+    // At most 2^64 bytes x 10^9: far inside i128.
+    of_rate
+        .max(configured)
+        .min(u128::from(u64::MAX) * u128::from(NANOS_PER_SECOND)) as i128
+}
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 struct Node<T> {
@@ -235,7 +252,7 @@ impl<T> Shaper<T> {
             next: NIL,
             active: false,
         };
-        let credit_cap = i128::from(config.burst_bytes) * i128::from(NANOS_PER_SECOND);
+        let credit_cap = credit_cap(&config);
         Shaper {
             nodes,
             free: (0..config.packets as u32).rev().collect(),
@@ -270,6 +287,8 @@ impl<T> Shaper<T> {
         self.refill(now_ns);
         self.config.rate_bps = rate_bps;
         self.bytes_per_second = rate_bps / 8;
+        self.credit_cap = credit_cap(&self.config);
+        self.credit = self.credit.min(self.credit_cap);
     }
 
     /// A packet that goes past the queues (priority traffic): true, with its bytes taken
@@ -846,8 +865,28 @@ mod tests {
         let mut shaper = shaper(100_000_000, 1024);
         let sent = saturate(&mut shaper, &[(1, 1)], 8, 1_000 * MS);
         let rate = sent[0] * 8;
-        // 100 Mbit/s for a second, within one burst of 1500 bytes.
-        assert!((99_000_000..=100_020_000).contains(&rate), "{rate} bit/s");
+        // 100 Mbit/s for a second, within the burst it may start with (a millisecond of the
+        // rate: 100,000 bits) and a frame.
+        assert!((99_000_000..=100_120_000).contains(&rate), "{rate} bit/s");
+    }
+
+    #[test]
+    fn an_idle_link_may_send_a_millisecond_of_its_rate_at_once() {
+        // 1 Gbit/s: 125,000 bytes a millisecond, far above the configured 1,500.
+        let mut shaper = shaper(1_000_000_000, 1024);
+        for item in 0..100_u32 {
+            shaper.enqueue(item, arrival(1500, 1, 1, false), 0, |_| {});
+        }
+        let mut sent = 0;
+        shaper.dequeue(0, 1024, |_, _| sent += 1);
+        // 125,000 / 1,500 = 83.3: credit left while positive lets an 84th go.
+        assert_eq!(sent, 84);
+        // A lower rate lowers the cap at once: after an idle second at 12 Mbit/s, the cap is
+        // the configured burst (a quantum, 1,514 bytes, above 1 ms of the rate): two packets,
+        // the second on the last 14 bytes of credit.
+        shaper.set_rate(12_000_000, 0);
+        shaper.dequeue(1_000 * MS, 1024, |_, _| sent += 1);
+        assert_eq!(sent, 86);
     }
 
     #[test]
@@ -857,9 +896,10 @@ mod tests {
         shaper.drain(|_| {});
         shaper.set_rate(20_000_000, 500 * MS);
         let second = saturate_from(&mut shaper, &[(1, 1)], 8, 500 * MS, 1_000 * MS)[0] * 8 * 2;
-        assert!((99_000_000..=100_050_000).contains(&first), "{first} bit/s");
+        // Each half-second may start with a millisecond of its rate.
+        assert!((99_000_000..=100_250_000).contains(&first), "{first} bit/s");
         assert!(
-            (19_800_000..=20_050_000).contains(&second),
+            (19_800_000..=20_100_000).contains(&second),
             "{second} bit/s"
         );
     }
