@@ -139,7 +139,7 @@ impl LinkShapers {
     }
 
     /// A packet the pipeline sends (`leaving`) and asked to shape: priority is sent at once
-    /// and charged to the link (dropped as `qos_policed` only above the link's whole rate);
+    /// and charged to the link (dropped as `qos_policed` above its share of the link);
     /// bulk is sent at once while nothing waits and the share allows, else queued (which may
     /// drop the fattest queue's head as `qos_queue_full`).
     #[inline]

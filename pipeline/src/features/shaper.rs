@@ -136,6 +136,10 @@ impl ShaperStats {
 
 const NIL: u32 = u32::MAX;
 
+/// The part of the link's rate priority traffic may take (the policer's priority bucket is
+/// the same half); bulk gets the rest and whatever priority leaves unused.
+pub const PRIORITY_SHARE_PERCENT: u64 = 50;
+
 /// The least time of the rate a link may send at once after it was idle: the caller
 /// dequeues once per poll loop, and a loop busy with other work may take longer than a few
 /// frames' time at a high rate, whose credit a burst of 16 frames would then throw away.
@@ -207,6 +211,8 @@ pub struct Shaper<T> {
     last_host: u32,
     /// Send credit in byte-nanoseconds (bytes x 10^9), so that the rate divides nothing.
     credit: i128,
+    /// Priority traffic's own share of it ([`charge`](Self::charge)), capped alike.
+    priority_credit: i128,
     credit_cap: i128,
     bytes_per_second: u64,
     last_refill_ns: u64,
@@ -262,6 +268,7 @@ impl<T> Shaper<T> {
             last_host: NIL,
             // A link starts idle: a burst may leave at once (none at rate 0).
             credit: if config.rate_bps > 0 { credit_cap } else { 0 },
+            priority_credit: if config.rate_bps > 0 { credit_cap } else { 0 },
             credit_cap,
             bytes_per_second: config.rate_bps / 8,
             last_refill_ns: 0,
@@ -289,18 +296,21 @@ impl<T> Shaper<T> {
         self.bytes_per_second = rate_bps / 8;
         self.credit_cap = credit_cap(&self.config);
         self.credit = self.credit.min(self.credit_cap);
+        self.priority_credit = self.priority_credit.min(self.credit_cap);
     }
 
     /// A packet that goes past the queues (priority traffic): true, with its bytes taken
-    /// from the link's credit so that queued packets wait for it, unless the link is already
-    /// a whole burst in debt to such packets (priority traffic above the link's rate), in
-    /// which case it is refused (false) and the caller drops it.
+    /// from the link's credit so that queued packets wait for it, while priority traffic is
+    /// within its share ([`PRIORITY_SHARE_PERCENT`] of the rate, and a burst); else refused
+    /// (false), and the caller drops it.
     pub fn charge(&mut self, len: u32, now_ns: u64) -> bool {
         self.refill(now_ns);
-        if self.credit <= -self.credit_cap {
+        if self.priority_credit <= 0 || self.credit <= -self.credit_cap {
             return false;
         }
-        self.credit -= i128::from(len) * i128::from(NANOS_PER_SECOND);
+        let cost = i128::from(len) * i128::from(NANOS_PER_SECOND);
+        self.priority_credit -= cost;
+        self.credit -= cost;
         self.stats.sent_packets += 1;
         self.stats.sent_bytes += u64::from(len);
         true
@@ -462,6 +472,8 @@ impl<T> Shaper<T> {
         self.last_refill_ns = self.last_refill_ns.max(now_ns);
         let earned = i128::from(elapsed) * i128::from(self.bytes_per_second);
         self.credit = (self.credit + earned).min(self.credit_cap);
+        let priority_earned = earned * i128::from(PRIORITY_SHARE_PERCENT) / 100;
+        self.priority_credit = (self.priority_credit + priority_earned).min(self.credit_cap);
     }
 
     /// The next packet by host, then flow, deficit round robin, through its queue's CoDel.
@@ -905,23 +917,35 @@ mod tests {
     }
 
     #[test]
-    fn charged_packets_take_the_queues_credit_up_to_one_burst_of_debt() {
-        // 12 Mbit/s: 1500 bytes per ms. One burst (a quantum, 1514 bytes) of credit to start.
+    fn priority_packets_take_at_most_their_share_and_the_queues_yield_to_them() {
+        // 12 Mbit/s: 1,500 bytes a millisecond, 750 of them priority's.
+        let mut flooded = shaper(12_000_000, 64);
+        // Priority offered at the link's whole rate (150 bytes every 100 us) for a second:
+        // half of it passes, and the burst it starts with.
+        let (mut passed, mut now) = (0_u64, 0);
+        while now < 1_000 * MS {
+            if flooded.charge(150, now) {
+                passed += 150;
+            }
+            now += 100_000;
+        }
+        let rate = passed * 8;
+        assert!((5_900_000..=6_100_000).contains(&rate), "{rate} bit/s");
+        // Priority's bytes come out of the link's credit: a bulk packet right behind a
+        // priority burst waits until the link has earned them back.
         let mut shaper = shaper(12_000_000, 64);
-        assert!(shaper.charge(1514, 0), "the link's credit pays for it");
-        assert!(shaper.charge(1514, 0), "one burst of debt is allowed");
-        assert!(
-            !shaper.charge(1514, 0),
-            "beyond that the link is over its rate"
-        );
-        // A queued packet waits until the debt is paid: two milliseconds.
+        assert!(shaper.charge(1514, 0), "priority's burst");
+        assert!(!shaper.charge(64, 0), "priority's share is spent");
         assert!(shaper
             .offer(7, arrival(1500, 1, 1, false), 0, |_| {})
             .is_none());
         let mut sent = Vec::new();
-        shaper.dequeue(MS, 8, |item, _| sent.push(item));
-        assert!(sent.is_empty(), "sent while the link was in debt");
-        shaper.dequeue(2 * MS + 1, 8, |item, _| sent.push(item));
+        shaper.dequeue(0, 8, |item, _| sent.push(item));
+        assert!(
+            sent.is_empty(),
+            "sent before the link earned any credit back"
+        );
+        shaper.dequeue(MS / 2, 8, |item, _| sent.push(item));
         assert_eq!(sent, [7]);
     }
 
