@@ -3,10 +3,11 @@
 //! over each host's flows (CAKE's host isolation), with CoDel (RFC 8289) on every flow queue
 //! so that a queue's delay, not its length, bounds it.
 //!
-//! Not yet wired into the worker loop: the worker would enqueue a packet the pipeline sends on
-//! a shaped link instead of transmitting it, and call [`Shaper::dequeue`] once per poll with
-//! the TSC's time, transmitting what comes out. The shaper holds opaque handles (`T`: an mbuf
-//! for the worker, anything in tests) and never looks into a packet: the caller tells it the
+//! Each worker holds one per WAN link (`gateway/src/shaping.rs`): it offers a packet the
+//! pipeline sends on a shaped link instead of transmitting it, and calls [`Shaper::dequeue`]
+//! once per poll with the TSC's time, transmitting what comes out. The shaper holds opaque
+//! handles (`T`: an mbuf for the worker, anything in tests) and never looks into a packet: the
+//! caller tells it the
 //! length, the host, the flow's hash and whether the packet is ECN-capable, and applies the
 //! outcome (send, set CE and send, or free).
 //!
