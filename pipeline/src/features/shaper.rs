@@ -141,6 +141,12 @@ const NIL: u32 = u32::MAX;
 /// the same half); bulk gets the rest and whatever priority leaves unused.
 pub const PRIORITY_SHARE_PERCENT: u64 = 50;
 
+/// Priority traffic's bytes per second on a link of `rate_bps`.
+fn priority_share(rate_bps: u64) -> u64 {
+    // Below the rate itself: fits u64.
+    (u128::from(rate_bps / 8) * u128::from(PRIORITY_SHARE_PERCENT) / 100) as u64
+}
+
 /// The least time of the rate a link may send at once after it was idle: the caller
 /// dequeues once per poll loop, and a loop busy with other work may take longer than a few
 /// frames' time at a high rate, whose credit a burst of 16 frames would then throw away.
@@ -190,6 +196,26 @@ struct Queue {
     codel: Codel,
 }
 
+impl Queue {
+    /// Empty and listed nowhere.
+    const IDLE: Queue = Queue {
+        head: NIL,
+        tail: NIL,
+        bytes: 0,
+        host: 0,
+        deficit: 0,
+        next: NIL,
+        active: false,
+        codel: Codel {
+            first_above_ns: 0,
+            drop_next_ns: 0,
+            count: 0,
+            last_count: 0,
+            dropping: false,
+        },
+    };
+}
+
 #[derive(Clone, Copy)]
 struct Host {
     deficit: i64,
@@ -199,6 +225,17 @@ struct Host {
     /// The next active host.
     next: u32,
     active: bool,
+}
+
+impl Host {
+    /// With no active queue, listed nowhere.
+    const IDLE: Host = Host {
+        deficit: 0,
+        first: NIL,
+        last: NIL,
+        next: NIL,
+        active: false,
+    };
 }
 
 /// See the module doc.
@@ -216,6 +253,8 @@ pub struct Shaper<T> {
     priority_credit: i128,
     credit_cap: i128,
     bytes_per_second: u64,
+    /// Priority's part of it ([`PRIORITY_SHARE_PERCENT`]), kept so that a refill divides nothing.
+    priority_bytes_per_second: u64,
     last_refill_ns: u64,
     stats: ShaperStats,
 }
@@ -242,29 +281,12 @@ impl<T> Shaper<T> {
                 next: NIL,
             })
             .collect();
-        let queue = Queue {
-            head: NIL,
-            tail: NIL,
-            bytes: 0,
-            host: 0,
-            deficit: 0,
-            next: NIL,
-            active: false,
-            codel: Codel::default(),
-        };
-        let host = Host {
-            deficit: 0,
-            first: NIL,
-            last: NIL,
-            next: NIL,
-            active: false,
-        };
         let credit_cap = credit_cap(&config);
         Shaper {
             nodes,
             free: (0..config.packets as u32).rev().collect(),
-            queues: vec![queue; config.flow_queues],
-            hosts: vec![host; config.host_buckets],
+            queues: vec![Queue::IDLE; config.flow_queues],
+            hosts: vec![Host::IDLE; config.host_buckets],
             first_host: NIL,
             last_host: NIL,
             // A link starts idle: a burst may leave at once (none at rate 0).
@@ -272,6 +294,7 @@ impl<T> Shaper<T> {
             priority_credit: if config.rate_bps > 0 { credit_cap } else { 0 },
             credit_cap,
             bytes_per_second: config.rate_bps / 8,
+            priority_bytes_per_second: priority_share(config.rate_bps),
             last_refill_ns: 0,
             stats: ShaperStats::default(),
             config,
@@ -295,6 +318,7 @@ impl<T> Shaper<T> {
         self.refill(now_ns);
         self.config.rate_bps = rate_bps;
         self.bytes_per_second = rate_bps / 8;
+        self.priority_bytes_per_second = priority_share(rate_bps);
         self.credit_cap = credit_cap(&self.config);
         self.credit = self.credit.min(self.credit_cap);
         self.priority_credit = self.priority_credit.min(self.credit_cap);
@@ -331,18 +355,9 @@ impl<T> Shaper<T> {
             while let Some((item, _)) = self.pop(queue_index) {
                 out(item);
             }
-            self.queues[queue_index].active = false;
-            self.queues[queue_index].next = NIL;
-            self.queues[queue_index].deficit = 0;
-            self.queues[queue_index].codel = Codel::default();
+            self.queues[queue_index] = Queue::IDLE;
         }
-        for host in &mut self.hosts {
-            host.active = false;
-            host.first = NIL;
-            host.last = NIL;
-            host.next = NIL;
-            host.deficit = 0;
-        }
+        self.hosts.fill(Host::IDLE);
         self.first_host = NIL;
         self.last_host = NIL;
     }
@@ -473,7 +488,7 @@ impl<T> Shaper<T> {
         self.last_refill_ns = self.last_refill_ns.max(now_ns);
         let earned = i128::from(elapsed) * i128::from(self.bytes_per_second);
         self.credit = (self.credit + earned).min(self.credit_cap);
-        let priority_earned = earned * i128::from(PRIORITY_SHARE_PERCENT) / 100;
+        let priority_earned = i128::from(elapsed) * i128::from(self.priority_bytes_per_second);
         self.priority_credit = (self.priority_credit + priority_earned).min(self.credit_cap);
     }
 
