@@ -80,18 +80,40 @@ pub struct ShapeRequest {
 /// any spread will do, as the queue index takes its low bits.
 #[inline]
 fn shaper_flow_hash(ip: &Ipv4Packet<&[u8]>) -> u64 {
-    let ports = match ip.protocol() {
-        ipv4::protocol::TCP | ipv4::protocol::UDP if ip.payload().len() >= 4 => {
-            let l4 = ip.payload();
-            u64::from(u32::from_be_bytes([l4[0], l4[1], l4[2], l4[3]]))
-        }
-        _ => 0,
-    };
+    let (src_port, dst_port) = l4_ports(ip);
+    let ports = (u64::from(src_port) << 16) | u64::from(dst_port);
     let addresses =
         (u64::from(u32::from(ip.src_addr())) << 32) | u64::from(u32::from(ip.dst_addr()));
     let mixed = (addresses ^ ports.rotate_left(17) ^ u64::from(ip.protocol()))
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
     mixed ^ (mixed >> 29)
+}
+
+/// What the worker's shaper for `link` (0 uplink, 1 downlink) needs to know of a packet of
+/// `class` from or to the LAN host `host`. Out of line: the policer's path stays as short as
+/// it was without the shaper.
+#[inline(never)]
+fn shape_request(
+    link: usize,
+    class: Class,
+    host: Ipv4Addr,
+    ip: &Ipv4Packet<&[u8]>,
+    frame_len: usize,
+) -> ShapeRequest {
+    ShapeRequest {
+        link: if link == 0 {
+            Link::Uplink
+        } else {
+            Link::Downlink
+        },
+        class,
+        arrival: Arrival {
+            len: frame_len as u32,
+            host: u64::from(u32::from(host)),
+            flow: shaper_flow_hash(ip),
+            ecn_capable: ip.ecn() != 0,
+        },
+    }
 }
 
 /// Sets an ECN-capable IPv4 packet's ECN field to CE (Congestion Experienced), its header
@@ -131,9 +153,10 @@ fn lan_host(
     }
 }
 
-/// A packet's QoS classification fields, `host` and `mac` being the LAN host's.
-fn packet_info(ip: &Ipv4Packet<&[u8]>, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
-    let (src_port, dst_port) = match ip.protocol() {
+/// A TCP or UDP packet's source and destination ports; (0, 0) for other protocols.
+#[inline]
+fn l4_ports(ip: &Ipv4Packet<&[u8]>) -> (u16, u16) {
+    match ip.protocol() {
         ipv4::protocol::TCP | ipv4::protocol::UDP if ip.payload().len() >= 4 => {
             let l4 = ip.payload();
             (
@@ -142,7 +165,12 @@ fn packet_info(ip: &Ipv4Packet<&[u8]>, host: Ipv4Addr, mac: EthernetAddress) -> 
             )
         }
         _ => (0, 0),
-    };
+    }
+}
+
+/// A packet's QoS classification fields, `host` and `mac` being the LAN host's.
+fn packet_info(ip: &Ipv4Packet<&[u8]>, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
+    let (src_port, dst_port) = l4_ports(ip);
     PacketInfo {
         host,
         mac: Some(mac),
@@ -289,20 +317,7 @@ impl Pipeline {
             if shaping {
                 // Metered now: the shaper sends it, or drops it much later, as CoDel decides.
                 policer.offered(bytes, now_ns);
-                self.shape_request = Some(ShapeRequest {
-                    link: if link == 0 {
-                        Link::Uplink
-                    } else {
-                        Link::Downlink
-                    },
-                    class,
-                    arrival: Arrival {
-                        len: frame_len as u32,
-                        host: u64::from(u32::from(host)),
-                        flow: shaper_flow_hash(&ip),
-                        ecn_capable: ip.ecn() != 0,
-                    },
-                });
+                self.shape_request = Some(shape_request(link, class, host, &ip, frame_len));
             } else if policer.police(class, host, bytes, now_ns) == Decision::Drop {
                 // Not metered: the meter counts what the host sent and got.
                 return Verdict::Drop(DropReason::QosPoliced);
