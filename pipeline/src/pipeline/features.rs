@@ -290,11 +290,17 @@ impl Pipeline {
         if plan == FeaturePlan::NONE {
             return verdict;
         }
-        self.police_and_meter(plan, source, pkt, verdict, frame_len, now_ns)
+        // One copy of the work per QoS mode, so the policer's has no test of the mode inside.
+        if self.shaping() {
+            self.police_and_meter::<true>(plan, source, pkt, verdict, frame_len, now_ns)
+        } else {
+            self.police_and_meter::<false>(plan, source, pkt, verdict, frame_len, now_ns)
+        }
     }
 
+    /// With `SHAPING`, QoS files a request for the worker's shaper instead of policing.
     #[inline(never)]
-    fn police_and_meter(
+    fn police_and_meter<const SHAPING: bool>(
         &mut self,
         plan: FeaturePlan,
         (src, src_mac): (Ipv4Addr, EthernetAddress),
@@ -306,7 +312,6 @@ impl Pipeline {
         let bytes = frame_len as u64;
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let dst = ip.dst_addr();
-        let shaping = self.shaping();
         if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
             let policer = &mut policers[link];
             let host = if link == 0 { src } else { dst };
@@ -314,7 +319,7 @@ impl Pipeline {
                 let (host, mac) = lan_host(link, (src, src_mac), dst, pkt);
                 policer.classify(&packet_info(&ip, host, mac))
             });
-            if shaping {
+            if SHAPING {
                 // Metered now: the shaper sends it, or drops it much later, as CoDel decides.
                 policer.offered(bytes, now_ns);
                 self.shape_request = Some(shape_request(link, class, host, &ip, frame_len));
