@@ -23,7 +23,7 @@ const DEQUEUE_PER_LOOP: usize = 64;
 
 /// The most packets one shaper holds when the mempool is large: about 50 ms of a 1 Gbit/s
 /// share in full-sized frames; CoDel keeps the standing queue near its 5 ms target anyway.
-pub const MAX_QUEUED_PER_LINK: usize = 4096;
+const MAX_QUEUED_PER_LINK: usize = 4096;
 
 /// Each shaper's bound for a pool of `mbufs` shared by `workers`: the shapers of all
 /// workers together hold at most a quarter of the pool, so that queued packets never starve
@@ -130,14 +130,6 @@ impl LinkShapers {
         }
     }
 
-    /// Packets waiting in both shapers.
-    pub fn backlog_packets(&self) -> u64 {
-        self.shapers
-            .iter()
-            .map(|shaper| shaper.stats().backlog_packets)
-            .sum()
-    }
-
     /// A packet the pipeline sends (`leaving`) and asked to shape: priority is sent at once
     /// and charged to the link (dropped as `qos_policed` above its share of the link);
     /// bulk is sent at once while nothing waits and the share allows, else queued (which may
@@ -214,10 +206,7 @@ impl LinkShapers {
                 }
                 busy = true;
                 if !shaping {
-                    shaper.drain(|mbuf| {
-                        bulk.send(mbuf.len());
-                        exit.send(mbuf);
-                    });
+                    send_all(shaper, bulk, &mut exit);
                 } else {
                     shaper.dequeue(now_ns, DEQUEUE_PER_LOOP, |mut mbuf, outcome| {
                         let len = mbuf.len();
@@ -260,11 +249,7 @@ impl LinkShapers {
                 router: pipeline.router(),
             };
             for (index, shaper) in self.shapers.iter_mut().enumerate() {
-                let bulk = &mut self.tallies[index][0];
-                shaper.drain(|mbuf| {
-                    bulk.send(mbuf.len());
-                    exit.send(mbuf);
-                });
+                send_all(shaper, &mut self.tallies[index][0], &mut exit);
                 self.stats[index].shaper.publish(&shaper.stats());
             }
         }
@@ -288,4 +273,13 @@ impl LinkShapers {
             *priority = Tally::default();
         }
     }
+}
+
+/// Sends everything `shaper` holds at once, ignoring the rate (shaping ended, or the worker
+/// stops), counted in `bulk`: only bulk packets are ever queued.
+fn send_all(shaper: &mut Shaper<Mbuf>, bulk: &mut Tally, exit: &mut Exit) {
+    shaper.drain(|mbuf| {
+        bulk.send(mbuf.len());
+        exit.send(mbuf);
+    });
 }
