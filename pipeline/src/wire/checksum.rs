@@ -3,7 +3,7 @@
 //! The fast path rewrites a few header words (TTL, NAT addresses and ports); patching the
 //! checksum incrementally keeps that O(1) instead of re-summing the header or segment.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Sum of big-endian 16-bit words, an odd trailing byte padded with zero, in ones'-complement
 /// terms: the value is that of the plain sum modulo 0xffff (and 0 only if every word is),
@@ -99,6 +99,20 @@ pub(crate) fn l4_checksum(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, segment: &
     let len = segment.len() as u16;
     // Folding the segment first keeps the addition below from overflowing.
     !fold(pseudo_header_sum(src, dst, protocol, len) + u32::from(fold(sum(segment))))
+}
+
+/// Sum of the IPv6 pseudo header that TCP, UDP and ICMPv6 checksums cover (RFC 8200 8.1):
+/// both addresses, the upper-layer length as 32 bits, three zero bytes and the Next Header.
+pub fn pseudo_header_sum_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, len: u32) -> u32 {
+    // Each term is at most 0xffff, so the five add up without overflow.
+    sum(&src.octets()) + sum(&dst.octets()) + sum(&len.to_be_bytes()) + u32::from(next_header)
+}
+
+/// Checksum of an upper-layer message over IPv6 (TCP, UDP, ICMPv6), pseudo header included.
+pub fn l4_checksum_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, message: &[u8]) -> u16 {
+    // An Ethernet frame's message is far below 2^32 bytes.
+    let len = message.len() as u32;
+    !fold(pseudo_header_sum_v6(src, dst, next_header, len) + sum(message))
 }
 
 #[cfg(test)]
