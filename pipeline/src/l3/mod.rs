@@ -1,5 +1,5 @@
-//! Layer 1, beside [`crate::flow`]: where an IPv4 packet goes. The FIB ([`route`]), the
-//! neighbours its next hops resolve to ([`neigh`], published to the workers as a
+//! Layer 1, beside [`crate::flow`]: where an IPv4 packet goes. The FIB ([`route`], and
+//! [`route6`] for IPv6), the neighbours its next hops resolve to ([`neigh`], published to the workers as a
 //! [`neighbor_view`]), fragmentation for a smaller MTU on the way out ([`fragment`]), and the ICMP errors
 //! RFC 1812 answers with ([`icmp_error`]).
 //! Built on [`crate::wire`] and the verdict vocabulary only.
@@ -9,3 +9,4 @@ pub mod icmp_error;
 pub mod neigh;
 pub mod neighbor_view;
 pub mod route;
+pub mod route6;
