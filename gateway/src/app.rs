@@ -294,6 +294,13 @@ impl<'a> Gateway<'a> {
                 mtu: Some(iface.port_mtu()),
                 rss_key: iface.rss_key.as_deref().and_then(parse_hex),
                 promiscuous: iface.promiscuous,
+                // IPv6 Neighbor Discovery comes to multicast groups (all nodes, all routers,
+                // solicited-node): the port, or a VLAN on it, with IPv6 takes them.
+                all_multicast: config.interfaces.iter().any(|other| {
+                    other.ipv6.is_some()
+                        && (other.name == iface.name
+                            || other.parent.as_deref() == Some(iface.name.as_str()))
+                }),
                 vlan_offloads: layout.port_has_vlans(port_index)
                     && iface.vlan_offload.unwrap_or(true),
                 ..PortConfig::default()

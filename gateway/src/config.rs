@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -434,6 +434,38 @@ pub struct InterfaceConfig {
     /// nothing anyway, or for a mirror.
     #[serde(default)]
     pub promiscuous: bool,
+    /// The interface's IPv6 side (`[interfaces.ipv6]`): the gateway's addresses there and
+    /// its Router Advertisements. Omitted: IPv6 off on the interface (dropped as
+    /// `unsupported_ethertype`).
+    #[serde(default)]
+    pub ipv6: Option<Ipv6InterfaceConfig>,
+}
+
+/// `[interfaces.ipv6]`. IPv6 is not forwarded yet: the gateway answers Neighbor Discovery
+/// and echo on these addresses, and advertises their prefixes for SLAAC without offering
+/// itself as a default router.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Ipv6InterfaceConfig {
+    /// Global or unique-local addresses with their prefix length, e.g. "2001:db8:1::1/64";
+    /// at most 8. The link-local address (fe80:: and the MAC's EUI-64) is always there.
+    #[serde(default)]
+    pub addresses: Vec<Ipv6Cidr>,
+    /// Send Router Advertisements: every /64 address's prefix for SLAAC, other lengths as
+    /// on-link prefixes; and answer Router Solicitations.
+    #[serde(default)]
+    pub router_advertisements: bool,
+    /// DNS servers the advertisements announce (RFC 8106 RDNSS), at most 8.
+    #[serde(default)]
+    pub dns_servers: Vec<Ipv6Addr>,
+    /// The longest interval between unsolicited advertisements, 4 to 1800 s (RFC 4861's
+    /// MaxRtrAdvInterval); each goes at a random point between a third of it and it.
+    #[serde(default = "default_ra_interval_secs")]
+    pub ra_interval_secs: u32,
+}
+
+fn default_ra_interval_secs() -> u32 {
+    pipeline::pipeline::config::RouterAdvertConfig::DEFAULT_INTERVAL_SECS
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -1051,6 +1083,45 @@ impl fmt::Display for Ipv4Cidr {
     }
 }
 
+/// An IPv6 address with a prefix length, "2001:db8:1::1/64".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ipv6Cidr {
+    pub addr: Ipv6Addr,
+    pub len: u8,
+}
+
+impl FromStr for Ipv6Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (addr, len) = text.split_once('/').ok_or_else(|| {
+            format!("{text:?} is not an address/prefix-length like 2001:db8:1::1/64")
+        })?;
+        let addr = addr
+            .parse()
+            .map_err(|_| format!("{addr:?} is not an IPv6 address"))?;
+        let len = len
+            .parse::<u8>()
+            .ok()
+            .filter(|&len| len <= 128)
+            .ok_or_else(|| format!("{len:?} is not a prefix length 0..=128"))?;
+        Ok(Ipv6Cidr { addr, len })
+    }
+}
+
+impl<'de> Deserialize<'de> for Ipv6Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for Ipv6Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
 /// An interface's address: configured, the one a DHCP client gets on its twin, or the one
 /// a PPPoE session's IPCP assigns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1188,6 +1259,98 @@ fn check_keys(text: &str) -> Result<(), ConfigError> {
 fn subnets_overlap(a: &Ipv4Cidr, b: &Ipv4Cidr) -> bool {
     let wider = a.mask() & b.mask();
     u32::from(a.addr) & wider == u32::from(b.addr) & wider
+}
+
+/// Interface `i`'s `[interfaces.ipv6]`: addresses a host could have (not multicast, loopback,
+/// unspecified or link-local, which is automatic), prefix lengths 1..=128, no prefix shared
+/// with an earlier interface, and what the advertisements can carry.
+fn validate_ipv6(
+    i: usize,
+    ipv6: &Ipv6InterfaceConfig,
+    earlier: &[InterfaceConfig],
+) -> Result<(), ConfigError> {
+    use pipeline::pipeline::ipv6_local::{
+        prefix_of, MAX_ADVERTISED_DNS_SERVERS, MAX_ADVERTISED_PREFIXES,
+    };
+    let field = |name: &str| format!("interfaces[{i}].ipv6.{name}");
+    if ipv6.addresses.len() > MAX_ADVERTISED_PREFIXES {
+        return Err(invalid(
+            field("addresses"),
+            format!("at most {MAX_ADVERTISED_PREFIXES} addresses"),
+        ));
+    }
+    for (k, cidr) in ipv6.addresses.iter().enumerate() {
+        let addr = cidr.addr;
+        let link_local = addr.segments()[0] & 0xffc0 == 0xfe80;
+        if addr.is_multicast() || addr.is_loopback() || addr.is_unspecified() || link_local {
+            return Err(invalid(
+                format!("interfaces[{i}].ipv6.addresses[{k}]"),
+                format!(
+                    "{cidr} is not a unicast global or unique-local address (the link-local \
+                     one is automatic)"
+                ),
+            ));
+        }
+        if cidr.len == 0 {
+            return Err(invalid(
+                format!("interfaces[{i}].ipv6.addresses[{k}]"),
+                "prefix length must be 1..=128",
+            ));
+        }
+        let network = prefix_of(addr, cidr.len);
+        let clash = earlier.iter().enumerate().find(|(_, other)| {
+            other
+                .ipv6
+                .iter()
+                .flat_map(|v6| &v6.addresses)
+                .any(|theirs| {
+                    let len = theirs.len.min(cidr.len);
+                    prefix_of(theirs.addr, len) == prefix_of(network, len)
+                })
+        });
+        if let Some((j, other)) = clash {
+            return Err(invalid(
+                format!("interfaces[{i}].ipv6.addresses[{k}]"),
+                format!(
+                    "{cidr} overlaps a prefix of interfaces[{j}] ({}): a connected prefix must \
+                     belong to one interface",
+                    other.name
+                ),
+            ));
+        }
+    }
+    if ipv6.dns_servers.len() > MAX_ADVERTISED_DNS_SERVERS {
+        return Err(invalid(
+            field("dns_servers"),
+            format!("at most {MAX_ADVERTISED_DNS_SERVERS} servers"),
+        ));
+    }
+    if let Some(bad) = ipv6
+        .dns_servers
+        .iter()
+        .find(|server| server.is_multicast() || server.is_unspecified())
+    {
+        return Err(invalid(
+            field("dns_servers"),
+            format!("{bad} is not a unicast address"),
+        ));
+    }
+    if !(4..=1800).contains(&ipv6.ra_interval_secs) {
+        return Err(invalid(
+            field("ra_interval_secs"),
+            format!(
+                "{} is outside 4..=1800 (RFC 4861's MaxRtrAdvInterval)",
+                ipv6.ra_interval_secs
+            ),
+        ));
+    }
+    if ipv6.router_advertisements && ipv6.addresses.is_empty() {
+        return Err(invalid(
+            field("router_advertisements"),
+            "needs addresses: there would be no prefix to announce",
+        ));
+    }
+    Ok(())
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -1471,6 +1634,9 @@ impl GatewayConfig {
                         ),
                     ));
                 }
+            }
+            if let Some(ipv6) = &iface.ipv6 {
+                validate_ipv6(i, ipv6, &self.interfaces[..i])?;
             }
             if let Some(key) = &iface.rss_key {
                 if parse_hex(key).is_none() {
@@ -2107,6 +2273,93 @@ mod tests {
             "via = \"10.0.0.2\"\n[nat]\nmasquerade = [\"wan\"]",
         );
         parse(&one).unwrap();
+    }
+
+    #[test]
+    fn an_ipv6_side_is_checked_field_by_field() {
+        let with_ipv6 = |lan: &str, wan: &str| {
+            let text = LAB
+                .replace(
+                    "address = \"192.168.10.1/24\"",
+                    &format!("address = \"192.168.10.1/24\"\n[interfaces.ipv6]\n{lan}"),
+                )
+                .replace(
+                    "address = \"10.0.0.1/24\"",
+                    &format!("address = \"10.0.0.1/24\"\n{wan}"),
+                );
+            parse(&text)
+        };
+        let good = "addresses = [\"2001:db8:1::1/64\", \"fd00:1::1/48\"]\nrouter_advertisements = true\ndns_servers = [\"2001:db8:1::53\"]";
+        let config = with_ipv6(good, "").unwrap();
+        let ipv6 = config.interfaces[0].ipv6.as_ref().unwrap();
+        assert_eq!(ipv6.addresses[0].to_string(), "2001:db8:1::1/64");
+        assert_eq!(ipv6.ra_interval_secs, 600);
+        assert!(config.interfaces[1].ipv6.is_none());
+        let cases = [
+            (
+                "addresses = [\"2001:db8:1::1\"]",
+                "interfaces[0].ipv6.addresses",
+                "address/prefix-length",
+            ),
+            (
+                "addresses = [\"2001:db8:1::1/129\"]",
+                "interfaces[0].ipv6.addresses",
+                "prefix length",
+            ),
+            (
+                "addresses = [\"fe80::1/64\"]",
+                "interfaces[0].ipv6.addresses[0]:",
+                "link-local",
+            ),
+            (
+                "addresses = [\"ff02::1/64\"]",
+                "interfaces[0].ipv6.addresses[0]:",
+                "not a unicast",
+            ),
+            (
+                "addresses = [\"2001:db8:1::1/0\"]",
+                "interfaces[0].ipv6.addresses[0]:",
+                "1..=128",
+            ),
+            (
+                "router_advertisements = true",
+                "interfaces[0].ipv6.router_advertisements:",
+                "needs addresses",
+            ),
+            (
+                "addresses = [\"2001:db8:1::1/64\"]\nra_interval_secs = 3",
+                "interfaces[0].ipv6.ra_interval_secs:",
+                "4..=1800",
+            ),
+            (
+                "addresses = [\"2001:db8:1::1/64\"]\ndns_servers = [\"ff02::1\"]",
+                "interfaces[0].ipv6.dns_servers:",
+                "unicast",
+            ),
+            (
+                "addresses = [\"2001:db8:1::1/64\"]\nspeed = 1",
+                "speed",
+                "unknown field",
+            ),
+        ];
+        for (fields, field, reason) in cases {
+            let err = with_ipv6(fields, "").unwrap_err().to_string();
+            assert!(
+                err.contains(field) && err.contains(reason),
+                "{fields:?}: {err}"
+            );
+        }
+        // One prefix on two interfaces.
+        let overlap = with_ipv6(
+            "addresses = [\"2001:db8:1::1/64\"]",
+            "[interfaces.ipv6]\naddresses = [\"2001:db8:1::2/48\"]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            overlap.starts_with("interfaces[1].ipv6.addresses[0]:") && overlap.contains("overlaps"),
+            "{overlap}"
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use pipeline::l3::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
 use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
+use pipeline::pipeline::ipv6_local::{self, AdvertSchedule, Answer};
+use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
@@ -26,6 +28,12 @@ const EXPIRE_BUDGET: usize = 256;
 /// refreshed for metrics.
 const PPPOE_TIMER_INTERVAL_NS: u64 = 10_000_000;
 const PPPOE_STATUS_INTERVAL_NS: u64 = 1_000_000_000;
+/// Router Advertisements answering solicitations, over all interfaces: a host asks a few
+/// times when its link comes up, so a flood of solicitations gets no more than this.
+const SOLICITED_ADVERTS_PER_SEC: u32 = 10;
+const SOLICITED_ADVERTS_BURST: u32 = 20;
+/// Room for the largest advertisement (8 prefixes, 8 DNS servers): under 500 bytes.
+const ADVERT_FRAME_ROOM: usize = 1024;
 
 /// A packet waiting for its next hop's MAC, and the port it leaves by.
 struct HeldPacket {
@@ -55,6 +63,9 @@ pub struct ControlPlane {
     next_maintenance_ns: u64,
     next_pppoe_timers_ns: u64,
     next_pppoe_status_ns: u64,
+    /// When each IPv6 interface's next unsolicited Router Advertisement is due.
+    adverts: AdvertSchedule,
+    solicited_adverts: TokenBucket,
 }
 
 impl ControlPlane {
@@ -68,6 +79,8 @@ impl ControlPlane {
         counters: Arc<WorkerCounters>,
         neighbor_config: NeighborConfig,
     ) -> Self {
+        let clock = Clock::new();
+        let seed = clock.now_ns();
         ControlPlane {
             to_worker,
             outbox: MbufBatch::new(),
@@ -81,10 +94,12 @@ impl ControlPlane {
             pppoe: PppoeLinks::default(),
             pppoe_peers: Vec::new(),
             pppoe_view: None,
-            clock: Clock::new(),
+            clock,
             next_maintenance_ns: 0,
             next_pppoe_timers_ns: 0,
             next_pppoe_status_ns: 0,
+            adverts: AdvertSchedule::new(seed),
+            solicited_adverts: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
         }
     }
 
@@ -164,7 +179,8 @@ impl ControlPlane {
     pub fn poll(&mut self) -> usize {
         let mut handled = 0;
         let mut batch = MbufBatch::new();
-        // ARP first: echo replies and held packets can wait, and the held ones wait on it.
+        // ARP and IPv6 ND first: echo replies and held packets can wait, and the held ones
+        // wait on ARP.
         // One burst per ring per round, so no worker's flood delays another's ARP.
         let mut later = MbufBatch::new();
         loop {
@@ -172,7 +188,7 @@ impl ControlPlane {
             for ring in 0..self.from_workers.len() {
                 dequeued += self.from_workers[ring].dequeue(&mut batch);
                 for mbuf in batch.drain() {
-                    if is_arp(mbuf.data()) {
+                    if is_arp(mbuf.data()) || ipv6_local::is_ndisc(mbuf.data()) {
                         self.handle(mbuf);
                     } else if let Err(mbuf) = later.push(mbuf) {
                         self.handle(mbuf);
@@ -229,6 +245,7 @@ impl ControlPlane {
         };
         match frame.ethertype() {
             ethernet::ethertype::ARP => return self.handle_arp(&router, ingress as u16, mbuf),
+            ethernet::ethertype::IPV6 => return self.handle_ipv6(&router, ingress as u16, mbuf),
             ethernet::ethertype::PPPOE_DISCOVERY | ethernet::ethertype::PPPOE_SESSION => {
                 let now_ns = self.clock.now_ns();
                 let mut handled = false;
@@ -358,11 +375,73 @@ impl ControlPlane {
         }
     }
 
+    /// Answers IPv6 for the gateway (see `pipeline::pipeline::ipv6_local::answer`): the
+    /// reply in place, or a Router Advertisement for a solicitation, within its rate.
+    fn handle_ipv6(&mut self, router: &RouterConfig, ingress: u16, mut mbuf: Mbuf) {
+        let iface = &router.interfaces[usize::from(ingress)];
+        let Some(v6) = router.ipv6(ingress) else {
+            return self.counters.record_drop(DropReason::UnsupportedEthertype);
+        };
+        let len = mbuf.len();
+        let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
+        match ipv6_local::answer(&mut pkt, iface, v6) {
+            Answer::Reply => {
+                let reply_len = pkt.len();
+                if mbuf.set_len(reply_len).is_ok() {
+                    self.send(ingress, mbuf);
+                }
+            }
+            Answer::RouterSolicited { to, mac } => {
+                let now_ns = self.clock.now_ns();
+                let Some(advert) = v6.advertise.as_ref() else {
+                    return self.counters.record_drop(DropReason::Ipv6LocalUnhandled);
+                };
+                if !self.solicited_adverts.try_take(now_ns) {
+                    return self.counters.record_drop(DropReason::SlowPathPoliced);
+                }
+                let room = pkt.room_mut();
+                match ipv6_local::write_router_advert(room, iface, v6, advert, to, mac) {
+                    Some(len) if mbuf.set_len(len).is_ok() => {
+                        self.counters.router_adverts.inc();
+                        self.send(ingress, mbuf);
+                    }
+                    _ => self.counters.record_drop(DropReason::NoBuffer),
+                }
+            }
+            Answer::Drop(reason) => self.counters.record_drop(reason),
+        }
+    }
+
+    /// Sends the unsolicited Router Advertisements that are due, to all nodes.
+    fn advertise(&mut self, router: &RouterConfig, now_ns: u64) {
+        for (port, iface) in router.interfaces.iter().enumerate() {
+            let Some(v6) = router.ipv6(port as u16) else {
+                continue;
+            };
+            let Some(advert) = v6.advertise.as_ref() else {
+                continue;
+            };
+            if !self.adverts.due(port, advert.interval_secs, now_ns) {
+                continue;
+            }
+            let mut frame = [0u8; ADVERT_FRAME_ROOM];
+            let all_nodes = pipeline::wire::ipv6::ALL_NODES;
+            let mac = pipeline::wire::ipv6::multicast_mac(all_nodes);
+            if let Some(len) =
+                ipv6_local::write_router_advert(&mut frame, iface, v6, advert, all_nodes, mac)
+            {
+                self.counters.router_adverts.inc();
+                self.send_frame(port as u16, &frame[..len]);
+            }
+        }
+    }
+
     fn maintain(&mut self, now_ns: u64) {
         // Old snapshots the workers have let go are freed here, not on a worker.
         self.router.free_retired();
         self.neighbors.free_retired();
         let (router, _) = self.router.load();
+        self.advertise(&router, now_ns);
         let before = self.table.len();
         let mut probes = Vec::new();
         let counters = self.counters.clone();

@@ -442,6 +442,11 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
         "TCP SYNs whose MSS option was lowered to an interface's tcp_mss.",
         |c| c.mss_clamped.get(),
     ),
+    (
+        "worker_ipv6_router_adverts_total",
+        "IPv6 Router Advertisements sent (by the control thread, under worker 0's label).",
+        |c| c.router_adverts.get(),
+    ),
     ("conntrack_flow_setups_total", "Flows created.", |c| {
         c.conntrack_setups.get()
     }),

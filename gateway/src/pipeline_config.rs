@@ -6,9 +6,10 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context;
-use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::config::{Ipv6Interface, PortForward, RouterAdvertConfig, Stateful};
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::wire::ipv6::link_local;
 use pipeline::wire::{ipv4, EthernetAddress};
 use pipeline::{IcmpLimits, Interface, RouterConfig, SourceValidation, StaticRoute};
 
@@ -153,12 +154,38 @@ pub fn router_config_with_kernel(
         .context("routes")?
         .with_source_validation(&source_validation)?
         .with_tcp_mss(&tcp_mss)?
-        .with_pppoe(&pppoe)?;
+        .with_pppoe(&pppoe)?
+        .with_ipv6(ipv6_interfaces(config, macs))?;
     Ok(router
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))
         .with_traffic_meter(config.traffic_meter.enabled)
         .with_punt(crate::twins::punt_config(config))?)
+}
+
+/// Each interface's IPv6 side: its link-local address from its MAC, its configured
+/// addresses, and its advertisements.
+fn ipv6_interfaces(config: &GatewayConfig, macs: &[[u8; 6]]) -> Vec<Option<Ipv6Interface>> {
+    config
+        .interfaces
+        .iter()
+        .zip(macs)
+        .map(|(iface, mac)| {
+            let ipv6 = iface.ipv6.as_ref()?;
+            Some(Ipv6Interface {
+                link_local: link_local(EthernetAddress(*mac)),
+                addresses: ipv6
+                    .addresses
+                    .iter()
+                    .map(|cidr| (cidr.addr, cidr.len))
+                    .collect(),
+                advertise: ipv6.router_advertisements.then(|| RouterAdvertConfig {
+                    interval_secs: ipv6.ra_interval_secs,
+                    dns_servers: ipv6.dns_servers.clone(),
+                }),
+            })
+        })
+        .collect()
 }
 
 fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {

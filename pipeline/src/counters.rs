@@ -97,6 +97,8 @@ pub struct WorkerCounters {
     pub icmp_errors_rate_limited: Counter,
     /// TCP SYNs whose MSS option was lowered to an interface's `tcp_mss`.
     pub mss_clamped: Counter,
+    /// IPv6 Router Advertisements sent, solicited or not (by the control thread).
+    pub router_adverts: Counter,
     pub busy_cycles: Counter,
     pub idle_cycles: Counter,
     pub conntrack_entries: Gauge,
@@ -144,6 +146,7 @@ impl Default for WorkerCounters {
             icmp_errors_sent: Counter::default(),
             icmp_errors_rate_limited: Counter::default(),
             mss_clamped: Counter::default(),
+            router_adverts: Counter::default(),
             busy_cycles: Counter::default(),
             idle_cycles: Counter::default(),
             conntrack_entries: Gauge::default(),

@@ -37,8 +37,11 @@ impl Verdict {
 pub enum ControlWork {
     /// An ARP request or reply.
     Arp,
-    /// ICMP addressed to one of the gateway's own addresses (echo requests).
+    /// ICMP addressed to one of the gateway's own addresses (echo requests), IPv4 or IPv6.
     LocalIcmp,
+    /// IPv6 Neighbor Discovery for the gateway (solicitations and advertisements): as
+    /// urgent as ARP, since every IPv6 neighbour depends on it.
+    Ndisc,
     /// Routed, but the next hop's MAC is unknown: hold the packet while ARP resolves it.
     /// The IP header is final; only the Ethernet header remains to be written.
     Resolve { port: u16, next_hop: Ipv4Addr },
@@ -85,8 +88,24 @@ drop_reasons! {
     PppoeDown => "pppoe_down",
     /// Unicast to a MAC address that is not the ingress port's.
     NotOurMac => "not_our_mac",
-    /// An EtherType the gateway does not route (IPv6, LLDP, ...).
+    /// An EtherType the gateway does not route (LLDP, ..., and IPv6 on an interface without
+    /// an IPv6 address).
     UnsupportedEthertype => "unsupported_ethertype",
+    /// Bad IPv6 version or a payload length past the frame.
+    MalformedIpv6 => "malformed_ipv6",
+    /// IPv6 extension headers a router refuses: a Type 0 routing header (RFC 5095), a chain
+    /// longer than eight, hop-by-hop options not first, malformed options, a first fragment
+    /// without the whole header chain (RFC 7112), a second fragment header.
+    Ipv6ExtensionHeaders => "ipv6_extension_headers",
+    /// IPv6 not addressed to the gateway: IPv6 is not forwarded yet.
+    Ipv6NotForwarded => "ipv6_not_forwarded",
+    /// IPv6 to the gateway that it does not answer: ICMPv6 other than Neighbor and Router
+    /// Solicitations and echo requests (advertisements, errors), TCP and UDP, fragments, a
+    /// solicitation for another node's address.
+    Ipv6LocalUnhandled => "ipv6_local_unhandled",
+    /// Neighbor Discovery that fails RFC 4861's checks (hop limit below 255, bad checksum or
+    /// code, a zero-length option, a multicast target, a bad duplicate address probe).
+    MalformedNdisc => "malformed_ndisc",
     /// ARP that is not Ethernet/IPv4, or is truncated.
     MalformedArp => "malformed_arp",
     /// Bad IPv4 version, header length or total length.

@@ -40,6 +40,10 @@ pub struct PortConfig {
     /// Receive frames for any MAC (flooded unicast too, each a `not_our_mac` drop a worker
     /// pays for); off, the port takes its own MAC, broadcast and the multicast it joined.
     pub promiscuous: bool,
+    /// Receive every multicast frame (`rte_eth_allmulticast_enable`): for IPv6, whose
+    /// Neighbor Discovery is sent to groups. Groups nobody here joined are dropped by the
+    /// workers (`ipv6_not_forwarded`).
+    pub all_multicast: bool,
     /// Ask for `RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE` where the device has it. Granted only while
     /// the pool is the process's one packet pool (see `mempool.rs`), and never on a bond,
     /// whose PMD transmits LACPDUs from pools of its own on the data queues.
@@ -61,6 +65,7 @@ impl Default for PortConfig {
             rss_hash_types: dpdk_sys::flags::RTE_ETH_RSS_IPV4_TCP_UDP,
             rss_key: None,
             promiscuous: false,
+            all_multicast: false,
             fast_free: true,
             vlan_offloads: false,
         }
@@ -570,14 +575,14 @@ impl Port {
         // requests for the gateway would never arrive (found with a host behind Open vSwitch
         // that had not heard from the gateway first). All-multicast lets them through; its
         // members then take multicast too, which the pipeline drops as it does on any port.
-        if driver == "net_bonding" && !config.promiscuous {
+        if (driver == "net_bonding" || config.all_multicast) && !config.promiscuous {
             // SAFETY: started port.
             let ret = unsafe { dpdk_sys::rte_eth_allmulticast_enable(id.0) };
             if ret < 0 {
                 tracing::warn!(
                     port = name,
-                    "the bond refused all-multicast ({ret}): broadcast ARP from the partner side \
-                     will not arrive"
+                    "the port refused all-multicast ({ret}): a bond's broadcast ARP from the \
+                     partner side, or IPv6 Neighbor Discovery, may not arrive"
                 );
             }
         }

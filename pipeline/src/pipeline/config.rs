@@ -2,7 +2,7 @@
 //! snapshot through an `Arc`; a reload builds a new one.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use std::ops::RangeInclusive;
 
@@ -13,6 +13,7 @@ use crate::features::qos::QosConfig;
 use crate::flow::FlowKey;
 use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
 use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
+use crate::wire::ipv6::{solicited_node, ALL_NODES, ALL_ROUTERS};
 use crate::wire::EthernetAddress;
 
 /// One gateway port as the pipeline sees it. Its index in [`RouterConfig::interfaces`] is the
@@ -237,6 +238,58 @@ pub struct RouterConfig {
     /// Bit i: interface i runs a PPPoE client, whose discovery and PPP control frames go to
     /// the control thread.
     pppoe_interfaces: u64,
+    /// Per interface, its IPv6 side; empty when no interface has one.
+    ipv6: Vec<Option<Ipv6Interface>>,
+}
+
+/// An interface's IPv6 side: the gateway's own addresses there, and what it announces.
+/// IPv6 is not forwarded yet (issue 18 builds it in steps): the gateway answers Neighbor
+/// Discovery and echo on these addresses, and advertises their prefixes for SLAAC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ipv6Interface {
+    /// `fe80::/64` with the interface MAC's EUI-64 identifier (RFC 4291 appendix A).
+    pub link_local: Ipv6Addr,
+    /// Global or unique-local addresses, each with its on-link prefix length.
+    pub addresses: Vec<(Ipv6Addr, u8)>,
+    /// Router Advertisements on this link; None: none sent and solicitations unanswered.
+    pub advertise: Option<RouterAdvertConfig>,
+}
+
+/// What the gateway's Router Advertisements on one link say, and how often they go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouterAdvertConfig {
+    /// MaxRtrAdvInterval (RFC 4861 6.2.1, 4 to 1800 s): unsolicited advertisements go at a
+    /// random interval between a third of it and it.
+    pub interval_secs: u32,
+    /// Recursive DNS servers announced (RFC 8106); none: no RDNSS option.
+    pub dns_servers: Vec<Ipv6Addr>,
+}
+
+impl RouterAdvertConfig {
+    /// RFC 4861's default MaxRtrAdvInterval.
+    pub const DEFAULT_INTERVAL_SECS: u32 = 600;
+}
+
+impl Ipv6Interface {
+    /// Whether `addr` is one of the gateway's unicast addresses on this link.
+    pub fn owns(&self, addr: Ipv6Addr) -> bool {
+        addr == self.link_local || self.addresses.iter().any(|&(own, _)| own == addr)
+    }
+
+    /// Whether a packet to `dst` is for the gateway: one of its addresses, or a group it
+    /// belongs to on this link (all nodes, all routers, its addresses' solicited-node groups).
+    pub fn accepts(&self, dst: Ipv6Addr) -> bool {
+        if dst.is_multicast() {
+            return dst == ALL_NODES
+                || dst == ALL_ROUTERS
+                || dst == solicited_node(self.link_local)
+                || self
+                    .addresses
+                    .iter()
+                    .any(|&(own, _)| dst == solicited_node(own));
+        }
+        self.owns(dst)
+    }
 }
 
 /// How a packet's source address is checked against the interface it came in on (RFC 3704).
@@ -366,6 +419,7 @@ impl RouterConfig {
             clamps_mss: false,
             pppoe_interfaces: 0,
             punt,
+            ipv6: Vec::new(),
         })
     }
 
@@ -405,6 +459,28 @@ impl RouterConfig {
         self.tcp_mss = mss.to_vec();
         self.clamps_mss = mss.iter().any(Option::is_some);
         Ok(self)
+    }
+
+    /// Gives interfaces their IPv6 side (one entry per interface, None where IPv6 is off).
+    pub fn with_ipv6(
+        mut self,
+        ipv6: Vec<Option<Ipv6Interface>>,
+    ) -> Result<RouterConfig, RouterError> {
+        if ipv6.len() != self.interfaces.len() {
+            return Err(RouterError::StatefulMismatch);
+        }
+        self.ipv6 = if ipv6.iter().all(Option::is_none) {
+            Vec::new()
+        } else {
+            ipv6
+        };
+        Ok(self)
+    }
+
+    /// Interface `port`'s IPv6 side, if it has one.
+    #[inline]
+    pub fn ipv6(&self, port: u16) -> Option<&Ipv6Interface> {
+        self.ipv6.get(usize::from(port))?.as_ref()
     }
 
     /// Marks the interfaces that run a PPPoE client (one flag per interface).

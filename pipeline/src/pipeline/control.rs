@@ -22,7 +22,7 @@ pub const MIN_FRAME_LEN: usize = 60;
 /// and the LCP echoes that keep a PPPoE session, still find room.
 pub fn admits_to_control(work: ControlWork, queued: usize, capacity: usize) -> bool {
     match work {
-        ControlWork::Arp | ControlWork::Pppoe => queued < capacity,
+        ControlWork::Arp | ControlWork::Ndisc | ControlWork::Pppoe => queued < capacity,
         ControlWork::LocalIcmp | ControlWork::Resolve { .. } => queued < capacity / 2,
     }
 }

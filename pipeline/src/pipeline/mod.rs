@@ -13,6 +13,7 @@ pub mod explain;
 pub mod fast_path;
 pub mod features;
 pub mod flow_listing;
+pub mod ipv6_local;
 pub mod punt;
 pub mod snapshot;
 pub mod stateful;
@@ -545,6 +546,10 @@ impl Pipeline {
         match frame.ethertype() {
             ethernet::ethertype::IPV4 => self.ipv4(pkt, ingress, probe, now_ns),
             ethernet::ethertype::ARP => Verdict::Control(ControlWork::Arp),
+            ethernet::ethertype::IPV6 => match self.router.ipv6(ingress.port) {
+                Some(v6) => ipv6_local::classify(pkt.bytes(), v6),
+                None => Verdict::Drop(DropReason::UnsupportedEthertype),
+            },
             ethernet::ethertype::VLAN | ethernet::ethertype::QINQ => {
                 Verdict::Drop(DropReason::VlanTagged)
             }

@@ -7,6 +7,7 @@ use super::{EthernetAddress, Result, WireError};
 pub mod ethertype {
     pub const IPV4: u16 = 0x0800;
     pub const ARP: u16 = 0x0806;
+    pub const IPV6: u16 = 0x86dd;
     pub const VLAN: u16 = 0x8100;
     pub const QINQ: u16 = 0x88a8;
     /// PPPoE's discovery stage (PADI, PADO, PADR, PADS, PADT) and its session stage (RFC 2516).
