@@ -578,7 +578,11 @@ impl Port {
         if (driver == "net_bonding" || config.all_multicast) && !config.promiscuous {
             // SAFETY: started port.
             let ret = unsafe { dpdk_sys::rte_eth_allmulticast_enable(id.0) };
-            if ret < 0 {
+            // A PMD without multicast filtering (af_packet, tap) says it cannot, and takes
+            // every frame anyway; a bond that cannot is the case to warn about.
+            if ret == -libc::ENOTSUP && driver != "net_bonding" {
+                tracing::debug!(port = name, "the driver has no all-multicast switch");
+            } else if ret < 0 {
                 tracing::warn!(
                     port = name,
                     "the port refused all-multicast ({ret}): a bond's broadcast ARP from the \

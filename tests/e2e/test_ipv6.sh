@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# IPv6 on the gateway's own LAN interface (issue 18's first step; nothing is forwarded yet).
+# The LAN host turns IPv6 on after the gateway has started, so its kernel does what a host
+# joining the link does: duplicate address detection, a Router Solicitation, SLAAC from the
+# advertisement. Then it pings the gateway's global and link-local addresses, a scapy probe
+# reads the advertisement's fields (prefix, RDNSS, router lifetime 0), and hostile or
+# unroutable IPv6 is dropped under its reason while the gateway keeps answering.
+#
+#   gwlab-lan: eth0 (SLAAC in 2001:db8:10::/64) --veth-- gwl-lan [gateway 2001:db8:10::1/64]
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ROOT/scripts/lablib.sh"
+trap cleanup EXIT
+PYTHON=/usr/bin/python3 # Debian's python with scapy (the python3 on PATH may be a shim)
+
+"$ROOT/scripts/lab.sh" up >/dev/null
+# The LAN interface's IPv6 side: a /64 for SLAAC and a DNS server to announce. The table
+# must follow every key of its [[interfaces]] entry, so it goes before the second entry.
+lab_config 19160 | awk '
+    /^\[\[interfaces\]\]/ && ++entries == 2 {
+        print "[interfaces.ipv6]"
+        print "addresses = [\"2001:db8:10::1/64\"]"
+        print "router_advertisements = true"
+        print "dns_servers = [\"2001:db8:10::53\"]"
+        print "ra_interval_secs = 30"
+        print ""
+    }
+    { print }' >"$WORK/gateway.toml"
+grep -q 'interfaces.ipv6' "$WORK/gateway.toml" || fail "no [interfaces.ipv6] in the config"
+METRICS=http://127.0.0.1:19160/metrics
+start_gateway "$WORK/gateway.toml"
+dropped() { metric "gateway_dropped_packets_total{reason=\"$1\""; }
+
+# The host joins: link-local with DAD, a solicitation, SLAAC from the advertisement.
+lan sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.eth0.disable_ipv6=0 \
+    net.ipv6.conf.eth0.accept_ra=1 net.ipv6.conf.eth0.autoconf=1 \
+    net.ipv6.conf.eth0.accept_dad=1
+address=
+for _ in $(seq 1 50); do
+    address=$(lan ip -6 -o addr show dev eth0 scope global | awk '{print $4}' | grep '^2001:db8:10:' || true)
+    # Tentative until its own DAD is over.
+    if [[ -n $address ]] && ! lan ip -6 -o addr show dev eth0 scope global | grep -q tentative; then
+        break
+    fi
+    sleep 0.2
+done
+[[ -n $address ]] || fail "the LAN host formed no SLAAC address in 2001:db8:10::/64 from the gateway's advertisement"
+pass "the LAN host formed $address by SLAAC from the gateway's advertisement"
+[[ -z $(lan ip -6 route show default) ]] ||
+    fail "the host took the gateway as its IPv6 default router, which does not forward IPv6 yet: $(lan ip -6 route show default)"
+pass "the host has no IPv6 default route through the gateway (router lifetime 0)"
+
+expect_output "the host pings the gateway's global address" \
+    " 0% packet loss" lan ping -6 -c 3 -i 0.2 -W 2 2001:db8:10::1
+GATEWAY_MAC=$(cat /sys/class/net/gwl-lan/address)
+LINK_LOCAL=$($PYTHON -c "
+import sys
+mac = [int(b, 16) for b in sys.argv[1].split(':')]
+mac[0] ^= 2
+eui = mac[:3] + [0xff, 0xfe] + mac[3:]
+print('fe80::' + ':'.join('%x' % (eui[i] << 8 | eui[i + 1]) for i in range(0, 8, 2)))
+" "$GATEWAY_MAC")
+expect_output "the host pings the gateway's link-local address $LINK_LOCAL" \
+    " 0% packet loss" lan ping -6 -c 3 -i 0.2 -W 2 "$LINK_LOCAL%eth0"
+expect_output "the host resolved the gateway by Neighbor Discovery, flagged a router" \
+    "2001:db8:10::1 lladdr $GATEWAY_MAC router (REACHABLE|STALE|DELAY|PROBE)" lan ip -6 neigh show dev eth0
+
+# The advertisement, read field by field: a solicitation from scapy and its answer.
+cat >"$WORK/ra.py" <<'PY'
+import sys
+from scapy.all import (Ether, IPv6, ICMPv6ND_RS, ICMPv6ND_RA, ICMPv6NDOptSrcLLAddr,
+                       ICMPv6NDOptPrefixInfo, ICMPv6NDOptRDNSS, AsyncSniffer, sendp,
+                       get_if_hwaddr, conf)
+conf.verb = 0
+mac = get_if_hwaddr("eth0")
+sniffer = AsyncSniffer(iface="eth0", lfilter=lambda p: ICMPv6ND_RA in p and p[Ether].dst == mac, count=1, timeout=5)
+sniffer.start()
+import time; time.sleep(0.5)
+sendp(Ether(src=mac, dst="33:33:00:00:00:02") / IPv6(src=sys.argv[1], dst="ff02::2", hlim=255)
+      / ICMPv6ND_RS() / ICMPv6NDOptSrcLLAddr(lladdr=mac), iface="eth0")
+sniffer.join()
+if not sniffer.results:
+    print("no advertisement")
+    sys.exit(1)
+ra = sniffer.results[0]
+print("router_lifetime", ra[ICMPv6ND_RA].routerlifetime)
+print("hop_limit", ra[IPv6].hlim)
+print("source", ra[IPv6].src)
+prefix = ra[ICMPv6NDOptPrefixInfo]
+print("prefix %s/%d L=%d A=%d" % (prefix.prefix, prefix.prefixlen, prefix.L, prefix.A))
+print("rdnss", " ".join(ra[ICMPv6NDOptRDNSS].dns))
+PY
+host_link_local=$(lan ip -6 -o addr show dev eth0 scope link | awk '{print $4}' | cut -d/ -f1)
+ra=$(lan "$PYTHON" "$WORK/ra.py" "$host_link_local" 2>&1) || fail "no Router Advertisement answered a solicitation: $ra"
+for expected in "router_lifetime 0" "hop_limit 255" "source $LINK_LOCAL" \
+    "prefix 2001:db8:10::/64 L=1 A=1" "rdnss 2001:db8:10::53"; do
+    grep -qx "$expected" <<<"$ra" || fail "the advertisement lacks '$expected': $ra"
+done
+pass "a solicited advertisement from $LINK_LOCAL: prefix 2001:db8:10::/64 (on-link, SLAAC), RDNSS, router lifetime 0"
+adverts=$(metric gateway_worker_ipv6_router_adverts_total)
+[[ ${adverts%.*} -ge 2 ]] || fail "gateway_worker_ipv6_router_adverts_total is $adverts, expected the host's and scapy's"
+pass "$adverts Router Advertisements counted"
+
+# Hostile or unroutable IPv6: each dropped under its reason, and the gateway still answers.
+cat >"$WORK/hostile.py" <<'PY'
+import sys
+from scapy.all import (Ether, IPv6, IPv6ExtHdrRouting, IPv6ExtHdrDestOpt, ICMPv6ND_NS,
+                       ICMPv6NDOptSrcLLAddr, ICMPv6EchoRequest, UDP, sendp, get_if_hwaddr, conf)
+conf.verb = 0
+gateway_mac, src = sys.argv[1], sys.argv[2]
+mac = get_if_hwaddr("eth0")
+eth = Ether(src=mac, dst=gateway_mac)
+frames = [
+    # Neighbor solicitation from beyond a router (hop limit 64): malformed_ndisc.
+    eth / IPv6(src=src, dst="2001:db8:10::1", hlim=64) / ICMPv6ND_NS(tgt="2001:db8:10::1")
+        / ICMPv6NDOptSrcLLAddr(lladdr=mac),
+    # A Type 0 routing header to the gateway (RFC 5095): ipv6_extension_headers.
+    eth / IPv6(src=src, dst="2001:db8:10::1") / IPv6ExtHdrRouting(type=0, addresses=["2001:db8:10::99"], segleft=1)
+        / ICMPv6EchoRequest(),
+    # Nine destination options headers: ipv6_extension_headers.
+    eth / IPv6(src=src, dst="2001:db8:10::1") / (IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()
+        / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()
+        / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()) / ICMPv6EchoRequest(),
+    # UDP for the internet: ipv6_not_forwarded.
+    eth / IPv6(src=src, dst="2001:db8:99::1") / UDP(sport=1234, dport=53),
+    # A payload length past the frame: malformed_ipv6.
+    eth / IPv6(src=src, dst="2001:db8:10::1", plen=400) / ICMPv6EchoRequest(),
+]
+for _ in range(5):
+    sendp(frames, iface="eth0")
+PY
+lan "$PYTHON" "$WORK/hostile.py" "$GATEWAY_MAC" "${address%/*}"
+sleep 0.5
+for reason in malformed_ndisc ipv6_extension_headers ipv6_not_forwarded malformed_ipv6; do
+    count=$(dropped "$reason")
+    [[ ${count%.*} -ge 5 ]] || fail "$reason counted ${count:-nothing} of the hostile frames, expected at least 5"
+done
+pass "hostile IPv6 dropped and counted: $(for r in malformed_ndisc ipv6_extension_headers ipv6_not_forwarded malformed_ipv6; do printf '%s=%s ' "$r" "$(dropped "$r")"; done)"
+expect_output "the gateway still answers after them" \
+    " 0% packet loss" lan ping -6 -c 2 -i 0.2 -W 2 2001:db8:10::1
+# IPv4 is untouched.
+expect_output "IPv4 still forwards" " 0% packet loss" lan ping -c 2 -i 0.2 -W 2 10.0.0.2
+
+stop_gateway
+pass "IPv6 on the gateway's interface"
