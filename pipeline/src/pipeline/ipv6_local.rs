@@ -40,6 +40,11 @@ pub fn classify(frame: &[u8], v6: &Ipv6Interface) -> Verdict {
     let Ok(ip) = Ipv6Packet::new_checked(ip_bytes) else {
         return Verdict::Drop(DropReason::MalformedIpv6);
     };
+    // A multicast or loopback source is no sender's (RFC 4291 2.7, 2.5.3); an answer to it
+    // would go to a group.
+    if is_martian_source(ip.src_addr()) {
+        return Verdict::Drop(DropReason::MartianAddress);
+    }
     let ext = match walk_extensions(ip.next_header(), ip.payload()) {
         Ok(ext) => ext,
         Err(_) => return Verdict::Drop(DropReason::Ipv6ExtensionHeaders),
@@ -90,6 +95,9 @@ pub fn answer(pkt: &mut PacketBuf, iface: &Interface, v6: &Ipv6Interface) -> Ans
         return Answer::Drop(DropReason::MalformedIpv6);
     };
     let (src, dst, hop_limit) = (ip.src_addr(), ip.dst_addr(), ip.hop_limit());
+    if is_martian_source(src) {
+        return Answer::Drop(DropReason::MartianAddress);
+    }
     let ext = match walk_extensions(ip.next_header(), ip.payload()) {
         Ok(ext) if ext.protocol == next_header::ICMPV6 && ext.fragment.is_none() => ext,
         Ok(_) => return Answer::Drop(DropReason::Ipv6LocalUnhandled),
@@ -162,6 +170,10 @@ pub fn answer(pkt: &mut PacketBuf, iface: &Interface, v6: &Ipv6Interface) -> Ans
     }
 }
 
+fn is_martian_source(src: Ipv6Addr) -> bool {
+    src.is_multicast() || src.is_loopback()
+}
+
 /// Turns an echo request to one of the gateway's addresses into the reply, in place.
 fn echo_reply(pkt: &mut PacketBuf, iface: &Interface, v6: &Ipv6Interface) -> Answer {
     let bytes = pkt.bytes_mut();
@@ -172,7 +184,7 @@ fn echo_reply(pkt: &mut PacketBuf, iface: &Interface, v6: &Ipv6Interface) -> Ans
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
     // Not to a group (a ping of ff02::1 would make every answer a flood), and only
     // without extension headers, which the reply would have to carry back.
-    if !v6.owns(dst) || ip.next_header() != next_header::ICMPV6 || src.is_multicast() {
+    if !v6.owns(dst) || ip.next_header() != next_header::ICMPV6 {
         return Answer::Drop(DropReason::Ipv6LocalUnhandled);
     }
     {
@@ -252,7 +264,13 @@ pub fn write_router_advert(
         preferred_secs: 0,
     }; MAX_ADVERTISED_PREFIXES];
     let mut count = 0;
-    for (&(addr, len), slot) in v6.addresses.iter().zip(&mut prefixes) {
+    // Config validation allows 1..=128; anything else would make an option receivers refuse
+    // (found by fuzzing a hand-built interface with /129), so it is left out.
+    let valid = v6
+        .addresses
+        .iter()
+        .filter(|&&(_, len)| (1..=128).contains(&len));
+    for (&(addr, len), slot) in valid.zip(&mut prefixes) {
         *slot = PrefixInfo {
             prefix: prefix_of(addr, len),
             len,

@@ -1,0 +1,245 @@
+//! IPv6 for the gateway itself (`pipeline::pipeline::ipv6_local`): what a worker decides
+//! (`classify`) and what the control thread answers (`answer`, `write_router_advert`), on
+//! frames the input builds (Neighbor and Router Solicitations and Advertisements, echo
+//! requests, with options, extension headers, hop limits and checksums right or wrong) or
+//! gives raw, in rooms of any size. Underneath: the IPv6 wire views, the extension-header
+//! walk and the ND option walk.
+//!
+//! Checked, besides "no panic" and "nothing written past the room": a reply is a well-formed
+//! IPv6 frame from our MAC, whose ICMPv6 checksum verifies, from one of our addresses, and
+//! whose ND answers carry hop limit 255 and are believed by the same parser a receiver uses;
+//! an advertisement is a valid Router Advertisement from our link-local address with router
+//! lifetime 0; a refusal leaves the frame as it was.
+#![no_main]
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use gateway_fuzz::{Bytes, ETH_LEN};
+use libfuzzer_sys::fuzz_target;
+use pipeline::pipeline::config::{Ipv6Interface, RouterAdvertConfig};
+use pipeline::pipeline::ipv6_local::{answer, classify, write_router_advert, Answer};
+use pipeline::wire::icmpv6::msg_type;
+use pipeline::wire::ipv6::{self, link_local, next_header, solicited_node, ALL_NODES, ALL_ROUTERS};
+use pipeline::wire::ndisc::{NdRepr, Options};
+use pipeline::wire::{EthernetAddress, Icmpv6Packet, Ipv6Packet};
+use pipeline::{Interface, PacketBuf};
+
+const OUR_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
+const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 2];
+const OURS: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, 1);
+const HOST: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, 2);
+const GARBAGE: u8 = 0xa5;
+
+fn iface() -> Interface {
+    Interface {
+        mac: OUR_MAC,
+        addr: Ipv4Addr::new(192, 168, 10, 1),
+        prefix_len: 24,
+        mtu: 1500,
+    }
+}
+
+fn v6(input: &mut Bytes) -> Ipv6Interface {
+    let servers = usize::from(input.u8() % 10);
+    Ipv6Interface {
+        link_local: link_local(OUR_MAC),
+        addresses: vec![
+            (OURS, 64),
+            (Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), input.u8() % 130),
+        ],
+        advertise: input.bool().then(|| RouterAdvertConfig {
+            interval_secs: u32::from(input.u16()),
+            dns_servers: vec![HOST; servers],
+        }),
+    }
+}
+
+/// A frame: raw input, or an IPv6 packet to one of our addresses or groups carrying an ND
+/// message or echo request built from the input, after optional extension headers.
+fn frame(input: &mut Bytes, room: &mut [u8]) -> usize {
+    if input.u8() < 30 {
+        let raw = input.slice(room.len());
+        room[..raw.len()].copy_from_slice(raw);
+        return raw.len();
+    }
+    let src = input.pick(&[
+        HOST,
+        link_local(EthernetAddress(HOST_MAC)),
+        Ipv6Addr::UNSPECIFIED,
+        ALL_NODES,
+    ]);
+    let dst = input.pick(&[
+        OURS,
+        solicited_node(OURS),
+        ALL_ROUTERS,
+        ALL_NODES,
+        link_local(OUR_MAC),
+        HOST,
+    ]);
+    // Any type too: errors, redirects, the unassigned.
+    let any_kind = input.u8();
+    let kind = input.pick(&[
+        msg_type::NEIGHBOR_SOLICIT,
+        msg_type::NEIGHBOR_ADVERT,
+        msg_type::ROUTER_SOLICIT,
+        msg_type::ROUTER_ADVERT,
+        msg_type::ECHO_REQUEST,
+        any_kind,
+    ]);
+    let mut message = vec![kind, input.pick(&[0u8, 0, 1]), 0, 0];
+    message.extend(input.u32().to_be_bytes());
+    if matches!(kind, msg_type::NEIGHBOR_SOLICIT | msg_type::NEIGHBOR_ADVERT) {
+        let target = input.pick(&[OURS, link_local(OUR_MAC), HOST, ALL_NODES]);
+        message.extend(target.octets());
+    }
+    if kind == msg_type::ROUTER_ADVERT {
+        message.extend([0u8; 8]);
+    }
+    // Options: link-layer addresses, or raw bytes.
+    for _ in 0..input.u8() % 4 {
+        if input.bool() {
+            message.extend([input.pick(&[1u8, 2, 3, 5, 25]), input.pick(&[1u8, 0, 2, 4])]);
+            message.extend(HOST_MAC);
+        } else {
+            message.extend(input.slice(24));
+        }
+    }
+    // Extension headers before the message: none mostly.
+    let mut payload = Vec::new();
+    let mut first = next_header::ICMPV6;
+    let headers = input.pick(&[0u8, 0, 0, 1, 2, 9]);
+    for _ in 0..headers {
+        let kind = input.pick(&[
+            next_header::DEST_OPTIONS,
+            next_header::HOP_BY_HOP,
+            next_header::ROUTING,
+            next_header::FRAGMENT,
+        ]);
+        let mut header = vec![first, 0, input.u8(), input.u8(), 0, 0, 0, 0];
+        header[2..4].copy_from_slice(&input.u16().to_be_bytes());
+        header.extend(&payload);
+        payload = header;
+        first = kind;
+    }
+    let headers_len = payload.len();
+    payload.extend(&message);
+    if input.u8() > 40 {
+        // A good checksum, so the message reaches the ND checks.
+        let mut icmp = Icmpv6Packet::new_unchecked(&mut payload[headers_len..]);
+        icmp.fill_checksum(src, dst);
+    }
+    let len = ETH_LEN + ipv6::HEADER_LEN + payload.len();
+    if len > room.len() {
+        return 0;
+    }
+    room[..6].copy_from_slice(&ipv6::multicast_mac(dst).0);
+    room[6..12].copy_from_slice(&HOST_MAC);
+    room[12..14].copy_from_slice(&0x86dd_u16.to_be_bytes());
+    let ip = &mut room[ETH_LEN..len];
+    ip[0] = 0x60;
+    let payload_len = if input.u8() < 10 {
+        input.u16()
+    } else {
+        payload.len() as u16
+    };
+    ip[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    ip[6] = first;
+    ip[7] = input.pick(&[255u8, 255, 64, 1]);
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    ip[40..].copy_from_slice(&payload);
+    len
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut input = Bytes::new(data);
+    let v6 = v6(&mut input);
+    let room_len = usize::from(input.u16() % 2048);
+    let mut room = vec![GARBAGE; room_len + 64];
+    let len = frame(&mut input, &mut room[..room_len]);
+    let before = room.clone();
+
+    let _ = classify(&room[..len], &v6);
+    if let Ok(ip) = Ipv6Packet::new_checked(&room[ETH_LEN.min(len)..len]) {
+        let _ = ipv6::walk_extensions(ip.next_header(), ip.payload());
+        let _ = Options::new(ip.payload()).count();
+    }
+
+    let mut pkt = PacketBuf::new(&mut room[..room_len], len);
+    let answered = answer(&mut pkt, &iface(), &v6);
+    let out_len = pkt.len();
+    assert!(
+        room[room_len..].iter().all(|&b| b == GARBAGE),
+        "wrote past the room"
+    );
+    match answered {
+        Answer::Reply => check_reply(&room[..out_len], &v6),
+        Answer::RouterSolicited { to, mac } => {
+            assert!(v6.advertise.is_some());
+            let advert = v6.advertise.as_ref().unwrap();
+            let mut out = vec![GARBAGE; room_len + 64];
+            if let Some(len) =
+                write_router_advert(&mut out[..room_len], &iface(), &v6, advert, to, mac)
+            {
+                check_advert(&out[..len], &v6);
+            }
+            assert!(
+                out[room_len..].iter().all(|&b| b == GARBAGE),
+                "advert wrote past the room"
+            );
+        }
+        Answer::Drop(_) => assert_eq!(room[..len], before[..len], "a refusal changed the frame"),
+    }
+});
+
+fn parts(frame: &[u8]) -> (Ipv6Packet<&[u8]>, Icmpv6Packet<&[u8]>) {
+    assert_eq!(frame[6..12], OUR_MAC.0, "not from our MAC");
+    assert_eq!(frame[12..14], [0x86, 0xdd]);
+    let ip = Ipv6Packet::new_checked(&frame[ETH_LEN..]).expect("reply is not IPv6");
+    assert_eq!(ip.next_header(), next_header::ICMPV6);
+    let start = ETH_LEN + ipv6::HEADER_LEN;
+    let payload = &frame[start..start + usize::from(ip.payload_len())];
+    let icmp = Icmpv6Packet::new_checked(payload).expect("reply has no ICMPv6 header");
+    assert!(
+        icmp.verify_checksum(ip.src_addr(), ip.dst_addr()),
+        "reply checksum"
+    );
+    (ip, icmp)
+}
+
+fn check_reply(frame: &[u8], v6: &Ipv6Interface) {
+    let (ip, icmp) = parts(frame);
+    assert!(
+        v6.owns(ip.src_addr()),
+        "reply from {} which is not ours",
+        ip.src_addr()
+    );
+    match icmp.msg_type() {
+        msg_type::ECHO_REPLY => assert_eq!(ip.hop_limit(), 64),
+        msg_type::NEIGHBOR_ADVERT => {
+            assert_eq!(ip.hop_limit(), 255);
+            let parsed = NdRepr::parse(&icmp, ip.hop_limit(), ip.src_addr(), ip.dst_addr());
+            assert!(
+                matches!(parsed, Ok(NdRepr::NeighborAdvert { target, target_mac: Some(OUR_MAC), .. }) if v6.owns(target)),
+                "{parsed:?}"
+            );
+        }
+        other => panic!("replied with ICMPv6 type {other}"),
+    }
+}
+
+fn check_advert(frame: &[u8], v6: &Ipv6Interface) {
+    let (ip, icmp) = parts(frame);
+    assert_eq!(ip.src_addr(), v6.link_local);
+    let parsed = NdRepr::parse(&icmp, ip.hop_limit(), ip.src_addr(), ip.dst_addr());
+    assert!(
+        matches!(
+            parsed,
+            Ok(NdRepr::RouterAdvert {
+                router_lifetime_secs: 0,
+                ..
+            })
+        ),
+        "{parsed:?}"
+    );
+}
