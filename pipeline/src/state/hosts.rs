@@ -15,7 +15,6 @@
 //! worker serves, that only happens under an attack from many addresses.
 
 use std::hash::{BuildHasher, RandomState};
-use std::net::Ipv4Addr;
 use std::ops::{Index, IndexMut};
 
 /// How far from its home slot a host may be placed.
@@ -208,13 +207,13 @@ impl<const N: usize> HostCounts<N> {
 
     /// Where `host`'s lookup starts: for callers to prefetch before they charge it.
     #[inline]
-    pub fn home_address(&self, host: Ipv4Addr) -> *const u8 {
-        self.slots.home_address(u32::from(host))
+    pub fn home_address(&self, host: impl Into<u32>) -> *const u8 {
+        self.slots.home_address(host.into())
     }
 
     /// What `host` holds (zeros if nothing, or if it is untracked).
-    pub fn counts(&self, host: Ipv4Addr) -> [u32; N] {
-        match self.slots.find(u32::from(host)) {
+    pub fn counts(&self, host: impl Into<u32>) -> [u32; N] {
+        match self.slots.find(host.into()) {
             Ok(slot) => self.slots[slot].counts,
             Err(_) => [0; N],
         }
@@ -223,8 +222,8 @@ impl<const N: usize> HostCounts<N> {
     /// Whether `host` may take `adds` more: the refusal [`charge`](Self::charge) would give,
     /// without changing anything. Ok holds where the host is, for a
     /// [`charge_checked`](Self::charge_checked) that follows.
-    pub fn check(&self, host: Ipv4Addr, adds: [u32; N]) -> Result<Checked, Refusal> {
-        let slot = self.find_or_vacant(host)?;
+    pub fn check(&self, host: impl Into<u32>, adds: [u32; N]) -> Result<Checked, Refusal> {
+        let slot = self.find_or_vacant(host.into())?;
         let counts = if self.slots[slot].is_vacant() {
             [0; N]
         } else {
@@ -243,23 +242,24 @@ impl<const N: usize> HostCounts<N> {
     pub fn charge_checked(
         &mut self,
         checked: Checked,
-        host: Ipv4Addr,
+        host: impl Into<u32>,
         adds: [u32; N],
     ) -> Result<(), Refusal> {
+        let host: u32 = host.into();
         if checked.moves != self.moves {
             return self.charge(host, adds);
         }
         // No host entered or left since the check: the slot is still the host's (or the
         // vacant one it takes).
-        self.add_at(checked.slot, u32::from(host), adds);
+        self.add_at(checked.slot, host, adds);
         Ok(())
     }
 
     /// `host`'s slot, or the vacant one it would take; untracked if it has none and the
     /// table has no room for another host (it holds [`HostSlots::room`] hosts: were it let
     /// fill, a flood of new sources would make every lookup probe [`PROBE_LIMIT`] slots).
-    fn find_or_vacant(&self, host: Ipv4Addr) -> Result<usize, Refusal> {
-        match self.slots.find(u32::from(host)) {
+    fn find_or_vacant(&self, host: u32) -> Result<usize, Refusal> {
+        match self.slots.find(host) {
             Ok(slot) => Ok(slot),
             Err(Some(vacant)) if self.hosts < self.slots.room() => Ok(vacant),
             Err(_) => Err(Refusal::Untracked),
@@ -268,27 +268,29 @@ impl<const N: usize> HostCounts<N> {
 
     /// Adds `adds` to what `host` holds if every counter it raises stays within its limit;
     /// otherwise changes nothing.
-    pub fn charge(&mut self, host: Ipv4Addr, adds: [u32; N]) -> Result<(), Refusal> {
+    pub fn charge(&mut self, host: impl Into<u32>, adds: [u32; N]) -> Result<(), Refusal> {
+        let host: u32 = host.into();
         let slot = self.find_or_vacant(host)?;
         self.within_limits(&self.slots[slot].counts, &adds)?;
-        self.add_at(slot, u32::from(host), adds);
+        self.add_at(slot, host, adds);
         Ok(())
     }
 
     /// Adds `adds` whatever the limits say, for a change of state the caller cannot refuse
     /// (a closed TCP flow opened again). False if the host is untracked.
-    pub fn force(&mut self, host: Ipv4Addr, adds: [u32; N]) -> bool {
+    pub fn force(&mut self, host: impl Into<u32>, adds: [u32; N]) -> bool {
+        let host: u32 = host.into();
         let Ok(slot) = self.find_or_vacant(host) else {
             return false;
         };
-        self.add_at(slot, u32::from(host), adds);
+        self.add_at(slot, host, adds);
         true
     }
 
     /// Takes back what an earlier `charge` or `force` added (saturating at zero). A host
     /// left holding nothing leaves the table.
-    pub fn credit(&mut self, host: Ipv4Addr, subs: [u32; N]) {
-        let Ok(slot) = self.slots.find(u32::from(host)) else {
+    pub fn credit(&mut self, host: impl Into<u32>, subs: [u32; N]) {
+        let Ok(slot) = self.slots.find(host.into()) else {
             return;
         };
         let entry = &mut self.slots[slot];
@@ -342,6 +344,7 @@ impl<const N: usize> HostCounts<N> {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::net::Ipv4Addr;
 
     use proptest::prelude::*;
 

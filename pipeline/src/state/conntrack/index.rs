@@ -8,7 +8,8 @@
 
 use std::hash::{BuildHasher, RandomState};
 
-use crate::flow::{Direction, FlowKey};
+use super::key::TableKey;
+use crate::flow::Direction;
 
 /// Two tuples per flow in an index at most half full.
 pub(super) const SLOTS_PER_FLOW: usize = 4;
@@ -51,7 +52,7 @@ const VACANT_SLOT: IndexSlot = IndexSlot {
     flow_ref: VACANT,
 };
 
-/// A keyed hash of a 5-tuple. The keys are random per table, so remote hosts, who choose
+/// A keyed hash of a 5-tuple ([`TableKey::keyed_hash`]). The keys are random per table, so remote hosts, who choose
 /// ports and sometimes addresses, cannot aim many flows at one probe chain.
 pub(super) struct FlowHasher {
     keys: [u64; 3],
@@ -81,24 +82,14 @@ impl FlowHasher {
 
     /// A folded 64x64->128 multiply of the keyed 13 bytes, then one more round so that every
     /// input bit reaches the top bits the index uses.
-    fn hash(&self, key: &FlowKey) -> u64 {
-        let addresses = (u64::from(u32::from(key.src)) << 32) | u64::from(u32::from(key.dst));
-        let ports_and_protocol = (u64::from(key.src_port) << 24)
-            | (u64::from(key.dst_port) << 8)
-            | u64::from(key.protocol);
-        let mixed = folded_multiply(addresses ^ self.keys[0], ports_and_protocol ^ self.keys[1]);
-        let hash = folded_multiply(mixed ^ self.keys[2], 0x9e37_79b9_7f4a_7c15);
+    fn hash<K: TableKey>(&self, key: &K) -> u64 {
+        let hash = key.keyed_hash(&self.keys);
         #[cfg(test)]
         if let Some(distort) = self.distort {
             return distort(hash);
         }
         hash
     }
-}
-
-fn folded_multiply(a: u64, b: u64) -> u64 {
-    let product = u128::from(a) * u128::from(b);
-    (product as u64) ^ ((product >> 64) as u64)
 }
 
 pub(super) struct FlowIndex {
@@ -172,7 +163,7 @@ impl FlowIndex {
     }
 
     /// False only if the index is full, which its sizing rules out.
-    pub(super) fn insert(&mut self, key: &FlowKey, flow_ref: FlowRef) -> bool {
+    pub(super) fn insert<K: TableKey>(&mut self, key: &K, flow_ref: FlowRef) -> bool {
         self.insert_tagged(self.tag(key), flow_ref)
     }
 
@@ -195,7 +186,7 @@ impl FlowIndex {
     }
 
     /// Removes the entry `key` was inserted with; false if there is none.
-    pub(super) fn remove(&mut self, key: &FlowKey, flow_ref: FlowRef) -> bool {
+    pub(super) fn remove<K: TableKey>(&mut self, key: &K, flow_ref: FlowRef) -> bool {
         let mask = self.slots.len() - 1;
         let mut slot = self.home(self.tag(key));
         for _ in 0..self.slots.len() {
@@ -213,8 +204,14 @@ impl FlowIndex {
     }
 
     /// The 32 bits of `key`'s hash the index keeps and probes by.
-    pub(super) fn tag(&self, key: &FlowKey) -> u32 {
+    pub(super) fn tag<K: TableKey>(&self, key: &K) -> u32 {
         (self.hasher.hash(key) >> 32) as u32
+    }
+
+    /// `key`'s opening host as the table's per-host counts know it ([`TableKey::opener`]).
+    #[inline]
+    pub(super) fn opener<K: TableKey>(&self, key: &K) -> u32 {
+        key.opener(self.hasher.keys[2])
     }
 
     fn home(&self, tag: u32) -> usize {

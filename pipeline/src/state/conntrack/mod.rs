@@ -73,6 +73,7 @@
 
 mod half_open;
 mod index;
+mod key;
 mod table;
 mod tcp;
 mod timeouts;
@@ -82,6 +83,7 @@ mod tests;
 
 use std::mem::size_of;
 
+pub use key::TableKey;
 pub use table::export::{ExportedFlow, ImportError, TcpTracking};
 pub use table::{
     FlowHash, FlowTable, Probe, Vacancy, EVICTION_SCAN, EVICTION_SCAN_MAX, MAX_CAPACITY,

@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 
 use super::half_open::HalfOpenList;
 use super::index::{FlowHasher, FlowIndex, FlowRef};
+use super::key::TableKey;
 use super::tcp::{TcpConn, TcpSegment, TcpState, Tracked};
 use super::timeouts::Timeouts;
 use super::{ConntrackConfig, ConntrackStats, FlowId, InsertError, InvalidReason, Track};
@@ -32,23 +33,23 @@ pub struct FlowHash(u32);
 /// What a [`FlowTable::probe`] found: the flow and which of its tuples the key is, or the
 /// table's word that it held none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Probe {
+pub enum Probe<K = FlowKey> {
     Found(FlowId, Direction),
-    Vacant(Vacancy),
+    Vacant(Vacancy<K>),
 }
 
 /// A key the table held no flow for, when it was probed. [`FlowTable::insert_vacant`] takes
 /// it to open a flow for the key without looking it up again, as long as nothing was inserted
 /// since (removals cannot make the key present); else it looks again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Vacancy {
-    key: FlowKey,
+pub struct Vacancy<K = FlowKey> {
+    key: K,
     hash: FlowHash,
     inserts: u64,
 }
 
-impl Vacancy {
-    pub fn key(&self) -> &FlowKey {
+impl<K> Vacancy<K> {
+    pub fn key(&self) -> &K {
         &self.key
     }
 }
@@ -72,9 +73,9 @@ const HOST_FLOWS: usize = 0;
 const HOST_HALF_OPEN: usize = 1;
 
 #[derive(Clone, Copy)]
-pub(super) struct Flow {
-    original: FlowKey,
-    reply: FlowKey,
+pub(super) struct Flow<K = FlowKey> {
+    original: K,
+    reply: K,
     deadline_ns: u64,
     tracker: Tracker,
     /// A packet travelling in the reply direction has been accepted.
@@ -94,25 +95,18 @@ enum Tracker {
     Stateless,
 }
 
-const UNSPECIFIED_KEY: FlowKey = FlowKey {
-    src: Ipv4Addr::UNSPECIFIED,
-    dst: Ipv4Addr::UNSPECIFIED,
-    src_port: 0,
-    dst_port: 0,
-    protocol: 0,
-};
-const FREE_FLOW: Flow = Flow {
-    original: UNSPECIFIED_KEY,
-    reply: UNSPECIFIED_KEY,
-    deadline_ns: 0,
-    tracker: Tracker::Free,
-    replied: false,
-    assured: false,
-    charged: false,
-};
+impl<K: TableKey> Flow<K> {
+    const FREE: Flow<K> = Flow {
+        original: K::UNSPECIFIED,
+        reply: K::UNSPECIFIED,
+        deadline_ns: 0,
+        tracker: Tracker::Free,
+        replied: false,
+        assured: false,
+        charged: false,
+    };
 
-impl Flow {
-    fn key(&self, direction: Direction) -> FlowKey {
+    fn key(&self, direction: Direction) -> K {
         match direction {
             Direction::Original => self.original,
             Direction::Reply => self.reply,
@@ -168,7 +162,7 @@ impl Flow {
     fn timeout(&self, timeouts: &Timeouts) -> u64 {
         match self.tracker {
             Tracker::Tcp(conn) => tcp_timeout(timeouts, conn.state(), self.replied),
-            Tracker::Free | Tracker::Stateless => timeouts.for_stateless(self.original.protocol),
+            Tracker::Free | Tracker::Stateless => timeouts.for_stateless(self.original.protocol()),
         }
     }
 }
@@ -186,10 +180,11 @@ fn tcp_timeout(timeouts: &Timeouts, state: TcpState, replied: bool) -> u64 {
 
 /// One worker's connection tracker: every flow it will ever hold is allocated by
 /// [`FlowTable::new`]. `D` is the caller's per-flow data (a NAT translation, a firewall
-/// verdict), stored verbatim and handed back whenever a flow goes.
-pub struct FlowTable<D: Copy> {
+/// verdict), stored verbatim and handed back whenever a flow goes. `K` is the address
+/// family's tuple ([`FlowKey`], or [`crate::flow::FlowKey6`] for a table of IPv6 flows).
+pub struct FlowTable<D: Copy, K: TableKey = FlowKey> {
     config: ConntrackConfig,
-    flows: Vec<Flow>,
+    flows: Vec<Flow<K>>,
     /// Beside `flows` rather than inside, so that `D`'s alignment does not pad every flow.
     data: Vec<D>,
     /// What a free slot's data is reset to.
@@ -205,7 +200,7 @@ pub struct FlowTable<D: Copy> {
     stats: ConntrackStats,
 }
 
-impl<D: Copy> fmt::Debug for FlowTable<D> {
+impl<D: Copy, K: TableKey> fmt::Debug for FlowTable<D, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FlowTable")
             .field("config", &self.config)
@@ -216,7 +211,7 @@ impl<D: Copy> fmt::Debug for FlowTable<D> {
     }
 }
 
-impl<D: Copy> FlowTable<D> {
+impl<D: Copy, K: TableKey> FlowTable<D, K> {
     /// `config.capacity` is clamped to 1..=[`MAX_CAPACITY`]; [`capacity`](Self::capacity)
     /// says what was allocated.
     pub fn new(config: ConntrackConfig, fill: D) -> Self {
@@ -228,7 +223,7 @@ impl<D: Copy> FlowTable<D> {
         config.half_open = config.half_open.clamp(1, config.capacity);
         let capacity = config.capacity;
         Self {
-            flows: vec![FREE_FLOW; capacity],
+            flows: vec![Flow::FREE; capacity],
             data: vec![fill; capacity],
             fill,
             // Popped from the end, so flows are handed out from slot 0 upwards.
@@ -246,7 +241,7 @@ impl<D: Copy> FlowTable<D> {
     /// What a lookup of `key` probes by, computed once: a burst hashes each packet in one
     /// pass, prefetches with it, and looks up with it ([`lookup_hashed`](Self::lookup_hashed)).
     #[inline]
-    pub fn hash(&self, key: &FlowKey) -> FlowHash {
+    pub fn hash(&self, key: &K) -> FlowHash {
         FlowHash(self.index.tag(key))
     }
 
@@ -278,17 +273,18 @@ impl<D: Copy> FlowTable<D> {
         Some(cache_lines(flow).chain(cache_lines(data)))
     }
 
-    /// The cache lines an [`insert`](Self::insert) of a TCP flow opened by `opener` is likely
-    /// to touch beyond the index: the opener's host counts, and the slot the flow would
+    /// The cache lines an [`insert`](Self::insert) of a TCP flow whose first tuple is
+    /// `original` is likely to touch beyond the index: its opener's host counts, and the slot
+    /// the flow would
     /// take: every line of its entry and its data, and its links in the half-open list. With
     /// the half-open table full that slot is the oldest half-open flow's, which makes room and
     /// is reused at once; else the next free one. For a burst to prefetch where a packet is
     /// likely to open a flow (a bare SYN), so that these misses overlap the burst's other
     /// packets instead of stalling the insert.
     #[inline]
-    pub fn insert_lines(&self, opener: Ipv4Addr) -> impl Iterator<Item = *const u8> + '_ {
+    pub fn insert_lines(&self, original: &K) -> impl Iterator<Item = *const u8> + '_ {
         let slot = self.insert_slot();
-        std::iter::once(self.hosts.home_address(opener))
+        std::iter::once(self.hosts.home_address(self.index.opener(original)))
             .chain(
                 slot.and_then(|slot| self.slot_lines(slot))
                     .into_iter()
@@ -310,11 +306,11 @@ impl<D: Copy> FlowTable<D> {
         let Some(flow) = self.flows.get(oldest) else {
             return [None; 4];
         };
-        let index_slot = |key: &FlowKey| Some(self.index_address_hashed(self.hash(key)));
+        let index_slot = |key: &K| Some(self.index_address_hashed(self.hash(key)));
         [
             index_slot(&flow.original),
             index_slot(&flow.reply),
-            Some(self.hosts.home_address(flow.original.src)),
+            Some(self.hosts.home_address(self.index.opener(&flow.original))),
             self.half_open
                 .newer(oldest)
                 .and_then(|next| self.half_open.links_address(next)),
@@ -387,13 +383,13 @@ impl<D: Copy> FlowTable<D> {
     }
 
     /// Finds a flow by either of its tuples, saying which one matched.
-    pub fn lookup(&self, key: &FlowKey) -> Option<(FlowId, Direction)> {
+    pub fn lookup(&self, key: &K) -> Option<(FlowId, Direction)> {
         self.lookup_hashed(key, self.hash(key))
     }
 
     /// [`lookup`](Self::lookup) with `hash` from [`hash`](Self::hash) of the same key.
     #[inline]
-    pub fn lookup_hashed(&self, key: &FlowKey, hash: FlowHash) -> Option<(FlowId, Direction)> {
+    pub fn lookup_hashed(&self, key: &K, hash: FlowHash) -> Option<(FlowId, Direction)> {
         let flows = &self.flows;
         self.index
             .find(hash.0, |entry| {
@@ -405,7 +401,7 @@ impl<D: Copy> FlowTable<D> {
     /// [`lookup_hashed`](Self::lookup_hashed), keeping a miss as a [`Vacancy`] for
     /// [`insert_vacant`](Self::insert_vacant).
     #[inline]
-    pub fn probe(&self, key: &FlowKey, hash: FlowHash) -> Probe {
+    pub fn probe(&self, key: &K, hash: FlowHash) -> Probe<K> {
         match self.lookup_hashed(key, hash) {
             Some((id, direction)) => Probe::Found(id, direction),
             None => Probe::Vacant(Vacancy {
@@ -420,8 +416,8 @@ impl<D: Copy> FlowTable<D> {
     /// is not looked up again unless a flow was inserted since, nor hashed again.
     pub fn insert_vacant(
         &mut self,
-        vacancy: Vacancy,
-        reply: FlowKey,
+        vacancy: Vacancy<K>,
+        reply: K,
         data: D,
         tcp: Option<&TcpSegment>,
         now_ns: u64,
@@ -446,8 +442,8 @@ impl<D: Copy> FlowTable<D> {
     /// `on_evicted` (the NAT releases its ports).
     pub fn insert(
         &mut self,
-        original: FlowKey,
-        reply: FlowKey,
+        original: K,
+        reply: K,
         data: D,
         tcp: Option<&TcpSegment>,
         now_ns: u64,
@@ -461,8 +457,8 @@ impl<D: Copy> FlowTable<D> {
     /// absent.
     fn insert_keyed(
         &mut self,
-        (original, original_hash, known_vacant): (FlowKey, FlowHash, bool),
-        reply: FlowKey,
+        (original, original_hash, known_vacant): (K, FlowHash, bool),
+        reply: K,
         data: D,
         tcp: Option<&TcpSegment>,
         now_ns: u64,
@@ -472,7 +468,7 @@ impl<D: Copy> FlowTable<D> {
             self.stats.refused_ambiguous += 1;
             return Err(InsertError::Ambiguous);
         }
-        let tracker = if original.protocol == protocol::TCP {
+        let tracker = if original.protocol() == protocol::TCP {
             let opened = match tcp {
                 Some(segment) => TcpConn::open(segment, self.config.tcp_loose),
                 None => Err(InvalidReason::NoTcpSegment),
@@ -497,7 +493,8 @@ impl<D: Copy> FlowTable<D> {
         // Every TCP flow starts half-open.
         let half_open = matches!(tracker, Tracker::Tcp(_));
         let charge = [1, u32::from(half_open)];
-        let checked = match self.hosts.check(original.src, charge) {
+        let opener = self.index.opener(&original);
+        let checked = match self.hosts.check(opener, charge) {
             Ok(checked) => Some(checked),
             Err(Refusal::Untracked) => None,
             Err(Refusal::AtLimit { counter }) => {
@@ -535,9 +532,9 @@ impl<D: Copy> FlowTable<D> {
         let slot = slot as usize;
         // Evictions only lowered what the host holds, so only a full host count refuses here.
         let charged = match checked {
-            Some(checked) => self.hosts.charge_checked(checked, original.src, charge),
+            Some(checked) => self.hosts.charge_checked(checked, opener, charge),
             // Evictions may have made room.
-            None => self.hosts.charge(original.src, charge),
+            None => self.hosts.charge(opener, charge),
         };
         let charged = match charged {
             Ok(()) => true,
@@ -602,7 +599,7 @@ impl<D: Copy> FlowTable<D> {
                 // of the established traffic, so it skips the bookkeeping below).
                 flow.assured |= flow.replied;
                 flow.replied |= direction == Direction::Reply;
-                let timeout = self.config.timeouts.for_stateless(flow.original.protocol);
+                let timeout = self.config.timeouts.for_stateless(flow.original.protocol());
                 flow.deadline_ns = now_ns.saturating_add(timeout);
                 return Track::Ok;
             }
@@ -634,7 +631,7 @@ impl<D: Copy> FlowTable<D> {
         };
         flow.deadline_ns = now_ns.saturating_add(timeout);
         if is_half_open != was_half_open {
-            let (host, charged) = (flow.original.src, flow.charged);
+            let (host, charged) = (self.index.opener(&flow.original), flow.charged);
             let change = [0, 1];
             if is_half_open {
                 // A closed connection opened again: counted, never refused.
@@ -661,7 +658,7 @@ impl<D: Copy> FlowTable<D> {
     }
 
     /// The tuple packets travelling in `direction` carry.
-    pub fn key(&self, id: FlowId, direction: Direction) -> FlowKey {
+    pub fn key(&self, id: FlowId, direction: Direction) -> K {
         self.flows[id.index()].key(direction)
     }
 
@@ -681,13 +678,6 @@ impl<D: Copy> FlowTable<D> {
     /// Half-open TCP flows in the table.
     pub fn half_open_len(&self) -> usize {
         self.half_open.len()
-    }
-
-    /// The flows and half-open flows `host` has opened, as counted for its limits (zeros
-    /// for a host admitted uncounted).
-    pub fn host_usage(&self, host: Ipv4Addr) -> (u32, u32) {
-        let [flows, half_open] = self.hosts.counts(host);
-        (flows, half_open)
     }
 
     /// Hosts with a count, and of them how many are at their flow limit and at their
@@ -817,17 +807,26 @@ impl<D: Copy> FlowTable<D> {
             self.half_open.remove(slot);
         }
         if flow.charged {
-            self.hosts
-                .credit(flow.original.src, [1, u32::from(half_open)]);
+            let opener = self.index.opener(&flow.original);
+            self.hosts.credit(opener, [1, u32::from(half_open)]);
         }
         self.index
             .remove(&flow.original, FlowRef::new(slot, Direction::Original));
         self.index
             .remove(&flow.reply, FlowRef::new(slot, Direction::Reply));
         let data = self.data[slot];
-        self.flows[slot] = FREE_FLOW;
+        self.flows[slot] = Flow::FREE;
         self.data[slot] = self.fill;
         self.free_flows.push(slot as u32);
         data
+    }
+}
+
+impl<D: Copy> FlowTable<D> {
+    /// The flows and half-open flows `host` has opened, as counted for its limits (zeros
+    /// for a host admitted uncounted).
+    pub fn host_usage(&self, host: Ipv4Addr) -> (u32, u32) {
+        let [flows, half_open] = self.hosts.counts(host);
+        (flows, half_open)
     }
 }

@@ -1,11 +1,11 @@
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 
 use super::index::FlowHasher;
 use super::*;
-use crate::flow::{Direction, FlowKey};
+use crate::flow::{Direction, FlowKey, FlowKey6};
 use crate::wire::ipv4::protocol;
 use crate::wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 
@@ -992,8 +992,8 @@ fn remove_hands_back_the_data_and_frees_both_tuples() {
 
 #[test]
 fn capacity_is_clamped_and_memory_per_flow_is_as_documented() {
-    assert_eq!(FlowTable::new(config(0), 0_u32).capacity(), 1);
-    assert_eq!(FlowTable::new(config(1000), 0_u32).capacity(), 1000);
+    assert_eq!(FlowTable::<u32>::new(config(0), 0_u32).capacity(), 1);
+    assert_eq!(FlowTable::<u32>::new(config(1000), 0_u32).capacity(), 1000);
     #[cfg(target_pointer_width = "64")]
     assert_eq!(BYTES_PER_FLOW, 140);
 }
@@ -1255,11 +1255,11 @@ fn insert_lines_name_the_slot_the_insert_fills() {
     let mut ahead_of_last: Vec<*const u8> = Vec::new();
     for n in 0..12_u16 {
         let src = [198, 51, 100, n as u8];
-        let predicted: Vec<_> = table.insert_lines(Ipv4Addr::from(src)).collect();
+        let original = key(src, 1000 + n, [192, 0, 2, 80], 80, protocol::TCP);
+        let predicted: Vec<_> = table.insert_lines(&original).collect();
         let eviction = table.eviction_lines();
         let ahead: Vec<_> = table.eviction_ahead_lines().collect();
         let id = syn_from(&mut table, src, 1000 + n, 0, &mut evicted).unwrap();
-        let original = key(src, 1000 + n, [192, 0, 2, 80], 80, protocol::TCP);
         let filled: Vec<_> = table
             .flow_lines_hashed(table.hash(&original))
             .expect("the new flow's home index slot")
@@ -1456,6 +1456,80 @@ fn sweep_leaves_live_flows_alone() {
     assert_eq!(table.lookup(&udp_key(1)), Some((id, Original)));
 }
 
+// --- IPv6 flows ---------------------------------------------------------------------------
+
+fn key6(src: u16, src_port: u16, dst_port: u16, protocol: u8) -> FlowKey6 {
+    FlowKey6 {
+        src: Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, src),
+        dst: Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 80),
+        src_port,
+        dst_port,
+        protocol,
+    }
+}
+
+#[test]
+fn an_ipv6_connection_is_tracked_like_an_ipv4_one() {
+    let mut table: FlowTable<u32, FlowKey6> = FlowTable::new(config(16), 0);
+    let client = key6(1, 40000, 80, protocol::TCP);
+    let id = table
+        .insert(
+            client,
+            client.reversed(),
+            7,
+            Some(&segment(SYN, CLIENT_ISN, 0)),
+            0,
+            no_eviction,
+        )
+        .unwrap();
+    assert_eq!(table.lookup(&client.reversed()), Some((id, Reply)));
+    assert_eq!(table.tcp_state(id), Some(TcpState::SynSent));
+    assert_eq!(table.half_open_len(), 1);
+    let syn_ack = segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1);
+    assert_eq!(table.track(id, Reply, Some(&syn_ack), 1), Track::Ok);
+    let ack = segment(ACK, CLIENT_ISN + 1, SERVER_ISN + 1);
+    assert_eq!(table.track(id, Original, Some(&ack), 2), Track::Ok);
+    assert_eq!(table.tcp_state(id), Some(TcpState::Established));
+    assert_eq!(table.half_open_len(), 0);
+    // Out of the window: refused, as for IPv4.
+    let wild = segment(ACK, CLIENT_ISN.wrapping_add(1 << 30), SERVER_ISN + 1);
+    assert!(matches!(
+        table.track(id, Original, Some(&wild), 3),
+        Track::Invalid(_)
+    ));
+    // A key differing only in the address's low bits is another flow.
+    assert_eq!(table.lookup(&key6(2, 40000, 80, protocol::TCP)), None);
+    assert_eq!(table.remove(id), 7);
+    assert!(table.is_empty());
+}
+
+#[test]
+fn ipv6_openers_have_their_own_limits() {
+    let config = ConntrackConfig {
+        host_flows: 2,
+        ..config(16)
+    };
+    let mut table: FlowTable<u32, FlowKey6> = FlowTable::new(config, 0);
+    let udp = |src: u16, port: u16| key6(src, port, 53, protocol::UDP);
+    for port in 0..2 {
+        let key = udp(1, port);
+        table
+            .insert(key, key.reversed(), 0, None, 0, no_eviction)
+            .unwrap();
+    }
+    let third = udp(1, 2);
+    assert_eq!(
+        table.insert(third, third.reversed(), 0, None, 0, no_eviction),
+        Err(InsertError::HostFlowLimit)
+    );
+    // Another address is another host.
+    let other = udp(2, 2);
+    assert!(table
+        .insert(other, other.reversed(), 0, None, 0, no_eviction)
+        .is_ok());
+    assert_eq!(table.hosts_at_limit().1, 1);
+}
+
 // --- Properties ---------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
@@ -1469,6 +1543,16 @@ const KEY_SPACE: u8 = 24;
 
 fn model_key(n: u8) -> FlowKey {
     key([10, 0, 0, n], 1000, [192, 0, 2, 1], 53, protocol::UDP)
+}
+
+fn model_key6(n: u8) -> FlowKey6 {
+    FlowKey6 {
+        src: Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, u16::from(n)),
+        dst: Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1),
+        src_port: 1000,
+        dst_port: 53,
+        protocol: protocol::UDP,
+    }
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -1503,9 +1587,9 @@ fn hasher(choice: u8) -> FlowHasher {
 
 /// A flow as the model knows it.
 #[derive(Clone, Copy, Debug)]
-struct ModelFlow {
-    original: FlowKey,
-    reply: FlowKey,
+struct ModelFlow<K> {
+    original: K,
+    reply: K,
     answered: bool,
     assured: bool,
 }
@@ -1570,85 +1654,17 @@ proptest! {
         hasher_choice in 0..4_u8,
         ops in proptest::collection::vec(op(), 0..200),
     ) {
-        let mut table =
-            FlowTable::with_hasher(config(capacity), u32::MAX, hasher(hasher_choice));
-        let mut flows: HashMap<u32, ModelFlow> = HashMap::new();
-        let mut by_key: HashMap<FlowKey, (u32, Direction)> = HashMap::new();
-        for (step, op) in ops.into_iter().enumerate() {
-            let data = step as u32;
-            match op {
-                Op::Insert { original, reply } => {
-                    let (original, reply) = (model_key(original), model_key(reply));
-                    let mut evicted = Vec::new();
-                    let result = table.insert(original, reply, data, None, 0, |data| evicted.push(data));
-                    if original == reply {
-                        prop_assert_eq!(result, Err(InsertError::Ambiguous));
-                    } else if by_key.contains_key(&original) || by_key.contains_key(&reply) {
-                        prop_assert_eq!(result, Err(InsertError::Exists));
-                    } else if flows.len() < capacity {
-                        prop_assert!(result.is_ok());
-                        prop_assert_eq!(evicted.len(), 0);
-                    } else {
-                        match result {
-                            Ok(_) => {
-                                prop_assert_eq!(evicted.len(), 1);
-                                let victim = flows.remove(&evicted[0]);
-                                prop_assert!(victim.is_some());
-                                let victim = victim.unwrap();
-                                prop_assert!(!victim.assured);
-                                // Unreplied flows go before replied ones.
-                                prop_assert!(
-                                    !victim.answered || flows.values().all(|flow| flow.answered)
-                                );
-                                by_key.remove(&victim.original);
-                                by_key.remove(&victim.reply);
-                            }
-                            Err(error) => {
-                                // The scan covers tables this small whole.
-                                prop_assert_eq!(error, InsertError::Full);
-                                prop_assert_eq!(evicted.len(), 0);
-                                prop_assert!(flows.values().all(|flow| flow.assured));
-                            }
-                        }
-                    }
-                    if result.is_ok() {
-                        flows.insert(data, ModelFlow { original, reply, answered: false, assured: false });
-                        by_key.insert(original, (data, Original));
-                        by_key.insert(reply, (data, Reply));
-                    }
-                }
-                Op::Remove(n) => {
-                    let key = model_key(n);
-                    match by_key.get(&key).copied() {
-                        Some((data, _)) => {
-                            let (id, _) = table.lookup(&key).unwrap();
-                            prop_assert_eq!(table.remove(id), data);
-                            let flow = flows.remove(&data).unwrap();
-                            by_key.remove(&flow.original);
-                            by_key.remove(&flow.reply);
-                        }
-                        None => prop_assert_eq!(table.lookup(&key), None),
-                    }
-                }
-                Op::Answer(n) => {
-                    if let Some((id, _)) = table.lookup(&model_key(n)) {
-                        prop_assert_eq!(table.track(id, Reply, None, 0), Track::Ok);
-                        let data = *table.data(id);
-                        let flow = flows.get_mut(&data).unwrap();
-                        // Traffic after the first reply assures it.
-                        flow.assured |= flow.answered;
-                        flow.answered = true;
-                        prop_assert_eq!(table.is_assured(id), flow.assured);
-                    }
-                }
-            }
-            prop_assert_eq!(table.len(), flows.len());
-            for n in 0..KEY_SPACE {
-                let key = model_key(n);
-                let found = table.lookup(&key).map(|(id, direction)| (*table.data(id), direction));
-                prop_assert_eq!(found, by_key.get(&key).copied());
-            }
-        }
+        agrees_with_model(capacity, hasher_choice, ops, model_key)?;
+    }
+
+    /// The same for a table of IPv6 flows: the table is one code for both families.
+    #[test]
+    fn an_ipv6_table_agrees_with_a_hashmap_model(
+        capacity in 1..=8_usize,
+        hasher_choice in 0..4_u8,
+        ops in proptest::collection::vec(op(), 0..200),
+    ) {
+        agrees_with_model(capacity, hasher_choice, ops, model_key6)?;
     }
 
     #[test]
@@ -1686,6 +1702,106 @@ proptest! {
             }
         }
     }
+}
+
+/// The model test of [`table_agrees_with_a_hashmap_model`], for keys of either family.
+fn agrees_with_model<K: TableKey + std::hash::Hash>(
+    capacity: usize,
+    hasher_choice: u8,
+    ops: Vec<Op>,
+    model_key: fn(u8) -> K,
+) -> Result<(), TestCaseError> {
+    let mut table: FlowTable<u32, K> =
+        FlowTable::with_hasher(config(capacity), u32::MAX, hasher(hasher_choice));
+    let mut flows: HashMap<u32, ModelFlow<K>> = HashMap::new();
+    let mut by_key: HashMap<K, (u32, Direction)> = HashMap::new();
+    for (step, op) in ops.into_iter().enumerate() {
+        let data = step as u32;
+        match op {
+            Op::Insert { original, reply } => {
+                let (original, reply) = (model_key(original), model_key(reply));
+                let mut evicted = Vec::new();
+                let result =
+                    table.insert(original, reply, data, None, 0, |data| evicted.push(data));
+                if original == reply {
+                    prop_assert_eq!(result, Err(InsertError::Ambiguous));
+                } else if by_key.contains_key(&original) || by_key.contains_key(&reply) {
+                    prop_assert_eq!(result, Err(InsertError::Exists));
+                } else if flows.len() < capacity {
+                    prop_assert!(result.is_ok());
+                    prop_assert_eq!(evicted.len(), 0);
+                } else {
+                    match result {
+                        Ok(_) => {
+                            prop_assert_eq!(evicted.len(), 1);
+                            let victim = flows.remove(&evicted[0]);
+                            prop_assert!(victim.is_some());
+                            let victim = victim.unwrap();
+                            prop_assert!(!victim.assured);
+                            // Unreplied flows go before replied ones.
+                            prop_assert!(
+                                !victim.answered || flows.values().all(|flow| flow.answered)
+                            );
+                            by_key.remove(&victim.original);
+                            by_key.remove(&victim.reply);
+                        }
+                        Err(error) => {
+                            // The scan covers tables this small whole.
+                            prop_assert_eq!(error, InsertError::Full);
+                            prop_assert_eq!(evicted.len(), 0);
+                            prop_assert!(flows.values().all(|flow| flow.assured));
+                        }
+                    }
+                }
+                if result.is_ok() {
+                    flows.insert(
+                        data,
+                        ModelFlow {
+                            original,
+                            reply,
+                            answered: false,
+                            assured: false,
+                        },
+                    );
+                    by_key.insert(original, (data, Original));
+                    by_key.insert(reply, (data, Reply));
+                }
+            }
+            Op::Remove(n) => {
+                let key = model_key(n);
+                match by_key.get(&key).copied() {
+                    Some((data, _)) => {
+                        let (id, _) = table.lookup(&key).unwrap();
+                        prop_assert_eq!(table.remove(id), data);
+                        let flow = flows.remove(&data).unwrap();
+                        by_key.remove(&flow.original);
+                        by_key.remove(&flow.reply);
+                    }
+                    None => prop_assert_eq!(table.lookup(&key), None),
+                }
+            }
+            Op::Answer(n) => {
+                if let Some((id, _)) = table.lookup(&model_key(n)) {
+                    prop_assert_eq!(table.track(id, Reply, None, 0), Track::Ok);
+                    let data = *table.data(id);
+                    let flow = flows.get_mut(&data).unwrap();
+                    // Traffic after the first reply assures it.
+                    flow.assured |= flow.answered;
+                    flow.answered = true;
+                    prop_assert_eq!(table.is_assured(id), flow.assured);
+                }
+            }
+        }
+        prop_assert_eq!(table.len(), flows.len());
+        for n in 0..KEY_SPACE {
+            let key = model_key(n);
+            let found = table
+                .lookup(&key)
+                .map(|(id, direction)| (*table.data(id), direction));
+            prop_assert_eq!(found, by_key.get(&key).copied());
+        }
+    }
+    Ok(())
 }
 
 // --- Export and import (state snapshots) --------------------------------------------------
