@@ -153,7 +153,7 @@ impl Pipeline {
                 if key.protocol == ipv4::protocol::TCP && frame_is_bare_syn(pkt.bytes()) {
                     // Likely a new flow, whose insert would otherwise wait on each of these.
                     opens_flow = true;
-                    for line in self.flows.insert_lines(&key) {
+                    for line in self.flows.insert_lines(key) {
                         prefetch(line);
                     }
                     if let Some(reply) = self.forwarded_reply(key, ingress[slot_index]) {
