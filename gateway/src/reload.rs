@@ -116,6 +116,11 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.kernel_twin != new.kernel_twin || old.kernel_twin_name != new.kernel_twin_name {
                 fields.push(format!("interfaces[{i}].kernel_twin"));
             }
+            // A port takes all multicast (Neighbor Discovery's groups) only if it starts with
+            // IPv6; what the table says applies on reload.
+            if old.ipv6.is_some() != new.ipv6.is_some() {
+                fields.push(format!("interfaces[{i}].ipv6"));
+            }
         }
     }
     fields
@@ -160,6 +165,9 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.vlan_offload = old.vlan_offload;
             new.kernel_twin = old.kernel_twin;
             new.kernel_twin_name = old.kernel_twin_name.clone();
+            if new.ipv6.is_some() != old.ipv6.is_some() {
+                new.ipv6 = old.ipv6.clone();
+            }
         }
     }
     merged
@@ -390,6 +398,34 @@ mod tests {
             merged.icmp.errors_per_sec, 5,
             "runtime settings still apply"
         );
+    }
+
+    #[test]
+    fn ipv6_on_an_interface_needs_a_restart_and_its_contents_do_not() {
+        use crate::config::{Ipv6Cidr, Ipv6InterfaceConfig};
+        let running = lab();
+        let mut new = running.clone();
+        let table = Ipv6InterfaceConfig {
+            addresses: vec![Ipv6Cidr {
+                addr: "2001:db8:10::1".parse().unwrap(),
+                len: 64,
+            }],
+            router_advertisements: true,
+            dns_servers: Vec::new(),
+            ra_interval_secs: 600,
+        };
+        new.interfaces[0].ipv6 = Some(table.clone());
+        assert_eq!(restart_required(&running, &new), ["interfaces[0].ipv6"]);
+        assert_eq!(merge_for_reload(&running, new.clone()).interfaces[0].ipv6, None);
+        // Once running with it, a change of what it says applies.
+        let running = new;
+        let mut changed = running.clone();
+        changed.interfaces[0].ipv6 = Some(Ipv6InterfaceConfig {
+            router_advertisements: false,
+            ..table
+        });
+        assert!(restart_required(&running, &changed).is_empty());
+        assert_eq!(merge_for_reload(&running, changed.clone()), changed);
     }
 
     #[test]

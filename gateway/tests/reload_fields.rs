@@ -50,6 +50,8 @@ const STRING_CANDIDATES: &[&str] = &[
     "127.0.0.1:9100",
     "strict",
     "shaper",
+    "2001:db8:1::1/64",
+    "2001:db8:1::53",
 ];
 
 /// What one walk shares: the leaves seen, the string candidate chosen per path, and the last
@@ -432,6 +434,30 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ),
     ("interfaces[].vlan_offload", Restart, "false", None),
     (
+        "interfaces[].ipv6.addresses",
+        Applied,
+        "[\"2001:db8:2::1/64\"]",
+        Some("interfaces[1].ipv6.addresses"),
+    ),
+    (
+        "interfaces[].ipv6.router_advertisements",
+        Applied,
+        "false",
+        Some("interfaces[1].ipv6.router_advertisements"),
+    ),
+    (
+        "interfaces[].ipv6.dns_servers",
+        Applied,
+        "[\"2001:db8:1::54\"]",
+        Some("interfaces[1].ipv6.dns_servers"),
+    ),
+    (
+        "interfaces[].ipv6.ra_interval_secs",
+        Applied,
+        "200",
+        Some("interfaces[1].ipv6.ra_interval_secs"),
+    ),
+    (
         "interfaces[].pppoe.username",
         Reconnect,
         "\"other\"",
@@ -660,6 +686,11 @@ mac = "02:00:00:00:00:10"
 name = "wan"
 device = "net_ring1"
 address = "10.0.0.1/24"
+[interfaces.ipv6]
+addresses = ["2001:db8:1::1/64"]
+router_advertisements = true
+dns_servers = ["2001:db8:1::53"]
+ra_interval_secs = 600
 
 [[interfaces]]
 name = "guest"
