@@ -416,7 +416,10 @@ mod tests {
         };
         new.interfaces[0].ipv6 = Some(table.clone());
         assert_eq!(restart_required(&running, &new), ["interfaces[0].ipv6"]);
-        assert_eq!(merge_for_reload(&running, new.clone()).interfaces[0].ipv6, None);
+        assert_eq!(
+            merge_for_reload(&running, new.clone()).interfaces[0].ipv6,
+            None
+        );
         // Once running with it, a change of what it says applies.
         let running = new;
         let mut changed = running.clone();
