@@ -166,7 +166,15 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let mut pkt = PacketBuf::new(&mut room[..room_len], len);
-    let answered = answer(&mut pkt, &iface(), &v6);
+    let (answered, sighting) = answer(&mut pkt, &iface(), &v6);
+    if let Some(sighting) = sighting {
+        // Only neighbours on the link, never one of our own addresses, never from `::`.
+        assert!(
+            v6.on_link(sighting.ip) && !v6.owns(sighting.ip),
+            "{sighting:?}"
+        );
+        assert!(!sighting.ip.is_unspecified() && !sighting.ip.is_multicast());
+    }
     let out_len = pkt.len();
     assert!(
         room[room_len..].iter().all(|&b| b == GARBAGE),
@@ -188,7 +196,9 @@ fuzz_target!(|data: &[u8]| {
                 "advert wrote past the room"
             );
         }
-        Answer::Drop(_) => assert_eq!(room[..len], before[..len], "a refusal changed the frame"),
+        Answer::Drop(_) | Answer::Learn => {
+            assert_eq!(room[..len], before[..len], "a refusal changed the frame")
+        }
     }
 });
 

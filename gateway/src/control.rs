@@ -4,12 +4,14 @@
 //! What it sends goes over an SPSC ring to worker 0, which transmits it on its own TX queue:
 //! every TX queue keeps a single writer, and devices with one queue per worker suffice.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use pipeline::l3::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
+use pipeline::l3::neigh::{
+    ArpProbe, ArpSource, Learn, Lookup, NeighborConfig, NeighborProbe, NeighborState, NeighborTable,
+};
 use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
-use pipeline::pipeline::ipv6_local::{self, AdvertSchedule, Answer};
+use pipeline::pipeline::ipv6_local::{self, scoped, unscoped, AdvertSchedule, Answer, Sighting};
 use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
@@ -51,6 +53,10 @@ pub struct ControlPlane {
     pub neighbors: Arc<Published<NeighborView>>,
     pub counters: Arc<WorkerCounters>,
     table: NeighborTable<HeldPacket>,
+    /// IPv6 neighbours by Neighbor Discovery, under the same policy (link-local addresses
+    /// scoped by port, `ipv6_local::scoped`). Nothing is held for them yet: IPv6 is not
+    /// forwarded.
+    table6: NeighborTable<HeldPacket, Ipv6Addr>,
     /// The interfaces' kernel twins (`crate::twins`); none unless configured.
     twins: Twins,
     /// The PPPoE interfaces' clients (`crate::pppoe`); none unless configured.
@@ -90,6 +96,7 @@ impl ControlPlane {
             neighbors,
             counters,
             table: NeighborTable::new(neighbor_config),
+            table6: NeighborTable::new(neighbor_config),
             twins: Twins::default(),
             pppoe: PppoeLinks::default(),
             pppoe_peers: Vec::new(),
@@ -169,6 +176,14 @@ impl ControlPlane {
             // and an interface waiting for its address has nothing to announce.
             if !iface.addr.is_unspecified() && !router.runs_pppoe(port as u16) {
                 self.send_arp_request(&router, port as u16, iface.addr, None);
+            }
+            // Duplicate address detection of the IPv6 addresses (RFC 4862 5.4): a node that
+            // has one answers, counted as `ndisc_claims_our_address`.
+            if let Some(v6) = router.ipv6(port as u16) {
+                let own = std::iter::once(v6.link_local).chain(v6.addresses.iter().map(|a| a.0));
+                for addr in own {
+                    self.send_neighbor_solicit(iface, port as u16, addr, None, None);
+                }
             }
         }
         self.flush();
@@ -384,7 +399,14 @@ impl ControlPlane {
         };
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
-        match ipv6_local::answer(&mut pkt, iface, v6) {
+        let (answer, sighting) = ipv6_local::answer(&mut pkt, iface, v6);
+        if let Some(sighting) = sighting {
+            if !self.learn_ipv6(iface, v6, ingress, sighting, answer) {
+                return;
+            }
+        }
+        match answer {
+            Answer::Learn => {}
             Answer::Reply => {
                 let reply_len = pkt.len();
                 if mbuf.set_len(reply_len).is_ok() {
@@ -409,6 +431,71 @@ impl ControlPlane {
                 }
             }
             Answer::Drop(reason) => self.counters.record_drop(reason),
+        }
+    }
+
+    /// Lets the IPv6 neighbour table learn what a packet showed, by the ARP policy (see
+    /// `pipeline::l3::neigh`): false, counted, if the binding was refused, and then the
+    /// packet's answer must not go (as ARP does not answer a refused claim). A refused change
+    /// of MAC sends the unicast check to the MAC we have.
+    fn learn_ipv6(
+        &mut self,
+        iface: &pipeline::Interface,
+        v6: &pipeline::pipeline::config::Ipv6Interface,
+        port: u16,
+        sighting: Sighting,
+        answer: Answer,
+    ) -> bool {
+        let now_ns = self.clock.now_ns();
+        let counters = &self.counters;
+        let learned = self.table6.learn(
+            scoped(sighting.ip, port),
+            sighting.mac.0,
+            sighting.source,
+            now_ns,
+            |_held| {},
+            |_held| counters.record_drop(DropReason::NeighborEvicted),
+        );
+        self.counters.ipv6_neighbors.set(self.table6.len() as u64);
+        match learned {
+            Learn::Refused {
+                refusal,
+                probe_old_mac,
+            } => {
+                self.counters.record_drop(refusal.ndisc_reason());
+                if let Some(old) = probe_old_mac {
+                    let src = source_for(v6, sighting.ip);
+                    let unicast = Some(EthernetAddress(old));
+                    self.send_neighbor_solicit(iface, port, sighting.ip, unicast, Some(src));
+                }
+                false
+            }
+            // An unsolicited advertisement about a neighbour we do not know: nothing to do.
+            Learn::Ignored
+                if answer == Answer::Learn && sighting.source != ArpSource::RequestForUs =>
+            {
+                self.counters.record_drop(DropReason::Ipv6LocalUnhandled);
+                true
+            }
+            Learn::Changed | Learn::Confirmed | Learn::Ignored => true,
+        }
+    }
+
+    /// Sends a Neighbor Solicitation for `target` out of `port`: see
+    /// `ipv6_local::write_neighbor_solicit`.
+    fn send_neighbor_solicit(
+        &mut self,
+        iface: &pipeline::Interface,
+        port: u16,
+        target: Ipv6Addr,
+        unicast: Option<EthernetAddress>,
+        src: Option<Ipv6Addr>,
+    ) {
+        let mut frame = [0u8; 128];
+        if let Some(len) =
+            ipv6_local::write_neighbor_solicit(&mut frame, iface, target, unicast, src)
+        {
+            self.send_frame(port, &frame[..len]);
         }
     }
 
@@ -475,8 +562,46 @@ impl ControlPlane {
                 self.send_arp_request(&router, route.port, ip, unicast.map(EthernetAddress));
             }
         }
+        self.maintain_ipv6(&router, now_ns);
         if self.table.len() != before {
             self.publish_view();
+        }
+    }
+
+    /// Ages the IPv6 neighbours and sends the solicitations their checks ask for, out of the
+    /// interface whose link holds the address.
+    fn maintain_ipv6(&mut self, router: &RouterConfig, now_ns: u64) {
+        let mut probes: Vec<NeighborProbe<Ipv6Addr>> = Vec::new();
+        self.table6.expire(
+            now_ns,
+            EXPIRE_BUDGET,
+            |_held| {},
+            |probe| probes.push(probe),
+        );
+        self.counters.ipv6_neighbors.set(self.table6.len() as u64);
+        for NeighborProbe { ip, unicast } in probes {
+            let target = unscoped(ip);
+            let port = (0..router.interfaces.len() as u16).find(|&port| {
+                router
+                    .ipv6(port)
+                    .is_some_and(|v6| v6.on_link(target) && scoped(target, port) == ip)
+            });
+            let Some(port) = port else {
+                continue;
+            };
+            let (Some(iface), Some(v6)) =
+                (router.interfaces.get(usize::from(port)), router.ipv6(port))
+            else {
+                continue;
+            };
+            let src = source_for(v6, target);
+            self.send_neighbor_solicit(
+                iface,
+                port,
+                target,
+                unicast.map(EthernetAddress),
+                Some(src),
+            );
         }
     }
 
@@ -539,4 +664,17 @@ impl ControlPlane {
     pub fn neighbor_count(&self) -> usize {
         self.table.len()
     }
+}
+
+/// Our address to solicit `target` from: one in the same prefix, else the link-local one.
+fn source_for(v6: &pipeline::pipeline::config::Ipv6Interface, target: Ipv6Addr) -> Ipv6Addr {
+    v6.addresses
+        .iter()
+        .find(|&&(own, len)| {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(len.min(128)))
+                .unwrap_or(0);
+            u128::from(own) & mask == u128::from(target) & mask
+        })
+        .map_or(v6.link_local, |&(own, _)| own)
 }

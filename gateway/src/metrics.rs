@@ -444,7 +444,7 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
     ),
     (
         "worker_ipv6_router_adverts_total",
-        "IPv6 Router Advertisements sent (by the control thread, under worker 0's label).",
+        "IPv6 Router Advertisements sent (by the control thread: worker=\"control\").",
         |c| c.router_adverts.get(),
     ),
     ("conntrack_flow_setups_total", "Flows created.", |c| {
@@ -473,6 +473,11 @@ fn bytes_per_second(speed_mbps: u32) -> i64 {
 }
 
 const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
+    (
+        "ipv6_neighbors",
+        "IPv6 neighbours the control thread knows (worker=\"control\"), by Neighbor Discovery.",
+        |c| c.ipv6_neighbors.get(),
+    ),
     ("conntrack_entries", "Flows in the worker's table.", |c| {
         c.conntrack_entries.get()
     }),

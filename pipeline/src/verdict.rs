@@ -142,6 +142,15 @@ drop_reasons! {
     /// ARP claiming another MAC for a known neighbour that no probe of ours has confirmed (one
     /// is sent to the MAC we know, unless a check is already under way).
     ArpMacChangeUnconfirmed => "arp_mac_change_unconfirmed",
+    /// A Neighbor Advertisement (or solicitation) claiming another MAC for an IPv6 neighbour
+    /// confirmed less than `neighbors.locktime_ms` ago: refused, as `arp_locked` for IPv4.
+    NdiscLocked => "ndisc_locked",
+    /// Another MAC for a confirmed IPv6 neighbour, believed only once a unicast solicitation
+    /// to the MAC we have goes unanswered and a multicast one is answered.
+    NdiscMacChangeUnconfirmed => "ndisc_mac_change_unconfirmed",
+    /// A Neighbor Advertisement from another node for one of the gateway's own IPv6
+    /// addresses (a duplicate address, or a claim on it), as `arp_claims_our_address`.
+    NdiscClaimsOurAddress => "ndisc_claims_our_address",
     /// Addressed to the gateway on a protocol it does not serve.
     LocalDelivery => "local_delivery",
     /// A non-initial fragment: its ports are in another packet, so it cannot be tracked.

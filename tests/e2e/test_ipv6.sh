@@ -62,6 +62,9 @@ print('fe80::' + ':'.join('%x' % (eui[i] << 8 | eui[i + 1]) for i in range(0, 8,
 " "$GATEWAY_MAC")
 expect_output "the host pings the gateway's link-local address $LINK_LOCAL" \
     " 0% packet loss" lan ping -6 -c 3 -i 0.2 -W 2 "$LINK_LOCAL%eth0"
+neighbors=$(metric 'gateway_ipv6_neighbors{worker="control"}')
+[[ $neighbors -ge 1 ]] || fail "the gateway learnt no IPv6 neighbour from the host's solicitations (gateway_ipv6_neighbors $neighbors)"
+pass "the gateway knows $neighbors IPv6 neighbour(s) from the host's solicitations"
 expect_output "the host resolved the gateway by Neighbor Discovery, flagged a router" \
     "2001:db8:10::1 lladdr $GATEWAY_MAC router (REACHABLE|STALE|DELAY|PROBE)" lan ip -6 neigh show dev eth0
 
@@ -105,7 +108,8 @@ pass "$adverts Router Advertisements counted"
 cat >"$WORK/hostile.py" <<'PY'
 import sys
 from scapy.all import (Ether, IPv6, IPv6ExtHdrRouting, IPv6ExtHdrDestOpt, ICMPv6ND_NS,
-                       ICMPv6NDOptSrcLLAddr, ICMPv6EchoRequest, UDP, sendp, get_if_hwaddr, conf)
+                       ICMPv6ND_NA, ICMPv6NDOptSrcLLAddr, ICMPv6NDOptDstLLAddr, ICMPv6EchoRequest,
+                       UDP, sendp, get_if_hwaddr, conf)
 conf.verb = 0
 gateway_mac, src = sys.argv[1], sys.argv[2]
 mac = get_if_hwaddr("eth0")
@@ -125,6 +129,10 @@ frames = [
     eth / IPv6(src=src, dst="2001:db8:99::1") / UDP(sport=1234, dport=53),
     # A payload length past the frame: malformed_ipv6.
     eth / IPv6(src=src, dst="2001:db8:10::1", plen=400) / ICMPv6EchoRequest(),
+    # An unsolicited advertisement moving the host's own address to another MAC (override
+    # set): the confirmed binding stays (ndisc_locked or ndisc_mac_change_unconfirmed).
+    Ether(src="02:66:66:66:66:66", dst="33:33:00:00:00:01") / IPv6(src=src, dst="ff02::1", hlim=255)
+        / ICMPv6ND_NA(tgt=src, R=0, S=0, O=1) / ICMPv6NDOptDstLLAddr(lladdr="02:66:66:66:66:66"),
 ]
 for _ in range(5):
     sendp(frames, iface="eth0")
@@ -136,6 +144,9 @@ for reason in malformed_ndisc ipv6_extension_headers ipv6_not_forwarded malforme
     [[ ${count%.*} -ge 5 ]] || fail "$reason counted ${count:-nothing} of the hostile frames, expected at least 5"
 done
 pass "hostile IPv6 dropped and counted: $(for r in malformed_ndisc ipv6_extension_headers ipv6_not_forwarded malformed_ipv6; do printf '%s=%s ' "$r" "$(dropped "$r")"; done)"
+refused=$(($(dropped ndisc_locked) + $(dropped ndisc_mac_change_unconfirmed)))
+[[ $refused -ge 5 ]] || fail "the advertisements moving the host to another MAC were refused $refused times, expected 5"
+pass "unsolicited advertisements moving the host to another MAC refused: ndisc_locked=$(dropped ndisc_locked) ndisc_mac_change_unconfirmed=$(dropped ndisc_mac_change_unconfirmed)"
 expect_output "the gateway still answers after them" \
     " 0% packet loss" lan ping -6 -c 2 -i 0.2 -W 2 2001:db8:10::1
 # IPv4 is untouched.

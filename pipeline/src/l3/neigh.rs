@@ -1,5 +1,8 @@
-//! ARP neighbour cache. There is one per worker, so it needs no locks, and everything it will
-//! ever hold is allocated by [`NeighborTable::new`], so the per-packet calls never allocate.
+//! The neighbour cache: ARP's for IPv4 and Neighbor Discovery's for IPv6 (`NeighborTable<P,
+//! Ipv6Addr>`), one policy for both (RFC 4861's NUD states map onto it: incomplete, reachable,
+//! stale; its solicitations and advertisements onto ARP's requests and replies, see
+//! [`ArpSource`]). The control thread owns it, and everything it will ever hold is allocated
+//! by [`NeighborTable::new`], so the per-packet calls never allocate.
 //!
 //! # Layout
 //!
@@ -59,7 +62,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use crate::verdict::DropReason;
@@ -71,6 +74,33 @@ const MAX_CAPACITY: usize = 1 << 24;
 /// an incomplete or stale entry is almost always among them when a few percent of the table
 /// are, few enough that an address scan costs the control thread a bounded amount per miss.
 pub const EVICTION_SCAN: usize = 32;
+
+/// A neighbour's address: IPv4 (ARP) or IPv6 (Neighbor Discovery).
+pub trait NeighborAddr: Copy + Eq + fmt::Debug {
+    const UNSPECIFIED: Self;
+    /// 64 bits the index's multiply-shift hash takes, mixed under the table's random `key`
+    /// where the address is longer than that (so that hosts choosing IPv6 interface
+    /// identifiers cannot make them collide).
+    fn hash_key(&self, key: u64) -> u64;
+}
+
+impl NeighborAddr for Ipv4Addr {
+    const UNSPECIFIED: Ipv4Addr = Ipv4Addr::UNSPECIFIED;
+
+    fn hash_key(&self, _key: u64) -> u64 {
+        u64::from(u32::from(*self))
+    }
+}
+
+impl NeighborAddr for Ipv6Addr {
+    const UNSPECIFIED: Ipv6Addr = Ipv6Addr::UNSPECIFIED;
+
+    fn hash_key(&self, key: u64) -> u64 {
+        let bits = u128::from(*self);
+        let product = u128::from((bits >> 64) as u64 ^ key) * u128::from(bits as u64 | 1);
+        (product as u64) ^ ((product >> 64) as u64)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NeighborConfig {
@@ -123,16 +153,46 @@ pub enum NeighborState {
     Stale,
 }
 
-/// How an ARP packet reached us: this decides what its sender's binding may change.
+/// How an ARP packet (or its Neighbor Discovery counterpart) reached us: this decides what
+/// its sender's binding may change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArpSource {
-    /// A request for one of our addresses: its sender is about to talk to us.
+    /// A request for one of our addresses (a Neighbor Solicitation for one, with the sender's
+    /// link-layer address): its sender is about to talk to us.
     RequestForUs,
-    /// A reply addressed to us (our address and MAC as its target). It answers our request
-    /// only if one is outstanding; otherwise it is as unsolicited as any other packet.
+    /// A reply addressed to us (our address and MAC as its target; a solicited Neighbor
+    /// Advertisement to one of our addresses). It answers our request only if one is
+    /// outstanding; otherwise it is as unsolicited as any other packet.
     ReplyToUs,
-    /// Anything else: gratuitous ARP, requests for other hosts, replies to other hosts.
+    /// Anything else: gratuitous ARP, requests for other hosts, replies to other hosts,
+    /// unsolicited advertisements.
     Other,
+}
+
+/// Why [`NeighborTable::learn`] refused a binding; each family counts it under a drop reason
+/// of its own ([`Refusal::arp_reason`], [`Refusal::ndisc_reason`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Another MAC within `locktime` of the last confirmation.
+    Locked,
+    /// Another MAC our probe has not confirmed (yet).
+    MacChangeUnconfirmed,
+}
+
+impl Refusal {
+    pub fn arp_reason(self) -> DropReason {
+        match self {
+            Refusal::Locked => DropReason::ArpLocked,
+            Refusal::MacChangeUnconfirmed => DropReason::ArpMacChangeUnconfirmed,
+        }
+    }
+
+    pub fn ndisc_reason(self) -> DropReason {
+        match self {
+            Refusal::Locked => DropReason::NdiscLocked,
+            Refusal::MacChangeUnconfirmed => DropReason::NdiscMacChangeUnconfirmed,
+        }
+    }
 }
 
 /// What [`NeighborTable::learn`] did with a sender's binding.
@@ -146,22 +206,26 @@ pub enum Learn {
     /// Nothing to learn: an unknown sender that did not ask for us, or an unsolicited packet
     /// that repeats the MAC we have (which is no confirmation).
     Ignored,
-    /// Refused and to be counted under `reason`. `probe_old_mac`: the caller must send a
-    /// unicast request for the address to this MAC, the one we have, to check whether the
-    /// neighbour we know is still there.
+    /// Refused, to be counted under the family's reason for `refusal`. `probe_old_mac`: the
+    /// caller must send a unicast request for the address to this MAC, the one we have, to
+    /// check whether the neighbour we know is still there.
     Refused {
-        reason: DropReason,
+        refusal: Refusal,
         probe_old_mac: Option<[u8; 6]>,
     },
 }
 
-/// A request [`NeighborTable::expire`] asks the caller to send.
+/// A request [`NeighborTable::expire`] asks the caller to send: an ARP request, or a
+/// Neighbor Solicitation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArpProbe {
-    pub ip: Ipv4Addr,
-    /// Unicast to this MAC; `None`: broadcast.
+pub struct NeighborProbe<A> {
+    pub ip: A,
+    /// Unicast to this MAC; `None`: broadcast (IPv6: to the solicited-node group).
     pub unicast: Option<[u8; 6]>,
 }
+
+/// IPv4's probes.
+pub type ArpProbe = NeighborProbe<Ipv4Addr>;
 
 /// Where a resolved entry's check of a claimed MAC change stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,20 +241,23 @@ enum Verify {
 /// `ip` is stored next to the pool index so that probing compares keys without touching the
 /// pool.
 #[derive(Clone, Copy)]
-struct IndexSlot {
-    ip: u32,
+struct IndexSlot<A> {
+    ip: A,
     entry: u32,
 }
 
 const VACANT_ENTRY: u32 = u32::MAX;
-const VACANT_SLOT: IndexSlot = IndexSlot {
-    ip: 0,
-    entry: VACANT_ENTRY,
-};
+
+impl<A: NeighborAddr> IndexSlot<A> {
+    const VACANT: IndexSlot<A> = IndexSlot {
+        ip: A::UNSPECIFIED,
+        entry: VACANT_ENTRY,
+    };
+}
 
 #[derive(Clone, Copy)]
-struct Entry {
-    ip: Ipv4Addr,
+struct Entry<A> {
+    ip: A,
     mac: [u8; 6],
     /// `None` while the pool entry is free.
     state: Option<NeighborState>,
@@ -203,18 +270,18 @@ struct Entry {
     pending_len: usize,
 }
 
-const FREE_ENTRY: Entry = Entry {
-    ip: Ipv4Addr::UNSPECIFIED,
-    mac: [0; 6],
-    state: None,
-    confirmed_ns: 0,
-    last_request_ns: 0,
-    requests: 0,
-    verify: Verify::None,
-    pending_len: 0,
-};
+impl<A: NeighborAddr> Entry<A> {
+    const FREE: Entry<A> = Entry {
+        ip: A::UNSPECIFIED,
+        mac: [0; 6],
+        state: None,
+        confirmed_ns: 0,
+        last_request_ns: 0,
+        requests: 0,
+        verify: Verify::None,
+        pending_len: 0,
+    };
 
-impl Entry {
     /// Whether a reply now answers a request of ours: an incomplete entry is asking until it
     /// is removed; a resolved one for `retry_ns` after each request.
     fn awaits_answer(&self, config: &NeighborConfig, now_ns: u64) -> bool {
@@ -252,12 +319,15 @@ enum Probe {
     Exhausted,
 }
 
-pub struct NeighborTable<P> {
+/// IPv4's table by default; `NeighborTable<P, Ipv6Addr>` for IPv6.
+pub struct NeighborTable<P, A = Ipv4Addr> {
     config: NeighborConfig,
-    index: Vec<IndexSlot>,
+    index: Vec<IndexSlot<A>>,
     hash_multiplier: u64,
+    /// Mixes addresses longer than 64 bits before the multiply ([`NeighborAddr::hash_key`]).
+    hash_key: u64,
     hash_shift: u32,
-    entries: Vec<Entry>,
+    entries: Vec<Entry<A>>,
     free_entries: Vec<u32>,
     pending: Vec<Option<P>>,
     /// Packets held over all entries, against `config.pending_total`.
@@ -268,7 +338,7 @@ pub struct NeighborTable<P> {
     eviction_cursor: usize,
 }
 
-impl<P> fmt::Debug for NeighborTable<P> {
+impl<P, A: NeighborAddr> fmt::Debug for NeighborTable<P, A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NeighborTable")
             .field("config", &self.config)
@@ -279,10 +349,13 @@ impl<P> fmt::Debug for NeighborTable<P> {
     }
 }
 
-impl<P> NeighborTable<P> {
+impl<P, A: NeighborAddr> NeighborTable<P, A> {
     pub fn new(config: NeighborConfig) -> Self {
-        let hash_multiplier = RandomState::new().hash_one(0x6e65_6967_6862_6f72_u64) | 1;
-        Self::with_hash_multiplier(config, hash_multiplier)
+        let state = RandomState::new();
+        let hash_multiplier = state.hash_one(0x6e65_6967_6862_6f72_u64) | 1;
+        let mut table = Self::with_hash_multiplier(config, hash_multiplier);
+        table.hash_key = state.hash_one(0x6e64_6973_635f_6b65_u64);
+        table
     }
 
     fn with_hash_multiplier(mut config: NeighborConfig, hash_multiplier: u64) -> Self {
@@ -293,10 +366,11 @@ impl<P> NeighborTable<P> {
             .checked_mul(config.pending_per_neighbor)
             .unwrap_or_else(|| panic!("neighbour pending queue size overflows: {config:?}"));
         Self {
-            index: vec![VACANT_SLOT; index_len],
+            index: vec![IndexSlot::VACANT; index_len],
             hash_multiplier,
+            hash_key: 0,
             hash_shift: 64 - index_len.trailing_zeros(),
-            entries: vec![FREE_ENTRY; config.capacity],
+            entries: vec![Entry::FREE; config.capacity],
             // Popped from the end, so entries are handed out from index 0 upwards.
             free_entries: (0..config.capacity as u32).rev().collect(),
             pending: std::iter::repeat_with(|| None).take(pending_len).collect(),
@@ -310,7 +384,7 @@ impl<P> NeighborTable<P> {
 
     /// A miss in a full table evicts an entry (see the module's policy); the packets it held
     /// go to `on_evicted` as drops.
-    pub fn lookup(&mut self, ip: Ipv4Addr, now_ns: u64, on_evicted: impl FnMut(P)) -> Lookup {
+    pub fn lookup(&mut self, ip: A, now_ns: u64, on_evicted: impl FnMut(P)) -> Lookup {
         let entry = match self.probe(ip) {
             Probe::Found { entry, .. } => entry,
             Probe::Vacant { .. } => {
@@ -352,7 +426,7 @@ impl<P> NeighborTable<P> {
     /// `Lookup::Pending` for it, and the packet is handed back with the reason to count it
     /// under: `NeighborQueueFull` for this neighbour's queue, `NeighborHeldLimit` when the
     /// table holds `pending_total` packets already.
-    pub fn enqueue(&mut self, ip: Ipv4Addr, pkt: P) -> Result<(), (P, DropReason)> {
+    pub fn enqueue(&mut self, ip: A, pkt: P) -> Result<(), (P, DropReason)> {
         let Probe::Found { entry: index, .. } = self.probe(ip) else {
             return Err((pkt, DropReason::NeighborQueueFull));
         };
@@ -381,7 +455,7 @@ impl<P> NeighborTable<P> {
     /// full table evicts one, whose packets go to `on_evicted` as drops.
     pub fn learn(
         &mut self,
-        ip: Ipv4Addr,
+        ip: A,
         mac: [u8; 6],
         source: ArpSource,
         now_ns: u64,
@@ -410,8 +484,8 @@ impl<P> NeighborTable<P> {
             return Learn::Changed;
         }
         let answer = source == ArpSource::ReplyToUs && entry.awaits_answer(&config, now_ns);
-        let refused = |reason, probe_old_mac| Learn::Refused {
-            reason,
+        let refused = |refusal, probe_old_mac| Learn::Refused {
+            refusal,
             probe_old_mac,
         };
         if mac == entry.mac {
@@ -428,18 +502,18 @@ impl<P> NeighborTable<P> {
         if answer {
             // Our last request was unicast to the MAC we have: another MAC cannot have
             // received it, so this "answer" was sent on speculation.
-            return refused(DropReason::ArpMacChangeUnconfirmed, None);
+            return refused(Refusal::MacChangeUnconfirmed, None);
         }
         if now_ns.saturating_sub(entry.confirmed_ns) < config.locktime_ns {
-            return refused(DropReason::ArpLocked, None);
+            return refused(Refusal::Locked, None);
         }
         if entry.verify != Verify::None {
-            return refused(DropReason::ArpMacChangeUnconfirmed, None);
+            return refused(Refusal::MacChangeUnconfirmed, None);
         }
         entry.verify = Verify::OldMac;
         entry.requests = entry.requests.saturating_add(1);
         entry.last_request_ns = now_ns;
-        refused(DropReason::ArpMacChangeUnconfirmed, Some(entry.mac))
+        refused(Refusal::MacChangeUnconfirmed, Some(entry.mac))
     }
 
     /// Visits at most `budget` pool entries, resuming where the previous call stopped, so the
@@ -450,7 +524,7 @@ impl<P> NeighborTable<P> {
         now_ns: u64,
         budget: usize,
         mut on_dropped: impl FnMut(P),
-        mut on_probe: impl FnMut(ArpProbe),
+        mut on_probe: impl FnMut(NeighborProbe<A>),
     ) {
         let pool_mask = self.entries.len() - 1;
         for _ in 0..budget.min(self.entries.len()) {
@@ -466,7 +540,7 @@ impl<P> NeighborTable<P> {
                     // The last request gets a full `retry_ns` to be answered before giving up.
                     let exhausted = entry.requests > config.max_retries;
                     if unanswered && !exhausted && record_request_if_due(config, entry, now_ns) {
-                        on_probe(ArpProbe {
+                        on_probe(NeighborProbe {
                             ip: entry.ip,
                             unicast: None,
                         });
@@ -479,7 +553,7 @@ impl<P> NeighborTable<P> {
                             entry.verify = Verify::Broadcast;
                             entry.requests = entry.requests.saturating_add(1);
                             entry.last_request_ns = now_ns;
-                            on_probe(ArpProbe {
+                            on_probe(NeighborProbe {
                                 ip: entry.ip,
                                 unicast: None,
                             });
@@ -503,12 +577,12 @@ impl<P> NeighborTable<P> {
     }
 
     /// For the control plane (`ip neigh del`, link down). Queued packets go to `on_dropped`.
-    pub fn remove(&mut self, ip: Ipv4Addr, on_dropped: impl FnMut(P)) -> bool {
+    pub fn remove(&mut self, ip: A, on_dropped: impl FnMut(P)) -> bool {
         let Probe::Found { slot, entry } = self.probe(ip) else {
             return false;
         };
         self.release_pending(entry, on_dropped);
-        self.entries[entry] = FREE_ENTRY;
+        self.entries[entry] = Entry::FREE;
         self.free_entries.push(entry as u32);
         self.shift_back_after(slot);
         true
@@ -517,7 +591,7 @@ impl<P> NeighborTable<P> {
     /// A read-only view for the control plane: unlike [`lookup`](Self::lookup) it neither
     /// creates entries nor counts as a use. The state is as last observed by `lookup` or
     /// `expire`.
-    pub fn get(&self, ip: Ipv4Addr) -> Option<([u8; 6], NeighborState)> {
+    pub fn get(&self, ip: A) -> Option<([u8; 6], NeighborState)> {
         match self.probe(ip) {
             Probe::Found { entry, .. } => {
                 let entry = &self.entries[entry];
@@ -529,7 +603,7 @@ impl<P> NeighborTable<P> {
 
     /// Every neighbour as `(ip, mac, state)`, in pool order. The MAC of an incomplete
     /// neighbour is all zeroes; the state is as last observed by `lookup` or `expire`.
-    pub fn iter(&self) -> impl Iterator<Item = (Ipv4Addr, [u8; 6], NeighborState)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (A, [u8; 6], NeighborState)> + '_ {
         self.entries
             .iter()
             .filter_map(|entry| entry.state.map(|state| (entry.ip, entry.mac, state)))
@@ -559,14 +633,16 @@ impl<P> NeighborTable<P> {
         self.evictions
     }
 
-    fn home_slot(&self, ip: u32) -> usize {
-        (u64::from(ip).wrapping_mul(self.hash_multiplier) >> self.hash_shift) as usize
+    fn home_slot(&self, ip: &A) -> usize {
+        (ip.hash_key(self.hash_key)
+            .wrapping_mul(self.hash_multiplier)
+            >> self.hash_shift) as usize
     }
 
-    fn probe(&self, ip: Ipv4Addr) -> Probe {
-        let key = u32::from(ip);
+    fn probe(&self, ip: A) -> Probe {
+        let key = ip;
         let mask = self.index.len() - 1;
-        let mut slot = self.home_slot(key);
+        let mut slot = self.home_slot(&key);
         for _ in 0..self.index.len() {
             let candidate = self.index[slot];
             if candidate.entry == VACANT_ENTRY {
@@ -586,7 +662,7 @@ impl<P> NeighborTable<P> {
     /// Claims a pool entry for `ip`, which must not be in the table, evicting one if the pool
     /// is full. The entry comes back free-but-claimed (`state: None`); the caller sets its
     /// state.
-    fn insert(&mut self, ip: Ipv4Addr, on_evicted: impl FnMut(P)) -> Option<usize> {
+    fn insert(&mut self, ip: A, on_evicted: impl FnMut(P)) -> Option<usize> {
         if self.free_entries.is_empty() {
             self.evict_one(on_evicted);
         }
@@ -595,12 +671,9 @@ impl<P> NeighborTable<P> {
             return None;
         };
         let entry = self.free_entries.pop()?;
-        self.index[slot] = IndexSlot {
-            ip: u32::from(ip),
-            entry,
-        };
+        self.index[slot] = IndexSlot { ip, entry };
         let entry = entry as usize;
-        self.entries[entry] = Entry { ip, ..FREE_ENTRY };
+        self.entries[entry] = Entry { ip, ..Entry::FREE };
         Some(entry)
     }
 
@@ -630,7 +703,7 @@ impl<P> NeighborTable<P> {
             if candidate.entry == VACANT_ENTRY {
                 break;
             }
-            let home = self.home_slot(candidate.ip);
+            let home = self.home_slot(&candidate.ip);
             let distance_from_home = slot.wrapping_sub(home) & mask;
             let distance_from_hole = slot.wrapping_sub(hole) & mask;
             if distance_from_home >= distance_from_hole {
@@ -639,7 +712,7 @@ impl<P> NeighborTable<P> {
             }
             slot = (slot + 1) & mask;
         }
-        self.index[hole] = VACANT_SLOT;
+        self.index[hole] = IndexSlot::VACANT;
     }
 
     fn confirm(&mut self, index: usize, mac: [u8; 6], now_ns: u64, on_released: impl FnMut(P)) {
@@ -674,7 +747,7 @@ impl<P> NeighborTable<P> {
 /// Shared by lookups and the sweep so that both count against the same request budget: the
 /// first request of a round is sent at once, later ones `retry_ns` apart, `1 + max_retries` in
 /// all until a reply resets the count.
-fn record_request_if_due(config: &NeighborConfig, entry: &mut Entry, now_ns: u64) -> bool {
+fn record_request_if_due<A>(config: &NeighborConfig, entry: &mut Entry<A>, now_ns: u64) -> bool {
     let due = entry.requests == 0
         || (entry.requests <= config.max_retries
             && now_ns.saturating_sub(entry.last_request_ns) >= config.retry_ns);
@@ -720,9 +793,9 @@ mod tests {
         Lookup::Resolved { mac, refresh }
     }
 
-    fn refused(reason: DropReason) -> Learn {
+    fn refused(refusal: Refusal) -> Learn {
         Learn::Refused {
-            reason,
+            refusal,
             probe_old_mac: None,
         }
     }
@@ -1000,6 +1073,61 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_neighbours_follow_the_same_policy() {
+        let mut t: NeighborTable<Packet, Ipv6Addr> = NeighborTable::new(NeighborConfig {
+            capacity: 8,
+            ..NeighborConfig::default()
+        });
+        let host = |n: u16| Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, n);
+        let learn6 = |t: &mut NeighborTable<Packet, Ipv6Addr>, ip, mac, source, now_ns| {
+            t.learn(ip, mac, source, now_ns, no_packets, no_packets)
+        };
+        // An unknown host's unsolicited advertisement creates nothing; its solicitation for
+        // one of our addresses does, unconfirmed.
+        assert_eq!(
+            learn6(&mut t, host(1), MAC_A, ArpSource::Other, 0),
+            Learn::Ignored
+        );
+        assert_eq!(
+            learn6(&mut t, host(1), MAC_A, ArpSource::RequestForUs, 0),
+            Learn::Changed
+        );
+        assert_eq!(t.get(host(1)), Some((MAC_A, NeighborState::Stale)));
+        // Resolving another: held, then released by the solicited advertisement.
+        assert_eq!(t.lookup(host(2), 0, no_packets), pending(true));
+        t.enqueue(host(2), Packet(7)).unwrap();
+        let mut released = Vec::new();
+        assert_eq!(
+            t.learn(
+                host(2),
+                MAC_B,
+                ArpSource::ReplyToUs,
+                1,
+                |p| released.push(p),
+                no_packets
+            ),
+            Learn::Changed
+        );
+        assert_eq!(released, [Packet(7)]);
+        // Another MAC for the confirmed neighbour: refused within the lock, checked after it.
+        assert_eq!(
+            learn6(&mut t, host(2), MAC_A, ArpSource::Other, 2),
+            refused(Refusal::Locked)
+        );
+        assert_eq!(
+            learn6(&mut t, host(2), MAC_A, ArpSource::Other, 10 * LOCK),
+            Learn::Refused {
+                refusal: Refusal::MacChangeUnconfirmed,
+                probe_old_mac: Some(MAC_B),
+            }
+        );
+        assert_eq!(t.get(host(2)), Some((MAC_B, NeighborState::Reachable)));
+        // Addresses alike but for their high half are other neighbours.
+        assert_eq!(t.get(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2)), None);
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
     fn a_different_mac_within_locktime_is_refused_whatever_the_packet() {
         let mut t = table(8);
         resolve(&mut t, ip(1), MAC_A, 0);
@@ -1010,7 +1138,7 @@ mod tests {
         ] {
             assert_eq!(
                 learn(&mut t, ip(1), MAC_B, source, LOCK - 1),
-                refused(DropReason::ArpLocked)
+                refused(Refusal::Locked)
             );
         }
         assert_eq!(t.lookup(ip(1), LOCK, no_packets), resolved(MAC_A, false));
@@ -1025,20 +1153,20 @@ mod tests {
         assert_eq!(
             learn(&mut t, ip(1), MAC_B, ArpSource::Other, claim_at),
             Learn::Refused {
-                reason: DropReason::ArpMacChangeUnconfirmed,
+                refusal: Refusal::MacChangeUnconfirmed,
                 probe_old_mac: Some(MAC_A),
             }
         );
         // One probe per verification: repeated claims are refused without another.
         assert_eq!(
             learn(&mut t, ip(1), MAC_B, ArpSource::RequestForUs, claim_at + 1),
-            refused(DropReason::ArpMacChangeUnconfirmed)
+            refused(Refusal::MacChangeUnconfirmed)
         );
         // Only the old MAC could receive our unicast probe: a "reply" from another is not
         // an answer to it.
         assert_eq!(
             learn(&mut t, ip(1), MAC_B, ArpSource::ReplyToUs, claim_at + 2),
-            refused(DropReason::ArpMacChangeUnconfirmed)
+            refused(Refusal::MacChangeUnconfirmed)
         );
         assert_eq!(
             t.lookup(ip(1), claim_at + 3, no_packets),
@@ -1051,7 +1179,7 @@ mod tests {
         );
         assert_eq!(
             learn(&mut t, ip(1), MAC_B, ArpSource::Other, claim_at + 5),
-            refused(DropReason::ArpLocked)
+            refused(Refusal::Locked)
         );
         // Nothing is left for the sweep to do.
         assert_eq!(
@@ -1115,7 +1243,7 @@ mod tests {
                 claim_at + 2 * RETRY
             ),
             Learn::Refused {
-                reason: DropReason::ArpMacChangeUnconfirmed,
+                refusal: Refusal::MacChangeUnconfirmed,
                 probe_old_mac: Some(MAC_A),
             },
             "a new claim starts a new verification"
@@ -1370,7 +1498,7 @@ mod tests {
             u64::MAX,
         );
         for last in 1..=8 {
-            assert_eq!(t.home_slot(u32::from(ip(last))), t.index.len() - 1);
+            assert_eq!(t.home_slot(&ip(last)), t.index.len() - 1);
             assert_eq!(
                 learn(&mut t, ip(last), [last; 6], ArpSource::RequestForUs, 0),
                 Learn::Changed
@@ -1425,7 +1553,7 @@ mod tests {
                         let mac = [step as u8; 6];
                         let outcome = learn(&mut t, ip(last), mac, ArpSource::RequestForUs, 0);
                         if model.contains_key(&ip(last)) {
-                            prop_assert_eq!(outcome, refused(DropReason::ArpLocked));
+                            prop_assert_eq!(outcome, refused(Refusal::Locked));
                         } else {
                             prop_assert_eq!(outcome, Learn::Changed);
                             if model.len() == t.capacity() {

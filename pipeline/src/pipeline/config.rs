@@ -276,6 +276,20 @@ impl Ipv6Interface {
         addr == self.link_local || self.addresses.iter().any(|&(own, _)| own == addr)
     }
 
+    /// Whether `addr` is on this link, so that a neighbour may have it: link-local, or in one
+    /// of the interface's prefixes. Neighbour Discovery learns nothing else here, as ARP learns
+    /// only from the interface's own subnet.
+    pub fn on_link(&self, addr: Ipv6Addr) -> bool {
+        let link_local = addr.segments()[0] & 0xffc0 == 0xfe80;
+        link_local
+            || self.addresses.iter().any(|&(own, len)| {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(len.min(128)))
+                    .unwrap_or(0);
+                u128::from(own) & mask == u128::from(addr) & mask
+            })
+    }
+
     /// Whether a packet to `dst` is for the gateway: one of its addresses, or a group it
     /// belongs to on this link (all nodes, all routers, its addresses' solicited-node groups).
     pub fn accepts(&self, dst: Ipv6Addr) -> bool {

@@ -115,10 +115,10 @@ pub fn handle_arp<P>(
     };
     match learned {
         Learn::Refused {
-            reason,
+            refusal,
             probe_old_mac,
         } => {
-            handled.dropped = Some(reason);
+            handled.dropped = Some(refusal.arp_reason());
             handled.probe = probe_old_mac.map(|old| ArpProbe {
                 ip,
                 unicast: Some(old),

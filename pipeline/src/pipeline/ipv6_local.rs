@@ -5,11 +5,15 @@
 //! (`ipv6_not_forwarded`), and the advertisements say so with a router lifetime of 0 (RFC
 //! 4861: not a default router), so hosts do not send their internet traffic here.
 //!
-//! A worker only classifies ([`classify`]); the control thread answers ([`answer`]) and
-//! builds the advertisements ([`write_router_advert`]), as it does ARP and IPv4 echo.
+//! A worker only classifies ([`classify`]); the control thread answers ([`answer`]), learns
+//! its neighbours from what [`answer`] saw (a [`Sighting`], for the neighbour table's ARP
+//! policy: learnt only on the link, a confirmed MAC not overwritten by the unsolicited), and
+//! builds advertisements and solicitations ([`write_router_advert`],
+//! [`write_neighbor_solicit`]), as it does ARP and IPv4 echo.
 
 use std::net::Ipv6Addr;
 
+use crate::l3::neigh::ArpSource;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::{Interface, Ipv6Interface, RouterAdvertConfig};
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -70,8 +74,11 @@ pub fn classify(frame: &[u8], v6: &Ipv6Interface) -> Verdict {
 /// What the control thread does with an IPv6 packet a worker sent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
-    /// The packet now holds the answer: send it back out the ingress port.
+    /// The packet now holds the answer: send it back out the ingress port (unless the
+    /// sighting that came with it was refused).
     Reply,
+    /// Nothing to send: an advertisement to learn from (its [`Sighting`]).
+    Learn,
     /// A valid Router Solicitation: answer with [`write_router_advert`] to this address and
     /// MAC, if the caller's rate limit allows.
     RouterSolicited {
@@ -81,11 +88,36 @@ pub enum Answer {
     Drop(DropReason),
 }
 
+/// A neighbour's binding a packet showed: `ip` is at `mac`, and how it was said (the
+/// neighbour table's [`ArpSource`] policy applies to it). Only for addresses on the link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sighting {
+    pub ip: Ipv6Addr,
+    pub mac: EthernetAddress,
+    pub source: ArpSource,
+}
+
 /// Answers one IPv6 packet for the gateway received on `iface` (whose IPv6 side is `v6`):
 /// a Neighbor Solicitation for one of its addresses becomes the Advertisement, an echo
-/// request to one of them the reply, both in place. Checks everything again: the control
+/// request to one of them the reply, both in place; a solicitation or an advertisement
+/// also says where its sender is (the [`Sighting`]). Checks everything again: the control
 /// thread does not trust what workers classified.
-pub fn answer(pkt: &mut PacketBuf, iface: &Interface, v6: &Ipv6Interface) -> Answer {
+pub fn answer(
+    pkt: &mut PacketBuf,
+    iface: &Interface,
+    v6: &Ipv6Interface,
+) -> (Answer, Option<Sighting>) {
+    let mut sighting = None;
+    let answer = answer_and_see(pkt, iface, v6, &mut sighting);
+    (answer, sighting)
+}
+
+fn answer_and_see(
+    pkt: &mut PacketBuf,
+    iface: &Interface,
+    v6: &Ipv6Interface,
+    sighting: &mut Option<Sighting>,
+) -> Answer {
     let frame = pkt.bytes();
     let Ok(eth) = EthernetFrame::new_checked(frame) else {
         return Answer::Drop(DropReason::TruncatedFrame);
@@ -116,6 +148,14 @@ pub fn answer(pkt: &mut PacketBuf, iface: &Interface, v6: &Ipv6Interface) -> Ans
         Ok(NdRepr::NeighborSolicit { target, source_mac }) => {
             if !v6.owns(target) {
                 return Answer::Drop(DropReason::Ipv6LocalUnhandled);
+            }
+            // Its sender is about to talk to us (RFC 4861 7.2.3: create or update the entry).
+            if let Some(mac) = source_mac.filter(|_| !src.is_unspecified() && v6.on_link(src)) {
+                *sighting = Some(Sighting {
+                    ip: src,
+                    mac,
+                    source: ArpSource::RequestForUs,
+                });
             }
             // A duplicate address probe (from ::) is told to everyone, unsolicited (RFC
             // 4861 7.2.4); anyone else gets the answer to the MAC it gave or sent from.
@@ -161,10 +201,36 @@ pub fn answer(pkt: &mut PacketBuf, iface: &Interface, v6: &Ipv6Interface) -> Ans
                 mac: source_mac.unwrap_or(requester_mac),
             }
         }
-        // Advertisements of others: nothing here uses them until IPv6 is forwarded.
-        Ok(NdRepr::NeighborAdvert { .. } | NdRepr::RouterAdvert { .. }) => {
-            Answer::Drop(DropReason::Ipv6LocalUnhandled)
+        Ok(NdRepr::NeighborAdvert {
+            solicited,
+            target,
+            target_mac,
+            ..
+        }) => {
+            // Another node answering for one of our addresses (its duplicate address
+            // detection found ours, or it claims it).
+            if v6.owns(target) {
+                return Answer::Drop(DropReason::NdiscClaimsOurAddress);
+            }
+            let Some(mac) = target_mac.filter(|_| v6.on_link(target)) else {
+                return Answer::Drop(DropReason::Ipv6LocalUnhandled);
+            };
+            // An answer only if solicited and to one of our addresses; the table then decides
+            // whether a request of ours is outstanding.
+            let source = if solicited && v6.owns(dst) {
+                ArpSource::ReplyToUs
+            } else {
+                ArpSource::Other
+            };
+            *sighting = Some(Sighting {
+                ip: target,
+                mac,
+                source,
+            });
+            Answer::Learn
         }
+        // Other routers' advertisements: nothing uses them until IPv6 is forwarded.
+        Ok(NdRepr::RouterAdvert { .. }) => Answer::Drop(DropReason::Ipv6LocalUnhandled),
         Err(NdError::NotNd) => Answer::Drop(DropReason::Ipv6LocalUnhandled),
         Err(_) => Answer::Drop(DropReason::MalformedNdisc),
     }
@@ -305,6 +371,61 @@ pub fn write_router_advert(
         ND_HOP_LIMIT,
         message_len,
     ))
+}
+
+/// Writes a whole Neighbor Solicitation frame for `target` into `room`: to the MAC we have
+/// for it (a unicast check that it is still there), or to its solicited-node group. From
+/// `src` with our link-layer address, or, with `src` None, from `::` without one: duplicate
+/// address detection of one of our own addresses (RFC 4862 5.4.2). Returns its length, or
+/// `None` if `room` is too short.
+pub fn write_neighbor_solicit(
+    room: &mut [u8],
+    iface: &Interface,
+    target: Ipv6Addr,
+    unicast: Option<EthernetAddress>,
+    src: Option<Ipv6Addr>,
+) -> Option<usize> {
+    let headers = ethernet::HEADER_LEN + ipv6::HEADER_LEN;
+    let source_mac = src.map(|_| iface.mac);
+    let message_len = ndisc::emit_neighbor_solicit(room.get_mut(headers..)?, target, source_mac)?;
+    let (dst, dst_mac) = match unicast {
+        Some(mac) => (target, mac),
+        None => {
+            let group = ipv6::solicited_node(target);
+            (group, ipv6::multicast_mac(group))
+        }
+    };
+    let src = src.unwrap_or(Ipv6Addr::UNSPECIFIED);
+    Some(write_headers(
+        room,
+        iface.mac,
+        dst_mac,
+        src,
+        dst,
+        ND_HOP_LIMIT,
+        message_len,
+    ))
+}
+
+/// `addr` with its interface in it, if it is link-local: the same `fe80::1` on two links is
+/// two neighbours, and the neighbour table is keyed by address alone. The port goes into
+/// the second 16-bit word, which a link-local address has zero (fe80::/64), as BSD's stack
+/// embeds its scope. [`unscoped`] takes it out again.
+pub fn scoped(addr: Ipv6Addr, port: u16) -> Ipv6Addr {
+    let mut segments = addr.segments();
+    if segments[0] & 0xffc0 == 0xfe80 {
+        segments[1] = port.wrapping_add(1);
+    }
+    Ipv6Addr::from(segments)
+}
+
+/// `addr` as it goes on the wire: [`scoped`]'s port taken out of a link-local address.
+pub fn unscoped(addr: Ipv6Addr) -> Ipv6Addr {
+    let mut segments = addr.segments();
+    if segments[0] & 0xffc0 == 0xfe80 {
+        segments[1] = 0;
+    }
+    Ipv6Addr::from(segments)
 }
 
 /// `addr` with the bits past `len` cleared.
@@ -461,12 +582,30 @@ mod tests {
     }
 
     fn run(frame: &[u8], advertise: bool) -> (Answer, Vec<u8>) {
+        let (answer, _, reply) = run_and_see(frame, advertise);
+        (answer, reply)
+    }
+
+    fn run_and_see(frame: &[u8], advertise: bool) -> (Answer, Option<Sighting>, Vec<u8>) {
         let mut room = frame.to_vec();
         room.resize(2048, 0);
         let mut pkt = PacketBuf::new(&mut room, frame.len());
-        let answer = answer(&mut pkt, &iface(), &v6(advertise));
+        let (answer, sighting) = answer(&mut pkt, &iface(), &v6(advertise));
         let len = pkt.len();
-        (answer, room[..len].to_vec())
+        (answer, sighting, room[..len].to_vec())
+    }
+
+    fn advertisement(target: Ipv6Addr, dst: Ipv6Addr, solicited: bool) -> Vec<u8> {
+        let mut message = [0u8; 64];
+        let len =
+            ndisc::emit_neighbor_advert(&mut message, target, HOST_MAC, false, solicited, true)
+                .unwrap();
+        let dst_mac = if dst.is_multicast() {
+            ipv6::multicast_mac(dst)
+        } else {
+            GW_MAC
+        };
+        frame(target, dst, dst_mac, 255, message[..len].to_vec())
     }
 
     fn solicitation(src: Ipv6Addr, target: Ipv6Addr, with_mac: bool) -> Vec<u8> {
@@ -522,6 +661,94 @@ mod tests {
         // The link-local address too.
         let ns = solicitation(HOST, link_local(GW_MAC), false);
         assert_eq!(run(&ns, false).0, Answer::Reply);
+    }
+
+    #[test]
+    fn solicitations_and_advertisements_say_where_neighbours_are() {
+        // A solicitation for us with the sender's MAC: it is about to talk to us.
+        let (answer, sighting, _) = run_and_see(&solicitation(HOST, GW, true), false);
+        assert_eq!(answer, Answer::Reply);
+        assert_eq!(
+            sighting,
+            Some(Sighting {
+                ip: HOST,
+                mac: HOST_MAC,
+                source: ArpSource::RequestForUs
+            })
+        );
+        // Without one, nothing to learn (the answer goes to the frame's source).
+        assert_eq!(run_and_see(&solicitation(HOST, GW, false), false).1, None);
+        // A solicited advertisement to us answers; an unsolicited one to all nodes does not.
+        let (answer, sighting, _) = run_and_see(&advertisement(HOST, GW, true), false);
+        assert_eq!(answer, Answer::Learn);
+        assert_eq!(sighting.map(|seen| seen.source), Some(ArpSource::ReplyToUs));
+        let (_, sighting, _) = run_and_see(&advertisement(HOST, ALL_NODES, false), false);
+        assert_eq!(sighting.map(|seen| seen.source), Some(ArpSource::Other));
+        // Off the link: not learnt.
+        let far = Ipv6Addr::new(0x2001, 0xdb8, 99, 0, 0, 0, 0, 1);
+        let (answer, sighting, _) = run_and_see(&advertisement(far, GW, true), false);
+        assert_eq!(
+            (answer, sighting),
+            (Answer::Drop(DropReason::Ipv6LocalUnhandled), None)
+        );
+        // One of our own addresses advertised by another node.
+        let (answer, sighting, _) = run_and_see(&advertisement(GW, ALL_NODES, false), false);
+        assert_eq!(
+            (answer, sighting),
+            (Answer::Drop(DropReason::NdiscClaimsOurAddress), None)
+        );
+    }
+
+    #[test]
+    fn our_solicitations_and_duplicate_address_probes() {
+        let mut room = [0u8; 128];
+        // A check of a neighbour at the MAC we have: unicast, from us, with our MAC.
+        let len =
+            write_neighbor_solicit(&mut room, &iface(), HOST, Some(HOST_MAC), Some(GW)).unwrap();
+        let ip = Ipv6Packet::new_checked(&room[ethernet::HEADER_LEN..len]).unwrap();
+        assert_eq!(
+            (ip.src_addr(), ip.dst_addr(), ip.hop_limit()),
+            (GW, HOST, 255)
+        );
+        assert_eq!(room[..6], HOST_MAC.0);
+        let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+        assert_eq!(
+            NdRepr::parse(&icmp, 255, GW, HOST),
+            Ok(NdRepr::NeighborSolicit {
+                target: HOST,
+                source_mac: Some(GW_MAC)
+            })
+        );
+        // Duplicate address detection: from ::, to the solicited-node group, no MAC option,
+        // which a receiver must accept as a valid probe.
+        let len = write_neighbor_solicit(&mut room, &iface(), GW, None, None).unwrap();
+        let ip = Ipv6Packet::new_checked(&room[ethernet::HEADER_LEN..len]).unwrap();
+        assert_eq!(
+            (ip.src_addr(), ip.dst_addr()),
+            (Ipv6Addr::UNSPECIFIED, solicited_node(GW))
+        );
+        let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+        assert_eq!(
+            NdRepr::parse(&icmp, 255, Ipv6Addr::UNSPECIFIED, solicited_node(GW)),
+            Ok(NdRepr::NeighborSolicit {
+                target: GW,
+                source_mac: None
+            })
+        );
+        assert_eq!(
+            write_neighbor_solicit(&mut room[..70], &iface(), GW, None, None),
+            None
+        );
+    }
+
+    #[test]
+    fn link_local_neighbours_are_scoped_by_port() {
+        let router = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+        assert_ne!(scoped(router, 0), scoped(router, 1));
+        assert_eq!(unscoped(scoped(router, 7)), router);
+        // Global addresses are one everywhere.
+        assert_eq!(scoped(HOST, 3), HOST);
+        assert_eq!(unscoped(HOST), HOST);
     }
 
     #[test]
