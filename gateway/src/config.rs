@@ -21,6 +21,10 @@ pub struct GatewayConfig {
     pub interfaces: Vec<InterfaceConfig>,
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Static IPv6 routes (`[[ipv6_routes]]`), beside the connected prefixes of the
+    /// interfaces' `[interfaces.ipv6]` tables. Compiled, not used for forwarding yet.
+    #[serde(default)]
+    pub ipv6_routes: Vec<Ipv6RouteConfig>,
     #[serde(default)]
     pub icmp: IcmpConfig,
     #[serde(default)]
@@ -721,6 +725,21 @@ pub struct RouteConfig {
     pub via: Ipv4Addr,
 }
 
+/// `[[ipv6_routes]]`: a prefix and the router it goes through.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Ipv6RouteConfig {
+    /// The destination prefix; "::/0" is the default route.
+    pub destination: Ipv6Cidr,
+    /// The next-hop router: link-local (as routers announce themselves), with `interface`;
+    /// or in one of an interface's IPv6 prefixes.
+    pub via: Ipv6Addr,
+    /// The interface the next hop is on; needed for a link-local `via`, found from the
+    /// prefixes otherwise.
+    #[serde(default)]
+    pub interface: Option<String>,
+}
+
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IcmpConfig {
@@ -1261,6 +1280,81 @@ fn subnets_overlap(a: &Ipv4Cidr, b: &Ipv4Cidr) -> bool {
     u32::from(a.addr) & wider == u32::from(b.addr) & wider
 }
 
+impl GatewayConfig {
+    /// The interface `ipv6_routes[i]` leaves by, with the route checked: no host bits, one
+    /// route per prefix, a unicast next hop on an interface with IPv6 (named by `interface`
+    /// for a link-local one, else the one whose prefix holds it).
+    pub fn ipv6_route_port(&self, i: usize) -> Result<u16, ConfigError> {
+        use pipeline::pipeline::ipv6_local::prefix_of;
+        let route = &self.ipv6_routes[i];
+        let field = |name: &str| format!("ipv6_routes[{i}].{name}");
+        let dest = route.destination;
+        if prefix_of(dest.addr, dest.len) != dest.addr {
+            return Err(invalid(
+                field("destination"),
+                format!(
+                    "{dest} has host bits set (the prefix is {}/{})",
+                    prefix_of(dest.addr, dest.len),
+                    dest.len
+                ),
+            ));
+        }
+        if let Some(j) = self.ipv6_routes[..i].iter().position(|other| {
+            (other.destination.addr, other.destination.len) == (dest.addr, dest.len)
+        }) {
+            return Err(invalid(
+                field("destination"),
+                format!(
+                    "a second route for {dest} (ipv6_routes[{j}] is one); one next hop per prefix"
+                ),
+            ));
+        }
+        let via = route.via;
+        if via.is_multicast() || via.is_unspecified() || via.is_loopback() {
+            return Err(invalid(
+                field("via"),
+                format!("{via} is not a unicast address"),
+            ));
+        }
+        let link_local = via.segments()[0] & 0xffc0 == 0xfe80;
+        let with_ipv6 = |iface: &InterfaceConfig| iface.ipv6.is_some();
+        let port = match &route.interface {
+            Some(name) => {
+                let Some(port) = self.interfaces.iter().position(|iface| &iface.name == name) else {
+                    return Err(invalid(field("interface"), format!("{name:?} names no interface")));
+                };
+                if !with_ipv6(&self.interfaces[port]) {
+                    return Err(invalid(
+                        field("interface"),
+                        format!("{name:?} has no [interfaces.ipv6] table"),
+                    ));
+                }
+                port
+            }
+            None if link_local => {
+                return Err(invalid(
+                    field("interface"),
+                    format!("missing: the link-local next hop {via} is on which interface?"),
+                ))
+            }
+            None => match self.interfaces.iter().position(|iface| {
+                iface.ipv6.iter().flat_map(|v6| &v6.addresses).any(|own| {
+                    prefix_of(own.addr, own.len) == prefix_of(via, own.len)
+                })
+            }) {
+                Some(port) => port,
+                None => {
+                    return Err(invalid(
+                        field("via"),
+                        format!("{via} is in no interface's IPv6 prefix (a link-local next hop needs interface)"),
+                    ))
+                }
+            },
+        };
+        Ok(port as u16)
+    }
+}
+
 /// Interface `i`'s `[interfaces.ipv6]`: addresses a host could have (not multicast, loopback,
 /// unspecified or link-local, which is automatic), prefix lengths 1..=128, no prefix shared
 /// with an earlier interface, and what the advertisements can carry.
@@ -1694,6 +1788,9 @@ impl GatewayConfig {
                     format!("{} is not in any interface's subnet", route.via),
                 ));
             }
+        }
+        for i in 0..self.ipv6_routes.len() {
+            self.ipv6_route_port(i)?;
         }
         self.validate_stateful()?;
         crate::twins::validate(self)?;
@@ -2359,6 +2456,81 @@ mod tests {
         assert!(
             overlap.starts_with("interfaces[1].ipv6.addresses[0]:") && overlap.contains("overlaps"),
             "{overlap}"
+        );
+    }
+
+    #[test]
+    fn ipv6_routes_are_checked_and_compiled() {
+        let with_routes = |routes: &str| {
+            let text = LAB.replace(
+                "address = \"10.0.0.1/24\"",
+                "address = \"10.0.0.1/24\"\n[interfaces.ipv6]\naddresses = [\"2001:db8:ff::1/64\"]",
+            ) + routes;
+            parse(&text)
+        };
+        let good = "[[ipv6_routes]]\ndestination = \"::/0\"\nvia = \"fe80::1\"\ninterface = \"wan\"\n\
+                    [[ipv6_routes]]\ndestination = \"2001:db8:77::/48\"\nvia = \"2001:db8:ff::2\"\n";
+        let config = with_routes(good).unwrap();
+        assert_eq!(config.ipv6_route_port(0).unwrap(), 1);
+        assert_eq!(config.ipv6_route_port(1).unwrap(), 1);
+        let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        let router = crate::pipeline_config::router_config(&config, &macs).unwrap();
+        let hop = |addr: &str| router.routes6.lookup(addr.parse().unwrap());
+        // The connected prefix, the static /48, the default.
+        assert_eq!(
+            hop("2001:db8:ff::9").map(|h| (h.port, h.gateway)),
+            Some((1, None))
+        );
+        assert_eq!(
+            hop("2001:db8:77:1::1").and_then(|h| h.gateway),
+            Some("2001:db8:ff::2".parse().unwrap())
+        );
+        assert_eq!(
+            hop("2606:4700::1").and_then(|h| h.gateway),
+            Some("fe80::1".parse().unwrap())
+        );
+        let cases = [
+            (
+                "destination = \"::/0\"\nvia = \"fe80::1\"",
+                "ipv6_routes[0].interface:",
+                "link-local",
+            ),
+            (
+                "destination = \"::/0\"\nvia = \"fe80::1\"\ninterface = \"lan\"",
+                "ipv6_routes[0].interface:",
+                "no [interfaces.ipv6]",
+            ),
+            (
+                "destination = \"::/0\"\nvia = \"2001:db8:99::1\"",
+                "ipv6_routes[0].via:",
+                "no interface's IPv6 prefix",
+            ),
+            (
+                "destination = \"2001:db8::1/32\"\nvia = \"2001:db8:ff::2\"",
+                "ipv6_routes[0].destination:",
+                "host bits",
+            ),
+            (
+                "destination = \"::/0\"\nvia = \"ff02::1\"\ninterface = \"wan\"",
+                "ipv6_routes[0].via:",
+                "unicast",
+            ),
+        ];
+        for (fields, field, reason) in cases {
+            let err = with_routes(&format!("[[ipv6_routes]]\n{fields}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with(field) && err.contains(reason),
+                "{fields:?}: {err}"
+            );
+        }
+        let twice =
+            format!("{good}[[ipv6_routes]]\ndestination = \"::/0\"\nvia = \"2001:db8:ff::3\"\n");
+        let err = with_routes(&twice).unwrap_err().to_string();
+        assert!(
+            err.starts_with("ipv6_routes[2].destination:") && err.contains("second route"),
+            "{err}"
         );
     }
 

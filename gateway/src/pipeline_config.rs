@@ -6,7 +6,9 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context;
-use pipeline::pipeline::config::{Ipv6Interface, PortForward, RouterAdvertConfig, Stateful};
+use pipeline::pipeline::config::{
+    Ipv6Interface, PortForward, RouterAdvertConfig, Stateful, StaticRoute6,
+};
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::ipv6::link_local;
@@ -155,7 +157,7 @@ pub fn router_config_with_kernel(
         .with_source_validation(&source_validation)?
         .with_tcp_mss(&tcp_mss)?
         .with_pppoe(&pppoe)?
-        .with_ipv6(ipv6_interfaces(config, macs))?;
+        .with_ipv6(ipv6_interfaces(config, macs), &ipv6_routes(config)?)?;
     Ok(router
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))
@@ -183,6 +185,22 @@ fn ipv6_interfaces(config: &GatewayConfig, macs: &[[u8; 6]]) -> Vec<Option<Ipv6I
                     interval_secs: ipv6.ra_interval_secs,
                     dns_servers: ipv6.dns_servers.clone(),
                 }),
+            })
+        })
+        .collect()
+}
+
+/// The static IPv6 routes, each with its interface (validated before, so a failure here is
+/// a config that skipped validation).
+fn ipv6_routes(config: &GatewayConfig) -> anyhow::Result<Vec<StaticRoute6>> {
+    (0..config.ipv6_routes.len())
+        .map(|i| {
+            let route = &config.ipv6_routes[i];
+            Ok(StaticRoute6 {
+                destination: route.destination.addr,
+                len: route.destination.len,
+                via: route.via,
+                port: config.ipv6_route_port(i)?,
             })
         })
         .collect()

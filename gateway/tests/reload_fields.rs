@@ -52,6 +52,9 @@ const STRING_CANDIDATES: &[&str] = &[
     "shaper",
     "2001:db8:1::1/64",
     "2001:db8:1::53",
+    "::/0",
+    "fe80::1",
+    "wan",
 ];
 
 /// What one walk shares: the leaves seen, the string candidate chosen per path, and the last
@@ -436,7 +439,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     (
         "interfaces[].ipv6.addresses",
         Applied,
-        "[\"2001:db8:2::1/64\"]",
+        "[\"2001:db8:3::1/64\"]",
         Some("interfaces[1].ipv6.addresses"),
     ),
     (
@@ -501,6 +504,14 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ),
     ("routes[].destination", Applied, "\"172.16.0.0/12\"", None),
     ("routes[].via", Applied, "\"10.0.0.3\"", None),
+    (
+        "ipv6_routes[].destination",
+        Applied,
+        "\"2001:db8:88::/48\"",
+        None,
+    ),
+    ("ipv6_routes[].via", Applied, "\"fe80::2\"", None),
+    ("ipv6_routes[].interface", Applied, "\"lan\"", None),
     ("icmp.errors_per_sec", Applied, "5", None),
     ("icmp.burst", Applied, "5", None),
     ("icmp.echo_per_sec", Applied, "5", None),
@@ -681,6 +692,8 @@ members = ["net_ring2", "net_ring3"]
 xmit_policy = "l34"
 lacp_rate = "fast"
 mac = "02:00:00:00:00:10"
+[interfaces.ipv6]
+addresses = ["2001:db8:5::1/64"]
 
 [[interfaces]]
 name = "wan"
@@ -716,6 +729,11 @@ default_route = true
 [[routes]]
 destination = "10.99.0.0/16"
 via = "10.0.0.2"
+
+[[ipv6_routes]]
+destination = "::/0"
+via = "fe80::1"
+interface = "wan"
 
 [icmp]
 errors_per_sec = 1000
@@ -906,8 +924,18 @@ fn published(config: &GatewayConfig) -> String {
             .map(|hop| (hop.port, hop.resolve(ip)))
     })
     .collect();
+    let routes6: Vec<_> = ["2001:db8:88::1", "2606:4700::1", "2001:db8:1::5"]
+        .iter()
+        .map(|ip| {
+            let ip: std::net::Ipv6Addr = ip.parse().unwrap();
+            router
+                .routes6
+                .lookup(ip)
+                .map(|hop| (hop.port, hop.resolve(ip)))
+        })
+        .collect();
     let text = sorted_maps(&format!(
-        "{router:?}\nroutes {routes:?}\n{:?}",
+        "{router:?}\nroutes {routes:?}\nroutes6 {routes6:?}\n{:?}",
         MeterExport::from(&config.traffic_meter)
     ));
     let mut normalized = String::new();

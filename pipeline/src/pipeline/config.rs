@@ -12,6 +12,7 @@ use crate::features::content::ContentPolicy;
 use crate::features::qos::QosConfig;
 use crate::flow::FlowKey;
 use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
+use crate::l3::route6::{NextHop6, Route6, RouteError6, RouteTable6};
 use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use crate::wire::ipv6::{solicited_node, ALL_NODES, ALL_ROUTERS};
 use crate::wire::EthernetAddress;
@@ -81,6 +82,7 @@ pub enum RouterError {
     /// The gateway of a static route is not in any interface's subnet.
     UnreachableGateway(StaticRoute),
     Route(RouteError),
+    Route6(RouteError6),
     TooManyInterfaces,
     BadPrefixLength(u8),
     /// Zones, masquerade flags or port forwards that do not fit the interfaces.
@@ -96,6 +98,7 @@ impl fmt::Display for RouterError {
                 r.destination, r.len, r.via
             ),
             RouterError::Route(err) => write!(f, "{err}"),
+            RouterError::Route6(err) => write!(f, "IPv6 routes: {err}"),
             RouterError::TooManyInterfaces => write!(f, "more than 64 interfaces"),
             RouterError::BadPrefixLength(len) => write!(f, "interface prefix length {len} > 32"),
             RouterError::StatefulMismatch => {
@@ -240,6 +243,19 @@ pub struct RouterConfig {
     pppoe_interfaces: u64,
     /// Per interface, its IPv6 side; empty when no interface has one.
     ipv6: Vec<Option<Ipv6Interface>>,
+    /// IPv6 routes: the interfaces' prefixes and the static ones. Not used for forwarding
+    /// yet (IPv6 is not forwarded).
+    pub routes6: RouteTable6,
+}
+
+/// A static IPv6 route, its interface resolved (a link-local next hop is only meaningful
+/// with one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaticRoute6 {
+    pub destination: Ipv6Addr,
+    pub len: u8,
+    pub via: Ipv6Addr,
+    pub port: u16,
 }
 
 /// An interface's IPv6 side: the gateway's own addresses there, and what it announces.
@@ -434,6 +450,7 @@ impl RouterConfig {
             pppoe_interfaces: 0,
             punt,
             ipv6: Vec::new(),
+            routes6: RouteTable6::build(&[]).map_err(RouterError::Route6)?,
         })
     }
 
@@ -475,14 +492,47 @@ impl RouterConfig {
         Ok(self)
     }
 
-    /// Gives interfaces their IPv6 side (one entry per interface, None where IPv6 is off).
+    /// Gives interfaces their IPv6 side (one entry per interface, None where IPv6 is off),
+    /// and the IPv6 routes: each address's prefix connected on its interface, then `routes`.
     pub fn with_ipv6(
         mut self,
         ipv6: Vec<Option<Ipv6Interface>>,
+        routes: &[StaticRoute6],
     ) -> Result<RouterConfig, RouterError> {
         if ipv6.len() != self.interfaces.len() {
             return Err(RouterError::StatefulMismatch);
         }
+        let connected = ipv6.iter().enumerate().flat_map(|(port, v6)| {
+            v6.iter().flat_map(move |v6| {
+                v6.addresses.iter().map(move |&(addr, len)| Route6 {
+                    prefix: crate::pipeline::ipv6_local::prefix_of(addr, len),
+                    len,
+                    next_hop: NextHop6 {
+                        port: port as u16,
+                        gateway: None,
+                    },
+                })
+            })
+        });
+        let mut table: Vec<Route6> = Vec::new();
+        // Connected first: a static route for a connected prefix is left out, as for IPv4.
+        let statics = routes.iter().map(|route| Route6 {
+            prefix: route.destination,
+            len: route.len,
+            next_hop: NextHop6 {
+                port: route.port,
+                gateway: Some(route.via),
+            },
+        });
+        for route in connected.chain(statics) {
+            if !table
+                .iter()
+                .any(|r| (r.prefix, r.len) == (route.prefix, route.len))
+            {
+                table.push(route);
+            }
+        }
+        self.routes6 = RouteTable6::build(&table).map_err(RouterError::Route6)?;
         self.ipv6 = if ipv6.iter().all(Option::is_none) {
             Vec::new()
         } else {
