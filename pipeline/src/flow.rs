@@ -4,7 +4,11 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{ipv4, udp, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket};
+use crate::wire::icmpv6;
+use crate::wire::ipv6::{next_header, Extensions};
+use crate::wire::{
+    ipv4, udp, IcmpPacket, Icmpv6Packet, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket,
+};
 
 /// A flow's 5-tuple in one direction. For ICMP queries (echo, timestamp, info) both "ports"
 /// hold the query identifier, so the reply's key is the exact reverse of the request's.
@@ -48,6 +52,59 @@ impl FlowKey6 {
             dst_port: self.src_port,
             protocol: self.protocol,
         }
+    }
+
+    /// The key of an IPv6 packet already validated by `Ipv6Packet::new_checked`, whose
+    /// extension headers `ext` walked ([`crate::wire::ipv6::walk_extensions`]). A later
+    /// fragment has no ports of its own; an ICMPv6 error belongs to the flow it quotes.
+    pub fn from_ipv6<T: AsRef<[u8]>>(
+        ip: &Ipv6Packet<T>,
+        ext: &Extensions,
+    ) -> Result<FlowKey6, KeyError> {
+        if !ext.has_upper_layer_header() {
+            return Err(KeyError::Fragment);
+        }
+        let upper = ip.payload().get(ext.offset..).ok_or(KeyError::Malformed)?;
+        let (src_port, dst_port) = match ext.protocol {
+            next_header::TCP => {
+                let tcp = TcpPacket::new_checked(upper).map_err(|_| KeyError::Malformed)?;
+                (tcp.src_port(), tcp.dst_port())
+            }
+            // A first fragment's UDP length counts the whole datagram: only the header
+            // itself must be here (the walk checked that much).
+            next_header::UDP if ext.fragment.is_some_and(|fragment| fragment.more) => {
+                if upper.len() < udp::HEADER_LEN {
+                    return Err(KeyError::Malformed);
+                }
+                let udp = UdpPacket::new_unchecked(upper);
+                (udp.src_port(), udp.dst_port())
+            }
+            next_header::UDP => {
+                let udp = UdpPacket::new_checked(upper).map_err(|_| KeyError::Malformed)?;
+                (udp.src_port(), udp.dst_port())
+            }
+            next_header::ICMPV6 => {
+                let message = Icmpv6Packet::new_checked(upper).map_err(|_| KeyError::Malformed)?;
+                if message.is_error() {
+                    return Err(KeyError::IcmpError);
+                }
+                match message.msg_type() {
+                    icmpv6::msg_type::ECHO_REQUEST | icmpv6::msg_type::ECHO_REPLY => {
+                        (message.echo_ident(), message.echo_ident())
+                    }
+                    // Neighbor Discovery, MLD and the rest are not flows.
+                    _ => return Err(KeyError::Malformed),
+                }
+            }
+            _ => (0, 0),
+        };
+        Ok(FlowKey6 {
+            src: ip.src_addr(),
+            dst: ip.dst_addr(),
+            src_port,
+            dst_port,
+            protocol: ext.protocol,
+        })
     }
 }
 
@@ -172,4 +229,82 @@ pub(crate) fn has_ports(protocol: u8) -> bool {
         protocol,
         ipv4::protocol::TCP | ipv4::protocol::UDP | ipv4::protocol::ICMP
     )
+}
+
+#[cfg(test)]
+mod ipv6_key_tests {
+    use etherparse::PacketBuilder;
+
+    use super::*;
+    use crate::wire::ipv6::walk_extensions;
+
+    const A: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    const B: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+    fn key_of(packet: &[u8]) -> Result<FlowKey6, KeyError> {
+        let ip = Ipv6Packet::new_checked(packet).unwrap();
+        let ext = walk_extensions(ip.next_header(), ip.payload()).unwrap();
+        FlowKey6::from_ipv6(&ip, &ext)
+    }
+
+    #[test]
+    fn tcp_udp_and_echo_have_keys_whose_reverse_is_the_reply() {
+        let mut tcp = Vec::new();
+        PacketBuilder::ipv6(A, B, 64)
+            .tcp(40000, 443, 1, 1000)
+            .write(&mut tcp, &[])
+            .unwrap();
+        let key = key_of(&tcp).unwrap();
+        assert_eq!((key.src_port, key.dst_port, key.protocol), (40000, 443, 6));
+        assert_eq!((key.src, key.dst), (Ipv6Addr::from(A), Ipv6Addr::from(B)));
+        let mut reply = Vec::new();
+        PacketBuilder::ipv6(B, A, 64)
+            .tcp(443, 40000, 1, 1000)
+            .write(&mut reply, &[])
+            .unwrap();
+        assert_eq!(key_of(&reply).unwrap(), key.reversed());
+
+        let mut udp = Vec::new();
+        PacketBuilder::ipv6(A, B, 64)
+            .udp(5353, 53)
+            .write(&mut udp, b"q")
+            .unwrap();
+        assert_eq!(key_of(&udp).unwrap().dst_port, 53);
+
+        let mut echo = Vec::new();
+        PacketBuilder::ipv6(A, B, 64)
+            .icmpv6_echo_request(77, 1)
+            .write(&mut echo, b"")
+            .unwrap();
+        let key = key_of(&echo).unwrap();
+        assert_eq!((key.src_port, key.dst_port, key.protocol), (77, 77, 58));
+    }
+
+    #[test]
+    fn errors_and_neighbor_discovery_are_not_flows() {
+        let mut error = Vec::new();
+        PacketBuilder::ipv6(A, B, 64)
+            .icmpv6(etherparse::Icmpv6Type::PacketTooBig { mtu: 1280 })
+            .write(&mut error, &[0; 48])
+            .unwrap();
+        assert_eq!(key_of(&error), Err(KeyError::IcmpError));
+        let mut ns = Vec::new();
+        PacketBuilder::ipv6(A, B, 255)
+            .icmpv6(etherparse::Icmpv6Type::Unknown {
+                type_u8: 135,
+                code_u8: 0,
+                bytes5to8: [0; 4],
+            })
+            .write(&mut ns, &[0; 16])
+            .unwrap();
+        assert_eq!(key_of(&ns), Err(KeyError::Malformed));
+        // A TCP header cut short.
+        let mut cut = Vec::new();
+        PacketBuilder::ipv6(A, B, 64)
+            .udp(1, 2)
+            .write(&mut cut, &[])
+            .unwrap();
+        cut[6] = 6;
+        assert_eq!(key_of(&cut), Err(KeyError::Malformed));
+    }
 }

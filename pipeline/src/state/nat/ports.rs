@@ -43,7 +43,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
@@ -141,6 +141,17 @@ impl Ownership {
     pub fn pair_owner(&self, a: Ipv4Addr, b: Ipv4Addr) -> u16 {
         let mixed = mix32(u32::from(a)) ^ mix32(u32::from(b));
         (mix32(mixed) % u32::from(self.workers)) as u16
+    }
+
+    /// The worker for an IPv6 flow between `a` and `b`, the same for both directions. IPv6
+    /// is not translated, so the addresses are all there is: a flow's fragments and the
+    /// ICMPv6 errors about it (by the addresses they quote) reach the same worker.
+    pub fn pair_owner6(&self, a: Ipv6Addr, b: Ipv6Addr) -> u16 {
+        let fold = |addr: Ipv6Addr| {
+            let bits = u128::from(addr);
+            mix32((bits >> 96) as u32 ^ (bits >> 64) as u32 ^ (bits >> 32) as u32 ^ bits as u32)
+        };
+        (mix32(fold(a) ^ fold(b)) % u32::from(self.workers)) as u16
     }
 
     pub fn owns(&self, worker: u16, port: u16) -> bool {
@@ -1647,7 +1658,37 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn ipv6_pairs_spread_over_the_workers() {
+        let ownership = Ownership::new(4);
+        let server = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+        let mut per_worker = [0u32; 4];
+        for client in 1..=4000u16 {
+            let client = Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0x1234, client, 7, 9);
+            per_worker[usize::from(ownership.pair_owner6(client, server))] += 1;
+        }
+        // A busy server's clients do not all land on one worker.
+        assert!(
+            per_worker.iter().all(|&n| (700..1300).contains(&n)),
+            "{per_worker:?}"
+        );
+    }
+
     proptest! {
+        /// Both directions of an IPv6 flow have one owner, among the workers there are.
+        #[test]
+        fn an_ipv6_pair_has_one_owner_both_ways(
+            workers in 1..=8u16,
+            a in any::<u128>(),
+            b in any::<u128>(),
+        ) {
+            let ownership = Ownership::new(workers);
+            let (a, b) = (Ipv6Addr::from(a), Ipv6Addr::from(b));
+            let owner = ownership.pair_owner6(a, b);
+            prop_assert!(owner < workers);
+            prop_assert_eq!(owner, ownership.pair_owner6(b, a));
+        }
+
         #[test]
         fn random_alloc_release_never_double_allocates(
             workers in 1..=4u16,
