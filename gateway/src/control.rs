@@ -457,6 +457,9 @@ impl ControlPlane {
             |_held| counters.record_drop(DropReason::NeighborEvicted),
         );
         self.counters.ipv6_neighbors.set(self.table6.len() as u64);
+        if learned == Learn::Changed {
+            self.publish_view();
+        }
         match learned {
             Learn::Refused {
                 refusal,
@@ -572,6 +575,7 @@ impl ControlPlane {
     /// interface whose link holds the address.
     fn maintain_ipv6(&mut self, router: &RouterConfig, now_ns: u64) {
         let mut probes: Vec<NeighborProbe<Ipv6Addr>> = Vec::new();
+        let before = self.table6.len();
         self.table6.expire(
             now_ns,
             EXPIRE_BUDGET,
@@ -579,6 +583,9 @@ impl ControlPlane {
             |probe| probes.push(probe),
         );
         self.counters.ipv6_neighbors.set(self.table6.len() as u64);
+        if self.table6.len() != before {
+            self.publish_view();
+        }
         for NeighborProbe { ip, unicast } in probes {
             let target = unscoped(ip);
             let port = (0..router.interfaces.len() as u16).find(|&port| {
@@ -656,6 +663,12 @@ impl ControlPlane {
                 .filter(|(_, _, state)| *state != NeighborState::Incomplete)
                 .map(|(ip, mac, _)| (ip, EthernetAddress(mac)))
                 .chain(peers),
+        )
+        .with_ipv6(
+            self.table6
+                .iter()
+                .filter(|(_, _, state)| *state != NeighborState::Incomplete)
+                .map(|(ip, mac, _)| (ip, EthernetAddress(mac))),
         );
         self.neighbors.publish(Arc::new(view));
     }

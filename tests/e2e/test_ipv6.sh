@@ -27,6 +27,8 @@ lab_config 19160 | awk '
     }
     { print }' >"$WORK/gateway.toml"
 grep -q 'interfaces.ipv6' "$WORK/gateway.toml" || fail "no [interfaces.ipv6] in the config"
+printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/gateway.toml"
+ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
 METRICS=http://127.0.0.1:19160/metrics
 start_gateway "$WORK/gateway.toml"
 dropped() { metric "gateway_dropped_packets_total{reason=\"$1\""; }
@@ -65,6 +67,10 @@ expect_output "the host pings the gateway's link-local address $LINK_LOCAL" \
 neighbors=$(metric 'gateway_ipv6_neighbors{worker="control"}')
 [[ $neighbors -ge 1 ]] || fail "the gateway learnt no IPv6 neighbour from the host's solicitations (gateway_ipv6_neighbors $neighbors)"
 pass "the gateway knows $neighbors IPv6 neighbour(s) from the host's solicitations"
+HOST_MAC=$(lan cat /sys/class/net/eth0/address)
+expect_output "gateway ctl show neighbors lists the host's IPv6 address" \
+    "\"address\": *\"${address%/*}\"" ctl show neighbors --json
+expect_output "... at its MAC, on lan" "${address%/*} +$HOST_MAC +lan" ctl show neighbors
 expect_output "the host resolved the gateway by Neighbor Discovery, flagged a router" \
     "2001:db8:10::1 lladdr $GATEWAY_MAC router (REACHABLE|STALE|DELAY|PROBE)" lan ip -6 neigh show dev eth0
 

@@ -420,6 +420,25 @@ fn show_neighbors(sources: &Sources) -> Value {
             json!({ "address": ip.to_string(), "mac": mac, "interface": interface })
         })
         .collect();
+    // IPv6 neighbours: a link-local one carries its interface in its address (see
+    // `ipv6_local::scoped`), another is on the interface whose prefix holds it.
+    let mut neighbors6: Vec<(std::net::Ipv6Addr, String)> = view
+        .iter6()
+        .map(|(ip, mac)| (ip, mac.to_string()))
+        .collect();
+    neighbors6.sort();
+    let neighbors6 = neighbors6.into_iter().map(|(scoped, mac)| {
+        let ip = pipeline::pipeline::ipv6_local::unscoped(scoped);
+        let interface = (0..router.interfaces.len() as u16)
+            .find(|&port| {
+                router.ipv6(port).is_some_and(|v6| {
+                    v6.on_link(ip) && pipeline::pipeline::ipv6_local::scoped(ip, port) == scoped
+                })
+            })
+            .map(|port| interface_name(sources, port));
+        json!({ "address": ip.to_string(), "mac": mac, "interface": interface })
+    });
+    let neighbors: Vec<Value> = neighbors.into_iter().chain(neighbors6).collect();
     json!({ "neighbors": neighbors })
 }
 

@@ -1,63 +1,142 @@
 //! The read-only neighbour map workers consult per packet. The control thread owns the ARP
-//! state machine ([`crate::l3::neigh::NeighborTable`]) and publishes a fresh view whenever an
-//! answer changes, so workers never write neighbour state and never lock.
+//! and Neighbor Discovery state machines ([`crate::l3::neigh::NeighborTable`]) and publishes a
+//! fresh view whenever an answer changes, so workers never write neighbour state and never
+//! lock. IPv4 and IPv6 neighbours are two maps side by side: an IPv4 lookup reads only its own.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::wire::EthernetAddress;
 
-/// An open-addressed IPv4 -> MAC map, built once, then only read.
-#[derive(Clone, Debug)]
+/// Address -> MAC maps, built once, then only read.
+#[derive(Clone, Debug, Default)]
 pub struct NeighborView {
-    slots: Vec<Option<(Ipv4Addr, EthernetAddress)>>,
+    v4: AddrMap<Ipv4Addr>,
+    /// Link-local addresses scoped by port (`crate::pipeline::ipv6_local::scoped`).
+    v6: AddrMap<Ipv6Addr>,
+}
+
+impl NeighborView {
+    pub fn new(entries: impl IntoIterator<Item = (Ipv4Addr, EthernetAddress)>) -> Self {
+        NeighborView {
+            v4: AddrMap::new(entries),
+            v6: AddrMap::default(),
+        }
+    }
+
+    /// The view with these IPv6 neighbours.
+    pub fn with_ipv6(
+        mut self,
+        entries: impl IntoIterator<Item = (Ipv6Addr, EthernetAddress)>,
+    ) -> Self {
+        self.v6 = AddrMap::new(entries);
+        self
+    }
+
+    #[inline]
+    pub fn get(&self, ip: Ipv4Addr) -> Option<EthernetAddress> {
+        self.v4.get(ip)
+    }
+
+    #[inline]
+    pub fn get6(&self, ip: Ipv6Addr) -> Option<EthernetAddress> {
+        self.v6.get(ip)
+    }
+
+    /// IPv4 neighbours.
+    pub fn len(&self) -> usize {
+        self.v4.len
+    }
+
+    /// Every IPv4 neighbour and its MAC, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Ipv4Addr, EthernetAddress)> + '_ {
+        self.v4.iter()
+    }
+
+    /// Every IPv6 neighbour (link-local ones scoped by port) and its MAC.
+    pub fn iter6(&self) -> impl Iterator<Item = (Ipv6Addr, EthernetAddress)> + '_ {
+        self.v6.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.v4.len == 0 && self.v6.len == 0
+    }
+}
+
+/// An address a view is keyed by, with the hash that places it.
+trait ViewKey: Copy + Eq {
+    fn home_hash(&self) -> u32;
+}
+
+impl ViewKey for Ipv4Addr {
+    #[inline]
+    fn home_hash(&self) -> u32 {
+        // Fibonacci hashing: spreads neighbouring addresses across the table.
+        u32::from(*self).wrapping_mul(0x9E37_79B9) >> 8
+    }
+}
+
+impl ViewKey for Ipv6Addr {
+    #[inline]
+    fn home_hash(&self) -> u32 {
+        // Interface identifiers vary in the low bits; the prefix (and a link-local's port)
+        // in the high ones.
+        let bits = u128::from(*self);
+        let folded = (bits as u64) ^ ((bits >> 64) as u64).rotate_left(17);
+        (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32
+    }
+}
+
+/// One family's open-addressed map, at most half full.
+#[derive(Clone, Debug)]
+struct AddrMap<A> {
+    slots: Vec<Option<(A, EthernetAddress)>>,
     mask: usize,
     len: usize,
 }
 
-impl Default for NeighborView {
+impl<A: ViewKey> Default for AddrMap<A> {
     fn default() -> Self {
         Self::new(std::iter::empty())
     }
 }
 
-impl NeighborView {
-    pub fn new(entries: impl IntoIterator<Item = (Ipv4Addr, EthernetAddress)>) -> Self {
+impl<A: ViewKey> AddrMap<A> {
+    fn new(entries: impl IntoIterator<Item = (A, EthernetAddress)>) -> Self {
         let entries: Vec<_> = entries.into_iter().collect();
         // At most half full, so probes stay short.
         let size = (entries.len() * 2).max(16).next_power_of_two();
-        let mut view = NeighborView {
+        let mut map = AddrMap {
             slots: vec![None; size],
             mask: size - 1,
             len: 0,
         };
         for (ip, mac) in entries {
-            let mut slot = view.home(ip);
+            let mut slot = map.home(ip);
             loop {
-                match &mut view.slots[slot] {
+                match &mut map.slots[slot] {
                     Some((existing, old_mac)) if *existing == ip => {
                         *old_mac = mac;
                         break;
                     }
-                    Some(_) => slot = (slot + 1) & view.mask,
+                    Some(_) => slot = (slot + 1) & map.mask,
                     empty @ None => {
                         *empty = Some((ip, mac));
-                        view.len += 1;
+                        map.len += 1;
                         break;
                     }
                 }
             }
         }
-        view
+        map
     }
 
     #[inline]
-    fn home(&self, ip: Ipv4Addr) -> usize {
-        // Fibonacci hashing: spreads neighbouring addresses across the table.
-        (u32::from(ip).wrapping_mul(0x9E37_79B9) >> 8) as usize & self.mask
+    fn home(&self, ip: A) -> usize {
+        ip.home_hash() as usize & self.mask
     }
 
     #[inline]
-    pub fn get(&self, ip: Ipv4Addr) -> Option<EthernetAddress> {
+    fn get(&self, ip: A) -> Option<EthernetAddress> {
         let mut slot = self.home(ip);
         loop {
             match self.slots[slot] {
@@ -68,17 +147,8 @@ impl NeighborView {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Every neighbour and its MAC, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (Ipv4Addr, EthernetAddress)> + '_ {
+    fn iter(&self) -> impl Iterator<Item = (A, EthernetAddress)> + '_ {
         self.slots.iter().flatten().copied()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 
@@ -101,6 +171,30 @@ mod tests {
         }
         assert_eq!(view.get(Ipv4Addr::new(10, 0, 0, 1)), None);
         assert_eq!(NeighborView::default().get(Ipv4Addr::new(1, 2, 3, 4)), None);
+    }
+
+    #[test]
+    fn ipv6_neighbours_are_a_map_of_their_own() {
+        let entries: Vec<_> = (0..100u16)
+            .map(|i| {
+                let ip = Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, i);
+                (ip, EthernetAddress([2, 0, 0, 0, 1, i as u8]))
+            })
+            .collect();
+        let view = NeighborView::new([(Ipv4Addr::new(10, 0, 0, 1), EthernetAddress([9; 6]))])
+            .with_ipv6(entries.clone());
+        for (ip, mac) in entries {
+            assert_eq!(view.get6(ip), Some(mac));
+        }
+        assert_eq!(
+            view.get6(Ipv6Addr::new(0x2001, 0xdb8, 11, 0, 0, 0, 0, 1)),
+            None
+        );
+        assert_eq!((view.len(), view.iter6().count()), (1, 100));
+        assert_eq!(
+            view.get(Ipv4Addr::new(10, 0, 0, 1)),
+            Some(EthernetAddress([9; 6]))
+        );
     }
 
     #[test]
