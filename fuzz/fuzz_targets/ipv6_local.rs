@@ -3,7 +3,8 @@
 //! frames the input builds (Neighbor and Router Solicitations and Advertisements, echo
 //! requests, with options, extension headers, hop limits and checksums right or wrong) or
 //! gives raw, in rooms of any size. Underneath: the IPv6 wire views, the extension-header
-//! walk and the ND option walk.
+//! walk, the ND option walk, IPv6 flow keys and the ICMPv6 errors a router sends (within
+//! the minimum MTU, to the offending packet's source, with a valid checksum).
 //!
 //! Checked, besides "no panic" and "nothing written past the room": a reply is a well-formed
 //! IPv6 frame from our MAC, whose ICMPv6 checksum verifies, from one of our addresses, and
@@ -16,6 +17,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use gateway_fuzz::{Bytes, ETH_LEN};
 use libfuzzer_sys::fuzz_target;
+use pipeline::flow::FlowKey6;
+use pipeline::l3::icmpv6_error::{may_answer, write_icmpv6_error, Icmpv6Error};
 use pipeline::pipeline::config::{Ipv6Interface, RouterAdvertConfig};
 use pipeline::pipeline::ipv6_local::{answer, classify, write_router_advert, Answer};
 use pipeline::wire::icmpv6::msg_type;
@@ -161,8 +164,45 @@ fuzz_target!(|data: &[u8]| {
 
     let _ = classify(&room[..len], &v6);
     if let Ok(ip) = Ipv6Packet::new_checked(&room[ETH_LEN.min(len)..len]) {
-        let _ = ipv6::walk_extensions(ip.next_header(), ip.payload());
+        if let Ok(ext) = ipv6::walk_extensions(ip.next_header(), ip.payload()) {
+            if let Ok(key) = FlowKey6::from_ipv6(&ip, &ext) {
+                assert_eq!((key.src, key.dst), (ip.src_addr(), ip.dst_addr()));
+            }
+        }
         let _ = Options::new(ip.payload()).count();
+        // The error a router would send about it, in a room of the input's choosing.
+        let error = input.pick(&[
+            Icmpv6Error::HopLimitExceeded,
+            Icmpv6Error::NoRoute,
+            Icmpv6Error::PacketTooBig { mtu: 1280 },
+        ]);
+        let _ = may_answer(&room[..len], error);
+        let error_room_len = usize::from(input.u16() % 1600);
+        let mut error_room = vec![GARBAGE; error_room_len + 64];
+        let original = &room[ETH_LEN..len];
+        if let Some(error_len) = write_icmpv6_error(
+            &mut error_room[..error_room_len],
+            original,
+            error,
+            OURS,
+            OUR_MAC,
+            EthernetAddress(HOST_MAC),
+        ) {
+            assert!(
+                error_len <= ETH_LEN + ipv6::MIN_MTU,
+                "an error past the minimum MTU"
+            );
+            let sent =
+                Ipv6Packet::new_checked(&error_room[ETH_LEN..error_len]).expect("error is IPv6");
+            assert_eq!(sent.dst_addr(), ip.src_addr());
+            let start = ETH_LEN + ipv6::HEADER_LEN;
+            let message = Icmpv6Packet::new_checked(&error_room[start..error_len]).expect("ICMPv6");
+            assert!(message.verify_checksum(OURS, ip.src_addr()));
+        }
+        assert!(
+            error_room[error_room_len..].iter().all(|&b| b == GARBAGE),
+            "error wrote past the room"
+        );
     }
 
     let mut pkt = PacketBuf::new(&mut room[..room_len], len);
