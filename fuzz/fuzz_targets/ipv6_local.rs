@@ -20,7 +20,9 @@ use libfuzzer_sys::fuzz_target;
 use pipeline::flow::FlowKey6;
 use pipeline::l3::icmpv6_error::{may_answer, write_icmpv6_error, Icmpv6Error};
 use pipeline::pipeline::config::{Ipv6Interface, RouterAdvertConfig};
-use pipeline::pipeline::ipv6_local::{answer, classify, write_router_advert, Answer};
+use pipeline::pipeline::ipv6_local::{
+    answer, classify, write_mld_report, write_router_advert, Answer,
+};
 use pipeline::wire::icmpv6::msg_type;
 use pipeline::wire::ipv6::{self, link_local, next_header, solicited_node, ALL_NODES, ALL_ROUTERS};
 use pipeline::wire::ndisc::{NdRepr, Options};
@@ -234,6 +236,18 @@ fuzz_target!(|data: &[u8]| {
             assert!(
                 out[room_len..].iter().all(|&b| b == GARBAGE),
                 "advert wrote past the room"
+            );
+        }
+        Answer::MldQuery => {
+            assert_eq!(room[..len], before[..len], "a query's frame changed");
+            let mut out = vec![GARBAGE; room_len + 64];
+            if let Some(len) = write_mld_report(&mut out[..room_len], &iface(), &v6, 2) {
+                let ip = Ipv6Packet::new_checked(&out[ETH_LEN..len]).expect("report is IPv6");
+                assert_eq!((ip.src_addr(), ip.hop_limit()), (v6.link_local, 1));
+            }
+            assert!(
+                out[room_len..].iter().all(|&b| b == GARBAGE),
+                "report wrote past the room"
             );
         }
         Answer::Drop(_) | Answer::Learn => {

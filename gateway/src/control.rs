@@ -11,7 +11,9 @@ use pipeline::l3::neigh::{
     ArpProbe, ArpSource, Learn, Lookup, NeighborConfig, NeighborProbe, NeighborState, NeighborTable,
 };
 use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
-use pipeline::pipeline::ipv6_local::{self, scoped, unscoped, AdvertSchedule, Answer, Sighting};
+use pipeline::pipeline::ipv6_local::{
+    self, mld_record, scoped, unscoped, AdvertSchedule, Answer, Sighting,
+};
 use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
@@ -72,6 +74,9 @@ pub struct ControlPlane {
     /// When each IPv6 interface's next unsolicited Router Advertisement is due.
     adverts: AdvertSchedule,
     solicited_adverts: TokenBucket,
+    /// MLD reports answering queries, over all interfaces (a guest's query flood gets no
+    /// more than this).
+    mld_reports: TokenBucket,
 }
 
 impl ControlPlane {
@@ -107,6 +112,7 @@ impl ControlPlane {
             next_pppoe_status_ns: 0,
             adverts: AdvertSchedule::new(seed),
             solicited_adverts: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
+            mld_reports: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
         }
     }
 
@@ -184,6 +190,8 @@ impl ControlPlane {
                 for addr in own {
                     self.send_neighbor_solicit(iface, port as u16, addr, None, None);
                 }
+                // And say which groups we listen to, for switches that snoop MLD.
+                self.send_mld_report(iface, v6, port as u16, mld_record::CHANGE_TO_EXCLUDE);
             }
         }
         self.flush();
@@ -407,6 +415,13 @@ impl ControlPlane {
         }
         match answer {
             Answer::Learn => {}
+            Answer::MldQuery => {
+                if self.mld_reports.try_take(self.clock.now_ns()) {
+                    self.send_mld_report(iface, v6, ingress, mld_record::MODE_IS_EXCLUDE);
+                } else {
+                    self.counters.record_drop(DropReason::SlowPathPoliced);
+                }
+            }
             Answer::Reply => {
                 let reply_len = pkt.len();
                 if mbuf.set_len(reply_len).is_ok() {
@@ -481,6 +496,21 @@ impl ControlPlane {
                 true
             }
             Learn::Changed | Learn::Confirmed | Learn::Ignored => true,
+        }
+    }
+
+    /// Sends an MLDv2 report of the groups we listen to on `port`: see
+    /// `ipv6_local::write_mld_report`.
+    fn send_mld_report(
+        &mut self,
+        iface: &pipeline::Interface,
+        v6: &pipeline::pipeline::config::Ipv6Interface,
+        port: u16,
+        record_type: u8,
+    ) {
+        let mut frame = [0u8; 512];
+        if let Some(len) = ipv6_local::write_mld_report(&mut frame, iface, v6, record_type) {
+            self.send_frame(port, &frame[..len]);
         }
     }
 

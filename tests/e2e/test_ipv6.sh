@@ -106,6 +106,39 @@ for expected in "router_lifetime 0" "hop_limit 255" "source $LINK_LOCAL" \
     grep -qx "$expected" <<<"$ra" || fail "the advertisement lacks '$expected': $ra"
 done
 pass "a solicited advertisement from $LINK_LOCAL: prefix 2001:db8:10::/64 (on-link, SLAAC), RDNSS, router lifetime 0"
+# A switch's MLD query (from a link-local address, hop limit 1, router alert): the gateway
+# reports the groups it listens to, its solicited-node groups among them, so that snooping
+# switches forward solicitations to it.
+cat >"$WORK/mld.py" <<'PY'
+import sys
+from scapy.all import (Ether, IPv6, IPv6ExtHdrHopByHop, RouterAlert, ICMPv6MLQuery2,
+                       ICMPv6MLReport2, ICMPv6MLDMultAddrRec, AsyncSniffer, sendp,
+                       get_if_hwaddr, conf)
+conf.verb = 0
+gateway_mac = sys.argv[2]
+sniffer = AsyncSniffer(iface="eth0", lfilter=lambda p: ICMPv6MLReport2 in p and p[Ether].src == gateway_mac, count=1, timeout=5)
+sniffer.start()
+import time; time.sleep(0.5)
+mac = get_if_hwaddr("eth0")
+sendp(Ether(src=mac, dst="33:33:00:00:00:01") / IPv6(src=sys.argv[1], dst="ff02::1", hlim=1)
+      / IPv6ExtHdrHopByHop(options=[RouterAlert()]) / ICMPv6MLQuery2(), iface="eth0")
+sniffer.join()
+if not sniffer.results:
+    print("no report")
+    sys.exit(1)
+report = sniffer.results[0]
+print("hop_limit", report[IPv6].hlim)
+# scapy chains a report's records as layers, each the payload of the one before.
+index = 1
+while (record := report.getlayer(ICMPv6MLDMultAddrRec, index)) is not None:
+    print("group", record.dst)
+    index += 1
+PY
+mld=$(lan "$PYTHON" "$WORK/mld.py" "$host_link_local" "$GATEWAY_MAC" 2>&1) || fail "no MLD report answered a query: $mld"
+for expected in "hop_limit 1" "group ff02::1:ff00:1" "group ff02::2"; do
+    grep -qx "$expected" <<<"$mld" || fail "the MLD report lacks '$expected': $mld"
+done
+pass "an MLD query is answered with the gateway's groups: $(grep -c '^group' <<<"$mld") groups, ff02::1:ff00:1 among them"
 adverts=$(metric gateway_worker_ipv6_router_adverts_total)
 [[ ${adverts%.*} -ge 2 ]] || fail "gateway_worker_ipv6_router_adverts_total is $adverts, expected the host's and scapy's"
 pass "$adverts Router Advertisements counted"

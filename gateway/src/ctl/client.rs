@@ -209,10 +209,19 @@ fn print_routes(answer: &Value) {
 }
 
 fn print_neighbors(answer: &Value) {
-    println!("{:<16} {:<18} {:<10}", "address", "mac", "interface");
-    for neighbor in answer["neighbors"].as_array().into_iter().flatten() {
+    let neighbors = answer["neighbors"].as_array();
+    // IPv4 addresses fit 16 columns; an IPv6 one widens the column for all.
+    let width = neighbors
+        .into_iter()
+        .flatten()
+        .map(|neighbor| cell(&neighbor["address"]).len())
+        .max()
+        .unwrap_or(0)
+        .max(16);
+    println!("{:<width$} {:<18} {:<10}", "address", "mac", "interface");
+    for neighbor in neighbors.into_iter().flatten() {
         println!(
-            "{:<16} {:<18} {:<10}",
+            "{:<width$} {:<18} {:<10}",
             cell(&neighbor["address"]),
             cell(&neighbor["mac"]),
             cell(&neighbor["interface"])

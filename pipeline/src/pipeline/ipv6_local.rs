@@ -67,6 +67,8 @@ pub fn classify(frame: &[u8], v6: &Ipv6Interface) -> Verdict {
             | msg_type::ROUTER_ADVERT),
         ) => Verdict::Control(ControlWork::Ndisc),
         Some(&msg_type::ECHO_REQUEST) => Verdict::Control(ControlWork::LocalIcmp),
+        // A switch or router asking which groups we listen to: see `write_mld_report`.
+        Some(&msg_type::MLD_QUERY) => Verdict::Control(ControlWork::Ndisc),
         _ => Verdict::Drop(DropReason::Ipv6LocalUnhandled),
     }
 }
@@ -79,6 +81,8 @@ pub enum Answer {
     Reply,
     /// Nothing to send: an advertisement to learn from (its [`Sighting`]).
     Learn,
+    /// A Multicast Listener Query: answer with [`write_mld_report`] (current state).
+    MldQuery,
     /// A valid Router Solicitation: answer with [`write_router_advert`] to this address and
     /// MAC, if the caller's rate limit allows.
     RouterSolicited {
@@ -143,6 +147,15 @@ fn answer_and_see(
     };
     if icmp.msg_type() == msg_type::ECHO_REQUEST {
         return echo_reply(pkt, iface, v6);
+    }
+    // RFC 3810 5.1.14: a query comes from a link-local address with hop limit 1 (and a
+    // router alert, which the walk let through); anything else is not believed.
+    if icmp.msg_type() == msg_type::MLD_QUERY {
+        let from_link = src.segments()[0] & 0xffc0 == 0xfe80 && hop_limit == 1;
+        if !from_link || icmp.code() != 0 || !icmp.verify_checksum(src, dst) {
+            return Answer::Drop(DropReason::MalformedNdisc);
+        }
+        return Answer::MldQuery;
     }
     match NdRepr::parse(&icmp, hop_limit, src, dst) {
         Ok(NdRepr::NeighborSolicit { target, source_mac }) => {
@@ -405,6 +418,98 @@ pub fn write_neighbor_solicit(
         ND_HOP_LIMIT,
         message_len,
     ))
+}
+
+/// MLDv2 record types (RFC 3810 5.2.12) the gateway sends.
+pub mod mld_record {
+    /// In a report answering a query: the group is listened to (exclude mode, no sources).
+    pub const MODE_IS_EXCLUDE: u8 = 2;
+    /// In an unsolicited report: start listening to the group.
+    pub const CHANGE_TO_EXCLUDE: u8 = 4;
+}
+
+/// `ff02::16`: where MLDv2 reports go.
+pub const ALL_MLDV2_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16);
+/// Groups one report names at most: the solicited-node groups of the link-local address
+/// and of up to [`MAX_ADVERTISED_PREFIXES`] others, and all routers.
+const MAX_MLD_GROUPS: usize = MAX_ADVERTISED_PREFIXES + 2;
+
+/// The groups the gateway listens to on an interface (RFC 4861 7.2.1: a node joins the
+/// solicited-node group of each of its addresses; a router, all routers), without repeats.
+pub fn joined_groups(v6: &Ipv6Interface) -> impl Iterator<Item = Ipv6Addr> + '_ {
+    let solicited = std::iter::once(v6.link_local)
+        .chain(v6.addresses.iter().map(|&(addr, _)| addr))
+        .map(ipv6::solicited_node);
+    let mut seen: Vec<Ipv6Addr> = Vec::new();
+    solicited
+        .chain(std::iter::once(ipv6::ALL_ROUTERS))
+        .filter(move |group| {
+            let new = !seen.contains(group);
+            if new {
+                seen.push(*group);
+            }
+            new
+        })
+        .take(MAX_MLD_GROUPS)
+}
+
+/// Writes a whole MLDv2 report frame (RFC 3810 5.2) into `room`: from our link-local address
+/// with hop limit 1 and a router alert, to all MLDv2 routers, naming each group we listen to
+/// with `record_type` ([`mld_record`]). Snooping switches forward a group's traffic (Neighbor
+/// Solicitations for us among it) only to ports that reported it. Returns its length, or
+/// `None` if `room` is too short.
+pub fn write_mld_report(
+    room: &mut [u8],
+    iface: &Interface,
+    v6: &Ipv6Interface,
+    record_type: u8,
+) -> Option<usize> {
+    /// Next header ICMPv6, length 0 (8 bytes): a router alert for MLD (RFC 2711, value 0)
+    /// and a PadN of 2.
+    const HOP_BY_HOP: [u8; 8] = [next_header::ICMPV6, 0, 5, 2, 0, 0, 1, 0];
+    const RECORD_LEN: usize = 20;
+    let mut groups = [Ipv6Addr::UNSPECIFIED; MAX_MLD_GROUPS];
+    let mut count = 0;
+    for (slot, group) in groups.iter_mut().zip(joined_groups(v6)) {
+        *slot = group;
+        count += 1;
+    }
+    let message_len = icmpv6::HEADER_LEN + count * RECORD_LEN;
+    let start = ethernet::HEADER_LEN + ipv6::HEADER_LEN;
+    let len = start + HOP_BY_HOP.len() + message_len;
+    let frame = room.get_mut(..len)?;
+    frame.fill(0);
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut *frame);
+        eth.set_dst_addr(ipv6::multicast_mac(ALL_MLDV2_ROUTERS));
+        eth.set_src_addr(iface.mac);
+        eth.set_ethertype(ethernet::ethertype::IPV6);
+    }
+    let repr = Ipv6Repr {
+        src: v6.link_local,
+        dst: ALL_MLDV2_ROUTERS,
+        next_header: next_header::HOP_BY_HOP,
+        payload_len: (HOP_BY_HOP.len() + message_len) as u16,
+        hop_limit: 1,
+        traffic_class: 0,
+        flow_label: 0,
+    };
+    repr.emit(&mut Ipv6Packet::new_unchecked(
+        &mut frame[ethernet::HEADER_LEN..],
+    ));
+    frame[start..start + HOP_BY_HOP.len()].copy_from_slice(&HOP_BY_HOP);
+    let message = &mut frame[start + HOP_BY_HOP.len()..];
+    message[0] = msg_type::MLD_V2_REPORT;
+    message[6..8].copy_from_slice(&(count as u16).to_be_bytes());
+    for (record, group) in message[icmpv6::HEADER_LEN..]
+        .chunks_exact_mut(RECORD_LEN)
+        .zip(&groups[..count])
+    {
+        record[0] = record_type;
+        record[4..20].copy_from_slice(&group.octets());
+    }
+    Icmpv6Packet::new_unchecked(message).fill_checksum(v6.link_local, ALL_MLDV2_ROUTERS);
+    Some(len)
 }
 
 /// `addr` with its interface in it, if it is link-local: the same `fe80::1` on two links is
@@ -738,6 +843,83 @@ mod tests {
         assert_eq!(
             write_neighbor_solicit(&mut room[..70], &iface(), GW, None, None),
             None
+        );
+    }
+
+    #[test]
+    fn our_mld_report_names_every_group_we_listen_to() {
+        let v6 = v6(false);
+        let mut room = [0u8; 512];
+        let len =
+            write_mld_report(&mut room, &iface(), &v6, mld_record::CHANGE_TO_EXCLUDE).unwrap();
+        assert_eq!(room[..6], [0x33, 0x33, 0, 0, 0, 0x16]);
+        let ip = Ipv6Packet::new_checked(&room[ethernet::HEADER_LEN..len]).unwrap();
+        assert_eq!(
+            (ip.src_addr(), ip.dst_addr(), ip.hop_limit()),
+            (link_local(GW_MAC), ALL_MLDV2_ROUTERS, 1)
+        );
+        let ext = walk_extensions(ip.next_header(), ip.payload()).unwrap();
+        assert!(ext.hop_by_hop);
+        assert_eq!((ext.protocol, ext.offset), (next_header::ICMPV6, 8));
+        // The router alert option for MLD.
+        assert_eq!(ip.payload()[2..6], [5, 2, 0, 0]);
+        let message = Icmpv6Packet::new_checked(&ip.payload()[8..]).unwrap();
+        assert_eq!(message.msg_type(), msg_type::MLD_V2_REPORT);
+        assert!(message.verify_checksum(ip.src_addr(), ip.dst_addr()));
+        let count = usize::from(u16::from_be_bytes([
+            ip.payload()[8 + 6],
+            ip.payload()[8 + 7],
+        ]));
+        // The three addresses end alike (::1 and the MAC's ...:00:01), so they share one
+        // solicited-node group, named once; and all routers.
+        assert_eq!(count, 2);
+        let groups: Vec<Ipv6Addr> = message
+            .data()
+            .chunks_exact(20)
+            .map(|record| {
+                assert_eq!(record[0], mld_record::CHANGE_TO_EXCLUDE);
+                Ipv6Addr::from(<[u8; 16]>::try_from(&record[4..20]).unwrap())
+            })
+            .collect();
+        assert!(groups.contains(&solicited_node(GW)));
+        assert!(groups.contains(&solicited_node(link_local(GW_MAC))));
+        assert!(groups.contains(&ipv6::ALL_ROUTERS));
+        assert_eq!(write_mld_report(&mut room[..100], &iface(), &v6, 2), None);
+    }
+
+    #[test]
+    fn mld_queries_are_answered_only_from_the_link() {
+        // A general query (MLDv1 form: 24 bytes), from a link-local router, hop limit 1.
+        let router = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0x99);
+        let mut query = vec![msg_type::MLD_QUERY, 0, 0, 0, 0, 0x27, 0x10, 0];
+        query.extend([0u8; 16]);
+        let from_link = frame(
+            router,
+            ALL_NODES,
+            ipv6::multicast_mac(ALL_NODES),
+            1,
+            query.clone(),
+        );
+        assert_eq!(
+            classify(&from_link, &v6(false)),
+            Verdict::Control(ControlWork::Ndisc)
+        );
+        assert_eq!(run(&from_link, false).0, Answer::MldQuery);
+        let routed = frame(
+            router,
+            ALL_NODES,
+            ipv6::multicast_mac(ALL_NODES),
+            64,
+            query.clone(),
+        );
+        assert_eq!(
+            run(&routed, false).0,
+            Answer::Drop(DropReason::MalformedNdisc)
+        );
+        let global = frame(HOST, ALL_NODES, ipv6::multicast_mac(ALL_NODES), 1, query);
+        assert_eq!(
+            run(&global, false).0,
+            Answer::Drop(DropReason::MalformedNdisc)
         );
     }
 

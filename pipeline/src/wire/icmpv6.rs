@@ -22,6 +22,10 @@ pub mod msg_type {
     pub const NEIGHBOR_SOLICIT: u8 = 135;
     pub const NEIGHBOR_ADVERT: u8 = 136;
     pub const REDIRECT: u8 = 137;
+    /// Multicast Listener Discovery (RFC 3810): a router's query (v1 and v2 alike), and a
+    /// listener's version 2 report.
+    pub const MLD_QUERY: u8 = 130;
+    pub const MLD_V2_REPORT: u8 = 143;
 }
 
 /// Codes for [`msg_type::DEST_UNREACHABLE`].

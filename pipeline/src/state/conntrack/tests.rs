@@ -1504,6 +1504,16 @@ fn an_ipv6_connection_is_tracked_like_an_ipv4_one() {
 }
 
 #[test]
+fn an_ipv6_echo_flow_lives_as_long_as_an_icmp_one() {
+    let mut table: FlowTable<u32, FlowKey6> = FlowTable::new(config(4), 0);
+    let echo = key6(1, 77, 77, 58);
+    let id = table
+        .insert(echo, echo.reversed(), 0, None, 0, no_eviction)
+        .unwrap();
+    assert_eq!(table.deadline_ns(id), distinct_timeouts().icmp_ns);
+}
+
+#[test]
 fn ipv6_openers_have_their_own_limits() {
     let config = ConntrackConfig {
         host_flows: 2,

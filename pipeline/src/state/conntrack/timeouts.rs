@@ -2,6 +2,7 @@
 
 use super::tcp::TcpState;
 use crate::wire::ipv4::protocol;
+use crate::wire::ipv6::next_header;
 
 const SECOND_NS: u64 = 1_000_000_000;
 
@@ -16,7 +17,7 @@ pub struct Timeouts {
     /// After a reset: long enough for stray segments still in flight to be recognised.
     pub tcp_close_ns: u64,
     pub udp_ns: u64,
-    /// ICMP queries (echo, timestamp, information).
+    /// ICMP queries (echo, timestamp, information), and ICMPv6 echo.
     pub icmp_ns: u64,
     /// Any other IP protocol.
     pub other_ns: u64,
@@ -59,7 +60,8 @@ impl Timeouts {
     pub(super) fn for_stateless(&self, ip_protocol: u8) -> u64 {
         match ip_protocol {
             protocol::UDP => self.udp_ns,
-            protocol::ICMP => self.icmp_ns,
+            // ICMPv6's number is IPv6's own, and no IPv4 packet carries it.
+            protocol::ICMP | next_header::ICMPV6 => self.icmp_ns,
             _ => self.other_ns,
         }
     }
