@@ -1316,7 +1316,7 @@ impl GatewayConfig {
                 format!("{via} is not a unicast address"),
             ));
         }
-        let link_local = via.segments()[0] & 0xffc0 == 0xfe80;
+        let link_local = pipeline::wire::ipv6::is_link_local(via);
         let with_ipv6 = |iface: &InterfaceConfig| iface.ipv6.is_some();
         let port = match &route.interface {
             Some(name) => {
@@ -1375,7 +1375,7 @@ fn validate_ipv6(
     }
     for (k, cidr) in ipv6.addresses.iter().enumerate() {
         let addr = cidr.addr;
-        let link_local = addr.segments()[0] & 0xffc0 == 0xfe80;
+        let link_local = pipeline::wire::ipv6::is_link_local(addr);
         if addr.is_multicast() || addr.is_loopback() || addr.is_unspecified() || link_local {
             return Err(invalid(
                 format!("interfaces[{i}].ipv6.addresses[{k}]"),

@@ -713,11 +713,6 @@ impl ControlPlane {
 fn source_for(v6: &pipeline::pipeline::config::Ipv6Interface, target: Ipv6Addr) -> Ipv6Addr {
     v6.addresses
         .iter()
-        .find(|&&(own, len)| {
-            let mask = u128::MAX
-                .checked_shl(128 - u32::from(len.min(128)))
-                .unwrap_or(0);
-            u128::from(own) & mask == u128::from(target) & mask
-        })
+        .find(|&&(own, len)| ipv6_local::prefix_of(own, len) == ipv6_local::prefix_of(target, len))
         .map_or(v6.link_local, |&(own, _)| own)
 }

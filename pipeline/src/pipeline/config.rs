@@ -14,7 +14,7 @@ use crate::flow::FlowKey;
 use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
 use crate::l3::route6::{NextHop6, Route6, RouteError6, RouteTable6};
 use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
-use crate::wire::ipv6::{solicited_node, ALL_NODES, ALL_ROUTERS};
+use crate::wire::ipv6::{is_link_local, prefix_of, solicited_node, ALL_NODES, ALL_ROUTERS};
 use crate::wire::EthernetAddress;
 
 /// One gateway port as the pipeline sees it. Its index in [`RouterConfig::interfaces`] is the
@@ -296,14 +296,11 @@ impl Ipv6Interface {
     /// of the interface's prefixes. Neighbour Discovery learns nothing else here, as ARP learns
     /// only from the interface's own subnet.
     pub fn on_link(&self, addr: Ipv6Addr) -> bool {
-        let link_local = addr.segments()[0] & 0xffc0 == 0xfe80;
-        link_local
-            || self.addresses.iter().any(|&(own, len)| {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(len.min(128)))
-                    .unwrap_or(0);
-                u128::from(own) & mask == u128::from(addr) & mask
-            })
+        is_link_local(addr)
+            || self
+                .addresses
+                .iter()
+                .any(|&(own, len)| prefix_of(own, len) == prefix_of(addr, len))
     }
 
     /// Whether a packet to `dst` is for the gateway: one of its addresses, or a group it
@@ -505,7 +502,7 @@ impl RouterConfig {
         let connected = ipv6.iter().enumerate().flat_map(|(port, v6)| {
             v6.iter().flat_map(move |v6| {
                 v6.addresses.iter().map(move |&(addr, len)| Route6 {
-                    prefix: crate::pipeline::ipv6_local::prefix_of(addr, len),
+                    prefix: prefix_of(addr, len),
                     len,
                     next_hop: NextHop6 {
                         port: port as u16,

@@ -151,7 +151,7 @@ fn answer_and_see(
     // RFC 3810 5.1.14: a query comes from a link-local address with hop limit 1 (and a
     // router alert, which the walk let through); anything else is not believed.
     if icmp.msg_type() == msg_type::MLD_QUERY {
-        let from_link = src.segments()[0] & 0xffc0 == 0xfe80 && hop_limit == 1;
+        let from_link = ipv6::is_link_local(src) && hop_limit == 1;
         if !from_link || icmp.code() != 0 || !icmp.verify_checksum(src, dst) {
             return Answer::Drop(DropReason::MalformedNdisc);
         }
@@ -518,7 +518,7 @@ pub fn write_mld_report(
 /// embeds its scope. [`unscoped`] takes it out again.
 pub fn scoped(addr: Ipv6Addr, port: u16) -> Ipv6Addr {
     let mut segments = addr.segments();
-    if segments[0] & 0xffc0 == 0xfe80 {
+    if ipv6::is_link_local(addr) {
         segments[1] = port.wrapping_add(1);
     }
     Ipv6Addr::from(segments)
@@ -527,19 +527,13 @@ pub fn scoped(addr: Ipv6Addr, port: u16) -> Ipv6Addr {
 /// `addr` as it goes on the wire: [`scoped`]'s port taken out of a link-local address.
 pub fn unscoped(addr: Ipv6Addr) -> Ipv6Addr {
     let mut segments = addr.segments();
-    if segments[0] & 0xffc0 == 0xfe80 {
+    if ipv6::is_link_local(addr) {
         segments[1] = 0;
     }
     Ipv6Addr::from(segments)
 }
 
-/// `addr` with the bits past `len` cleared.
-pub fn prefix_of(addr: Ipv6Addr, len: u8) -> Ipv6Addr {
-    let mask = u128::MAX
-        .checked_shl(128 - u32::from(len.min(128)))
-        .unwrap_or(0);
-    Ipv6Addr::from(u128::from(addr) & mask)
-}
+pub use crate::wire::ipv6::prefix_of;
 
 /// Whether `frame` is IPv6 Neighbor Discovery (no extension headers): the control thread
 /// serves it with ARP, before anything else.

@@ -499,6 +499,19 @@ pub fn multicast_mac(group: Ipv6Addr) -> EthernetAddress {
     EthernetAddress([0x33, 0x33, octets[12], octets[13], octets[14], octets[15]])
 }
 
+/// `fe80::/10`.
+pub fn is_link_local(addr: Ipv6Addr) -> bool {
+    addr.segments()[0] & 0xffc0 == 0xfe80
+}
+
+/// `addr` with the bits past `len` cleared: the prefix it is in.
+pub fn prefix_of(addr: Ipv6Addr, len: u8) -> Ipv6Addr {
+    let mask = u128::MAX
+        .checked_shl(128 - u32::from(len.min(128)))
+        .unwrap_or(0);
+    Ipv6Addr::from(u128::from(addr) & mask)
+}
+
 /// `ff02::1`, every node on the link: where unsolicited Router Advertisements go.
 pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 /// `ff02::2`, every router on the link: where Router Solicitations go.

@@ -9,7 +9,7 @@
 use std::net::Ipv6Addr;
 
 use super::icmpv6::{self, msg_type};
-use super::ipv6::{MIN_MTU, ND_HOP_LIMIT};
+use super::ipv6::{is_link_local, MIN_MTU, ND_HOP_LIMIT};
 use super::EthernetAddress;
 
 /// ND option types (RFC 4861 4.6, RFC 8106 for RDNSS).
@@ -359,11 +359,6 @@ impl<'a> NdRepr<'a> {
 
 fn icmp_bytes<'a>(icmp: &icmpv6::Packet<&'a [u8]>) -> &'a [u8] {
     icmp.clone().into_inner()
-}
-
-/// `fe80::/10`.
-pub fn is_link_local(addr: Ipv6Addr) -> bool {
-    addr.segments()[0] & 0xffc0 == 0xfe80
 }
 
 /// Writes a Neighbor Solicitation for `target` (ICMPv6 header, target, and the source
