@@ -11,9 +11,7 @@ use pipeline::l3::neigh::{
     ArpProbe, ArpSource, Learn, Lookup, NeighborConfig, NeighborProbe, NeighborState, NeighborTable,
 };
 use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
-use pipeline::pipeline::ipv6_local::{
-    self, mld_record, scoped, unscoped, AdvertSchedule, Answer, Sighting,
-};
+use pipeline::pipeline::ipv6_local::{self, mld_record, scoped, AdvertSchedule, Answer, Sighting};
 use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
@@ -617,13 +615,7 @@ impl ControlPlane {
             self.publish_view();
         }
         for NeighborProbe { ip, unicast } in probes {
-            let target = unscoped(ip);
-            let port = (0..router.interfaces.len() as u16).find(|&port| {
-                router
-                    .ipv6(port)
-                    .is_some_and(|v6| v6.on_link(target) && scoped(target, port) == ip)
-            });
-            let Some(port) = port else {
+            let Some((port, target)) = ipv6_local::neighbor_port(router, ip) else {
                 continue;
             };
             let (Some(iface), Some(v6)) =

@@ -428,14 +428,12 @@ fn show_neighbors(sources: &Sources) -> Value {
         .collect();
     neighbors6.sort();
     let neighbors6 = neighbors6.into_iter().map(|(scoped, mac)| {
-        let ip = pipeline::pipeline::ipv6_local::unscoped(scoped);
-        let interface = (0..router.interfaces.len() as u16)
-            .find(|&port| {
-                router.ipv6(port).is_some_and(|v6| {
-                    v6.on_link(ip) && pipeline::pipeline::ipv6_local::scoped(ip, port) == scoped
-                })
-            })
-            .map(|port| interface_name(sources, port));
+        let found = pipeline::pipeline::ipv6_local::neighbor_port(&router, scoped);
+        let ip = found.map_or(
+            pipeline::pipeline::ipv6_local::unscoped(scoped),
+            |(_, ip)| ip,
+        );
+        let interface = found.map(|(port, _)| interface_name(sources, port));
         json!({ "address": ip.to_string(), "mac": mac, "interface": interface })
     });
     let neighbors: Vec<Value> = neighbors.into_iter().chain(neighbors6).collect();

@@ -15,7 +15,7 @@ use std::net::Ipv6Addr;
 
 use crate::l3::neigh::ArpSource;
 use crate::packet::PacketBuf;
-use crate::pipeline::config::{Interface, Ipv6Interface, RouterAdvertConfig};
+use crate::pipeline::config::{Interface, Ipv6Interface, RouterAdvertConfig, RouterConfig};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::icmpv6::{self, msg_type};
 use crate::wire::ipv6::{self, next_header, walk_extensions, ALL_NODES, ND_HOP_LIMIT};
@@ -522,6 +522,20 @@ pub fn scoped(addr: Ipv6Addr, port: u16) -> Ipv6Addr {
         segments[1] = port.wrapping_add(1);
     }
     Ipv6Addr::from(segments)
+}
+
+/// The interface a neighbour-table address (as [`scoped`] keys it) is on, and the address
+/// as it goes on the wire: the interface whose link holds it (for a link-local one, the port
+/// in it).
+pub fn neighbor_port(router: &RouterConfig, scoped_addr: Ipv6Addr) -> Option<(u16, Ipv6Addr)> {
+    let addr = unscoped(scoped_addr);
+    (0..router.interfaces.len() as u16)
+        .find(|&port| {
+            router
+                .ipv6(port)
+                .is_some_and(|v6| v6.on_link(addr) && scoped(addr, port) == scoped_addr)
+        })
+        .map(|port| (port, addr))
 }
 
 /// `addr` as it goes on the wire: [`scoped`]'s port taken out of a link-local address.
