@@ -53,10 +53,10 @@ impl Pipeline {
                 flow: None,
             };
         };
-        let flow = match self.flows.lookup(&key) {
+        let flow = match self.stateful.flows.lookup(&key) {
             Some((id, direction)) => FlowMatch::Existing {
                 direction,
-                tcp_state: self.flows.tcp_state(id),
+                tcp_state: self.stateful.flows.tcp_state(id),
             },
             None => self.new_flow_decision(frame, ingress, &key),
         };

@@ -149,34 +149,44 @@ impl Pipeline {
         for (slot_index, (slot, pkt)) in keys.iter_mut().zip(&packets[..count]).enumerate() {
             *slot = self.hashed_key(pkt.bytes());
             if let Some((key, hash)) = slot {
-                prefetch(self.flows.index_address_hashed(*hash));
+                prefetch(self.stateful.flows.index_address_hashed(*hash));
                 if key.protocol == ipv4::protocol::TCP && frame_is_bare_syn(pkt.bytes()) {
                     // Likely a new flow, whose insert would otherwise wait on each of these.
                     opens_flow = true;
-                    for line in self.flows.insert_lines(key) {
+                    for line in self.stateful.flows.insert_lines(key) {
                         prefetch(line);
                     }
                     if let Some(reply) = self.forwarded_reply(key, ingress[slot_index]) {
                         // The insert's first touch of it: a miss nothing else would overlap.
-                        prefetch(self.flows.index_address_hashed(self.flows.hash(&reply)));
+                        prefetch(
+                            self.stateful
+                                .flows
+                                .index_address_hashed(self.stateful.flows.hash(&reply)),
+                        );
                     }
                 }
             }
         }
         for (_, hash) in keys[..count].iter().flatten() {
-            for line in self.flows.flow_lines_hashed(*hash).into_iter().flatten() {
+            for line in self
+                .stateful
+                .flows
+                .flow_lines_hashed(*hash)
+                .into_iter()
+                .flatten()
+            {
                 prefetch(line);
             }
         }
         if opens_flow {
             // Under a SYN flood the insert first evicts the oldest half-open flow.
-            for line in self.flows.eviction_lines().into_iter().flatten() {
+            for line in self.stateful.flows.eviction_lines().into_iter().flatten() {
                 prefetch(line);
             }
         }
         // Under a flood, the next victims' entries for the next burst's evictions: read now,
         // by `eviction_lines` above, they would stall the burst.
-        for line in self.flows.eviction_ahead_lines() {
+        for line in self.stateful.flows.eviction_ahead_lines() {
             prefetch(line);
         }
         for (i, pkt) in packets[..count].iter_mut().enumerate() {
@@ -206,7 +216,7 @@ impl Pipeline {
     /// The frame's flow key and its hash in the flow table, if it has a key.
     #[inline]
     fn hashed_key(&self, frame: &[u8]) -> Option<(FlowKey, FlowHash)> {
-        frame_key(frame).map(|key| (key, self.flows.hash(&key)))
+        frame_key(frame).map(|key| (key, self.stateful.flows.hash(&key)))
     }
 
     /// One packet, its flow key hashed already (None: it has none). The full path gets what
@@ -224,7 +234,7 @@ impl Pipeline {
         };
         let mut found = None;
         if self.fast_path && has_fast_path(&key) {
-            let probe = self.flows.probe(&key, hash);
+            let probe = self.stateful.flows.probe(&key, hash);
             if let Probe::Found(flow, direction) = probe {
                 if let Some(verdict) =
                     self.forward_established(pkt, ingress, &key, (flow, direction), now_ns)
@@ -252,7 +262,7 @@ impl Pipeline {
         (flow, direction): (FlowId, Direction),
         now_ns: u64,
     ) -> Option<Verdict> {
-        let data = self.flows.data(flow);
+        let data = self.stateful.flows.data(flow);
         let mut shortcut = data.shortcuts[side(direction)];
         if shortcut.router_epoch != self.router_epoch
             || shortcut.ingress != ingress.port
@@ -266,7 +276,7 @@ impl Pipeline {
             // What the full path's `resolve_l2` would find now; none: it asks ARP.
             shortcut.next_hop_mac = self.neighbors.get(Ipv4Addr::from(shortcut.next_hop))?.0;
             shortcut.neighbor_epoch = self.neighbor_epoch;
-            self.flows.data_mut(flow).shortcuts[side(direction)] = shortcut;
+            self.stateful.flows.data_mut(flow).shortcuts[side(direction)] = shortcut;
         }
         let router = &*self.router;
         let iface = router.interfaces.get(usize::from(ingress.port))?;
@@ -310,10 +320,18 @@ impl Pipeline {
         // The packet is the shortcut's: from here on this path decides, as the full one would.
         let frame_len = ethernet::HEADER_LEN + usize::from(datagram_len);
         pkt.set_len(frame_len);
-        if let Track::Invalid(_) = self.flows.track(flow, direction, segment.as_ref(), now_ns) {
+        if let Track::Invalid(_) =
+            self.stateful
+                .flows
+                .track(flow, direction, segment.as_ref(), now_ns)
+        {
             return Some(Verdict::Drop(DropReason::ConntrackInvalid));
         }
-        let target = self.flows.key(flow, direction.opposite()).reversed();
+        let target = self
+            .stateful
+            .flows
+            .key(flow, direction.opposite())
+            .reversed();
         let ip = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
         if !rewrite::rewrite_forwarded(ip, key.protocol, &target, shortcut.deltas) {
             // Not reached: the checks above are the rewrite's preconditions.
@@ -348,10 +366,14 @@ impl Pipeline {
         route: Route,
         features: FeaturePlan,
     ) {
-        let received = self.flows.key(flow, direction);
-        let target = self.flows.key(flow, direction.opposite()).reversed();
+        let received = self.stateful.flows.key(flow, direction);
+        let target = self
+            .stateful
+            .flows
+            .key(flow, direction.opposite())
+            .reversed();
         let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
-        self.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
+        self.stateful.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
             router_epoch: self.router_epoch,
             neighbor_epoch: self.neighbor_epoch,
             ingress: ingress.port,

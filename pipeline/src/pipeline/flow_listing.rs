@@ -84,12 +84,15 @@ pub struct WalkStep {
 impl Pipeline {
     /// The arena slots a walk goes over: `from` runs from 0 to this.
     pub fn flow_capacity(&self) -> usize {
-        self.flows.capacity()
+        self.stateful.flows.capacity()
     }
 
     /// The binding slots a NAT listing goes over (0 without NAT).
     pub fn nat_binding_capacity(&self) -> usize {
-        self.nat.as_ref().map_or(0, |nat| nat.binding_capacity())
+        self.stateful
+            .nat
+            .as_ref()
+            .map_or(0, |nat| nat.binding_capacity())
     }
 
     /// Lists the NAT bindings of internal host `host` (every host's, if None) in binding slots
@@ -104,7 +107,7 @@ impl Pipeline {
     ) -> WalkStep {
         let (range, next) = slice(from, slots, self.nat_binding_capacity());
         let mut matched = 0;
-        if let Some(nat) = &self.nat {
+        if let Some(nat) = &self.stateful.nat {
             nat.bindings_in(range, |binding| {
                 if host.is_none_or(|host| binding.internal.0 == host) {
                     matched += 1;
@@ -128,10 +131,10 @@ impl Pipeline {
         now_ns: u64,
         out: &mut Vec<FlowRecord>,
     ) -> WalkStep {
-        let (range, next) = slice(from, slots, self.flows.capacity());
+        let (range, next) = slice(from, slots, self.stateful.flows.capacity());
         let mut matched = 0;
         for slot in range {
-            let Some((_, flow)) = self.flows.exported_at(slot, now_ns) else {
+            let Some((_, flow)) = self.stateful.flows.exported_at(slot, now_ns) else {
                 continue;
             };
             let tcp_state = flow.tcp.map(|tcp| tcp.state());
@@ -164,16 +167,16 @@ impl Pipeline {
         slots: usize,
         now_ns: u64,
     ) -> WalkStep {
-        let (range, next) = slice(from, slots, self.flows.capacity());
+        let (range, next) = slice(from, slots, self.stateful.flows.capacity());
         let mut matched = 0;
         for slot in range {
-            let Some((id, flow)) = self.flows.exported_at(slot, now_ns) else {
+            let Some((id, flow)) = self.stateful.flows.exported_at(slot, now_ns) else {
                 continue;
             };
             if !filter.matches(&flow.original, &flow.reply, flow.tcp.map(|tcp| tcp.state())) {
                 continue;
             }
-            self.end_flow(id);
+            self.stateful.end_flow(id);
             matched += 1;
         }
         if matched > 0 {

@@ -2,9 +2,11 @@
 //! decrement TTL, resolve the next hop, rewrite L2 in place, and answer with ICMP errors where
 //! RFC 1812 says so.
 //!
-//! Layer 4, the top: the [`Pipeline`] a worker runs, and the stages that are methods of it
-//! (the stateful stage, the burst and its fast path, the punt path, snapshots), with the
-//! compiled router [`config`] they all read. Everything below (`features`, `state`, `l3`,
+//! Layer 4, the top: the [`Pipeline`] a worker runs and its stages: the stateful stage, a
+//! struct owning the worker's flow state that returns what it decided or needs done
+//! ([`stateful::Request`]), and the stages that are methods of the pipeline (the burst and
+//! its fast path, the punt path, snapshots), with the compiled router [`config`] they all
+//! read. Everything below (`features`, `state`, `l3`,
 //! `flow`, `wire`) is called from here and never calls back.
 
 pub mod config;
@@ -15,6 +17,7 @@ pub mod features;
 pub mod flow_listing;
 pub mod ipv6_local;
 pub mod punt;
+mod requests;
 pub mod snapshot;
 pub mod stateful;
 
@@ -23,7 +26,6 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use crate::counters::WorkerCounters;
-use crate::features::content::{ContentInspector, DEFAULT_SLOTS};
 use crate::features::meter::HostMeter;
 use crate::state::conntrack::{ConntrackConfig, FlowTable};
 use crate::state::nat::blocks::blocks_per_host;
@@ -39,7 +41,7 @@ use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
 use crate::pipeline::fast_path::{FlowProbe, Route, MAX_BURST};
 use crate::pipeline::features::ShapeRequest;
-use crate::pipeline::stateful::{Stage, Translation};
+use crate::pipeline::stateful::{Stage, StatefulStage, Translation};
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -117,13 +119,11 @@ pub struct Pipeline {
     /// Packets this worker may punt to the kernel twins ([`crate::pipeline::punt`]).
     punts: TokenBucket,
     pub(crate) counters: Arc<WorkerCounters>,
-    pub(crate) flows: FlowTable<FlowData>,
-    pub(crate) nat: Option<NatPool>,
+    /// Conntrack, firewall, NAT and content: the worker's flow state.
+    pub(crate) stateful: StatefulStage,
     /// What the NAT pool is made of, but for its addresses: kept so that a new pool can be
     /// made when the masquerade addresses change (a DHCP lease).
     nat_setup: NatSetup,
-    pub(crate) worker: u16,
-    pub(crate) ownership: Ownership,
     meter: Option<Arc<HostMeter>>,
     /// Uplink (LAN -> outside) and downlink policers, while the router config has QoS on.
     qos: Option<[Qos; 2]>,
@@ -132,11 +132,6 @@ pub struct Pipeline {
     idle_qos_hosts: [HostShares; 2],
     /// Their statistics, which outlive policers a reload rebuilds.
     qos_stats: [Arc<QosStats>; 2],
-    /// Scanners of TCP flows whose content is still being judged.
-    pub(crate) inspector: ContentInspector,
-    /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
-    /// time, which the per-packet path must not ask the OS for.
-    pub(crate) unix_epoch_at_zero: i64,
     /// Stamp the flows' forwarding shortcuts ([`crate::pipeline::fast_path`]): advanced by every new
     /// router config, and by every new neighbour view, so a shortcut made under an older
     /// config is not used, and one made under an older view has its next hop looked up again.
@@ -204,13 +199,8 @@ impl Pipeline {
             echo_requests,
             punts,
             counters,
-            flows,
-            nat,
-            worker: setup.worker,
-            ownership: Ownership::new(setup.workers),
+            stateful: StatefulStage::new(flows, nat, setup.worker, Ownership::new(setup.workers)),
             meter: setup.meter,
-            inspector: ContentInspector::new(DEFAULT_SLOTS),
-            unix_epoch_at_zero: 0,
             router_epoch: FIRST_EPOCH,
             neighbor_epoch: FIRST_EPOCH,
             fast_path: setup.fast_path,
@@ -296,11 +286,11 @@ impl Pipeline {
         let addresses = self.router.nat_addresses();
         let setup = &self.nat_setup;
         let mut pool = setup
-            .pool(&addresses, self.worker, self.ownership)
+            .pool(&addresses, self.stateful.worker, self.stateful.ownership)
             .ok()
             .flatten();
         if let Some(pool) = pool.as_mut() {
-            self.flows.export(0, |flow| {
+            self.stateful.flows.export(0, |flow| {
                 if let Some((protocol, address, port)) = flow.data.binding {
                     if pool.has_address(address) {
                         let internal = (flow.original.src, flow.original.src_port);
@@ -310,7 +300,7 @@ impl Pipeline {
             });
         }
         let kept = |address| pool.as_ref().is_some_and(|pool| pool.has_address(address));
-        match (self.nat.as_ref(), setup.log.as_ref()) {
+        match (self.stateful.nat.as_ref(), setup.log.as_ref()) {
             (Some(old), Some(log)) if old.by_blocks() => old.held_blocks(|host, address, ports| {
                 if !kept(address) {
                     log.record_block(NatEventKind::BlockDelete, host, address, ports);
@@ -324,13 +314,15 @@ impl Pipeline {
             }),
             _ => {}
         }
-        self.nat = pool;
+        self.stateful.nat = pool;
     }
 
     /// Ports that `old`'s forwards kept out of masquerade and the current config no longer
     /// forwards go back to the pool.
     fn release_unforwarded_ports(&mut self, old: &RouterConfig) {
-        let Some(nat) = self.nat.as_mut() else { return };
+        let Some(nat) = self.stateful.nat.as_mut() else {
+            return;
+        };
         let forwards = &self.router.stateful.port_forwards;
         for forward in &old.stateful.port_forwards {
             for port in forward.ports.clone() {
@@ -346,7 +338,9 @@ impl Pipeline {
 
     /// Ports a forward uses are never handed out by masquerade.
     fn reserve_forwarded_ports(&mut self) {
-        let Some(nat) = self.nat.as_mut() else { return };
+        let Some(nat) = self.stateful.nat.as_mut() else {
+            return;
+        };
         for forward in &self.router.stateful.port_forwards {
             for port in forward.ports.clone() {
                 nat.reserve(forward.protocol, port);
@@ -397,8 +391,8 @@ impl Pipeline {
     /// Bounded per-loop upkeep: expire a few flows (releasing their NAT ports) and publish
     /// table fill for metrics.
     pub fn housekeeping(&mut self, now_ns: u64, budget: usize) {
-        let nat = &mut self.nat;
-        self.flows.expire(now_ns, budget, |data| {
+        let StatefulStage { flows, nat, .. } = &mut self.stateful;
+        flows.expire(now_ns, budget, |data| {
             crate::state::flow_data::release(nat, &data)
         });
         if let Some(policers) = self.qos.as_mut() {
@@ -412,7 +406,7 @@ impl Pipeline {
     /// Tells the pipeline the Unix time (seconds) at its clock's `now_ns`, for parental time
     /// windows. Called at start; the pipeline then counts from its own clock.
     pub fn set_wall_clock(&mut self, unix_seconds: i64, now_ns: u64) {
-        self.unix_epoch_at_zero = unix_seconds - (now_ns / 1_000_000_000) as i64;
+        self.stateful.unix_epoch_at_zero = unix_seconds - (now_ns / 1_000_000_000) as i64;
     }
 
     /// Whether QoS is on in shaper mode: then the worker reads
@@ -466,8 +460,10 @@ impl Pipeline {
     }
 
     pub(crate) fn publish_table_stats(&self) {
-        let stats = self.flows.stats();
-        self.counters.conntrack_entries.set(self.flows.len() as u64);
+        let stats = self.stateful.flows.stats();
+        self.counters
+            .conntrack_entries
+            .set(self.stateful.flows.len() as u64);
         self.counters.conntrack_setups.set(stats.setups);
         self.counters.conntrack_expirations.set(stats.expirations);
         self.counters.conntrack_evictions.set(stats.evictions);
@@ -488,15 +484,15 @@ impl Pipeline {
         self.counters
             .conntrack_stale_segments
             .set(stats.stale_segments);
-        let (_, at_flow_limit, at_half_open_limit) = self.flows.hosts_at_limit();
+        let (_, at_flow_limit, at_half_open_limit) = self.stateful.flows.hosts_at_limit();
         self.counters
             .conntrack_half_open
-            .set(self.flows.half_open_len() as u64);
+            .set(self.stateful.flows.half_open_len() as u64);
         self.counters.hosts_at_flow_limit.set(at_flow_limit as u64);
         self.counters
             .hosts_at_half_open_limit
             .set(at_half_open_limit as u64);
-        if let Some(nat) = &self.nat {
+        if let Some(nat) = &self.stateful.nat {
             self.counters
                 .hosts_at_nat_port_limit
                 .set(nat.hosts_at_limit() as u64);
@@ -513,17 +509,17 @@ impl Pipeline {
     /// The large arrays of this worker's tables (start, bytes), for the gateway to back
     /// with huge pages.
     pub fn table_memory(&self) -> impl Iterator<Item = (*const u8, usize)> {
-        self.flows.memory_regions().into_iter()
+        self.stateful.flows.memory_regions().into_iter()
     }
 
     /// Flows in this worker's table.
     pub fn flow_count(&self) -> usize {
-        self.flows.len()
+        self.stateful.flows.len()
     }
 
     /// The most half-open TCP flows the worker's table holds (`conntrack.half_open`).
     pub fn flow_half_open_limit(&self) -> usize {
-        self.flows.config().half_open
+        self.stateful.flows.config().half_open
     }
 
     fn classify(
@@ -655,7 +651,10 @@ impl Pipeline {
         probe: Option<&FlowProbe>,
         now_ns: u64,
     ) -> Verdict {
-        let (translation, established) = match self.stateful(pkt, ingress, probe, now_ns) {
+        let stage =
+            self.stateful
+                .process(&self.router, &self.counters, pkt, ingress, probe, now_ns);
+        let (translation, established) = match stage {
             Stage::Forward(translation) => (translation, None),
             Stage::Established {
                 translation,
@@ -663,6 +662,7 @@ impl Pipeline {
                 direction,
             } => (translation, Some((flow, direction))),
             Stage::Done(verdict) => return verdict,
+            Stage::Request(request) => return self.serve_request(request, pkt, ingress, now_ns),
         };
         let src_mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
         let mut shortcut = None;

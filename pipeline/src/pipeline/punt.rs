@@ -14,26 +14,26 @@
 //! worker at most its budget.
 
 use crate::flow::FlowKey;
-use crate::pipeline::config::Interface;
+use crate::pipeline::config::{Interface, RouterConfig};
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::firewall::{Action, ZoneId};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::udp::{DHCP_CLIENT_PORT, DHCP_SERVER_PORT};
 use crate::wire::{ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet};
 
-impl Pipeline {
-    /// Traffic for one of the gateway's addresses that the `local` rules accepted and that
-    /// the dataplane does not answer itself: to the twin of the interface it came in by.
-    /// Without a twin there, nothing can take it: dropped as `local_delivery`.
-    #[inline]
-    pub(crate) fn deliver_locally(&self, ingress: u16) -> Verdict {
-        if self.router.punt.has_twin(ingress) {
-            Verdict::Punt { port: ingress }
-        } else {
-            Verdict::Drop(DropReason::LocalDelivery)
-        }
+/// Traffic for one of the gateway's addresses that the `local` rules accepted and that
+/// the dataplane does not answer itself: to the twin of the interface it came in by.
+/// Without a twin there, nothing can take it: dropped as `local_delivery`.
+#[inline]
+pub(crate) fn deliver_locally(router: &RouterConfig, ingress: u16) -> Verdict {
+    if router.punt.has_twin(ingress) {
+        Verdict::Punt { port: ingress }
+    } else {
+        Verdict::Drop(DropReason::LocalDelivery)
     }
+}
 
+impl Pipeline {
     /// On an interface whose twin runs a DHCP client: a DHCP server's answer (UDP from port
     /// 67 to port 68) goes to the twin, before any other check. The server sends it to the
     /// address it offers (not ours yet), to ours when renewing, or to broadcast, and it is

@@ -315,7 +315,7 @@ impl Pipeline {
     /// Allocates: for shutdown, not for the packet path.
     /// The flows' forwarding shortcuts are a cache, not state: they are left out.
     pub fn export_flows(&self, now_ns: u64, out: &mut Vec<SavedFlow>) {
-        self.flows.export(now_ns, |mut flow| {
+        self.stateful.flows.export(now_ns, |mut flow| {
             flow.data.shortcuts = Default::default();
             out.push(flow)
         });
@@ -341,24 +341,26 @@ impl Pipeline {
         if flow.remaining_ns == 0 {
             return Err(Skip::Expired);
         }
-        if owner(&self.router, self.ownership.workers(), flow)? != self.worker {
+        if owner(&self.router, self.stateful.ownership.workers(), flow)? != self.stateful.worker {
             return Err(Skip::Ownership);
         }
         let data = self.fits_config(flow)?;
-        if let (Some((protocol, address, port)), Some(pool)) = (data.binding, self.nat.as_mut()) {
+        if let (Some((protocol, address, port)), Some(pool)) =
+            (data.binding, self.stateful.nat.as_mut())
+        {
             let internal = (flow.original.src, flow.original.src_port);
             pool.restore(protocol, internal, (address, port))
                 .map_err(|_| Skip::NatPort)?;
         }
         let restored = ExportedFlow { data, ..*flow };
-        match self.flows.import(&restored, now_ns) {
+        match self.stateful.flows.import(&restored, now_ns) {
             Ok(id) => {
                 // The content inspector's partial stream did not come along.
-                self.inspector.forget(id.as_u32());
+                self.stateful.inspector.forget(id.as_u32());
                 Ok(())
             }
             Err(_) => {
-                release(&mut self.nat, &data);
+                release(&mut self.stateful.nat, &data);
                 Err(Skip::Table)
             }
         }
@@ -410,7 +412,7 @@ impl Pipeline {
         } else {
             None
         };
-        let source = match (snat_address, self.nat.as_ref(), data.binding) {
+        let source = match (snat_address, self.stateful.nat.as_ref(), data.binding) {
             (None, _, None) => (key.src, key.src_port),
             (Some(fixed), Some(pool), Some((protocol, external, port)))
                 if has_ports(key.protocol) && protocol == key.protocol =>

@@ -10,23 +10,24 @@
 use std::net::Ipv4Addr;
 
 use crate::counters::WorkerCounters;
-use crate::features::content::{self, ContentPolicy, DnsAction, Inspection};
+use crate::features::content::{self, ContentInspector, ContentPolicy, DnsAction, Inspection};
 use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
-use crate::l3::icmp_error::{IcmpBudget, IcmpError};
+use crate::l3::icmp_error::IcmpError;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::fast_path::FlowProbe;
-use crate::pipeline::{Ingress, Pipeline};
-use crate::state::conntrack::{FlowId, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy};
+use crate::pipeline::punt::deliver_locally;
+use crate::pipeline::Ingress;
+use crate::state::conntrack::{
+    FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy,
+};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::flow_data::{release, ContentState, FlowData};
-use crate::state::nat::{self, AllocError, Ownership};
+use crate::state::nat::{self, AllocError, NatPool, Ownership};
 use crate::verdict::{ControlWork, DropReason, Verdict};
-use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::udp::DNS_PORT;
 use crate::wire::{
-    ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, Ipv4Repr, TcpPacket,
-    UdpPacket,
+    ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket,
 };
 
 /// What the stateful stage decided.
@@ -42,6 +43,23 @@ pub(crate) enum Stage {
         direction: Direction,
     },
     Done(Verdict),
+    /// What the stage needs the pipeline to do with the packet, which owns the budgets and
+    /// the routing an answer takes.
+    Request(Request),
+}
+
+/// An answer the stateful stage asks the pipeline to send in place of the packet.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Request {
+    /// The packet, as received, answered with this ICMP error.
+    IcmpError(IcmpError),
+    /// The TCP `segment` of flow `key` answered with a reset toward its sender; the segment
+    /// itself counts as dropped for `reason`.
+    Reset {
+        key: FlowKey,
+        segment: TcpSegment,
+        reason: DropReason,
+    },
 }
 
 /// A packet's tuple as received and as the stateful stage rewrote it.
@@ -60,9 +78,44 @@ impl Translation {
     }
 }
 
-impl Pipeline {
-    pub(crate) fn stateful(
+/// One worker's stateful stage: its flow table, NAT pool and content scanners, and where the
+/// worker sits among its peers. It reads the router config and counters it is lent and
+/// returns what it decided ([`Stage`]), or what it needs done ([`Request`]); it never calls
+/// back into the pipeline.
+pub(crate) struct StatefulStage {
+    pub(crate) flows: FlowTable<FlowData>,
+    pub(crate) nat: Option<NatPool>,
+    /// Scanners of TCP flows whose content is still being judged.
+    pub(crate) inspector: ContentInspector,
+    pub(crate) worker: u16,
+    pub(crate) ownership: Ownership,
+    /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
+    /// time, which the per-packet path must not ask the OS for.
+    pub(crate) unix_epoch_at_zero: i64,
+}
+
+impl StatefulStage {
+    pub(crate) fn new(
+        flows: FlowTable<FlowData>,
+        nat: Option<NatPool>,
+        worker: u16,
+        ownership: Ownership,
+    ) -> Self {
+        StatefulStage {
+            flows,
+            nat,
+            inspector: ContentInspector::new(content::DEFAULT_SLOTS),
+            worker,
+            ownership,
+            unix_epoch_at_zero: 0,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn process(
         &mut self,
+        router: &RouterConfig,
+        counters: &WorkerCounters,
         pkt: &mut PacketBuf,
         ingress: Ingress,
         probe: Option<&FlowProbe>,
@@ -71,11 +124,11 @@ impl Pipeline {
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let key = match FlowKey::from_ipv4(&ip) {
             Ok(key) => key,
-            Err(KeyError::IcmpError) => return self.related_icmp_error(pkt, ingress),
-            Err(KeyError::Fragment) => return self.later_fragment(&ip, ingress),
+            Err(KeyError::IcmpError) => return self.related_icmp_error(router, pkt, ingress),
+            Err(KeyError::Fragment) => return self.later_fragment(router, &ip, ingress),
             Err(KeyError::Malformed) => return Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
         };
-        if let Some(worker) = self.foreign_owner(&key, ingress) {
+        if let Some(worker) = self.foreign_owner(router, &key, ingress) {
             return Stage::Done(Verdict::Handoff { worker });
         }
         let segment = TcpSegment::parse(&ip);
@@ -101,7 +154,9 @@ impl Pipeline {
                     // Not reached: the flow that held the key has just ended.
                     return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
                 };
-                self.new_flow(pkt, ingress, vacancy, segment, icmp_type, now_ns)
+                self.new_flow(
+                    router, counters, pkt, ingress, vacancy, segment, icmp_type, now_ns,
+                )
             }
             Probe::Found(id, direction) => {
                 if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(pkt) {
@@ -111,7 +166,7 @@ impl Pipeline {
                 {
                     return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
                 }
-                if let Some(verdict) = self.recheck(id) {
+                if let Some(verdict) = self.recheck(router, id) {
                     return Stage::Done(verdict);
                 }
                 match self.flows.data(id).content {
@@ -120,13 +175,15 @@ impl Pipeline {
                         return Stage::Done(Verdict::Drop(DropReason::ContentBlocked))
                     }
                     ContentState::Inspecting if direction == Direction::Original => {
-                        if let Some(verdict) = self.inspect(pkt, id, &key, segment, now_ns) {
-                            return Stage::Done(verdict);
+                        if let Some(stage) = self.inspect(router, pkt, id, &key, segment) {
+                            return stage;
                         }
                     }
                     ContentState::Inspecting => {}
                 }
-                if let Some(verdict) = self.filter_later_dns(pkt, ingress, &key, direction) {
+                if let Some(verdict) =
+                    self.filter_later_dns(router, counters, pkt, ingress, &key, direction)
+                {
                     return Stage::Done(verdict);
                 }
                 let target = self.flows.key(id, direction.opposite()).reversed();
@@ -142,17 +199,21 @@ impl Pipeline {
             Probe::Vacant(_) if !l4_checksum_ok(pkt) => {
                 Stage::Done(Verdict::Drop(DropReason::L4Checksum))
             }
-            Probe::Vacant(vacancy) => {
-                self.new_flow(pkt, ingress, vacancy, segment, icmp_type, now_ns)
-            }
+            Probe::Vacant(vacancy) => self.new_flow(
+                router, counters, pkt, ingress, vacancy, segment, icmp_type, now_ns,
+            ),
         }
     }
 
     /// A non-initial fragment carries no ports, so it cannot be matched to a flow. From the
     /// inside, toward a host the gateway does not translate for, it is forwarded as a router
     /// would; anything else (toward a NAT address, or from outside) is dropped and counted.
-    fn later_fragment<T: AsRef<[u8]>>(&self, ip: &Ipv4Packet<T>, ingress: Ingress) -> Stage {
-        let router = &*self.router;
+    fn later_fragment<T: AsRef<[u8]>>(
+        &self,
+        router: &RouterConfig,
+        ip: &Ipv4Packet<T>,
+        ingress: Ingress,
+    ) -> Stage {
         let masquerade = &router.stateful.masquerade;
         let from_outside = masquerade[usize::from(ingress.port)];
         // Toward a masquerading interface it would leave with its inside source address.
@@ -181,18 +242,18 @@ impl Pipeline {
 
     /// The worker that owns `key`'s flow, when it is not this one.
     #[inline]
-    fn foreign_owner(&self, key: &FlowKey, ingress: Ingress) -> Option<u16> {
+    fn foreign_owner(&self, router: &RouterConfig, key: &FlowKey, ingress: Ingress) -> Option<u16> {
         if self.ownership.workers() <= 1 || ingress.handed_off {
             return None;
         }
-        let owner = flow_owner(&self.router, self.ownership, key);
+        let owner = flow_owner(router, self.ownership, key);
         (owner != self.worker).then_some(owner)
     }
 
     /// After a reload with `recheck_established`, a flow admitted under older rules is
     /// checked once against the new ones.
-    fn recheck(&mut self, id: crate::state::conntrack::FlowId) -> Option<Verdict> {
-        let stateful = &self.router.stateful;
+    fn recheck(&mut self, router: &RouterConfig, id: FlowId) -> Option<Verdict> {
+        let stateful = &router.stateful;
         let data = *self.flows.data(id);
         if data.generation == stateful.generation {
             return None;
@@ -243,7 +304,7 @@ impl Pipeline {
     }
 
     /// A TCP flow in TIME_WAIT or closed by a reset.
-    fn is_closed(&self, id: crate::state::conntrack::FlowId) -> bool {
+    fn is_closed(&self, id: FlowId) -> bool {
         matches!(
             self.flows.tcp_state(id),
             Some(TcpState::TimeWait | TcpState::Closed)
@@ -257,14 +318,17 @@ impl Pipeline {
     /// stream) and its own NAT mapping; the binding is released first, so endpoint-independent
     /// mapping and port preservation hand the same external port back unless it has been
     /// taken. And for the operator's `clear flows`.
-    pub(crate) fn end_flow(&mut self, id: crate::state::conntrack::FlowId) {
+    pub(crate) fn end_flow(&mut self, id: FlowId) {
         let data = self.flows.remove(id);
         release(&mut self.nat, &data);
         self.inspector.forget(id.as_u32());
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn new_flow(
         &mut self,
+        router: &RouterConfig,
+        counters: &WorkerCounters,
         pkt: &mut PacketBuf,
         ingress: Ingress,
         vacancy: Vacancy,
@@ -273,7 +337,6 @@ impl Pipeline {
         now_ns: u64,
     ) -> Stage {
         let key = *vacancy.key();
-        let router = &*self.router;
         let stateful = &router.stateful;
         let interfaces = &router.interfaces;
         let dnat = stateful.dnat(interfaces, &key);
@@ -292,14 +355,14 @@ impl Pipeline {
                 Action::Accept if key.protocol == ipv4::protocol::ICMP && !kernels(icmp_type) => {
                     Verdict::Control(ControlWork::LocalIcmp)
                 }
-                Action::Accept => self.deliver_locally(ingress.port),
+                Action::Accept => deliver_locally(router, ingress.port),
                 Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),
             };
             return Stage::Done(verdict);
         }
         let (dst, dst_port) = dnat.unwrap_or((key.dst, key.dst_port));
         let Some(route) = router.routes.lookup(dst) else {
-            return Stage::Done(self.icmp_error(pkt, ingress.port, now_ns, IcmpError::NoRoute));
+            return Stage::Request(Request::IcmpError(IcmpError::NoRoute));
         };
         let egress = usize::from(route.port);
         let to = stateful.zones[egress];
@@ -314,7 +377,7 @@ impl Pipeline {
         ) {
             Action::Accept => {}
             Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
-            Action::Reject => return Stage::Done(self.reject(pkt, ingress, &key, segment, now_ns)),
+            Action::Reject => return Stage::Request(reject(&key, segment)),
         }
         // Parental control and keyword block apply to flows LAN devices open.
         let mut content = ContentState::Allowed;
@@ -329,8 +392,7 @@ impl Pipeline {
                     return Stage::Done(Verdict::Drop(DropReason::ParentalBlocked));
                 }
                 if key.protocol == ipv4::protocol::UDP && key.dst_port == DNS_PORT {
-                    if let Some(verdict) = filter_dns(pkt, ingress, device, policy, &self.counters)
-                    {
+                    if let Some(verdict) = filter_dns(pkt, ingress, device, policy, counters) {
                         return Stage::Done(verdict);
                     }
                 }
@@ -339,11 +401,7 @@ impl Pipeline {
                 }
             }
         }
-        let Pipeline {
-            router, flows, nat, ..
-        } = self;
-        let stateful = &router.stateful;
-        let interfaces = &router.interfaces;
+        let StatefulStage { flows, nat, .. } = self;
 
         // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
         // port must see replies come back through the gateway, so its source becomes ours.
@@ -419,13 +477,13 @@ impl Pipeline {
     /// toward the client, and every later packet of it is dropped.
     fn inspect(
         &mut self,
-        pkt: &mut PacketBuf,
-        id: crate::state::conntrack::FlowId,
+        router: &RouterConfig,
+        pkt: &PacketBuf,
+        id: FlowId,
         key: &FlowKey,
         segment: Option<TcpSegment>,
-        now_ns: u64,
-    ) -> Option<Verdict> {
-        let policy = self.router.stateful.content.as_deref()?;
+    ) -> Option<Stage> {
+        let policy = router.stateful.content.as_deref()?;
         let segment = segment?;
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
@@ -450,7 +508,11 @@ impl Pipeline {
             Inspection::Block(_) => {
                 self.flows.data_mut(id).content = ContentState::Blocked;
                 self.inspector.forget(id.as_u32());
-                Some(self.reset_client(pkt, key, &segment, DropReason::ContentBlocked, now_ns))
+                Some(Stage::Request(Request::Reset {
+                    key: *key,
+                    segment,
+                    reason: DropReason::ContentBlocked,
+                }))
             }
         }
     }
@@ -460,7 +522,9 @@ impl Pipeline {
     /// port 53 from a LAN device, with a content policy on, pays for it.
     #[inline]
     fn filter_later_dns(
-        &mut self,
+        &self,
+        router: &RouterConfig,
+        counters: &WorkerCounters,
         pkt: &mut PacketBuf,
         ingress: Ingress,
         key: &FlowKey,
@@ -472,13 +536,13 @@ impl Pipeline {
         {
             return None;
         }
-        let stateful = &self.router.stateful;
+        let stateful = &router.stateful;
         if stateful.masquerade[usize::from(ingress.port)] {
             return None;
         }
         let policy = stateful.content.as_deref()?;
         let device = (key.src, Some(source_mac(pkt)));
-        filter_dns(pkt, ingress, device, policy, &self.counters)
+        filter_dns(pkt, ingress, device, policy, counters)
     }
 
     /// The wall-clock second for `now_ns`, for parental time windows.
@@ -488,14 +552,19 @@ impl Pipeline {
 
     /// RFC 5508: an ICMP error about a translated flow is translated too, outer header and
     /// quoted datagram, so the sender of the quoted packet recognises it.
-    fn related_icmp_error(&mut self, pkt: &mut PacketBuf, ingress: Ingress) -> Stage {
+    fn related_icmp_error(
+        &mut self,
+        router: &RouterConfig,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+    ) -> Stage {
         let ip_bytes = &pkt.bytes()[ethernet::HEADER_LEN..];
         let Some(quoted) = nat::quoted_flow_key(ip_bytes) else {
             return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
         };
         // The error travels against the quoted datagram: as if it were a reply to it.
         let as_reply = quoted.reversed();
-        if let Some(worker) = self.foreign_owner(&as_reply, ingress) {
+        if let Some(worker) = self.foreign_owner(router, &as_reply, ingress) {
             return Stage::Done(Verdict::Handoff { worker });
         }
         let Some((id, direction)) = self.flows.lookup(&as_reply) else {
@@ -522,48 +591,19 @@ impl Pipeline {
             Err(_) => Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
         }
     }
+}
 
-    /// The firewall's reject: a TCP RST for TCP (never in answer to a RST), ICMP
-    /// administratively prohibited otherwise. Both are rate-limited like ICMP errors.
-    fn reject(
-        &mut self,
-        pkt: &mut PacketBuf,
-        ingress: Ingress,
-        key: &FlowKey,
-        segment: Option<TcpSegment>,
-        now_ns: u64,
-    ) -> Verdict {
-        let Some(segment) = segment else {
-            return self.icmp_error(pkt, ingress.port, now_ns, IcmpError::AdminProhibited);
-        };
-        self.reset_client(pkt, key, &segment, DropReason::FirewallReject, now_ns)
-    }
-
-    /// Answers `segment` with a TCP reset toward its sender (never a reset to a reset),
-    /// rate-limited like ICMP errors; the segment itself counts as dropped for `reason`.
-    fn reset_client(
-        &mut self,
-        pkt: &mut PacketBuf,
-        key: &FlowKey,
-        segment: &TcpSegment,
-        reason: DropReason,
-        now_ns: u64,
-    ) -> Verdict {
-        if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < RESET_LEN {
-            return Verdict::Drop(reason);
-        }
-        if !self.icmp_errors.try_take(IcmpBudget::Reject, now_ns) {
-            self.counters.icmp_errors_rate_limited.inc();
-            return Verdict::Drop(reason);
-        }
-        write_reset(pkt, key, segment);
-        match self.send_generated(pkt, key.src) {
-            Some(verdict) => {
-                self.counters.record_drop(reason);
-                verdict
-            }
-            None => Verdict::Drop(reason),
-        }
+/// The firewall's reject: a TCP RST for TCP (never in answer to a RST, which the pipeline
+/// sees to), ICMP administratively prohibited otherwise. Both are rate-limited like ICMP
+/// errors.
+fn reject(key: &FlowKey, segment: Option<TcpSegment>) -> Request {
+    match segment {
+        Some(segment) => Request::Reset {
+            key: *key,
+            segment,
+            reason: DropReason::FirewallReject,
+        },
+        None => Request::IcmpError(IcmpError::AdminProhibited),
     }
 }
 
@@ -700,47 +740,6 @@ fn l4_checksum_ok(pkt: &PacketBuf) -> bool {
 /// The sender's MAC: parental policies may name devices by it.
 pub(crate) fn source_mac(pkt: &PacketBuf) -> EthernetAddress {
     crate::wire::EthernetFrame::new_unchecked(pkt.bytes()).src_addr()
-}
-
-const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
-
-/// RFC 793's reset for a segment that reached no connection: ACKed segments get
-/// `seq = their ack`; others get `RST|ACK` acknowledging everything they carried.
-fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
-    let (seq, ack, flags) = if segment.flags & tcp::flags::ACK != 0 {
-        (segment.ack, 0, tcp::flags::RST)
-    } else {
-        let syn_fin = u32::from(segment.flags & tcp::flags::SYN != 0)
-            + u32::from(segment.flags & tcp::flags::FIN != 0);
-        let ack = segment
-            .seq
-            .wrapping_add(segment.payload_len)
-            .wrapping_add(syn_fin);
-        (0, ack, tcp::flags::RST | tcp::flags::ACK)
-    };
-    let room = pkt.room_mut();
-    let ip_end = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-    let header = Ipv4Repr::new(
-        key.dst,
-        key.src,
-        ipv4::protocol::TCP,
-        tcp::HEADER_LEN as u16,
-        GENERATED_TTL,
-    );
-    header.emit(&mut Ipv4Packet::new_unchecked(
-        &mut room[ethernet::HEADER_LEN..ip_end],
-    ));
-    let mut reset = TcpPacket::new_unchecked(&mut room[ip_end..RESET_LEN]);
-    reset.set_src_port(key.dst_port);
-    reset.set_dst_port(key.src_port);
-    reset.set_seq_number(seq);
-    reset.set_ack_number(ack);
-    reset.set_header_len(tcp::HEADER_LEN as u8);
-    reset.set_flags(flags);
-    reset.set_window_len(0);
-    reset.set_urgent(0);
-    reset.fill_checksum(key.dst, key.src);
-    pkt.set_len(RESET_LEN);
 }
 
 /// Rewrites the packet's tuple from `current` to `target`.
