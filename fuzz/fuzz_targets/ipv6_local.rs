@@ -55,6 +55,7 @@ fn v6(input: &mut Bytes) -> Ipv6Interface {
         advertise: input.bool().then(|| RouterAdvertConfig {
             interval_secs: u32::from(input.u16()),
             dns_servers: vec![HOST; servers],
+            router_lifetime_secs: input.u16(),
         }),
     }
 }

@@ -13,6 +13,7 @@ use pipeline::l3::neigh::{
 use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
 use pipeline::pipeline::ipv6_local::{self, mld_record, scoped, AdvertSchedule, Answer, Sighting};
 use pipeline::ratelimit::TokenBucket;
+use pipeline::wire::ipv6::is_link_local;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
@@ -403,6 +404,10 @@ impl ControlPlane {
         let Some(v6) = router.ipv6(ingress) else {
             return self.counters.record_drop(DropReason::UnsupportedEthertype);
         };
+        // Routed by a worker (or an ICMPv6 error it raised), waiting for its next hop's MAC.
+        if let Some(dst) = forwarded_destination(mbuf.data(), v6) {
+            return self.resolve_ipv6(router, mbuf, dst);
+        }
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
         let (answer, sighting) = ipv6_local::answer(&mut pkt, iface, v6);
@@ -447,6 +452,54 @@ impl ControlPlane {
         }
     }
 
+    /// Holds an IPv6 packet a worker routed until Neighbor Discovery finds its next hop, as
+    /// `handle` does IPv4's with ARP; sends it at once if the table knows the MAC.
+    fn resolve_ipv6(&mut self, router: &RouterConfig, mbuf: Mbuf, dst: Ipv6Addr) {
+        let Some(route) = router.routes6.lookup(dst) else {
+            return self.counters.record_drop(DropReason::NoRoute);
+        };
+        let port = route.port;
+        let (Some(iface), Some(v6)) = (router.interfaces.get(usize::from(port)), router.ipv6(port))
+        else {
+            return self.counters.record_drop(DropReason::Ipv6NotForwarded);
+        };
+        let next_hop = route.resolve(dst);
+        let key = if is_link_local(next_hop) {
+            scoped(next_hop, port)
+        } else {
+            next_hop
+        };
+        let held = HeldPacket { mbuf, port };
+        let now_ns = self.clock.now_ns();
+        let evictions_before = self.table6.evictions();
+        let counters = &self.counters;
+        let evicted = |_held| counters.record_drop(DropReason::NeighborEvicted);
+        let src = Some(source_for(v6, next_hop));
+        let iface = iface.clone();
+        match self.table6.lookup(key, now_ns, evicted) {
+            Lookup::Resolved { mac, refresh } => {
+                self.transmit_held(router, held, EthernetAddress(mac));
+                if refresh {
+                    let unicast = Some(EthernetAddress(mac));
+                    self.send_neighbor_solicit(&iface, port, next_hop, unicast, src);
+                }
+            }
+            Lookup::Pending { send_request } => {
+                if let Err((_held, reason)) = self.table6.enqueue(key, held) {
+                    self.counters.record_drop(reason);
+                }
+                if send_request {
+                    self.send_neighbor_solicit(&iface, port, next_hop, None, src);
+                }
+            }
+            Lookup::TableFull => self.counters.record_drop(DropReason::NeighborQueueFull),
+        }
+        self.counters.ipv6_neighbors.set(self.table6.len() as u64);
+        if self.table6.evictions() != evictions_before {
+            self.publish_view();
+        }
+    }
+
     /// Lets the IPv6 neighbour table learn what a packet showed, by the ARP policy (see
     /// `pipeline::l3::neigh`): false, counted, if the binding was refused, and then the
     /// packet's answer must not go (as ARP does not answer a refused claim). A refused change
@@ -461,14 +514,21 @@ impl ControlPlane {
     ) -> bool {
         let now_ns = self.clock.now_ns();
         let counters = &self.counters;
+        let mut released = Vec::new();
         let learned = self.table6.learn(
             scoped(sighting.ip, port),
             sighting.mac.0,
             sighting.source,
             now_ns,
-            |_held| {},
+            |held| released.push(held),
             |_held| counters.record_drop(DropReason::NeighborEvicted),
         );
+        if !released.is_empty() {
+            let (router, _) = self.router.load();
+            for held in released {
+                self.transmit_held(&router, held, sighting.mac);
+            }
+        }
         self.counters.ipv6_neighbors.set(self.table6.len() as u64);
         if learned == Learn::Changed {
             self.publish_view();
@@ -604,10 +664,11 @@ impl ControlPlane {
     fn maintain_ipv6(&mut self, router: &RouterConfig, now_ns: u64) {
         let mut probes: Vec<NeighborProbe<Ipv6Addr>> = Vec::new();
         let before = self.table6.len();
+        let counters = self.counters.clone();
         self.table6.expire(
             now_ns,
             EXPIRE_BUDGET,
-            |_held| {},
+            |_held| counters.record_drop(DropReason::NeighborUnreachable),
             |probe| probes.push(probe),
         );
         self.counters.ipv6_neighbors.set(self.table6.len() as u64);
@@ -702,6 +763,17 @@ impl ControlPlane {
 }
 
 /// Our address to solicit `target` from: one in the same prefix, else the link-local one.
+/// The destination of an IPv6 frame a worker sent the control thread, if it is not for the
+/// gateway on this link (`v6`): a packet it routed, waiting for its next hop.
+fn forwarded_destination(
+    frame: &[u8],
+    v6: &pipeline::pipeline::config::Ipv6Interface,
+) -> Option<Ipv6Addr> {
+    let ip = pipeline::wire::Ipv6Packet::new_checked(frame.get(ethernet::HEADER_LEN..)?).ok()?;
+    let dst = ip.dst_addr();
+    (!dst.is_multicast() && !v6.accepts(dst)).then_some(dst)
+}
+
 fn source_for(v6: &pipeline::pipeline::config::Ipv6Interface, target: Ipv6Addr) -> Ipv6Addr {
     v6.addresses
         .iter()

@@ -482,6 +482,11 @@ const WORKER_GAUGES: &[(&str, &str, WorkerReader)] = &[
         c.conntrack_entries.get()
     }),
     (
+        "conntrack_ipv6_entries",
+        "IPv6 flows in the worker's table of them.",
+        |c| c.conntrack_ipv6_entries.get(),
+    ),
+    (
         "conntrack_capacity",
         "Flows the worker's table holds.",
         |c| c.conntrack_capacity.get(),

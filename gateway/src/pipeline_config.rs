@@ -184,6 +184,8 @@ fn ipv6_interfaces(config: &GatewayConfig, macs: &[[u8; 6]]) -> Vec<Option<Ipv6I
                 advertise: ipv6.router_advertisements.then(|| RouterAdvertConfig {
                     interval_secs: ipv6.ra_interval_secs,
                     dns_servers: ipv6.dns_servers.clone(),
+                    // Worked out with the routes, by RouterConfig::with_ipv6.
+                    router_lifetime_secs: 0,
                 }),
             })
         })

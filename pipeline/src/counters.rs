@@ -102,6 +102,8 @@ pub struct WorkerCounters {
     pub busy_cycles: Counter,
     pub idle_cycles: Counter,
     pub conntrack_entries: Gauge,
+    /// Flows in the worker's IPv6 table.
+    pub conntrack_ipv6_entries: Gauge,
     /// IPv6 neighbours in the control thread's table.
     pub ipv6_neighbors: Gauge,
     pub conntrack_capacity: Gauge,
@@ -152,6 +154,7 @@ impl Default for WorkerCounters {
             busy_cycles: Counter::default(),
             idle_cycles: Counter::default(),
             conntrack_entries: Gauge::default(),
+            conntrack_ipv6_entries: Gauge::default(),
             ipv6_neighbors: Gauge::default(),
             conntrack_capacity: Gauge::default(),
             conntrack_setups: Gauge::default(),

@@ -26,7 +26,8 @@ impl Verdict {
         match *self {
             Verdict::Transmit { port }
             | Verdict::Fragment { port }
-            | Verdict::Control(ControlWork::Resolve { port, .. }) => Some(port),
+            | Verdict::Control(ControlWork::Resolve { port, .. })
+            | Verdict::Control(ControlWork::Resolve6 { port }) => Some(port),
             _ => None,
         }
     }
@@ -45,6 +46,9 @@ pub enum ControlWork {
     /// Routed, but the next hop's MAC is unknown: hold the packet while ARP resolves it.
     /// The IP header is final; only the Ethernet header remains to be written.
     Resolve { port: u16, next_hop: Ipv4Addr },
+    /// As `Resolve`, for IPv6 routed out of `port`: Neighbor Discovery resolves the next hop,
+    /// which the control thread looks up again (an address would make every verdict larger).
+    Resolve6 { port: u16 },
     /// PPPoE discovery, or a PPP control protocol (LCP, PAP, CHAP, IPCP) of the session, on
     /// an interface that runs a PPPoE client.
     Pppoe,
@@ -97,7 +101,8 @@ drop_reasons! {
     /// longer than eight, hop-by-hop options not first, malformed options, a first fragment
     /// without the whole header chain (RFC 7112), a second fragment header.
     Ipv6ExtensionHeaders => "ipv6_extension_headers",
-    /// IPv6 not addressed to the gateway: IPv6 is not forwarded yet.
+    /// IPv6 the gateway does not forward: to a multicast group beyond the link, from or to
+    /// a link-local address (RFC 4291 2.5.6), or between interfaces without IPv6.
     Ipv6NotForwarded => "ipv6_not_forwarded",
     /// IPv6 to the gateway that it does not answer: ICMPv6 other than Neighbor and Router
     /// Solicitations and echo requests (advertisements, errors), TCP and UDP, fragments, a
@@ -129,6 +134,9 @@ drop_reasons! {
     NoRoute => "no_route",
     /// Too big for the egress MTU with DF set; ICMP fragmentation needed went back.
     FragmentationNeeded => "fragmentation_needed",
+    /// IPv6 too big for the egress MTU (routers never fragment IPv6); ICMPv6 Packet Too Big
+    /// went back.
+    PacketTooBig => "packet_too_big",
     /// ARP about other hosts (learned from where useful, then consumed).
     ArpNotForUs => "arp_not_for_us",
     /// ARP whose sender address is not a host of the ingress interface's connected subnet

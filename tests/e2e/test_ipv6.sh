@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# IPv6 on the gateway's own LAN interface (issue 18's first step; nothing is forwarded yet).
+# IPv6 (issue 18): the gateway's own addresses, and forwarding through the stateful firewall.
 # The LAN host turns IPv6 on after the gateway has started, so its kernel does what a host
 # joining the link does: duplicate address detection, a Router Solicitation, SLAAC from the
-# advertisement. Then it pings the gateway's global and link-local addresses, a scapy probe
-# reads the advertisement's fields (prefix, RDNSS, router lifetime 0), and hostile or
-# unroutable IPv6 is dropped under its reason while the gateway keeps answering.
+# advertisement, and the gateway as its default router (an IPv6 default route leaves by the
+# WAN). Then it pings the gateway's global and link-local addresses, a scapy probe reads the
+# advertisement's fields (prefix, RDNSS, router lifetime), the host pings and runs iperf3 to
+# a WAN host both ways, an oversized packet gets Packet Too Big with the WAN's MTU, a hop
+# limit of 1 gets Time Exceeded, the WAN host's unsolicited pings are dropped (RFC 6092), and
+# hostile or unroutable IPv6 is dropped under its reason while the gateway keeps answering.
 #
 #   gwlab-lan: eth0 (SLAAC in 2001:db8:10::/64) --veth-- gwl-lan [gateway 2001:db8:10::1/64]
+#   gwlab-wan: eth0 2001:db8:ff::2/64 --veth-- gwl-wan [gateway 2001:db8:ff::1/64, MTU 1400]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -14,8 +18,10 @@ trap cleanup EXIT
 PYTHON=/usr/bin/python3 # Debian's python with scapy (the python3 on PATH may be a shim)
 
 "$ROOT/scripts/lab.sh" up >/dev/null
-# The LAN interface's IPv6 side: a /64 for SLAAC and a DNS server to announce. The table
-# must follow every key of its [[interfaces]] entry, so it goes before the second entry.
+# The LAN interface's IPv6 side: a /64 for SLAAC and a DNS server to announce; the WAN's: an
+# address on the ISP's link and an MTU of 1400, for Packet Too Big. Each table must follow
+# every key of its [[interfaces]] entry, so the LAN's goes before the second entry and the
+# WAN's before [[routes]]. The IPv6 default route goes to the WAN host.
 lab_config 19160 | awk '
     /^\[\[interfaces\]\]/ && ++entries == 2 {
         print "[interfaces.ipv6]"
@@ -25,8 +31,17 @@ lab_config 19160 | awk '
         print "ra_interval_secs = 30"
         print ""
     }
+    /^\[\[routes\]\]/ && !wan_table++ {
+        print "[interfaces.ipv6]"
+        print "addresses = [\"2001:db8:ff::1/64\"]"
+        print ""
+    }
+    /^name = "wan"/ { in_wan = 1 }
+    in_wan && /^mtu = / { print "mtu = 1400"; next }
     { print }' >"$WORK/gateway.toml"
-grep -q 'interfaces.ipv6' "$WORK/gateway.toml" || fail "no [interfaces.ipv6] in the config"
+printf '\n[[ipv6_routes]]\ndestination = "::/0"\nvia = "2001:db8:ff::2"\n' >>"$WORK/gateway.toml"
+[[ $(grep -c '^\[interfaces.ipv6\]' "$WORK/gateway.toml") == 2 ]] || fail "no [interfaces.ipv6] for both interfaces in the config"
+grep -q '^mtu = 1400' "$WORK/gateway.toml" || fail "the WAN's MTU was not lowered in the config"
 printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/gateway.toml"
 ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
 METRICS=http://127.0.0.1:19160/metrics
@@ -48,9 +63,15 @@ for _ in $(seq 1 50); do
 done
 [[ -n $address ]] || fail "the LAN host formed no SLAAC address in 2001:db8:10::/64 from the gateway's advertisement"
 pass "the LAN host formed $address by SLAAC from the gateway's advertisement"
-[[ -z $(lan ip -6 route show default) ]] ||
-    fail "the host took the gateway as its IPv6 default router, which does not forward IPv6 yet: $(lan ip -6 route show default)"
-pass "the host has no IPv6 default route through the gateway (router lifetime 0)"
+default_route=
+for _ in $(seq 1 20); do
+    default_route=$(lan ip -6 route show default)
+    [[ -n $default_route ]] && break
+    sleep 0.2
+done
+[[ $default_route == *"via fe80::"*"dev eth0"* ]] ||
+    fail "the host did not take the gateway as its IPv6 default router: '$default_route'"
+pass "the host's IPv6 default route is the gateway: $default_route"
 
 expect_output "the host pings the gateway's global address" \
     " 0% packet loss" lan ping -6 -c 3 -i 0.2 -W 2 2001:db8:10::1
@@ -101,11 +122,11 @@ print("rdnss", " ".join(ra[ICMPv6NDOptRDNSS].dns))
 PY
 host_link_local=$(lan ip -6 -o addr show dev eth0 scope link | awk '{print $4}' | cut -d/ -f1)
 ra=$(lan "$PYTHON" "$WORK/ra.py" "$host_link_local" 2>&1) || fail "no Router Advertisement answered a solicitation: $ra"
-for expected in "router_lifetime 0" "hop_limit 255" "source $LINK_LOCAL" \
+for expected in "router_lifetime 90" "hop_limit 255" "source $LINK_LOCAL" \
     "prefix 2001:db8:10::/64 L=1 A=1" "rdnss 2001:db8:10::53"; do
     grep -qx "$expected" <<<"$ra" || fail "the advertisement lacks '$expected': $ra"
 done
-pass "a solicited advertisement from $LINK_LOCAL: prefix 2001:db8:10::/64 (on-link, SLAAC), RDNSS, router lifetime 0"
+pass "a solicited advertisement from $LINK_LOCAL: prefix 2001:db8:10::/64 (on-link, SLAAC), RDNSS, router lifetime 90 s (three intervals)"
 # A switch's MLD query (from a link-local address, hop limit 1, router alert): the gateway
 # reports the groups it listens to, its solicited-node groups among them, so that snooping
 # switches forward solicitations to it.
@@ -143,6 +164,33 @@ adverts=$(metric gateway_worker_ipv6_router_adverts_total)
 [[ ${adverts%.*} -ge 2 ]] || fail "gateway_worker_ipv6_router_adverts_total is $adverts, expected the host's and scapy's"
 pass "$adverts Router Advertisements counted"
 
+# Forwarding: the WAN host on the ISP's link, with a route back to the LAN's prefix.
+wan sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.eth0.disable_ipv6=0
+wan ip -6 addr add 2001:db8:ff::2/64 dev eth0 nodad
+wan ip -6 route add 2001:db8:10::/64 via 2001:db8:ff::1
+expect_output "the LAN host pings the WAN host through the gateway" \
+    " 0% packet loss" lan ping -6 -c 3 -i 0.2 -W 2 2001:db8:ff::2
+flows=$(metric gateway_conntrack_ipv6_entries)
+[[ ${flows%.*} -ge 1 ]] || fail "the worker tracks no IPv6 flow after the ping (gateway_conntrack_ipv6_entries $flows)"
+pass "the ping is a tracked IPv6 flow ($flows in the worker's IPv6 table)"
+# Before any TCP, whose first full-sized segment would teach the host the path MTU.
+expect_output "an oversized packet gets Packet Too Big with the WAN's MTU" \
+    "Packet too big: mtu=1400" lan ping -6 -c 1 -W 2 -s 1400 -M do 2001:db8:ff::2
+[[ $(dropped packet_too_big) -ge 1 ]] || fail "packet_too_big was not counted"
+read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 2001:db8:ff::2 -t 2) || fail "iperf3 over IPv6, LAN -> WAN"
+[[ $peer == "${address%/*}" ]] || fail "the WAN host saw $peer, not the LAN host's own address (IPv6 is not translated)"
+pass "iperf3 over IPv6 LAN -> WAN: $gbps Gbit/s, the WAN host sees the LAN host's address"
+read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 2001:db8:ff::2 -t 2 -R) || fail "iperf3 over IPv6, WAN -> LAN (reverse)"
+pass "iperf3 over IPv6 WAN -> LAN on the LAN host's connection: $gbps Gbit/s"
+expect_output "a hop limit of 1 gets Time Exceeded from the gateway" \
+    "From 2001:db8:10::1 .*Time exceeded: Hop limit" lan ping -6 -c 1 -W 2 -t 1 2001:db8:ff::2
+firewall_drops=$(dropped firewall_drop)
+expect_output "the WAN host's unsolicited pings to the LAN host are dropped (RFC 6092)" \
+    "100% packet loss" wan ping -6 -c 3 -i 0.2 -W 1 "${address%/*}"
+[[ $(($(dropped firewall_drop) - ${firewall_drops:-0})) -ge 3 ]] ||
+    fail "the unsolicited pings were not counted as firewall_drop ($firewall_drops, then $(dropped firewall_drop))"
+pass "the unsolicited pings were counted as firewall_drop"
+
 # Hostile or unroutable IPv6: each dropped under its reason, and the gateway still answers.
 cat >"$WORK/hostile.py" <<'PY'
 import sys
@@ -164,8 +212,8 @@ frames = [
     eth / IPv6(src=src, dst="2001:db8:10::1") / (IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()
         / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()
         / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()) / ICMPv6EchoRequest(),
-    # UDP for the internet: ipv6_not_forwarded.
-    eth / IPv6(src=src, dst="2001:db8:99::1") / UDP(sport=1234, dport=53),
+    # UDP to a link-local address that is not the gateway's: ipv6_not_forwarded.
+    eth / IPv6(src=src, dst="fe80::99") / UDP(sport=1234, dport=53),
     # A payload length past the frame: malformed_ipv6.
     eth / IPv6(src=src, dst="2001:db8:10::1", plen=400) / ICMPv6EchoRequest(),
     # An unsolicited advertisement moving the host's own address to another MAC (override

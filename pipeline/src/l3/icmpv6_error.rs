@@ -6,6 +6,8 @@
 
 use std::net::Ipv6Addr;
 
+use crate::l3::icmp_error::IcmpBudget;
+use crate::verdict::DropReason;
 use crate::wire::icmpv6::{self, msg_type};
 use crate::wire::ipv6::{self, next_header, walk_extensions, MIN_MTU};
 use crate::wire::{ethernet, EthernetAddress, EthernetFrame, Icmpv6Packet, Ipv6Packet, Ipv6Repr};
@@ -30,6 +32,28 @@ pub enum Icmpv6Error {
 }
 
 impl Icmpv6Error {
+    /// IPv4's budgets (see [`IcmpBudget`]): Packet Too Big, which path-MTU discovery lives
+    /// on, has its own, as "fragmentation needed" has.
+    pub(crate) fn budget(self) -> IcmpBudget {
+        match self {
+            Icmpv6Error::HopLimitExceeded => IcmpBudget::TimeExceeded,
+            Icmpv6Error::NoRoute | Icmpv6Error::ParameterProblem { .. } => IcmpBudget::Unreachable,
+            Icmpv6Error::PacketTooBig { .. } => IcmpBudget::FragmentationNeeded,
+            Icmpv6Error::AdminProhibited => IcmpBudget::Reject,
+        }
+    }
+
+    /// The reason the packet the error answers counts as dropped.
+    pub fn drop_reason(self) -> DropReason {
+        match self {
+            Icmpv6Error::HopLimitExceeded => DropReason::TtlExpired,
+            Icmpv6Error::NoRoute => DropReason::NoRoute,
+            Icmpv6Error::AdminProhibited => DropReason::FirewallReject,
+            Icmpv6Error::PacketTooBig { .. } => DropReason::PacketTooBig,
+            Icmpv6Error::ParameterProblem { .. } => DropReason::MalformedIpv6,
+        }
+    }
+
     /// Type, code and the 32-bit rest of the header.
     pub fn header(self) -> (u8, u8, u32) {
         match self {
@@ -103,20 +127,64 @@ pub fn write_icmpv6_error(
     src_mac: EthernetAddress,
     dst_mac: EthernetAddress,
 ) -> Option<usize> {
+    let quote_len = quote_len(original, room.len())?;
+    room[HEADERS..HEADERS + quote_len].copy_from_slice(&original[..quote_len]);
+    finish(room, quote_len, error, src, src_mac, dst_mac)
+}
+
+/// [`write_icmpv6_error`] in place: `frame` holds the Ethernet frame to answer, `frame_len`
+/// bytes long, and has room after it; the error is written over it. What a worker does,
+/// since it has no other buffer.
+pub fn turn_into_icmpv6_error(
+    frame: &mut [u8],
+    frame_len: usize,
+    error: Icmpv6Error,
+    src: Ipv6Addr,
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+) -> Option<usize> {
+    let original = frame.get(ethernet::HEADER_LEN..frame_len)?;
+    let quote_len = quote_len(original, frame.len())?;
+    frame.copy_within(
+        ethernet::HEADER_LEN..ethernet::HEADER_LEN + quote_len,
+        HEADERS,
+    );
+    finish(frame, quote_len, error, src, src_mac, dst_mac)
+}
+
+/// Ethernet, IPv6 and ICMPv6 headers in front of the quoted packet.
+const HEADERS: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
+
+/// How much of `original` (IPv6 from its fixed header) an error written into `room_len`
+/// bytes quotes; None if it is not IPv6 or the headers do not fit.
+fn quote_len(original: &[u8], room_len: usize) -> Option<usize> {
     let quoted_ip = Ipv6Packet::new_checked(original).ok()?;
-    let dst = quoted_ip.src_addr();
-    let headers = ethernet::HEADER_LEN + ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
     // RFC 4443 2.4 (c): as much as fits without the error exceeding the minimum MTU.
-    let room_for_quote = room.len().checked_sub(headers)?;
+    let room_for_quote = room_len.checked_sub(HEADERS)?;
     // The packet, not the Ethernet padding after it.
     let whole = ipv6::HEADER_LEN + usize::from(quoted_ip.payload_len());
-    let quote_len = whole
-        .min(MIN_MTU - ipv6::HEADER_LEN - icmpv6::HEADER_LEN)
-        .min(room_for_quote);
+    Some(
+        whole
+            .min(MIN_MTU - ipv6::HEADER_LEN - icmpv6::HEADER_LEN)
+            .min(room_for_quote),
+    )
+}
+
+/// Writes the headers in front of the `quote_len` bytes quoted at [`HEADERS`].
+fn finish(
+    room: &mut [u8],
+    quote_len: usize,
+    error: Icmpv6Error,
+    src: Ipv6Addr,
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+) -> Option<usize> {
+    // The quoted packet's source, where the error goes.
+    let quoted_src = room.get(HEADERS + 8..HEADERS + 24)?;
+    let dst = Ipv6Addr::from(<[u8; 16]>::try_from(quoted_src).ok()?);
     let message_len = icmpv6::HEADER_LEN + quote_len;
-    let len = ethernet::HEADER_LEN + ipv6::HEADER_LEN + message_len;
+    let len = HEADERS + quote_len;
     let frame = &mut room[..len];
-    frame[headers..].copy_from_slice(&original[..quote_len]);
     {
         let mut eth = EthernetFrame::new_unchecked(&mut *frame);
         eth.set_dst_addr(dst_mac);

@@ -243,9 +243,10 @@ pub struct RouterConfig {
     pppoe_interfaces: u64,
     /// Per interface, its IPv6 side; empty when no interface has one.
     ipv6: Vec<Option<Ipv6Interface>>,
-    /// IPv6 routes: the interfaces' prefixes and the static ones. Not used for forwarding
-    /// yet (IPv6 is not forwarded).
+    /// IPv6 routes: the interfaces' prefixes and the static ones.
     pub routes6: RouteTable6,
+    /// Some static IPv6 route is a default route (`::/0`), for loose source validation.
+    has_default_route6: bool,
 }
 
 /// A static IPv6 route, its interface resolved (a link-local next hop is only meaningful
@@ -279,11 +280,19 @@ pub struct RouterAdvertConfig {
     pub interval_secs: u32,
     /// Recursive DNS servers announced (RFC 8106); none: no RDNSS option.
     pub dns_servers: Vec<Ipv6Addr>,
+    /// How long hosts may use the gateway as their default router: 0 (not one) unless an
+    /// IPv6 default route leaves by another interface; set by `RouterConfig::with_ipv6`.
+    pub router_lifetime_secs: u16,
 }
 
 impl RouterAdvertConfig {
     /// RFC 4861's default MaxRtrAdvInterval.
     pub const DEFAULT_INTERVAL_SECS: u32 = 600;
+
+    /// RFC 4861 6.2.1's AdvDefaultLifetime: three advertisement intervals, at most 9000 s.
+    pub fn default_router_lifetime(&self) -> u16 {
+        self.interval_secs.saturating_mul(3).min(9000) as u16
+    }
 }
 
 impl Ipv6Interface {
@@ -448,6 +457,7 @@ impl RouterConfig {
             punt,
             ipv6: Vec::new(),
             routes6: RouteTable6::build(&[]).map_err(RouterError::Route6)?,
+            has_default_route6: false,
         })
     }
 
@@ -493,7 +503,7 @@ impl RouterConfig {
     /// and the IPv6 routes: each address's prefix connected on its interface, then `routes`.
     pub fn with_ipv6(
         mut self,
-        ipv6: Vec<Option<Ipv6Interface>>,
+        mut ipv6: Vec<Option<Ipv6Interface>>,
         routes: &[StaticRoute6],
     ) -> Result<RouterConfig, RouterError> {
         if ipv6.len() != self.interfaces.len() {
@@ -530,6 +540,21 @@ impl RouterConfig {
             }
         }
         self.routes6 = RouteTable6::build(&table).map_err(RouterError::Route6)?;
+        self.has_default_route6 = routes.iter().any(|route| route.len == 0);
+        // A link is told the gateway is its default router only if the default route leaves
+        // by another link: hosts would otherwise send it what it can only send back.
+        for (port, v6) in ipv6.iter_mut().enumerate() {
+            let default_elsewhere = routes
+                .iter()
+                .any(|route| route.len == 0 && usize::from(route.port) != port);
+            if let Some(advert) = v6.as_mut().and_then(|v6| v6.advertise.as_mut()) {
+                advert.router_lifetime_secs = if default_elsewhere {
+                    advert.default_router_lifetime()
+                } else {
+                    0
+                };
+            }
+        }
         self.ipv6 = if ipv6.iter().all(Option::is_none) {
             Vec::new()
         } else {
@@ -574,6 +599,39 @@ impl RouterConfig {
         match (clamp(ingress), clamp(egress)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether any interface has IPv6.
+    pub fn has_ipv6(&self) -> bool {
+        !self.ipv6.is_empty()
+    }
+
+    /// Whether `addr` is one of the gateway's IPv6 addresses, on any interface.
+    pub fn owns6(&self, addr: Ipv6Addr) -> bool {
+        self.ipv6.iter().flatten().any(|v6| v6.owns(addr))
+    }
+
+    /// [`source_allowed`](Self::source_allowed) for IPv6: the same modes, over the IPv6
+    /// routes and the interfaces' IPv6 prefixes.
+    #[inline]
+    pub fn source_allowed6(&self, port: u16, src: Ipv6Addr) -> bool {
+        match self.source_validation.get(usize::from(port)) {
+            None | Some(SourceValidation::Off) => true,
+            Some(SourceValidation::Strict) => {
+                self.routes6.lookup(src).is_some_and(|hop| hop.port == port)
+            }
+            Some(SourceValidation::Loose) => {
+                let on_another_link = self.ipv6.iter().enumerate().any(|(i, v6)| {
+                    i != usize::from(port)
+                        && v6.as_ref().is_some_and(|v6| {
+                            v6.addresses
+                                .iter()
+                                .any(|&(own, len)| prefix_of(own, len) == prefix_of(src, len))
+                        })
+                });
+                !on_another_link && (self.has_default_route6 || self.routes6.lookup(src).is_some())
+            }
         }
     }
 

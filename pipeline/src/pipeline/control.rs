@@ -23,7 +23,9 @@ pub const MIN_FRAME_LEN: usize = 60;
 pub fn admits_to_control(work: ControlWork, queued: usize, capacity: usize) -> bool {
     match work {
         ControlWork::Arp | ControlWork::Ndisc | ControlWork::Pppoe => queued < capacity,
-        ControlWork::LocalIcmp | ControlWork::Resolve { .. } => queued < capacity / 2,
+        ControlWork::LocalIcmp | ControlWork::Resolve { .. } | ControlWork::Resolve6 { .. } => {
+            queued < capacity / 2
+        }
     }
 }
 

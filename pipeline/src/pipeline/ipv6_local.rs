@@ -324,7 +324,8 @@ fn write_headers(
 
 /// Writes a whole Router Advertisement frame for `iface` into `room`, to `dst` at `dst_mac`:
 /// every address of a /64 as a SLAAC prefix, others as on-link prefixes, the MTU unless it
-/// is Ethernet's 1500, the DNS servers, and a router lifetime of 0 (see the module doc).
+/// is Ethernet's 1500, the DNS servers, and the router lifetime the config worked out (0
+/// without an IPv6 default route elsewhere: see `RouterConfig::with_ipv6`).
 /// Returns its length, or `None` if `room` is too short.
 pub fn write_router_advert(
     room: &mut [u8],
@@ -366,7 +367,7 @@ pub fn write_router_advert(
         cur_hop_limit: HOP_LIMIT,
         managed: false,
         other: false,
-        router_lifetime_secs: 0,
+        router_lifetime_secs: advert.router_lifetime_secs,
         source_mac: iface.mac,
         mtu: (iface.mtu != 1500).then_some(u32::from(iface.mtu)),
         prefixes: &prefixes[..count],
@@ -663,6 +664,7 @@ mod tests {
             advertise: advertise.then(|| RouterAdvertConfig {
                 interval_secs: 600,
                 dns_servers: vec![GW],
+                router_lifetime_secs: 0,
             }),
         }
     }

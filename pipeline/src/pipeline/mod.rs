@@ -15,11 +15,13 @@ pub mod explain;
 pub mod fast_path;
 pub mod features;
 pub mod flow_listing;
+mod forward6;
 pub mod ipv6_local;
 pub mod punt;
 mod requests;
 pub mod snapshot;
 pub mod stateful;
+mod stateful6;
 
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
@@ -42,6 +44,7 @@ use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
 use crate::pipeline::fast_path::{FlowProbe, Route, MAX_BURST};
 use crate::pipeline::features::ShapeRequest;
 use crate::pipeline::stateful::{Stage, StatefulStage, Translation};
+use crate::pipeline::stateful6::{FlowData6, StatefulStage6};
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -121,6 +124,8 @@ pub struct Pipeline {
     pub(crate) counters: Arc<WorkerCounters>,
     /// Conntrack, firewall, NAT and content: the worker's flow state.
     pub(crate) stateful: StatefulStage,
+    /// Its IPv6 flows, in a table of their own.
+    pub(crate) stateful6: StatefulStage6,
     /// What the NAT pool is made of, but for its addresses: kept so that a new pool can be
     /// made when the masquerade addresses change (a DHCP lease).
     nat_setup: NatSetup,
@@ -181,6 +186,10 @@ impl Pipeline {
         let echo_requests = echo_bucket(&router.icmp);
         let punts = punt_bucket(&router.punt);
         let flows = FlowTable::new(setup.conntrack, FlowData::default());
+        let flows6 = FlowTable::new(
+            ipv6_conntrack(&setup.conntrack, router.has_ipv6()),
+            FlowData6::default(),
+        );
         counters.conntrack_capacity.set(flows.capacity() as u64);
         let qos_stats = [Link::Uplink, Link::Downlink].map(|link| {
             // An equal split until the control thread rebalances by demand.
@@ -200,6 +209,7 @@ impl Pipeline {
             punts,
             counters,
             stateful: StatefulStage::new(flows, nat, setup.worker, Ownership::new(setup.workers)),
+            stateful6: StatefulStage6::new(flows6, setup.worker, Ownership::new(setup.workers)),
             meter: setup.meter,
             router_epoch: FIRST_EPOCH,
             neighbor_epoch: FIRST_EPOCH,
@@ -395,6 +405,7 @@ impl Pipeline {
         flows.expire(now_ns, budget, |data| {
             crate::state::flow_data::release(nat, &data)
         });
+        self.stateful6.flows.expire(now_ns, budget, |_| {});
         if let Some(policers) = self.qos.as_mut() {
             for policer in policers {
                 policer.tick(now_ns);
@@ -464,6 +475,9 @@ impl Pipeline {
         self.counters
             .conntrack_entries
             .set(self.stateful.flows.len() as u64);
+        self.counters
+            .conntrack_ipv6_entries
+            .set(self.stateful6.flows.len() as u64);
         self.counters.conntrack_setups.set(stats.setups);
         self.counters.conntrack_expirations.set(stats.expirations);
         self.counters.conntrack_evictions.set(stats.evictions);
@@ -509,7 +523,8 @@ impl Pipeline {
     /// The large arrays of this worker's tables (start, bytes), for the gateway to back
     /// with huge pages.
     pub fn table_memory(&self) -> impl Iterator<Item = (*const u8, usize)> {
-        self.stateful.flows.memory_regions().into_iter()
+        let v6 = self.stateful6.flows.memory_regions();
+        self.stateful.flows.memory_regions().into_iter().chain(v6)
     }
 
     /// Flows in this worker's table.
@@ -542,10 +557,7 @@ impl Pipeline {
         match frame.ethertype() {
             ethernet::ethertype::IPV4 => self.ipv4(pkt, ingress, probe, now_ns),
             ethernet::ethertype::ARP => Verdict::Control(ControlWork::Arp),
-            ethernet::ethertype::IPV6 => match self.router.ipv6(ingress.port) {
-                Some(v6) => ipv6_local::classify(pkt.bytes(), v6),
-                None => Verdict::Drop(DropReason::UnsupportedEthertype),
-            },
+            ethernet::ethertype::IPV6 => self.ipv6(pkt, ingress, now_ns),
             ethernet::ethertype::VLAN | ethernet::ethertype::QINQ => {
                 Verdict::Drop(DropReason::VlanTagged)
             }
@@ -866,6 +878,21 @@ impl Pipeline {
             None => Verdict::Transmit { port },
             Some(unresolved) => unresolved,
         })
+    }
+}
+
+/// The IPv6 flow table's size: a quarter of IPv4's, since most flows are IPv4 still, and
+/// one flow where no interface had IPv6 at start (adding it needs a restart).
+fn ipv6_conntrack(v4: &ConntrackConfig, has_ipv6: bool) -> ConntrackConfig {
+    let capacity = if has_ipv6 {
+        (v4.capacity / 4).max(1024)
+    } else {
+        1
+    };
+    ConntrackConfig {
+        capacity,
+        half_open: v4.half_open.min(capacity),
+        ..*v4
     }
 }
 

@@ -57,7 +57,13 @@ impl TcpSegment {
         if ip.protocol() != ipv4::protocol::TCP {
             return None;
         }
-        let segment = TcpPacket::new_checked(ip.payload()).ok()?;
+        Self::of_segment(ip.payload())
+    }
+
+    /// The fields of the TCP segment `bytes` (header and data, to the datagram's end): for
+    /// IPv6, whose TCP header follows the extension headers.
+    pub(crate) fn of_segment(bytes: &[u8]) -> Option<Self> {
+        let segment = TcpPacket::new_checked(bytes).ok()?;
         let segment_flags = segment.flags();
         let window_scale = if segment_flags & flags::SYN != 0 {
             window_scale_option(segment.options())

@@ -1,0 +1,305 @@
+//! The stateful stage for IPv6: connection tracking and the firewall's zone policy over the
+//! worker's IPv6 flow table, a table of its own so that IPv4's keys stay 13 bytes (see
+//! [`FlowKey6`]). There is no NAT66: an IPv6 flow is admitted or not, never translated.
+//!
+//! RFC 6092's simple security by default: a new flow is admitted by the policy of its zone
+//! pair (`[firewall.policy]`: the LAN's flows out accepted, the WAN's in dropped), replies
+//! and ICMPv6 errors about a tracked flow pass (RFC 4890 4.3.1), and nothing else does. The
+//! firewall's rules match IPv4 only so far; a reject answers with ICMPv6 "administratively
+//! prohibited".
+//!
+//! Ownership: both directions of an IPv6 flow, its fragments and the errors about it belong
+//! to the worker a symmetric hash of its two addresses names ([`Ownership::pair_owner6`]):
+//! without NAT, neither end's address changes on the way.
+
+use crate::flow::{FlowKey6, KeyError};
+use crate::l3::icmpv6_error::Icmpv6Error;
+use crate::pipeline::config::RouterConfig;
+use crate::pipeline::Ingress;
+use crate::state::conntrack::{FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track};
+use crate::state::firewall::{Action, ZoneId};
+use crate::state::nat::Ownership;
+use crate::verdict::{DropReason, Verdict};
+use crate::wire::checksum;
+use crate::wire::ipv6::{next_header, Extensions};
+use crate::wire::{icmpv6, ipv6, tcp, Ipv6Packet};
+
+/// What an IPv6 flow keeps besides its tuples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FlowData6 {
+    from_zone: u8,
+    to_zone: u8,
+    /// The stateful config's generation the flow was last admitted under: a reload that
+    /// rechecks established flows (`recheck_established`) looks at the flow again.
+    generation: u32,
+}
+
+/// What the IPv6 stateful stage decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage6 {
+    /// Route and send: the packet's headers are unchanged.
+    Forward,
+    Done(Verdict),
+    /// Answer the packet, as received, with this ICMPv6 error.
+    Error(Icmpv6Error),
+}
+
+/// One worker's IPv6 flows.
+pub(crate) struct StatefulStage6 {
+    pub(crate) flows: FlowTable<FlowData6, FlowKey6>,
+    worker: u16,
+    ownership: Ownership,
+}
+
+impl StatefulStage6 {
+    pub(crate) fn new(
+        flows: FlowTable<FlowData6, FlowKey6>,
+        worker: u16,
+        ownership: Ownership,
+    ) -> Self {
+        StatefulStage6 {
+            flows,
+            worker,
+            ownership,
+        }
+    }
+
+    /// Tracks an IPv6 packet routed from `ingress` to `egress`: `ip` is the packet (fixed
+    /// header on, its length checked), `ext` its extension headers' walk.
+    pub(crate) fn process(
+        &mut self,
+        router: &RouterConfig,
+        ip: &Ipv6Packet<&[u8]>,
+        ext: &Extensions,
+        ingress: Ingress,
+        egress: u16,
+        now_ns: u64,
+    ) -> Stage6 {
+        let zones = (zone(router, ingress.port), zone(router, egress));
+        let key = match FlowKey6::from_ipv6(ip, ext) {
+            Ok(key) => key,
+            Err(KeyError::Fragment) => return self.later_fragment(router, ip, ingress, zones),
+            Err(KeyError::IcmpError) => return self.related_error(ip, ext, ingress),
+            Err(KeyError::Malformed) => {
+                return Stage6::Done(Verdict::Drop(DropReason::MalformedL4))
+            }
+        };
+        if let Some(worker) = self.foreign_owner(&key, ingress) {
+            return Stage6::Done(Verdict::Handoff { worker });
+        }
+        let upper = &ip.payload()[ext.offset..];
+        let segment = if key.protocol == next_header::TCP {
+            TcpSegment::of_segment(upper)
+        } else {
+            None
+        };
+        let hash = self.flows.hash(&key);
+        match self.flows.probe(&key, hash) {
+            Probe::Found(id, _) if is_bare_syn(segment.as_ref()) && self.is_closed(id) => {
+                if !l4_checksum_ok(ip, ext) {
+                    return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
+                }
+                self.flows.remove(id);
+                self.new_flow(router, key, zones, segment, now_ns)
+            }
+            Probe::Found(id, direction) => {
+                if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(ip, ext) {
+                    return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
+                }
+                if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
+                {
+                    return Stage6::Done(Verdict::Drop(DropReason::ConntrackInvalid));
+                }
+                match self.recheck(router, id) {
+                    Some(verdict) => Stage6::Done(verdict),
+                    None => Stage6::Forward,
+                }
+            }
+            Probe::Vacant(_) if !l4_checksum_ok(ip, ext) => {
+                Stage6::Done(Verdict::Drop(DropReason::L4Checksum))
+            }
+            Probe::Vacant(_) => self.new_flow(router, key, zones, segment, now_ns),
+        }
+    }
+
+    /// A new flow from zone `from` to zone `to`, by their pair's policy.
+    fn new_flow(
+        &mut self,
+        router: &RouterConfig,
+        key: FlowKey6,
+        (from, to): (ZoneId, ZoneId),
+        segment: Option<TcpSegment>,
+        now_ns: u64,
+    ) -> Stage6 {
+        let stateful = &router.stateful;
+        match stateful.firewall.policy().default_for(from, to) {
+            Action::Accept => {}
+            Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
+            Action::Reject => return Stage6::Error(Icmpv6Error::AdminProhibited),
+        }
+        let data = FlowData6 {
+            from_zone: from.0,
+            to_zone: to.0,
+            generation: stateful.generation,
+        };
+        match self
+            .flows
+            .insert(key, key.reversed(), data, segment.as_ref(), now_ns, |_| {})
+        {
+            Ok(_) => Stage6::Forward,
+            Err(error) => Stage6::Done(Verdict::Drop(insert_drop_reason(error))),
+        }
+    }
+
+    /// After a reload with `recheck_established`, a flow admitted under older rules is
+    /// checked once against the new policy.
+    fn recheck(&mut self, router: &RouterConfig, id: FlowId) -> Option<Verdict> {
+        let stateful = &router.stateful;
+        let data = *self.flows.data(id);
+        if data.generation == stateful.generation {
+            return None;
+        }
+        let (from, to) = (ZoneId(data.from_zone), ZoneId(data.to_zone));
+        if stateful.recheck_established
+            && stateful.firewall.policy().default_for(from, to) != Action::Accept
+        {
+            self.flows.remove(id);
+            return Some(Verdict::Drop(DropReason::FirewallRecheck));
+        }
+        self.flows.data_mut(id).generation = stateful.generation;
+        None
+    }
+
+    /// A TCP flow in TIME_WAIT or closed by a reset, which a bare SYN may open again.
+    fn is_closed(&self, id: FlowId) -> bool {
+        matches!(
+            self.flows.tcp_state(id),
+            Some(TcpState::TimeWait | TcpState::Closed)
+        )
+    }
+
+    /// The worker that owns the flow `key`, when it is not this one.
+    #[inline]
+    fn foreign_owner(&self, key: &FlowKey6, ingress: Ingress) -> Option<u16> {
+        if self.ownership.workers() <= 1 || ingress.handed_off {
+            return None;
+        }
+        let owner = self.ownership.pair_owner6(key.src, key.dst);
+        (owner != self.worker).then_some(owner)
+    }
+
+    /// A later fragment carries no ports, so no flow can be found for it: it passes where its
+    /// zone pair's policy admits new flows, on the owner of its addresses' flows (where its
+    /// first fragment went, so the pieces leave in order), and is dropped elsewhere.
+    fn later_fragment(
+        &self,
+        router: &RouterConfig,
+        ip: &Ipv6Packet<&[u8]>,
+        ingress: Ingress,
+        (from, to): (ZoneId, ZoneId),
+    ) -> Stage6 {
+        if router.stateful.firewall.policy().default_for(from, to) != Action::Accept {
+            return Stage6::Done(Verdict::Drop(DropReason::UntrackedFragment));
+        }
+        if self.ownership.workers() > 1 && !ingress.handed_off {
+            let owner = self.ownership.pair_owner6(ip.src_addr(), ip.dst_addr());
+            if owner != self.worker {
+                return Stage6::Done(Verdict::Handoff { worker: owner });
+            }
+        }
+        Stage6::Forward
+    }
+
+    /// An ICMPv6 error passes if it is about a tracked flow and goes to the quoted packet's
+    /// sender (RFC 4890 4.3.1: Destination Unreachable, Packet Too Big, Time Exceeded and
+    /// Parameter Problem must, or path-MTU discovery and connection set-up break).
+    fn related_error(&self, ip: &Ipv6Packet<&[u8]>, ext: &Extensions, ingress: Ingress) -> Stage6 {
+        let Some(quoted) = quoted_key(&ip.payload()[ext.offset..]) else {
+            return Stage6::Done(Verdict::Drop(DropReason::UnrelatedIcmpError));
+        };
+        if ip.dst_addr() != quoted.src {
+            return Stage6::Done(Verdict::Drop(DropReason::UnrelatedIcmpError));
+        }
+        if let Some(worker) = self.foreign_owner(&quoted, ingress) {
+            return Stage6::Done(Verdict::Handoff { worker });
+        }
+        match self.flows.lookup(&quoted) {
+            Some(_) => Stage6::Forward,
+            None => Stage6::Done(Verdict::Drop(DropReason::UnrelatedIcmpError)),
+        }
+    }
+}
+
+/// The zone of interface `port`.
+fn zone(router: &RouterConfig, port: u16) -> ZoneId {
+    router.stateful.zones[usize::from(port)]
+}
+
+/// The flow key of the packet an ICMPv6 error quotes (`message`: the error from its type
+/// on): its addresses, and its ports or echo identifier. None if the quote is too short or
+/// carries extension headers, which a truncated quote may not hold whole.
+fn quoted_key(message: &[u8]) -> Option<FlowKey6> {
+    let quoted = message.get(icmpv6::HEADER_LEN..)?;
+    let header = quoted.get(..ipv6::HEADER_LEN)?;
+    let ip = Ipv6Packet::new_unchecked(header);
+    let upper = &quoted[ipv6::HEADER_LEN..];
+    let word = |at: usize| Some(u16::from_be_bytes([*upper.get(at)?, *upper.get(at + 1)?]));
+    let protocol = ip.next_header();
+    let (src_port, dst_port) = match protocol {
+        next_header::TCP | next_header::UDP => (word(0)?, word(2)?),
+        next_header::ICMPV6 => {
+            let ident = word(4)?;
+            (ident, ident)
+        }
+        _ => return None,
+    };
+    Some(FlowKey6 {
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        src_port,
+        dst_port,
+        protocol,
+    })
+}
+
+/// Why a new flow was not inserted, as a drop reason.
+fn insert_drop_reason(error: InsertError) -> DropReason {
+    match error {
+        InsertError::Full => DropReason::ConntrackFull,
+        InsertError::HostFlowLimit => DropReason::HostFlowLimit,
+        InsertError::HostHalfOpenLimit => DropReason::HostHalfOpenLimit,
+        InsertError::HalfOpenLimit => DropReason::HalfOpenLimit,
+        InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
+            DropReason::ConntrackInvalid
+        }
+    }
+}
+
+/// SYN, FIN and RST: believed only with a valid checksum, as for IPv4.
+fn changes_tcp_state(segment: Option<&TcpSegment>) -> bool {
+    segment.is_some_and(|segment| {
+        segment.flags & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0
+    })
+}
+
+fn is_bare_syn(segment: Option<&TcpSegment>) -> bool {
+    const SIGNIFICANT: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
+    segment.is_some_and(|segment| segment.flags & SIGNIFICANT == tcp::flags::SYN)
+}
+
+/// The upper layer's checksum is right: TCP, UDP (whose checksum IPv6 requires: zero is
+/// wrong, RFC 8200 8.1) and ICMPv6. A first fragment's covers data not here and passes, as
+/// do other protocols.
+fn l4_checksum_ok(ip: &Ipv6Packet<&[u8]>, ext: &Extensions) -> bool {
+    if ext.fragment.is_some_and(|fragment| fragment.more) {
+        return true;
+    }
+    let upper = &ip.payload()[ext.offset..];
+    match ext.protocol {
+        next_header::UDP if upper.get(6..8) == Some(&[0, 0]) => false,
+        next_header::TCP | next_header::UDP | next_header::ICMPV6 => {
+            checksum::l4_checksum_v6(ip.src_addr(), ip.dst_addr(), ext.protocol, upper) == 0
+        }
+        _ => true,
+    }
+}
