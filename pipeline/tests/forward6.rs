@@ -1,0 +1,390 @@
+//! IPv6 forwarding through a worker: the hop limit, the route and the neighbour, RFC 6092's
+//! stateful default (out accepted, replies back, unsolicited in dropped), the ICMPv6 errors
+//! a router raises (read back with etherparse), the related errors that must pass (RFC
+//! 4890), what is never forwarded, and ownership across workers.
+
+mod common;
+
+use std::net::Ipv6Addr;
+use std::sync::Arc;
+
+use common::*;
+use etherparse::{Icmpv6Type, PacketBuilder, SlicedPacket, TransportSlice};
+use pipeline::l3::icmpv6_error::{write_icmpv6_error, Icmpv6Error};
+use pipeline::pipeline::config::{Ipv6Interface, Stateful, StaticRoute6};
+use pipeline::state::firewall::{Action, Policy, RuleSet};
+use pipeline::wire::ipv6::link_local;
+use pipeline::wire::EthernetAddress;
+use pipeline::{
+    ControlWork, DropReason, IcmpLimits, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig,
+    Verdict, WorkerCounters, WorkerSetup,
+};
+
+const GW6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 1);
+const HOST6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 2);
+const GW6_WAN: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+const UPSTREAM6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2);
+const REMOTE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 1);
+const WAN_MTU: u16 = 1400;
+
+fn config(with_default: bool) -> RouterConfig {
+    let policy = Policy::new(Action::Drop).set(LAN_ZONE, WAN_ZONE, Action::Accept);
+    let stateful = Stateful {
+        content: None,
+        zones: vec![LAN_ZONE, WAN_ZONE],
+        masquerade: vec![false, true],
+        firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
+        port_forwards: Vec::new(),
+        recheck_established: false,
+        generation: 0,
+    };
+    let side = |mac, addr| {
+        Some(Ipv6Interface {
+            link_local: link_local(EthernetAddress(mac)),
+            addresses: vec![(addr, 64)],
+            advertise: None,
+        })
+    };
+    let routes: &[StaticRoute6] = &[StaticRoute6 {
+        destination: Ipv6Addr::UNSPECIFIED,
+        len: 0,
+        via: UPSTREAM6,
+        port: WAN,
+    }];
+    RouterConfig::new(
+        interfaces(WAN_MTU),
+        &[default_route()],
+        IcmpLimits::default(),
+    )
+    .unwrap()
+    .with_stateful(stateful)
+    .unwrap()
+    .with_ipv6(
+        vec![side(LAN_MAC, GW6), side(WAN_MAC, GW6_WAN)],
+        if with_default { routes } else { &[] },
+    )
+    .unwrap()
+}
+
+fn neighbors() -> NeighborView {
+    NeighborView::new([]).with_ipv6([
+        (HOST6, EthernetAddress(HOST_MAC)),
+        (UPSTREAM6, EthernetAddress(UPSTREAM_MAC)),
+    ])
+}
+
+fn worker(router: RouterConfig, neighbors: NeighborView, worker: u16, workers: u16) -> Pipeline {
+    let setup = WorkerSetup {
+        worker,
+        workers,
+        ..WorkerSetup::default()
+    };
+    Pipeline::for_worker(
+        Arc::new(router),
+        Arc::new(neighbors),
+        Arc::new(WorkerCounters::default()),
+        setup,
+    )
+    .unwrap()
+}
+
+fn gateway() -> Pipeline {
+    worker(config(true), neighbors(), 0, 1)
+}
+
+/// A UDP datagram of `payload` bytes, as it arrives from `mac` at `to_mac`.
+fn udp(
+    from: (Ipv6Addr, [u8; 6]),
+    to: (Ipv6Addr, [u8; 6]),
+    hop_limit: u8,
+    payload: usize,
+) -> Vec<u8> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(from.1, to.1)
+        .ipv6(from.0.octets(), to.0.octets(), hop_limit)
+        .udp(40000, 53)
+        .write(&mut frame, &vec![0x5a; payload])
+        .unwrap();
+    frame
+}
+
+fn from_host(to: Ipv6Addr, hop_limit: u8, payload: usize) -> Vec<u8> {
+    udp((HOST6, HOST_MAC), (to, LAN_MAC), hop_limit, payload)
+}
+
+/// The reply to [`from_host`]'s datagram, arriving on the WAN.
+fn reply_from(remote: Ipv6Addr) -> Vec<u8> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+        .ipv6(remote.octets(), HOST6.octets(), 60)
+        .udp(53, 40000)
+        .write(&mut frame, &[0x33; 32])
+        .unwrap();
+    frame
+}
+
+/// Runs `frame` through `pipeline` as received on `port`; the verdict and the frame after.
+fn run(pipeline: &mut Pipeline, frame: &[u8], ingress: Ingress, now_ns: u64) -> (Verdict, Vec<u8>) {
+    let mut room = vec![0u8; 2048];
+    room[..frame.len()].copy_from_slice(frame);
+    let mut pkt = PacketBuf::new(&mut room, frame.len());
+    let verdict = pipeline.process_from(&mut pkt, ingress, now_ns);
+    let len = pkt.len();
+    (verdict, room[..len].to_vec())
+}
+
+fn on(port: u16) -> Ingress {
+    Ingress {
+        port,
+        handed_off: false,
+    }
+}
+
+/// The ICMPv6 error in `frame`: its type, code, the rest of its header, and the IPv6
+/// source and destination, with the checksum verified.
+fn icmpv6_error_in(frame: &[u8]) -> (Icmpv6Type, Ipv6Addr, Ipv6Addr) {
+    let sliced = SlicedPacket::from_ethernet(frame).expect("the error parses");
+    let Some(etherparse::NetSlice::Ipv6(ip)) = sliced.net else {
+        panic!("not IPv6: {sliced:?}")
+    };
+    let (src, dst) = (ip.header().source_addr(), ip.header().destination_addr());
+    let Some(TransportSlice::Icmpv6(icmp)) = sliced.transport else {
+        panic!("not ICMPv6")
+    };
+    let expected = icmp
+        .header()
+        .icmp_type
+        .calc_checksum(src.octets(), dst.octets(), icmp.payload())
+        .unwrap();
+    assert_eq!(icmp.header().checksum, expected, "the error's checksum");
+    (icmp.icmp_type(), src, dst)
+}
+
+#[test]
+fn a_lan_flow_goes_out_and_its_replies_come_back() {
+    let mut gw = gateway();
+    let (verdict, out) = run(&mut gw, &from_host(REMOTE6, 64, 100), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(&out[..6], &UPSTREAM_MAC, "to the default route's next hop");
+    assert_eq!(&out[6..12], &WAN_MAC);
+    let sent = from_host(REMOTE6, 64, 100);
+    assert_eq!(out[ETH_LEN + 7], 63, "the hop limit is decremented");
+    assert_eq!(
+        out[ETH_LEN + 8..],
+        sent[ETH_LEN + 8..],
+        "nothing else changes: no NAT66"
+    );
+
+    let (verdict, back) = run(&mut gw, &reply_from(REMOTE6), on(WAN), SECOND);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    assert_eq!(&back[..6], &HOST_MAC);
+    assert_eq!(
+        gw.counters().conntrack_ipv6_entries.get(),
+        0,
+        "published by housekeeping"
+    );
+    gw.housekeeping(SECOND, 0);
+    assert_eq!(gw.counters().conntrack_ipv6_entries.get(), 1);
+}
+
+#[test]
+fn unsolicited_inbound_is_dropped_and_a_closed_pinhole_stays_closed() {
+    let mut gw = gateway();
+    let (verdict, _) = run(&mut gw, &reply_from(REMOTE6), on(WAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
+    // Nor does the dropped packet open anything: the host's own flow starts afresh.
+    let (verdict, _) = run(&mut gw, &reply_from(REMOTE6), on(WAN), 1);
+    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
+}
+
+#[test]
+fn routers_raise_icmpv6_errors_from_the_ingress_link() {
+    let mut gw = gateway();
+    // Hop limit 1: Time Exceeded, code 0, to the host from our LAN address.
+    let (verdict, error) = run(&mut gw, &from_host(REMOTE6, 1, 100), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    assert_eq!(&error[..6], &HOST_MAC);
+    let (kind, src, dst) = icmpv6_error_in(&error);
+    assert!(matches!(kind, Icmpv6Type::TimeExceeded(_)), "{kind:?}");
+    assert_eq!((src, dst), (GW6, HOST6));
+
+    // 1401 bytes for a 1400-byte link: Packet Too Big with that MTU (never fragmented).
+    let big = from_host(REMOTE6, 64, WAN_MTU as usize - 40 - 8 + 1);
+    let (verdict, error) = run(&mut gw, &big, on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (kind, _, _) = icmpv6_error_in(&error);
+    assert_eq!(kind, Icmpv6Type::PacketTooBig { mtu: 1400 });
+    assert!(
+        error.len() <= ETH_LEN + 1280,
+        "the error fits IPv6's minimum MTU"
+    );
+    // Exactly the MTU passes.
+    let (verdict, _) = run(
+        &mut gw,
+        &from_host(REMOTE6, 64, WAN_MTU as usize - 48),
+        on(LAN),
+        0,
+    );
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+
+    // Without a default route: Destination Unreachable, no route.
+    let mut gw = worker(config(false), neighbors(), 0, 1);
+    let (verdict, error) = run(&mut gw, &from_host(REMOTE6, 64, 10), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (kind, _, _) = icmpv6_error_in(&error);
+    assert!(
+        matches!(kind, Icmpv6Type::DestinationUnreachable(_)),
+        "{kind:?}"
+    );
+    let counters = gw.counters();
+    assert_eq!(counters.icmp_errors_sent.get(), 1);
+}
+
+#[test]
+fn icmpv6_errors_about_tracked_flows_pass_and_others_do_not() {
+    let mut gw = gateway();
+    let sent = from_host(REMOTE6, 64, 100);
+    run(&mut gw, &sent, on(LAN), 0);
+    // A router beyond the upstream answers the host's datagram with Packet Too Big.
+    let far_router = Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, 1);
+    let error_about = |original: &[u8], to: Ipv6Addr| {
+        let mut room = vec![0u8; 1500];
+        let mut original = original.to_vec();
+        // As it reached the far router: one hop less.
+        original[ETH_LEN + 7] -= 1;
+        let len = write_icmpv6_error(
+            &mut room,
+            &original[ETH_LEN..],
+            Icmpv6Error::PacketTooBig { mtu: 1280 },
+            far_router,
+            EthernetAddress(UPSTREAM_MAC),
+            EthernetAddress(WAN_MAC),
+        )
+        .unwrap();
+        room.truncate(len);
+        // write_icmpv6_error addresses it to the quoted packet's source; a forged one may not.
+        assert_eq!(
+            Ipv6Addr::from(<[u8; 16]>::try_from(&room[38..54]).unwrap()),
+            to
+        );
+        room
+    };
+    let related = error_about(&sent, HOST6);
+    let (verdict, out) = run(&mut gw, &related, on(WAN), 1);
+    assert_eq!(
+        verdict,
+        Verdict::Transmit { port: LAN },
+        "RFC 4890: Packet Too Big must pass"
+    );
+    assert_eq!(&out[..6], &HOST_MAC);
+
+    // About a flow nobody opened: dropped.
+    let unrelated = error_about(
+        &from_host(Ipv6Addr::new(0x2001, 0xdb8, 0x97, 0, 0, 0, 0, 7), 64, 100),
+        HOST6,
+    );
+    let (verdict, _) = run(&mut gw, &unrelated, on(WAN), 1);
+    assert_eq!(verdict, Verdict::Drop(DropReason::UnrelatedIcmpError));
+}
+
+#[test]
+fn what_is_never_forwarded() {
+    let mut gw = gateway();
+    let link_local_dst = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0x99);
+    let (verdict, _) = run(&mut gw, &from_host(link_local_dst, 64, 8), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::Ipv6NotForwarded));
+    let link_local_src = udp(
+        (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2), HOST_MAC),
+        (REMOTE6, LAN_MAC),
+        64,
+        8,
+    );
+    let (verdict, _) = run(&mut gw, &link_local_src, on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::Ipv6NotForwarded));
+    // A site-wide group: no multicast routing.
+    let group = Ipv6Addr::new(0xff05, 0, 0, 0, 0, 0, 0, 0x1234);
+    let mut frame = from_host(group, 64, 8);
+    frame[..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0x12, 0x34]);
+    let (verdict, _) = run(&mut gw, &frame, on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::Ipv6NotForwarded));
+    // From the WAN's prefix, on the LAN: source validation (strict on the LAN).
+    let spoofed = udp(
+        (Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 9), HOST_MAC),
+        (REMOTE6, LAN_MAC),
+        64,
+        8,
+    );
+    let (verdict, _) = run(&mut gw, &spoofed, on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::SourceValidation));
+    // A bad UDP checksum opens no flow.
+    let mut corrupt = from_host(REMOTE6, 64, 8);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    let (verdict, _) = run(&mut gw, &corrupt, on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::L4Checksum));
+    // Another interface's address is the gateway's, not forwarded to its link.
+    let (verdict, _) = run(&mut gw, &from_host(GW6_WAN, 64, 8), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::Ipv6LocalUnhandled));
+}
+
+#[test]
+fn an_unknown_next_hop_goes_to_the_control_thread() {
+    let mut gw = worker(config(true), NeighborView::new([]), 0, 1);
+    let (verdict, out) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);
+    assert_eq!(
+        verdict,
+        Verdict::Control(ControlWork::Resolve6 { port: WAN })
+    );
+    assert_eq!(
+        out[ETH_LEN + 7],
+        63,
+        "held with its hop limit already decremented"
+    );
+}
+
+/// Both directions of every flow, and the errors about it, are decided on one worker,
+/// whichever worker each packet reaches first.
+#[test]
+fn both_directions_meet_on_one_worker() {
+    for workers in 1..=4u16 {
+        let mut pipelines: Vec<Pipeline> = (0..workers)
+            .map(|w| worker(config(true), neighbors(), w, workers))
+            .collect();
+        for i in 0..64u16 {
+            let remote = Ipv6Addr::new(0x2001, 0xdb8, 0x99, i, 0, 0, 0, 1);
+            let out = from_host(remote, 64, 8);
+            let first = (i % workers) as usize;
+            let owner = |verdict| match verdict {
+                Verdict::Handoff { worker } => usize::from(worker),
+                _ => first,
+            };
+            let (verdict, _) = run(&mut pipelines[first], &out, on(LAN), 0);
+            let out_owner = owner(verdict);
+            if out_owner != first {
+                let handed = Ingress {
+                    port: LAN,
+                    handed_off: true,
+                };
+                let (verdict, _) = run(&mut pipelines[out_owner], &out, handed, 0);
+                assert_eq!(verdict, Verdict::Transmit { port: WAN });
+            } else {
+                assert_eq!(verdict, Verdict::Transmit { port: WAN });
+            }
+            // The reply reaches some other worker first.
+            let reply_first = (first + 1) % usize::from(workers);
+            let (verdict, _) = run(&mut pipelines[reply_first], &reply_from(remote), on(WAN), 1);
+            let reply_owner = match verdict {
+                Verdict::Handoff { worker } => usize::from(worker),
+                Verdict::Transmit { port: LAN } => reply_first,
+                other => panic!("the reply on worker {reply_first} of {workers}: {other:?}"),
+            };
+            assert_eq!(reply_owner, out_owner, "{workers} workers, remote {remote}");
+            let handed = Ingress {
+                port: WAN,
+                handed_off: true,
+            };
+            let (verdict, _) = run(&mut pipelines[reply_owner], &reply_from(remote), handed, 1);
+            assert_eq!(verdict, Verdict::Transmit { port: LAN });
+        }
+    }
+}
