@@ -9,31 +9,50 @@
 //! Checked, besides "no panic" and "nothing written past the room": a reply is a well-formed
 //! IPv6 frame from our MAC, whose ICMPv6 checksum verifies, from one of our addresses, and
 //! whose ND answers carry hop limit 255 and are believed by the same parser a receiver uses;
-//! an advertisement is a valid Router Advertisement from our link-local address with router
-//! lifetime 0; a refusal leaves the frame as it was.
+//! an advertisement is a valid Router Advertisement from our link-local address with the
+//! configured router lifetime; a refusal leaves the frame as it was.
+//!
+//! The same frames, sent to the gateway's MAC, also go through a worker that forwards IPv6
+//! (`pipeline::pipeline::forward6`: the LAN and a WAN with a default route): what it sends
+//! on is the packet with its hop limit one lower and nothing else changed, or an ICMPv6
+//! error from one of our addresses to the packet's source with a valid checksum, within the
+//! minimum MTU.
 #![no_main]
 
+use std::cell::RefCell;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use gateway_fuzz::{Bytes, ETH_LEN};
 use libfuzzer_sys::fuzz_target;
 use pipeline::flow::FlowKey6;
 use pipeline::l3::icmpv6_error::{may_answer, write_icmpv6_error, Icmpv6Error};
-use pipeline::pipeline::config::{Ipv6Interface, RouterAdvertConfig};
+use pipeline::pipeline::config::{Ipv6Interface, RouterAdvertConfig, Stateful, StaticRoute6};
 use pipeline::pipeline::ipv6_local::{
     answer, classify, write_mld_report, write_router_advert, Answer,
 };
+use pipeline::state::conntrack::ConntrackConfig;
+use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::icmpv6::msg_type;
 use pipeline::wire::ipv6::{self, link_local, next_header, solicited_node, ALL_NODES, ALL_ROUTERS};
 use pipeline::wire::ndisc::{NdRepr, Options};
-use pipeline::wire::{EthernetAddress, Icmpv6Packet, Ipv6Packet};
-use pipeline::{Interface, PacketBuf};
+use pipeline::wire::{checksum, EthernetAddress, Icmpv6Packet, Ipv6Packet};
+use pipeline::{
+    IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict,
+    WorkerCounters, WorkerSetup,
+};
 
 const OUR_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x01]);
 const HOST_MAC: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 2];
 const OURS: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, 1);
 const HOST: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, 2);
 const GARBAGE: u8 = 0xa5;
+/// Beyond the forwarding worker's default route.
+const REMOTE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 1);
+const WAN_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 0x02]);
+const WAN_OURS: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+const UPSTREAM: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2);
+const UPSTREAM_MAC: [u8; 6] = [0x02, 0xbb, 0, 0, 0, 2];
 
 fn iface() -> Interface {
     Interface {
@@ -81,6 +100,8 @@ fn frame(input: &mut Bytes, room: &mut [u8]) -> usize {
         ALL_NODES,
         link_local(OUR_MAC),
         HOST,
+        REMOTE,
+        REMOTE,
     ]);
     // Any type too: errors, redirects, the unassigned.
     let any_kind = input.u8();
@@ -91,6 +112,13 @@ fn frame(input: &mut Bytes, room: &mut [u8]) -> usize {
         msg_type::ROUTER_ADVERT,
         msg_type::ECHO_REQUEST,
         any_kind,
+    ]);
+    // Mostly ICMPv6; UDP or TCP (raw headers) for the forwarding worker's flows.
+    let upper = input.pick(&[
+        next_header::ICMPV6,
+        next_header::ICMPV6,
+        next_header::UDP,
+        next_header::TCP,
     ]);
     let mut message = vec![kind, input.pick(&[0u8, 0, 1]), 0, 0];
     message.extend(input.u32().to_be_bytes());
@@ -110,9 +138,20 @@ fn frame(input: &mut Bytes, room: &mut [u8]) -> usize {
             message.extend(input.slice(24));
         }
     }
+    if upper != next_header::ICMPV6 {
+        message = input.slice(60).to_vec();
+        message.resize(message.len().max(20), 0);
+        if upper == next_header::TCP {
+            // A header length the segment holds.
+            message[12] = 0x50;
+        } else {
+            let len = message.len() as u16;
+            message[4..6].copy_from_slice(&len.to_be_bytes());
+        }
+    }
     // Extension headers before the message: none mostly.
     let mut payload = Vec::new();
-    let mut first = next_header::ICMPV6;
+    let mut first = upper;
     let headers = input.pick(&[0u8, 0, 0, 1, 2, 9]);
     for _ in 0..headers {
         let kind = input.pick(&[
@@ -130,9 +169,16 @@ fn frame(input: &mut Bytes, room: &mut [u8]) -> usize {
     let headers_len = payload.len();
     payload.extend(&message);
     if input.u8() > 40 {
-        // A good checksum, so the message reaches the ND checks.
-        let mut icmp = Icmpv6Packet::new_unchecked(&mut payload[headers_len..]);
-        icmp.fill_checksum(src, dst);
+        // A good checksum, so the message reaches the ND checks (or opens a flow).
+        let at = match upper {
+            next_header::UDP => 6,
+            next_header::TCP => 16,
+            _ => 2,
+        };
+        let message = &mut payload[headers_len..];
+        message[at..at + 2].fill(0);
+        let sum = checksum::l4_checksum_v6(src, dst, upper, message);
+        message[at..at + 2].copy_from_slice(&sum.to_be_bytes());
     }
     let len = ETH_LEN + ipv6::HEADER_LEN + payload.len();
     if len > room.len() {
@@ -208,6 +254,8 @@ fuzz_target!(|data: &[u8]| {
         );
     }
 
+    forward(&mut input, &room[..len]);
+
     let mut pkt = PacketBuf::new(&mut room[..room_len], len);
     let (answered, sighting) = answer(&mut pkt, &iface(), &v6);
     if let Some(sighting) = sighting {
@@ -232,7 +280,7 @@ fuzz_target!(|data: &[u8]| {
             if let Some(len) =
                 write_router_advert(&mut out[..room_len], &iface(), &v6, advert, to, mac)
             {
-                check_advert(&out[..len], &v6);
+                check_advert(&out[..len], &v6, advert.router_lifetime_secs);
             }
             assert!(
                 out[room_len..].iter().all(|&b| b == GARBAGE),
@@ -293,7 +341,7 @@ fn check_reply(frame: &[u8], v6: &Ipv6Interface) {
     }
 }
 
-fn check_advert(frame: &[u8], v6: &Ipv6Interface) {
+fn check_advert(frame: &[u8], v6: &Ipv6Interface, lifetime: u16) {
     let (ip, icmp) = parts(frame);
     assert_eq!(ip.src_addr(), v6.link_local);
     let parsed = NdRepr::parse(&icmp, ip.hop_limit(), ip.src_addr(), ip.dst_addr());
@@ -301,10 +349,146 @@ fn check_advert(frame: &[u8], v6: &Ipv6Interface) {
         matches!(
             parsed,
             Ok(NdRepr::RouterAdvert {
-                router_lifetime_secs: 0,
+                router_lifetime_secs,
                 ..
-            })
+            }) if router_lifetime_secs == lifetime
         ),
         "{parsed:?}"
     );
+}
+
+thread_local! {
+    /// The forwarding worker and its clock, kept across inputs as a worker keeps its flows.
+    static FORWARDER: RefCell<Option<(Pipeline, u64)>> = const { RefCell::new(None) };
+}
+
+/// A worker forwarding IPv6 between the LAN (`OURS`/64, port 0) and a WAN (`WAN_OURS`/64,
+/// MTU 1280, default route via `UPSTREAM`, port 1): the LAN's flows out accepted, the rest
+/// dropped, a flow table small enough to fill.
+fn forwarder() -> Pipeline {
+    let interfaces = vec![
+        iface(),
+        Interface {
+            mac: WAN_MAC,
+            addr: Ipv4Addr::new(10, 0, 0, 1),
+            prefix_len: 24,
+            mtu: 1280,
+        },
+    ];
+    let policy = Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept);
+    let side = |mac, addr| {
+        Some(Ipv6Interface {
+            link_local: link_local(mac),
+            addresses: vec![(addr, 64)],
+            advertise: None,
+        })
+    };
+    let router = RouterConfig::new(interfaces, &[], IcmpLimits::default())
+        .expect("the forwarding config builds")
+        .with_stateful(Stateful {
+            content: None,
+            zones: vec![ZoneId(0), ZoneId(1)],
+            masquerade: vec![false, false],
+            firewall: RuleSet::compile(Vec::new(), policy).expect("the policy compiles"),
+            port_forwards: Vec::new(),
+            recheck_established: false,
+            generation: 0,
+        })
+        .expect("the stateful config fits")
+        .with_ipv6(
+            vec![side(OUR_MAC, OURS), side(WAN_MAC, WAN_OURS)],
+            &[StaticRoute6 {
+                destination: Ipv6Addr::UNSPECIFIED,
+                len: 0,
+                via: UPSTREAM,
+                port: 1,
+            }],
+        )
+        .expect("the IPv6 config fits");
+    let neighbors = NeighborView::new([]).with_ipv6([
+        (HOST, EthernetAddress(HOST_MAC)),
+        (UPSTREAM, EthernetAddress(UPSTREAM_MAC)),
+    ]);
+    let setup = WorkerSetup {
+        conntrack: ConntrackConfig {
+            capacity: 64,
+            half_open: 16,
+            ..ConntrackConfig::default()
+        },
+        ..WorkerSetup::default()
+    };
+    Pipeline::for_worker(
+        Arc::new(router),
+        Arc::new(neighbors),
+        Arc::new(WorkerCounters::default()),
+        setup,
+    )
+    .expect("the forwarding worker builds")
+}
+
+/// `frame` through the forwarding worker, on the LAN or the WAN (to our MAC there, in half
+/// the inputs): what it sends is the packet one hop on, or an ICMPv6 error about it.
+fn forward(input: &mut Bytes, frame: &[u8]) {
+    if frame.len() < ETH_LEN {
+        return;
+    }
+    let ingress = input.pick(&[0u16, 0, 1]);
+    let capacity = frame.len().max(usize::from(input.u16() % 2048));
+    let mut room = vec![GARBAGE; capacity + 64];
+    room[..frame.len()].copy_from_slice(frame);
+    if input.bool() {
+        room[..6].copy_from_slice(&if ingress == 0 { OUR_MAC } else { WAN_MAC }.0);
+    }
+    let received = room[..frame.len()].to_vec();
+    let step = u64::from(input.u16()) * 1_000_000;
+    FORWARDER.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let (pipeline, now_ns) = cell.get_or_insert_with(|| (forwarder(), 0));
+        *now_ns += step;
+        let mut pkt = PacketBuf::new(&mut room[..capacity], frame.len());
+        let verdict = pipeline.process(&mut pkt, ingress, *now_ns);
+        pipeline.housekeeping(*now_ns, 4);
+        let out_len = pkt.len();
+        assert!(
+            room[capacity..].iter().all(|&b| b == GARBAGE),
+            "forwarding wrote past the room"
+        );
+        if let Verdict::Transmit { port } = verdict {
+            check_forwarded(&received, &room[..out_len], port);
+        }
+    });
+}
+
+fn check_forwarded(received: &[u8], sent: &[u8], port: u16) {
+    let ip = Ipv6Packet::new_checked(&sent[ETH_LEN..]).expect("what leaves is IPv6");
+    let original = Ipv6Packet::new_checked(&received[ETH_LEN..]).expect("it came in as IPv6");
+    let ours = [OURS, WAN_OURS];
+    let is_error = ours.contains(&ip.src_addr())
+        && ip.next_header() == next_header::ICMPV6
+        && ip.payload().first().is_some_and(|&kind| kind < 128);
+    if is_error {
+        assert!(
+            sent.len() <= ETH_LEN + ipv6::MIN_MTU,
+            "an error past the minimum MTU"
+        );
+        assert_eq!(
+            ip.dst_addr(),
+            original.src_addr(),
+            "an error to another than the sender"
+        );
+        let message = Icmpv6Packet::new_checked(ip.payload()).expect("the error is ICMPv6");
+        assert!(message.verify_checksum(ip.src_addr(), ip.dst_addr()));
+        return;
+    }
+    let egress_mac = [OUR_MAC, WAN_MAC][usize::from(port)];
+    assert_eq!(&sent[6..12], &egress_mac.0, "sent from another MAC");
+    assert_eq!(ip.hop_limit(), original.hop_limit() - 1, "hop limit");
+    let packet_len = ipv6::HEADER_LEN + usize::from(original.payload_len());
+    assert_eq!(sent.len(), ETH_LEN + packet_len, "trimmed to the packet");
+    assert_eq!(
+        sent[ETH_LEN + 8..],
+        received[ETH_LEN + 8..ETH_LEN + packet_len],
+        "forwarded with other addresses or payload"
+    );
+    assert_eq!(sent[ETH_LEN..ETH_LEN + 7], received[ETH_LEN..ETH_LEN + 7]);
 }

@@ -316,6 +316,10 @@ fn what_is_never_forwarded() {
     );
     let (verdict, _) = run(&mut gw, &spoofed, on(LAN), 0);
     assert_eq!(verdict, Verdict::Drop(DropReason::SourceValidation));
+    // The gateway's own address as a source: a spoof.
+    let ours = udp((GW6, HOST_MAC), (REMOTE6, LAN_MAC), 64, 8);
+    let (verdict, _) = run(&mut gw, &ours, on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::MartianAddress));
     // A bad UDP checksum opens no flow.
     let mut corrupt = from_host(REMOTE6, 64, 8);
     let last = corrupt.len() - 1;
