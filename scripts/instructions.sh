@@ -49,6 +49,7 @@ echo "pipeline instructions per packet (callgrind), $FLOWS established flows, $P
 printf '%-46s %10s %8s %8s %8s %8s\n' "packet" "instr" "D1 rd" "D1 wr" "LL rd" "LL wr"
 printf '%-46s %s\n' "established NAT44+SPI (UDP, out and reply)" "$(per_packet syn 0 "$PACKETS")"
 printf '%-46s %s\n' "established, QoS and traffic meter on" "$(per_packet features 0 "$PACKETS")"
+printf '%-46s %s\n' "established IPv6 through the firewall (UDP)" "$(per_packet ipv6 0 "$PACKETS")"
 printf '%-46s %s\n' "new UDP flow through masquerade" "$(per_packet new 1 "$PACKETS")"
 printf "%-46s %s\n" "spoofed SYN at a forward, half-open table full" "$(per_packet syn 1 "$PACKETS")"
 printf '%-46s %s\n' "another worker's packet, handed off (decision)" "$(per_packet handoff 1 "$PACKETS")"

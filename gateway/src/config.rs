@@ -445,9 +445,10 @@ pub struct InterfaceConfig {
     pub ipv6: Option<Ipv6InterfaceConfig>,
 }
 
-/// `[interfaces.ipv6]`. IPv6 is not forwarded yet: the gateway answers Neighbor Discovery
-/// and echo on these addresses, and advertises their prefixes for SLAAC without offering
-/// itself as a default router.
+/// `[interfaces.ipv6]`: the gateway answers Neighbor Discovery and echo on these addresses,
+/// advertises their prefixes for SLAAC (offering itself as default router when an IPv6
+/// default route leaves by another interface), and forwards IPv6 between interfaces that
+/// have the table.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Ipv6InterfaceConfig {

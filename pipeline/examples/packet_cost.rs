@@ -10,21 +10,24 @@
 //! - `features`: no other packets (EVERY is ignored); the established flows run with QoS
 //!   and the traffic meter on, as in `gateway bench`'s "+ all features" rows (keyword block
 //!   and parental control decide a flow once, at its set-up).
+//! - `ipv6`: no other packets (EVERY is ignored); the established flows are IPv6 UDP flows
+//!   through the stateful firewall (no NAT66), out and reply, as `forward6` takes them.
 //!
 //! `scripts/instructions.sh` runs it under `valgrind --tool=callgrind` at two lengths and
 //! reports the difference over the packets between them: instructions per packet, free of
 //! set-up costs. Run alone, it prints nanoseconds per packet (noisy, for a first look).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use etherparse::PacketBuilder;
 use pipeline::features::meter::HostMeter;
 use pipeline::features::qos::{Class, ClassRule, QosConfig, QosMode};
-use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::config::{Ipv6Interface, PortForward, Stateful, StaticRoute6};
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::wire::ipv6::link_local;
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,
@@ -45,6 +48,7 @@ enum Kind {
     NewFlow,
     Handoff,
     Features,
+    Ipv6,
 }
 
 impl Kind {
@@ -52,7 +56,7 @@ impl Kind {
     fn ingress(self) -> u16 {
         match self {
             Kind::Syn => 1,
-            Kind::NewFlow | Kind::Handoff | Kind::Features => 0,
+            Kind::NewFlow | Kind::Handoff | Kind::Features | Kind::Ipv6 => 0,
         }
     }
 }
@@ -81,6 +85,112 @@ fn qos() -> QosConfig {
             .with_ports(5060, 5061)],
         mode: QosMode::Policer,
     }
+}
+
+fn host6(h: u32) -> Ipv6Addr {
+    Ipv6Addr::from(0x2001_0db8_0010_0000_0000_0000_0000_0000u128 + u128::from(h) + 2)
+}
+
+fn remote6(flow: u32) -> Ipv6Addr {
+    Ipv6Addr::from(0x2001_0db8_c612_0000_0000_0000_0000_0000u128 + u128::from(flow / HOSTS))
+}
+
+const GATEWAY6_LAN: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 1);
+const GATEWAY6_WAN: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+const UPSTREAM6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2);
+
+/// `router(false)` with IPv6 on both interfaces and an IPv6 default route via the upstream.
+fn router6() -> Arc<RouterConfig> {
+    let side = |mac, addr| {
+        Some(Ipv6Interface {
+            link_local: link_local(EthernetAddress(mac)),
+            addresses: vec![(addr, 64)],
+            advertise: None,
+        })
+    };
+    let default_route = StaticRoute6 {
+        destination: Ipv6Addr::UNSPECIFIED,
+        len: 0,
+        via: UPSTREAM6,
+        port: 1,
+    };
+    let router = Arc::try_unwrap(router(false)).expect("a new config");
+    Arc::new(
+        router
+            .with_ipv6(
+                vec![side(LAN_MAC, GATEWAY6_LAN), side(WAN_MAC, GATEWAY6_WAN)],
+                &[default_route],
+            )
+            .unwrap(),
+    )
+}
+
+fn udp6(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv6(src.octets(), dst.octets(), 64)
+        .udp(5000, 443)
+        .write(&mut out, &[0; 18])
+        .unwrap();
+    out
+}
+
+/// The `ipv6` kind: established IPv6 flows, out and reply.
+fn run_ipv6(flows: u32, packets: u64) {
+    let neighbors = NeighborView::new([]).with_ipv6(
+        (0..HOSTS)
+            .map(|h| (host6(h), EthernetAddress(host_mac(h))))
+            .chain([(UPSTREAM6, EthernetAddress(UPSTREAM_MAC))]),
+    );
+    // The IPv6 table is a quarter of conntrack.capacity: room for every flow in it.
+    let capacity = (4 * (flows as usize + flows as usize / 2)).next_power_of_two();
+    let counters = Arc::new(WorkerCounters::default());
+    let mut pipeline = Pipeline::for_worker(
+        router6(),
+        Arc::new(neighbors),
+        counters.clone(),
+        WorkerSetup {
+            conntrack: ConntrackConfig {
+                capacity,
+                host_flows: capacity as u32,
+                half_open: capacity / 16,
+                ..ConntrackConfig::default()
+            },
+            ..WorkerSetup::default()
+        },
+    )
+    .unwrap();
+    let outbound: Vec<Vec<u8>> = (0..flows)
+        .map(|f| {
+            let h = f % HOSTS;
+            udp6(host_mac(h), LAN_MAC, host6(h), remote6(f))
+        })
+        .collect();
+    // The remote's answer carries the flow's ports reversed.
+    let replies: Vec<Vec<u8>> = (0..flows)
+        .map(|f| {
+            let mut out = Vec::new();
+            PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+                .ipv6(remote6(f).octets(), host6(f % HOSTS).octets(), 64)
+                .udp(443, 5000)
+                .write(&mut out, &[0; 18])
+                .unwrap();
+            out
+        })
+        .collect();
+    let mut room = vec![0u8; 2048];
+    for frame in &outbound {
+        let verdict = process(&mut pipeline, frame, 0, &mut room);
+        assert!(matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+    }
+    let start = Instant::now();
+    let (forwarded, _) = measure(&mut pipeline, &outbound, &replies, (&[], 0), packets, 0);
+    let elapsed = start.elapsed();
+    println!(
+        "{packets} IPv6 packets, {forwarded} forwarded, {:.1} ns/packet",
+        elapsed.as_nanos() as f64 / packets as f64
+    );
+    assert_eq!(forwarded, packets, "every IPv6 packet forwarded");
 }
 
 fn router(features: bool) -> Arc<RouterConfig> {
@@ -163,7 +273,7 @@ fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16, room: &mut [u8])
 }
 
 fn main() {
-    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new|handoff|features EVERY";
+    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new|handoff|features|ipv6 EVERY";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [flows, packets, kind, every] = &args[..] else {
         panic!("{USAGE}");
@@ -175,8 +285,12 @@ fn main() {
         "new" => Kind::NewFlow,
         "handoff" => Kind::Handoff,
         "features" => Kind::Features,
+        "ipv6" => Kind::Ipv6,
         _ => panic!("{USAGE}"),
     };
+    if matches!(kind, Kind::Ipv6) {
+        return run_ipv6(flows as u32, packets);
+    }
     let features = matches!(kind, Kind::Features);
     let every = if features { 0 } else { every };
     let flows = flows as u32;
@@ -273,7 +387,7 @@ fn main() {
                     let h = theirs[i as usize % theirs.len()];
                     udp(host_mac(h), LAN_MAC, host(h), remote(x), (5000, 443))
                 }
-                Kind::Features => unreachable!("no packets of its own (EVERY is 0)"),
+                Kind::Features | Kind::Ipv6 => unreachable!("no packets of its own (EVERY is 0)"),
             }
         })
         .collect();

@@ -260,8 +260,8 @@ pub struct StaticRoute6 {
 }
 
 /// An interface's IPv6 side: the gateway's own addresses there, and what it announces.
-/// IPv6 is not forwarded yet (issue 18 builds it in steps): the gateway answers Neighbor
-/// Discovery and echo on these addresses, and advertises their prefixes for SLAAC.
+/// The gateway answers Neighbor Discovery and echo on these addresses, advertises their
+/// prefixes for SLAAC, and forwards IPv6 between interfaces that have them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ipv6Interface {
     /// `fe80::/64` with the interface MAC's EUI-64 identifier (RFC 4291 appendix A).

@@ -1,9 +1,9 @@
-//! IPv6 for the gateway itself, the first step of issue 18: on an interface with IPv6
-//! addresses the gateway answers Neighbor Solicitations for them and echo requests to them,
-//! and sends Router Advertisements of their prefixes, so that LAN hosts form SLAAC addresses
-//! and reach it. Nothing is forwarded yet: every other IPv6 packet is dropped and counted
-//! (`ipv6_not_forwarded`), and the advertisements say so with a router lifetime of 0 (RFC
-//! 4861: not a default router), so hosts do not send their internet traffic here.
+//! IPv6 for the gateway itself: on an interface with IPv6 addresses the gateway answers
+//! Neighbor Solicitations for them and echo requests to them, and sends Router
+//! Advertisements of their prefixes, so that LAN hosts form SLAAC addresses and reach it.
+//! The advertisements offer the gateway as default router only when an IPv6 default route
+//! leaves by another interface (`RouterConfig::with_ipv6`); what is not for the gateway is
+//! forwarded by `forward6`, and what the gateway does not answer is dropped and counted.
 //!
 //! A worker only classifies ([`classify`]); the control thread answers ([`answer`]), learns
 //! its neighbours from what [`answer`] saw (a [`Sighting`], for the neighbour table's ARP
@@ -1127,7 +1127,7 @@ mod tests {
         else {
             panic!("not a valid advertisement");
         };
-        // Not a default router while IPv6 is not forwarded.
+        // Not a default router: the test's config has no IPv6 default route.
         assert_eq!(router_lifetime_secs, 0);
         let prefixes: Vec<PrefixInfo> = options
             .filter_map(|option| match option {
