@@ -967,6 +967,25 @@ pub struct FirewallConfig {
     /// After a reload, check established flows against the new rules once and drop those
     /// now denied. Off: new rules apply to new flows only.
     pub recheck_established: bool,
+    /// IPv6 services on inside hosts that flows from an interface may open, whatever the
+    /// zone policy says: the IPv6 form of a port forward (there is no NAT66).
+    pub pinholes: Vec<PinholeConfig>,
+}
+
+/// `[[firewall.pinholes]]`: one IPv6 service on an inside host, reachable from `interface`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PinholeConfig {
+    /// The interface the flows arrive on (it needs `[interfaces.ipv6]`).
+    pub interface: String,
+    pub protocol: L4Protocol,
+    /// "22" or "8000-8010": the host's own ports.
+    pub port: PortRange,
+    /// The host's global IPv6 address.
+    pub to: Ipv6Addr,
+    /// The sources allowed; omitted: any.
+    #[serde(default)]
+    pub source: Option<Ipv6Cidr>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -1282,6 +1301,76 @@ fn subnets_overlap(a: &Ipv4Cidr, b: &Ipv4Cidr) -> bool {
 }
 
 impl GatewayConfig {
+    /// `firewall.pinholes`: an interface with IPv6 to arrive on, a host address that can be
+    /// one (global unicast, not the gateway's own) in an interface's IPv6 prefix, and a
+    /// source prefix without host bits.
+    fn validate_pinholes(&self) -> Result<(), ConfigError> {
+        use pipeline::pipeline::ipv6_local::prefix_of;
+        for (i, pinhole) in self.firewall.pinholes.iter().enumerate() {
+            let field = |name: &str| format!("firewall.pinholes[{i}].{name}");
+            let Some(port) = self
+                .interfaces
+                .iter()
+                .position(|iface| iface.name == pinhole.interface)
+            else {
+                return Err(invalid(
+                    field("interface"),
+                    format!("no interface named {:?}", pinhole.interface),
+                ));
+            };
+            if self.interfaces[port].ipv6.is_none() {
+                return Err(invalid(
+                    field("interface"),
+                    format!("{:?} has no [interfaces.ipv6] table", pinhole.interface),
+                ));
+            }
+            let to = pinhole.to;
+            if to.is_multicast()
+                || to.is_unspecified()
+                || to.is_loopback()
+                || pipeline::wire::ipv6::is_link_local(to)
+            {
+                return Err(invalid(
+                    field("to"),
+                    format!("{to} is not a global unicast address"),
+                ));
+            }
+            let own_prefixes = self
+                .interfaces
+                .iter()
+                .flat_map(|iface| iface.ipv6.iter().flat_map(|v6| &v6.addresses));
+            let mut on_link = false;
+            for own in own_prefixes {
+                if own.addr == to {
+                    return Err(invalid(
+                        field("to"),
+                        format!("{to} is the gateway's own address"),
+                    ));
+                }
+                on_link |= prefix_of(own.addr, own.len) == prefix_of(to, own.len);
+            }
+            if !on_link {
+                return Err(invalid(
+                    field("to"),
+                    format!("{to} is in no interface's IPv6 prefix"),
+                ));
+            }
+            if let Some(source) = pinhole.source {
+                if prefix_of(source.addr, source.len) != source.addr {
+                    return Err(invalid(
+                        field("source"),
+                        format!(
+                            "{source} has host bits set (the prefix is {}/{})",
+                            prefix_of(source.addr, source.len),
+                            source.len
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The interface `ipv6_routes[i]` leaves by, with the route checked: no host bits, one
     /// route per prefix, a unicast next hop on an interface with IPv6 (named by `interface`
     /// for a link-local one, else the one whose prefix holds it).
@@ -2085,6 +2174,7 @@ impl GatewayConfig {
                 );
             }
         }
+        self.validate_pinholes()?;
         let zones = self.zone_names();
         let known_zone = |zone: &str| zone == "local" || zones.iter().any(|z| z == zone);
         for (i, policy) in self.firewall.policy.iter().enumerate() {
@@ -2533,6 +2623,85 @@ mod tests {
             err.starts_with("ipv6_routes[2].destination:") && err.contains("second route"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn ipv6_pinholes_are_checked_and_compiled() {
+        let with_pinholes = |pinholes: &str| {
+            let text = LAB
+                .replace(
+                    "address = \"10.0.0.1/24\"",
+                    "address = \"10.0.0.1/24\"\n[interfaces.ipv6]\naddresses = [\"2001:db8:ff::1/64\"]",
+                )
+                .replace(
+                    "address = \"192.168.10.1/24\"",
+                    "address = \"192.168.10.1/24\"\n[interfaces.ipv6]\naddresses = [\"2001:db8:10::1/64\"]",
+                )
+                + pinholes;
+            parse(&text)
+        };
+        let good =
+            "[[firewall.pinholes]]\ninterface = \"wan\"\nprotocol = \"tcp\"\nport = \"22\"\n\
+                    to = \"2001:db8:10::5\"\nsource = \"2001:db8:77::/48\"\n";
+        let config = with_pinholes(good).unwrap();
+        let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        let router = crate::pipeline_config::router_config(&config, &macs).unwrap();
+        assert_eq!(
+            router.pinholes6,
+            [pipeline::pipeline::config::Pinhole6 {
+                interface: 1,
+                protocol: 6,
+                ports: 22..=22,
+                to: "2001:db8:10::5".parse().unwrap(),
+                from: ("2001:db8:77::".parse().unwrap(), 48),
+            }]
+        );
+        let cases = [
+            (
+                "interface = \"dmz\"",
+                "to = \"2001:db8:10::5\"",
+                "interface:",
+                "no interface",
+            ),
+            (
+                "interface = \"wan\"",
+                "to = \"fe80::5\"",
+                "to:",
+                "global unicast",
+            ),
+            (
+                "interface = \"wan\"",
+                "to = \"2001:db8:10::1\"",
+                "to:",
+                "own address",
+            ),
+            (
+                "interface = \"wan\"",
+                "to = \"2001:db8:99::5\"",
+                "to:",
+                "no interface's IPv6",
+            ),
+            (
+                "interface = \"wan\"",
+                "to = \"2001:db8:10::5\"\nsource = \"2001:db8:77::1/48\"",
+                "source:",
+                "host bits",
+            ),
+        ];
+        for (interface, to, field, reason) in cases {
+            let pinhole = format!(
+                "[[firewall.pinholes]]\n{interface}\nprotocol = \"udp\"\nport = \"53\"\n{to}\n"
+            );
+            let err = with_pinholes(&pinhole).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("firewall.pinholes[0].{field}")) && err.contains(reason),
+                "{pinhole:?}: {err}"
+            );
+        }
+        // On an interface without IPv6.
+        let text = LAB.to_string() + good;
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("no [interfaces.ipv6]"), "{err}");
     }
 
     #[test]

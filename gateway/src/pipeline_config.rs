@@ -2,12 +2,12 @@
 //! zones, NAT, the compiled firewall, QoS, the traffic meter, keyword block and parental
 //! control. Used at start and on every reload.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context;
 use pipeline::pipeline::config::{
-    Ipv6Interface, PortForward, RouterAdvertConfig, Stateful, StaticRoute6,
+    Ipv6Interface, Pinhole6, PortForward, RouterAdvertConfig, Stateful, StaticRoute6,
 };
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
@@ -157,7 +157,8 @@ pub fn router_config_with_kernel(
         .with_source_validation(&source_validation)?
         .with_tcp_mss(&tcp_mss)?
         .with_pppoe(&pppoe)?
-        .with_ipv6(ipv6_interfaces(config, macs), &ipv6_routes(config)?)?;
+        .with_ipv6(ipv6_interfaces(config, macs), &ipv6_routes(config)?)?
+        .with_pinholes6(pinholes6(config))?;
     Ok(router
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))
@@ -187,6 +188,38 @@ fn ipv6_interfaces(config: &GatewayConfig, macs: &[[u8; 6]]) -> Vec<Option<Ipv6I
                     // Worked out with the routes, by RouterConfig::with_ipv6.
                     router_lifetime_secs: 0,
                 }),
+            })
+        })
+        .collect()
+}
+
+fn l4_protocol(protocol: L4Protocol) -> u8 {
+    match protocol {
+        L4Protocol::Tcp => ipv4::protocol::TCP,
+        L4Protocol::Udp => ipv4::protocol::UDP,
+    }
+}
+
+/// The IPv6 pinholes, their interfaces by index (validated before).
+fn pinholes6(config: &GatewayConfig) -> Vec<Pinhole6> {
+    config
+        .firewall
+        .pinholes
+        .iter()
+        .filter_map(|pinhole| {
+            let port = config
+                .interfaces
+                .iter()
+                .position(|iface| iface.name == pinhole.interface)?;
+            let from = pinhole.source.map_or((Ipv6Addr::UNSPECIFIED, 0), |source| {
+                (source.addr, source.len)
+            });
+            Some(Pinhole6 {
+                interface: port as u16,
+                protocol: l4_protocol(pinhole.protocol),
+                ports: pinhole.port.first..=pinhole.port.last,
+                to: pinhole.to,
+                from,
             })
         })
         .collect()
@@ -286,10 +319,7 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
                 .iter()
                 .position(|iface| iface.name == forward.interface)
                 .unwrap_or(0) as u16,
-            protocol: match forward.protocol {
-                L4Protocol::Tcp => ipv4::protocol::TCP,
-                L4Protocol::Udp => ipv4::protocol::UDP,
-            },
+            protocol: l4_protocol(forward.protocol),
             ports: range(forward.port),
             to: forward.to,
             to_port: forward.to_port.unwrap_or(forward.port.first),

@@ -548,6 +548,21 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("firewall.policy[].to", Applied, "\"inside\"", None),
     ("firewall.policy[].action", Applied, "\"drop\"", None),
     ("firewall.rules[].name", Applied, "\"other\"", None),
+    ("firewall.pinholes[].interface", Applied, "\"lan\"", None),
+    ("firewall.pinholes[].protocol", Applied, "\"udp\"", None),
+    ("firewall.pinholes[].port", Applied, "\"2222\"", None),
+    (
+        "firewall.pinholes[].to",
+        Applied,
+        "\"2001:db8:5::23\"",
+        None,
+    ),
+    (
+        "firewall.pinholes[].source",
+        Applied,
+        "\"2001:db8:78::/48\"",
+        None,
+    ),
     ("firewall.rules[].from", Applied, "\"local\"", None),
     ("firewall.rules[].to", Applied, "\"wan\"", None),
     ("firewall.rules[].source", Applied, "\"10.0.1.0/24\"", None),
@@ -793,6 +808,12 @@ name = "ping"
 protocol = "icmp"
 icmp_type = 8
 action = "accept"
+[[firewall.pinholes]]
+interface = "wan"
+protocol = "tcp"
+port = "22"
+to = "2001:db8:5::22"
+source = "2001:db8:77::/48"
 
 [metrics]
 listen = "127.0.0.1:9100"

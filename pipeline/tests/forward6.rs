@@ -11,7 +11,7 @@ use std::sync::Arc;
 use common::*;
 use etherparse::{Icmpv6Type, PacketBuilder, SlicedPacket, TransportSlice};
 use pipeline::l3::icmpv6_error::{write_icmpv6_error, Icmpv6Error};
-use pipeline::pipeline::config::{Ipv6Interface, Stateful, StaticRoute6};
+use pipeline::pipeline::config::{Ipv6Interface, Pinhole6, Stateful, StaticRoute6};
 use pipeline::state::firewall::{Action, Policy, RuleSet};
 use pipeline::wire::ipv6::link_local;
 use pipeline::wire::EthernetAddress;
@@ -194,6 +194,49 @@ fn unsolicited_inbound_is_dropped_and_a_closed_pinhole_stays_closed() {
     assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
     // Nor does the dropped packet open anything: the host's own flow starts afresh.
     let (verdict, _) = run(&mut gw, &reply_from(REMOTE6), on(WAN), 1);
+    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
+}
+
+#[test]
+fn a_pinhole_lets_one_service_in_from_the_sources_it_names() {
+    let pinhole = Pinhole6 {
+        interface: WAN,
+        protocol: 17,
+        ports: 53..=53,
+        to: HOST6,
+        from: (Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 0), 48),
+    };
+    let router = config(true).with_pinholes6(vec![pinhole]).unwrap();
+    let mut gw = worker(router, neighbors(), 0, 1);
+    let to_host = |from: Ipv6Addr, port: u16| {
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+            .ipv6(from.octets(), HOST6.octets(), 60)
+            .udp(40000, port)
+            .write(&mut frame, &[1; 12])
+            .unwrap();
+        frame
+    };
+    let (verdict, _) = run(&mut gw, &to_host(REMOTE6, 53), on(WAN), 0);
+    assert_eq!(
+        verdict,
+        Verdict::Transmit { port: LAN },
+        "the pinholed service"
+    );
+    // The host's answer is the flow's reply.
+    let mut answer = Vec::new();
+    PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+        .ipv6(HOST6.octets(), REMOTE6.octets(), 64)
+        .udp(53, 40000)
+        .write(&mut answer, &[2; 12])
+        .unwrap();
+    let (verdict, _) = run(&mut gw, &answer, on(LAN), 1);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    // Another port, another source, another host's address: the policy's drop.
+    let (verdict, _) = run(&mut gw, &to_host(REMOTE6, 54), on(WAN), 2);
+    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
+    let elsewhere = Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, 1);
+    let (verdict, _) = run(&mut gw, &to_host(elsewhere, 53), on(WAN), 2);
     assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
 }
 

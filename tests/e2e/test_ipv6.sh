@@ -6,7 +6,8 @@
 # WAN). Then it pings the gateway's global and link-local addresses, a scapy probe reads the
 # advertisement's fields (prefix, RDNSS, router lifetime), the host pings and runs iperf3 to
 # a WAN host both ways, an oversized packet gets Packet Too Big with the WAN's MTU, a hop
-# limit of 1 gets Time Exceeded, the WAN host's unsolicited pings are dropped (RFC 6092), and
+# limit of 1 gets Time Exceeded, the WAN host's unsolicited pings are dropped (RFC 6092) but
+# a pinhole lets it reach one TCP service on a LAN host's fixed address, and
 # hostile or unroutable IPv6 is dropped under its reason while the gateway keeps answering.
 #
 #   gwlab-lan: eth0 (SLAAC in 2001:db8:10::/64) --veth-- gwl-lan [gateway 2001:db8:10::1/64]
@@ -40,6 +41,9 @@ lab_config 19160 | awk '
     in_wan && /^mtu = / { print "mtu = 1400"; next }
     { print }' >"$WORK/gateway.toml"
 printf '\n[[ipv6_routes]]\ndestination = "::/0"\nvia = "2001:db8:ff::2"\n' >>"$WORK/gateway.toml"
+# A pinhole: the WAN may reach TCP 5201 on the LAN host's fixed address 2001:db8:10::5.
+printf '\n[[firewall.pinholes]]\ninterface = "wan"\nprotocol = "tcp"\nport = "5201"\nto = "2001:db8:10::5"\n' \
+    >>"$WORK/gateway.toml"
 [[ $(grep -c '^\[interfaces.ipv6\]' "$WORK/gateway.toml") == 2 ]] || fail "no [interfaces.ipv6] for both interfaces in the config"
 grep -q '^mtu = 1400' "$WORK/gateway.toml" || fail "the WAN's MTU was not lowered in the config"
 printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/gateway.toml"
@@ -190,6 +194,22 @@ expect_output "the WAN host's unsolicited pings to the LAN host are dropped (RFC
 [[ $(($(dropped firewall_drop) - ${firewall_drops:-0})) -ge 3 ]] ||
     fail "the unsolicited pings were not counted as firewall_drop ($firewall_drops, then $(dropped firewall_drop))"
 pass "the unsolicited pings were counted as firewall_drop"
+# The pinhole: iperf3 from the WAN to the LAN host's fixed address on TCP 5201 goes in; the
+# same host on another port stays closed.
+lan ip -6 addr add 2001:db8:10::5/64 dev eth0 nodad
+read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 2001:db8:10::5 -t 1) ||
+    fail "iperf3 from the WAN through the pinhole to [2001:db8:10::5]:5201"
+[[ $peer == 2001:db8:ff::2 ]] || fail "the LAN host saw $peer, not the WAN host's own address"
+pass "the pinhole lets the WAN host reach [2001:db8:10::5]:5201: $gbps Gbit/s, from its own address"
+lan timeout 8 iperf3 -s -1 -p 5202 >/dev/null 2>&1 &
+closed_server=$!
+sleep 0.5
+if wan timeout 5 iperf3 -c 2001:db8:10::5 -p 5202 -t 1 --connect-timeout 2000 >/dev/null 2>&1; then
+    fail "the WAN host reached port 5202, which no pinhole opens"
+fi
+kill "$closed_server" 2>/dev/null || true
+wait "$closed_server" 2>/dev/null || true
+pass "port 5202 on the same host stays closed"
 
 # Hostile or unroutable IPv6: each dropped under its reason, and the gateway still answers.
 cat >"$WORK/hostile.py" <<'PY'

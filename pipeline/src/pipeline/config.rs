@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::features::content::ContentPolicy;
 use crate::features::qos::QosConfig;
-use crate::flow::FlowKey;
+use crate::flow::{FlowKey, FlowKey6};
 use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
 use crate::l3::route6::{NextHop6, Route6, RouteError6, RouteTable6};
 use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
@@ -137,6 +137,31 @@ impl Default for IcmpLimits {
     }
 }
 
+/// An IPv6 service on an inside host that flows from `interface` may open whatever their
+/// zone pair's policy says: the IPv6 form of a port forward, without NAT66 (the host keeps
+/// its own address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pinhole6 {
+    /// The interface the flows arrive on.
+    pub interface: u16,
+    pub protocol: u8,
+    pub ports: RangeInclusive<u16>,
+    pub to: Ipv6Addr,
+    /// The sources allowed: a prefix and its length (`::/0`: any).
+    pub from: (Ipv6Addr, u8),
+}
+
+impl Pinhole6 {
+    /// Whether this pinhole opens the flow `key` arriving on `ingress`.
+    pub fn admits(&self, ingress: u16, key: &FlowKey6) -> bool {
+        self.interface == ingress
+            && self.protocol == key.protocol
+            && self.to == key.dst
+            && self.ports.contains(&key.dst_port)
+            && prefix_of(key.src, self.from.1) == self.from.0
+    }
+}
+
 /// A WAN port (range) forwarded to a LAN host (DNAT).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortForward {
@@ -247,6 +272,8 @@ pub struct RouterConfig {
     pub routes6: RouteTable6,
     /// Some static IPv6 route is a default route (`::/0`), for loose source validation.
     has_default_route6: bool,
+    /// IPv6 services outside hosts may reach through the zone policy.
+    pub pinholes6: Vec<Pinhole6>,
 }
 
 /// A static IPv6 route, its interface resolved (a link-local next hop is only meaningful
@@ -458,6 +485,7 @@ impl RouterConfig {
             ipv6: Vec::new(),
             routes6: RouteTable6::build(&[]).map_err(RouterError::Route6)?,
             has_default_route6: false,
+            pinholes6: Vec::new(),
         })
     }
 
@@ -600,6 +628,18 @@ impl RouterConfig {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Opens the IPv6 pinholes `pinholes` (their interfaces must exist).
+    pub fn with_pinholes6(mut self, pinholes: Vec<Pinhole6>) -> Result<RouterConfig, RouterError> {
+        if pinholes
+            .iter()
+            .any(|pinhole| usize::from(pinhole.interface) >= self.interfaces.len())
+        {
+            return Err(RouterError::StatefulMismatch);
+        }
+        self.pinholes6 = pinholes;
+        Ok(self)
     }
 
     /// Whether any interface has IPv6.

@@ -3,8 +3,9 @@
 //! [`FlowKey6`]). There is no NAT66: an IPv6 flow is admitted or not, never translated.
 //!
 //! RFC 6092's simple security by default: a new flow is admitted by the policy of its zone
-//! pair (`[firewall.policy]`: the LAN's flows out accepted, the WAN's in dropped), replies
-//! and ICMPv6 errors about a tracked flow pass (RFC 4890 4.3.1), and nothing else does. The
+//! pair (`[firewall.policy]`: the LAN's flows out accepted, the WAN's in dropped) or by a
+//! pinhole to an inside host's service (`RouterConfig::pinholes6`), replies and ICMPv6
+//! errors about a tracked flow pass (RFC 4890 4.3.1), and nothing else does. The
 //! firewall's rules match IPv4 only so far; a reject answers with ICMPv6 "administratively
 //! prohibited".
 //!
@@ -12,7 +13,7 @@
 //! to the worker a symmetric hash of its two addresses names ([`Ownership::pair_owner6`]):
 //! without NAT, neither end's address changes on the way.
 
-use crate::flow::{FlowKey6, KeyError};
+use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::Ingress;
@@ -100,7 +101,7 @@ impl StatefulStage6 {
                     return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
                 self.flows.remove(id);
-                self.new_flow(router, key, zones, segment, now_ns)
+                self.new_flow(router, ingress, key, zones, segment, now_ns)
             }
             Probe::Found(id, direction) => {
                 if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(ip, ext) {
@@ -118,22 +119,31 @@ impl StatefulStage6 {
             Probe::Vacant(_) if !l4_checksum_ok(ip, ext) => {
                 Stage6::Done(Verdict::Drop(DropReason::L4Checksum))
             }
-            Probe::Vacant(_) => self.new_flow(router, key, zones, segment, now_ns),
+            Probe::Vacant(_) => self.new_flow(router, ingress, key, zones, segment, now_ns),
         }
     }
 
-    /// A new flow from zone `from` to zone `to`, by their pair's policy.
+    /// A new flow from zone `from` to zone `to`, by their pair's policy, or a pinhole where
+    /// the policy does not accept it.
     fn new_flow(
         &mut self,
         router: &RouterConfig,
+        ingress: Ingress,
         key: FlowKey6,
         (from, to): (ZoneId, ZoneId),
         segment: Option<TcpSegment>,
         now_ns: u64,
     ) -> Stage6 {
         let stateful = &router.stateful;
+        let pinholed = || {
+            router
+                .pinholes6
+                .iter()
+                .any(|pinhole| pinhole.admits(ingress.port, &key))
+        };
         match stateful.firewall.policy().default_for(from, to) {
             Action::Accept => {}
+            _ if pinholed() => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage6::Error(Icmpv6Error::AdminProhibited),
         }
@@ -152,7 +162,7 @@ impl StatefulStage6 {
     }
 
     /// After a reload with `recheck_established`, a flow admitted under older rules is
-    /// checked once against the new policy.
+    /// checked once against the new policy and pinholes.
     fn recheck(&mut self, router: &RouterConfig, id: FlowId) -> Option<Verdict> {
         let stateful = &router.stateful;
         let data = *self.flows.data(id);
@@ -160,8 +170,17 @@ impl StatefulStage6 {
             return None;
         }
         let (from, to) = (ZoneId(data.from_zone), ZoneId(data.to_zone));
+        // A pinhole admits the flow if it opens on an interface of the flow's zone.
+        let pinholed = || {
+            let original = self.flows.key(id, Direction::Original);
+            router.pinholes6.iter().any(|pinhole| {
+                zone(router, pinhole.interface) == from
+                    && pinhole.admits(pinhole.interface, &original)
+            })
+        };
         if stateful.recheck_established
             && stateful.firewall.policy().default_for(from, to) != Action::Accept
+            && !pinholed()
         {
             self.flows.remove(id);
             return Some(Verdict::Drop(DropReason::FirewallRecheck));
