@@ -12,7 +12,7 @@ use common::*;
 use etherparse::{Icmpv6Type, PacketBuilder, SlicedPacket, TransportSlice};
 use pipeline::l3::icmpv6_error::{write_icmpv6_error, Icmpv6Error};
 use pipeline::pipeline::config::{Ipv6Interface, Pinhole6, Stateful, StaticRoute6};
-use pipeline::state::firewall::{Action, Policy, RuleSet};
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet};
 use pipeline::wire::ipv6::link_local;
 use pipeline::wire::EthernetAddress;
 use pipeline::{
@@ -28,12 +28,16 @@ const REMOTE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 1);
 const WAN_MTU: u16 = 1400;
 
 fn config(with_default: bool) -> RouterConfig {
+    config_with_rules(with_default, Vec::new())
+}
+
+fn config_with_rules(with_default: bool, rules: Vec<Rule>) -> RouterConfig {
     let policy = Policy::new(Action::Drop).set(LAN_ZONE, WAN_ZONE, Action::Accept);
     let stateful = Stateful {
         content: None,
         zones: vec![LAN_ZONE, WAN_ZONE],
         masquerade: vec![false, true],
-        firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
+        firewall: RuleSet::compile(rules, policy).unwrap(),
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,
@@ -237,6 +241,73 @@ fn a_pinhole_lets_one_service_in_from_the_sources_it_names() {
     assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
     let elsewhere = Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, 1);
     let (verdict, _) = run(&mut gw, &to_host(elsewhere, 53), on(WAN), 2);
+    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
+}
+
+/// A rule without IPv4 prefixes applies to IPv6 flows too; one with a prefix does not.
+#[test]
+fn rules_without_ipv4_prefixes_apply_to_ipv6() {
+    let rule = |name: &str, protocol, port: u16, src, action| Rule {
+        name: name.into(),
+        from: None,
+        to: None,
+        src,
+        dst: None,
+        protocol: Some(protocol),
+        src_ports: None,
+        dst_ports: Some(port..=port),
+        icmp_type: None,
+        action,
+    };
+    let rules = vec![
+        // Only for an IPv4 source: never an IPv6 flow's.
+        rule(
+            "v4-only",
+            17,
+            53,
+            Some((std::net::Ipv4Addr::new(192, 168, 10, 0), 24)),
+            Action::Drop,
+        ),
+        rule("no-dns-over-tcp", 6, 53, None, Action::Reject),
+        rule("pinhole-closed", 17, 123, None, Action::Drop),
+    ];
+    let pinhole = Pinhole6 {
+        interface: WAN,
+        protocol: 17,
+        ports: 123..=123,
+        to: HOST6,
+        from: (Ipv6Addr::UNSPECIFIED, 0),
+    };
+    let router = config_with_rules(true, rules)
+        .with_pinholes6(vec![pinhole])
+        .unwrap();
+    let mut gw = worker(router, neighbors(), 0, 1);
+    // UDP 53 out: the IPv4-only rule does not apply.
+    let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    // TCP 53 out: rejected with ICMPv6 administratively prohibited.
+    let mut tcp = Vec::new();
+    PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+        .ipv6(HOST6.octets(), REMOTE6.octets(), 64)
+        .tcp(40000, 53, 1, 64240)
+        .syn()
+        .write(&mut tcp, &[])
+        .unwrap();
+    let (verdict, error) = run(&mut gw, &tcp, on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (kind, _, _) = icmpv6_error_in(&error);
+    assert!(
+        matches!(kind, Icmpv6Type::DestinationUnreachable(ref code) if code.code_u8() == 1),
+        "{kind:?}"
+    );
+    // A rule decides a pinholed flow: the pinhole to UDP 123 is closed by it.
+    let mut ntp = Vec::new();
+    PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+        .ipv6(REMOTE6.octets(), HOST6.octets(), 60)
+        .udp(40000, 123)
+        .write(&mut ntp, &[1; 48])
+        .unwrap();
+    let (verdict, _) = run(&mut gw, &ntp, on(WAN), 0);
     assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
 }
 

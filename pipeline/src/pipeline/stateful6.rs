@@ -2,12 +2,12 @@
 //! worker's IPv6 flow table, a table of its own so that IPv4's keys stay 13 bytes (see
 //! [`FlowKey6`]). There is no NAT66: an IPv6 flow is admitted or not, never translated.
 //!
-//! RFC 6092's simple security by default: a new flow is admitted by the policy of its zone
-//! pair (`[firewall.policy]`: the LAN's flows out accepted, the WAN's in dropped) or by a
-//! pinhole to an inside host's service (`RouterConfig::pinholes6`), replies and ICMPv6
-//! errors about a tracked flow pass (RFC 4890 4.3.1), and nothing else does. The
-//! firewall's rules match IPv4 only so far; a reject answers with ICMPv6 "administratively
-//! prohibited".
+//! RFC 6092's simple security by default: a new flow is admitted by the firewall's rules
+//! that apply to IPv6 (those without IPv4 prefixes), else by the policy of its zone pair
+//! (`[firewall.policy]`: the LAN's flows out accepted, the WAN's in dropped) or a pinhole to
+//! an inside host's service (`RouterConfig::pinholes6`); replies and ICMPv6 errors about a
+//! tracked flow pass (RFC 4890 4.3.1), and nothing else does. A reject answers with ICMPv6
+//! "administratively prohibited".
 //!
 //! Ownership: both directions of an IPv6 flow, its fragments and the errors about it belong
 //! to the worker a symmetric hash of its two addresses names ([`Ownership::pair_owner6`]):
@@ -141,9 +141,8 @@ impl StatefulStage6 {
                 .iter()
                 .any(|pinhole| pinhole.admits(ingress.port, &key))
         };
-        match stateful.firewall.policy().default_for(from, to) {
+        match admit6(router, from, to, &key, pinholed) {
             Action::Accept => {}
-            _ if pinholed() => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage6::Error(Icmpv6Error::AdminProhibited),
         }
@@ -170,17 +169,16 @@ impl StatefulStage6 {
             return None;
         }
         let (from, to) = (ZoneId(data.from_zone), ZoneId(data.to_zone));
+        let original = self.flows.key(id, Direction::Original);
         // A pinhole admits the flow if it opens on an interface of the flow's zone.
         let pinholed = || {
-            let original = self.flows.key(id, Direction::Original);
             router.pinholes6.iter().any(|pinhole| {
                 zone(router, pinhole.interface) == from
                     && pinhole.admits(pinhole.interface, &original)
             })
         };
         if stateful.recheck_established
-            && stateful.firewall.policy().default_for(from, to) != Action::Accept
-            && !pinholed()
+            && admit6(router, from, to, &original, pinholed) != Action::Accept
         {
             self.flows.remove(id);
             return Some(Verdict::Drop(DropReason::FirewallRecheck));
@@ -246,6 +244,24 @@ impl StatefulStage6 {
             Some(_) => Stage6::Forward,
             None => Stage6::Done(Verdict::Drop(DropReason::UnrelatedIcmpError)),
         }
+    }
+}
+
+/// The firewall's verdict on a new IPv6 flow from zone `from` to zone `to`: the first rule
+/// that applies to IPv6 (no IPv4 prefix), else the pair's default; a flow a pinhole opens is
+/// decided by a matching rule only, as a port forward is for IPv4 (`stateful::admit`).
+fn admit6(
+    router: &RouterConfig,
+    from: ZoneId,
+    to: ZoneId,
+    key: &FlowKey6,
+    pinholed: impl FnOnce() -> bool,
+) -> Action {
+    match router.stateful.firewall.evaluate6(from, to, key) {
+        (action, Some(_)) => action,
+        (Action::Accept, None) => Action::Accept,
+        (_, None) if pinholed() => Action::Accept,
+        (action, None) => action,
     }
 }
 

@@ -54,7 +54,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
-use crate::flow::FlowKey;
+use crate::flow::{FlowKey, FlowKey6};
 use crate::wire::ipv4::protocol;
 
 /// A firewall zone. Numbering is up to the configuration; only [`ZoneId::LOCAL`] is fixed.
@@ -130,6 +130,24 @@ impl Rule {
             && in_ports(key.src_port, &self.src_ports)
             && in_ports(key.dst_port, &self.dst_ports)
             && icmp_type_matches(self.icmp_type, icmp_type)
+    }
+}
+
+impl Rule {
+    /// The reference semantics for IPv6 flows: a rule with an IPv4 prefix or an ICMP type
+    /// matches none; otherwise as [`Rule::matches`] without addresses.
+    pub fn matches6(&self, from: ZoneId, to: ZoneId, key: &FlowKey6) -> bool {
+        fn in_ports(port: u16, range: &Option<RangeInclusive<u16>>) -> bool {
+            range.as_ref().is_none_or(|range| range.contains(&port))
+        }
+        self.src.is_none()
+            && self.dst.is_none()
+            && self.icmp_type.is_none()
+            && any_or_eq(self.from, from)
+            && any_or_eq(self.to, to)
+            && any_or_eq(self.protocol, key.protocol)
+            && in_ports(key.src_port, &self.src_ports)
+            && in_ports(key.dst_port, &self.dst_ports)
     }
 }
 
@@ -278,6 +296,8 @@ struct Matcher {
     src_ports: (u16, u16),
     dst_ports: (u16, u16),
     icmp_type: Option<u8>,
+    /// The rule names IPv4 prefixes, so no IPv6 flow matches it.
+    ipv4_only: bool,
     action: Action,
 }
 
@@ -332,6 +352,7 @@ impl Matcher {
             src_ports,
             dst_ports,
             icmp_type: rule.icmp_type,
+            ipv4_only: rule.src.is_some() || rule.dst.is_some(),
             action: rule.action,
         })
     }
@@ -349,6 +370,20 @@ impl Matcher {
             && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
             && (self.dst_ports.0..=self.dst_ports.1).contains(&key.dst_port)
             && icmp_type_matches(self.icmp_type, icmp_type)
+    }
+
+    /// [`matches`](Self::matches) for an IPv6 flow: a rule without prefixes (zones,
+    /// protocol, ports) matches both families, one with IPv4 prefixes only IPv4 flows.
+    #[inline]
+    fn matches6(&self, from: ZoneId, to: ZoneId, key: &FlowKey6) -> bool {
+        !self.ipv4_only
+            && any_or_eq(self.from, from)
+            && any_or_eq(self.to, to)
+            && any_or_eq(self.protocol, key.protocol)
+            && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
+            && (self.dst_ports.0..=self.dst_ports.1).contains(&key.dst_port)
+            // ICMP types are ICMPv4's: a rule naming one matches no IPv6 flow.
+            && self.icmp_type.is_none()
     }
 }
 
@@ -640,12 +675,6 @@ impl RuleSet {
         key: &FlowKey,
         icmp_type: Option<u8>,
     ) -> Trace {
-        let from_class = usize::from(self.zone_class[usize::from(from.0)]);
-        let to_class = usize::from(self.zone_class[usize::from(to.0)]);
-        let default = self
-            .cells
-            .get(from_class * self.classes + to_class)
-            .map_or(self.policy.fallback, |cell| cell.default);
         // ICMP rules are indexed by type; everything else with an index is TCP or UDP by
         // destination port, and other protocols' buckets have no index to consult.
         let index_key = if key.protocol == protocol::ICMP {
@@ -653,7 +682,37 @@ impl RuleSet {
         } else {
             Some(key.dst_port)
         };
+        self.first_match(from, to, key.protocol, index_key, |matcher| {
+            matcher.matches(from, to, key, icmp_type)
+        })
+    }
 
+    /// [`RuleSet::evaluate`] for a new IPv6 flow: the rules without IPv4 prefixes apply
+    /// (see [`Rule::matches6`]), then the zone pair's default.
+    pub fn evaluate6(&self, from: ZoneId, to: ZoneId, key: &FlowKey6) -> (Action, Option<usize>) {
+        let trace = self.first_match(from, to, key.protocol, Some(key.dst_port), |matcher| {
+            matcher.matches6(from, to, key)
+        });
+        (trace.action, trace.rule)
+    }
+
+    /// The first rule for the zone pair, `protocol` and `index_key` (a TCP or UDP flow's
+    /// destination port, an ICMP flow's type) that `matches`, or the pair's default.
+    #[inline]
+    fn first_match(
+        &self,
+        from: ZoneId,
+        to: ZoneId,
+        protocol: u8,
+        index_key: Option<u16>,
+        matches: impl Fn(&Matcher) -> bool,
+    ) -> Trace {
+        let from_class = usize::from(self.zone_class[usize::from(from.0)]);
+        let to_class = usize::from(self.zone_class[usize::from(to.0)]);
+        let default = self
+            .cells
+            .get(from_class * self.classes + to_class)
+            .map_or(self.policy.fallback, |cell| cell.default);
         // A zone named by no rule has class 0 and shares the wildcard groups; visiting them
         // once keeps each rule in at most one list.
         let from_specs = [0, from_class];
@@ -690,7 +749,7 @@ impl RuleSet {
                 lists.add(&group.any_protocol);
                 if let Ok(position) = group
                     .by_protocol
-                    .binary_search_by_key(&key.protocol, |&(proto, _)| proto)
+                    .binary_search_by_key(&protocol, |&(proto, _)| proto)
                 {
                     if let Some((_, bucket)) = group.by_protocol.get(position) {
                         lists.add(&bucket.unindexed);
@@ -710,7 +769,7 @@ impl RuleSet {
             candidates_checked += 1;
             let index = index as usize;
             if let Some(matcher) = self.matchers.get(index) {
-                if matcher.matches(from, to, key, icmp_type) {
+                if matches(matcher) {
                     return Trace {
                         action: matcher.action,
                         rule: Some(index),
@@ -753,6 +812,7 @@ impl RuleSet {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::net::Ipv6Addr;
 
     const ICMP: u8 = protocol::ICMP;
     const TCP: u8 = protocol::TCP;
@@ -810,6 +870,19 @@ mod tests {
             .iter()
             .position(|r| r.matches(from, to, key, icmp_type))
         {
+            Some(i) => (rules[i].action, Some(i)),
+            None => (policy.default_for(from, to), None),
+        }
+    }
+
+    fn naive6(
+        rules: &[Rule],
+        policy: &Policy,
+        from: ZoneId,
+        to: ZoneId,
+        key: &FlowKey6,
+    ) -> (Action, Option<usize>) {
+        match rules.iter().position(|r| r.matches6(from, to, key)) {
             Some(i) => (rules[i].action, Some(i)),
             None => (policy.default_for(from, to), None),
         }
@@ -1707,6 +1780,7 @@ mod tests {
             rules in proptest::collection::vec(random_rule(), 0..=200),
             policy in random_policy(),
             flows in proptest::collection::vec(random_flow(), 64),
+            flows6 in proptest::collection::vec(random_flow(), 16),
         ) {
             let set = RuleSet::compile(rules.clone(), policy.clone()).unwrap();
             for (from, to, key, icmp_type) in flows {
@@ -1736,6 +1810,25 @@ mod tests {
                     set.evaluate(from, to, &key, icmp_type),
                     naive(&rules, &policy, from, to, &key, icmp_type)
                 );
+                // The same flow in IPv6: only the rules without IPv4 prefixes or ICMP types.
+                let key6 = FlowKey6 {
+                    src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
+                    dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
+                    src_port: key.src_port,
+                    dst_port: key.dst_port,
+                    protocol: key.protocol,
+                };
+                prop_assert_eq!(set.evaluate6(from, to, &key6), naive6(&rules, &policy, from, to, &key6));
+            }
+            for (from, to, key, _) in flows6 {
+                let key6 = FlowKey6 {
+                    src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
+                    dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
+                    src_port: key.src_port,
+                    dst_port: key.dst_port,
+                    protocol: key.protocol,
+                };
+                prop_assert_eq!(set.evaluate6(from, to, &key6), naive6(&rules, &policy, from, to, &key6));
             }
         }
     }
