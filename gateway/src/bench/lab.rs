@@ -13,7 +13,7 @@ use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, NeighborView, Pipeline, RouterConfig, WorkerCounters, WorkerSetup};
 
 use super::floor::IoFloor;
-use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREAM_MAC};
+use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREAM6, UPSTREAM_MAC};
 use super::{is_tcp, syns_in, Row, SynFlood, IN_FLIGHT, SYN_FLOOD_MIN_PAIRS, SYN_FLOOD_ROUND};
 use crate::app::publish_router;
 use crate::dpdk::{
@@ -35,6 +35,18 @@ pub(super) enum Loops {
     Floor(Box<IoFloor>),
 }
 
+/// A worker's flow table in the bench: `capacity` flows, no per-host limit (the bench's
+/// synthetic hosts hold many flows each), and a half-open limit small enough that the SYN
+/// flood reaches it within a short run.
+fn bench_table(capacity: usize) -> ConntrackConfig {
+    ConntrackConfig {
+        capacity,
+        host_flows: capacity as u32,
+        half_open: capacity / 16,
+        ..ConntrackConfig::default()
+    }
+}
+
 /// What a lab is built to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum LabKind {
@@ -42,6 +54,8 @@ pub(super) enum LabKind {
     Floor,
     /// This many workers, each with its own queue on LAN and WAN.
     Workers(u16),
+    /// One worker, and IPv6 traffic through the stateful firewall (no NAT66).
+    Ipv6,
 }
 
 /// One queue of LAN and WAN, as a worker has queue `w` of every port in the gateway: here
@@ -101,7 +115,7 @@ impl Lab {
         let any = SocketId::ANY;
         let lab = LABS.fetch_add(1, Ordering::Relaxed);
         let queue_count = match kind {
-            LabKind::Floor => 1,
+            LabKind::Floor | LabKind::Ipv6 => 1,
             LabKind::Workers(workers) => workers.max(1),
         };
         let config = PortConfig {
@@ -130,11 +144,12 @@ impl Lab {
         }
         // The first queue's MACs are the interfaces' (a NIC has one MAC for all its queues;
         // the ring PMD does not filter by it).
-        let traffic = Traffic::new(
+        let mut traffic = Traffic::new(
             EthernetAddress(ports[0].mac_address()?),
             EthernetAddress(ports[1].mac_address()?),
             flows,
         );
+        traffic.ipv6 = kind == LabKind::Ipv6;
         let router_cfg = Arc::new(router_config(&traffic, None)?);
         let router = Arc::new(Published::new(router_cfg.clone()));
         let take_queues = |ports: &mut [Port], queue: usize| -> anyhow::Result<_> {
@@ -170,12 +185,19 @@ impl Lab {
                 counters.push(floor_counters.clone());
                 Loops::Floor(Box::new(IoFloor::new(rx, egress, floor_counters)))
             }
-            LabKind::Workers(_) => {
-                let neighbors = Arc::new(NeighborView::new(
-                    (0..HOSTS)
-                        .map(|h| (Traffic::host(h), Traffic::host_mac(h)))
-                        .chain([(UPSTREAM, UPSTREAM_MAC)]),
-                ));
+            LabKind::Workers(_) | LabKind::Ipv6 => {
+                let neighbors = Arc::new(
+                    NeighborView::new(
+                        (0..HOSTS)
+                            .map(|h| (Traffic::host(h), Traffic::host_mac(h)))
+                            .chain([(UPSTREAM, UPSTREAM_MAC)]),
+                    )
+                    .with_ipv6(
+                        (0..HOSTS)
+                            .map(|h| (Traffic::host6(h), Traffic::host_mac(h)))
+                            .chain([(UPSTREAM6, UPSTREAM_MAC)]),
+                    ),
+                );
                 let published_neighbors = Arc::new(Published::new(neighbors.clone()));
                 let workers = queue_count;
                 let mut links = HandoffLinks::mesh(eal, usize::from(workers), any)?.into_iter();
@@ -190,16 +212,14 @@ impl Lab {
                         WorkerSetup {
                             worker: index,
                             workers,
-                            conntrack: ConntrackConfig {
-                                capacity,
-                                // The bench's synthetic hosts hold many flows each; no
-                                // per-host limit.
-                                host_flows: capacity as u32,
-                                // Small enough that the SYN flood reaches it within a short
-                                // run.
-                                half_open: capacity / 16,
-                                ..ConntrackConfig::default()
+                            // The IPv6 lab's flows are all in its IPv6 table, and its IPv4
+                            // table is left small.
+                            conntrack: if kind == LabKind::Ipv6 {
+                                ConntrackConfig::default()
+                            } else {
+                                bench_table(capacity)
                             },
+                            conntrack6: (kind == LabKind::Ipv6).then(|| bench_table(capacity)),
                             nat_bindings: 4 * HOSTS as usize,
                             meter: Some(meter.clone()),
                             ..WorkerSetup::default()
@@ -255,7 +275,7 @@ impl Lab {
             qos_stats,
             capacity: match kind {
                 LabKind::Floor => 0,
-                LabKind::Workers(_) => capacity * usize::from(queue_count),
+                LabKind::Workers(_) | LabKind::Ipv6 => capacity * usize::from(queue_count),
             },
             poll_cycles: 0,
             forwarded_syns: 0,
@@ -275,7 +295,7 @@ impl Lab {
     pub fn flow_count(&self) -> usize {
         self.workers()
             .iter()
-            .map(|worker| worker.pipeline().flow_count())
+            .map(|worker| worker.pipeline().flow_count() + worker.pipeline().ipv6_flow_count())
             .sum()
     }
 

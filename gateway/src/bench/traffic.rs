@@ -1,10 +1,10 @@
 //! The bench's synthetic traffic and the router config it runs through.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use anyhow::Context;
-use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::config::{Ipv6Interface, PortForward, Stateful, StaticRoute6};
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::{checksum, tcp, EthernetAddress, TcpPacket};
 use pipeline::{IcmpLimits, Interface, RouterConfig, StaticRoute};
@@ -15,6 +15,12 @@ use crate::pipeline_config::{content_policy, qos_config};
 /// LAN hosts; flows are spread over them and over remote addresses.
 pub(super) const HOSTS: u32 = 1000;
 pub(super) const FRAME_LEN: usize = 60; // 64 bytes on the wire with the FCS
+/// Ethernet, IPv6 and UDP headers and no payload: 66 bytes on the wire with the FCS, IPv6's
+/// smallest UDP datagram.
+pub(super) const FRAME6_LEN: usize = 62;
+const LAN6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 1);
+const WAN6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+pub(super) const UPSTREAM6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2);
 
 /// The step [`Traffic::next_outbound`] visits flows by: a prime, so coprime to every flow
 /// count below it (the bench's tables hold at most 2^28).
@@ -128,10 +134,37 @@ pub(super) fn router_config(
         },
     };
     let router = RouterConfig::new(interfaces, &fib(), IcmpLimits::default())?;
-    Ok(router
+    let router = router
         .with_stateful(stateful)?
         .with_qos(features.and_then(|f| qos_config(&f.qos)))
-        .with_traffic_meter(features.is_some_and(|f| f.traffic_meter.enabled)))
+        .with_traffic_meter(features.is_some_and(|f| f.traffic_meter.enabled));
+    if !traffic.ipv6 {
+        return Ok(router);
+    }
+    // IPv6 on both ports, the default route via the upstream router: the remotes' IPv6
+    // addresses all take it (no FIB to scatter them over, unlike IPv4's).
+    let side = |mac, addr| {
+        Some(Ipv6Interface {
+            link_local: pipeline::wire::ipv6::link_local(mac),
+            addresses: vec![(addr, 64)],
+            advertise: None,
+        })
+    };
+    let default_route = StaticRoute6 {
+        destination: Ipv6Addr::UNSPECIFIED,
+        len: 0,
+        via: UPSTREAM6,
+        port: 1,
+    };
+    Ok(router.with_ipv6(
+        vec![side(traffic.lan_mac, LAN6), side(traffic.wan_mac, WAN6)],
+        &[default_route],
+    )?)
+}
+
+/// Flow `f`'s remote IPv6 address: its own, in 2001:db8:8000::/33.
+pub(super) fn remote6(flow: u32) -> Ipv6Addr {
+    Ipv6Addr::from(0x2001_0db8_8000_0000_0000_0000_0000_0000u128 | u128::from(flow) << 16 | 1)
 }
 
 /// Where the remote ends live: 64.0.0.0/3, public unicast, 2^21 /24 blocks.
@@ -186,10 +219,13 @@ pub(super) fn fib() -> Vec<StaticRoute> {
 const FIB_SEED: u32 = 0x2545_f491;
 
 /// The synthetic traffic: flow `f` goes from LAN host `f % HOSTS` (one source port per host,
-/// so the NAT keeps one binding per host) to [`remote`]`(f)`, UDP port 443.
+/// so the NAT keeps one binding per host) to [`remote`]`(f)`, UDP port 443; or, in IPv6,
+/// from the host's IPv6 address to [`remote6`]`(f)`, through the firewall untranslated.
 pub(super) struct Traffic {
     pub lan_mac: EthernetAddress,
     pub wan_mac: EthernetAddress,
+    /// IPv6 flows instead of IPv4's.
+    pub ipv6: bool,
     flows: u32,
     next_new: u32,
     /// Outbound packets generated: which of them open new flows.
@@ -206,6 +242,7 @@ impl Traffic {
         Traffic {
             lan_mac,
             wan_mac,
+            ipv6: false,
             flows,
             next_new: flows,
             next_packet: 0,
@@ -217,6 +254,10 @@ impl Traffic {
 
     pub fn host(index: u32) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 1, 0)) + index)
+    }
+
+    pub fn host6(index: u32) -> Ipv6Addr {
+        Ipv6Addr::from(u128::from(LAN6) + 2 + u128::from(index))
     }
 
     pub fn host_mac(index: u32) -> EthernetAddress {
@@ -246,6 +287,15 @@ impl Traffic {
 
     pub fn outbound(&self, room: &mut [u8], flow: u32) -> usize {
         let host = flow % HOSTS;
+        if self.ipv6 {
+            let frame = &mut room[..FRAME6_LEN];
+            frame[0..6].copy_from_slice(&self.lan_mac.0);
+            frame[6..12].copy_from_slice(&Self::host_mac(host).0);
+            frame[12..14].copy_from_slice(&[0x86, 0xdd]);
+            let ports = (20000 + host as u16, 443);
+            write_ipv6_udp(&mut frame[14..], Self::host6(host), remote6(flow), ports);
+            return FRAME6_LEN;
+        }
         let remote = remote(flow);
         let frame = &mut room[..FRAME_LEN];
         frame[0..6].copy_from_slice(&self.lan_mac.0);
@@ -307,6 +357,9 @@ impl Traffic {
     /// Turns a packet the gateway sent upstream into the remote end's reply. False for
     /// anything that is not UDP from our WAN address.
     pub fn reflect(&self, frame: &mut [u8]) -> bool {
+        if self.ipv6 {
+            return self.reflect6(frame);
+        }
         if frame.len() < FRAME_LEN || frame[23] != 17 || frame[26..30] != WAN_ADDR.octets() {
             return false;
         }
@@ -323,6 +376,48 @@ impl Traffic {
         write_ipv4_udp(&mut frame[14..], dst, src, dport, sport);
         true
     }
+}
+
+impl Traffic {
+    /// [`reflect`](Self::reflect) for IPv6: UDP from a LAN host's address to a remote.
+    fn reflect6(&self, frame: &mut [u8]) -> bool {
+        if frame.len() < FRAME6_LEN || frame[12..14] != [0x86, 0xdd] || frame[20] != 17 {
+            return false;
+        }
+        let address = |at: usize| {
+            Ipv6Addr::from(<[u8; 16]>::try_from(&frame[at..at + 16]).expect("16 bytes"))
+        };
+        let (src, dst) = (address(22), address(38));
+        if u128::from(src) >> 64 != u128::from(LAN6) >> 64 {
+            return false;
+        }
+        let (sport, dport) = (
+            u16::from_be_bytes([frame[54], frame[55]]),
+            u16::from_be_bytes([frame[56], frame[57]]),
+        );
+        frame[0..6].copy_from_slice(&self.wan_mac.0);
+        frame[6..12].copy_from_slice(&UPSTREAM_MAC.0);
+        write_ipv6_udp(&mut frame[14..], dst, src, (dport, sport));
+        true
+    }
+}
+
+/// A 48-byte IPv6/UDP datagram, no payload, with its checksum (which IPv6 requires).
+fn write_ipv6_udp(ip: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, (sport, dport): (u16, u16)) {
+    ip[..8].copy_from_slice(&[0x60, 0, 0, 0, 0, 8, 17, 64]);
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    let udp = &mut ip[40..48];
+    udp[0..2].copy_from_slice(&sport.to_be_bytes());
+    udp[2..4].copy_from_slice(&dport.to_be_bytes());
+    udp[4..6].copy_from_slice(&8u16.to_be_bytes());
+    udp[6..8].fill(0);
+    // A computed 0 is sent as all ones: 0 would mean "no checksum", which IPv6 refuses.
+    let sum = match checksum::l4_checksum_v6(src, dst, 17, udp) {
+        0 => 0xffff,
+        sum => sum,
+    };
+    udp[6..8].copy_from_slice(&sum.to_be_bytes());
 }
 
 /// A 46-byte IPv4/UDP datagram (18 bytes of zero payload, no UDP checksum).
@@ -371,6 +466,39 @@ mod tests {
     use std::collections::{HashMap, HashSet};
 
     use super::*;
+
+    /// An IPv6 flow's packet out, and the remote's answer made of it: valid UDP checksums
+    /// both ways, the addresses and ports swapped, from the upstream router's MAC.
+    #[test]
+    fn ipv6_packets_are_valid_and_reflect_into_their_replies() {
+        let lan_mac = EthernetAddress([2, 0, 0, 0, 0, 1]);
+        let wan_mac = EthernetAddress([2, 0, 0, 0, 0, 2]);
+        let mut traffic = Traffic::new(lan_mac, wan_mac, 5000);
+        traffic.ipv6 = true;
+        let udp_ok = |frame: &[u8]| {
+            let ip = pipeline::wire::Ipv6Packet::new_checked(&frame[14..]).unwrap();
+            checksum::l4_checksum_v6(ip.src_addr(), ip.dst_addr(), 17, ip.payload()) == 0
+        };
+        let mut frame = [0u8; 128];
+        for flow in [0, 1, 999, 1000, 4999] {
+            let len = traffic.outbound(&mut frame, flow);
+            assert_eq!(len, FRAME6_LEN);
+            assert!(udp_ok(&frame[..len]), "flow {flow} out");
+            let ip = pipeline::wire::Ipv6Packet::new_checked(&frame[14..len]).unwrap();
+            assert_eq!(ip.src_addr(), Traffic::host6(flow % HOSTS));
+            assert_eq!(ip.dst_addr(), remote6(flow));
+            assert!(traffic.reflect(&mut frame[..len]));
+            assert!(udp_ok(&frame[..len]), "flow {flow} back");
+            let ip = pipeline::wire::Ipv6Packet::new_checked(&frame[14..len]).unwrap();
+            assert_eq!(
+                (ip.src_addr(), ip.dst_addr()),
+                (remote6(flow), Traffic::host6(flow % HOSTS))
+            );
+            assert_eq!(&frame[..12], &[wan_mac.0, UPSTREAM_MAC.0].concat()[..]);
+            // A reply is not reflected again.
+            assert!(!traffic.reflect(&mut frame[..len]));
+        }
+    }
 
     #[test]
     fn remotes_are_distinct_public_addresses() {

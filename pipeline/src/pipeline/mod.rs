@@ -61,6 +61,9 @@ pub struct WorkerSetup {
     pub worker: u16,
     pub workers: u16,
     pub conntrack: ConntrackConfig,
+    /// The IPv6 flow table's size and limits; None: a quarter of `conntrack`'s capacity (see
+    /// `ipv6_conntrack`).
+    pub conntrack6: Option<ConntrackConfig>,
     pub nat_ports: RangeInclusive<u16>,
     pub nat_bindings: usize,
     /// NAT bindings (external ports) one internal host may hold on this worker.
@@ -89,6 +92,7 @@ impl Default for WorkerSetup {
             worker: 0,
             workers: 1,
             conntrack: ConntrackConfig::default(),
+            conntrack6: None,
             nat_ports: DEFAULT_PORTS,
             nat_bindings: 1 << 16,
             nat_host_ports: DEFAULT_HOST_PORTS,
@@ -187,7 +191,9 @@ impl Pipeline {
         let punts = punt_bucket(&router.punt);
         let flows = FlowTable::new(setup.conntrack, FlowData::default());
         let flows6 = FlowTable::new(
-            ipv6_conntrack(&setup.conntrack, router.has_ipv6()),
+            setup
+                .conntrack6
+                .unwrap_or_else(|| ipv6_conntrack(&setup.conntrack, router.has_ipv6())),
             FlowData6::default(),
         );
         counters.conntrack_capacity.set(flows.capacity() as u64);
@@ -530,6 +536,11 @@ impl Pipeline {
     /// Flows in this worker's table.
     pub fn flow_count(&self) -> usize {
         self.stateful.flows.len()
+    }
+
+    /// Flows in this worker's IPv6 table.
+    pub fn ipv6_flow_count(&self) -> usize {
+        self.stateful6.flows.len()
     }
 
     /// The most half-open TCP flows the worker's table holds (`conntrack.half_open`).
