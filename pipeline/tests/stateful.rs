@@ -2447,6 +2447,7 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
             tcp_loose,
             ..ConntrackConfig::default()
         },
+        conntrack6: None,
         // Small, and covering the UDP forward's 5000-5002, so exhaustion and reservation are
         // both reachable.
         nat_ports: 4990..=5117,
