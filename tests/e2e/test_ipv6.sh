@@ -181,10 +181,10 @@ pass "the ping is a tracked IPv6 flow ($flows in the worker's IPv6 table)"
 expect_output "an oversized packet gets Packet Too Big with the WAN's MTU" \
     "Packet too big: mtu=1400" lan ping -6 -c 1 -W 2 -s 1400 -M do 2001:db8:ff::2
 [[ $(dropped packet_too_big) -ge 1 ]] || fail "packet_too_big was not counted"
-read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 2001:db8:ff::2 -t 2) || fail "iperf3 over IPv6, LAN -> WAN"
+read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 2001:db8:ff::2 -t 1) || fail "iperf3 over IPv6, LAN -> WAN"
 [[ $peer == "${address%/*}" ]] || fail "the WAN host saw $peer, not the LAN host's own address (IPv6 is not translated)"
 pass "iperf3 over IPv6 LAN -> WAN: $gbps Gbit/s, the WAN host sees the LAN host's address"
-read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 2001:db8:ff::2 -t 2 -R) || fail "iperf3 over IPv6, WAN -> LAN (reverse)"
+read -r peer gbps < <(iperf3_run gwlab-wan gwlab-lan 2001:db8:ff::2 -t 1 -R) || fail "iperf3 over IPv6, WAN -> LAN (reverse)"
 pass "iperf3 over IPv6 WAN -> LAN on the LAN host's connection: $gbps Gbit/s"
 expect_output "a hop limit of 1 gets Time Exceeded from the gateway" \
     "From 2001:db8:10::1 .*Time exceeded: Hop limit" lan ping -6 -c 1 -W 2 -t 1 2001:db8:ff::2
