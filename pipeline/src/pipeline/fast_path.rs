@@ -26,7 +26,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::flow::{reply_key, Direction, FlowKey};
+use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
 use crate::pipeline::features::FeaturePlan;
 use crate::pipeline::{Ingress, Pipeline};
@@ -35,7 +35,9 @@ use crate::state::flow_data::{ContentState, Shortcut};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::udp::{DHCP_CLIENT_PORT, DNS_PORT};
-use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetAddress, EthernetFrame, Ipv4Packet};
+use crate::wire::{
+    checksum, ethernet, ipv4, ipv6, tcp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet,
+};
 
 /// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
 pub const MAX_BURST: usize = 32;
@@ -57,6 +59,30 @@ pub fn frame_key(frame: &[u8]) -> Option<FlowKey> {
     }
     let ip = Ipv4Packet::new_checked(frame.payload()).ok()?;
     FlowKey::from_ipv4(&ip).ok()
+}
+
+/// The flow key of an IPv6 frame whose TCP or UDP header follows the fixed header: a hint
+/// for the burst's prefetch of the IPv6 flow table; the full path walks the extension
+/// headers and decides.
+#[inline]
+fn frame_key6(frame: &[u8]) -> Option<FlowKey6> {
+    let frame = EthernetFrame::new_checked(frame).ok()?;
+    if frame.ethertype() != ethernet::ethertype::IPV6 {
+        return None;
+    }
+    let ip = Ipv6Packet::new_checked(frame.payload()).ok()?;
+    let protocol = ip.next_header();
+    if protocol != ipv6::next_header::TCP && protocol != ipv6::next_header::UDP {
+        return None;
+    }
+    let ports = ip.payload().get(..4)?;
+    Some(FlowKey6 {
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        src_port: u16::from_be_bytes([ports[0], ports[1]]),
+        dst_port: u16::from_be_bytes([ports[2], ports[3]]),
+        protocol,
+    })
 }
 
 /// Whether an IPv4 frame holding TCP (its key says so) is a bare SYN: SYN set, ACK, FIN
@@ -145,9 +171,20 @@ impl Pipeline {
             .min(verdicts.len())
             .min(MAX_BURST);
         let mut keys = [None::<(FlowKey, FlowHash)>; MAX_BURST];
+        // IPv6 packets' hashes in the IPv6 table, for its prefetch alone.
+        let mut hashes6 = [None::<FlowHash>; MAX_BURST];
+        let mut any_ipv6 = false;
         let mut opens_flow = false;
         for (slot_index, (slot, pkt)) in keys.iter_mut().zip(&packets[..count]).enumerate() {
             *slot = self.hashed_key(pkt.bytes());
+            if slot.is_none() {
+                if let Some(key6) = frame_key6(pkt.bytes()) {
+                    let hash = self.stateful6.flows.hash(&key6);
+                    prefetch(self.stateful6.flows.index_address_hashed(hash));
+                    hashes6[slot_index] = Some(hash);
+                    any_ipv6 = true;
+                }
+            }
             if let Some((key, hash)) = slot {
                 prefetch(self.stateful.flows.index_address_hashed(*hash));
                 if key.protocol == ipv4::protocol::TCP && frame_is_bare_syn(pkt.bytes()) {
@@ -176,6 +213,14 @@ impl Pipeline {
                 .flatten()
             {
                 prefetch(line);
+            }
+        }
+        if any_ipv6 {
+            for hash in hashes6[..count].iter().flatten() {
+                let lines = self.stateful6.flows.flow_lines_hashed(*hash);
+                for line in lines.into_iter().flatten() {
+                    prefetch(line);
+                }
             }
         }
         if opens_flow {
