@@ -274,6 +274,8 @@ pub struct RouterConfig {
     has_default_route6: bool,
     /// IPv6 services outside hosts may reach through the zone policy.
     pub pinholes6: Vec<Pinhole6>,
+    /// Every interface's IPv6 addresses, link-local ones included, for [`Self::owns6`].
+    own6: Vec<u128>,
 }
 
 /// A static IPv6 route, its interface resolved (a link-local next hop is only meaningful
@@ -486,6 +488,7 @@ impl RouterConfig {
             routes6: RouteTable6::build(&[]).map_err(RouterError::Route6)?,
             has_default_route6: false,
             pinholes6: Vec::new(),
+            own6: Vec::new(),
         })
     }
 
@@ -569,6 +572,14 @@ impl RouterConfig {
         }
         self.routes6 = RouteTable6::build(&table).map_err(RouterError::Route6)?;
         self.has_default_route6 = routes.iter().any(|route| route.len == 0);
+        self.own6 = ipv6
+            .iter()
+            .flatten()
+            .flat_map(|v6| {
+                std::iter::once(v6.link_local).chain(v6.addresses.iter().map(|&(own, _)| own))
+            })
+            .map(u128::from)
+            .collect();
         // A link is told the gateway is its default router only if the default route leaves
         // by another link: hosts would otherwise send it what it can only send back.
         for (port, v6) in ipv6.iter_mut().enumerate() {
@@ -648,8 +659,12 @@ impl RouterConfig {
     }
 
     /// Whether `addr` is one of the gateway's IPv6 addresses, on any interface.
+    #[inline]
     pub fn owns6(&self, addr: Ipv6Addr) -> bool {
-        self.ipv6.iter().flatten().any(|v6| v6.owns(addr))
+        // Two 64-bit compares an address, where `Ipv6Interface::owns` compares bytes: every
+        // forwarded packet asks this of its source and destination.
+        let addr = u128::from(addr);
+        self.own6.contains(&addr)
     }
 
     /// [`source_allowed`](Self::source_allowed) for IPv6: the same modes, over the IPv6
