@@ -210,6 +210,8 @@ fi
 kill "$closed_server" 2>/dev/null || true
 wait "$closed_server" 2>/dev/null || true
 pass "port 5202 on the same host stays closed"
+# The flows above were all well-behaved (on two workers too: E2E_WORKERS=2).
+assert_no_conntrack_invalid
 
 # Hostile or unroutable IPv6: each dropped under its reason, and the gateway still answers.
 cat >"$WORK/hostile.py" <<'PY'
