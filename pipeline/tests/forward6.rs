@@ -430,6 +430,14 @@ fn what_is_never_forwarded() {
     );
     let (verdict, _) = run(&mut gw, &spoofed, on(LAN), 0);
     assert_eq!(verdict, Verdict::Drop(DropReason::SourceValidation));
+    // To the unspecified address, which the default route would otherwise take.
+    let (verdict, _) = run(
+        &mut gw,
+        &from_host(Ipv6Addr::UNSPECIFIED, 64, 8),
+        on(LAN),
+        0,
+    );
+    assert_eq!(verdict, Verdict::Drop(DropReason::MartianAddress));
     // The gateway's own address as a source: a spoof.
     let ours = udp((GW6, HOST_MAC), (REMOTE6, LAN_MAC), 64, 8);
     let (verdict, _) = run(&mut gw, &ours, on(LAN), 0);

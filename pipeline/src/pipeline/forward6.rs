@@ -50,12 +50,13 @@ impl Pipeline {
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         // RFC 4291: nothing is sent from the unspecified, loopback or a multicast address,
-        // nor to loopback; link-local addresses never leave their link (2.5.6). Nor does one
+        // nor to loopback or the unspecified address; link-local addresses never leave their link (2.5.6). Nor does one
         // of the gateway's own addresses arrive as a source: that is a spoof.
         if src.is_unspecified()
             || src.is_loopback()
             || src.is_multicast()
             || dst.is_loopback()
+            || dst.is_unspecified()
             || self.router.owns6(src)
         {
             return Verdict::Drop(DropReason::MartianAddress);
