@@ -455,16 +455,7 @@ impl StatefulStage {
             });
         if let Err(error) = inserted {
             release(nat, &data);
-            let reason = match error {
-                InsertError::Full => DropReason::ConntrackFull,
-                InsertError::HostFlowLimit => DropReason::HostFlowLimit,
-                InsertError::HostHalfOpenLimit => DropReason::HostHalfOpenLimit,
-                InsertError::HalfOpenLimit => DropReason::HalfOpenLimit,
-                InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
-                    DropReason::ConntrackInvalid
-                }
-            };
-            return Stage::Done(Verdict::Drop(reason));
+            return Stage::Done(Verdict::Drop(insert_drop_reason(error)));
         }
         if let Ok(id) = inserted {
             // A recycled slot must not inherit an earlier flow's half-read stream.
@@ -700,15 +691,28 @@ pub(crate) fn admit(
 /// without care) segment cannot tear down or reopen a connection. Plain ACKs and data, the
 /// established path, are not summed: the endpoint drops them if they are bad.
 #[inline]
-fn changes_tcp_state(segment: Option<&TcpSegment>) -> bool {
+pub(crate) fn changes_tcp_state(segment: Option<&TcpSegment>) -> bool {
     segment.is_some_and(|segment| {
         segment.flags & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0
     })
 }
 
+/// Why a new flow was not inserted, as a drop reason (for either family's table).
+pub(crate) fn insert_drop_reason(error: InsertError) -> DropReason {
+    match error {
+        InsertError::Full => DropReason::ConntrackFull,
+        InsertError::HostFlowLimit => DropReason::HostFlowLimit,
+        InsertError::HostHalfOpenLimit => DropReason::HostHalfOpenLimit,
+        InsertError::HalfOpenLimit => DropReason::HalfOpenLimit,
+        InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
+            DropReason::ConntrackInvalid
+        }
+    }
+}
+
 /// A bare SYN, which on a closed flow (see `Pipeline::is_closed`) starts a new connection on
 /// the same tuple, from either direction (as Linux's tracker lets it).
-fn is_bare_syn(segment: Option<&TcpSegment>) -> bool {
+pub(crate) fn is_bare_syn(segment: Option<&TcpSegment>) -> bool {
     const SIGNIFICANT: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
     segment.is_some_and(|segment| segment.flags & SIGNIFICANT == tcp::flags::SYN)
 }

@@ -16,14 +16,15 @@
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
+use crate::pipeline::stateful::{changes_tcp_state, insert_drop_reason, is_bare_syn};
 use crate::pipeline::Ingress;
-use crate::state::conntrack::{FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track};
+use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, TcpState, Track};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::nat::Ownership;
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::checksum;
 use crate::wire::ipv6::{next_header, Extensions};
-use crate::wire::{icmpv6, ipv6, tcp, Ipv6Packet};
+use crate::wire::{icmpv6, ipv6, Ipv6Packet};
 
 /// What an IPv6 flow keeps besides its tuples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -295,31 +296,6 @@ fn quoted_key(message: &[u8]) -> Option<FlowKey6> {
         dst_port,
         protocol,
     })
-}
-
-/// Why a new flow was not inserted, as a drop reason.
-fn insert_drop_reason(error: InsertError) -> DropReason {
-    match error {
-        InsertError::Full => DropReason::ConntrackFull,
-        InsertError::HostFlowLimit => DropReason::HostFlowLimit,
-        InsertError::HostHalfOpenLimit => DropReason::HostHalfOpenLimit,
-        InsertError::HalfOpenLimit => DropReason::HalfOpenLimit,
-        InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
-            DropReason::ConntrackInvalid
-        }
-    }
-}
-
-/// SYN, FIN and RST: believed only with a valid checksum, as for IPv4.
-fn changes_tcp_state(segment: Option<&TcpSegment>) -> bool {
-    segment.is_some_and(|segment| {
-        segment.flags & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0
-    })
-}
-
-fn is_bare_syn(segment: Option<&TcpSegment>) -> bool {
-    const SIGNIFICANT: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
-    segment.is_some_and(|segment| segment.flags & SIGNIFICANT == tcp::flags::SYN)
 }
 
 /// The upper layer's checksum is right: TCP, UDP (whose checksum IPv6 requires: zero is

@@ -875,6 +875,17 @@ mod tests {
         }
     }
 
+    /// The same ports and protocol between two IPv6 addresses.
+    fn as_ipv6(key: &FlowKey) -> FlowKey6 {
+        FlowKey6 {
+            src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
+            dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
+            src_port: key.src_port,
+            dst_port: key.dst_port,
+            protocol: key.protocol,
+        }
+    }
+
     fn naive6(
         rules: &[Rule],
         policy: &Policy,
@@ -1811,23 +1822,11 @@ mod tests {
                     naive(&rules, &policy, from, to, &key, icmp_type)
                 );
                 // The same flow in IPv6: only the rules without IPv4 prefixes or ICMP types.
-                let key6 = FlowKey6 {
-                    src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
-                    dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
-                    src_port: key.src_port,
-                    dst_port: key.dst_port,
-                    protocol: key.protocol,
-                };
+                let key6 = as_ipv6(&key);
                 prop_assert_eq!(set.evaluate6(from, to, &key6), naive6(&rules, &policy, from, to, &key6));
             }
             for (from, to, key, _) in flows6 {
-                let key6 = FlowKey6 {
-                    src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
-                    dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
-                    src_port: key.src_port,
-                    dst_port: key.dst_port,
-                    protocol: key.protocol,
-                };
+                let key6 = as_ipv6(&key);
                 prop_assert_eq!(set.evaluate6(from, to, &key6), naive6(&rules, &policy, from, to, &key6));
             }
         }
