@@ -13,7 +13,6 @@ use pipeline::l3::neigh::{
 use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
 use pipeline::pipeline::ipv6_local::{self, mld_record, scoped, AdvertSchedule, Answer, Sighting};
 use pipeline::ratelimit::TokenBucket;
-use pipeline::wire::ipv6::is_link_local;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
@@ -464,24 +463,20 @@ impl ControlPlane {
             return self.counters.record_drop(DropReason::Ipv6NotForwarded);
         };
         let next_hop = route.resolve(dst);
-        let key = if is_link_local(next_hop) {
-            scoped(next_hop, port)
-        } else {
-            next_hop
-        };
+        // Link-local neighbours are known by their link.
+        let key = scoped(next_hop, port);
         let held = HeldPacket { mbuf, port };
         let now_ns = self.clock.now_ns();
         let evictions_before = self.table6.evictions();
         let counters = &self.counters;
         let evicted = |_held| counters.record_drop(DropReason::NeighborEvicted);
         let src = Some(source_for(v6, next_hop));
-        let iface = iface.clone();
         match self.table6.lookup(key, now_ns, evicted) {
             Lookup::Resolved { mac, refresh } => {
                 self.transmit_held(router, held, EthernetAddress(mac));
                 if refresh {
                     let unicast = Some(EthernetAddress(mac));
-                    self.send_neighbor_solicit(&iface, port, next_hop, unicast, src);
+                    self.send_neighbor_solicit(iface, port, next_hop, unicast, src);
                 }
             }
             Lookup::Pending { send_request } => {
@@ -489,7 +484,7 @@ impl ControlPlane {
                     self.counters.record_drop(reason);
                 }
                 if send_request {
-                    self.send_neighbor_solicit(&iface, port, next_hop, None, src);
+                    self.send_neighbor_solicit(iface, port, next_hop, None, src);
                 }
             }
             Lookup::TableFull => self.counters.record_drop(DropReason::NeighborQueueFull),
@@ -762,7 +757,6 @@ impl ControlPlane {
     }
 }
 
-/// Our address to solicit `target` from: one in the same prefix, else the link-local one.
 /// The destination of an IPv6 frame a worker sent the control thread, if it is not for the
 /// gateway on this link (`v6`): a packet it routed, waiting for its next hop.
 fn forwarded_destination(
@@ -774,6 +768,7 @@ fn forwarded_destination(
     (!dst.is_multicast() && !v6.accepts(dst)).then_some(dst)
 }
 
+/// Our address to solicit `target` from: one in the same prefix, else the link-local one.
 fn source_for(v6: &pipeline::pipeline::config::Ipv6Interface, target: Ipv6Addr) -> Ipv6Addr {
     v6.addresses
         .iter()

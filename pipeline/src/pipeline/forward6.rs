@@ -117,12 +117,7 @@ impl Pipeline {
     /// thread to resolve it.
     fn send6(&self, pkt: &mut PacketBuf, port: u16, next_hop: Ipv6Addr) -> Verdict {
         // Link-local neighbours are known by their link (see `ipv6_local::scoped`).
-        let key = if is_link_local(next_hop) {
-            scoped(next_hop, port)
-        } else {
-            next_hop
-        };
-        let Some(mac) = self.neighbors.get6(key) else {
+        let Some(mac) = self.neighbors.get6(scoped(next_hop, port)) else {
             return Verdict::Control(ControlWork::Resolve6 { port });
         };
         let src_mac = self.router.interfaces[usize::from(port)].mac;
