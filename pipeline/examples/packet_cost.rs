@@ -106,6 +106,7 @@ fn router6() -> Arc<RouterConfig> {
             link_local: link_local(EthernetAddress(mac)),
             addresses: vec![(addr, 64)],
             advertise: None,
+            autoconfigure: false,
         })
     };
     let default_route = StaticRoute6 {

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use common::*;
 use etherparse::{Icmpv6Type, PacketBuilder, SlicedPacket, TransportSlice};
 use pipeline::l3::icmpv6_error::{write_icmpv6_error, Icmpv6Error};
-use pipeline::pipeline::config::{Ipv6Interface, Pinhole6, Stateful, StaticRoute6};
+use pipeline::pipeline::config::{Ipv6Interface, Pinhole6, PuntConfig, Stateful, StaticRoute6};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet};
-use pipeline::wire::ipv6::link_local;
+use pipeline::wire::ipv6::{link_local, multicast_mac, ALL_NODES};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig,
@@ -32,6 +32,11 @@ fn config(with_default: bool) -> RouterConfig {
 }
 
 fn config_with_rules(with_default: bool, rules: Vec<Rule>) -> RouterConfig {
+    config_with(with_default, rules, false)
+}
+
+/// `wan_autoconfigure`: the WAN's routers configure it through its twin.
+fn config_with(with_default: bool, rules: Vec<Rule>, wan_autoconfigure: bool) -> RouterConfig {
     let policy = Policy::new(Action::Drop).set(LAN_ZONE, WAN_ZONE, Action::Accept);
     let stateful = Stateful {
         content: None,
@@ -42,11 +47,12 @@ fn config_with_rules(with_default: bool, rules: Vec<Rule>) -> RouterConfig {
         recheck_established: false,
         generation: 0,
     };
-    let side = |mac, addr| {
+    let side = |mac, addr, autoconfigure| {
         Some(Ipv6Interface {
             link_local: link_local(EthernetAddress(mac)),
             addresses: vec![(addr, 64)],
             advertise: None,
+            autoconfigure,
         })
     };
     let routes: &[StaticRoute6] = &[StaticRoute6 {
@@ -64,7 +70,10 @@ fn config_with_rules(with_default: bool, rules: Vec<Rule>) -> RouterConfig {
     .with_stateful(stateful)
     .unwrap()
     .with_ipv6(
-        vec![side(LAN_MAC, GW6), side(WAN_MAC, GW6_WAN)],
+        vec![
+            side(LAN_MAC, GW6, false),
+            side(WAN_MAC, GW6_WAN, wan_autoconfigure),
+        ],
         if with_default { routes } else { &[] },
     )
     .unwrap()
@@ -513,4 +522,89 @@ fn both_directions_meet_on_one_worker() {
             assert_eq!(verdict, Verdict::Transmit { port: LAN });
         }
     }
+}
+
+/// An ISP's Router Advertisement (as RFC 4861 6.1.2 admits it: from a link-local address,
+/// hop limit 255) arriving from `mac` with `hop_limit`.
+fn router_advert(from: Ipv6Addr, mac: [u8; 6], to_mac: [u8; 6], hop_limit: u8) -> Vec<u8> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(mac, to_mac)
+        .ipv6(from.octets(), ALL_NODES.octets(), hop_limit)
+        .icmpv6(Icmpv6Type::Unknown {
+            type_u8: 134,
+            code_u8: 0,
+            bytes5to8: [64, 0, 0x07, 0x08],
+        })
+        .write(&mut frame, &[0; 8])
+        .unwrap();
+    frame
+}
+
+#[test]
+fn an_autoconfigured_wan_gives_its_twin_the_isps_advertisements_and_dhcpv6_answers() {
+    let isp_link_local = link_local(EthernetAddress(UPSTREAM_MAC));
+    let wan_link_local = link_local(EthernetAddress(WAN_MAC));
+    let dhcpv6 = |src_port: u16, dst_port: u16| {
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+            .ipv6(isp_link_local.octets(), wan_link_local.octets(), 64)
+            .udp(src_port, dst_port)
+            .write(&mut frame, &[7; 40])
+            .unwrap();
+        frame
+    };
+    let twins = |router: RouterConfig| {
+        router
+            .with_punt(PuntConfig {
+                twins: vec![true, true],
+                ..PuntConfig::none(2)
+            })
+            .unwrap()
+    };
+    let mut gw = worker(
+        twins(config_with(true, Vec::new(), true)),
+        neighbors(),
+        0,
+        1,
+    );
+    let punted = Verdict::Punt { port: WAN };
+    let ra = router_advert(
+        isp_link_local,
+        UPSTREAM_MAC,
+        multicast_mac(ALL_NODES).0,
+        255,
+    );
+    assert_eq!(run(&mut gw, &ra, on(WAN), 0).0, punted, "the ISP's RA");
+    assert_eq!(run(&mut gw, &dhcpv6(547, 546), on(WAN), 1).0, punted);
+    // Not what RFC 4861 lets a host take: a routed RA, or one from a global address.
+    let routed = router_advert(
+        isp_link_local,
+        UPSTREAM_MAC,
+        multicast_mac(ALL_NODES).0,
+        254,
+    );
+    assert_ne!(run(&mut gw, &routed, on(WAN), 2).0, punted);
+    let global = router_advert(UPSTREAM6, UPSTREAM_MAC, multicast_mac(ALL_NODES).0, 255);
+    assert_ne!(run(&mut gw, &global, on(WAN), 3).0, punted);
+    // A DHCPv6 request is not an answer; the LAN's routers (a guest's RA) configure nothing.
+    assert_ne!(run(&mut gw, &dhcpv6(546, 547), on(WAN), 4).0, punted);
+    let guest_ra = router_advert(
+        link_local(EthernetAddress(HOST_MAC)),
+        HOST_MAC,
+        multicast_mac(ALL_NODES).0,
+        255,
+    );
+    assert!(!matches!(
+        run(&mut gw, &guest_ra, on(LAN), 5).0,
+        Verdict::Punt { .. }
+    ));
+    // Without `autoconfigure` the WAN's twin gets neither.
+    let mut gw = worker(
+        twins(config_with(true, Vec::new(), false)),
+        neighbors(),
+        0,
+        1,
+    );
+    assert_ne!(run(&mut gw, &ra, on(WAN), 0).0, punted);
+    assert_ne!(run(&mut gw, &dhcpv6(547, 546), on(WAN), 1).0, punted);
 }

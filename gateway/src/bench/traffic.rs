@@ -148,6 +148,7 @@ pub(super) fn router_config(
             link_local: pipeline::wire::ipv6::link_local(mac),
             addresses: vec![(addr, 64)],
             advertise: None,
+            autoconfigure: false,
         })
     };
     let default_route = StaticRoute6 {

@@ -299,6 +299,10 @@ pub struct Ipv6Interface {
     pub addresses: Vec<(Ipv6Addr, u8)>,
     /// Router Advertisements on this link; None: none sent and solicitations unanswered.
     pub advertise: Option<RouterAdvertConfig>,
+    /// The link's routers configure the gateway (a WAN's ISP): the Router Advertisements and
+    /// DHCPv6 answers arriving here go to the interface's kernel twin, where the kernel or a
+    /// DHCPv6 client (dhcpcd) takes addresses, routes and delegated prefixes from them.
+    pub autoconfigure: bool,
 }
 
 /// What the gateway's Router Advertisements on one link say, and how often they go.

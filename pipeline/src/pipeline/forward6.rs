@@ -14,6 +14,7 @@ use crate::l3::icmpv6_error::{self, Icmpv6Error};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::Ipv6Interface;
 use crate::pipeline::ipv6_local::{self, scoped};
+use crate::pipeline::punt::{deliver_locally, is_autoconfiguration6};
 use crate::pipeline::stateful6::Stage6;
 use crate::pipeline::{Ingress, Pipeline};
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -35,6 +36,9 @@ impl Pipeline {
             return Verdict::Drop(DropReason::MalformedIpv6);
         };
         if dst.is_multicast() || v6.accepts(dst) {
+            if v6.autoconfigure && is_autoconfiguration6(pkt.bytes()) {
+                return deliver_locally(&self.router, ingress.port);
+            }
             return ipv6_local::classify(pkt.bytes(), v6);
         }
         if self.router.owns6(dst) {

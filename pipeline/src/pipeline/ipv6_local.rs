@@ -666,6 +666,7 @@ mod tests {
                 dns_servers: vec![GW],
                 router_lifetime_secs: 0,
             }),
+            autoconfigure: false,
         }
     }
 

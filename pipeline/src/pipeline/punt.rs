@@ -12,14 +12,25 @@
 //! nothing for it. The path is policed per worker (`PuntConfig::per_sec`): what is over
 //! budget is dropped as `punt_policed`, so a flood at the gateway's addresses costs each
 //! worker at most its budget.
+//!
+//! IPv6: on an interface its routers configure (a WAN's ISP, `Ipv6Interface::autoconfigure`),
+//! their Router Advertisements and the DHCPv6 server's answers go to the twin, where the
+//! kernel or dhcpcd takes the WAN's addresses, default route and delegated prefix from them
+//! (`gateway/src/netlink.rs` reads the result back).
 
 use crate::flow::FlowKey;
 use crate::pipeline::config::{Interface, RouterConfig};
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::firewall::{Action, ZoneId};
 use crate::verdict::{DropReason, Verdict};
-use crate::wire::udp::{DHCP_CLIENT_PORT, DHCP_SERVER_PORT};
-use crate::wire::{ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet};
+use crate::wire::icmpv6::msg_type;
+use crate::wire::ipv6::{is_link_local, next_header, walk_extensions, ND_HOP_LIMIT};
+use crate::wire::udp::{
+    DHCPV6_CLIENT_PORT, DHCPV6_SERVER_PORT, DHCP_CLIENT_PORT, DHCP_SERVER_PORT,
+};
+use crate::wire::{
+    ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet, Ipv6Packet, UdpPacket,
+};
 
 /// Traffic for one of the gateway's addresses that the `local` rules accepted and that
 /// the dataplane does not answer itself: to the twin of the interface it came in by.
@@ -105,6 +116,39 @@ pub fn is_kernel_arp_reply(frame: &[u8], iface: &Interface) -> bool {
     parse_arp(frame).is_some_and(|arp| {
         arp.operation() == ArpOperation::Reply && arp.sender_protocol_addr() == iface.addr
     })
+}
+
+/// Whether an IPv6 frame for the gateway is one its kernel twin configures the interface
+/// from: a Router Advertisement as RFC 4861 6.1.2 lets a host accept it (from a link-local
+/// address, with hop limit 255, so from a router on the link), or a DHCPv6 server's answer
+/// to the twin's client (UDP from 547 to 546). Fragments are neither.
+pub fn is_autoconfiguration6(frame: &[u8]) -> bool {
+    let Some(ip) = frame
+        .get(ethernet::HEADER_LEN..)
+        .and_then(|bytes| Ipv6Packet::new_checked(bytes).ok())
+    else {
+        return false;
+    };
+    let Ok(ext) = walk_extensions(ip.next_header(), ip.payload()) else {
+        return false;
+    };
+    if ext.fragment.is_some() {
+        return false;
+    }
+    let Some(upper) = ip.payload().get(ext.offset..) else {
+        return false;
+    };
+    match ext.protocol {
+        next_header::ICMPV6 => {
+            upper.first() == Some(&msg_type::ROUTER_ADVERT)
+                && ip.hop_limit() == ND_HOP_LIMIT
+                && is_link_local(ip.src_addr())
+        }
+        next_header::UDP => UdpPacket::new_checked(upper).is_ok_and(|udp| {
+            udp.src_port() == DHCPV6_SERVER_PORT && udp.dst_port() == DHCPV6_CLIENT_PORT
+        }),
+        _ => false,
+    }
 }
 
 fn parse_arp(frame: &[u8]) -> Option<ArpPacket<&[u8]>> {

@@ -24,6 +24,10 @@ pub const DNS_PORT: u16 = 53;
 pub const DHCP_SERVER_PORT: u16 = 67;
 /// The DHCP client's UDP port.
 pub const DHCP_CLIENT_PORT: u16 = 68;
+/// DHCPv6's server and relay port (RFC 8415 7.2).
+pub const DHCPV6_SERVER_PORT: u16 = 547;
+/// DHCPv6's client port.
+pub const DHCPV6_CLIENT_PORT: u16 = 546;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {
