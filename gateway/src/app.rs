@@ -1108,6 +1108,8 @@ fn merged_view(netlink: &KernelView, pppoe: &PppoeView) -> KernelView {
             .copied()
             .collect(),
         mtus: pppoe.mtus.clone(),
+        addresses6: netlink.addresses6.clone(),
+        routes6: netlink.routes6.clone(),
     }
 }
 

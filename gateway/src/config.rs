@@ -467,6 +467,26 @@ pub struct Ipv6InterfaceConfig {
     /// MaxRtrAdvInterval); each goes at a random point between a third of it and it.
     #[serde(default = "default_ra_interval_secs")]
     pub ra_interval_secs: u32,
+    /// The link's routers configure this interface (a WAN's ISP): their Router
+    /// Advertisements and DHCPv6 answers go to the kernel twin, where the kernel (SLAAC) or
+    /// a DHCPv6 client (dhcpcd, which also asks for a delegated prefix) configures it, and
+    /// the gateway takes the twin's global addresses and IPv6 routes as the interface's.
+    /// Needs a kernel twin.
+    #[serde(default)]
+    pub autoconfigure: bool,
+    /// This interface's prefix is delegated: the global addresses the DHCPv6 client on the
+    /// WAN's twin gives this interface's twin from the delegated prefix (dhcpcd's `ia_pd`)
+    /// are the interface's, announced when `router_advertisements` is on. Needs a kernel
+    /// twin.
+    #[serde(default)]
+    pub delegated_prefix: bool,
+}
+
+impl Ipv6InterfaceConfig {
+    /// Whether the interface's twin's global addresses are taken as the interface's.
+    pub fn follows_kernel(&self) -> bool {
+        self.autoconfigure || self.delegated_prefix
+    }
 }
 
 fn default_ra_interval_secs() -> u32 {
@@ -1528,10 +1548,10 @@ fn validate_ipv6(
             ),
         ));
     }
-    if ipv6.router_advertisements && ipv6.addresses.is_empty() {
+    if ipv6.router_advertisements && ipv6.addresses.is_empty() && !ipv6.follows_kernel() {
         return Err(invalid(
             field("router_advertisements"),
-            "needs addresses: there would be no prefix to announce",
+            "needs addresses (or delegated_prefix): there would be no prefix to announce",
         ));
     }
     Ok(())

@@ -16,9 +16,15 @@
 //! prefix routes (the connected subnet, which the dataplane derives from the address) and
 //! multipath routes (not mirrored). Precedence in the FIB: connected, then the config's
 //! static routes, then these (`pipeline::RouterConfig::with_kernel_routes`).
+//!
+//! IPv6 alike: per interface whose IPv6 the kernel configures (`autoconfigure`: SLAAC and
+//! DHCPv6 on a WAN's twin; `delegated_prefix`: what dhcpcd gives a LAN's twin from the
+//! delegated prefix), the twin's global addresses once Duplicate Address Detection has
+//! passed; per twin, the IPv6 routes taken as IPv4's are (the default route the ISP's
+//! Router Advertisement gave, dhcpcd's, FRR's), but for link-local and multicast ones.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,21 +33,29 @@ use anyhow::{bail, Context};
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
+};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use pipeline::pipeline::config::KernelRoute6;
 use pipeline::KernelRoute;
 
 use crate::config::GatewayConfig;
 
-/// rtnetlink multicast groups (linux/rtnetlink.h): links, IPv4 addresses, IPv4 routes.
+/// rtnetlink multicast groups (linux/rtnetlink.h): links, IPv4 and IPv6 addresses and
+/// routes.
 const RTNLGRP_LINK: u32 = 1;
 const RTNLGRP_IPV4_IFADDR: u32 = 5;
 const RTNLGRP_IPV4_ROUTE: u32 = 7;
+const RTNLGRP_IPV6_IFADDR: u32 = 9;
+const RTNLGRP_IPV6_ROUTE: u32 = 11;
+/// Global IPv6 addresses taken per interface (the advertisements' limit).
+const MAX_ADDRESSES6: usize = pipeline::pipeline::ipv6_local::MAX_ADVERTISED_PREFIXES;
 /// The kernel's main routing table: what `ip route` and daemons use unless told otherwise.
 const RT_TABLE_MAIN: u32 = 254;
 /// Notifications that follow within this of the first are read in the same dump: a DHCP
@@ -61,12 +75,22 @@ pub struct KernelView {
     /// Per interface (empty: none known): an MTU below the configured one that the link
     /// negotiated (a PPPoE peer's smaller MRU); netlink gives none.
     pub mtus: Vec<Option<u16>>,
+    /// Per interface (empty: none known): the global IPv6 addresses of its twin, with their
+    /// prefix lengths, where the kernel configures its IPv6; in the kernel's order.
+    pub addresses6: Vec<Vec<(Ipv6Addr, u8)>>,
+    /// IPv6 routes on the twins, best first for each prefix.
+    pub routes6: Vec<KernelRoute6>,
 }
 
 impl KernelView {
     /// The address of interface `index` if the kernel gave it one.
     pub fn address(&self, index: usize) -> Option<(Ipv4Addr, u8)> {
         self.addresses.get(index).copied().flatten()
+    }
+
+    /// The global IPv6 addresses interface `index` got from the kernel.
+    pub fn addresses6(&self, index: usize) -> &[(Ipv6Addr, u8)] {
+        self.addresses6.get(index).map_or(&[], Vec::as_slice)
     }
 
     /// The MTU interface `index` negotiated, if its link did.
@@ -83,6 +107,8 @@ pub struct Followed {
     pub twins: Vec<Option<String>>,
     /// Per interface: `address = "dhcp"`.
     pub dhcp: Vec<bool>,
+    /// Per interface: the kernel configures its IPv6 (`autoconfigure`, `delegated_prefix`).
+    pub ipv6: Vec<bool>,
 }
 
 impl Followed {
@@ -93,6 +119,11 @@ impl Followed {
                 .interfaces
                 .iter()
                 .map(|i| i.address.is_dhcp())
+                .collect(),
+            ipv6: config
+                .interfaces
+                .iter()
+                .map(|i| i.ipv6.as_ref().is_some_and(|v6| v6.follows_kernel()))
                 .collect(),
         }
     }
@@ -112,6 +143,7 @@ pub fn view_from_messages<'a>(
 ) -> KernelView {
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut addresses: Vec<(u32, Ipv4Addr, u8)> = Vec::new();
+    let mut addresses6: Vec<(u32, Ipv6Addr, u8)> = Vec::new();
     // (destination, len) -> (metric, port, via): the best route for each prefix.
     let mut routes: BTreeMap<(u32, u8), (u32, u16, Option<Ipv4Addr>)> = BTreeMap::new();
     let mut route_messages = Vec::new();
@@ -123,8 +155,10 @@ pub fn view_from_messages<'a>(
                 }
             }
             RouteNetlinkMessage::NewAddress(address) => {
-                if let Some(address) = ipv4_address(address) {
-                    addresses.push(address);
+                if let Some(v4) = ipv4_address(address) {
+                    addresses.push(v4);
+                } else if let Some(v6) = ipv6_address(address) {
+                    addresses6.push(v6);
                 }
             }
             RouteNetlinkMessage::NewRoute(route) => route_messages.push(route),
@@ -142,6 +176,8 @@ pub fn view_from_messages<'a>(
         addresses: vec![None; followed.twins.len()],
         routes: Vec::new(),
         mtus: Vec::new(),
+        addresses6: vec![Vec::new(); followed.twins.len()],
+        routes6: Vec::new(),
     };
     for (index, addr, len) in addresses {
         let Some(port) = port_of(index) else { continue };
@@ -149,6 +185,36 @@ pub fn view_from_messages<'a>(
             view.addresses[port] = Some((addr, len));
         }
     }
+    for (index, addr, len) in addresses6 {
+        let Some(port) = port_of(index) else { continue };
+        let taken = &mut view.addresses6[port];
+        if followed.ipv6[port] && taken.len() < MAX_ADDRESSES6 && !taken.contains(&(addr, len)) {
+            taken.push((addr, len));
+        }
+    }
+    let mut routes6: BTreeMap<(u128, u8), (u32, u16, Option<Ipv6Addr>)> = BTreeMap::new();
+    for route in &route_messages {
+        let Some(parsed) = ipv6_route(route) else {
+            continue;
+        };
+        let Some(port) = port_of(parsed.oif) else {
+            continue;
+        };
+        keep_best(
+            &mut routes6,
+            (u128::from(parsed.destination), parsed.len),
+            (parsed.metric, port as u16, parsed.via),
+        );
+    }
+    view.routes6 = routes6
+        .into_iter()
+        .map(|((destination, len), (_, port, via))| KernelRoute6 {
+            destination: Ipv6Addr::from(destination),
+            len,
+            port,
+            via,
+        })
+        .collect();
     for route in route_messages {
         let Some(parsed) = ipv4_route(route) else {
             continue;
@@ -156,16 +222,11 @@ pub fn view_from_messages<'a>(
         let Some(port) = port_of(parsed.oif) else {
             continue;
         };
-        let key = (u32::from(parsed.destination), parsed.len);
-        let candidate = (parsed.metric, port as u16, parsed.via);
-        routes
-            .entry(key)
-            .and_modify(|best| {
-                if candidate.0 < best.0 {
-                    *best = candidate;
-                }
-            })
-            .or_insert(candidate);
+        keep_best(
+            &mut routes,
+            (u32::from(parsed.destination), parsed.len),
+            (parsed.metric, port as u16, parsed.via),
+        );
     }
     view.routes = routes
         .into_iter()
@@ -177,6 +238,20 @@ pub fn view_from_messages<'a>(
         })
         .collect();
     view
+}
+
+/// Keeps the route of the lowest metric (the candidate's first field) for each prefix.
+fn keep_best<K: Ord, V>(routes: &mut BTreeMap<K, (u32, u16, V)>, key: K, candidate: (u32, u16, V)) {
+    match routes.entry(key) {
+        std::collections::btree_map::Entry::Occupied(mut best) => {
+            if candidate.0 < best.get().0 {
+                best.insert(candidate);
+            }
+        }
+        std::collections::btree_map::Entry::Vacant(slot) => {
+            slot.insert(candidate);
+        }
+    }
 }
 
 fn link_name(link: &LinkMessage) -> Option<String> {
@@ -212,17 +287,58 @@ fn ipv4_address(message: &AddressMessage) -> Option<(u32, Ipv4Addr, u8)> {
     ))
 }
 
-struct ParsedRoute {
-    destination: Ipv4Addr,
+/// (interface index, address, prefix length) of a global IPv6 address that is usable: not
+/// tentative (Duplicate Address Detection still running) nor found a duplicate.
+fn ipv6_address(message: &AddressMessage) -> Option<(u32, Ipv6Addr, u8)> {
+    let header = &message.header;
+    if header.family != AddressFamily::Inet6
+        || header.scope != AddressScope::Universe
+        || header.prefix_len > 128
+    {
+        return None;
+    }
+    // IFA_FLAGS holds all of them; the header's byte the first eight (older kernels).
+    let flags = message
+        .attributes
+        .iter()
+        .find_map(|attribute| match attribute {
+            AddressAttribute::Flags(flags) => Some(*flags),
+            _ => None,
+        })
+        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(header.flags.bits())));
+    let unusable = AddressFlags::Tentative | AddressFlags::Dadfailed;
+    if flags.intersects(unusable)
+        || header
+            .flags
+            .intersects(AddressHeaderFlags::Tentative | AddressHeaderFlags::Dadfailed)
+    {
+        return None;
+    }
+    let addr = message
+        .attributes
+        .iter()
+        .find_map(|attribute| match attribute {
+            AddressAttribute::Address(IpAddr::V6(addr)) => Some(*addr),
+            _ => None,
+        })?;
+    (!addr.is_unspecified() && !addr.is_loopback() && !addr.is_multicast()).then_some((
+        header.index,
+        addr,
+        header.prefix_len,
+    ))
+}
+
+struct ParsedRoute<A> {
+    destination: A,
     len: u8,
     oif: u32,
-    via: Option<Ipv4Addr>,
+    via: Option<A>,
     metric: u32,
 }
 
 /// A unicast IPv4 route of the main table, leaving by one device; the kernel's prefix
 /// routes (proto kernel) and multipath routes are not taken.
-fn ipv4_route(message: &RouteMessage) -> Option<ParsedRoute> {
+fn ipv4_route(message: &RouteMessage) -> Option<ParsedRoute<Ipv4Addr>> {
     let header = &message.header;
     if header.address_family != AddressFamily::Inet
         || header.kind != RouteType::Unicast
@@ -251,6 +367,46 @@ fn ipv4_route(message: &RouteMessage) -> Option<ParsedRoute> {
     Some(ParsedRoute {
         destination,
         len: header.destination_prefix_length,
+        oif: oif?,
+        via,
+        metric,
+    })
+}
+
+/// A unicast IPv6 route of the main table leaving by one device, as [`ipv4_route`] takes
+/// them; link-local and multicast destinations are the link's own business.
+fn ipv6_route(message: &RouteMessage) -> Option<ParsedRoute<Ipv6Addr>> {
+    let header = &message.header;
+    if header.address_family != AddressFamily::Inet6
+        || header.kind != RouteType::Unicast
+        || header.protocol == RouteProtocol::Kernel
+        || header.destination_prefix_length > 128
+    {
+        return None;
+    }
+    let mut table = u32::from(header.table);
+    let mut destination = Ipv6Addr::UNSPECIFIED;
+    let (mut oif, mut via, mut metric) = (None, None, 0);
+    for attribute in &message.attributes {
+        match attribute {
+            RouteAttribute::Table(id) => table = *id,
+            RouteAttribute::Destination(RouteAddress::Inet6(addr)) => destination = *addr,
+            RouteAttribute::Gateway(RouteAddress::Inet6(addr)) => via = Some(*addr),
+            RouteAttribute::Oif(index) => oif = Some(*index),
+            RouteAttribute::Priority(priority) => metric = *priority,
+            RouteAttribute::MultiPath(_) => return None,
+            _ => {}
+        }
+    }
+    let len = header.destination_prefix_length;
+    let scoped =
+        len > 0 && (pipeline::wire::ipv6::is_link_local(destination) || destination.is_multicast());
+    if table != RT_TABLE_MAIN || scoped {
+        return None;
+    }
+    Some(ParsedRoute {
+        destination,
+        len,
         oif: oif?,
         via,
         metric,
@@ -308,7 +464,13 @@ fn open(netns: Option<&str>) -> anyhow::Result<(Socket, Socket)> {
     events
         .bind(&SocketAddr::new(0, 0))
         .context("binding the rtnetlink socket")?;
-    for group in [RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV4_ROUTE] {
+    for group in [
+        RTNLGRP_LINK,
+        RTNLGRP_IPV4_IFADDR,
+        RTNLGRP_IPV4_ROUTE,
+        RTNLGRP_IPV6_IFADDR,
+        RTNLGRP_IPV6_ROUTE,
+    ] {
         events
             .add_membership(group)
             .with_context(|| format!("joining rtnetlink group {group}"))?;
@@ -344,6 +506,8 @@ fn follow(
                         tracing::info!(
                             addresses = ?view.addresses,
                             routes = view.routes.len(),
+                            addresses6 = ?view.addresses6,
+                            routes6 = view.routes6.len(),
                             "kernel twins: addresses and routes changed"
                         );
                         if !send(view.clone()) {
@@ -395,20 +559,21 @@ fn drain_one(events: &Socket, buffer: &mut [u8]) -> std::io::Result<bool> {
     }
 }
 
-/// Links, IPv4 addresses and IPv4 routes, as the kernel has them now.
+/// Links, and IPv4 and IPv6 addresses and routes, as the kernel has them now.
 fn dump(socket: &Socket, sequence: &mut u32) -> anyhow::Result<Vec<RouteNetlinkMessage>> {
     let mut link = LinkMessage::default();
     link.header.interface_family = AddressFamily::Unspec;
-    let mut address = AddressMessage::default();
-    address.header.family = AddressFamily::Inet;
-    let mut route = RouteMessage::default();
-    route.header.address_family = AddressFamily::Inet;
+    let mut requests = vec![RouteNetlinkMessage::GetLink(link)];
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let mut address = AddressMessage::default();
+        address.header.family = family;
+        let mut route = RouteMessage::default();
+        route.header.address_family = family;
+        requests.push(RouteNetlinkMessage::GetAddress(address));
+        requests.push(RouteNetlinkMessage::GetRoute(route));
+    }
     let mut messages = Vec::new();
-    for request in [
-        RouteNetlinkMessage::GetLink(link),
-        RouteNetlinkMessage::GetAddress(address),
-        RouteNetlinkMessage::GetRoute(route),
-    ] {
+    for request in requests {
         *sequence = sequence.wrapping_add(1);
         request_dump(socket, request, *sequence, &mut messages)?;
     }
@@ -470,6 +635,7 @@ mod tests {
         Followed {
             twins: vec![Some("lan".into()), Some("wan".into()), None],
             dhcp: vec![false, true, false],
+            ipv6: vec![true, true, false],
         }
     }
 
@@ -609,6 +775,152 @@ mod tests {
         // Gone from the dump, gone from the view.
         let view = view_from_messages(&followed(), &messages[..4]);
         assert_eq!(view.routes, expected[..1]);
+    }
+
+    fn address6(index: u32, addr: &str, len: u8, flags: AddressFlags) -> RouteNetlinkMessage {
+        let addr: Ipv6Addr = addr.parse().unwrap();
+        let mut message = AddressMessage::default();
+        message.header = AddressHeader {
+            family: AddressFamily::Inet6,
+            prefix_len: len,
+            index,
+            scope: if pipeline::wire::ipv6::is_link_local(addr) {
+                AddressScope::Link
+            } else {
+                AddressScope::Universe
+            },
+            ..AddressHeader::default()
+        };
+        message
+            .attributes
+            .push(AddressAttribute::Address(IpAddr::V6(addr)));
+        message.attributes.push(AddressAttribute::Flags(flags));
+        RouteNetlinkMessage::NewAddress(message)
+    }
+
+    fn route6(
+        destination: &str,
+        len: u8,
+        oif: u32,
+        via: Option<&str>,
+        protocol: RouteProtocol,
+        kind: RouteType,
+    ) -> RouteNetlinkMessage {
+        let mut message = RouteMessage::default();
+        message.header.address_family = AddressFamily::Inet6;
+        message.header.destination_prefix_length = len;
+        message.header.table = RouteHeader::RT_TABLE_MAIN;
+        message.header.protocol = protocol;
+        message.header.kind = kind;
+        let destination: Ipv6Addr = destination.parse().unwrap();
+        message
+            .attributes
+            .push(RouteAttribute::Destination(RouteAddress::Inet6(
+                destination,
+            )));
+        if let Some(via) = via {
+            message
+                .attributes
+                .push(RouteAttribute::Gateway(RouteAddress::Inet6(
+                    via.parse().unwrap(),
+                )));
+        }
+        message.attributes.push(RouteAttribute::Oif(oif));
+        RouteNetlinkMessage::NewRoute(message)
+    }
+
+    #[test]
+    fn slaac_and_delegated_addresses_and_the_isps_default_route_are_taken_once_usable() {
+        let usable = AddressFlags::empty();
+        let messages = [
+            link(7, "lan"),
+            link(9, "wan"),
+            link(11, "eth0"),
+            // SLAAC on the WAN twin, and one still in Duplicate Address Detection.
+            address6(9, "2001:db8:a::200:ff:fe00:2", 64, usable),
+            address6(9, "2001:db8:a::99", 64, AddressFlags::Tentative),
+            address6(9, "2001:db8:a::98", 64, AddressFlags::Dadfailed),
+            address6(9, "fe80::200:ff:fe00:2", 64, usable),
+            // dhcpcd's /64 of the delegated prefix on the LAN twin.
+            address6(7, "2001:db8:ff00:100::1", 64, usable),
+            // Not a twin.
+            address6(11, "2001:db8:77::1", 64, usable),
+            // The ISP's RA: the default route by its link-local address.
+            route6(
+                "::",
+                0,
+                9,
+                Some("fe80::1"),
+                RouteProtocol::Ra,
+                RouteType::Unicast,
+            ),
+            // The kernel's prefix routes, the link's own, dhcpcd's blackhole for the rest of
+            // the delegated prefix: none mirrored.
+            route6(
+                "2001:db8:a::",
+                64,
+                9,
+                None,
+                RouteProtocol::Kernel,
+                RouteType::Unicast,
+            ),
+            route6(
+                "fe80::",
+                64,
+                9,
+                None,
+                RouteProtocol::Static,
+                RouteType::Unicast,
+            ),
+            route6(
+                "2001:db8:ff00::",
+                56,
+                1,
+                None,
+                RouteProtocol::Dhcp,
+                RouteType::Unreachable,
+            ),
+            // FRR's, on-link.
+            route6(
+                "2001:db8:b::",
+                48,
+                9,
+                None,
+                RouteProtocol::Zebra,
+                RouteType::Unicast,
+            ),
+        ];
+        let view = view_from_messages(&followed(), &messages);
+        let global = |text: &str, len| (text.parse::<Ipv6Addr>().unwrap(), len);
+        assert_eq!(view.addresses6(0), [global("2001:db8:ff00:100::1", 64)]);
+        assert_eq!(
+            view.addresses6(1),
+            [global("2001:db8:a::200:ff:fe00:2", 64)]
+        );
+        assert!(view.addresses6(2).is_empty());
+        assert_eq!(
+            view.routes6,
+            [
+                KernelRoute6 {
+                    destination: Ipv6Addr::UNSPECIFIED,
+                    len: 0,
+                    port: 1,
+                    via: Some("fe80::1".parse().unwrap()),
+                },
+                KernelRoute6 {
+                    destination: "2001:db8:b::".parse().unwrap(),
+                    len: 48,
+                    port: 1,
+                    via: None,
+                },
+            ]
+        );
+        // An interface whose IPv6 the kernel does not configure takes no address from it.
+        let mut followed = followed();
+        followed.ipv6[0] = false;
+        assert!(view_from_messages(&followed, &messages)
+            .addresses6(0)
+            .is_empty());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use anyhow::Context;
 use pipeline::pipeline::config::{
     Ipv6Interface, Pinhole6, PortForward, RouterAdvertConfig, Stateful, StaticRoute6,
 };
+use pipeline::pipeline::ipv6_local::MAX_ADVERTISED_PREFIXES;
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::ipv6::link_local;
@@ -159,7 +160,11 @@ pub fn router_config_with_kernel(
         .with_source_validation(&source_validation)?
         .with_tcp_mss(&tcp_mss)?
         .with_pppoe(&pppoe)?
-        .with_ipv6(ipv6_interfaces(config, macs), &ipv6_routes(config)?)?
+        .with_ipv6_and_kernel(
+            ipv6_interfaces(config, macs, kernel),
+            &ipv6_routes(config)?,
+            &kernel.routes6,
+        )?
         .with_pinholes6(pinholes6(config))?;
     Ok(router
         .with_stateful(stateful(config)?)?
@@ -169,27 +174,42 @@ pub fn router_config_with_kernel(
 }
 
 /// Each interface's IPv6 side: its link-local address from its MAC, its configured
-/// addresses, and its advertisements.
-fn ipv6_interfaces(config: &GatewayConfig, macs: &[[u8; 6]]) -> Vec<Option<Ipv6Interface>> {
+/// addresses, then those the kernel gave its twin (`autoconfigure`, `delegated_prefix`;
+/// as many as advertisements carry), and its advertisements.
+fn ipv6_interfaces(
+    config: &GatewayConfig,
+    macs: &[[u8; 6]],
+    kernel: &KernelView,
+) -> Vec<Option<Ipv6Interface>> {
     config
         .interfaces
         .iter()
         .zip(macs)
-        .map(|(iface, mac)| {
+        .enumerate()
+        .map(|(index, (iface, mac))| {
             let ipv6 = iface.ipv6.as_ref()?;
+            let mut addresses: Vec<(Ipv6Addr, u8)> = ipv6
+                .addresses
+                .iter()
+                .map(|cidr| (cidr.addr, cidr.len))
+                .collect();
+            if ipv6.follows_kernel() {
+                for &learnt in kernel.addresses6(index) {
+                    if addresses.len() < MAX_ADVERTISED_PREFIXES && !addresses.contains(&learnt) {
+                        addresses.push(learnt);
+                    }
+                }
+            }
             Some(Ipv6Interface {
                 link_local: link_local(EthernetAddress(*mac)),
-                addresses: ipv6
-                    .addresses
-                    .iter()
-                    .map(|cidr| (cidr.addr, cidr.len))
-                    .collect(),
+                addresses,
                 advertise: ipv6.router_advertisements.then(|| RouterAdvertConfig {
                     interval_secs: ipv6.ra_interval_secs,
                     dns_servers: ipv6.dns_servers.clone(),
                     // Worked out with the routes, by RouterConfig::with_ipv6.
                     router_lifetime_secs: 0,
                 }),
+                autoconfigure: ipv6.autoconfigure,
             })
         })
         .collect()
@@ -618,6 +638,7 @@ password = "p"
             }],
             // The peer's MRU was 1480.
             mtus: vec![None, Some(1480)],
+            ..KernelView::default()
         };
         let router = router_config_with_kernel(&config, &macs, &up).unwrap();
         assert_eq!(router.interfaces[1].addr, Ipv4Addr::new(100, 64, 0, 2));
@@ -631,5 +652,79 @@ password = "p"
             (route.port, route.resolve(Ipv4Addr::new(198, 51, 100, 1))),
             (1, peer)
         );
+    }
+}
+
+#[cfg(test)]
+mod kernel_ipv6_tests {
+    use std::net::Ipv6Addr;
+
+    use pipeline::pipeline::config::KernelRoute6;
+
+    use super::router_config_with_kernel;
+    use crate::config::GatewayConfig;
+    use crate::netlink::KernelView;
+
+    const CONFIG: &str = r#"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_ring0"
+address = "192.168.1.1/24"
+kernel_twin = true
+[interfaces.ipv6]
+delegated_prefix = true
+router_advertisements = true
+[[interfaces]]
+name = "wan"
+device = "net_ring1"
+address = "10.0.0.1/24"
+kernel_twin = true
+[interfaces.ipv6]
+autoconfigure = true
+[nat]
+masquerade = ["wan"]
+"#;
+
+    #[test]
+    fn the_isps_address_and_route_and_the_delegated_prefix_become_the_routers() {
+        let config = GatewayConfig::from_text(std::path::Path::new("test.toml"), CONFIG).unwrap();
+        let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        // Before the kernel has anything: link-local only, no route, no default router.
+        let before = router_config_with_kernel(&config, &macs, &KernelView::default()).unwrap();
+        let lan = before.ipv6(0).unwrap();
+        assert!(lan.addresses.is_empty());
+        assert_eq!(lan.advertise.as_ref().unwrap().router_lifetime_secs, 0);
+        assert!(before.ipv6(1).unwrap().autoconfigure && !lan.autoconfigure);
+        let delegated: Ipv6Addr = "2001:db8:ff00:100::1".parse().unwrap();
+        let slaac: Ipv6Addr = "2001:db8:a::ff:fe00:2".parse().unwrap();
+        let isp: Ipv6Addr = "fe80::1".parse().unwrap();
+        let kernel = KernelView {
+            addresses6: vec![vec![(delegated, 64)], vec![(slaac, 64)]],
+            routes6: vec![KernelRoute6 {
+                destination: Ipv6Addr::UNSPECIFIED,
+                len: 0,
+                port: 1,
+                via: Some(isp),
+            }],
+            ..KernelView::default()
+        };
+        let after = router_config_with_kernel(&config, &macs, &kernel).unwrap();
+        let lan = after.ipv6(0).unwrap();
+        assert_eq!(lan.addresses, [(delegated, 64)]);
+        assert!(after.owns6(delegated) && after.owns6(slaac));
+        // The LAN is told the gateway is its default router now that one leaves by the WAN.
+        assert!(lan.advertise.as_ref().unwrap().router_lifetime_secs > 0);
+        let out = after
+            .routes6
+            .lookup("2001:db8:99::1".parse().unwrap())
+            .unwrap();
+        assert_eq!((out.port, out.gateway), (1, Some(isp)));
+        let home = after
+            .routes6
+            .lookup("2001:db8:ff00:100::42".parse().unwrap())
+            .unwrap();
+        assert_eq!((home.port, home.gateway), (0, None));
     }
 }

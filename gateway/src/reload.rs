@@ -120,10 +120,21 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             // IPv6; what the table says applies on reload.
             if old.ipv6.is_some() != new.ipv6.is_some() {
                 fields.push(format!("interfaces[{i}].ipv6"));
+            } else if twin_ipv6(old) != twin_ipv6(new) {
+                // The twin's IPv6 is set up at start.
+                fields.push(format!(
+                    "interfaces[{i}].ipv6.autoconfigure/delegated_prefix"
+                ));
             }
         }
     }
     fields
+}
+
+/// What an interface's twin does with IPv6: (autoconfigure, delegated_prefix).
+fn twin_ipv6(iface: &crate::config::InterfaceConfig) -> Option<(bool, bool)> {
+    let ipv6 = iface.ipv6.as_ref()?;
+    Some((ipv6.autoconfigure, ipv6.delegated_prefix))
 }
 
 /// The config to run after a reload: `new` with every restart-only setting taken from
@@ -167,6 +178,10 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.kernel_twin_name = old.kernel_twin_name.clone();
             if new.ipv6.is_some() != old.ipv6.is_some() {
                 new.ipv6 = old.ipv6.clone();
+            }
+            if let (Some(new), Some(old)) = (&mut new.ipv6, &old.ipv6) {
+                new.autoconfigure = old.autoconfigure;
+                new.delegated_prefix = old.delegated_prefix;
             }
         }
     }
@@ -413,6 +428,8 @@ mod tests {
             router_advertisements: true,
             dns_servers: Vec::new(),
             ra_interval_secs: 600,
+            autoconfigure: false,
+            delegated_prefix: false,
         };
         new.interfaces[0].ipv6 = Some(table.clone());
         assert_eq!(restart_required(&running, &new), ["interfaces[0].ipv6"]);
@@ -429,6 +446,18 @@ mod tests {
         });
         assert!(restart_required(&running, &changed).is_empty());
         assert_eq!(merge_for_reload(&running, changed.clone()), changed);
+        // How the twin takes part is set up at start.
+        let mut delegated = running.clone();
+        delegated.interfaces[0]
+            .ipv6
+            .as_mut()
+            .unwrap()
+            .delegated_prefix = true;
+        assert_eq!(
+            restart_required(&running, &delegated),
+            ["interfaces[0].ipv6.autoconfigure/delegated_prefix"]
+        );
+        assert_eq!(merge_for_reload(&running, delegated), running);
     }
 
     #[test]

@@ -130,6 +130,21 @@ pub fn validate(config: &GatewayConfig) -> Result<(), ConfigError> {
                     .into(),
             ));
         }
+        if let (Some(ipv6), None) = (&iface.ipv6, name) {
+            for (set, flag) in [
+                (ipv6.autoconfigure, "autoconfigure"),
+                (ipv6.delegated_prefix, "delegated_prefix"),
+            ] {
+                if set {
+                    return Err(invalid(
+                        field(&format!("ipv6.{flag}")),
+                        "needs a kernel twin (kernel_twin = true): the kernel and its DHCPv6 \
+                         client configure the interface there"
+                            .into(),
+                    ));
+                }
+            }
+        }
         let Some(name) = name else { continue };
         let which = if iface.kernel_twin_name.is_some() {
             field("kernel_twin_name")
@@ -252,8 +267,8 @@ pub struct Twins {
 impl Twins {
     /// Makes the twin of every interface that has one (`macs` in interface order): a tap
     /// with the interface's name (or `kernel_twin_name`), MAC and MTU, moved to the
-    /// configured namespace, with the interface's address, IPv6 off (the dataplane routes
-    /// IPv4 only), and up.
+    /// configured namespace, with the interface's address, IPv6 off unless the kernel
+    /// configures the interface's IPv6 (`autoconfigure`, `delegated_prefix`), and up.
     pub fn start(
         eal: &Eal,
         config: &GatewayConfig,
@@ -286,7 +301,13 @@ impl Twins {
             let netns = config.kernel_twins.netns.as_deref();
             // "dhcp": the DHCP client on the twin sets it (`crate::netlink` follows).
             let address = iface.address.cidr().map(|cidr| cidr.to_string());
-            set_up_kernel_side(&name, address.as_deref(), netns).with_context(|| field.clone())?;
+            let ipv6 = match &iface.ipv6 {
+                Some(ipv6) if ipv6.autoconfigure => TwinIpv6::Autoconfigured,
+                Some(ipv6) if ipv6.delegated_prefix => TwinIpv6::Delegated,
+                _ => TwinIpv6::Off,
+            };
+            set_up_kernel_side(&name, address.as_deref(), ipv6, netns)
+                .with_context(|| field.clone())?;
             let mut twin = Twin {
                 rx: port.take_rx_queue(RxQueueId(0))?,
                 tx: port.take_tx_queue(TxQueueId(0))?,
@@ -403,11 +424,25 @@ impl Twins {
     }
 }
 
-/// Moves the tap `name` to `netns` (if given), turns IPv6 off on it, gives it `address` (if
-/// configured) and brings it up. `ip` and `sysctl`, once, at start.
+/// What a twin does with IPv6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TwinIpv6 {
+    /// Off: the dataplane answers for the interface's IPv6 itself.
+    Off,
+    /// On, taking Router Advertisements even where the namespace forwards (`accept_ra=2`):
+    /// the kernel, or dhcpcd in its place, configures the interface from the ISP's.
+    Autoconfigured,
+    /// On for the addresses dhcpcd gives it from a delegated prefix; the kernel takes no
+    /// Router Advertisement here (`accept_ra=0`), where the dataplane is the router.
+    Delegated,
+}
+
+/// Moves the tap `name` to `netns` (if given), sets its IPv6 up as `ipv6` says, gives it
+/// `address` (if configured) and brings it up. `ip` and `sysctl`, once, at start.
 fn set_up_kernel_side(
     name: &str,
     address: Option<&str>,
+    ipv6: TwinIpv6,
     netns: Option<&str>,
 ) -> anyhow::Result<()> {
     let ip = |args: &[&str]| -> anyhow::Result<()> {
@@ -421,16 +456,29 @@ fn set_up_kernel_side(
         run(Command::new("ip").args(["link", "set", "dev", name, "netns", netns]))
             .with_context(|| format!("moving the twin to namespace {netns:?} (does it exist?)"))?;
     }
-    let ipv6_off = format!("net.ipv6.conf.{name}.disable_ipv6=1");
-    let sysctl = match netns {
-        Some(netns) => {
-            run(Command::new("ip").args(["netns", "exec", netns, "sysctl", "-qw", &ipv6_off]))
+    let sysctl = |setting: &str, value: &str| {
+        let assignment = format!("net.ipv6.conf.{name}.{setting}={value}");
+        match netns {
+            Some(netns) => {
+                run(Command::new("ip").args(["netns", "exec", netns, "sysctl", "-qw", &assignment]))
+            }
+            None => run(Command::new("sysctl").args(["-qw", &assignment])),
         }
-        None => run(Command::new("sysctl").args(["-qw", &ipv6_off])),
     };
-    if let Err(err) = sysctl {
-        // A kernel without IPv6 has nothing to turn off.
-        tracing::debug!(twin = name, "IPv6 left as it is: {err:#}");
+    let accept_ra = match ipv6 {
+        TwinIpv6::Off => {
+            if let Err(err) = sysctl("disable_ipv6", "1") {
+                // A kernel without IPv6 has nothing to turn off.
+                tracing::debug!(twin = name, "IPv6 left as it is: {err:#}");
+            }
+            None
+        }
+        TwinIpv6::Autoconfigured => Some("2"),
+        TwinIpv6::Delegated => Some("0"),
+    };
+    if let Some(accept_ra) = accept_ra {
+        sysctl("disable_ipv6", "0").context("turning IPv6 on")?;
+        sysctl("accept_ra", accept_ra).context("setting accept_ra")?;
     }
     if let Some(address) = address {
         ip(&["addr", "replace", address, "dev", name])?;
@@ -517,6 +565,32 @@ masquerade = ["wan"]
         assert!(err.starts_with("kernel_twins.netns:"), "{err}");
         let err = config("", "[kernel_twins]\npunt_burst = 0").unwrap_err();
         assert!(err.starts_with("kernel_twins.punt_burst:"), "{err}");
+    }
+
+    #[test]
+    fn ipv6_from_the_kernel_needs_a_twin_and_says_so_in_its_field() {
+        for flag in ["autoconfigure", "delegated_prefix"] {
+            let ipv6 = format!("[interfaces.ipv6]\n{flag} = true\nrouter_advertisements = true");
+            let err = config(&ipv6, "").unwrap_err();
+            assert!(
+                err.starts_with(&format!("interfaces[0].ipv6.{flag}:")),
+                "{err}"
+            );
+            assert!(err.contains("kernel twin"), "{err}");
+            // With a twin, the prefix to announce may come later, from the kernel.
+            let loaded = config(&format!("kernel_twin = true\n{ipv6}"), "").unwrap();
+            assert!(loaded.interfaces[0].ipv6.as_ref().unwrap().follows_kernel());
+        }
+        // Without either, advertisements still need an address to announce.
+        let err = config(
+            "kernel_twin = true\n[interfaces.ipv6]\nrouter_advertisements = true",
+            "",
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("interfaces[0].ipv6.router_advertisements:"),
+            "{err}"
+        );
     }
 
     #[test]

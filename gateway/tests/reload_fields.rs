@@ -461,6 +461,18 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         Some("interfaces[1].ipv6.ra_interval_secs"),
     ),
     (
+        "interfaces[].ipv6.autoconfigure",
+        Restart,
+        "true",
+        Some("interfaces[0].ipv6.autoconfigure"),
+    ),
+    (
+        "interfaces[].ipv6.delegated_prefix",
+        Restart,
+        "true",
+        Some("interfaces[0].ipv6.delegated_prefix"),
+    ),
+    (
         "interfaces[].pppoe.username",
         Reconnect,
         "\"other\"",

@@ -288,6 +288,19 @@ pub struct StaticRoute6 {
     pub port: u16,
 }
 
+/// An IPv6 route the kernel installed on an interface's twin (from the ISP's Router
+/// Advertisements, by dhcpcd, by FRR), mirrored into the IPv6 FIB below the connected and
+/// static routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelRoute6 {
+    pub destination: Ipv6Addr,
+    pub len: u8,
+    /// The interface whose twin the route is on.
+    pub port: u16,
+    /// None: on-link.
+    pub via: Option<Ipv6Addr>,
+}
+
 /// An interface's IPv6 side: the gateway's own addresses there, and what it announces.
 /// The gateway answers Neighbor Discovery and echo on these addresses, advertises their
 /// prefixes for SLAAC, and forwards IPv6 between interfaces that have them.
@@ -537,9 +550,19 @@ impl RouterConfig {
     /// Gives interfaces their IPv6 side (one entry per interface, None where IPv6 is off),
     /// and the IPv6 routes: each address's prefix connected on its interface, then `routes`.
     pub fn with_ipv6(
+        self,
+        ipv6: Vec<Option<Ipv6Interface>>,
+        routes: &[StaticRoute6],
+    ) -> Result<RouterConfig, RouterError> {
+        self.with_ipv6_and_kernel(ipv6, routes, &[])
+    }
+
+    /// [`Self::with_ipv6`] with the routes on the twins last: connected, static, kernel.
+    pub fn with_ipv6_and_kernel(
         mut self,
         mut ipv6: Vec<Option<Ipv6Interface>>,
         routes: &[StaticRoute6],
+        kernel_routes: &[KernelRoute6],
     ) -> Result<RouterConfig, RouterError> {
         if ipv6.len() != self.interfaces.len() {
             return Err(RouterError::StatefulMismatch);
@@ -566,7 +589,15 @@ impl RouterConfig {
                 gateway: Some(route.via),
             },
         });
-        for route in connected.chain(statics) {
+        let kernel = kernel_routes.iter().map(|route| Route6 {
+            prefix: prefix_of(route.destination, route.len),
+            len: route.len,
+            next_hop: NextHop6 {
+                port: route.port,
+                gateway: route.via,
+            },
+        });
+        for route in connected.chain(statics).chain(kernel) {
             if !table
                 .iter()
                 .any(|r| (r.prefix, r.len) == (route.prefix, route.len))
@@ -575,7 +606,13 @@ impl RouterConfig {
             }
         }
         self.routes6 = RouteTable6::build(&table).map_err(RouterError::Route6)?;
-        self.has_default_route6 = routes.iter().any(|route| route.len == 0);
+        // Where each default route leaves.
+        let default_ports: Vec<u16> = table
+            .iter()
+            .filter(|route| route.len == 0)
+            .map(|route| route.next_hop.port)
+            .collect();
+        self.has_default_route6 = !default_ports.is_empty();
         self.own6 = ipv6
             .iter()
             .flatten()
@@ -587,9 +624,9 @@ impl RouterConfig {
         // A link is told the gateway is its default router only if the default route leaves
         // by another link: hosts would otherwise send it what it can only send back.
         for (port, v6) in ipv6.iter_mut().enumerate() {
-            let default_elsewhere = routes
+            let default_elsewhere = default_ports
                 .iter()
-                .any(|route| route.len == 0 && usize::from(route.port) != port);
+                .any(|&default_port| usize::from(default_port) != port);
             if let Some(advert) = v6.as_mut().and_then(|v6| v6.advertise.as_mut()) {
                 advert.router_lifetime_secs = if default_elsewhere {
                     advert.default_router_lifetime()
