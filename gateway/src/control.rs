@@ -594,6 +594,8 @@ impl ControlPlane {
             let Some(advert) = v6.advertise.as_ref() else {
                 continue;
             };
+            self.adverts
+                .announce(port, &v6.addresses, advert.router_lifetime_secs);
             if !self.adverts.due(port, advert.interval_secs, now_ns) {
                 continue;
             }

@@ -588,6 +588,8 @@ pub struct AdvertSchedule {
     /// Per interface: when the next is due, and how many have gone.
     next_ns: Vec<u64>,
     sent: Vec<u32>,
+    /// Per interface: the prefixes and router lifetime it last announced.
+    announced: Vec<(Vec<(Ipv6Addr, u8)>, u16)>,
     random: u64,
 }
 
@@ -597,6 +599,7 @@ impl AdvertSchedule {
         AdvertSchedule {
             next_ns: Vec::new(),
             sent: Vec::new(),
+            announced: Vec::new(),
             random: seed | 1,
         }
     }
@@ -620,6 +623,31 @@ impl AdvertSchedule {
         self.sent[port] = self.sent[port].saturating_add(1);
         self.next_ns[port] = now_ns.saturating_add(wait);
         true
+    }
+
+    /// Interface `port` is to announce `addresses` (their prefixes) and `router_lifetime_secs`.
+    /// If that differs from what it announced last, the next advertisement is due at once
+    /// and the quick initial series starts again (RFC 4861 6.2.4), so that hosts learn a
+    /// prefix delegated a moment ago, or a default route just learnt, without waiting out
+    /// the interval.
+    pub fn announce(
+        &mut self,
+        port: usize,
+        addresses: &[(Ipv6Addr, u8)],
+        router_lifetime_secs: u16,
+    ) {
+        if self.announced.len() <= port {
+            self.announced.resize(port + 1, (Vec::new(), 0));
+        }
+        let last = &mut self.announced[port];
+        if last.0 == addresses && last.1 == router_lifetime_secs {
+            return;
+        }
+        *last = (addresses.to_vec(), router_lifetime_secs);
+        if let (Some(next), Some(sent)) = (self.next_ns.get_mut(port), self.sent.get_mut(port)) {
+            *next = 0;
+            *sent = 0;
+        }
     }
 
     /// xorshift64: the spread of the intervals needs no better.
@@ -1175,6 +1203,35 @@ mod tests {
         assert!(gaps[3..].iter().any(|&gap| gap != gaps[3]));
         // Another interface has its own schedule.
         assert!(schedule.due(0, 4, now));
+    }
+
+    #[test]
+    fn a_changed_announcement_goes_at_once_and_starts_the_quick_series_again() {
+        let mut schedule = AdvertSchedule::new(99);
+        let delegated = [(Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x100, 0, 0, 0, 1), 64)];
+        schedule.announce(1, &[], 0);
+        assert!(schedule.due(1, 600, 0));
+        // Settled into the long interval.
+        let mut now = 0;
+        for _ in 0..4 {
+            now += 17 * SECOND_NS;
+            schedule.due(1, 600, now);
+        }
+        now += SECOND_NS;
+        assert!(!schedule.due(1, 600, now));
+        // The same announcement again changes nothing; a new prefix goes now.
+        schedule.announce(1, &[], 0);
+        assert!(!schedule.due(1, 600, now));
+        schedule.announce(1, &delegated, 0);
+        assert!(schedule.due(1, 600, now));
+        // ... and the next within 16 s, as after start.
+        let next = (1..=160).find(|tenth| schedule.due(1, 600, now + tenth * SECOND_NS / 10));
+        assert!(next.is_some());
+        // So does a new router lifetime.
+        now += 17 * SECOND_NS;
+        schedule.due(1, 600, now);
+        schedule.announce(1, &delegated, 1800);
+        assert!(schedule.due(1, 600, now));
     }
 
     #[test]
