@@ -8,7 +8,9 @@
 # a WAN host both ways, an oversized packet gets Packet Too Big with the WAN's MTU, a hop
 # limit of 1 gets Time Exceeded, the WAN host's unsolicited pings are dropped (RFC 6092) but
 # a pinhole lets it reach one TCP service on a LAN host's fixed address, and
-# hostile or unroutable IPv6 is dropped under its reason while the gateway keeps answering.
+# hostile or unroutable IPv6 is dropped under its reason while the gateway keeps answering,
+# and a guest's Neighbor Discovery spoofing and atomic and overlapping fragments change
+# nothing.
 #
 #   gwlab-lan: eth0 (SLAAC in 2001:db8:10::/64) --veth-- gwl-lan [gateway 2001:db8:10::1/64]
 #   gwlab-wan: eth0 2001:db8:ff::2/64 --veth-- gwl-wan [gateway 2001:db8:ff::1/64, MTU 1400]
@@ -258,6 +260,53 @@ refused=$(($(dropped ndisc_locked) + $(dropped ndisc_mac_change_unconfirmed)))
 pass "unsolicited advertisements moving the host to another MAC refused: ndisc_locked=$(dropped ndisc_locked) ndisc_mac_change_unconfirmed=$(dropped ndisc_mac_change_unconfirmed)"
 expect_output "the gateway still answers after them" \
     " 0% packet loss" lan ping -6 -c 2 -i 0.2 -W 2 2001:db8:10::1
+
+# A guest's Neighbor Discovery spoofing, and fragments through forwarding. A guest (another
+# MAC on the LAN) advertises the gateway's own address and the WAN host's (not on this link)
+# as its own; an atomic fragment (a fragment header, offset 0, no more: RFC 6946) of an echo
+# request crosses to the WAN host and its reply comes back; two overlapping fragments cross
+# (a router does not reassemble: the WAN host's kernel discards them, RFC 5722).
+cat >"$WORK/guest.py" <<'PY'
+import sys, time
+from scapy.all import (Ether, IPv6, IPv6ExtHdrFragment, ICMPv6ND_NA, ICMPv6NDOptDstLLAddr,
+                       ICMPv6EchoRequest, ICMPv6EchoReply, AsyncSniffer, sendp, get_if_hwaddr, conf)
+conf.verb = 0
+gateway_mac, src, wan_host = sys.argv[1], sys.argv[2], sys.argv[3]
+guest = "02:77:77:77:77:77"
+claims = [Ether(src=guest, dst="33:33:00:00:00:01") / IPv6(src="fe80::77", dst="ff02::1", hlim=255)
+          / ICMPv6ND_NA(tgt=target, R=0, S=0, O=1) / ICMPv6NDOptDstLLAddr(lladdr=guest)
+          for target in ("2001:db8:10::1", wan_host)]
+for _ in range(5):
+    sendp(claims, iface="eth0")
+mac = get_if_hwaddr("eth0")
+eth = Ether(src=mac, dst=gateway_mac)
+sniffer = AsyncSniffer(iface="eth0", count=1, timeout=3,
+                       lfilter=lambda p: ICMPv6EchoReply in p and p[ICMPv6EchoReply].id == 0x6946)
+sniffer.start()
+time.sleep(0.3)
+sendp(eth / IPv6(src=src, dst=wan_host) / IPv6ExtHdrFragment(offset=0, m=0, id=0x6946)
+      / ICMPv6EchoRequest(id=0x6946, seq=1, data=b"atomic" * 4), iface="eth0")
+sniffer.join()
+print("atomic_reply", "yes" if sniffer.results else "no")
+echo = bytes(ICMPv6EchoRequest(id=0x5722, seq=1, data=b"x" * 32))
+first = IPv6(src=src, dst=wan_host) / IPv6ExtHdrFragment(offset=0, m=1, id=0x5722, nh=58) / echo[:24]
+overlapping = IPv6(src=src, dst=wan_host) / IPv6ExtHdrFragment(offset=2, m=0, id=0x5722, nh=58) / echo[16:]
+sendp([eth / first, eth / overlapping], iface="eth0")
+PY
+lan "$PYTHON" "$WORK/guest.py" "$GATEWAY_MAC" "${address%/*}" 2001:db8:ff::2 >"$WORK/guest.txt" 2>&1 ||
+    fail "the guest's frames: $(cat "$WORK/guest.txt")"
+sleep 0.3
+claims=$(dropped ndisc_claims_our_address)
+[[ $claims -ge 5 ]] || fail "a guest's advertisements of the gateway's address counted $claims times, expected 5"
+pass "a guest advertising the gateway's own address: refused and counted (ndisc_claims_our_address=$claims)"
+grep -qx "atomic_reply yes" "$WORK/guest.txt" ||
+    fail "an atomic fragment's echo request got no reply through the gateway: $(cat "$WORK/guest.txt")"
+pass "an atomic fragment (RFC 6946) crosses and its reply comes back"
+expect_output "the host still reaches the WAN host the guest claimed to be, after the overlapping fragments" \
+    " 0% packet loss" lan ping -6 -c 2 -i 0.2 -W 2 2001:db8:ff::2
+neighbours=$(ctl show neighbors)
+grep -qi "02:77:77:77:77:77" <<<"$neighbours" && fail "the gateway took the guest's claims: $neighbours"
+pass "the guest's MAC is bound to no address in the gateway's neighbour table"
 # IPv4 is untouched.
 expect_output "IPv4 still forwards" " 0% packet loss" lan ping -c 2 -i 0.2 -W 2 10.0.0.2
 
