@@ -19,6 +19,7 @@ use pipeline::{
     ControlWork, DropReason, IcmpLimits, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig,
     Verdict, WorkerCounters, WorkerSetup,
 };
+use proptest::prelude::*;
 
 const GW6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 1);
 const HOST6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 2);
@@ -607,4 +608,307 @@ fn an_autoconfigured_wan_gives_its_twin_the_isps_advertisements_and_dhcpv6_answe
     );
     assert_ne!(run(&mut gw, &ra, on(WAN), 0).0, punted);
     assert_ne!(run(&mut gw, &dhcpv6(547, 546), on(WAN), 1).0, punted);
+}
+
+// --- the IPv6 fast path against the full path ------------------------------------------------
+
+/// Flows of the differential test: the LAN host's port, the remote port, TCP or UDP.
+const FLOWS6: [(u16, u16, bool); 3] = [(40000, 443, true), (40001, 53, false), (40002, 80, true)];
+
+/// One packet of the differential test: which flow, which way, what it carries, and how it
+/// may be spoilt.
+#[derive(Clone, Copy, Debug)]
+struct Step6 {
+    flow: usize,
+    outbound: bool,
+    flags: u8,
+    payload: usize,
+    mangle: Option<Mangle6>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Mangle6 {
+    HopLimit(u8),
+    OtherMac,
+    TooBig,
+    PayloadLengthPastFrame,
+    TruncatedTcp,
+}
+
+/// Between bursts: nothing, a reload, or the upstream router moving to another MAC.
+#[derive(Clone, Copy, Debug)]
+enum Change6 {
+    Reload,
+    NeighbourMoves,
+}
+
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+
+fn step6() -> impl Strategy<Value = Step6> {
+    let flags = prop_oneof![
+        6 => Just(ACK),
+        1 => Just(ACK | 0x08),
+        1 => Just(SYN),
+        1 => Just(SYN | ACK),
+        1 => Just(ACK | 0x01),
+        1 => Just(0x04),
+    ];
+    let mangle = prop::option::weighted(
+        0.15,
+        prop_oneof![
+            Just(Mangle6::HopLimit(1)),
+            Just(Mangle6::HopLimit(0)),
+            Just(Mangle6::HopLimit(2)),
+            Just(Mangle6::OtherMac),
+            Just(Mangle6::TooBig),
+            Just(Mangle6::PayloadLengthPastFrame),
+            Just(Mangle6::TruncatedTcp),
+        ],
+    );
+    (0..FLOWS6.len(), any::<bool>(), flags, 0..64usize, mangle).prop_map(
+        |(flow, outbound, flags, payload, mangle)| Step6 {
+            flow,
+            outbound,
+            flags,
+            payload,
+            mangle,
+        },
+    )
+}
+
+/// The frame of `step`, with sequence numbers that follow the flow's (`seq[flow][way]`: the
+/// next of each way), so that most TCP segments are in the window.
+fn frame6(step: &Step6, seq: &mut [[u32; 2]; 3]) -> (Vec<u8>, Ingress) {
+    let (host_port, remote_port, is_tcp) = FLOWS6[step.flow];
+    let way = usize::from(!step.outbound);
+    let payload_len = match step.mangle {
+        Some(Mangle6::TooBig) => 1400,
+        _ => step.payload,
+    };
+    let payload = vec![0x5a; payload_len];
+    let (builder, ingress) = if step.outbound {
+        (
+            PacketBuilder::ethernet2(HOST_MAC, LAN_MAC).ipv6(HOST6.octets(), REMOTE6.octets(), 64),
+            on(LAN),
+        )
+    } else {
+        (
+            PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC).ipv6(
+                REMOTE6.octets(),
+                HOST6.octets(),
+                64,
+            ),
+            on(WAN),
+        )
+    };
+    let (src_port, dst_port) = if step.outbound {
+        (host_port, remote_port)
+    } else {
+        (remote_port, host_port)
+    };
+    let mut frame = Vec::new();
+    if is_tcp {
+        let mut tcp = builder.tcp(src_port, dst_port, seq[step.flow][way], 64000);
+        if step.flags & SYN != 0 {
+            tcp = tcp.syn();
+        }
+        if step.flags & ACK != 0 {
+            tcp = tcp.ack(seq[step.flow][1 - way]);
+        }
+        if step.flags & 0x01 != 0 {
+            tcp = tcp.fin();
+        }
+        if step.flags & 0x04 != 0 {
+            tcp = tcp.rst();
+        }
+        if step.flags & 0x08 != 0 {
+            tcp = tcp.psh();
+        }
+        tcp.write(&mut frame, &payload).unwrap();
+        let consumed = u32::from(step.flags & (SYN | 0x01) != 0);
+        seq[step.flow][way] = seq[step.flow][way].wrapping_add(payload_len as u32 + consumed);
+    } else {
+        builder
+            .udp(src_port, dst_port)
+            .write(&mut frame, &payload)
+            .unwrap();
+    }
+    const HOP_LIMIT: usize = 14 + 7;
+    match step.mangle {
+        Some(Mangle6::HopLimit(hops)) => frame[HOP_LIMIT] = hops,
+        Some(Mangle6::OtherMac) => frame[5] ^= 0x40,
+        Some(Mangle6::PayloadLengthPastFrame) => {
+            let plen = u16::from_be_bytes([frame[18], frame[19]]) + 9;
+            frame[18..20].copy_from_slice(&plen.to_be_bytes());
+        }
+        Some(Mangle6::TruncatedTcp) => {
+            // A header shorter than its data offset says: TCP's; UDP's length field.
+            frame.truncate(14 + 40 + 12);
+            frame[18..20].copy_from_slice(&12u16.to_be_bytes());
+        }
+        Some(Mangle6::TooBig) | None => {}
+    }
+    (frame, ingress)
+}
+
+/// Runs `frames` through `gw` as one burst: each packet's verdict and bytes.
+fn burst6(
+    gw: &mut Pipeline,
+    frames: &[(Vec<u8>, Ingress)],
+    now_ns: u64,
+) -> Vec<(Verdict, Vec<u8>)> {
+    let mut rooms: Vec<Vec<u8>> = frames
+        .iter()
+        .map(|(frame, _)| {
+            let mut room = vec![0u8; 2048];
+            room[..frame.len()].copy_from_slice(frame);
+            room
+        })
+        .collect();
+    let ingress: Vec<Ingress> = frames.iter().map(|(_, ingress)| *ingress).collect();
+    let mut packets: Vec<PacketBuf> = rooms
+        .iter_mut()
+        .zip(frames)
+        .map(|(room, (frame, _))| PacketBuf::new(room, frame.len()))
+        .collect();
+    let mut verdicts = vec![Verdict::Drop(DropReason::TruncatedFrame); frames.len()];
+    gw.process_burst(&mut packets, &ingress, now_ns, &mut verdicts, |_| {});
+    let lens: Vec<usize> = packets.iter().map(PacketBuf::len).collect();
+    drop(packets);
+    verdicts
+        .into_iter()
+        .zip(rooms.into_iter().zip(lens))
+        .map(|(verdict, (room, len))| (verdict, room[..len].to_vec()))
+        .collect()
+}
+
+/// What a worker's counters say, but for how many packets took the fast path.
+fn counted(counters: &WorkerCounters) -> Vec<u64> {
+    let mut counts = vec![
+        counters.transmitted.get(),
+        counters.to_control.get(),
+        counters.icmp_errors_sent.get(),
+        counters.handoffs_sent.get(),
+    ];
+    counts.extend(
+        DropReason::ALL
+            .iter()
+            .map(|&reason| counters.dropped(reason)),
+    );
+    counts
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The IPv6 fast path decides as the full path does: the same verdicts, bytes and
+    /// counts, for flows set up, used and closed in any order, packets spoilt in each way
+    /// the shortcut must not cover, reloads and a neighbour moving between bursts.
+    #[test]
+    fn the_ipv6_fast_path_decides_as_the_full_path_does(
+        chunks in prop::collection::vec(
+            (
+                prop::collection::vec(step6(), 1..8),
+                prop::option::weighted(0.2, prop_oneof![Just(Change6::Reload), Just(Change6::NeighbourMoves)]),
+            ),
+            1..24,
+        ),
+    ) {
+        let make = |fast_path: bool| {
+            let counters = Arc::new(WorkerCounters::default());
+            let setup = WorkerSetup {
+                fast_path,
+                ..WorkerSetup::default()
+            };
+            let gw = Pipeline::for_worker(
+                Arc::new(config(true)),
+                Arc::new(neighbors()),
+                counters.clone(),
+                setup,
+            )
+            .unwrap();
+            (gw, counters)
+        };
+        let (mut fast, fast_counters) = make(true);
+        let (mut full, full_counters) = make(false);
+        let moved = Arc::new(NeighborView::new([]).with_ipv6([
+            (HOST6, EthernetAddress(HOST_MAC)),
+            (UPSTREAM6, EthernetAddress([0x02, 0xbb, 0, 0, 0, 0x99])),
+        ]));
+        let mut seq = [[1000u32, 5000], [0, 0], [20000, 90000]];
+        let mut now = 0u64;
+        for (steps, change) in chunks {
+            match change {
+                Some(Change6::Reload) => {
+                    fast.set_router(Arc::new(config(true)));
+                    full.set_router(Arc::new(config(true)));
+                }
+                Some(Change6::NeighbourMoves) => {
+                    fast.set_neighbors(moved.clone());
+                    full.set_neighbors(moved.clone());
+                }
+                None => {}
+            }
+            now += 1_000_000;
+            let frames: Vec<(Vec<u8>, Ingress)> =
+                steps.iter().map(|step| frame6(step, &mut seq)).collect();
+            let by_fast = burst6(&mut fast, &frames, now);
+            let by_full = burst6(&mut full, &frames, now);
+            for (i, (a, b)) in by_fast.iter().zip(&by_full).enumerate() {
+                prop_assert_eq!(a.0, b.0, "verdict of packet {} ({:?})", i, steps[i]);
+                prop_assert_eq!(&a.1, &b.1, "bytes of packet {} ({:?})", i, steps[i]);
+            }
+            prop_assert_eq!(counted(&fast_counters), counted(&full_counters));
+        }
+        prop_assert_eq!(full_counters.fast_path.get(), 0);
+    }
+}
+
+/// The fast path is taken at all: an established flow's packets after the first of each
+/// direction skip the full path.
+#[test]
+fn established_ipv6_flows_take_the_fast_path() {
+    let counters = Arc::new(WorkerCounters::default());
+    let mut gw = Pipeline::for_worker(
+        Arc::new(config(true)),
+        Arc::new(neighbors()),
+        counters.clone(),
+        WorkerSetup::default(),
+    )
+    .unwrap();
+    let mut seq = [[1000u32, 5000], [0, 0], [20000, 90000]];
+    let step = |outbound, flags, payload| Step6 {
+        flow: 0,
+        outbound,
+        flags,
+        payload,
+        mangle: None,
+    };
+    let handshake = [
+        step(true, SYN, 0),
+        step(false, SYN | ACK, 0),
+        step(true, ACK, 0),
+        step(false, ACK, 10),
+    ];
+    let data: Vec<Step6> = (0..10).map(|i| step(i % 2 == 0, ACK, 100)).collect();
+    for step in handshake.iter().chain(&data) {
+        let (frame, ingress) = frame6(step, &mut seq);
+        let (verdict, _) = run(&mut gw, &frame, ingress, 0);
+        assert!(
+            matches!(verdict, Verdict::Transmit { .. }),
+            "{step:?}: {verdict:?}"
+        );
+    }
+    // The SYN-ACK (found in the table, though it takes the full path as a SYN) made the
+    // reply way's shortcut, the handshake's ACK the original way's: every later packet,
+    // the server's first data among them, used them.
+    assert_eq!(counters.fast_path.get(), 11);
+    // A reload: each way's next packet takes the full path once.
+    gw.set_router(Arc::new(config(true)));
+    for step in &data[..4] {
+        let (frame, ingress) = frame6(step, &mut seq);
+        run(&mut gw, &frame, ingress, 0);
+    }
+    assert_eq!(counters.fast_path.get(), 13);
 }

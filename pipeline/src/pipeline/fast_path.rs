@@ -23,12 +23,20 @@
 //! a new shortcut. `the_burst_and_fast_path_decide_as_the_full_path_does` and the tests
 //! beside it in `pipeline/tests/stateful.rs` hold both paths to the same verdicts, bytes and
 //! state.
+//!
+//! IPv6 flows have the same fast path over their own table ([`Shortcut6`]): TCP and UDP
+//! whose header follows the fixed header (no extension headers), the hop limit and the MTU
+//! checked per packet, the hop limit decremented (IPv6 has no header checksum), nothing
+//! translated. A shortcut from an older neighbour view is not refreshed but remade by the
+//! full path. `pipeline/tests/forward6.rs` holds both paths to the same verdicts and bytes.
 
 use std::net::Ipv4Addr;
 
 use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
 use crate::pipeline::features::FeaturePlan;
+use crate::pipeline::stateful::changes_tcp_state;
+use crate::pipeline::stateful6::Shortcut6;
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, Shortcut};
@@ -37,6 +45,7 @@ use crate::verdict::{DropReason, Verdict};
 use crate::wire::udp::{DHCP_CLIENT_PORT, DNS_PORT};
 use crate::wire::{
     checksum, ethernet, ipv4, ipv6, tcp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet,
+    UdpPacket,
 };
 
 /// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
@@ -138,7 +147,13 @@ impl Pipeline {
     #[inline]
     pub fn process_from(&mut self, pkt: &mut PacketBuf, ingress: Ingress, now_ns: u64) -> Verdict {
         let key = self.hashed_key(pkt.bytes());
-        let verdict = self.process_keyed(pkt, ingress, key.as_ref(), now_ns);
+        let verdict = match key {
+            Some(_) => self.process_keyed(pkt, ingress, key.as_ref(), now_ns),
+            None => {
+                let key6 = self.hashed_key6(pkt.bytes());
+                self.process_keyed6(pkt, ingress, key6.as_ref(), now_ns)
+            }
+        };
         self.keep_shape_request(0);
         verdict
     }
@@ -171,17 +186,16 @@ impl Pipeline {
             .min(verdicts.len())
             .min(MAX_BURST);
         let mut keys = [None::<(FlowKey, FlowHash)>; MAX_BURST];
-        // IPv6 packets' hashes in the IPv6 table, for its prefetch alone.
-        let mut hashes6 = [None::<FlowHash>; MAX_BURST];
+        // IPv6 packets' keys and their hashes in the IPv6 table.
+        let mut keys6 = [None::<(FlowKey6, FlowHash)>; MAX_BURST];
         let mut any_ipv6 = false;
         let mut opens_flow = false;
         for (slot_index, (slot, pkt)) in keys.iter_mut().zip(&packets[..count]).enumerate() {
             *slot = self.hashed_key(pkt.bytes());
             if slot.is_none() {
-                if let Some(key6) = frame_key6(pkt.bytes()) {
-                    let hash = self.stateful6.flows.hash(&key6);
+                if let Some((key6, hash)) = self.hashed_key6(pkt.bytes()) {
                     prefetch(self.stateful6.flows.index_address_hashed(hash));
-                    hashes6[slot_index] = Some(hash);
+                    keys6[slot_index] = Some((key6, hash));
                     any_ipv6 = true;
                 }
             }
@@ -216,7 +230,7 @@ impl Pipeline {
             }
         }
         if any_ipv6 {
-            for hash in hashes6[..count].iter().flatten() {
+            for (_, hash) in keys6[..count].iter().flatten() {
                 let lines = self.stateful6.flows.flow_lines_hashed(*hash);
                 for line in lines.into_iter().flatten() {
                     prefetch(line);
@@ -235,7 +249,10 @@ impl Pipeline {
             prefetch(line);
         }
         for (i, pkt) in packets[..count].iter_mut().enumerate() {
-            verdicts[i] = self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns);
+            verdicts[i] = match keys6[i] {
+                Some(key6) => self.process_keyed6(pkt, ingress[i], Some(&key6), now_ns),
+                None => self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns),
+            };
             self.keep_shape_request(i);
         }
     }
@@ -262,6 +279,37 @@ impl Pipeline {
     #[inline]
     fn hashed_key(&self, frame: &[u8]) -> Option<(FlowKey, FlowHash)> {
         frame_key(frame).map(|key| (key, self.stateful.flows.hash(&key)))
+    }
+
+    /// An IPv6 frame's TCP or UDP flow key (none behind extension headers) and its hash in
+    /// the IPv6 flow table.
+    #[inline]
+    fn hashed_key6(&self, frame: &[u8]) -> Option<(FlowKey6, FlowHash)> {
+        frame_key6(frame).map(|key| (key, self.stateful6.flows.hash(&key)))
+    }
+
+    /// One IPv6 packet (or any packet without an IPv4 key): the fast path if its flow
+    /// direction has a current shortcut, else the full path.
+    #[inline]
+    fn process_keyed6(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        key6: Option<&(FlowKey6, FlowHash)>,
+        now_ns: u64,
+    ) -> Verdict {
+        if let (Some(&(key6, hash)), true) = (key6, self.fast_path) {
+            if let Probe::Found(flow, direction) = self.stateful6.flows.probe(&key6, hash) {
+                if let Some(verdict) =
+                    self.forward_established6(pkt, ingress, &key6, (flow, direction), now_ns)
+                {
+                    self.counters.fast_path.inc();
+                    self.counters.count(&verdict);
+                    return verdict;
+                }
+            }
+        }
+        self.process_full(pkt, ingress, None, now_ns)
     }
 
     /// One packet, its flow key hashed already (None: it has none). The full path gets what
@@ -398,6 +446,94 @@ impl Pipeline {
             frame_len,
             now_ns,
         ))
+    }
+
+    /// The IPv6 fast path: Some(verdict) if the packet's flow direction has a current
+    /// shortcut and the packet is one it covers; None otherwise, with the table untouched.
+    #[inline]
+    fn forward_established6(
+        &mut self,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        key: &FlowKey6,
+        (flow, direction): (FlowId, Direction),
+        now_ns: u64,
+    ) -> Option<Verdict> {
+        let data = self.stateful6.flows.data(flow);
+        let shortcut = data.shortcuts[side(direction)];
+        if shortcut.router_epoch != self.router_epoch
+            || shortcut.neighbor_epoch != self.neighbor_epoch
+            || shortcut.ingress != ingress.port
+            || !(shortcut.received_here || ingress.handed_off)
+            || data.generation != self.router.stateful.generation
+        {
+            return None;
+        }
+        let router = &*self.router;
+        let iface = router.interfaces.get(usize::from(ingress.port))?;
+        let egress = router.interfaces.get(usize::from(shortcut.egress))?;
+        let egress_mac = egress.mac;
+        let frame = EthernetFrame::new_checked(pkt.bytes()).ok()?;
+        if frame.dst_addr() != iface.mac {
+            return None;
+        }
+        let ip = Ipv6Packet::new_checked(frame.payload()).ok()?;
+        let packet_len = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+        if ip.hop_limit() <= 1 || packet_len > usize::from(egress.mtu) {
+            return None;
+        }
+        // What the full path's flow key and tracker would take of the upper layer.
+        let segment = if key.protocol == ipv6::next_header::TCP {
+            let segment = TcpSegment::of_segment(ip.payload())?;
+            if changes_tcp_state(Some(&segment)) {
+                return None;
+            }
+            Some(segment)
+        } else {
+            UdpPacket::new_checked(ip.payload()).ok()?;
+            None
+        };
+
+        // The packet is the shortcut's: from here on this path decides, as the full one would.
+        pkt.set_len(ethernet::HEADER_LEN + packet_len);
+        if let Track::Invalid(_) =
+            self.stateful6
+                .flows
+                .track(flow, direction, segment.as_ref(), now_ns)
+        {
+            return Some(Verdict::Drop(DropReason::ConntrackInvalid));
+        }
+        Ipv6Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..])
+            .decrement_hop_limit();
+        ethernet::write_l2(
+            pkt.bytes_mut(),
+            EthernetAddress(shortcut.next_hop_mac),
+            egress_mac,
+        );
+        Some(Verdict::Transmit {
+            port: shortcut.egress,
+        })
+    }
+
+    /// After the full path transmitted a packet of an established IPv6 flow to `egress`
+    /// (its L2 header written): the shortcut for that flow direction's next packets.
+    pub(crate) fn remember_shortcut6(
+        &mut self,
+        pkt: &PacketBuf,
+        ingress: Ingress,
+        flow: FlowId,
+        direction: Direction,
+        egress: u16,
+    ) {
+        let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
+        self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut6 {
+            router_epoch: self.router_epoch,
+            neighbor_epoch: self.neighbor_epoch,
+            ingress: ingress.port,
+            egress,
+            next_hop_mac: next_hop_mac.0,
+            received_here: !ingress.handed_off,
+        };
     }
 
     /// After the full path transmitted a packet of an established flow by `route` (its L2

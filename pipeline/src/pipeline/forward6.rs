@@ -107,14 +107,18 @@ impl Pipeline {
         let stage = self
             .stateful6
             .process(&self.router, &ip, &ext, ingress, egress, now_ns);
-        match stage {
-            Stage6::Forward => {}
+        let established = match stage {
+            Stage6::Forward { established } => established,
             Stage6::Done(verdict) => return verdict,
             Stage6::Error(error) => return self.icmpv6_error(pkt, ingress, now_ns, error),
-        }
+        };
         Ipv6Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..])
             .decrement_hop_limit();
-        self.send6(pkt, egress, route.resolve(dst))
+        let verdict = self.send6(pkt, egress, route.resolve(dst));
+        if let (Verdict::Transmit { .. }, Some((flow, direction))) = (verdict, established) {
+            self.remember_shortcut6(pkt, ingress, flow, direction, egress);
+        }
+        verdict
     }
 
     /// Writes the Ethernet header toward `next_hop` on `port` and sends, or asks the control

@@ -33,14 +33,37 @@ pub(crate) struct FlowData6 {
     to_zone: u8,
     /// The stateful config's generation the flow was last admitted under: a reload that
     /// rechecks established flows (`recheck_established`) looks at the flow again.
-    generation: u32,
+    pub(crate) generation: u32,
+    /// Per direction (original, reply): where forwarding sent the last packet, for the fast
+    /// path (`crate::pipeline::fast_path`).
+    pub(crate) shortcuts: [Shortcut6; 2],
+}
+
+/// What forwarding decided for the last packet of one direction of an IPv6 flow: IPv4's
+/// `Shortcut` without NAT (an IPv6 packet leaves as it came but for its hop limit) and
+/// without features (none sees IPv6 yet). Its next hop's MAC is from one neighbour view: a
+/// newer view sends the direction's next packet down the full path, which makes it again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shortcut6 {
+    /// The pipeline's router epoch when it was made; 0, which no epoch is, when there is none.
+    pub(crate) router_epoch: u32,
+    pub(crate) neighbor_epoch: u32,
+    pub(crate) ingress: u16,
+    pub(crate) egress: u16,
+    pub(crate) next_hop_mac: [u8; 6],
+    /// Made from a packet this worker received itself (its source validation and owner
+    /// check ran), not one handed to it.
+    pub(crate) received_here: bool,
 }
 
 /// What the IPv6 stateful stage decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stage6 {
-    /// Route and send: the packet's headers are unchanged.
-    Forward,
+    /// Route and send: the packet's headers are unchanged. `established`: the tracked flow
+    /// and direction it belongs to, when it was found in the table (a shortcut may be made).
+    Forward {
+        established: Option<(FlowId, Direction)>,
+    },
     Done(Verdict),
     /// Answer the packet, as received, with this ICMPv6 error.
     Error(Icmpv6Error),
@@ -114,7 +137,9 @@ impl StatefulStage6 {
                 }
                 match self.recheck(router, id) {
                     Some(verdict) => Stage6::Done(verdict),
-                    None => Stage6::Forward,
+                    None => Stage6::Forward {
+                        established: Some((id, direction)),
+                    },
                 }
             }
             Probe::Vacant(_) if !l4_checksum_ok(ip, ext) => {
@@ -151,12 +176,13 @@ impl StatefulStage6 {
             from_zone: from.0,
             to_zone: to.0,
             generation: stateful.generation,
+            shortcuts: Default::default(),
         };
         match self
             .flows
             .insert(key, key.reversed(), data, segment.as_ref(), now_ns, |_| {})
         {
-            Ok(_) => Stage6::Forward,
+            Ok(_) => Stage6::Forward { established: None },
             Err(error) => Stage6::Done(Verdict::Drop(insert_drop_reason(error))),
         }
     }
@@ -225,7 +251,7 @@ impl StatefulStage6 {
                 return Stage6::Done(Verdict::Handoff { worker: owner });
             }
         }
-        Stage6::Forward
+        Stage6::Forward { established: None }
     }
 
     /// An ICMPv6 error passes if it is about a tracked flow and goes to the quoted packet's
@@ -242,7 +268,7 @@ impl StatefulStage6 {
             return Stage6::Done(Verdict::Handoff { worker });
         }
         match self.flows.lookup(&quoted) {
-            Some(_) => Stage6::Forward,
+            Some(_) => Stage6::Forward { established: None },
             None => Stage6::Done(Verdict::Drop(DropReason::UnrelatedIcmpError)),
         }
     }
