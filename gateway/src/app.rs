@@ -1166,6 +1166,8 @@ fn apply_kernel(
             }
             tracing::info!(
                 kernel_routes = kernel.routes.len(),
+                kernel_routes6 = kernel.routes6.len(),
+                kernel_addresses6 = ?kernel.addresses6,
                 "kernel addresses and routes applied to the router config"
             );
             publish_router(router, qos, Arc::new(config));

@@ -75,6 +75,9 @@ pub struct ControlPlane {
     /// MLD reports answering queries, over all interfaces (a guest's query flood gets no
     /// more than this).
     mld_reports: TokenBucket,
+    /// Per interface: the IPv6 addresses whose groups it last reported joining (MLD), so
+    /// that addresses learnt later (a delegated prefix) are reported as they come.
+    reported_addresses: Vec<Vec<(Ipv6Addr, u8)>>,
 }
 
 impl ControlPlane {
@@ -111,6 +114,7 @@ impl ControlPlane {
             adverts: AdvertSchedule::new(seed),
             solicited_adverts: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
             mld_reports: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
+            reported_addresses: Vec::new(),
         }
     }
 
@@ -190,9 +194,39 @@ impl ControlPlane {
                 }
                 // And say which groups we listen to, for switches that snoop MLD.
                 self.send_mld_report(iface, v6, port as u16, mld_record::CHANGE_TO_EXCLUDE);
+                self.note_reported(port, &v6.addresses);
             }
         }
         self.flush();
+    }
+
+    /// Records that interface `port` reported the groups of `addresses`; whether they
+    /// differ from what it reported before.
+    fn note_reported(&mut self, port: usize, addresses: &[(Ipv6Addr, u8)]) -> bool {
+        if self.reported_addresses.len() <= port {
+            self.reported_addresses.resize(port + 1, Vec::new());
+        }
+        if self.reported_addresses[port] == addresses {
+            return false;
+        }
+        self.reported_addresses[port] = addresses.to_vec();
+        true
+    }
+
+    /// Reports the groups of an interface whose IPv6 addresses changed since it last did
+    /// (addresses the kernel twin learnt: SLAAC on the WAN, a delegated prefix), so that
+    /// switches that snoop MLD forward the solicitations for the new addresses. No duplicate
+    /// address detection of them here: the twin ran it on the same link before the kernel
+    /// let netlink see them.
+    fn report_changed_groups(&mut self, router: &RouterConfig) {
+        for (port, iface) in router.interfaces.iter().enumerate() {
+            let Some(v6) = router.ipv6(port as u16) else {
+                continue;
+            };
+            if self.note_reported(port, &v6.addresses) {
+                self.send_mld_report(iface, v6, port as u16, mld_record::CHANGE_TO_EXCLUDE);
+            }
+        }
     }
 
     /// One round: drain the workers' rings, do timed maintenance, flush TX. Returns how many
@@ -617,6 +651,7 @@ impl ControlPlane {
         self.neighbors.free_retired();
         let (router, _) = self.router.load();
         self.advertise(&router, now_ns);
+        self.report_changed_groups(&router);
         let before = self.table.len();
         let mut probes = Vec::new();
         let counters = self.counters.clone();

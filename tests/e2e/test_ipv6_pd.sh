@@ -8,6 +8,7 @@
 # dhcpcd configures the WAN twin (SLAAC, default route) and the LAN twin (the /64 of the
 # delegated prefix). The gateway follows both over netlink:
 # - the ISP reaches the gateway at its SLAAC address (the dataplane answers for it);
+# - the gateway reports by MLD that it listens for the delegated address's solicitations;
 # - a LAN host forms a SLAAC address in the delegated prefix from the gateway's RA, which
 #   now offers the gateway as default router, and pings and runs iperf3 to the ISP both ways;
 # - when dhcpcd stops (its addresses and routes go), the gateway lets the WAN address go.
@@ -111,6 +112,30 @@ JSON
 KEA_PIDFILE_DIR="$WORK/kea" KEA_LOCKFILE_DIR="$WORK/kea" \
     ip netns exec gwlab-wan kea-dhcp6 -c "$WORK/kea.json" >"$WORK/kea/stdout.log" 2>&1 </dev/null &
 
+# What the gateway reports by MLD on the LAN from now on: the groups of each report, one
+# line per report, so that the delegated address's solicited-node group can be looked for.
+# The records are read from the bytes: scapy 2.5 dissects only a report's first record.
+cat >"$WORK/mld_sniff.py" <<'PY'
+import ipaddress, sys
+from scapy.all import Ether, IPv6, ICMPv6MLReport2, sniff, conf
+conf.verb = 0
+def show(packet):
+    after_ip = bytes(packet[IPv6].payload)
+    report = after_ip[(after_ip[1] + 1) * 8:]  # past the hop-by-hop header
+    groups, at = [], 8
+    for _ in range(int.from_bytes(report[6:8], "big")):
+        aux, sources = report[at + 1], int.from_bytes(report[at + 2:at + 4], "big")
+        groups.append(str(ipaddress.IPv6Address(report[at + 4:at + 20])))
+        at += 20 + 16 * sources + 4 * aux
+    print(" ".join(groups), flush=True)
+sniff(iface="eth0", prn=show, timeout=float(sys.argv[2]),
+      lfilter=lambda p: ICMPv6MLReport2 in p and p[Ether].src == sys.argv[1])
+PY
+ip netns exec gwlab-lan /usr/bin/python3 "$WORK/mld_sniff.py" "$(cat /sys/class/net/gwl-lan/address)" 20 \
+    >"$WORK/mld.txt" 2>&1 &
+MLD_SNIFFER=$!
+sleep 0.5
+
 # dhcpcd with the shipped config, without its start-up delays (the RS's and the Solicit's
 # random waits) and with rapid commit (Solicit and Reply only): a lab has no crowd to
 # spread. Its state goes to tmpfs in a mount namespace of its own (see test_netlink.sh).
@@ -150,6 +175,24 @@ gw ip -6 route show default | grep -q "via fe80::.* dev wan" ||
 wan_address=${wan_address%/*}
 lan_address=${lan_address%/*}
 delegated=${lan_address%::1}::
+
+# The gateway joins the new address's solicited-node group (RFC 4291 2.7.1) and says so, so
+# that switches that snoop MLD forward the LAN hosts' solicitations for it.
+group=$(/usr/bin/python3 -c '
+import ipaddress, sys
+low = int(ipaddress.IPv6Address(sys.argv[1])) & 0xffffff
+print(ipaddress.IPv6Address(int(ipaddress.IPv6Address("ff02::1:ff00:0")) | low))' "$lan_address")
+# The twin's kernel reports its own groups from the same MAC; the gateway's reports are
+# the ones that name all routers (ff02::2) too.
+gateway_report() { grep -w "$group" "$WORK/mld.txt" | grep -qw "ff02::2"; }
+for _ in $(seq 1 30); do
+    gateway_report && break
+    sleep 0.1
+done
+kill "$MLD_SNIFFER" 2>/dev/null || true
+gateway_report ||
+    fail "no MLD report of the gateway's names $group (the delegated address's group): $(cat "$WORK/mld.txt")"
+pass "the gateway reported joining $group, the delegated address's solicited-node group, by MLD"
 
 # The gateway answers at the WAN address the kernel took (the dataplane, not the twin: echo
 # for the gateway's addresses is the dataplane's).
