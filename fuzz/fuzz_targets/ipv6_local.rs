@@ -76,6 +76,7 @@ fn v6(input: &mut Bytes) -> Ipv6Interface {
             dns_servers: vec![HOST; servers],
             router_lifetime_secs: input.u16(),
         }),
+        autoconfigure: false,
     }
 }
 
@@ -376,11 +377,13 @@ fn forwarder() -> Pipeline {
         },
     ];
     let policy = Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept);
-    let side = |mac, addr| {
+    // The WAN's routers configure it (their RAs and DHCPv6 answers are for its twin).
+    let side = |mac, addr, autoconfigure| {
         Some(Ipv6Interface {
             link_local: link_local(mac),
             addresses: vec![(addr, 64)],
             advertise: None,
+            autoconfigure,
         })
     };
     let router = RouterConfig::new(interfaces, &[], IcmpLimits::default())
@@ -396,7 +399,7 @@ fn forwarder() -> Pipeline {
         })
         .expect("the stateful config fits")
         .with_ipv6(
-            vec![side(OUR_MAC, OURS), side(WAN_MAC, WAN_OURS)],
+            vec![side(OUR_MAC, OURS, false), side(WAN_MAC, WAN_OURS, true)],
             &[StaticRoute6 {
                 destination: Ipv6Addr::UNSPECIFIED,
                 len: 0,

@@ -151,6 +151,8 @@ fn rule(name: &str, action: Action) -> Rule {
         to: None,
         src: None,
         dst: None,
+        src6: None,
+        dst6: None,
         protocol: None,
         src_ports: None,
         dst_ports: None,

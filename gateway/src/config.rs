@@ -1025,10 +1025,12 @@ pub struct RuleConfig {
     pub from: Option<String>,
     #[serde(default)]
     pub to: Option<String>,
+    /// An IPv4 prefix (the rule is for IPv4 flows) or an IPv6 one (for IPv6 flows); both of
+    /// one family. Without either, the rule applies to both families.
     #[serde(default)]
-    pub source: Option<Ipv4Cidr>,
+    pub source: Option<RulePrefix>,
     #[serde(default)]
-    pub destination: Option<Ipv4Cidr>,
+    pub destination: Option<RulePrefix>,
     #[serde(default)]
     pub protocol: Option<RuleProtocol>,
     #[serde(default)]
@@ -1139,6 +1141,41 @@ impl<'de> Deserialize<'de> for Ipv4Cidr {
 impl fmt::Display for Ipv4Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// A firewall rule's source or destination: "10.0.0.0/8" or "2001:db8:77::/48".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RulePrefix {
+    V4(Ipv4Cidr),
+    V6(Ipv6Cidr),
+}
+
+impl FromStr for RulePrefix {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text.contains(':') {
+            text.parse().map(RulePrefix::V6)
+        } else {
+            text.parse().map(RulePrefix::V4)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RulePrefix {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for RulePrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RulePrefix::V4(cidr) => cidr.fmt(f),
+            RulePrefix::V6(cidr) => cidr.fmt(f),
+        }
     }
 }
 
@@ -1259,6 +1296,20 @@ pub enum ConfigError {
 const MAX_REACHABLE_SECS: u64 = 86_400;
 
 /// Rejected rather than masked: a prefix with host bits is almost always a typo.
+fn no_host_bits6(field: String, prefix: &Ipv6Cidr) -> Result<(), ConfigError> {
+    let network = pipeline::pipeline::ipv6_local::prefix_of(prefix.addr, prefix.len);
+    if network == prefix.addr {
+        return Ok(());
+    }
+    Err(invalid(
+        field,
+        format!(
+            "{prefix} has host bits set; did you mean {network}/{}?",
+            prefix.len
+        ),
+    ))
+}
+
 fn no_host_bits(field: String, prefix: &Ipv4Cidr) -> Result<(), ConfigError> {
     if u32::from(prefix.addr) & !prefix.mask() == 0 {
         return Ok(());
@@ -2230,9 +2281,28 @@ impl GatewayConfig {
                 ));
             }
             for (what, prefix) in [("source", &rule.source), ("destination", &rule.destination)] {
-                if let Some(prefix) = prefix {
-                    no_host_bits(format!("firewall.rules[{i}].{what}"), prefix)?;
+                let field = format!("firewall.rules[{i}].{what}");
+                match prefix {
+                    Some(RulePrefix::V4(prefix)) => no_host_bits(field, prefix)?,
+                    Some(RulePrefix::V6(prefix)) => no_host_bits6(field, prefix)?,
+                    None => {}
                 }
+            }
+            if let (Some(RulePrefix::V4(_)), Some(RulePrefix::V6(_)))
+            | (Some(RulePrefix::V6(_)), Some(RulePrefix::V4(_))) =
+                (rule.source, rule.destination)
+            {
+                return Err(invalid(
+                    format!("firewall.rules[{i}].destination"),
+                    "is of another family than source: no flow has both",
+                ));
+            }
+            let ipv6 = matches!(rule.source.or(rule.destination), Some(RulePrefix::V6(_)));
+            if ipv6 && rule.protocol == Some(RuleProtocol::Icmp) {
+                return Err(invalid(
+                    format!("firewall.rules[{i}].protocol"),
+                    "\"icmp\" is ICMP for IPv4, which no flow of an IPv6 prefix carries",
+                ));
             }
         }
         Ok(())
@@ -2643,6 +2713,51 @@ mod tests {
             err.starts_with("ipv6_routes[2].destination:") && err.contains("second route"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn rules_take_prefixes_of_either_family_and_not_both() {
+        let with_rule = |fields: &str| {
+            parse(&format!(
+                "{LAB}\n[[firewall.rules]]\nname = \"r\"\naction = \"drop\"\n{fields}\n"
+            ))
+        };
+        let config = with_rule(
+            "source = \"2001:db8:77::/48\"\ndestination = \"2001:db8:10::5/128\"\nprotocol = \"tcp\"",
+        )
+        .unwrap();
+        let rule = config.firewall.rules.last().unwrap();
+        assert_eq!(
+            rule.source,
+            Some(RulePrefix::V6("2001:db8:77::/48".parse().unwrap()))
+        );
+        let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        crate::pipeline_config::router_config(&config, &macs).unwrap();
+        assert!(matches!(
+            with_rule("source = \"10.0.0.0/8\"").unwrap().firewall.rules.last().unwrap().source,
+            Some(RulePrefix::V4(_))
+        ));
+        for (fields, field, reason) in [
+            (
+                "source = \"10.0.0.0/8\"\ndestination = \"2001:db8::/32\"",
+                "firewall.rules[0].destination:",
+                "another family",
+            ),
+            (
+                "source = \"2001:db8:77::1/48\"",
+                "firewall.rules[0].source:",
+                "did you mean 2001:db8:77::/48",
+            ),
+            (
+                "destination = \"2001:db8::/32\"\nprotocol = \"icmp\"",
+                "firewall.rules[0].protocol:",
+                "IPv4",
+            ),
+            ("source = \"2001:db8::/129\"", "firewall.rules[0].source", "0..=128"),
+        ] {
+            let err = with_rule(fields).unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(reason), "{fields}: {err}");
+        }
     }
 
     #[test]

@@ -22,7 +22,8 @@ use pipeline::features::parental::{days, DeviceMatch, Policy as ParentalPolicy, 
 
 use crate::config::{
     DnsActionConfig, FirewallAction, GatewayConfig, InterfaceConfig, KeywordBlockConfig,
-    L4Protocol, ParentalConfig, PortRange, QosSettings, RuleProtocol, SourceValidationConfig,
+    L4Protocol, ParentalConfig, PortRange, QosSettings, RulePrefix, RuleProtocol,
+    SourceValidationConfig,
 };
 use crate::netlink::KernelView;
 
@@ -317,8 +318,10 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
             name: rule.name.clone(),
             from: rule.from.as_deref().map(zone),
             to: rule.to.as_deref().map(zone),
-            src: rule.source.map(|c| (c.addr, c.len)),
-            dst: rule.destination.map(|c| (c.addr, c.len)),
+            src: v4_prefix(rule.source),
+            dst: v4_prefix(rule.destination),
+            src6: v6_prefix(rule.source),
+            dst6: v6_prefix(rule.destination),
             protocol: rule.protocol.map(|p| match p {
                 RuleProtocol::Tcp => ipv4::protocol::TCP,
                 RuleProtocol::Udp => ipv4::protocol::UDP,
@@ -357,6 +360,20 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         recheck_established: config.firewall.recheck_established,
         generation: GENERATION.fetch_add(1, Ordering::Relaxed),
     })
+}
+
+fn v4_prefix(prefix: Option<RulePrefix>) -> Option<(Ipv4Addr, u8)> {
+    match prefix? {
+        RulePrefix::V4(cidr) => Some((cidr.addr, cidr.len)),
+        RulePrefix::V6(_) => None,
+    }
+}
+
+fn v6_prefix(prefix: Option<RulePrefix>) -> Option<(Ipv6Addr, u8)> {
+    match prefix? {
+        RulePrefix::V6(cidr) => Some((cidr.addr, cidr.len)),
+        RulePrefix::V4(_) => None,
+    }
 }
 
 fn action(action: FirewallAction) -> Action {

@@ -263,6 +263,8 @@ fn rules_without_ipv4_prefixes_apply_to_ipv6() {
         to: None,
         src,
         dst: None,
+        src6: None,
+        dst6: None,
         protocol: Some(protocol),
         src_ports: None,
         dst_ports: Some(port..=port),
@@ -911,4 +913,29 @@ fn established_ipv6_flows_take_the_fast_path() {
         run(&mut gw, &frame, ingress, 0);
     }
     assert_eq!(counters.fast_path.get(), 13);
+}
+
+/// A rule with IPv6 prefixes decides the IPv6 flows in them, and no others.
+#[test]
+fn rules_with_ipv6_prefixes_decide_the_flows_in_them() {
+    let rule = Rule {
+        name: "host-to-99".into(),
+        from: None,
+        to: None,
+        src: None,
+        dst: None,
+        src6: Some((HOST6, 128)),
+        dst6: Some((Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 0), 48)),
+        protocol: Some(17),
+        src_ports: None,
+        dst_ports: None,
+        icmp_type: None,
+        action: Action::Drop,
+    };
+    let mut gw = worker(config_with_rules(true, vec![rule]), neighbors(), 0, 1);
+    let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop), "in both prefixes");
+    let elsewhere = Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, 1);
+    let (verdict, _) = run(&mut gw, &from_host(elsewhere, 64, 8), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN }, "outside the destination prefix");
 }

@@ -48,6 +48,8 @@ fn deny_remote() -> Rule {
         to: Some(WAN_ZONE),
         src: None,
         dst: Some((ip(REMOTE), 32)),
+        src6: None,
+        dst6: None,
         protocol: None,
         src_ports: None,
         dst_ports: None,

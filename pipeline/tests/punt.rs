@@ -29,6 +29,8 @@ fn allow(name: &str, from: ZoneId, protocol: u8, port: u16) -> Rule {
         to: Some(ZoneId::LOCAL),
         src: None,
         dst: None,
+        src6: None,
+        dst6: None,
         protocol: Some(protocol),
         src_ports: None,
         dst_ports: Some(port..=port),

@@ -607,6 +607,8 @@ fn flows_the_config_no_longer_makes_are_skipped_and_their_ports_stay_free() {
         to: None,
         src: None,
         dst: None,
+        src6: None,
+        dst6: None,
         protocol: Some(17),
         src_ports: None,
         dst_ports: None,

@@ -201,6 +201,8 @@ fn office_only(action: Action) -> Vec<Rule> {
         to: None,
         src: Some((Ipv4Addr::new(198, 51, 100, 0), 24)),
         dst: Some((Ipv4Addr::from(SERVER), 32)),
+        src6: None,
+        dst6: None,
         protocol: Some(6),
         src_ports: None,
         dst_ports: Some(80..=80),

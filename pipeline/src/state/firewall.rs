@@ -51,7 +51,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
 use crate::flow::{FlowKey, FlowKey6};
@@ -85,6 +85,10 @@ pub struct Rule {
     /// Source prefix (address, length). Host bits must be clear.
     pub src: Option<(Ipv4Addr, u8)>,
     pub dst: Option<(Ipv4Addr, u8)>,
+    /// IPv6 source and destination prefixes: a rule with either matches IPv6 flows only, as
+    /// one with an IPv4 prefix matches IPv4 flows only; a rule has prefixes of one family.
+    pub src6: Option<(Ipv6Addr, u8)>,
+    pub dst6: Option<(Ipv6Addr, u8)>,
     pub protocol: Option<u8>,
     /// Only with protocol TCP or UDP.
     pub src_ports: Option<RangeInclusive<u16>>,
@@ -122,7 +126,9 @@ impl Rule {
                 Some(range) => range.contains(&port),
             }
         }
-        any_or_eq(self.from, from)
+        self.src6.is_none()
+            && self.dst6.is_none()
+            && any_or_eq(self.from, from)
             && any_or_eq(self.to, to)
             && in_prefix(key.src, self.src)
             && in_prefix(key.dst, self.dst)
@@ -135,14 +141,23 @@ impl Rule {
 
 impl Rule {
     /// The reference semantics for IPv6 flows: a rule with an IPv4 prefix or an ICMP type
-    /// matches none; otherwise as [`Rule::matches`] without addresses.
+    /// matches none; otherwise as [`Rule::matches`] over the IPv6 prefixes.
     pub fn matches6(&self, from: ZoneId, to: ZoneId, key: &FlowKey6) -> bool {
         fn in_ports(port: u16, range: &Option<RangeInclusive<u16>>) -> bool {
             range.as_ref().is_none_or(|range| range.contains(&port))
         }
+        fn in_prefix6(addr: Ipv6Addr, prefix: Option<(Ipv6Addr, u8)>) -> bool {
+            prefix.is_none_or(|(net, len)| {
+                let shift = 128u32.saturating_sub(u32::from(len));
+                u128::from(addr).checked_shr(shift).unwrap_or(0)
+                    == u128::from(net).checked_shr(shift).unwrap_or(0)
+            })
+        }
         self.src.is_none()
             && self.dst.is_none()
             && self.icmp_type.is_none()
+            && in_prefix6(key.src, self.src6)
+            && in_prefix6(key.dst, self.dst6)
             && any_or_eq(self.from, from)
             && any_or_eq(self.to, to)
             && any_or_eq(self.protocol, key.protocol)
@@ -229,6 +244,8 @@ pub enum RuleProblem {
     ReversedPortRange {
         endpoint: Endpoint,
     },
+    /// An IPv4 prefix and an IPv6 one: no flow has both.
+    MixedFamilies,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,7 +270,10 @@ impl fmt::Display for FirewallError {
                 write!(f, "firewall rule {index} ({name:?}): ")?;
                 match problem {
                     RuleProblem::BadPrefixLength { endpoint, len } => {
-                        write!(f, "{endpoint} prefix length {len} is above 32")
+                        write!(
+                            f,
+                            "{endpoint} prefix length {len} is too long for its family"
+                        )
                     }
                     RuleProblem::HostBitsSet { endpoint } => {
                         write!(f, "{endpoint} prefix has host bits set")
@@ -266,6 +286,9 @@ impl fmt::Display for FirewallError {
                     }
                     RuleProblem::ReversedPortRange { endpoint } => {
                         write!(f, "{endpoint} port range is reversed")
+                    }
+                    RuleProblem::MixedFamilies => {
+                        write!(f, "an IPv4 and an IPv6 prefix: no flow has both")
                     }
                 }
             }
@@ -298,6 +321,12 @@ struct Matcher {
     icmp_type: Option<u8>,
     /// The rule names IPv4 prefixes, so no IPv6 flow matches it.
     ipv4_only: bool,
+    /// The rule names IPv6 prefixes (below), so no IPv4 flow matches it.
+    ipv6_only: bool,
+    src6_net: u128,
+    src6_mask: u128,
+    dst6_net: u128,
+    dst6_mask: u128,
     action: Action,
 }
 
@@ -330,8 +359,30 @@ impl Matcher {
             }
             Some(range) => Ok((*range.start(), *range.end())),
         };
+        let prefix6 = |endpoint, prefix: Option<(Ipv6Addr, u8)>| match prefix {
+            None => Ok((0, 0)),
+            Some((_, len)) if len > 128 => {
+                Err(invalid(RuleProblem::BadPrefixLength { endpoint, len }))
+            }
+            Some((addr, len)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                let net = u128::from(addr);
+                if net & !mask != 0 {
+                    Err(invalid(RuleProblem::HostBitsSet { endpoint }))
+                } else {
+                    Ok((net, mask))
+                }
+            }
+        };
+        let ipv4_only = rule.src.is_some() || rule.dst.is_some();
+        let ipv6_only = rule.src6.is_some() || rule.dst6.is_some();
+        if ipv4_only && ipv6_only {
+            return Err(invalid(RuleProblem::MixedFamilies));
+        }
         let (src_net, src_mask) = prefix(Endpoint::Source, rule.src)?;
         let (dst_net, dst_mask) = prefix(Endpoint::Destination, rule.dst)?;
+        let (src6_net, src6_mask) = prefix6(Endpoint::Source, rule.src6)?;
+        let (dst6_net, dst6_mask) = prefix6(Endpoint::Destination, rule.dst6)?;
         let src_ports = ports(Endpoint::Source, &rule.src_ports)?;
         let dst_ports = ports(Endpoint::Destination, &rule.dst_ports)?;
         let has_ports = rule.src_ports.is_some() || rule.dst_ports.is_some();
@@ -352,7 +403,12 @@ impl Matcher {
             src_ports,
             dst_ports,
             icmp_type: rule.icmp_type,
-            ipv4_only: rule.src.is_some() || rule.dst.is_some(),
+            ipv4_only,
+            ipv6_only,
+            src6_net,
+            src6_mask,
+            dst6_net,
+            dst6_mask,
             action: rule.action,
         })
     }
@@ -362,7 +418,8 @@ impl Matcher {
     /// return a rule that does not match.
     #[inline]
     fn matches(&self, from: ZoneId, to: ZoneId, key: &FlowKey, icmp_type: Option<u8>) -> bool {
-        any_or_eq(self.from, from)
+        !self.ipv6_only
+            && any_or_eq(self.from, from)
             && any_or_eq(self.to, to)
             && u32::from(key.src) & self.src_mask == self.src_net
             && u32::from(key.dst) & self.dst_mask == self.dst_net
@@ -379,6 +436,8 @@ impl Matcher {
         !self.ipv4_only
             && any_or_eq(self.from, from)
             && any_or_eq(self.to, to)
+            && u128::from(key.src) & self.src6_mask == self.src6_net
+            && u128::from(key.dst) & self.dst6_mask == self.dst6_net
             && any_or_eq(self.protocol, key.protocol)
             && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
             && (self.dst_ports.0..=self.dst_ports.1).contains(&key.dst_port)
@@ -832,6 +891,8 @@ mod tests {
             to: None,
             src: None,
             dst: None,
+            src6: None,
+            dst6: None,
             protocol: None,
             src_ports: None,
             dst_ports: None,
@@ -876,14 +937,24 @@ mod tests {
     }
 
     /// The same ports and protocol between two IPv6 addresses.
+    /// The IPv6 flow of an IPv4 one: its addresses in 2001:db8::/96 (see [`as_prefix6`]).
     fn as_ipv6(key: &FlowKey) -> FlowKey6 {
         FlowKey6 {
-            src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
-            dst: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
+            src: embedded(key.src),
+            dst: embedded(key.dst),
             src_port: key.src_port,
             dst_port: key.dst_port,
             protocol: key.protocol,
         }
+    }
+
+    fn embedded(addr: Ipv4Addr) -> Ipv6Addr {
+        Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(u32::from(addr)))
+    }
+
+    /// An IPv4 prefix as the IPv6 prefix holding [`embedded`] addresses of it.
+    fn as_prefix6((addr, len): (Ipv4Addr, u8)) -> (Ipv6Addr, u8) {
+        (embedded(addr), len + 96)
     }
 
     fn naive6(
@@ -1730,12 +1801,16 @@ mod tests {
                     // Drop the fields the protocol cannot have, so every generated rule
                     // compiles and the comparison exercises matching, not validation.
                     let has_ports = matches!(protocol, Some(TCP | UDP));
+                    // A third of the rules with prefixes name them in IPv6 instead.
+                    let ipv6 = matches!(src.or(dst), Some((addr, _)) if u32::from(addr) % 3 == 0);
                     Rule {
                         name: String::new(),
                         from,
                         to,
-                        src,
-                        dst,
+                        src: src.filter(|_| !ipv6),
+                        dst: dst.filter(|_| !ipv6),
+                        src6: src.filter(|_| ipv6).map(as_prefix6),
+                        dst6: dst.filter(|_| ipv6).map(as_prefix6),
                         protocol,
                         src_ports: src_ports.filter(|_| has_ports),
                         dst_ports: dst_ports.filter(|_| has_ports),
@@ -1809,9 +1884,13 @@ mod tests {
             for r in &rules {
                 let from = r.from.unwrap_or(UNNAMED);
                 let to = r.to.unwrap_or(ZoneId::LOCAL);
+                // An IPv6 prefix's address is an embedded IPv4 one: its low 32 bits.
+                let unembedded = |prefix: Option<(Ipv6Addr, u8)>| {
+                    prefix.map(|(addr, len)| (Ipv4Addr::from(u128::from(addr) as u32), len))
+                };
                 let key = FlowKey {
-                    src: r.src.map_or(Ipv4Addr::new(10, 0, 0, 1), |(a, _)| a),
-                    dst: r.dst.map_or(Ipv4Addr::new(10, 0, 0, 2), |(a, _)| a),
+                    src: r.src.or(unembedded(r.src6)).map_or(Ipv4Addr::new(10, 0, 0, 1), |(a, _)| a),
+                    dst: r.dst.or(unembedded(r.dst6)).map_or(Ipv4Addr::new(10, 0, 0, 2), |(a, _)| a),
                     src_port: r.src_ports.as_ref().map_or(7, |p| *p.end()),
                     dst_port: r.dst_ports.as_ref().map_or(7, |p| *p.start()),
                     protocol: r.protocol.unwrap_or(GRE),
