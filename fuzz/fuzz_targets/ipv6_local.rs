@@ -279,7 +279,7 @@ fuzz_target!(|data: &[u8]| {
             let advert = v6.advertise.as_ref().unwrap();
             let mut out = vec![GARBAGE; room_len + 64];
             if let Some(len) =
-                write_router_advert(&mut out[..room_len], &iface(), &v6, advert, to, mac)
+                write_router_advert(&mut out[..room_len], &iface(), &v6, advert, &[], to, mac)
             {
                 check_advert(&out[..len], &v6, advert.router_lifetime_secs);
             }

@@ -2734,7 +2734,13 @@ mod tests {
         let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
         crate::pipeline_config::router_config(&config, &macs).unwrap();
         assert!(matches!(
-            with_rule("source = \"10.0.0.0/8\"").unwrap().firewall.rules.last().unwrap().source,
+            with_rule("source = \"10.0.0.0/8\"")
+                .unwrap()
+                .firewall
+                .rules
+                .last()
+                .unwrap()
+                .source,
             Some(RulePrefix::V4(_))
         ));
         for (fields, field, reason) in [
@@ -2753,10 +2759,17 @@ mod tests {
                 "firewall.rules[0].protocol:",
                 "IPv4",
             ),
-            ("source = \"2001:db8::/129\"", "firewall.rules[0].source", "0..=128"),
+            (
+                "source = \"2001:db8::/129\"",
+                "firewall.rules[0].source",
+                "0..=128",
+            ),
         ] {
             let err = with_rule(fields).unwrap_err().to_string();
-            assert!(err.contains(field) && err.contains(reason), "{fields}: {err}");
+            assert!(
+                err.contains(field) && err.contains(reason),
+                "{fields}: {err}"
+            );
         }
     }
 

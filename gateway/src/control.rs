@@ -472,8 +472,10 @@ impl ControlPlane {
                 if !self.solicited_adverts.try_take(now_ns) {
                     return self.counters.record_drop(DropReason::SlowPathPoliced);
                 }
+                let withdrawn = self.adverts.withdrawn(usize::from(ingress));
                 let room = pkt.room_mut();
-                match ipv6_local::write_router_advert(room, iface, v6, advert, to, mac) {
+                match ipv6_local::write_router_advert(room, iface, v6, advert, &withdrawn, to, mac)
+                {
                     Some(len) if mbuf.set_len(len).is_ok() => {
                         self.counters.router_adverts.inc();
                         self.send(ingress, mbuf);
@@ -636,11 +638,14 @@ impl ControlPlane {
             let mut frame = [0u8; ADVERT_FRAME_ROOM];
             let all_nodes = pipeline::wire::ipv6::ALL_NODES;
             let mac = pipeline::wire::ipv6::multicast_mac(all_nodes);
-            if let Some(len) =
-                ipv6_local::write_router_advert(&mut frame, iface, v6, advert, all_nodes, mac)
-            {
+            let withdrawn = self.adverts.withdrawn(port);
+            let written = ipv6_local::write_router_advert(
+                &mut frame, iface, v6, advert, &withdrawn, all_nodes, mac,
+            );
+            if let Some(len) = written {
                 self.counters.router_adverts.inc();
                 self.send_frame(port as u16, &frame[..len]);
+                self.adverts.advertised(port);
             }
         }
     }

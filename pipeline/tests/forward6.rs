@@ -934,8 +934,16 @@ fn rules_with_ipv6_prefixes_decide_the_flows_in_them() {
     };
     let mut gw = worker(config_with_rules(true, vec![rule]), neighbors(), 0, 1);
     let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);
-    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop), "in both prefixes");
+    assert_eq!(
+        verdict,
+        Verdict::Drop(DropReason::FirewallDrop),
+        "in both prefixes"
+    );
     let elsewhere = Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, 1);
     let (verdict, _) = run(&mut gw, &from_host(elsewhere, 64, 8), on(LAN), 0);
-    assert_eq!(verdict, Verdict::Transmit { port: WAN }, "outside the destination prefix");
+    assert_eq!(
+        verdict,
+        Verdict::Transmit { port: WAN },
+        "outside the destination prefix"
+    );
 }

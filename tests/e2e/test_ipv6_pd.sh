@@ -11,7 +11,8 @@
 # - the gateway reports by MLD that it listens for the delegated address's solicitations;
 # - a LAN host forms a SLAAC address in the delegated prefix from the gateway's RA, which
 #   now offers the gateway as default router, and pings and runs iperf3 to the ISP both ways;
-# - when dhcpcd stops (its addresses and routes go), the gateway lets the WAN address go.
+# - when dhcpcd stops (its addresses and routes go), the gateway lets the WAN address go and
+#   advertises the delegated prefix with zero lifetimes, which deprecates the host's address.
 #
 #   gwlab-lan: eth0 (SLAAC in 2001:db8:ff00::/64) --veth-- gwl-lan [gateway, twin lan]
 #   gwlab-wan: eth0 2001:db8:a::1/64, radvd, Kea --veth-- gwl-wan [gateway, twin wan]
@@ -255,3 +256,15 @@ for _ in $(seq 1 10); do
 done
 $gone || fail "the gateway still answers at $wan_address after the kernel removed it"
 pass "once dhcpcd removed the WAN address, the gateway no longer answers at it"
+# The delegated prefix went with it: the gateway's next advertisements carry it with zero
+# lifetimes (RFC 7084 L-13), so the host stops choosing its address for new connections.
+deprecated=false
+for _ in $(seq 1 30); do
+    if lan ip -6 -o addr show dev eth0 | grep -q "$host_address .*deprecated"; then
+        deprecated=true
+        break
+    fi
+    sleep 0.1
+done
+$deprecated || fail "the LAN host's address in the withdrawn prefix is not deprecated: $(lan ip -6 -o addr show dev eth0)"
+pass "the withdrawn prefix was advertised with zero lifetimes: the host's ${host_address} is deprecated"

@@ -323,15 +323,18 @@ fn write_headers(
 }
 
 /// Writes a whole Router Advertisement frame for `iface` into `room`, to `dst` at `dst_mac`:
-/// every address of a /64 as a SLAAC prefix, others as on-link prefixes, the MTU unless it
-/// is Ethernet's 1500, the DNS servers, and the router lifetime the config worked out (0
-/// without an IPv6 default route elsewhere: see `RouterConfig::with_ipv6`).
-/// Returns its length, or `None` if `room` is too short.
+/// every address of a /64 as a SLAAC prefix, others as on-link prefixes, then the
+/// `withdrawn` prefixes with zero lifetimes (RFC 7084 L-13: hosts stop choosing addresses
+/// in a prefix the link no longer has), the MTU unless it is Ethernet's 1500, the DNS
+/// servers, and the router lifetime the config worked out (0 without an IPv6 default route
+/// elsewhere: see `RouterConfig::with_ipv6`). At most [`MAX_ADVERTISED_PREFIXES`] prefixes,
+/// the current ones first. Returns its length, or `None` if `room` is too short.
 pub fn write_router_advert(
     room: &mut [u8],
     iface: &Interface,
     v6: &Ipv6Interface,
     advert: &RouterAdvertConfig,
+    withdrawn: &[(Ipv6Addr, u8)],
     dst: Ipv6Addr,
     dst_mac: EthernetAddress,
 ) -> Option<usize> {
@@ -358,6 +361,25 @@ pub fn write_router_advert(
             autonomous: len == 64,
             valid_secs: PREFIX_VALID_SECS,
             preferred_secs: PREFIX_PREFERRED_SECS,
+        };
+        count += 1;
+    }
+    for &(prefix, len) in withdrawn {
+        let current = prefixes[..count]
+            .iter()
+            .any(|info| (info.prefix, info.len) == (prefix, len));
+        if count == prefixes.len() || current || !(1..=128).contains(&len) {
+            continue;
+        }
+        // Valid 0: RFC 4862 5.5.3 e) has hosts keep the addresses two hours more, for the
+        // connections that use them; preferred 0: none new.
+        prefixes[count] = PrefixInfo {
+            prefix: prefix_of(prefix, len),
+            len,
+            on_link: true,
+            autonomous: len == 64,
+            valid_secs: 0,
+            preferred_secs: 0,
         };
         count += 1;
     }
@@ -590,8 +612,15 @@ pub struct AdvertSchedule {
     sent: Vec<u32>,
     /// Per interface: the prefixes and router lifetime it last announced.
     announced: Vec<(Vec<(Ipv6Addr, u8)>, u16)>,
+    /// Per interface: prefixes it announced and no longer has, with how many unsolicited
+    /// advertisements are still to carry them with zero lifetimes.
+    withdrawn: Vec<Vec<(Ipv6Addr, u8, u32)>>,
     random: u64,
 }
+
+/// Unsolicited advertisements that carry a withdrawn prefix: the quick initial series that
+/// a change starts, so a host that misses one still hears it.
+const WITHDRAWN_ADVERTS: u32 = MAX_INITIAL_ADVERTS;
 
 impl AdvertSchedule {
     /// `seed`: any value that differs between runs (the clock).
@@ -600,6 +629,7 @@ impl AdvertSchedule {
             next_ns: Vec::new(),
             sent: Vec::new(),
             announced: Vec::new(),
+            withdrawn: Vec::new(),
             random: seed | 1,
         }
     }
@@ -643,10 +673,47 @@ impl AdvertSchedule {
         if last.0 == addresses && last.1 == router_lifetime_secs {
             return;
         }
+        let prefixes = |addresses: &[(Ipv6Addr, u8)]| -> Vec<(Ipv6Addr, u8)> {
+            addresses
+                .iter()
+                .map(|&(addr, len)| (prefix_of(addr, len), len))
+                .collect()
+        };
+        let (old, new) = (prefixes(&last.0), prefixes(addresses));
         *last = (addresses.to_vec(), router_lifetime_secs);
+        if self.withdrawn.len() <= port {
+            self.withdrawn.resize(port + 1, Vec::new());
+        }
+        let withdrawn = &mut self.withdrawn[port];
+        withdrawn.retain(|&(prefix, len, _)| !new.contains(&(prefix, len)));
+        for gone in old.into_iter().filter(|prefix| !new.contains(prefix)) {
+            withdrawn.retain(|&(prefix, len, _)| (prefix, len) != gone);
+            withdrawn.push((gone.0, gone.1, WITHDRAWN_ADVERTS));
+        }
         if let (Some(next), Some(sent)) = (self.next_ns.get_mut(port), self.sent.get_mut(port)) {
             *next = 0;
             *sent = 0;
+        }
+    }
+
+    /// The prefixes interface `port` withdrew that its advertisements still carry, with zero
+    /// lifetimes (see [`write_router_advert`]).
+    pub fn withdrawn(&self, port: usize) -> Vec<(Ipv6Addr, u8)> {
+        self.withdrawn.get(port).map_or(Vec::new(), |withdrawn| {
+            withdrawn
+                .iter()
+                .map(|&(prefix, len, _)| (prefix, len))
+                .collect()
+        })
+    }
+
+    /// An unsolicited advertisement went out on `port`: one fewer for its withdrawn prefixes.
+    pub fn advertised(&mut self, port: usize) {
+        if let Some(withdrawn) = self.withdrawn.get_mut(port) {
+            for entry in withdrawn.iter_mut() {
+                entry.2 = entry.2.saturating_sub(1);
+            }
+            withdrawn.retain(|&(_, _, left)| left > 0);
         }
     }
 
@@ -1141,6 +1208,7 @@ mod tests {
             &iface(),
             &v6,
             v6.advertise.as_ref().unwrap(),
+            &[],
             from,
             HOST_MAC,
         )
@@ -1203,6 +1271,74 @@ mod tests {
         assert!(gaps[3..].iter().any(|&gap| gap != gaps[3]));
         // Another interface has its own schedule.
         assert!(schedule.due(0, 4, now));
+    }
+
+    /// The prefixes an advertisement carries, with their valid and preferred lifetimes.
+    fn advertised_prefixes(frame: &[u8]) -> Vec<(Ipv6Addr, u8, u32, u32)> {
+        let ip = Ipv6Packet::new_checked(&frame[ethernet::HEADER_LEN..]).unwrap();
+        let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+        let Ok(NdRepr::RouterAdvert { options, .. }) =
+            NdRepr::parse(&icmp, ip.hop_limit(), ip.src_addr(), ip.dst_addr())
+        else {
+            panic!("not a valid advertisement");
+        };
+        options
+            .filter_map(|option| match option {
+                Ok(NdOption::PrefixInfo(p)) => {
+                    Some((p.prefix, p.len, p.valid_secs, p.preferred_secs))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_withdrawn_prefix_is_advertised_with_zero_lifetimes_a_few_times() {
+        let old = Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x100, 0, 0, 0, 1);
+        let new = Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x200, 0, 0, 0, 1);
+        let old_prefix = Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x100, 0, 0, 0, 0);
+        let mut schedule = AdvertSchedule::new(7);
+        schedule.announce(0, &[(old, 64)], 1800);
+        assert!(schedule.withdrawn(0).is_empty());
+        // The ISP delegates another prefix: the old one is withdrawn.
+        schedule.announce(0, &[(new, 64)], 1800);
+        assert_eq!(schedule.withdrawn(0), [(old_prefix, 64)]);
+        let mut v6 = v6(true);
+        v6.addresses = vec![(new, 64)];
+        let advert = v6.advertise.clone().unwrap();
+        let mut room = [0u8; 512];
+        let withdrawn = schedule.withdrawn(0);
+        let len = write_router_advert(
+            &mut room,
+            &iface(),
+            &v6,
+            &advert,
+            &withdrawn,
+            ALL_NODES,
+            ipv6::multicast_mac(ALL_NODES),
+        )
+        .unwrap();
+        let prefixes = advertised_prefixes(&room[..len]);
+        assert_eq!(prefixes.len(), 2, "{prefixes:?}");
+        assert_eq!(
+            (prefixes[0].2, prefixes[0].3),
+            (PREFIX_VALID_SECS, PREFIX_PREFERRED_SECS)
+        );
+        assert_eq!(prefixes[1], (old_prefix, 64, 0, 0));
+        // Three unsolicited advertisements carry it, then no more.
+        for _ in 0..WITHDRAWN_ADVERTS {
+            assert!(!schedule.withdrawn(0).is_empty());
+            schedule.advertised(0);
+        }
+        assert!(schedule.withdrawn(0).is_empty());
+        // A prefix that comes back is no longer withdrawn.
+        schedule.announce(0, &[(old, 64)], 1800);
+        assert_eq!(
+            schedule.withdrawn(0),
+            [(Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x200, 0, 0, 0, 0), 64)]
+        );
+        schedule.announce(0, &[(old, 64), (new, 64)], 1800);
+        assert!(schedule.withdrawn(0).is_empty());
     }
 
     #[test]
