@@ -33,6 +33,19 @@ cleanup_pd() {
 trap cleanup_pd EXIT
 gw() { ip netns exec "$TWIN_NS" "$@"; }
 
+for tool in dhcpcd radvd kea-dhcp6; do
+    command -v "$tool" >/dev/null || fail "$tool is missing: make deps installs it"
+done
+# The shipped unit that runs dhcpcd for IPv6 on the twin, after the gateway.
+if command -v systemd-analyze >/dev/null; then
+    mkdir -p "$WORK/systemd"
+    cp "$ROOT/deploy/systemd/gateway.service" "$ROOT/deploy/systemd/gateway-dhcpcd6.service" "$WORK/systemd/"
+    systemd-analyze verify "$WORK/systemd/gateway-dhcpcd6.service" >"$WORK/verify.txt" 2>&1 ||
+        fail "systemd-analyze verify gateway-dhcpcd6.service: $(cat "$WORK/verify.txt")"
+    grep -q '^After=gateway.service' "$WORK/systemd/gateway-dhcpcd6.service" ||
+        fail "gateway-dhcpcd6.service does not start after the gateway"
+    pass "systemd-analyze verify accepts deploy/systemd/gateway-dhcpcd6.service"
+fi
 lab_up_with_twin_netns "$TWIN_NS"
 cat >"$WORK/pd.toml" <<TOML
 [eal]
