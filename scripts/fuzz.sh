@@ -2,7 +2,7 @@
 # The coverage-guided fuzz targets in fuzz/ (cargo-fuzz, libFuzzer, no sanitizer: runs on the
 # stable toolchain).
 #
-#   scripts/fuzz.sh smoke [TARGET...]   each target for FUZZ_SMOKE_SECONDS (default 5) from its
+#   scripts/fuzz.sh smoke [TARGET...]   each target for FUZZ_SMOKE_SECONDS (default 3) from its
 #                                       committed seeds, after replaying fuzz/regressions/
 #   scripts/fuzz.sh run [TARGET...]     each target for FUZZ_SECONDS (default 300), growing
 #                                       fuzz/corpus/TARGET (not committed)
@@ -47,7 +47,7 @@ list)
     printf '%s\n' "${targets[@]}"
     ;;
 smoke)
-    seconds=${FUZZ_SMOKE_SECONDS:-5}
+    seconds=${FUZZ_SMOKE_SECONDS:-3}
     fuzz build -s none ${FUZZ_BUILD_ARGS:-}
     for target in "${targets[@]}"; do
         # Crashes found earlier, fixed since: each must still pass.

@@ -802,7 +802,7 @@ fn counted(counters: &WorkerCounters) -> Vec<u64> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(32))]
 
     /// The IPv6 fast path decides as the full path does: the same verdicts, bytes and
     /// counts, for flows set up, used and closed in any order, packets spoilt in each way
