@@ -75,7 +75,10 @@ masquerade = ["wan"]
 netns = "$TWIN_NS"
 [metrics]
 listen = "127.0.0.1:19161"
+[ctl]
+socket = "$WORK/run/ctl.sock"
 TOML
+ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
 with_e2e_workers "$WORK/pd.toml"
 METRICS=http://127.0.0.1:19161/metrics
 dropped() { metric "gateway_dropped_packets_total{reason=\"$1\""; }
@@ -207,6 +210,18 @@ kill "$MLD_SNIFFER" 2>/dev/null || true
 gateway_report ||
     fail "no MLD report of the gateway's names $group (the delegated address's group): $(cat "$WORK/mld.txt")"
 pass "the gateway reported joining $group, the delegated address's solicited-node group, by MLD"
+
+# What the operator sees: the delegated and SLAAC addresses on their interfaces, the ISP's
+# default route.
+for _ in $(seq 1 20); do
+    ctl show interfaces | grep -q "$lan_address/64" && break
+    sleep 0.1
+done
+expect_output "gateway ctl show interfaces lists the delegated LAN address" \
+    "^ +$lan_address/64" ctl show interfaces
+expect_output "... and the WAN's SLAAC address" "^ +$wan_address/64" ctl show interfaces
+expect_output "gateway ctl show routes lists the ISP's default route" \
+    "^::/0 +wan +fe80::" ctl show routes
 
 # The gateway answers at the WAN address the kernel took (the dataplane, not the twin: echo
 # for the gateway's addresses is the dataplane's).

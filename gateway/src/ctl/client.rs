@@ -193,14 +193,26 @@ fn print_interfaces(answer: &Value) {
             cell(&i["rx_queue_drops"]),
             errors
         );
+        for address in i["ipv6_addresses"].as_array().into_iter().flatten() {
+            println!("{:<10} {}", "", cell(address));
+        }
     }
 }
 
 fn print_routes(answer: &Value) {
-    println!("{:<20} {:<10} {:<16}", "prefix", "interface", "via");
-    for route in answer["routes"].as_array().into_iter().flatten() {
+    let routes = answer["routes"].as_array();
+    // IPv4 prefixes fit 20 columns; an IPv6 one widens the column for all.
+    let width = routes
+        .into_iter()
+        .flatten()
+        .map(|route| cell(&route["prefix"]).len())
+        .max()
+        .unwrap_or(0)
+        .max(20);
+    println!("{:<width$} {:<10} {:<16}", "prefix", "interface", "via");
+    for route in routes.into_iter().flatten() {
         println!(
-            "{:<20} {:<10} {:<16}",
+            "{:<width$} {:<10} {:<16}",
             cell(&route["prefix"]),
             cell(&route["interface"]),
             cell(&route["via"])

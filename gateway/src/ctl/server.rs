@@ -357,9 +357,17 @@ fn show_interfaces(sources: &Sources) -> Value {
                 .filter(|_| vlan.is_none())
                 .map(|port| port.poll(|totals| (totals.stats, totals.rates)))
                 .unzip();
+            // Its IPv6 addresses, link-local first: the configured ones, then what the kernel
+            // gave its twin (SLAAC, a delegated prefix).
+            let ipv6: Option<Vec<String>> = router.ipv6(port as u16).map(|v6| {
+                std::iter::once(format!("{}/64", v6.link_local))
+                    .chain(v6.addresses.iter().map(|(addr, len)| format!("{addr}/{len}")))
+                    .collect()
+            });
             json!({
                 "name": interface_name(sources, port as u16),
                 "address": interface.has_address().then(|| format!("{}/{}", interface.addr, interface.prefix_len)),
+                "ipv6_addresses": ipv6,
                 "mac": interface.mac.to_string(),
                 "mtu": interface.mtu,
                 "vlan": vlan,
@@ -388,18 +396,23 @@ fn show_interfaces(sources: &Sources) -> Value {
 
 fn show_routes(sources: &Sources) -> Value {
     let (router, _) = sources.router.load();
-    let routes: Vec<Value> = router
-        .routes
-        .routes()
-        .iter()
-        .map(|route| {
-            json!({
-                "prefix": format!("{}/{}", route.prefix, route.len),
-                "interface": interface_name(sources, route.next_hop.port),
-                "via": route.next_hop.gateway.map(|gateway| gateway.to_string()),
-            })
+    let routes = router.routes.routes().iter().map(|route| {
+        json!({
+            "prefix": format!("{}/{}", route.prefix, route.len),
+            "interface": interface_name(sources, route.next_hop.port),
+            "via": route.next_hop.gateway.map(|gateway| gateway.to_string()),
         })
-        .collect();
+    });
+    // IPv6's after IPv4's: connected, static, then the kernel's (a default route from the
+    // ISP's advertisement).
+    let routes6 = router.routes6.routes().iter().map(|route| {
+        json!({
+            "prefix": format!("{}/{}", route.prefix, route.len),
+            "interface": interface_name(sources, route.next_hop.port),
+            "via": route.next_hop.gateway.map(|gateway| gateway.to_string()),
+        })
+    });
+    let routes: Vec<Value> = routes.chain(routes6).collect();
     json!({ "routes": routes })
 }
 
