@@ -1599,7 +1599,20 @@ fn validate_ipv6(
             ),
         ));
     }
-    if ipv6.router_advertisements && ipv6.addresses.is_empty() && !ipv6.follows_kernel() {
+    if ipv6.autoconfigure && ipv6.delegated_prefix {
+        return Err(invalid(
+            field("delegated_prefix"),
+            "not with autoconfigure: an interface is configured by the ISP's routers or \
+             addressed from the delegated prefix, not both",
+        ));
+    }
+    if ipv6.autoconfigure && ipv6.router_advertisements {
+        return Err(invalid(
+            field("router_advertisements"),
+            "not with autoconfigure: the ISP's routers advertise that link",
+        ));
+    }
+    if ipv6.router_advertisements && ipv6.addresses.is_empty() && !ipv6.delegated_prefix {
         return Err(invalid(
             field("router_advertisements"),
             "needs addresses (or delegated_prefix): there would be no prefix to announce",
@@ -2298,6 +2311,16 @@ impl GatewayConfig {
                 ));
             }
             let ipv6 = matches!(rule.source.or(rule.destination), Some(RulePrefix::V6(_)));
+            let local = [&rule.from, &rule.to]
+                .into_iter()
+                .position(|zone| zone.as_deref() == Some("local"));
+            if let (true, Some(which)) = (ipv6, local) {
+                return Err(invalid(
+                    format!("firewall.rules[{i}].{}", ["from", "to"][which]),
+                    "\"local\" with an IPv6 prefix: rules do not filter IPv6 for the gateway \
+                     itself yet",
+                ));
+            }
             if ipv6 && rule.protocol == Some(RuleProtocol::Icmp) {
                 return Err(invalid(
                     format!("firewall.rules[{i}].protocol"),
@@ -2763,6 +2786,11 @@ mod tests {
                 "source = \"2001:db8::/129\"",
                 "firewall.rules[0].source",
                 "0..=128",
+            ),
+            (
+                "source = \"2001:db8::/32\"\nto = \"local\"",
+                "firewall.rules[0].to:",
+                "IPv6",
             ),
         ] {
             let err = with_rule(fields).unwrap_err().to_string();

@@ -441,6 +441,9 @@ impl ControlPlane {
         if let Some(dst) = forwarded_destination(mbuf.data(), v6) {
             return self.resolve_ipv6(router, mbuf, dst);
         }
+        // Before the answer is written over it: a twin with IPv6 hears its neighbours too.
+        self.twins
+            .copy_ndisc(ingress, mbuf.data(), &self.pool, &self.counters);
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
         let (answer, sighting) = ipv6_local::answer(&mut pkt, iface, v6);

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use pipeline::pipeline::config::PuntConfig;
-use pipeline::pipeline::punt::{arp_for_twin, is_kernel_arp_reply};
+use pipeline::pipeline::punt::{arp_for_twin, is_kernel_arp_reply, ndisc_for_twin};
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, Interface, RouterConfig, WorkerCounters};
 use serde::Deserialize;
@@ -237,6 +237,8 @@ struct Twin {
     rx: RxQueue,
     tx: TxQueue,
     to_kernel: MbufBatch,
+    /// Whether the twin has IPv6 on (the kernel configures the interface's IPv6).
+    ipv6: bool,
 }
 
 impl Twin {
@@ -312,6 +314,7 @@ impl Twins {
                 rx: port.take_rx_queue(RxQueueId(0))?,
                 tx: port.take_tx_queue(TxQueueId(0))?,
                 to_kernel: MbufBatch::new(),
+                ipv6: ipv6 != TwinIpv6::Off,
             };
             // What the kernel sent before it was set up (IPv6 autoconfiguration) is dropped.
             let mut early = MbufBatch::new();
@@ -362,6 +365,29 @@ impl Twins {
             return;
         };
         if !arp_for_twin(frame, iface) {
+            return;
+        }
+        match Mbuf::from_bytes(pool, frame) {
+            Some(copy) => twin.queue(copy, counters),
+            None => counters.record_drop(DropReason::NoBuffer),
+        }
+    }
+
+    /// A Neighbor Solicitation or Advertisement received on `ingress`: its twin gets a copy
+    /// if it has IPv6, so that its duplicate address detection hears a node defending an
+    /// address (which netlink then never takes: the kernel marks it failed) and it learns its
+    /// neighbours. The original goes on to the dataplane's answer.
+    pub fn copy_ndisc(
+        &mut self,
+        ingress: u16,
+        frame: &[u8],
+        pool: &Mempool,
+        counters: &WorkerCounters,
+    ) {
+        let Some(Some(twin)) = self.twins.get_mut(usize::from(ingress)) else {
+            return;
+        };
+        if !twin.ipv6 || !ndisc_for_twin(frame) {
             return;
         }
         match Mbuf::from_bytes(pool, frame) {
@@ -477,6 +503,9 @@ fn set_up_kernel_side(
         TwinIpv6::Delegated => Some("0"),
     };
     if let Some(accept_ra) = accept_ra {
+        // The link-local address from the MAC (EUI-64), as the dataplane's is, whatever the
+        // host's default (stable privacy): DHCPv6 servers answer the twin's client there.
+        sysctl("addr_gen_mode", "0").context("setting addr_gen_mode")?;
         sysctl("disable_ipv6", "0").context("turning IPv6 on")?;
         sysctl("accept_ra", accept_ra).context("setting accept_ra")?;
     }
@@ -569,8 +598,9 @@ masquerade = ["wan"]
 
     #[test]
     fn ipv6_from_the_kernel_needs_a_twin_and_says_so_in_its_field() {
-        for flag in ["autoconfigure", "delegated_prefix"] {
-            let ipv6 = format!("[interfaces.ipv6]\n{flag} = true\nrouter_advertisements = true");
+        for (flag, adverts) in [("autoconfigure", false), ("delegated_prefix", true)] {
+            let ipv6 =
+                format!("[interfaces.ipv6]\n{flag} = true\nrouter_advertisements = {adverts}");
             let err = config(&ipv6, "").unwrap_err();
             assert!(
                 err.starts_with(&format!("interfaces[0].ipv6.{flag}:")),
@@ -581,6 +611,18 @@ masquerade = ["wan"]
             let loaded = config(&format!("kernel_twin = true\n{ipv6}"), "").unwrap();
             assert!(loaded.interfaces[0].ipv6.as_ref().unwrap().follows_kernel());
         }
+        // The ISP's link is not ours to advertise on; nor is one interface both.
+        let both = "kernel_twin = true\n[interfaces.ipv6]\nautoconfigure = true\n";
+        let err = config(&format!("{both}router_advertisements = true"), "").unwrap_err();
+        assert!(
+            err.starts_with("interfaces[0].ipv6.router_advertisements:"),
+            "{err}"
+        );
+        let err = config(&format!("{both}delegated_prefix = true"), "").unwrap_err();
+        assert!(
+            err.starts_with("interfaces[0].ipv6.delegated_prefix:"),
+            "{err}"
+        );
         // Without either, advertisements still need an address to announce.
         let err = config(
             "kernel_twin = true\n[interfaces.ipv6]\nrouter_advertisements = true",

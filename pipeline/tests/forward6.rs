@@ -589,6 +589,14 @@ fn an_autoconfigured_wan_gives_its_twin_the_isps_advertisements_and_dhcpv6_answe
     assert_ne!(run(&mut gw, &routed, on(WAN), 2).0, punted);
     let global = router_advert(UPSTREAM6, UPSTREAM_MAC, multicast_mac(ALL_NODES).0, 255);
     assert_ne!(run(&mut gw, &global, on(WAN), 3).0, punted);
+    // A DHCPv6 answer from beyond the link is none to the twin's client.
+    let mut routed_answer = Vec::new();
+    PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+        .ipv6(REMOTE6.octets(), wan_link_local.octets(), 64)
+        .udp(547, 546)
+        .write(&mut routed_answer, &[7; 40])
+        .unwrap();
+    assert_ne!(run(&mut gw, &routed_answer, on(WAN), 4).0, punted);
     // A DHCPv6 request is not an answer; the LAN's routers (a guest's RA) configure nothing.
     assert_ne!(run(&mut gw, &dhcpv6(546, 547), on(WAN), 4).0, punted);
     let guest_ra = router_advert(

@@ -396,21 +396,30 @@ fn show_interfaces(sources: &Sources) -> Value {
 
 fn show_routes(sources: &Sources) -> Value {
     let (router, _) = sources.router.load();
-    let routes = router.routes.routes().iter().map(|route| {
+    let entry = |prefix: String, port: u16, via: Option<String>| {
         json!({
-            "prefix": format!("{}/{}", route.prefix, route.len),
-            "interface": interface_name(sources, route.next_hop.port),
-            "via": route.next_hop.gateway.map(|gateway| gateway.to_string()),
+            "prefix": prefix,
+            "interface": interface_name(sources, port),
+            "via": via,
         })
+    };
+    let routes = router.routes.routes().iter().map(|route| {
+        let via = route.next_hop.gateway.map(|gateway| gateway.to_string());
+        entry(
+            format!("{}/{}", route.prefix, route.len),
+            route.next_hop.port,
+            via,
+        )
     });
     // IPv6's after IPv4's: connected, static, then the kernel's (a default route from the
     // ISP's advertisement).
     let routes6 = router.routes6.routes().iter().map(|route| {
-        json!({
-            "prefix": format!("{}/{}", route.prefix, route.len),
-            "interface": interface_name(sources, route.next_hop.port),
-            "via": route.next_hop.gateway.map(|gateway| gateway.to_string()),
-        })
+        let via = route.next_hop.gateway.map(|gateway| gateway.to_string());
+        entry(
+            format!("{}/{}", route.prefix, route.len),
+            route.next_hop.port,
+            via,
+        )
     });
     let routes: Vec<Value> = routes.chain(routes6).collect();
     json!({ "routes": routes })

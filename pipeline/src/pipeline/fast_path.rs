@@ -70,9 +70,9 @@ pub fn frame_key(frame: &[u8]) -> Option<FlowKey> {
     FlowKey::from_ipv4(&ip).ok()
 }
 
-/// The flow key of an IPv6 frame whose TCP or UDP header follows the fixed header: a hint
-/// for the burst's prefetch of the IPv6 flow table; the full path walks the extension
-/// headers and decides.
+/// The flow key of an IPv6 frame whose TCP or UDP header follows the fixed header: what the
+/// burst prefetches the IPv6 flow table for and the IPv6 fast path looks up. A frame with
+/// extension headers has none here; the full path walks them and decides.
 #[inline]
 fn frame_key6(frame: &[u8]) -> Option<FlowKey6> {
     let frame = EthernetFrame::new_checked(frame).ok()?;

@@ -36,7 +36,7 @@ impl Pipeline {
             return Verdict::Drop(DropReason::MalformedIpv6);
         };
         if dst.is_multicast() || v6.accepts(dst) {
-            if v6.autoconfigure && is_autoconfiguration6(pkt.bytes()) {
+            if v6.autoconfigure && v6.accepts(dst) && is_autoconfiguration6(pkt.bytes()) {
                 return deliver_locally(&self.router, ingress.port);
             }
             return ipv6_local::classify(pkt.bytes(), v6);

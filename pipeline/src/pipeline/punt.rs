@@ -119,9 +119,11 @@ pub fn is_kernel_arp_reply(frame: &[u8], iface: &Interface) -> bool {
 }
 
 /// Whether an IPv6 frame for the gateway is one its kernel twin configures the interface
-/// from: a Router Advertisement as RFC 4861 6.1.2 lets a host accept it (from a link-local
-/// address, with hop limit 255, so from a router on the link), or a DHCPv6 server's answer
-/// to the twin's client (UDP from 547 to 546). Fragments are neither.
+/// from: a Router Advertisement as RFC 4861 6.1.2 lets a host accept it (with hop limit
+/// 255, so from a router on the link), or a DHCPv6 server's answer to the twin's client
+/// (UDP from 547 to 546). Both from a link-local address: a server answers a client on its
+/// link (RFC 8415 18.3.10), so nothing from beyond the link spends the punt budget on them.
+/// Fragments are neither.
 pub fn is_autoconfiguration6(frame: &[u8]) -> bool {
     let Some(ip) = frame
         .get(ethernet::HEADER_LEN..)
@@ -138,17 +140,39 @@ pub fn is_autoconfiguration6(frame: &[u8]) -> bool {
     let Some(upper) = ip.payload().get(ext.offset..) else {
         return false;
     };
+    if !is_link_local(ip.src_addr()) {
+        return false;
+    }
     match ext.protocol {
         next_header::ICMPV6 => {
-            upper.first() == Some(&msg_type::ROUTER_ADVERT)
-                && ip.hop_limit() == ND_HOP_LIMIT
-                && is_link_local(ip.src_addr())
+            upper.first() == Some(&msg_type::ROUTER_ADVERT) && ip.hop_limit() == ND_HOP_LIMIT
         }
         next_header::UDP => UdpPacket::new_checked(upper).is_ok_and(|udp| {
             udp.src_port() == DHCPV6_SERVER_PORT && udp.dst_port() == DHCPV6_CLIENT_PORT
         }),
         _ => false,
     }
+}
+
+/// Whether a frame is a Neighbor Solicitation or Advertisement: a twin that has IPv6 gets a
+/// copy of those the gateway receives (as it gets ARP), so that its duplicate address
+/// detection hears a node that defends the address and its neighbour cache fills. The
+/// dataplane still answers and learns by its own rules.
+pub fn ndisc_for_twin(frame: &[u8]) -> bool {
+    let is_ipv6 = EthernetFrame::new_checked(frame)
+        .is_ok_and(|eth| eth.ethertype() == ethernet::ethertype::IPV6);
+    let Some(ip) = frame
+        .get(ethernet::HEADER_LEN..)
+        .filter(|_| is_ipv6)
+        .and_then(|bytes| Ipv6Packet::new_checked(bytes).ok())
+    else {
+        return false;
+    };
+    ip.next_header() == next_header::ICMPV6
+        && matches!(
+            ip.payload().first(),
+            Some(&(msg_type::NEIGHBOR_SOLICIT | msg_type::NEIGHBOR_ADVERT))
+        )
 }
 
 fn parse_arp(frame: &[u8]) -> Option<ArpPacket<&[u8]>> {
@@ -239,5 +263,37 @@ mod tests {
             &iface
         ));
         assert!(!is_kernel_arp_reply(&[0u8; 60], &iface));
+    }
+
+    #[test]
+    fn twins_get_neighbor_solicitations_and_advertisements_only() {
+        let icmpv6 = |type_u8: u8| {
+            let mut frame = Vec::new();
+            etherparse::PacketBuilder::ethernet2(HOST_MAC.0, OUR_MAC.0)
+                .ipv6(
+                    [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                    [0xff; 16],
+                    255,
+                )
+                .icmpv6(etherparse::Icmpv6Type::Unknown {
+                    type_u8,
+                    code_u8: 0,
+                    bytes5to8: [0; 4],
+                })
+                .write(&mut frame, &[0; 16])
+                .unwrap();
+            frame
+        };
+        assert!(ndisc_for_twin(&icmpv6(135)), "a solicitation");
+        assert!(ndisc_for_twin(&icmpv6(136)), "an advertisement");
+        for other in [133, 134, 128, 143] {
+            assert!(!ndisc_for_twin(&icmpv6(other)), "type {other}");
+        }
+        assert!(!ndisc_for_twin(&arp(
+            ArpOperation::Request,
+            (HOST_MAC, HOST),
+            OURS
+        )));
+        assert!(!ndisc_for_twin(&icmpv6(135)[..30]), "truncated");
     }
 }
