@@ -96,6 +96,13 @@ impl MeterSource {
         )
     }
 
+    /// IPv6 traffic no host could be found for, summed over the workers.
+    fn unattributed(&self) -> HostUsage {
+        meter::merge(self.workers.iter().map(|m| [m.unattributed()]))
+            .pop()
+            .unwrap_or_default()
+    }
+
     /// Every host, as JSON, for the /hosts endpoint.
     pub fn json(&self) -> String {
         let rows: Vec<String> = self
@@ -186,6 +193,7 @@ pub struct Metrics {
     meter_packets: IntCounterVec,
     meter_hosts: IntGauge,
     meter_host_bytes: IntCounterVec,
+    meter_unattributed_bytes: IntCounterVec,
     bond_members: IntGaugeVec,
     bond_active_members: IntGaugeVec,
     bond_state_changes: IntCounterVec,
@@ -570,6 +578,7 @@ pub fn metric_names() -> Vec<String> {
         "meter_packets_total",
         "meter_hosts",
         "meter_host_bytes_total",
+        "meter_unattributed_bytes_total",
         "bond_members",
         "bond_active_members",
         "bond_member_state_changes_total",
@@ -837,6 +846,12 @@ impl Metrics {
                 "Traffic meter: bytes of the top hosts and the configured hosts (all hosts: /hosts).",
                 &["host", "direction"],
             ),
+            meter_unattributed_bytes: counter_vec(
+                &registry,
+                "meter_unattributed_bytes_total",
+                "Traffic meter: IPv6 bytes of LAN hosts with no IPv4 address on that link to count them under, by direction.",
+                &["direction"],
+            ),
             bond_members: gauge_vec(&registry, "bond_members", "Members configured in the bond.", &["bond"]),
             bond_active_members: gauge_vec(
                 &registry,
@@ -1023,6 +1038,10 @@ impl Metrics {
                 sync_counter(&self.meter_host_bytes, &[&ip, "up"], host.up_bytes);
                 sync_counter(&self.meter_host_bytes, &[&ip, "down"], host.down_bytes);
             }
+            let unattributed = meter.unattributed();
+            let unattributed_bytes = &self.meter_unattributed_bytes;
+            sync_counter(unattributed_bytes, &["up"], unattributed.up_bytes);
+            sync_counter(unattributed_bytes, &["down"], unattributed.down_bytes);
         }
         for bond in &self.sources.bonds.bonds {
             let name = bond.name.as_str();

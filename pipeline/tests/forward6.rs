@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use common::*;
 use etherparse::{Icmpv6Type, PacketBuilder, SlicedPacket, TransportSlice};
+use pipeline::features::meter::HostMeter;
+use pipeline::features::qos::{assign_equal_shares, Class, ClassRule, QosConfig, QosMode};
 use pipeline::l3::icmpv6_error::{write_icmpv6_error, Icmpv6Error};
 use pipeline::pipeline::config::{Ipv6Interface, Pinhole6, PuntConfig, Stateful, StaticRoute6};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet};
@@ -85,6 +87,60 @@ fn neighbors() -> NeighborView {
         (HOST6, EthernetAddress(HOST_MAC)),
         (UPSTREAM6, EthernetAddress(UPSTREAM_MAC)),
     ])
+}
+
+/// [`neighbors`], with the LAN host dual-stack: its MAC also has an IPv4 neighbour entry.
+fn dual_stack_neighbors() -> NeighborView {
+    NeighborView::new([(ip(HOST), EthernetAddress(HOST_MAC))]).with_ipv6([
+        (HOST6, EthernetAddress(HOST_MAC)),
+        (UPSTREAM6, EthernetAddress(UPSTREAM_MAC)),
+    ])
+}
+
+/// QoS at 8 kbit/s each way (a 20 ms burst: a few hundred bytes), with TCP to port 80 from
+/// the IPv4 host [`HOST`] in the priority class.
+fn slow_qos() -> QosConfig {
+    QosConfig {
+        uplink_bps: 8_000,
+        downlink_bps: 8_000,
+        burst_ms: 20,
+        classes: vec![ClassRule::new(Class::Priority)
+            .with_host(ip(HOST))
+            .with_protocol(6)
+            .with_ports(80, 80)],
+        mode: QosMode::Policer,
+    }
+}
+
+/// A worker with [`slow_qos`] and the traffic meter on, counting into `meter`.
+fn metered_worker(
+    neighbors: NeighborView,
+    meter: &Arc<HostMeter>,
+) -> (Pipeline, Arc<WorkerCounters>) {
+    let counters = Arc::new(WorkerCounters::default());
+    let with_features = || {
+        Arc::new(
+            config(true)
+                .with_qos(Some(slow_qos()))
+                .with_traffic_meter(true),
+        )
+    };
+    let setup = WorkerSetup {
+        meter: Some(meter.clone()),
+        qos_seed: Some(7),
+        ..WorkerSetup::default()
+    };
+    let mut gw = Pipeline::for_worker(
+        with_features(),
+        Arc::new(neighbors),
+        counters.clone(),
+        setup,
+    )
+    .unwrap();
+    // The control thread assigns each worker its share before it publishes the config.
+    assign_equal_shares(&[gw.qos_stats()], Some(&slow_qos()));
+    gw.set_router(with_features());
+    (gw, counters)
 }
 
 fn worker(router: RouterConfig, neighbors: NeighborView, worker: u16, workers: u16) -> Pipeline {
@@ -620,6 +676,87 @@ fn an_autoconfigured_wan_gives_its_twin_the_isps_advertisements_and_dhcpv6_answe
     assert_ne!(run(&mut gw, &dhcpv6(547, 546), on(WAN), 1).0, punted);
 }
 
+// --- QoS and the traffic meter on IPv6 ---------------------------------------------------------
+
+/// A dual-stack host's IPv6 traffic is its IPv4 address's: metered under it both ways, and
+/// policed in its share by the rules that name it. Without an IPv4 neighbour for its MAC,
+/// the meter counts it as unattributed, and nothing is lost either way.
+#[test]
+fn a_dual_stack_host_s_ipv6_traffic_counts_as_its_ipv4_address_s() {
+    for dual_stack in [true, false] {
+        let meter = Arc::new(HostMeter::new(64));
+        let neighbours = if dual_stack {
+            dual_stack_neighbors()
+        } else {
+            neighbors()
+        };
+        let (mut gw, counters) = metered_worker(neighbours, &meter);
+        let [uplink, downlink] = gw.qos_stats();
+        let datagram = from_host(REMOTE6, 64, 200);
+        let (mut sent, mut policed) = (0u64, 0u64);
+        // Twenty 254-byte datagrams at once: more than the 8 kbit/s burst lets through.
+        for _ in 0..20 {
+            match run(&mut gw, &datagram, on(LAN), SECOND).0 {
+                Verdict::Transmit { port: WAN } => sent += 1,
+                Verdict::Drop(DropReason::QosPoliced) => policed += 1,
+                other => panic!("unexpected verdict {other:?}"),
+            }
+        }
+        assert!(sent > 0 && policed > 0, "{sent} sent, {policed} policed");
+        assert_eq!(uplink.bulk.passed_packets.get(), sent);
+        assert_eq!(uplink.bulk.dropped_packets.get(), policed);
+        let (verdict, _) = run(&mut gw, &reply_from(REMOTE6), on(WAN), 2 * SECOND);
+        assert_eq!(verdict, Verdict::Transmit { port: LAN });
+        assert_eq!(downlink.bulk.passed_packets.get(), 1);
+        let up = sent * datagram.len() as u64;
+        let down = reply_from(REMOTE6).len() as u64;
+        let listed: Vec<_> = meter.snapshot().collect();
+        let unattributed = meter.unattributed();
+        if dual_stack {
+            assert_eq!(listed.len(), 1, "{listed:?}");
+            assert_eq!(listed[0].ip, ip(HOST));
+            assert_eq!((listed[0].up_bytes, listed[0].down_bytes), (up, down));
+            assert_eq!(unattributed.total_bytes(), 0);
+        } else {
+            assert!(listed.is_empty(), "{listed:?}");
+            assert_eq!((unattributed.up_bytes, unattributed.down_bytes), (up, down));
+        }
+
+        // TCP to port 80 is the IPv4 host's priority traffic: so is its IPv6 traffic.
+        let mut web = Vec::new();
+        PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+            .ipv6(HOST6.octets(), REMOTE6.octets(), 64)
+            .tcp(40100, 80, 1, 64000)
+            .syn()
+            .write(&mut web, &[])
+            .unwrap();
+        run(&mut gw, &web, on(LAN), 3 * SECOND);
+        let priority = uplink.priority.passed_packets.get() + uplink.priority.dropped_packets.get();
+        assert_eq!(priority, u64::from(dual_stack), "dual stack: {dual_stack}");
+        assert_eq!(counters.dropped(DropReason::QosPoliced), policed);
+    }
+}
+
+/// A host's IPv4 address is only its IPv6 traffic's when it is on that interface's subnet:
+/// an IPv4 neighbour elsewhere with the same MAC (a spoofer, a host moved between links)
+/// does not take the traffic.
+#[test]
+fn a_mac_s_ipv4_address_on_another_subnet_is_not_the_host_s() {
+    let meter = Arc::new(HostMeter::new(64));
+    let elsewhere = NeighborView::new([(ip(UPSTREAM), EthernetAddress(HOST_MAC))]).with_ipv6([
+        (HOST6, EthernetAddress(HOST_MAC)),
+        (UPSTREAM6, EthernetAddress(UPSTREAM_MAC)),
+    ]);
+    let (mut gw, _) = metered_worker(elsewhere, &meter);
+    let datagram = from_host(REMOTE6, 64, 10);
+    assert_eq!(
+        run(&mut gw, &datagram, on(LAN), SECOND).0,
+        Verdict::Transmit { port: WAN }
+    );
+    assert_eq!(meter.snapshot().count(), 0);
+    assert_eq!(meter.unattributed().up_bytes, datagram.len() as u64);
+}
+
 // --- the IPv6 fast path against the full path ------------------------------------------------
 
 /// Flows of the differential test: the LAN host's port, the remote port, TCP or UDP.
@@ -817,6 +954,7 @@ proptest! {
     /// the shortcut must not cover, reloads and a neighbour moving between bursts.
     #[test]
     fn the_ipv6_fast_path_decides_as_the_full_path_does(
+        features in any::<bool>(),
         chunks in prop::collection::vec(
             (
                 prop::collection::vec(step6(), 1..8),
@@ -825,24 +963,40 @@ proptest! {
             1..24,
         ),
     ) {
+        // With `features`, QoS polices (and classifies by the IPv4 host the MAC names) and the
+        // meter counts: the fast path must spend and count as the full path does.
+        let router = || {
+            let router = config(true);
+            Arc::new(if features {
+                router.with_qos(Some(slow_qos())).with_traffic_meter(true)
+            } else {
+                router
+            })
+        };
         let make = |fast_path: bool| {
             let counters = Arc::new(WorkerCounters::default());
+            let meter = Arc::new(HostMeter::new(16));
             let setup = WorkerSetup {
                 fast_path,
+                meter: Some(meter.clone()),
+                qos_seed: Some(7),
                 ..WorkerSetup::default()
             };
-            let gw = Pipeline::for_worker(
-                Arc::new(config(true)),
-                Arc::new(neighbors()),
+            let mut gw = Pipeline::for_worker(
+                router(),
+                Arc::new(dual_stack_neighbors()),
                 counters.clone(),
                 setup,
             )
             .unwrap();
-            (gw, counters)
+            assign_equal_shares(&[gw.qos_stats()], features.then(slow_qos).as_ref());
+            gw.set_router(router());
+            (gw, counters, meter)
         };
-        let (mut fast, fast_counters) = make(true);
-        let (mut full, full_counters) = make(false);
-        let moved = Arc::new(NeighborView::new([]).with_ipv6([
+        let (mut fast, fast_counters, fast_meter) = make(true);
+        let (mut full, full_counters, full_meter) = make(false);
+        let metered = |meter: &HostMeter| (meter.snapshot().collect::<Vec<_>>(), meter.unattributed());
+        let moved = Arc::new(NeighborView::new([(ip(HOST), EthernetAddress(HOST_MAC))]).with_ipv6([
             (HOST6, EthernetAddress(HOST_MAC)),
             (UPSTREAM6, EthernetAddress([0x02, 0xbb, 0, 0, 0, 0x99])),
         ]));
@@ -851,8 +1005,8 @@ proptest! {
         for (steps, change) in chunks {
             match change {
                 Some(Change6::Reload) => {
-                    fast.set_router(Arc::new(config(true)));
-                    full.set_router(Arc::new(config(true)));
+                    fast.set_router(router());
+                    full.set_router(router());
                 }
                 Some(Change6::NeighbourMoves) => {
                     fast.set_neighbors(moved.clone());
@@ -870,6 +1024,7 @@ proptest! {
                 prop_assert_eq!(&a.1, &b.1, "bytes of packet {} ({:?})", i, steps[i]);
             }
             prop_assert_eq!(counted(&fast_counters), counted(&full_counters));
+            prop_assert_eq!(metered(&fast_meter), metered(&full_meter));
         }
         prop_assert_eq!(full_counters.fast_path.get(), 0);
     }

@@ -8,7 +8,10 @@
 //! The table is open addressing over a fixed number of slots with no removal: a home LAN has
 //! tens of hosts, and a meter that forgot hosts would under-report exactly the usage it exists
 //! to show. A host that finds no free slot within its probe window is counted in a separate
-//! overflow entry, so no traffic ever goes uncounted.
+//! overflow entry, so no traffic ever goes uncounted. IPv6 traffic is a LAN host's when the
+//! host also has an IPv4 neighbour entry (the same MAC); what no IPv4 host can be found for (an
+//! IPv6-only device, a host behind a LAN router) is counted in an entry of its own,
+//! [`HostMeter::unattributed`].
 //!
 //! # What a concurrent reader sees
 //!
@@ -142,6 +145,8 @@ pub struct HostMeter {
     used: AtomicU64,
     /// Traffic of hosts that found no slot.
     overflow: Slot,
+    /// IPv6 traffic of LAN hosts without an IPv4 address to count it under.
+    unattributed: Slot,
 }
 
 impl HostMeter {
@@ -158,6 +163,7 @@ impl HostMeter {
             seed: RandomState::new().hash_one(u64::from_le_bytes(*b"hostmetr")),
             used: AtomicU64::new(0),
             overflow: Slot::default(),
+            unattributed: Slot::default(),
         }
     }
 
@@ -185,6 +191,18 @@ impl HostMeter {
     #[inline]
     pub fn record_down(&self, host: Ipv4Addr, bytes: u64) {
         self.record(host, Dir::Down, bytes);
+    }
+
+    /// Counts an IPv6 packet a LAN host without an IPv4 address sent. Owning worker only.
+    #[inline]
+    pub fn record_unattributed_up(&self, bytes: u64) {
+        self.unattributed.record(Dir::Up, bytes);
+    }
+
+    /// Counts an IPv6 packet a LAN host without an IPv4 address received. Owning worker only.
+    #[inline]
+    pub fn record_unattributed_down(&self, bytes: u64) {
+        self.unattributed.record(Dir::Down, bytes);
     }
 
     #[inline]
@@ -232,6 +250,11 @@ impl HostMeter {
     /// Traffic of hosts that found no slot, under the address 0.0.0.0.
     pub fn overflow(&self) -> HostUsage {
         self.overflow.usage(Ipv4Addr::UNSPECIFIED)
+    }
+
+    /// IPv6 traffic of LAN hosts that have no IPv4 address, under the address 0.0.0.0.
+    pub fn unattributed(&self) -> HostUsage {
+        self.unattributed.usage(Ipv4Addr::UNSPECIFIED)
     }
 
     /// Packets counted in the overflow entry rather than under their host.
@@ -366,6 +389,22 @@ mod tests {
         let meter = HostMeter::new(4);
         meter.record_up(Ipv4Addr::UNSPECIFIED, 10);
         assert_eq!(find(&meter, Ipv4Addr::UNSPECIFIED).unwrap().up_bytes, 10);
+        assert_eq!(meter.overflowed_packets(), 0);
+    }
+
+    #[test]
+    fn unattributed_traffic_is_kept_apart_from_hosts_and_overflow() {
+        let meter = HostMeter::new(4);
+        meter.record_unattributed_up(100);
+        meter.record_unattributed_down(40);
+        meter.record_unattributed_down(2);
+        let unattributed = meter.unattributed();
+        assert_eq!((unattributed.up_bytes, unattributed.up_packets), (100, 1));
+        assert_eq!(
+            (unattributed.down_bytes, unattributed.down_packets),
+            (42, 2)
+        );
+        assert!(meter.is_empty());
         assert_eq!(meter.overflowed_packets(), 0);
     }
 

@@ -2,6 +2,8 @@
 //! and Neighbor Discovery state machines ([`crate::l3::neigh::NeighborTable`]) and publishes a
 //! fresh view whenever an answer changes, so workers never write neighbour state and never
 //! lock. IPv4 and IPv6 neighbours are two maps side by side: an IPv4 lookup reads only its own.
+//! A third map, from a MAC to the IPv4 neighbour that has it, lets the features (QoS, the
+//! meter, parental control) treat a dual-stack host's IPv6 traffic as the IPv4 host's.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -13,13 +15,22 @@ pub struct NeighborView {
     v4: AddrMap<Ipv4Addr>,
     /// Link-local addresses scoped by port (`crate::pipeline::ipv6_local::scoped`).
     v6: AddrMap<Ipv6Addr>,
+    /// A MAC's IPv4 neighbour: of several, the lowest address, so that the choice does not
+    /// depend on the order the control thread lists them in.
+    v4_by_mac: AddrMap<EthernetAddress, Ipv4Addr>,
 }
 
 impl NeighborView {
     pub fn new(entries: impl IntoIterator<Item = (Ipv4Addr, EthernetAddress)>) -> Self {
+        let v4 = AddrMap::new(entries);
+        let mut by_mac: Vec<(EthernetAddress, Ipv4Addr)> =
+            v4.iter().map(|(ip, mac)| (mac, ip)).collect();
+        // Highest address first, so the lowest is inserted last and wins.
+        by_mac.sort_unstable_by(|a, b| b.cmp(a));
         NeighborView {
-            v4: AddrMap::new(entries),
+            v4,
             v6: AddrMap::default(),
+            v4_by_mac: AddrMap::new(by_mac),
         }
     }
 
@@ -42,6 +53,12 @@ impl NeighborView {
         self.v6.get(ip)
     }
 
+    /// The IPv4 neighbour with this MAC (the lowest address of several).
+    #[inline]
+    pub fn ipv4_of_mac(&self, mac: EthernetAddress) -> Option<Ipv4Addr> {
+        self.v4_by_mac.get(mac)
+    }
+
     /// IPv4 neighbours.
     pub fn len(&self) -> usize {
         self.v4.len
@@ -62,7 +79,7 @@ impl NeighborView {
     }
 }
 
-/// An address a view is keyed by, with the hash that places it.
+/// An address a map is keyed by, with the hash that places it.
 trait ViewKey: Copy + Eq {
     fn home_hash(&self) -> u32;
 }
@@ -86,22 +103,33 @@ impl ViewKey for Ipv6Addr {
     }
 }
 
-/// One family's open-addressed map, at most half full.
+impl ViewKey for EthernetAddress {
+    #[inline]
+    fn home_hash(&self) -> u32 {
+        // The low three bytes are the device's; the high three its vendor's.
+        let [a, b, c, d, e, f] = self.0;
+        let bits = u64::from_be_bytes([0, 0, a, b, c, d, e, f]);
+        (bits.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32
+    }
+}
+
+/// One open-addressed map from an address to another (a neighbour's MAC, by default), at
+/// most half full.
 #[derive(Clone, Debug)]
-struct AddrMap<A> {
-    slots: Vec<Option<(A, EthernetAddress)>>,
+struct AddrMap<A, V = EthernetAddress> {
+    slots: Vec<Option<(A, V)>>,
     mask: usize,
     len: usize,
 }
 
-impl<A: ViewKey> Default for AddrMap<A> {
+impl<A: ViewKey, V: Copy> Default for AddrMap<A, V> {
     fn default() -> Self {
         Self::new(std::iter::empty())
     }
 }
 
-impl<A: ViewKey> AddrMap<A> {
-    fn new(entries: impl IntoIterator<Item = (A, EthernetAddress)>) -> Self {
+impl<A: ViewKey, V: Copy> AddrMap<A, V> {
+    fn new(entries: impl IntoIterator<Item = (A, V)>) -> Self {
         let entries: Vec<_> = entries.into_iter().collect();
         // At most half full, so probes stay short.
         let size = (entries.len() * 2).max(16).next_power_of_two();
@@ -136,18 +164,18 @@ impl<A: ViewKey> AddrMap<A> {
     }
 
     #[inline]
-    fn get(&self, ip: A) -> Option<EthernetAddress> {
+    fn get(&self, ip: A) -> Option<V> {
         let mut slot = self.home(ip);
         loop {
             match self.slots[slot] {
-                Some((key, mac)) if key == ip => return Some(mac),
+                Some((key, value)) if key == ip => return Some(value),
                 Some(_) => slot = (slot + 1) & self.mask,
                 None => return None,
             }
         }
     }
 
-    fn iter(&self) -> impl Iterator<Item = (A, EthernetAddress)> + '_ {
+    fn iter(&self) -> impl Iterator<Item = (A, V)> + '_ {
         self.slots.iter().flatten().copied()
     }
 }
@@ -195,6 +223,19 @@ mod tests {
             view.get(Ipv4Addr::new(10, 0, 0, 1)),
             Some(EthernetAddress([9; 6]))
         );
+    }
+
+    #[test]
+    fn a_mac_gives_its_lowest_ipv4_neighbour() {
+        let (phone, laptop) = (EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([4; 6]));
+        let view = NeighborView::new([
+            (Ipv4Addr::new(10, 0, 0, 9), phone),
+            (Ipv4Addr::new(10, 0, 0, 3), laptop),
+            (Ipv4Addr::new(10, 0, 0, 7), phone),
+        ]);
+        assert_eq!(view.ipv4_of_mac(phone), Some(Ipv4Addr::new(10, 0, 0, 7)));
+        assert_eq!(view.ipv4_of_mac(laptop), Some(Ipv4Addr::new(10, 0, 0, 3)));
+        assert_eq!(view.ipv4_of_mac(EthernetAddress([6; 6])), None);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use std::net::Ipv4Addr;
 
 use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
-use crate::pipeline::features::FeaturePlan;
+use crate::pipeline::features::{FeaturePlan, Features6, Upper6};
 use crate::pipeline::stateful::changes_tcp_state;
 use crate::pipeline::stateful6::Shortcut6;
 use crate::pipeline::{Ingress, Pipeline};
@@ -494,8 +494,11 @@ impl Pipeline {
             None
         };
 
+        let src_mac = frame.src_addr();
+
         // The packet is the shortcut's: from here on this path decides, as the full one would.
-        pkt.set_len(ethernet::HEADER_LEN + packet_len);
+        let frame_len = ethernet::HEADER_LEN + packet_len;
+        pkt.set_len(frame_len);
         if let Track::Invalid(_) =
             self.stateful6
                 .flows
@@ -510,9 +513,23 @@ impl Pipeline {
             EthernetAddress(shortcut.next_hop_mac),
             egress_mac,
         );
-        Some(Verdict::Transmit {
+        let verdict = Verdict::Transmit {
             port: shortcut.egress,
-        })
+        };
+        // Shortcuts are only made for packets without extension headers.
+        let upper = Upper6 {
+            protocol: key.protocol,
+            offset: 0,
+        };
+        Some(self.apply_features6(
+            shortcut.features,
+            src_mac,
+            pkt,
+            upper,
+            verdict,
+            frame_len,
+            now_ns,
+        ))
     }
 
     /// After the full path transmitted a packet of an established IPv6 flow to `egress`
@@ -524,6 +541,7 @@ impl Pipeline {
         flow: FlowId,
         direction: Direction,
         egress: u16,
+        features: Features6,
     ) {
         let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut6 {
@@ -533,6 +551,7 @@ impl Pipeline {
             egress,
             next_hop_mac: next_hop_mac.0,
             received_here: !ingress.handed_off,
+            features,
         };
     }
 

@@ -8,6 +8,10 @@
 //! the fast path, which then only polices and counts. The packets of one flow direction may
 //! differ in their DSCP and in the LAN host's MAC: with a rule on either, the plan leaves the
 //! class to each packet.
+//!
+//! IPv6 traffic is a LAN host's by its MAC: the IPv4 neighbour with the same MAC is the host
+//! (see [`Features6`]), so a dual-stack host has one fair share, one set of QoS rules and one
+//! line in the meter for both families.
 
 use std::net::Ipv4Addr;
 
@@ -16,7 +20,7 @@ use crate::features::shaper::Arrival;
 use crate::packet::PacketBuf;
 use crate::pipeline::Pipeline;
 use crate::verdict::{DropReason, Verdict};
-use crate::wire::{ethernet, ipv4, EthernetAddress, EthernetFrame, Ipv4Packet};
+use crate::wire::{ethernet, ipv4, ipv6, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
 
 /// What the features do with the packets of one flow direction, packed into a byte so that
 /// a shortcut carries it in what was padding. 0: nothing.
@@ -65,6 +69,26 @@ impl FeaturePlan {
     }
 }
 
+/// The features of one direction of an IPv6 flow: its plan, and the LAN hosts it is about,
+/// as their IPv4 addresses. A LAN host is the IPv4 neighbour with the sender's MAC (for the
+/// host sending) or the next hop's (for the host receiving), on that interface's subnet.
+/// None: no such neighbour (an IPv6-only device, or a host behind a LAN router); its traffic
+/// shares one fair share, under 0.0.0.0, and the meter's unattributed entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Features6 {
+    pub(crate) plan: FeaturePlan,
+    pub(crate) sender: Option<Ipv4Addr>,
+    pub(crate) receiver: Option<Ipv4Addr>,
+}
+
+/// Where an IPv6 packet's upper-layer header is: its protocol, and its offset in the
+/// packet's payload (past the extension headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Upper6 {
+    pub(crate) protocol: u8,
+    pub(crate) offset: usize,
+}
+
 /// A packet QoS hands to the worker's shaper rather than deciding itself (shaper mode): the
 /// worker queues bulk packets in `link`'s shaper and sends priority ones at once, charging the
 /// link for them.
@@ -89,15 +113,30 @@ fn shaper_flow_hash(ip: &Ipv4Packet<&[u8]>) -> u64 {
     mixed ^ (mixed >> 29)
 }
 
+/// [`shaper_flow_hash`] for an IPv6 packet.
+#[inline]
+fn shaper_flow_hash6(ip: &Ipv6Packet<&[u8]>, upper: Upper6) -> u64 {
+    let (src_port, dst_port) = l4_ports6(ip, upper);
+    let ports = (u64::from(src_port) << 16) | u64::from(dst_port);
+    let fold = |address: std::net::Ipv6Addr| {
+        let bits = u128::from(address);
+        (bits as u64) ^ ((bits >> 64) as u64)
+    };
+    let addresses = fold(ip.src_addr()) ^ fold(ip.dst_addr()).rotate_left(32);
+    let mixed = (addresses ^ ports.rotate_left(17) ^ u64::from(upper.protocol))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    mixed ^ (mixed >> 29)
+}
+
 /// What the worker's shaper for `link` (0 uplink, 1 downlink) needs to know of a packet of
-/// `class` from or to the LAN host `host`. Out of line: the policer's path stays as short as
-/// it was without the shaper.
+/// `class` from or to the LAN host `host`: its `flow` hash, and whether it is ECN-capable.
+/// Out of line: the policer's path stays as short as it was without the shaper.
 #[inline(never)]
 fn shape_request(
     link: usize,
     class: Class,
     host: Ipv4Addr,
-    ip: &Ipv4Packet<&[u8]>,
+    (flow, ecn_capable): (u64, bool),
     frame_len: usize,
 ) -> ShapeRequest {
     ShapeRequest {
@@ -110,20 +149,35 @@ fn shape_request(
         arrival: Arrival {
             len: frame_len as u32,
             host: u64::from(u32::from(host)),
-            flow: shaper_flow_hash(ip),
-            ecn_capable: ip.ecn() != 0,
+            flow,
+            ecn_capable,
         },
     }
 }
 
-/// Sets an ECN-capable IPv4 packet's ECN field to CE (Congestion Experienced), its header
-/// checksum updated: what a shaper does instead of dropping it. `frame` starts
+/// Sets an ECN-capable IP packet's ECN field to CE (Congestion Experienced), an IPv4
+/// header's checksum updated: what a shaper does instead of dropping it. `frame` starts
 /// with the Ethernet header the pipeline wrote. False, with nothing changed, for a frame that
-/// is not IPv4 or not ECN-capable.
+/// is neither IPv4 nor IPv6, or not ECN-capable.
 pub fn mark_congestion(frame: &mut [u8]) -> bool {
-    if frame.len() < ethernet::HEADER_LEN + 20
-        || EthernetFrame::new_unchecked(&*frame).ethertype() != ethernet::ethertype::IPV4
-    {
+    if frame.len() < ethernet::HEADER_LEN + 20 {
+        return false;
+    }
+    let ethertype = EthernetFrame::new_unchecked(&*frame).ethertype();
+    if ethertype == ethernet::ethertype::IPV6 && frame.len() >= ethernet::HEADER_LEN + 40 {
+        let mut ip = Ipv6Packet::new_unchecked(&mut frame[ethernet::HEADER_LEN..]);
+        let traffic_class = ip.traffic_class();
+        return match traffic_class & 3 {
+            0 => false,
+            3 => true,
+            _ => {
+                // IPv6 has no header checksum, and no upper-layer checksum covers the field.
+                ip.set_traffic_class(traffic_class | 3);
+                true
+            }
+        };
+    }
+    if ethertype != ethernet::ethertype::IPV4 {
         return false;
     }
     let mut ip = Ipv4Packet::new_unchecked(&mut frame[ethernet::HEADER_LEN..]);
@@ -165,6 +219,38 @@ fn l4_ports(ip: &Ipv4Packet<&[u8]>) -> (u16, u16) {
             )
         }
         _ => (0, 0),
+    }
+}
+
+/// [`l4_ports`] for an IPv6 packet whose upper layer is `upper`.
+#[inline]
+fn l4_ports6(ip: &Ipv6Packet<&[u8]>, upper: Upper6) -> (u16, u16) {
+    match upper.protocol {
+        ipv6::next_header::TCP | ipv6::next_header::UDP => {
+            match ip.payload().get(upper.offset..upper.offset + 4) {
+                Some(&[a, b, c, d]) => (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d])),
+                _ => (0, 0),
+            }
+        }
+        _ => (0, 0),
+    }
+}
+
+/// [`packet_info`] for an IPv6 packet whose upper layer is `upper`.
+fn packet_info6(
+    ip: &Ipv6Packet<&[u8]>,
+    upper: Upper6,
+    host: Ipv4Addr,
+    mac: EthernetAddress,
+) -> PacketInfo {
+    let (src_port, dst_port) = l4_ports6(ip, upper);
+    PacketInfo {
+        host,
+        mac: Some(mac),
+        dscp: ip.dscp(),
+        protocol: upper.protocol,
+        src_port,
+        dst_port,
     }
 }
 
@@ -322,7 +408,8 @@ impl Pipeline {
             if SHAPING {
                 // Metered now: the shaper sends it, or drops it much later, as CoDel decides.
                 policer.offered(bytes, now_ns);
-                self.shape_request = Some(shape_request(link, class, host, &ip, frame_len));
+                let flow = (shaper_flow_hash(&ip), ip.ecn() != 0);
+                self.shape_request = Some(shape_request(link, class, host, flow, frame_len));
             } else if policer.police(class, host, bytes, now_ns) == Decision::Drop {
                 // Not metered: the meter counts what the host sent and got.
                 return Verdict::Drop(DropReason::QosPoliced);
@@ -334,6 +421,186 @@ impl Pipeline {
             }
             if plan.has(FeaturePlan::METER_DOWN) {
                 meter.record_down(dst, bytes);
+            }
+        }
+        verdict
+    }
+
+    /// The LAN host on `port` that has `mac`, as its IPv4 address: see [`Features6`].
+    fn lan_host6(&self, port: u16, mac: EthernetAddress) -> Option<Ipv4Addr> {
+        let index = usize::from(port);
+        if self.router.stateful.masquerade[index] {
+            return None;
+        }
+        let interface = &self.router.interfaces[index];
+        self.neighbors
+            .ipv4_of_mac(mac)
+            .filter(|&ip| interface.contains(ip))
+    }
+
+    /// [`Pipeline::features`] for an IPv6 packet the full path decided, `src_mac` being its
+    /// sender's MAC (from before L2 was rewritten) and `upper` its upper layer.
+    #[inline(always)]
+    pub(crate) fn features6(
+        &mut self,
+        ingress: u16,
+        src_mac: EthernetAddress,
+        pkt: &PacketBuf,
+        upper: Upper6,
+        verdict: Verdict,
+        now_ns: u64,
+    ) -> (Verdict, Features6) {
+        if !self.features_on() {
+            return (verdict, Features6::default());
+        }
+        let features = self.feature_plan6(ingress, src_mac, pkt, upper, verdict);
+        let frame_len = pkt.len();
+        (
+            self.apply_features6(features, src_mac, pkt, upper, verdict, frame_len, now_ns),
+            features,
+        )
+    }
+
+    /// [`Pipeline::feature_plan`] for IPv6: the same links and meter directions, for the
+    /// LAN hosts the MACs name. The receiving host is known once the packet is on its way
+    /// (its L2 header written); a packet waiting for its next hop counts as no host's.
+    fn feature_plan6(
+        &self,
+        ingress: u16,
+        src_mac: EthernetAddress,
+        pkt: &PacketBuf,
+        upper: Upper6,
+        verdict: Verdict,
+    ) -> Features6 {
+        let Some(egress) = verdict.egress_port() else {
+            return Features6::default();
+        };
+        let masquerade = &self.router.stateful.masquerade;
+        let (from_outside, to_outside) = (
+            masquerade[usize::from(ingress)],
+            masquerade[usize::from(egress)],
+        );
+        let dst_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
+        let sender = self.lan_host6(ingress, src_mac);
+        let receiver = match verdict {
+            Verdict::Transmit { .. } => self.lan_host6(egress, dst_mac),
+            _ => None,
+        };
+        let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let mut bits = 0;
+        if let Some(policers) = &self.qos {
+            let link = match (from_outside, to_outside) {
+                (false, true) => Some(0),
+                (true, false) => Some(1),
+                _ => None,
+            };
+            if let Some(link) = link {
+                bits |= FeaturePlan::POLICE;
+                if link == 1 {
+                    bits |= FeaturePlan::DOWNLINK;
+                }
+                let (host, mac) = if link == 0 {
+                    (sender, src_mac)
+                } else {
+                    (receiver, dst_mac)
+                };
+                let policer = &policers[link];
+                if !policer.classifies_per_packet() {
+                    bits |= FeaturePlan::CLASS_KNOWN;
+                    let host = host.unwrap_or(Ipv4Addr::UNSPECIFIED);
+                    if policer.classify(&packet_info6(&ip, upper, host, mac)) == Class::Priority {
+                        bits |= FeaturePlan::PRIORITY;
+                    }
+                }
+            }
+        }
+        if self.router.traffic_meter && self.meter.is_some() {
+            if !from_outside {
+                bits |= FeaturePlan::METER_UP;
+            }
+            if !to_outside {
+                bits |= FeaturePlan::METER_DOWN;
+            }
+        }
+        Features6 {
+            plan: FeaturePlan(bits),
+            sender,
+            receiver,
+        }
+    }
+
+    /// [`Pipeline::apply_features`] for an IPv6 packet whose upper layer is `upper`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply_features6(
+        &mut self,
+        features: Features6,
+        src_mac: EthernetAddress,
+        pkt: &PacketBuf,
+        upper: Upper6,
+        verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> Verdict {
+        if features.plan == FeaturePlan::NONE {
+            return verdict;
+        }
+        let packet = (src_mac, pkt, upper);
+        if self.shaping() {
+            self.police_and_meter6::<true>(features, packet, verdict, frame_len, now_ns)
+        } else {
+            self.police_and_meter6::<false>(features, packet, verdict, frame_len, now_ns)
+        }
+    }
+
+    /// [`Pipeline::police_and_meter`] for IPv6.
+    #[inline(never)]
+    fn police_and_meter6<const SHAPING: bool>(
+        &mut self,
+        Features6 {
+            plan,
+            sender,
+            receiver,
+        }: Features6,
+        (src_mac, pkt, upper): (EthernetAddress, &PacketBuf, Upper6),
+        verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> Verdict {
+        let bytes = frame_len as u64;
+        let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
+            let policer = &mut policers[link];
+            let host = if link == 0 { sender } else { receiver };
+            let host = host.unwrap_or(Ipv4Addr::UNSPECIFIED);
+            let class = plan.known_class().unwrap_or_else(|| {
+                let mac = if link == 0 {
+                    src_mac
+                } else {
+                    EthernetFrame::new_unchecked(pkt.bytes()).dst_addr()
+                };
+                policer.classify(&packet_info6(&ip, upper, host, mac))
+            });
+            if SHAPING {
+                policer.offered(bytes, now_ns);
+                let flow = (shaper_flow_hash6(&ip, upper), ip.ecn() != 0);
+                self.shape_request = Some(shape_request(link, class, host, flow, frame_len));
+            } else if policer.police(class, host, bytes, now_ns) == Decision::Drop {
+                return Verdict::Drop(DropReason::QosPoliced);
+            }
+        }
+        if let Some(meter) = &self.meter {
+            if plan.has(FeaturePlan::METER_UP) {
+                match sender {
+                    Some(host) => meter.record_up(host, bytes),
+                    None => meter.record_unattributed_up(bytes),
+                }
+            }
+            if plan.has(FeaturePlan::METER_DOWN) {
+                match receiver {
+                    Some(host) => meter.record_down(host, bytes),
+                    None => meter.record_unattributed_down(bytes),
+                }
             }
         }
         verdict

@@ -5,14 +5,15 @@
 //! Packet Too Big, which path-MTU discovery lives on.
 //!
 //! IPv6 for the gateway itself (Neighbor Discovery, echo, Router Solicitations, MLD) goes
-//! to [`crate::pipeline::ipv6_local`]. The optional features (QoS, the traffic meter,
-//! keyword block, parental control) see IPv4 only so far.
+//! to [`crate::pipeline::ipv6_local`]. QoS and the traffic meter see a LAN host's IPv6
+//! traffic as its IPv4 address's ([`crate::pipeline::features::Features6`]).
 
 use std::net::Ipv6Addr;
 
 use crate::l3::icmpv6_error::{self, Icmpv6Error};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::Ipv6Interface;
+use crate::pipeline::features::Upper6;
 use crate::pipeline::ipv6_local::{self, scoped};
 use crate::pipeline::punt::{deliver_locally, is_autoconfiguration6};
 use crate::pipeline::stateful6::Stage6;
@@ -114,9 +115,15 @@ impl Pipeline {
         };
         Ipv6Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..])
             .decrement_hop_limit();
-        let verdict = self.send6(pkt, egress, route.resolve(dst));
-        if let (Verdict::Transmit { .. }, Some((flow, direction))) = (verdict, established) {
-            self.remember_shortcut6(pkt, ingress, flow, direction, egress);
+        let src_mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
+        let sent = self.send6(pkt, egress, route.resolve(dst));
+        let upper = Upper6 {
+            protocol: ext.protocol,
+            offset: ext.offset,
+        };
+        let (verdict, features) = self.features6(ingress.port, src_mac, pkt, upper, sent, now_ns);
+        if let (Verdict::Transmit { .. }, Some((flow, direction))) = (sent, established) {
+            self.remember_shortcut6(pkt, ingress, flow, direction, egress, features);
         }
         verdict
     }

@@ -16,6 +16,7 @@
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
+use crate::pipeline::features::Features6;
 use crate::pipeline::stateful::{changes_tcp_state, insert_drop_reason, is_bare_syn};
 use crate::pipeline::Ingress;
 use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, TcpState, Track};
@@ -40,8 +41,8 @@ pub(crate) struct FlowData6 {
 }
 
 /// What forwarding decided for the last packet of one direction of an IPv6 flow: IPv4's
-/// `Shortcut` without NAT (an IPv6 packet leaves as it came but for its hop limit) and
-/// without features (none sees IPv6 yet). Its next hop's MAC is from one neighbour view: a
+/// `Shortcut` without NAT (an IPv6 packet leaves as it came but for its hop limit). Its next
+/// hop's MAC, and the LAN hosts its features are about, are from one neighbour view: a
 /// newer view sends the direction's next packet down the full path, which makes it again.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Shortcut6 {
@@ -54,6 +55,7 @@ pub(crate) struct Shortcut6 {
     /// Made from a packet this worker received itself (its source validation and owner
     /// check ran), not one handed to it.
     pub(crate) received_here: bool,
+    pub(crate) features: Features6,
 }
 
 /// What the IPv6 stateful stage decided.
