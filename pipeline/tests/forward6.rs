@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use common::*;
 use etherparse::{Icmpv6Type, PacketBuilder, SlicedPacket, TransportSlice};
+use pipeline::features::content::{ContentPolicy, DnsAction};
 use pipeline::features::meter::HostMeter;
+use pipeline::features::parental::{DeviceMatch, Policy as ParentalPolicy};
 use pipeline::features::qos::{assign_equal_shares, Class, ClassRule, QosConfig, QosMode};
 use pipeline::l3::icmpv6_error::{write_icmpv6_error, Icmpv6Error};
 use pipeline::pipeline::config::{Ipv6Interface, Pinhole6, PuntConfig, Stateful, StaticRoute6};
@@ -40,9 +42,23 @@ fn config_with_rules(with_default: bool, rules: Vec<Rule>) -> RouterConfig {
 
 /// `wan_autoconfigure`: the WAN's routers configure it through its twin.
 fn config_with(with_default: bool, rules: Vec<Rule>, wan_autoconfigure: bool) -> RouterConfig {
+    config_with_content(with_default, rules, wan_autoconfigure, None)
+}
+
+/// [`config`] with the content policy `content`.
+fn with_content(content: ContentPolicy) -> RouterConfig {
+    config_with_content(true, Vec::new(), false, Some(content))
+}
+
+fn config_with_content(
+    with_default: bool,
+    rules: Vec<Rule>,
+    wan_autoconfigure: bool,
+    content: Option<ContentPolicy>,
+) -> RouterConfig {
     let policy = Policy::new(Action::Drop).set(LAN_ZONE, WAN_ZONE, Action::Accept);
     let stateful = Stateful {
-        content: None,
+        content: content.map(Arc::new),
         zones: vec![LAN_ZONE, WAN_ZONE],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(rules, policy).unwrap(),
@@ -755,6 +771,277 @@ fn a_mac_s_ipv4_address_on_another_subnet_is_not_the_host_s() {
     );
     assert_eq!(meter.snapshot().count(), 0);
     assert_eq!(meter.unattributed().up_bytes, datagram.len() as u64);
+}
+
+// --- keyword block and parental control on IPv6 ----------------------------------------------
+
+/// Blocks `blocked.example` (and its subdomains) for every device, and pauses `paused`.
+fn blocking(paused: Option<DeviceMatch>) -> ContentPolicy {
+    let policies = paused
+        .map(|device| ParentalPolicy {
+            devices: vec![device],
+            blocked_categories: Vec::new(),
+            windows: Vec::new(),
+            paused: true,
+        })
+        .into_iter()
+        .collect();
+    ContentPolicy::new(
+        &["blocked.example".to_string()],
+        &[],
+        Vec::new(),
+        policies,
+        DnsAction::Nxdomain,
+        0,
+    )
+    .unwrap()
+}
+
+/// A DNS query for `name`'s AAAA records.
+fn aaaa_query(id: u16, name: &str) -> Vec<u8> {
+    let mut query = id.to_be_bytes().to_vec();
+    query.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.') {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 28, 0, 1]);
+    query
+}
+
+/// A segment from the LAN host's port `port` to the remote's `remote_port`, or back.
+fn tcp6(
+    outbound: bool,
+    (port, remote_port): (u16, u16),
+    (seq, ack): (u32, u32),
+    flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let builder = if outbound {
+        PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+            .ipv6(HOST6.octets(), REMOTE6.octets(), 64)
+            .tcp(port, remote_port, seq, 64000)
+    } else {
+        PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+            .ipv6(REMOTE6.octets(), HOST6.octets(), 60)
+            .tcp(remote_port, port, seq, 64000)
+    };
+    let mut builder = if flags & SYN != 0 {
+        builder.syn()
+    } else {
+        builder
+    };
+    if flags & ACK != 0 {
+        builder = builder.ack(ack);
+    }
+    let mut frame = Vec::new();
+    builder.write(&mut frame, payload).unwrap();
+    frame
+}
+
+/// A LAN device's DNS queries over IPv6 are checked one by one, AAAA as A: a blocked name
+/// is answered NXDOMAIN from the resolver's address, on a flow's first query or a later one.
+#[test]
+fn a_lan_device_s_ipv6_dns_queries_are_checked_one_by_one() {
+    let counters = Arc::new(WorkerCounters::default());
+    let mut gw = Pipeline::for_worker(
+        Arc::new(with_content(blocking(None))),
+        Arc::new(dual_stack_neighbors()),
+        counters.clone(),
+        WorkerSetup::default(),
+    )
+    .unwrap();
+    let query = |id, name| {
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+            .ipv6(HOST6.octets(), REMOTE6.octets(), 64)
+            .udp(40050, 53)
+            .write(&mut frame, &aaaa_query(id, name))
+            .unwrap();
+        frame
+    };
+    let (verdict, _) = run(&mut gw, &query(1, "news.example"), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    for (id, at) in [(2, SECOND), (3, 2 * SECOND)] {
+        let (verdict, reply) = run(&mut gw, &query(id, "ads.blocked.example"), on(LAN), at);
+        assert_eq!(verdict, Verdict::Transmit { port: LAN }, "query {id}");
+        let sliced = SlicedPacket::from_ethernet(&reply).unwrap();
+        let Some(etherparse::NetSlice::Ipv6(ip)) = sliced.net else {
+            panic!("not IPv6")
+        };
+        let header = ip.header().to_header();
+        assert_eq!(
+            (header.source, header.destination),
+            (REMOTE6.octets(), HOST6.octets())
+        );
+        let Some(TransportSlice::Udp(udp)) = sliced.transport else {
+            panic!("not UDP")
+        };
+        let udp_header = udp.to_header();
+        assert_eq!(
+            (udp_header.source_port, udp_header.destination_port),
+            (53, 40050)
+        );
+        assert_eq!(
+            udp_header.checksum,
+            udp_header
+                .calc_checksum_ipv6(&header, udp.payload())
+                .unwrap()
+        );
+        let dns = udp.payload();
+        assert_eq!(&dns[..2], &id.to_be_bytes());
+        assert_eq!(dns[3] & 0x0f, 3, "NXDOMAIN");
+        assert_eq!(&reply[..6], &HOST_MAC, "back to the host");
+        // Later queries of the flow never take the fast path, which would skip the check.
+        let (verdict, _) = run(&mut gw, &query(10 + id, "news.example"), on(LAN), at);
+        assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    }
+    assert_eq!(counters.dropped(DropReason::ContentBlocked), 2);
+}
+
+/// A LAN device's IPv6 TCP flows are inspected as IPv4's: a Host header or SNI naming a
+/// blocked domain resets the flow toward the client and drops what follows of it; an
+/// allowed flow, once judged, takes the fast path.
+#[test]
+fn an_ipv6_flow_to_a_blocked_name_is_reset() {
+    let counters = Arc::new(WorkerCounters::default());
+    let mut gw = Pipeline::for_worker(
+        Arc::new(with_content(blocking(None))),
+        Arc::new(dual_stack_neighbors()),
+        counters.clone(),
+        WorkerSetup::default(),
+    )
+    .unwrap();
+    let open = |gw: &mut Pipeline, ports, at| {
+        let (verdict, _) = run(gw, &tcp6(true, ports, (100, 0), SYN, &[]), on(LAN), at);
+        assert_eq!(verdict, Verdict::Transmit { port: WAN });
+        let (verdict, _) = run(
+            gw,
+            &tcp6(false, ports, (900, 101), SYN | ACK, &[]),
+            on(WAN),
+            at,
+        );
+        assert_eq!(verdict, Verdict::Transmit { port: LAN });
+        let (verdict, _) = run(gw, &tcp6(true, ports, (101, 901), ACK, &[]), on(LAN), at);
+        assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    };
+    let request = |host: &str| format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
+
+    let blocked = (40100, 80);
+    open(&mut gw, blocked, SECOND);
+    let head = request("www.blocked.example");
+    let (verdict, reset) = run(
+        &mut gw,
+        &tcp6(true, blocked, (101, 901), ACK, &head),
+        on(LAN),
+        SECOND,
+    );
+    assert_eq!(
+        verdict,
+        Verdict::Transmit { port: LAN },
+        "a reset toward the client"
+    );
+    let sliced = SlicedPacket::from_ethernet(&reset).unwrap();
+    let Some(etherparse::NetSlice::Ipv6(ip)) = sliced.net else {
+        panic!("not IPv6")
+    };
+    let header = ip.header().to_header();
+    assert_eq!(
+        (header.source, header.destination),
+        (REMOTE6.octets(), HOST6.octets())
+    );
+    let Some(TransportSlice::Tcp(tcp)) = sliced.transport else {
+        panic!("not TCP")
+    };
+    let tcp_header = tcp.to_header();
+    assert!(tcp_header.rst);
+    assert_eq!(
+        (tcp_header.source_port, tcp_header.destination_port),
+        (80, 40100)
+    );
+    assert_eq!(tcp_header.sequence_number, 901, "the client's ACK");
+    assert_eq!(
+        tcp_header.checksum,
+        tcp_header
+            .calc_checksum_ipv6(&header, tcp.payload())
+            .unwrap()
+    );
+    let (verdict, _) = run(
+        &mut gw,
+        &tcp6(false, blocked, (901, 101), ACK, b"HTTP/1.1 200"),
+        on(WAN),
+        SECOND,
+    );
+    assert_eq!(
+        verdict,
+        Verdict::Drop(DropReason::ContentBlocked),
+        "the server's answer"
+    );
+    assert_eq!(counters.dropped(DropReason::ContentBlocked), 2);
+
+    let allowed = (40101, 80);
+    open(&mut gw, allowed, 2 * SECOND);
+    let head = request("www.example.org");
+    let (verdict, _) = run(
+        &mut gw,
+        &tcp6(true, allowed, (101, 901), ACK, &head),
+        on(LAN),
+        2 * SECOND,
+    );
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let fast = counters.fast_path.get();
+    let next = 101 + head.len() as u32;
+    let (verdict, _) = run(
+        &mut gw,
+        &tcp6(true, allowed, (next, 901), ACK, b"more"),
+        on(LAN),
+        2 * SECOND,
+    );
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(counters.fast_path.get(), fast + 1, "judged: the fast path");
+}
+
+/// Parental control knows a dual-stack device's IPv6 flows by its MAC, and by its IPv4
+/// address through the MAC; a paused device opens none, and replies to it are not judged.
+#[test]
+fn a_paused_device_opens_no_ipv6_flows() {
+    let cases = [
+        (
+            DeviceMatch::Mac(EthernetAddress(HOST_MAC)),
+            dual_stack_neighbors(),
+            true,
+        ),
+        (
+            DeviceMatch::Mac(EthernetAddress(HOST_MAC)),
+            neighbors(),
+            true,
+        ),
+        (DeviceMatch::Ip(ip(HOST)), dual_stack_neighbors(), true),
+        // Named by IPv4 address, with no IPv4 neighbour for its MAC: not recognised.
+        (DeviceMatch::Ip(ip(HOST)), neighbors(), false),
+        (
+            DeviceMatch::Mac(EthernetAddress([2, 0, 0, 0, 0, 0x77])),
+            dual_stack_neighbors(),
+            false,
+        ),
+    ];
+    for (device, neighbours, paused) in cases {
+        let counters = Arc::new(WorkerCounters::default());
+        let mut gw = Pipeline::for_worker(
+            Arc::new(with_content(blocking(Some(device)))),
+            Arc::new(neighbours),
+            counters.clone(),
+            WorkerSetup::default(),
+        )
+        .unwrap();
+        let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 20), on(LAN), SECOND);
+        let expected = if paused {
+            Verdict::Drop(DropReason::ParentalBlocked)
+        } else {
+            Verdict::Transmit { port: WAN }
+        };
+        assert_eq!(verdict, expected, "{device:?}");
+    }
 }
 
 // --- the IPv6 fast path against the full path ------------------------------------------------

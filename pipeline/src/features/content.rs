@@ -51,7 +51,8 @@ use crate::features::inspect::{
 use crate::features::parental::{LocalTime, ParentalControl, Policy};
 use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::{
-    ethernet, ipv4, udp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv4Repr, UdpPacket,
+    checksum, ethernet, ipv4, ipv6, udp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv4Repr,
+    Ipv6Packet, UdpPacket,
 };
 
 /// A device as the pipeline knows it: its address and, when learnt, its MAC.
@@ -787,12 +788,15 @@ pub fn dns_tcp_query_blocked(
 ///
 /// The reply comes from the address the client asked, so its stub resolver accepts it. `None`,
 /// with the frame untouched, for anything but an unfragmented IPv4/UDP datagram holding a
-/// standard query.
+/// standard query, or an IPv6 one whose UDP header follows the fixed header.
 pub fn write_dns_nxdomain_reply(room: &mut [u8], len: usize) -> Option<usize> {
     const IP_START: usize = ethernet::HEADER_LEN;
     const UDP_START: usize = IP_START + ipv4::HEADER_LEN;
     let frame = room.get_mut(..len)?;
     let eth = EthernetFrame::new_checked(&*frame).ok()?;
+    if eth.ethertype() == ethernet::ethertype::IPV6 {
+        return write_dns_nxdomain_reply6(frame);
+    }
     if eth.ethertype() != ethernet::ethertype::IPV4 {
         return None;
     }
@@ -832,6 +836,51 @@ pub fn write_dns_nxdomain_reply(room: &mut [u8], len: usize) -> Option<usize> {
     reply.set_dst_port(client_port);
     reply.set_len(udp_len as u16);
     reply.fill_checksum(server, client);
+    let mut eth = EthernetFrame::new_unchecked(&mut *frame);
+    eth.set_dst_addr(client_mac);
+    eth.set_src_addr(server_mac);
+    Some(UDP_START + udp_len)
+}
+
+/// [`write_dns_nxdomain_reply`] for an IPv6 frame: the header keeps its traffic class and
+/// flow label, gets the reply's length and a fresh hop limit, and the addresses swapped.
+fn write_dns_nxdomain_reply6(frame: &mut [u8]) -> Option<usize> {
+    const IP_START: usize = ethernet::HEADER_LEN;
+    const UDP_START: usize = IP_START + ipv6::HEADER_LEN;
+    let eth = EthernetFrame::new_checked(&*frame).ok()?;
+    let (client_mac, server_mac) = (eth.src_addr(), eth.dst_addr());
+    let ip = Ipv6Packet::new_checked(frame.get(IP_START..)?).ok()?;
+    if ip.next_header() != ipv6::next_header::UDP {
+        return None;
+    }
+    let (client, server) = (ip.src_addr(), ip.dst_addr());
+    let datagram = UdpPacket::new_checked(ip.payload()).ok()?;
+    let (client_port, server_port) = (datagram.src_port(), datagram.dst_port());
+    let dns_start = UDP_START + udp::HEADER_LEN;
+    let dns_end = UDP_START + usize::from(datagram.len());
+    let dns_len = dns_end - dns_start;
+
+    // As for IPv4: everything was checked above, and the reply is never the longer.
+    let answer_len = dns::write_nxdomain(frame.get_mut(dns_start..dns_end)?, dns_len)?;
+    let udp_len = udp::HEADER_LEN + answer_len;
+    let mut ip = Ipv6Packet::new_unchecked(frame.get_mut(IP_START..UDP_START)?);
+    ip.set_src_addr(server);
+    ip.set_dst_addr(client);
+    // udp_len <= the query's UDP length, a u16.
+    ip.set_payload_len(udp_len as u16);
+    ip.set_hop_limit(GENERATED_TTL);
+    let segment = frame.get_mut(UDP_START..UDP_START + udp_len)?;
+    let mut reply = UdpPacket::new_unchecked(&mut *segment);
+    reply.set_src_port(server_port);
+    reply.set_dst_port(client_port);
+    reply.set_len(udp_len as u16);
+    reply.set_checksum(0);
+    let sum = match checksum::l4_checksum_v6(server, client, ipv6::next_header::UDP, segment) {
+        // RFC 8200 8.1: a computed zero is sent as all ones.
+        0 => 0xffff,
+        sum => sum,
+    };
+    UdpPacket::new_unchecked(&mut *segment).set_checksum(sum);
     let mut eth = EthernetFrame::new_unchecked(&mut *frame);
     eth.set_dst_addr(client_mac);
     eth.set_src_addr(server_mac);
@@ -1507,6 +1556,52 @@ mod tests {
         assert_eq!(dns[3] & 0x0F, 3, "NXDOMAIN");
         assert_eq!(&dns[4..12], &[0, 1, 0, 0, 0, 0, 0, 0]);
         // The question is echoed as asked.
+        assert_eq!(&dns[12..], &query[12..]);
+    }
+
+    #[test]
+    fn a_blocked_ipv6_query_gets_its_nxdomain_reply_from_the_address_asked() {
+        let (client, server) = (
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 10, 0, 0, 0, 0, 5),
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 0x53),
+        );
+        let query = dns_query(0xCAFE, "ads.blocked.example");
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2(MAC_A.0, MAC_X.0)
+            .ipv6(client.octets(), server.octets(), 64)
+            .udp(40_000, 53)
+            .write(&mut frame, &query)
+            .unwrap();
+        let len = frame.len();
+        frame.resize(2048, 0xAA);
+        let n = write_dns_nxdomain_reply(&mut frame, len).unwrap();
+        let sliced = etherparse::SlicedPacket::from_ethernet(&frame[..n]).unwrap();
+        let Some(etherparse::LinkSlice::Ethernet2(eth)) = sliced.link else {
+            panic!("no Ethernet")
+        };
+        assert_eq!((eth.source(), eth.destination()), (MAC_X.0, MAC_A.0));
+        let Some(etherparse::NetSlice::Ipv6(ip)) = sliced.net else {
+            panic!("not IPv6")
+        };
+        let header = ip.header().to_header();
+        assert_eq!(header.source, server.octets());
+        assert_eq!(header.destination, client.octets());
+        assert_eq!(usize::from(header.payload_length), n - 14 - 40);
+        let Some(etherparse::TransportSlice::Udp(udp)) = sliced.transport else {
+            panic!("not UDP")
+        };
+        let udp_header = udp.to_header();
+        assert_eq!(
+            (udp_header.source_port, udp_header.destination_port),
+            (53, 40_000)
+        );
+        let expected = udp_header
+            .calc_checksum_ipv6(&header, udp.payload())
+            .unwrap();
+        assert_eq!(udp_header.checksum, expected);
+        let dns = udp.payload();
+        assert_eq!(&dns[..2], &0xCAFEu16.to_be_bytes());
+        assert_eq!(dns[3] & 0x0F, 3, "NXDOMAIN");
         assert_eq!(&dns[12..], &query[12..]);
     }
 

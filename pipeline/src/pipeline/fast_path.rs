@@ -459,12 +459,17 @@ impl Pipeline {
         (flow, direction): (FlowId, Direction),
         now_ns: u64,
     ) -> Option<Verdict> {
+        // DNS queries are checked against the block lists one by one, as IPv4's are.
+        if key.protocol == ipv6::next_header::UDP && key.dst_port == DNS_PORT {
+            return None;
+        }
         let data = self.stateful6.flows.data(flow);
         let shortcut = data.shortcuts[side(direction)];
         if shortcut.router_epoch != self.router_epoch
             || shortcut.neighbor_epoch != self.neighbor_epoch
             || shortcut.ingress != ingress.port
             || !(shortcut.received_here || ingress.handed_off)
+            || data.content != ContentState::Allowed
             || data.generation != self.router.stateful.generation
         {
             return None;

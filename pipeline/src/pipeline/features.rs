@@ -427,7 +427,7 @@ impl Pipeline {
     }
 
     /// The LAN host on `port` that has `mac`, as its IPv4 address: see [`Features6`].
-    fn lan_host6(&self, port: u16, mac: EthernetAddress) -> Option<Ipv4Addr> {
+    pub(crate) fn lan_host6(&self, port: u16, mac: EthernetAddress) -> Option<Ipv4Addr> {
         let index = usize::from(port);
         if self.router.stateful.masquerade[index] {
             return None;

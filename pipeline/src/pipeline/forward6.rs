@@ -8,15 +8,16 @@
 //! to [`crate::pipeline::ipv6_local`]. QoS and the traffic meter see a LAN host's IPv6
 //! traffic as its IPv4 address's ([`crate::pipeline::features::Features6`]).
 
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::features::content::{self, DnsAction};
 use crate::l3::icmpv6_error::{self, Icmpv6Error};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::Ipv6Interface;
 use crate::pipeline::features::Upper6;
 use crate::pipeline::ipv6_local::{self, scoped};
 use crate::pipeline::punt::{deliver_locally, is_autoconfiguration6};
-use crate::pipeline::stateful6::Stage6;
+use crate::pipeline::stateful6::{Client6, Stage6};
 use crate::pipeline::{Ingress, Pipeline};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::ipv6::{self, is_link_local, walk_extensions};
@@ -104,14 +105,19 @@ impl Pipeline {
             };
             return self.icmpv6_error(pkt, ingress, now_ns, error);
         }
+        let client = self.content_client6(pkt, ingress.port, now_ns);
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let stage = self
-            .stateful6
-            .process(&self.router, &ip, &ext, ingress, egress, now_ns);
+        let stage =
+            self.stateful6
+                .process(&self.router, &ip, &ext, ingress, egress, client, now_ns);
         let established = match stage {
             Stage6::Forward { established } => established,
             Stage6::Done(verdict) => return verdict,
             Stage6::Error(error) => return self.icmpv6_error(pkt, ingress, now_ns, error),
+            Stage6::DnsBlocked => return self.answer_blocked_dns(pkt, ingress),
+            Stage6::Reset { key, segment } => {
+                return self.reset_client6(pkt, &key, &segment, now_ns)
+            }
         };
         Ipv6Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..])
             .decrement_hop_limit();
@@ -128,9 +134,48 @@ impl Pipeline {
         verdict
     }
 
+    /// The LAN device `pkt` comes from on `port`, when the content policy applies to it: see
+    /// [`Client6`].
+    #[inline]
+    fn content_client6(&self, pkt: &PacketBuf, port: u16, now_ns: u64) -> Option<Client6> {
+        self.router.stateful.content.as_ref()?;
+        if self.router.stateful.masquerade[usize::from(port)] {
+            return None;
+        }
+        let mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
+        let address = self.lan_host6(port, mac).unwrap_or(Ipv4Addr::UNSPECIFIED);
+        Some(Client6 {
+            device: (address, Some(mac)),
+            unix_seconds: self.stateful.unix_seconds(now_ns),
+        })
+    }
+
+    /// A LAN device's DNS query for a blocked name: answered NXDOMAIN from the address it
+    /// asked, or dropped, as the policy says; counted as blocked content either way.
+    #[cold]
+    fn answer_blocked_dns(&mut self, pkt: &mut PacketBuf, ingress: Ingress) -> Verdict {
+        let answer = self
+            .router
+            .stateful
+            .content
+            .as_deref()
+            .is_some_and(|policy| policy.dns_action() == DnsAction::Nxdomain);
+        let len = pkt.len();
+        let written = answer
+            .then(|| content::write_dns_nxdomain_reply(pkt.room_mut(), len))
+            .flatten();
+        match written {
+            Some(reply_len) if pkt.set_len(reply_len) => {
+                self.counters.record_drop(DropReason::ContentBlocked);
+                Verdict::Transmit { port: ingress.port }
+            }
+            _ => Verdict::Drop(DropReason::ContentBlocked),
+        }
+    }
+
     /// Writes the Ethernet header toward `next_hop` on `port` and sends, or asks the control
     /// thread to resolve it.
-    fn send6(&self, pkt: &mut PacketBuf, port: u16, next_hop: Ipv6Addr) -> Verdict {
+    pub(crate) fn send6(&self, pkt: &mut PacketBuf, port: u16, next_hop: Ipv6Addr) -> Verdict {
         // Link-local neighbours are known by their link (see `ipv6_local::scoped`).
         let Some(mac) = self.neighbors.get6(scoped(next_hop, port)) else {
             return Verdict::Control(ControlWork::Resolve6 { port });

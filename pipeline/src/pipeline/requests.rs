@@ -1,7 +1,8 @@
 //! What the stateful stage asks of the pipeline ([`Request`]): the answers sent in place of
-//! a packet, which need the pipeline's ICMP budgets and routing.
+//! a packet, which need the pipeline's ICMP budgets and routing. The IPv6 stage's TCP reset
+//! is here too.
 
-use crate::flow::FlowKey;
+use crate::flow::{FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpBudget;
 use crate::packet::PacketBuf;
 use crate::pipeline::stateful::Request;
@@ -9,7 +10,8 @@ use crate::pipeline::{Ingress, Pipeline};
 use crate::state::conntrack::TcpSegment;
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::ipv4::GENERATED_TTL;
-use crate::wire::{ethernet, ipv4, tcp, Ipv4Packet, Ipv4Repr, TcpPacket};
+use crate::wire::{checksum, ethernet, ipv4, ipv6, tcp, Ipv4Packet, Ipv4Repr, Ipv6Packet};
+use crate::wire::{Ipv6Repr, TcpPacket};
 
 impl Pipeline {
     /// Sends the answer the stateful stage asked for in place of the packet.
@@ -59,12 +61,42 @@ impl Pipeline {
     }
 }
 
-const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
+impl Pipeline {
+    /// [`Pipeline::reset_client`] for an IPv6 flow whose content is blocked: the reset goes
+    /// from the server's address back to the client by the IPv6 routes.
+    #[cold]
+    pub(crate) fn reset_client6(
+        &mut self,
+        pkt: &mut PacketBuf,
+        key: &FlowKey6,
+        segment: &TcpSegment,
+        now_ns: u64,
+    ) -> Verdict {
+        let reason = DropReason::ContentBlocked;
+        if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < RESET6_LEN {
+            return Verdict::Drop(reason);
+        }
+        let Some(route) = self.router.routes6.lookup(key.src) else {
+            return Verdict::Drop(reason);
+        };
+        if !self.icmp_errors.try_take(IcmpBudget::Reject, now_ns) {
+            self.counters.icmp_errors_rate_limited.inc();
+            return Verdict::Drop(reason);
+        }
+        write_reset6(pkt, key, segment);
+        self.counters.record_drop(reason);
+        self.send6(pkt, route.port, route.resolve(key.src))
+    }
+}
 
-/// RFC 793's reset for a segment that reached no connection: ACKed segments get
-/// `seq = their ack`; others get `RST|ACK` acknowledging everything they carried.
-fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
-    let (seq, ack, flags) = if segment.flags & tcp::flags::ACK != 0 {
+const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
+const RESET6_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + tcp::HEADER_LEN;
+
+/// RFC 793's sequence and acknowledgement numbers and flags of a reset answering
+/// `segment`: ACKed segments get `seq = their ack`; others get `RST|ACK` acknowledging
+/// everything they carried.
+fn reset_numbers(segment: &TcpSegment) -> (u32, u32, u8) {
+    if segment.flags & tcp::flags::ACK != 0 {
         (segment.ack, 0, tcp::flags::RST)
     } else {
         let syn_fin = u32::from(segment.flags & tcp::flags::SYN != 0)
@@ -74,7 +106,55 @@ fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
             .wrapping_add(segment.payload_len)
             .wrapping_add(syn_fin);
         (0, ack, tcp::flags::RST | tcp::flags::ACK)
+    }
+}
+
+/// The reset's TCP header, from `key`'s destination port to its source port; its checksum
+/// is left to the caller.
+fn write_reset_header(
+    segment_bytes: &mut [u8],
+    src_port: u16,
+    dst_port: u16,
+    segment: &TcpSegment,
+) {
+    let (seq, ack, flags) = reset_numbers(segment);
+    let mut reset = TcpPacket::new_unchecked(segment_bytes);
+    reset.set_src_port(src_port);
+    reset.set_dst_port(dst_port);
+    reset.set_seq_number(seq);
+    reset.set_ack_number(ack);
+    reset.set_header_len(tcp::HEADER_LEN as u8);
+    reset.set_flags(flags);
+    reset.set_window_len(0);
+    reset.set_urgent(0);
+}
+
+/// [`write_reset`] for IPv6: the reset from the server (`key.dst`) to the client.
+fn write_reset6(pkt: &mut PacketBuf, key: &FlowKey6, segment: &TcpSegment) {
+    let room = pkt.room_mut();
+    let ip_end = ethernet::HEADER_LEN + ipv6::HEADER_LEN;
+    let header = Ipv6Repr {
+        src: key.dst,
+        dst: key.src,
+        next_header: ipv6::next_header::TCP,
+        payload_len: tcp::HEADER_LEN as u16,
+        hop_limit: GENERATED_TTL,
+        traffic_class: 0,
+        flow_label: 0,
     };
+    header.emit(&mut Ipv6Packet::new_unchecked(
+        &mut room[ethernet::HEADER_LEN..ip_end],
+    ));
+    let bytes = &mut room[ip_end..RESET6_LEN];
+    write_reset_header(bytes, key.dst_port, key.src_port, segment);
+    TcpPacket::new_unchecked(&mut *bytes).set_checksum(0);
+    let sum = checksum::l4_checksum_v6(key.dst, key.src, ipv6::next_header::TCP, bytes);
+    TcpPacket::new_unchecked(bytes).set_checksum(sum);
+    pkt.set_len(RESET6_LEN);
+}
+
+/// RFC 793's reset for a segment that reached no connection.
+fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
     let room = pkt.room_mut();
     let ip_end = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
     let header = Ipv4Repr::new(
@@ -87,15 +167,12 @@ fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
     header.emit(&mut Ipv4Packet::new_unchecked(
         &mut room[ethernet::HEADER_LEN..ip_end],
     ));
-    let mut reset = TcpPacket::new_unchecked(&mut room[ip_end..RESET_LEN]);
-    reset.set_src_port(key.dst_port);
-    reset.set_dst_port(key.src_port);
-    reset.set_seq_number(seq);
-    reset.set_ack_number(ack);
-    reset.set_header_len(tcp::HEADER_LEN as u8);
-    reset.set_flags(flags);
-    reset.set_window_len(0);
-    reset.set_urgent(0);
-    reset.fill_checksum(key.dst, key.src);
+    write_reset_header(
+        &mut room[ip_end..RESET_LEN],
+        key.dst_port,
+        key.src_port,
+        segment,
+    );
+    TcpPacket::new_unchecked(&mut room[ip_end..RESET_LEN]).fill_checksum(key.dst, key.src);
     pkt.set_len(RESET_LEN);
 }

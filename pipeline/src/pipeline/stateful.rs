@@ -537,7 +537,7 @@ impl StatefulStage {
     }
 
     /// The wall-clock second for `now_ns`, for parental time windows.
-    fn unix_seconds(&self, now_ns: u64) -> i64 {
+    pub(crate) fn unix_seconds(&self, now_ns: u64) -> i64 {
         self.unix_epoch_at_zero + (now_ns / 1_000_000_000) as i64
     }
 

@@ -9,10 +9,17 @@
 //! tracked flow pass (RFC 4890 4.3.1), and nothing else does. A reject answers with ICMPv6
 //! "administratively prohibited".
 //!
+//! Parental control and keyword block apply to the flows LAN devices open, as for IPv4
+//! (`crate::pipeline::stateful`): a device is its MAC and the IPv4 address of that MAC
+//! ([`Client6`]), its DNS queries over UDP are checked one by one, and its TCP flows are
+//! inspected (SNI, Host, DNS over TCP) by a content inspector of this stage's own, the flow
+//! ids of the IPv6 table being another numbering than IPv4's.
+//!
 //! Ownership: both directions of an IPv6 flow, its fragments and the errors about it belong
 //! to the worker a symmetric hash of its two addresses names ([`Ownership::pair_owner6`]):
 //! without NAT, neither end's address changes on the way.
 
+use crate::features::content::{self, ContentInspector, ContentPolicy, Device, Inspection};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
@@ -21,11 +28,13 @@ use crate::pipeline::stateful::{changes_tcp_state, insert_drop_reason, is_bare_s
 use crate::pipeline::Ingress;
 use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, TcpState, Track};
 use crate::state::firewall::{Action, ZoneId};
+use crate::state::flow_data::ContentState;
 use crate::state::nat::Ownership;
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::checksum;
 use crate::wire::ipv6::{next_header, Extensions};
-use crate::wire::{icmpv6, ipv6, Ipv6Packet};
+use crate::wire::udp::DNS_PORT;
+use crate::wire::{icmpv6, ipv6, Ipv6Packet, TcpPacket, UdpPacket};
 
 /// What an IPv6 flow keeps besides its tuples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,9 +44,22 @@ pub(crate) struct FlowData6 {
     /// The stateful config's generation the flow was last admitted under: a reload that
     /// rechecks established flows (`recheck_established`) looks at the flow again.
     pub(crate) generation: u32,
+    /// Whether the flow's content was judged (a TCP flow a LAN device opened, with a
+    /// content policy on).
+    pub(crate) content: ContentState,
     /// Per direction (original, reply): where forwarding sent the last packet, for the fast
     /// path (`crate::pipeline::fast_path`).
     pub(crate) shortcuts: [Shortcut6; 2],
+}
+
+/// The LAN device a packet comes from, for the content policy: its IPv4 address (that of
+/// its MAC on the interface's subnet, 0.0.0.0 without one) and its MAC, and the wall-clock
+/// second, for parental time windows. Only for packets from an inside interface while a
+/// content policy is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Client6 {
+    pub(crate) device: Device,
+    pub(crate) unix_seconds: i64,
 }
 
 /// What forwarding decided for the last packet of one direction of an IPv6 flow: IPv4's
@@ -69,11 +91,21 @@ pub(crate) enum Stage6 {
     Done(Verdict),
     /// Answer the packet, as received, with this ICMPv6 error.
     Error(Icmpv6Error),
+    /// A DNS query for a blocked name: answer it (NXDOMAIN) or drop it, as the policy says.
+    DnsBlocked,
+    /// A TCP flow whose content is blocked: reset it toward the client, whose segment this
+    /// is (`key` being the segment's).
+    Reset {
+        key: FlowKey6,
+        segment: TcpSegment,
+    },
 }
 
 /// One worker's IPv6 flows.
 pub(crate) struct StatefulStage6 {
     pub(crate) flows: FlowTable<FlowData6, FlowKey6>,
+    /// Scanners of TCP flows whose content is still being judged.
+    inspector: ContentInspector,
     worker: u16,
     ownership: Ownership,
 }
@@ -86,13 +118,16 @@ impl StatefulStage6 {
     ) -> Self {
         StatefulStage6 {
             flows,
+            inspector: ContentInspector::new(content::DEFAULT_SLOTS),
             worker,
             ownership,
         }
     }
 
     /// Tracks an IPv6 packet routed from `ingress` to `egress`: `ip` is the packet (fixed
-    /// header on, its length checked), `ext` its extension headers' walk.
+    /// header on, its length checked), `ext` its extension headers' walk, `client` the LAN
+    /// device it comes from where the content policy applies.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn process(
         &mut self,
         router: &RouterConfig,
@@ -100,6 +135,7 @@ impl StatefulStage6 {
         ext: &Extensions,
         ingress: Ingress,
         egress: u16,
+        client: Option<Client6>,
         now_ns: u64,
     ) -> Stage6 {
         let zones = (zone(router, ingress.port), zone(router, egress));
@@ -127,7 +163,15 @@ impl StatefulStage6 {
                     return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
                 self.flows.remove(id);
-                self.new_flow(router, ingress, key, zones, segment, now_ns)
+                self.new_flow(
+                    router,
+                    ingress,
+                    key,
+                    zones,
+                    (segment, upper),
+                    client,
+                    now_ns,
+                )
             }
             Probe::Found(id, direction) => {
                 if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(ip, ext) {
@@ -137,29 +181,106 @@ impl StatefulStage6 {
                 {
                     return Stage6::Done(Verdict::Drop(DropReason::ConntrackInvalid));
                 }
-                match self.recheck(router, id) {
-                    Some(verdict) => Stage6::Done(verdict),
-                    None => Stage6::Forward {
-                        established: Some((id, direction)),
-                    },
+                if let Some(verdict) = self.recheck(router, id) {
+                    return Stage6::Done(verdict);
+                }
+                let policy = router.stateful.content.as_deref();
+                if let (Some(policy), Some(client)) = (policy, client) {
+                    let judged =
+                        self.judge_content(policy, client, (id, direction), &key, segment, upper);
+                    if let Some(stage) = judged.or_else(|| later_dns(policy, client, &key, upper)) {
+                        return stage;
+                    }
+                } else if self.flows.data(id).content == ContentState::Blocked {
+                    return Stage6::Done(Verdict::Drop(DropReason::ContentBlocked));
+                }
+                Stage6::Forward {
+                    established: Some((id, direction)),
                 }
             }
             Probe::Vacant(_) if !l4_checksum_ok(ip, ext) => {
                 Stage6::Done(Verdict::Drop(DropReason::L4Checksum))
             }
-            Probe::Vacant(_) => self.new_flow(router, ingress, key, zones, segment, now_ns),
+            Probe::Vacant(_) => self.new_flow(
+                router,
+                ingress,
+                key,
+                zones,
+                (segment, upper),
+                client,
+                now_ns,
+            ),
+        }
+    }
+
+    /// A tracked flow's content, from a LAN device: blocked flows stay blocked, and the
+    /// client's payload of one being judged goes to the inspector; a blocked flow is reset.
+    fn judge_content(
+        &mut self,
+        policy: &ContentPolicy,
+        client: Client6,
+        (id, direction): (FlowId, Direction),
+        key: &FlowKey6,
+        segment: Option<TcpSegment>,
+        upper: &[u8],
+    ) -> Option<Stage6> {
+        match self.flows.data(id).content {
+            ContentState::Allowed => None,
+            ContentState::Blocked => Some(Stage6::Done(Verdict::Drop(DropReason::ContentBlocked))),
+            ContentState::Inspecting if direction == Direction::Original => {
+                self.inspect(policy, client, (id, key), segment?, upper)
+            }
+            ContentState::Inspecting => None,
+        }
+    }
+
+    /// Feeds a client's payload to the content inspector, as IPv4's stage does.
+    fn inspect(
+        &mut self,
+        policy: &ContentPolicy,
+        client: Client6,
+        (id, key): (FlowId, &FlowKey6),
+        segment: TcpSegment,
+        upper: &[u8],
+    ) -> Option<Stage6> {
+        let tcp = TcpPacket::new_checked(upper).ok()?;
+        let payload = tcp.payload();
+        if payload.is_empty() {
+            return None;
+        }
+        let verdict = self.inspector.inspect_tcp_seq(
+            policy,
+            id.as_u32(),
+            client.device,
+            key.dst_port,
+            segment.seq,
+            payload,
+        );
+        match verdict {
+            Inspection::Pending => None,
+            Inspection::Allow => {
+                self.flows.data_mut(id).content = ContentState::Allowed;
+                None
+            }
+            Inspection::Block(_) => {
+                self.flows.data_mut(id).content = ContentState::Blocked;
+                self.inspector.forget(id.as_u32());
+                Some(Stage6::Reset { key: *key, segment })
+            }
         }
     }
 
     /// A new flow from zone `from` to zone `to`, by their pair's policy, or a pinhole where
-    /// the policy does not accept it.
+    /// the policy does not accept it; then, for a LAN device's, by the content policy.
+    #[allow(clippy::too_many_arguments)]
     fn new_flow(
         &mut self,
         router: &RouterConfig,
         ingress: Ingress,
         key: FlowKey6,
         (from, to): (ZoneId, ZoneId),
-        segment: Option<TcpSegment>,
+        (segment, upper): (Option<TcpSegment>, &[u8]),
+        client: Option<Client6>,
         now_ns: u64,
     ) -> Stage6 {
         let stateful = &router.stateful;
@@ -174,17 +295,35 @@ impl StatefulStage6 {
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage6::Error(Icmpv6Error::AdminProhibited),
         }
+        let mut content = ContentState::Allowed;
+        if let (Some(policy), Some(client)) = (stateful.content.as_deref(), client) {
+            let (address, mac) = client.device;
+            if !policy.device_allowed(address, mac, client.unix_seconds) {
+                return Stage6::Done(Verdict::Drop(DropReason::ParentalBlocked));
+            }
+            if let Some(stage) = later_dns(policy, client, &key, upper) {
+                return stage;
+            }
+            if key.protocol == next_header::TCP && policy.inspects_content() {
+                content = ContentState::Inspecting;
+            }
+        }
         let data = FlowData6 {
             from_zone: from.0,
             to_zone: to.0,
             generation: stateful.generation,
+            content,
             shortcuts: Default::default(),
         };
         match self
             .flows
             .insert(key, key.reversed(), data, segment.as_ref(), now_ns, |_| {})
         {
-            Ok(_) => Stage6::Forward { established: None },
+            Ok(id) => {
+                // A recycled slot must not inherit an earlier flow's half-read stream.
+                self.inspector.forget(id.as_u32());
+                Stage6::Forward { established: None }
+            }
             Err(error) => Stage6::Done(Verdict::Drop(insert_drop_reason(error))),
         }
     }
@@ -292,6 +431,23 @@ fn admit6(
         (_, None) if pinholed() => Action::Accept,
         (action, None) => action,
     }
+}
+
+/// A DNS query over UDP from a LAN device for a blocked name, checked on every query of a
+/// flow (a stub resolver may send many names from one socket); the first question's name
+/// whatever its type, so AAAA queries are checked as A queries are.
+fn later_dns(
+    policy: &ContentPolicy,
+    client: Client6,
+    key: &FlowKey6,
+    upper: &[u8],
+) -> Option<Stage6> {
+    if key.protocol != next_header::UDP || key.dst_port != DNS_PORT {
+        return None;
+    }
+    let datagram = UdpPacket::new_checked(upper).ok()?;
+    content::dns_query_blocked(policy, client.device, datagram.payload())?;
+    Some(Stage6::DnsBlocked)
 }
 
 /// The zone of interface `port`.
