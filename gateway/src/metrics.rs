@@ -176,6 +176,7 @@ pub struct Metrics {
     worker_gauges: Vec<GaugeFamily<WorkerCounters>>,
     heartbeat_age: prometheus::GaugeVec,
     drops: IntCounterVec,
+    ipv6_drops: IntCounterVec,
     conntrack_invalid: IntCounterVec,
     reload_success: IntGauge,
     reload_timestamp: IntGauge,
@@ -559,6 +560,7 @@ pub fn metric_names() -> Vec<String> {
         "mempool_mbufs_in_use",
         "worker_rx_burst_size",
         "dropped_packets_total",
+        "ipv6_dropped_packets_total",
         "conntrack_invalid_packets_total",
         "config_last_reload_success",
         "config_last_reload_timestamp_seconds",
@@ -751,6 +753,12 @@ impl Metrics {
                 &registry,
                 "dropped_packets_total",
                 "Packets dropped, by worker and reason.",
+                &["worker", "reason"],
+            ),
+            ipv6_drops: counter_vec(
+                &registry,
+                "ipv6_dropped_packets_total",
+                "Of dropped_packets_total, the IPv6 packets, by worker and reason (a series appears at its first drop).",
                 &["worker", "reason"],
             ),
             conntrack_invalid: counter_vec(
@@ -996,6 +1004,11 @@ impl Metrics {
                     &[&worker, reason.label()],
                     counters.dropped(reason),
                 );
+                // Only reasons that dropped IPv6, so IPv4-only hosts get no second set.
+                let ipv6 = counters.dropped_ipv6(reason);
+                if ipv6 > 0 {
+                    sync_counter(&self.ipv6_drops, &[&worker, reason.label()], ipv6);
+                }
             }
             for reason in InvalidReason::ALL {
                 sync_counter(

@@ -130,6 +130,8 @@ pub struct WorkerCounters {
     pub conntrack_stale_segments: Gauge,
     pub conntrack_ambiguous_tuple: Gauge,
     drops: [Counter; DropReason::COUNT],
+    /// Of `drops`, those of IPv6 packets: the metrics' family split.
+    ipv6_drops: [Counter; DropReason::COUNT],
     interfaces: [InterfaceCounters; MAX_INTERFACES],
 }
 
@@ -173,6 +175,7 @@ impl Default for WorkerCounters {
             conntrack_stale_segments: Gauge::default(),
             conntrack_ambiguous_tuple: Gauge::default(),
             drops: std::array::from_fn(|_| Counter::default()),
+            ipv6_drops: std::array::from_fn(|_| Counter::default()),
             interfaces: std::array::from_fn(|_| InterfaceCounters::default()),
         }
     }
@@ -198,6 +201,18 @@ impl WorkerCounters {
 
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops[reason as usize].get()
+    }
+
+    /// Marks a drop counted under `reason` (by [`record_drop`](Self::record_drop) or
+    /// [`count`](Self::count)) as an IPv6 packet's.
+    #[inline]
+    pub fn record_ipv6_drop(&self, reason: DropReason) {
+        self.ipv6_drops[reason as usize].inc();
+    }
+
+    /// IPv6 packets among [`dropped`](Self::dropped)`(reason)`.
+    pub fn dropped_ipv6(&self, reason: DropReason) -> u64 {
+        self.ipv6_drops[reason as usize].get()
     }
 
     pub fn dropped_total(&self) -> u64 {

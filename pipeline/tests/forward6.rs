@@ -1314,6 +1314,12 @@ proptest! {
             prop_assert_eq!(metered(&fast_meter), metered(&full_meter));
         }
         prop_assert_eq!(full_counters.fast_path.get(), 0);
+        // Every packet was IPv6: every drop is marked as an IPv6 packet's, on either path.
+        for counters in [&fast_counters, &full_counters] {
+            for &reason in DropReason::ALL {
+                prop_assert_eq!(counters.dropped_ipv6(reason), counters.dropped(reason), "{:?}", reason);
+            }
+        }
     }
 }
 

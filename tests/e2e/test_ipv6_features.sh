@@ -353,16 +353,25 @@ qos_dropped=$(($(qos_bytes bulk dropped) - dropped_before))
 pass "the policer holds the host's IPv6 upload to the uplink rate and drops the excess ($qos_dropped bytes)"
 
 # 4. Parental control: the device paused, by its MAC, then by its IPv4 address.
-# blocked_ping FAMILY-FLAG ADDRESS WHAT: a new ping flow must fail and count under parental_blocked.
+# blocked_ping FAMILY-FLAG ADDRESS WHAT: a new ping flow must fail and count under
+# parental_blocked, and under gateway_ipv6_dropped_packets_total's exactly when it is IPv6.
+ipv6_dropped() { metric "gateway_ipv6_dropped_packets_total{reason=\"$1\""; }
 blocked_ping() {
-    local before
+    local before before6
     before=$(dropped parental_blocked)
+    before6=$(ipv6_dropped parental_blocked)
     if lan ping "$1" -c 2 -i 0.3 -W 1 "$2" >/dev/null 2>&1; then
         fail "$3: a ping to $2 got through"
     fi
     local counted=$(($(dropped parental_blocked) - before))
+    local counted6=$(($(ipv6_dropped parental_blocked) - before6))
     (( counted >= 2 )) || fail "$3: 2 refused echo requests to $2 counted $counted as parental_blocked"
-    pass "$3: a new ping to $2 is refused (parental_blocked +$counted)"
+    if [[ $1 == -6 ]]; then
+        (( counted6 == counted )) || fail "$3: $counted parental_blocked drops, $counted6 of them marked IPv6"
+    else
+        (( counted6 == 0 )) || fail "$3: IPv4 pings counted $counted6 as IPv6 drops"
+    fi
+    pass "$3: a new ping to $2 is refused (parental_blocked +$counted, of which IPv6 +$counted6)"
 }
 reload_with on "macs = [\"$HOST_MAC\"]" true
 blocked_ping -6 "$WAN6" "paused by its MAC, over IPv6"

@@ -305,6 +305,9 @@ impl Pipeline {
                 {
                     self.counters.fast_path.inc();
                     self.counters.count(&verdict);
+                    if let Verdict::Drop(reason) = verdict {
+                        self.counters.record_ipv6_drop(reason);
+                    }
                     return verdict;
                 }
             }

@@ -167,6 +167,7 @@ impl Pipeline {
         match written {
             Some(reply_len) if pkt.set_len(reply_len) => {
                 self.counters.record_drop(DropReason::ContentBlocked);
+                self.counters.record_ipv6_drop(DropReason::ContentBlocked);
                 Verdict::Transmit { port: ingress.port }
             }
             _ => Verdict::Drop(DropReason::ContentBlocked),
@@ -232,6 +233,7 @@ impl Pipeline {
             _ => return Verdict::Drop(reason),
         }
         self.counters.record_drop(reason);
+        self.counters.record_ipv6_drop(reason);
         self.counters.icmp_errors_sent.inc();
         self.send6(pkt, port, route.resolve(sender))
     }

@@ -401,6 +401,12 @@ impl Pipeline {
             _ => {}
         }
         self.counters.count(&verdict);
+        if let Verdict::Drop(reason) = verdict {
+            let ethertype = pkt.bytes().get(12..14);
+            if ethertype == Some(&ethernet::ethertype::IPV6.to_be_bytes()[..]) {
+                self.counters.record_ipv6_drop(reason);
+            }
+        }
         verdict
     }
 

@@ -85,6 +85,7 @@ impl Pipeline {
         }
         write_reset6(pkt, key, segment);
         self.counters.record_drop(reason);
+        self.counters.record_ipv6_drop(reason);
         self.send6(pkt, route.port, route.resolve(key.src))
     }
 }
