@@ -11,7 +11,9 @@ use pipeline::l3::neigh::{
     ArpProbe, ArpSource, Learn, Lookup, NeighborConfig, NeighborProbe, NeighborState, NeighborTable,
 };
 use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
-use pipeline::pipeline::ipv6_local::{self, mld_record, scoped, AdvertSchedule, Answer, Sighting};
+use pipeline::pipeline::ipv6_local::{
+    self, mld_record, scoped, AdvertSchedule, Answer, Sighting, MAX_ADVERTISED_PREFIXES,
+};
 use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
@@ -475,7 +477,8 @@ impl ControlPlane {
                 if !self.solicited_adverts.try_take(now_ns) {
                     return self.counters.record_drop(DropReason::SlowPathPoliced);
                 }
-                let withdrawn = self.adverts.withdrawn(usize::from(ingress));
+                let room = MAX_ADVERTISED_PREFIXES.saturating_sub(v6.addresses.len());
+                let withdrawn = self.adverts.withdrawn(usize::from(ingress), room);
                 let room = pkt.room_mut();
                 match ipv6_local::write_router_advert(room, iface, v6, advert, &withdrawn, to, mac)
                 {
@@ -641,14 +644,15 @@ impl ControlPlane {
             let mut frame = [0u8; ADVERT_FRAME_ROOM];
             let all_nodes = pipeline::wire::ipv6::ALL_NODES;
             let mac = pipeline::wire::ipv6::multicast_mac(all_nodes);
-            let withdrawn = self.adverts.withdrawn(port);
+            let room = MAX_ADVERTISED_PREFIXES.saturating_sub(v6.addresses.len());
+            let withdrawn = self.adverts.withdrawn(port, room);
             let written = ipv6_local::write_router_advert(
                 &mut frame, iface, v6, advert, &withdrawn, all_nodes, mac,
             );
             if let Some(len) = written {
                 self.counters.router_adverts.inc();
                 self.send_frame(port as u16, &frame[..len]);
-                self.adverts.advertised(port);
+                self.adverts.advertised(port, withdrawn.len());
             }
         }
     }

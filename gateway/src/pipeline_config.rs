@@ -12,7 +12,7 @@ use pipeline::pipeline::config::{
 use pipeline::pipeline::ipv6_local::MAX_ADVERTISED_PREFIXES;
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
-use pipeline::wire::ipv6::link_local;
+use pipeline::wire::ipv6::{link_local, prefix_of};
 use pipeline::wire::{ipv4, EthernetAddress};
 use pipeline::{IcmpLimits, Interface, RouterConfig, SourceValidation, StaticRoute};
 
@@ -174,6 +174,61 @@ pub fn router_config_with_kernel(
         .with_punt(crate::twins::punt_config(config))?)
 }
 
+/// Whether two prefixes overlap: one holds the other.
+fn overlap((a, a_len): (Ipv6Addr, u8), (b, b_len): (Ipv6Addr, u8)) -> bool {
+    let len = a_len.min(b_len);
+    prefix_of(a, len) == prefix_of(b, len)
+}
+
+/// The addresses the kernel gave each interface's twin that the interface takes: those of
+/// interfaces that follow the kernel, but any whose prefix overlaps another interface's,
+/// configured or taken already. A router on the WAN's link could otherwise advertise the
+/// LAN's prefix and have the gateway route the LAN's hosts to the WAN; so the delegated
+/// prefixes (`delegated_prefix`, from the ISP's DHCPv6 server) are taken before what
+/// routers advertise (`autoconfigure`).
+fn learnt_addresses(config: &GatewayConfig, kernel: &KernelView) -> Vec<Vec<(Ipv6Addr, u8)>> {
+    let mut taken: Vec<(usize, (Ipv6Addr, u8))> = config
+        .interfaces
+        .iter()
+        .enumerate()
+        .flat_map(|(index, iface)| {
+            let configured = iface.ipv6.iter().flat_map(|ipv6| &ipv6.addresses);
+            configured.map(move |cidr| (index, (cidr.addr, cidr.len)))
+        })
+        .collect();
+    let mut learnt = vec![Vec::new(); config.interfaces.len()];
+    let mut followers: Vec<usize> = (0..config.interfaces.len())
+        .filter(|&index| {
+            let ipv6 = config.interfaces[index].ipv6.as_ref();
+            ipv6.is_some_and(|ipv6| ipv6.follows_kernel())
+        })
+        .collect();
+    followers.sort_by_key(|&index| {
+        let ipv6 = config.interfaces[index].ipv6.as_ref();
+        !ipv6.is_some_and(|ipv6| ipv6.delegated_prefix)
+    });
+    for index in followers {
+        for &address in kernel.addresses6(index) {
+            let elsewhere = taken
+                .iter()
+                .find(|&&(other, prefix)| other != index && overlap(prefix, address));
+            if let Some(&(other, _)) = elsewhere {
+                tracing::warn!(
+                    interface = %config.interfaces[index].name,
+                    address = %address.0,
+                    len = address.1,
+                    other = %config.interfaces[other].name,
+                    "an IPv6 address the kernel learnt overlaps another interface's prefix: left out"
+                );
+                continue;
+            }
+            learnt[index].push(address);
+            taken.push((index, address));
+        }
+    }
+    learnt
+}
+
 /// Each interface's IPv6 side: its link-local address from its MAC, its configured
 /// addresses, then those the kernel gave its twin (`autoconfigure`, `delegated_prefix`;
 /// as many as advertisements carry), and its advertisements.
@@ -182,6 +237,7 @@ fn ipv6_interfaces(
     macs: &[[u8; 6]],
     kernel: &KernelView,
 ) -> Vec<Option<Ipv6Interface>> {
+    let mut learnt = learnt_addresses(config, kernel);
     config
         .interfaces
         .iter()
@@ -194,11 +250,9 @@ fn ipv6_interfaces(
                 .iter()
                 .map(|cidr| (cidr.addr, cidr.len))
                 .collect();
-            if ipv6.follows_kernel() {
-                for &learnt in kernel.addresses6(index) {
-                    if addresses.len() < MAX_ADVERTISED_PREFIXES && !addresses.contains(&learnt) {
-                        addresses.push(learnt);
-                    }
+            for address in std::mem::take(&mut learnt[index]) {
+                if addresses.len() < MAX_ADVERTISED_PREFIXES && !addresses.contains(&address) {
+                    addresses.push(address);
                 }
             }
             Some(Ipv6Interface {
@@ -743,5 +797,44 @@ masquerade = ["wan"]
             .lookup("2001:db8:ff00:100::42".parse().unwrap())
             .unwrap();
         assert_eq!((home.port, home.gateway), (0, None));
+    }
+
+    /// A router on the WAN's link advertising the LAN's prefix (or one holding it) gives the
+    /// WAN no address in it: the LAN's hosts stay routed to the LAN.
+    /// Whichever interface the config lists first, the delegated prefix is the LAN's.
+    #[test]
+    fn a_learnt_prefix_overlapping_another_interface_s_is_left_out() {
+        let (lan_first, nat) = CONFIG.split_once("[nat]").unwrap();
+        let wan_at = lan_first.rfind("[[interfaces]]").unwrap();
+        let (lan, wan) = lan_first.split_at(wan_at);
+        let wan_first = format!("{wan}{lan}[nat]{nat}");
+        let delegated: Ipv6Addr = "2001:db8:ff00:100::1".parse().unwrap();
+        let spoofed: Ipv6Addr = "2001:db8:ff00:100::bad".parse().unwrap();
+        let wider: Ipv6Addr = "2001:db8:ff00::1".parse().unwrap();
+        let slaac: Ipv6Addr = "2001:db8:a::ff:fe00:2".parse().unwrap();
+        let lan_learnt = vec![(delegated, 64)];
+        let wan_learnt = vec![(spoofed, 64), (wider, 48), (slaac, 64)];
+        for (text, lan) in [(CONFIG, 0), (wan_first.as_str(), 1)] {
+            let config = GatewayConfig::from_text(std::path::Path::new("test.toml"), text).unwrap();
+            let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+            let mut addresses6 = vec![wan_learnt.clone(), wan_learnt.clone()];
+            addresses6[lan] = lan_learnt.clone();
+            let kernel = KernelView {
+                addresses6,
+                ..KernelView::default()
+            };
+            let router = router_config_with_kernel(&config, &macs, &kernel).unwrap();
+            assert_eq!(
+                router.ipv6(lan as u16).unwrap().addresses,
+                [(delegated, 64)]
+            );
+            assert_eq!(
+                router.ipv6(1 - lan as u16).unwrap().addresses,
+                [(slaac, 64)]
+            );
+            assert!(!router.owns6(spoofed) && !router.owns6(wider));
+            let home = router.routes6.lookup(spoofed).unwrap();
+            assert_eq!(home.port, lan as u16, "the LAN's prefix stays the LAN's");
+        }
     }
 }

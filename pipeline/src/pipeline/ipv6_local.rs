@@ -599,6 +599,9 @@ pub const HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + icmpv6:
 /// that hosts hear of a new router soon.
 const MAX_INITIAL_ADVERT_INTERVAL_NS: u64 = 16 * SECOND_NS;
 const MAX_INITIAL_ADVERTS: u32 = 3;
+/// RFC 4861 6.2.6's MIN_DELAY_BETWEEN_RAS: however often the announcement changes (a
+/// flapping uplink, a prefix delegated and withdrawn), advertisements go at most this often.
+const MIN_DELAY_BETWEEN_ADVERTS_NS: u64 = 3 * SECOND_NS;
 const SECOND_NS: u64 = 1_000_000_000;
 
 /// When each interface's next unsolicited Router Advertisement is due (RFC 4861 6.2.4): at a
@@ -607,9 +610,10 @@ const SECOND_NS: u64 = 1_000_000_000;
 /// not synchronise.
 #[derive(Debug)]
 pub struct AdvertSchedule {
-    /// Per interface: when the next is due, and how many have gone.
+    /// Per interface: when the next is due, how many have gone, and when the last went.
     next_ns: Vec<u64>,
     sent: Vec<u32>,
+    last_ns: Vec<Option<u64>>,
     /// Per interface: the prefixes and router lifetime it last announced.
     announced: Vec<(Vec<(Ipv6Addr, u8)>, u16)>,
     /// Per interface: prefixes it announced and no longer has, with how many unsolicited
@@ -628,6 +632,7 @@ impl AdvertSchedule {
         AdvertSchedule {
             next_ns: Vec::new(),
             sent: Vec::new(),
+            last_ns: Vec::new(),
             announced: Vec::new(),
             withdrawn: Vec::new(),
             random: seed | 1,
@@ -640,10 +645,12 @@ impl AdvertSchedule {
         if self.next_ns.len() <= port {
             self.next_ns.resize(port + 1, 0);
             self.sent.resize(port + 1, 0);
+            self.last_ns.resize(port + 1, None);
         }
         if now_ns < self.next_ns[port] {
             return false;
         }
+        self.last_ns[port] = Some(now_ns);
         let max_ns = u64::from(interval_secs.max(1)) * SECOND_NS;
         let min_ns = max_ns / 3;
         let mut wait = min_ns + self.next_random() % (max_ns - min_ns + 1);
@@ -656,10 +663,11 @@ impl AdvertSchedule {
     }
 
     /// Interface `port` is to announce `addresses` (their prefixes) and `router_lifetime_secs`.
-    /// If that differs from what it announced last, the next advertisement is due at once
-    /// and the quick initial series starts again (RFC 4861 6.2.4), so that hosts learn a
-    /// prefix delegated a moment ago, or a default route just learnt, without waiting out
-    /// the interval.
+    /// If that differs from what it announced last (another address in a prefix it had does
+    /// not), the next advertisement is due as soon as RFC 4861 6.2.6 allows (3 s after the
+    /// last) and the quick initial series starts again (6.2.4), so that hosts learn a prefix
+    /// delegated a moment ago, or a default route just learnt, without waiting out the
+    /// interval.
     pub fn announce(
         &mut self,
         port: usize,
@@ -669,18 +677,15 @@ impl AdvertSchedule {
         if self.announced.len() <= port {
             self.announced.resize(port + 1, (Vec::new(), 0));
         }
+        let new: Vec<(Ipv6Addr, u8)> = addresses
+            .iter()
+            .map(|&(addr, len)| (prefix_of(addr, len), len))
+            .collect();
         let last = &mut self.announced[port];
-        if last.0 == addresses && last.1 == router_lifetime_secs {
+        if last.0 == new && last.1 == router_lifetime_secs {
             return;
         }
-        let prefixes = |addresses: &[(Ipv6Addr, u8)]| -> Vec<(Ipv6Addr, u8)> {
-            addresses
-                .iter()
-                .map(|&(addr, len)| (prefix_of(addr, len), len))
-                .collect()
-        };
-        let (old, new) = (prefixes(&last.0), prefixes(addresses));
-        *last = (addresses.to_vec(), router_lifetime_secs);
+        let old = std::mem::replace(last, (new.clone(), router_lifetime_secs)).0;
         if self.withdrawn.len() <= port {
             self.withdrawn.resize(port + 1, Vec::new());
         }
@@ -691,26 +696,30 @@ impl AdvertSchedule {
             withdrawn.push((gone.0, gone.1, WITHDRAWN_ADVERTS));
         }
         if let (Some(next), Some(sent)) = (self.next_ns.get_mut(port), self.sent.get_mut(port)) {
-            *next = 0;
+            let last = self.last_ns.get(port).copied().flatten();
+            *next = last.map_or(0, |last| last.saturating_add(MIN_DELAY_BETWEEN_ADVERTS_NS));
             *sent = 0;
         }
     }
 
     /// The prefixes interface `port` withdrew that its advertisements still carry, with zero
-    /// lifetimes (see [`write_router_advert`]).
-    pub fn withdrawn(&self, port: usize) -> Vec<(Ipv6Addr, u8)> {
+    /// lifetimes (see [`write_router_advert`]): the earliest withdrawn first, at most `room`
+    /// (what the advertisement has room for beside the interface's current prefixes).
+    pub fn withdrawn(&self, port: usize, room: usize) -> Vec<(Ipv6Addr, u8)> {
         self.withdrawn.get(port).map_or(Vec::new(), |withdrawn| {
             withdrawn
                 .iter()
+                .take(room)
                 .map(|&(prefix, len, _)| (prefix, len))
                 .collect()
         })
     }
 
-    /// An unsolicited advertisement went out on `port`: one fewer for its withdrawn prefixes.
-    pub fn advertised(&mut self, port: usize) {
+    /// An unsolicited advertisement carrying the first `carried` of `port`'s withdrawn
+    /// prefixes went out: one fewer to go for each of those (the others wait for room).
+    pub fn advertised(&mut self, port: usize, carried: usize) {
         if let Some(withdrawn) = self.withdrawn.get_mut(port) {
-            for entry in withdrawn.iter_mut() {
+            for entry in withdrawn.iter_mut().take(carried) {
                 entry.2 = entry.2.saturating_sub(1);
             }
             withdrawn.retain(|&(_, _, left)| left > 0);
@@ -1299,15 +1308,15 @@ mod tests {
         let old_prefix = Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x100, 0, 0, 0, 0);
         let mut schedule = AdvertSchedule::new(7);
         schedule.announce(0, &[(old, 64)], 1800);
-        assert!(schedule.withdrawn(0).is_empty());
+        assert!(schedule.withdrawn(0, 8).is_empty());
         // The ISP delegates another prefix: the old one is withdrawn.
         schedule.announce(0, &[(new, 64)], 1800);
-        assert_eq!(schedule.withdrawn(0), [(old_prefix, 64)]);
+        assert_eq!(schedule.withdrawn(0, 8), [(old_prefix, 64)]);
         let mut v6 = v6(true);
         v6.addresses = vec![(new, 64)];
         let advert = v6.advertise.clone().unwrap();
         let mut room = [0u8; 512];
-        let withdrawn = schedule.withdrawn(0);
+        let withdrawn = schedule.withdrawn(0, 7);
         let len = write_router_advert(
             &mut room,
             &iface(),
@@ -1325,20 +1334,23 @@ mod tests {
             (PREFIX_VALID_SECS, PREFIX_PREFERRED_SECS)
         );
         assert_eq!(prefixes[1], (old_prefix, 64, 0, 0));
-        // Three unsolicited advertisements carry it, then no more.
+        // Three unsolicited advertisements carry it, then no more; one with no room for it
+        // does not count.
+        schedule.advertised(0, 0);
         for _ in 0..WITHDRAWN_ADVERTS {
-            assert!(!schedule.withdrawn(0).is_empty());
-            schedule.advertised(0);
+            assert!(!schedule.withdrawn(0, 8).is_empty());
+            schedule.advertised(0, 1);
         }
-        assert!(schedule.withdrawn(0).is_empty());
+        assert!(schedule.withdrawn(0, 8).is_empty());
         // A prefix that comes back is no longer withdrawn.
         schedule.announce(0, &[(old, 64)], 1800);
         assert_eq!(
-            schedule.withdrawn(0),
+            schedule.withdrawn(0, 8),
             [(Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x200, 0, 0, 0, 0), 64)]
         );
+        assert!(schedule.withdrawn(0, 0).is_empty(), "no room");
         schedule.announce(0, &[(old, 64), (new, 64)], 1800);
-        assert!(schedule.withdrawn(0).is_empty());
+        assert!(schedule.withdrawn(0, 8).is_empty());
     }
 
     #[test]
@@ -1355,19 +1367,26 @@ mod tests {
         }
         now += SECOND_NS;
         assert!(!schedule.due(1, 600, now));
-        // The same announcement again changes nothing; a new prefix goes now.
+        // The same announcement again changes nothing; a new prefix goes now (the last
+        // advertisement went more than 3 s ago).
         schedule.announce(1, &[], 0);
         assert!(!schedule.due(1, 600, now));
         schedule.announce(1, &delegated, 0);
         assert!(schedule.due(1, 600, now));
         // ... and the next within 16 s, as after start.
         let next = (1..=160).find(|tenth| schedule.due(1, 600, now + tenth * SECOND_NS / 10));
-        assert!(next.is_some());
-        // So does a new router lifetime.
-        now += 17 * SECOND_NS;
-        schedule.due(1, 600, now);
+        let next = now + next.expect("the quick series") * SECOND_NS / 10;
+        // Another address in the same prefix is no new announcement.
+        let other_address = [(Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x100, 0, 0, 0, 2), 64)];
+        schedule.announce(1, &other_address, 0);
+        assert!(!schedule.due(1, 600, next + SECOND_NS));
+        // A new router lifetime is, but goes no sooner than 3 s after the last (RFC 4861
+        // 6.2.6), however often the announcement changes.
+        schedule.announce(1, &other_address, 1800);
+        schedule.announce(1, &delegated, 0);
         schedule.announce(1, &delegated, 1800);
-        assert!(schedule.due(1, 600, now));
+        assert!(!schedule.due(1, 600, next + 2 * SECOND_NS));
+        assert!(schedule.due(1, 600, next + 3 * SECOND_NS));
     }
 
     #[test]
