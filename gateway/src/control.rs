@@ -484,6 +484,7 @@ impl ControlPlane {
                 {
                     Some(len) if mbuf.set_len(len).is_ok() => {
                         self.counters.router_adverts.inc();
+                        self.adverts.solicited(usize::from(ingress), now_ns);
                         self.send(ingress, mbuf);
                     }
                     _ => self.counters.record_drop(DropReason::NoBuffer),

@@ -758,7 +758,7 @@ impl Metrics {
             ipv6_drops: counter_vec(
                 &registry,
                 "ipv6_dropped_packets_total",
-                "Of dropped_packets_total, the IPv6 packets, by worker and reason (a series appears at its first drop).",
+                "Of dropped_packets_total, the IPv6 packets the workers' pipeline dropped (not the shaper's, the rings' or the control thread's), by worker and reason; a series appears at its first drop.",
                 &["worker", "reason"],
             ),
             conntrack_invalid: counter_vec(

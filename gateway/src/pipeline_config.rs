@@ -208,7 +208,17 @@ fn learnt_addresses(config: &GatewayConfig, kernel: &KernelView) -> Vec<Vec<(Ipv
         !ipv6.is_some_and(|ipv6| ipv6.delegated_prefix)
     });
     for index in followers {
+        let configured = config.interfaces[index]
+            .ipv6
+            .as_ref()
+            .map_or(0, |ipv6| ipv6.addresses.len());
         for &address in kernel.addresses6(index) {
+            // What advertisements have no room for is not the interface's.
+            if configured + learnt[index].len() >= MAX_ADVERTISED_PREFIXES
+                || learnt[index].contains(&address)
+            {
+                continue;
+            }
             let elsewhere = taken
                 .iter()
                 .find(|&&(other, prefix)| other != index && overlap(prefix, address));

@@ -753,6 +753,45 @@ fn a_dual_stack_host_s_ipv6_traffic_counts_as_its_ipv4_address_s() {
     }
 }
 
+/// A shortcut's hosts are its sender's: a packet of the same flow direction from another MAC
+/// (another device using the address) is counted as the full path counts it, not as the
+/// host the shortcut was made for.
+#[test]
+fn a_flow_s_packet_from_another_mac_is_not_charged_to_the_shortcut_s_host() {
+    let meter = Arc::new(HostMeter::new(64));
+    let (mut gw, counters) = metered_worker(dual_stack_neighbors(), &meter);
+    // QUIC, say: not DNS, whose queries never take the fast path.
+    let quic = |outbound: bool| {
+        let mut frame = Vec::new();
+        let builder = if outbound {
+            PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+                .ipv6(HOST6.octets(), REMOTE6.octets(), 64)
+                .udp(40000, 443)
+        } else {
+            PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+                .ipv6(REMOTE6.octets(), HOST6.octets(), 60)
+                .udp(443, 40000)
+        };
+        builder.write(&mut frame, &[0x5a; 10]).unwrap();
+        frame
+    };
+    let datagram = quic(true);
+    run(&mut gw, &datagram, on(LAN), SECOND);
+    run(&mut gw, &quic(false), on(WAN), SECOND);
+    // Established: this one makes the shortcut, the next takes it.
+    run(&mut gw, &datagram, on(LAN), 2 * SECOND);
+    let fast = counters.fast_path.get();
+    run(&mut gw, &datagram, on(LAN), 3 * SECOND);
+    assert_eq!(counters.fast_path.get(), fast + 1, "the shortcut is taken");
+    let mut impostor = datagram.clone();
+    impostor[11] ^= 0x40;
+    let (verdict, _) = run(&mut gw, &impostor, on(LAN), 4 * SECOND);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(meter.unattributed().up_bytes, impostor.len() as u64);
+    let host = meter.snapshot().next().unwrap();
+    assert_eq!(host.up_bytes, 3 * datagram.len() as u64);
+}
+
 /// A host's IPv4 address is only its IPv6 traffic's when it is on that interface's subnet:
 /// an IPv4 neighbour elsewhere with the same MAC (a spoofer, a host moved between links)
 /// does not take the traffic.
@@ -1001,6 +1040,59 @@ fn an_ipv6_flow_to_a_blocked_name_is_reset() {
     assert_eq!(counters.fast_path.get(), fast + 1, "judged: the fast path");
 }
 
+/// The inspector follows a stream for the device that opened the flow, even when the
+/// MAC's IPv4 neighbour entry goes away mid-stream (the device would otherwise look new, and
+/// its half-read request head be thrown away and the flow allowed).
+#[test]
+fn a_request_head_split_across_a_neighbour_change_is_still_read() {
+    let counters = Arc::new(WorkerCounters::default());
+    let mut gw = Pipeline::for_worker(
+        Arc::new(with_content(blocking(None))),
+        Arc::new(dual_stack_neighbors()),
+        counters.clone(),
+        WorkerSetup::default(),
+    )
+    .unwrap();
+    let ports = (40200, 80);
+    run(
+        &mut gw,
+        &tcp6(true, ports, (100, 0), SYN, &[]),
+        on(LAN),
+        SECOND,
+    );
+    run(
+        &mut gw,
+        &tcp6(false, ports, (900, 101), SYN | ACK, &[]),
+        on(WAN),
+        SECOND,
+    );
+    run(
+        &mut gw,
+        &tcp6(true, ports, (101, 901), ACK, &[]),
+        on(LAN),
+        SECOND,
+    );
+    let head = b"GET / HTTP/1.1\r\nHost: www.blocked.example\r\n\r\n";
+    let (first, second) = head.split_at(10);
+    let (verdict, _) = run(
+        &mut gw,
+        &tcp6(true, ports, (101, 901), ACK, first),
+        on(LAN),
+        SECOND,
+    );
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    gw.set_neighbors(Arc::new(neighbors()));
+    let seq = 101 + first.len() as u32;
+    let (verdict, _) = run(
+        &mut gw,
+        &tcp6(true, ports, (seq, 901), ACK, second),
+        on(LAN),
+        SECOND,
+    );
+    assert_eq!(verdict, Verdict::Transmit { port: LAN }, "the reset");
+    assert_eq!(counters.dropped(DropReason::ContentBlocked), 1);
+}
+
 /// Parental control knows a dual-stack device's IPv6 flows by its MAC, and by its IPv4
 /// address through the MAC; a paused device opens none, and replies to it are not judged.
 #[test]
@@ -1044,6 +1136,73 @@ fn a_paused_device_opens_no_ipv6_flows() {
     }
 }
 
+/// A UDP datagram from the LAN host to `to`, port 53, in an IPv6 fragment: the first
+/// (`offset` 0, more to come) with the UDP header, or a later one of bare data.
+fn fragment_from_host(to: Ipv6Addr, offset_units: u16, more: bool, data: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&LAN_MAC);
+    frame.extend_from_slice(&HOST_MAC);
+    frame.extend_from_slice(&[0x86, 0xdd]);
+    let mut upper = Vec::new();
+    if offset_units == 0 {
+        let udp_len = (8 + data.len() + 64) as u16; // the whole datagram's
+        upper.extend_from_slice(&40050u16.to_be_bytes());
+        upper.extend_from_slice(&53u16.to_be_bytes());
+        upper.extend_from_slice(&udp_len.to_be_bytes());
+        upper.extend_from_slice(&[0x12, 0x34]); // a first fragment's checksum covers all
+    }
+    upper.extend_from_slice(data);
+    let payload_len = (8 + upper.len()) as u16;
+    frame.extend_from_slice(&[0x60, 0, 0, 0]);
+    frame.extend_from_slice(&payload_len.to_be_bytes());
+    frame.extend_from_slice(&[44, 64]);
+    frame.extend_from_slice(&HOST6.octets());
+    frame.extend_from_slice(&to.octets());
+    let offset_and_more = (offset_units << 3) | u16::from(more);
+    frame.extend_from_slice(&[17, 0]);
+    frame.extend_from_slice(&offset_and_more.to_be_bytes());
+    frame.extend_from_slice(&0x5eed_u32.to_be_bytes());
+    frame.extend_from_slice(&upper);
+    frame
+}
+
+/// Fragments cannot carry a device past the content policy: a DNS query in fragments is
+/// refused (it cannot be read whole), and a paused device's later fragments are dropped.
+#[test]
+fn fragments_do_not_get_past_the_content_policy() {
+    let counters = Arc::new(WorkerCounters::default());
+    let mut gw = Pipeline::for_worker(
+        Arc::new(with_content(blocking(None))),
+        Arc::new(dual_stack_neighbors()),
+        counters.clone(),
+        WorkerSetup::default(),
+    )
+    .unwrap();
+    let first = fragment_from_host(REMOTE6, 0, true, &aaaa_query(1, "ads.blocked"));
+    assert_eq!(
+        run(&mut gw, &first, on(LAN), SECOND).0,
+        Verdict::Drop(DropReason::ContentBlocked)
+    );
+    // A later fragment passes where the zone policy admits new flows, as before.
+    let later = fragment_from_host(REMOTE6, 8, false, &[0x42; 64]);
+    assert_eq!(
+        run(&mut gw, &later, on(LAN), SECOND).0,
+        Verdict::Transmit { port: WAN }
+    );
+    let paused = blocking(Some(DeviceMatch::Mac(EthernetAddress(HOST_MAC))));
+    let mut gw = Pipeline::for_worker(
+        Arc::new(with_content(paused)),
+        Arc::new(dual_stack_neighbors()),
+        counters,
+        WorkerSetup::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        run(&mut gw, &later, on(LAN), SECOND).0,
+        Verdict::Drop(DropReason::ParentalBlocked)
+    );
+}
+
 // --- the IPv6 fast path against the full path ------------------------------------------------
 
 /// Flows of the differential test: the LAN host's port, the remote port, TCP or UDP.
@@ -1064,6 +1223,8 @@ struct Step6 {
 enum Mangle6 {
     HopLimit(u8),
     OtherMac,
+    /// From another sender on the link: the features' hosts are another's.
+    OtherSender,
     TooBig,
     PayloadLengthPastFrame,
     TruncatedTcp,
@@ -1095,6 +1256,7 @@ fn step6() -> impl Strategy<Value = Step6> {
             Just(Mangle6::HopLimit(0)),
             Just(Mangle6::HopLimit(2)),
             Just(Mangle6::OtherMac),
+            Just(Mangle6::OtherSender),
             Just(Mangle6::TooBig),
             Just(Mangle6::PayloadLengthPastFrame),
             Just(Mangle6::TruncatedTcp),
@@ -1172,6 +1334,7 @@ fn frame6(step: &Step6, seq: &mut [[u32; 2]; 3]) -> (Vec<u8>, Ingress) {
     match step.mangle {
         Some(Mangle6::HopLimit(hops)) => frame[HOP_LIMIT] = hops,
         Some(Mangle6::OtherMac) => frame[5] ^= 0x40,
+        Some(Mangle6::OtherSender) => frame[11] ^= 0x40,
         Some(Mangle6::PayloadLengthPastFrame) => {
             let plen = u16::from_be_bytes([frame[18], frame[19]]) + 9;
             frame[18..20].copy_from_slice(&plen.to_be_bytes());

@@ -9,8 +9,8 @@
 //! tens of hosts, and a meter that forgot hosts would under-report exactly the usage it exists
 //! to show. A host that finds no free slot within its probe window is counted in a separate
 //! overflow entry, so no traffic ever goes uncounted. IPv6 traffic is a LAN host's when the
-//! host also has an IPv4 neighbour entry (the same MAC); what no IPv4 host can be found for (an
-//! IPv6-only device, a host behind a LAN router) is counted in an entry of its own,
+//! host also has an IPv4 neighbour entry (the same MAC); what no one IPv4 host can be found
+//! for (an IPv6-only device, a MAC several hosts share) is counted in an entry of its own,
 //! [`HostMeter::unattributed`].
 //!
 //! # What a concurrent reader sees

@@ -3,7 +3,10 @@
 //! fresh view whenever an answer changes, so workers never write neighbour state and never
 //! lock. IPv4 and IPv6 neighbours are two maps side by side: an IPv4 lookup reads only its own.
 //! A third map, from a MAC to the IPv4 neighbour that has it, lets the features (QoS, the
-//! meter, parental control) treat a dual-stack host's IPv6 traffic as the IPv4 host's.
+//! meter, parental control) treat a dual-stack host's IPv6 traffic as the IPv4 host's. A MAC
+//! with several IPv4 neighbours (a Wi-Fi extender that puts its clients behind its own MAC,
+//! a host with two addresses, one MAC on two VLANs) is left out of it: which host its IPv6
+//! belongs to cannot be told.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -15,8 +18,7 @@ pub struct NeighborView {
     v4: AddrMap<Ipv4Addr>,
     /// Link-local addresses scoped by port (`crate::pipeline::ipv6_local::scoped`).
     v6: AddrMap<Ipv6Addr>,
-    /// A MAC's IPv4 neighbour: of several, the lowest address, so that the choice does not
-    /// depend on the order the control thread lists them in.
+    /// A MAC's IPv4 neighbour, for MACs that have exactly one.
     v4_by_mac: AddrMap<EthernetAddress, Ipv4Addr>,
 }
 
@@ -25,12 +27,19 @@ impl NeighborView {
         let v4 = AddrMap::new(entries);
         let mut by_mac: Vec<(EthernetAddress, Ipv4Addr)> =
             v4.iter().map(|(ip, mac)| (mac, ip)).collect();
-        // Highest address first, so the lowest is inserted last and wins.
-        by_mac.sort_unstable_by(|a, b| b.cmp(a));
+        by_mac.sort_unstable();
+        let alone = |i: usize| {
+            let mac = by_mac[i].0;
+            (i == 0 || by_mac[i - 1].0 != mac) && by_mac.get(i + 1).is_none_or(|next| next.0 != mac)
+        };
+        let unambiguous: Vec<_> = (0..by_mac.len())
+            .filter(|&i| alone(i))
+            .map(|i| by_mac[i])
+            .collect();
         NeighborView {
             v4,
             v6: AddrMap::default(),
-            v4_by_mac: AddrMap::new(by_mac),
+            v4_by_mac: AddrMap::new(unambiguous),
         }
     }
 
@@ -53,7 +62,7 @@ impl NeighborView {
         self.v6.get(ip)
     }
 
-    /// The IPv4 neighbour with this MAC (the lowest address of several).
+    /// The IPv4 neighbour with this MAC, if it is the only one.
     #[inline]
     pub fn ipv4_of_mac(&self, mac: EthernetAddress) -> Option<Ipv4Addr> {
         self.v4_by_mac.get(mac)
@@ -226,15 +235,26 @@ mod tests {
     }
 
     #[test]
-    fn a_mac_gives_its_lowest_ipv4_neighbour() {
-        let (phone, laptop) = (EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([4; 6]));
+    fn a_mac_gives_its_ipv4_neighbour_if_it_has_only_one() {
+        let (extender, laptop, tablet) = (
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([4; 6]),
+            EthernetAddress([5; 6]),
+        );
         let view = NeighborView::new([
-            (Ipv4Addr::new(10, 0, 0, 9), phone),
+            (Ipv4Addr::new(10, 0, 0, 9), extender),
             (Ipv4Addr::new(10, 0, 0, 3), laptop),
-            (Ipv4Addr::new(10, 0, 0, 7), phone),
+            (Ipv4Addr::new(10, 0, 0, 7), extender),
+            (Ipv4Addr::new(10, 0, 0, 8), extender),
+            (Ipv4Addr::new(10, 0, 0, 4), tablet),
         ]);
-        assert_eq!(view.ipv4_of_mac(phone), Some(Ipv4Addr::new(10, 0, 0, 7)));
+        assert_eq!(
+            view.ipv4_of_mac(extender),
+            None,
+            "three hosts behind one MAC"
+        );
         assert_eq!(view.ipv4_of_mac(laptop), Some(Ipv4Addr::new(10, 0, 0, 3)));
+        assert_eq!(view.ipv4_of_mac(tablet), Some(Ipv4Addr::new(10, 0, 0, 4)));
         assert_eq!(view.ipv4_of_mac(EthernetAddress([6; 6])), None);
     }
 

@@ -502,7 +502,12 @@ impl Pipeline {
             None
         };
 
+        // The features' hosts are the sender MAC's (`Features6`): another sender's packets
+        // are the full path's, which finds theirs.
         let src_mac = frame.src_addr();
+        if shortcut.features.plan != FeaturePlan::NONE && src_mac.0 != shortcut.source_mac {
+            return None;
+        }
 
         // The packet is the shortcut's: from here on this path decides, as the full one would.
         let frame_len = ethernet::HEADER_LEN + packet_len;
@@ -524,10 +529,10 @@ impl Pipeline {
         let verdict = Verdict::Transmit {
             port: shortcut.egress,
         };
-        // Shortcuts are only made for packets without extension headers.
+        // `frame_key6` keys only packets whose upper-layer header follows the fixed one.
         let upper = Upper6 {
             protocol: key.protocol,
-            offset: 0,
+            header_at: Some(0),
         };
         Some(self.apply_features6(
             shortcut.features,
@@ -541,15 +546,15 @@ impl Pipeline {
     }
 
     /// After the full path transmitted a packet of an established IPv6 flow to `egress`
-    /// (its L2 header written): the shortcut for that flow direction's next packets.
+    /// (its L2 header written), the features it decided for the packet's sender `source_mac`:
+    /// the shortcut for that flow direction's next packets.
     pub(crate) fn remember_shortcut6(
         &mut self,
         pkt: &PacketBuf,
         ingress: Ingress,
         flow: FlowId,
         direction: Direction,
-        egress: u16,
-        features: Features6,
+        (egress, features, source_mac): (u16, Features6, EthernetAddress),
     ) {
         let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut6 {
@@ -560,6 +565,7 @@ impl Pipeline {
             next_hop_mac: next_hop_mac.0,
             received_here: !ingress.handed_off,
             features,
+            source_mac: source_mac.0,
         };
     }
 

@@ -71,8 +71,9 @@ impl FeaturePlan {
 
 /// The features of one direction of an IPv6 flow: its plan, and the LAN hosts it is about,
 /// as their IPv4 addresses. A LAN host is the IPv4 neighbour with the sender's MAC (for the
-/// host sending) or the next hop's (for the host receiving), on that interface's subnet.
-/// None: no such neighbour (an IPv6-only device, or a host behind a LAN router); its traffic
+/// host sending) or the next hop's (for the host receiving), on that interface's subnet
+/// (traffic through a LAN router is the router's, as the MAC says). None: no such neighbour,
+/// or several (an IPv6-only device, a Wi-Fi extender's clients behind its MAC); its traffic
 /// shares one fair share, under 0.0.0.0, and the meter's unattributed entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Features6 {
@@ -81,12 +82,13 @@ pub(crate) struct Features6 {
     pub(crate) receiver: Option<Ipv4Addr>,
 }
 
-/// Where an IPv6 packet's upper-layer header is: its protocol, and its offset in the
-/// packet's payload (past the extension headers).
+/// An IPv6 packet's upper layer: its protocol, and where its header is in the packet's
+/// payload (past the extension headers); None for a later fragment, which carries none (its
+/// first bytes are data, not ports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Upper6 {
     pub(crate) protocol: u8,
-    pub(crate) offset: usize,
+    pub(crate) header_at: Option<usize>,
 }
 
 /// A packet QoS hands to the worker's shaper rather than deciding itself (shaper mode): the
@@ -225,13 +227,13 @@ fn l4_ports(ip: &Ipv4Packet<&[u8]>) -> (u16, u16) {
 /// [`l4_ports`] for an IPv6 packet whose upper layer is `upper`.
 #[inline]
 fn l4_ports6(ip: &Ipv6Packet<&[u8]>, upper: Upper6) -> (u16, u16) {
-    match upper.protocol {
-        ipv6::next_header::TCP | ipv6::next_header::UDP => {
-            match ip.payload().get(upper.offset..upper.offset + 4) {
-                Some(&[a, b, c, d]) => (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d])),
-                _ => (0, 0),
-            }
-        }
+    let (ipv6::next_header::TCP | ipv6::next_header::UDP, Some(at)) =
+        (upper.protocol, upper.header_at)
+    else {
+        return (0, 0);
+    };
+    match ip.payload().get(at..).and_then(|header| header.get(..4)) {
+        Some(&[a, b, c, d]) => (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d])),
         _ => (0, 0),
     }
 }
@@ -463,7 +465,9 @@ impl Pipeline {
 
     /// [`Pipeline::feature_plan`] for IPv6: the same links and meter directions, for the
     /// LAN hosts the MACs name. The receiving host is known once the packet is on its way
-    /// (its L2 header written); a packet waiting for its next hop counts as no host's.
+    /// (its L2 header written): a packet waiting for its next hop is neither policed on the
+    /// downlink nor metered as received (a few packets as a flow starts), rather than taken
+    /// for no host's.
     fn feature_plan6(
         &self,
         ingress: u16,
@@ -482,16 +486,18 @@ impl Pipeline {
         );
         let dst_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         let sender = self.lan_host6(ingress, src_mac);
-        let receiver = match verdict {
-            Verdict::Transmit { .. } => self.lan_host6(egress, dst_mac),
-            _ => None,
+        let sent = matches!(verdict, Verdict::Transmit { .. });
+        let receiver = if sent {
+            self.lan_host6(egress, dst_mac)
+        } else {
+            None
         };
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let mut bits = 0;
         if let Some(policers) = &self.qos {
             let link = match (from_outside, to_outside) {
                 (false, true) => Some(0),
-                (true, false) => Some(1),
+                (true, false) if sent => Some(1),
                 _ => None,
             };
             if let Some(link) = link {
@@ -518,7 +524,7 @@ impl Pipeline {
             if !from_outside {
                 bits |= FeaturePlan::METER_UP;
             }
-            if !to_outside {
+            if !to_outside && sent {
                 bits |= FeaturePlan::METER_DOWN;
             }
         }

@@ -125,11 +125,12 @@ impl Pipeline {
         let sent = self.send6(pkt, egress, route.resolve(dst));
         let upper = Upper6 {
             protocol: ext.protocol,
-            offset: ext.offset,
+            header_at: ext.has_upper_layer_header().then_some(ext.offset),
         };
         let (verdict, features) = self.features6(ingress.port, src_mac, pkt, upper, sent, now_ns);
         if let (Verdict::Transmit { .. }, Some((flow, direction))) = (sent, established) {
-            self.remember_shortcut6(pkt, ingress, flow, direction, egress, features);
+            let route = (egress, features, src_mac);
+            self.remember_shortcut6(pkt, ingress, flow, direction, route);
         }
         verdict
     }

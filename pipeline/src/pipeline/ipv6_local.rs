@@ -677,10 +677,13 @@ impl AdvertSchedule {
         if self.announced.len() <= port {
             self.announced.resize(port + 1, (Vec::new(), 0));
         }
-        let new: Vec<(Ipv6Addr, u8)> = addresses
+        let mut new: Vec<(Ipv6Addr, u8)> = addresses
             .iter()
             .map(|&(addr, len)| (prefix_of(addr, len), len))
             .collect();
+        // A set: the kernel may list addresses in another order, or two in one prefix.
+        new.sort_unstable();
+        new.dedup();
         let last = &mut self.announced[port];
         if last.0 == new && last.1 == router_lifetime_secs {
             return;
@@ -699,6 +702,14 @@ impl AdvertSchedule {
             let last = self.last_ns.get(port).copied().flatten();
             *next = last.map_or(0, |last| last.saturating_add(MIN_DELAY_BETWEEN_ADVERTS_NS));
             *sent = 0;
+        }
+    }
+
+    /// A solicited advertisement went out on `port` at `now_ns`: the next change waits 3 s
+    /// from it too.
+    pub fn solicited(&mut self, port: usize, now_ns: u64) {
+        if let Some(last) = self.last_ns.get_mut(port) {
+            *last = Some(now_ns);
         }
     }
 

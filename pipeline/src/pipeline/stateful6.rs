@@ -19,6 +19,8 @@
 //! to the worker a symmetric hash of its two addresses names ([`Ownership::pair_owner6`]):
 //! without NAT, neither end's address changes on the way.
 
+use std::net::Ipv4Addr;
+
 use crate::features::content::{self, ContentInspector, ContentPolicy, Device, Inspection};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
@@ -47,6 +49,10 @@ pub(crate) struct FlowData6 {
     /// Whether the flow's content was judged (a TCP flow a LAN device opened, with a
     /// content policy on).
     pub(crate) content: ContentState,
+    /// The opening device's IPv4 address as it was then (`Client6`), for flows a LAN device
+    /// opened under a content policy: the inspector follows a stream for one device, and the
+    /// MAC's neighbour entry may come or go mid-stream.
+    pub(crate) device: Option<Ipv4Addr>,
     /// Per direction (original, reply): where forwarding sent the last packet, for the fast
     /// path (`crate::pipeline::fast_path`).
     pub(crate) shortcuts: [Shortcut6; 2],
@@ -78,6 +84,8 @@ pub(crate) struct Shortcut6 {
     /// check ran), not one handed to it.
     pub(crate) received_here: bool,
     pub(crate) features: Features6,
+    /// The sender the features were decided for.
+    pub(crate) source_mac: [u8; 6],
 }
 
 /// What the IPv6 stateful stage decided.
@@ -141,7 +149,9 @@ impl StatefulStage6 {
         let zones = (zone(router, ingress.port), zone(router, egress));
         let key = match FlowKey6::from_ipv6(ip, ext) {
             Ok(key) => key,
-            Err(KeyError::Fragment) => return self.later_fragment(router, ip, ingress, zones),
+            Err(KeyError::Fragment) => {
+                return self.later_fragment(router, ip, ingress, zones, client)
+            }
             Err(KeyError::IcmpError) => return self.related_error(ip, ext, ingress),
             Err(KeyError::Malformed) => {
                 return Stage6::Done(Verdict::Drop(DropReason::MalformedL4))
@@ -162,13 +172,13 @@ impl StatefulStage6 {
                 if !l4_checksum_ok(ip, ext) {
                     return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
-                self.flows.remove(id);
+                self.end_flow(id);
                 self.new_flow(
                     router,
                     ingress,
                     key,
                     zones,
-                    (segment, upper),
+                    (segment, ext, upper),
                     client,
                     now_ns,
                 )
@@ -188,7 +198,13 @@ impl StatefulStage6 {
                 if let (Some(policy), Some(client)) = (policy, client) {
                     let judged =
                         self.judge_content(policy, client, (id, direction), &key, segment, upper);
-                    if let Some(stage) = judged.or_else(|| later_dns(policy, client, &key, upper)) {
+                    let dns = || {
+                        let query = direction == Direction::Original;
+                        query
+                            .then(|| later_dns(policy, client, &key, ext, upper))
+                            .flatten()
+                    };
+                    if let Some(stage) = judged.or_else(dns) {
                         return stage;
                     }
                 } else if self.flows.data(id).content == ContentState::Blocked {
@@ -206,7 +222,7 @@ impl StatefulStage6 {
                 ingress,
                 key,
                 zones,
-                (segment, upper),
+                (segment, ext, upper),
                 client,
                 now_ns,
             ),
@@ -228,7 +244,9 @@ impl StatefulStage6 {
             ContentState::Allowed => None,
             ContentState::Blocked => Some(Stage6::Done(Verdict::Drop(DropReason::ContentBlocked))),
             ContentState::Inspecting if direction == Direction::Original => {
-                self.inspect(policy, client, (id, key), segment?, upper)
+                let opened_by = self.flows.data(id).device;
+                let device = (opened_by.unwrap_or(client.device.0), client.device.1);
+                self.inspect(policy, device, (id, key), segment?, upper)
             }
             ContentState::Inspecting => None,
         }
@@ -238,7 +256,7 @@ impl StatefulStage6 {
     fn inspect(
         &mut self,
         policy: &ContentPolicy,
-        client: Client6,
+        device: Device,
         (id, key): (FlowId, &FlowKey6),
         segment: TcpSegment,
         upper: &[u8],
@@ -251,7 +269,7 @@ impl StatefulStage6 {
         let verdict = self.inspector.inspect_tcp_seq(
             policy,
             id.as_u32(),
-            client.device,
+            device,
             key.dst_port,
             segment.seq,
             payload,
@@ -279,7 +297,7 @@ impl StatefulStage6 {
         ingress: Ingress,
         key: FlowKey6,
         (from, to): (ZoneId, ZoneId),
-        (segment, upper): (Option<TcpSegment>, &[u8]),
+        (segment, ext, upper): (Option<TcpSegment>, &Extensions, &[u8]),
         client: Option<Client6>,
         now_ns: u64,
     ) -> Stage6 {
@@ -301,7 +319,7 @@ impl StatefulStage6 {
             if !policy.device_allowed(address, mac, client.unix_seconds) {
                 return Stage6::Done(Verdict::Drop(DropReason::ParentalBlocked));
             }
-            if let Some(stage) = later_dns(policy, client, &key, upper) {
+            if let Some(stage) = later_dns(policy, client, &key, ext, upper) {
                 return stage;
             }
             if key.protocol == next_header::TCP && policy.inspects_content() {
@@ -313,6 +331,7 @@ impl StatefulStage6 {
             to_zone: to.0,
             generation: stateful.generation,
             content,
+            device: client.map(|client| client.device.0),
             shortcuts: Default::default(),
         };
         match self
@@ -348,11 +367,17 @@ impl StatefulStage6 {
         if stateful.recheck_established
             && admit6(router, from, to, &original, pinholed) != Action::Accept
         {
-            self.flows.remove(id);
+            self.end_flow(id);
             return Some(Verdict::Drop(DropReason::FirewallRecheck));
         }
         self.flows.data_mut(id).generation = stateful.generation;
         None
+    }
+
+    /// Ends a flow before its time, its inspector slot freed with it.
+    fn end_flow(&mut self, id: FlowId) {
+        self.inspector.forget(id.as_u32());
+        self.flows.remove(id);
     }
 
     /// A TCP flow in TIME_WAIT or closed by a reset, which a bare SYN may open again.
@@ -375,16 +400,24 @@ impl StatefulStage6 {
 
     /// A later fragment carries no ports, so no flow can be found for it: it passes where its
     /// zone pair's policy admits new flows, on the owner of its addresses' flows (where its
-    /// first fragment went, so the pieces leave in order), and is dropped elsewhere.
+    /// first fragment went, so the pieces leave in order), and is dropped elsewhere. A device
+    /// parental control keeps off the network sends none.
     fn later_fragment(
         &self,
         router: &RouterConfig,
         ip: &Ipv6Packet<&[u8]>,
         ingress: Ingress,
         (from, to): (ZoneId, ZoneId),
+        client: Option<Client6>,
     ) -> Stage6 {
         if router.stateful.firewall.policy().default_for(from, to) != Action::Accept {
             return Stage6::Done(Verdict::Drop(DropReason::UntrackedFragment));
+        }
+        if let (Some(policy), Some(client)) = (router.stateful.content.as_deref(), client) {
+            let (address, mac) = client.device;
+            if !policy.device_allowed(address, mac, client.unix_seconds) {
+                return Stage6::Done(Verdict::Drop(DropReason::ParentalBlocked));
+            }
         }
         if self.ownership.workers() > 1 && !ingress.handed_off {
             let owner = self.ownership.pair_owner6(ip.src_addr(), ip.dst_addr());
@@ -435,15 +468,20 @@ fn admit6(
 
 /// A DNS query over UDP from a LAN device for a blocked name, checked on every query of a
 /// flow (a stub resolver may send many names from one socket); the first question's name
-/// whatever its type, so AAAA queries are checked as A queries are.
+/// whatever its type, so AAAA queries are checked as A queries are. A query in fragments,
+/// which cannot be read whole here and no stub resolver sends, is refused.
 fn later_dns(
     policy: &ContentPolicy,
     client: Client6,
     key: &FlowKey6,
+    ext: &Extensions,
     upper: &[u8],
 ) -> Option<Stage6> {
     if key.protocol != next_header::UDP || key.dst_port != DNS_PORT {
         return None;
+    }
+    if ext.fragment.is_some_and(|fragment| fragment.more) {
+        return Some(Stage6::Done(Verdict::Drop(DropReason::ContentBlocked)));
     }
     let datagram = UdpPacket::new_checked(upper).ok()?;
     content::dns_query_blocked(policy, client.device, datagram.payload())?;
