@@ -27,7 +27,9 @@ use gateway_fuzz::{Bytes, ETH_LEN};
 use libfuzzer_sys::fuzz_target;
 use pipeline::flow::FlowKey6;
 use pipeline::l3::icmpv6_error::{may_answer, write_icmpv6_error, Icmpv6Error};
-use pipeline::pipeline::config::{Ipv6Interface, RouterAdvertConfig, Stateful, StaticRoute6};
+use pipeline::pipeline::config::{
+    Ipv6Interface, PrefixLease, RouterAdvertConfig, Stateful, StaticRoute6,
+};
 use pipeline::pipeline::ipv6_local::{
     answer, classify, write_mld_report, write_router_advert, Answer,
 };
@@ -75,6 +77,12 @@ fn v6(input: &mut Bytes) -> Ipv6Interface {
             interval_secs: u32::from(input.u16()),
             dns_servers: vec![HOST; servers],
             router_lifetime_secs: input.u16(),
+            leases: vec![PrefixLease {
+                prefix: OURS,
+                len: 64,
+                valid_until_secs: input.bool().then(|| u64::from(input.u32())),
+                preferred_until_secs: input.bool().then(|| u64::from(input.u32())),
+            }],
         }),
         autoconfigure: false,
     }
@@ -279,7 +287,7 @@ fuzz_target!(|data: &[u8]| {
             let advert = v6.advertise.as_ref().unwrap();
             let mut out = vec![GARBAGE; room_len + 64];
             if let Some(len) =
-                write_router_advert(&mut out[..room_len], &iface(), &v6, advert, &[], to, mac)
+                write_router_advert(&mut out[..room_len], &iface(), &v6, advert, (&[], 1_000), to, mac)
             {
                 check_advert(&out[..len], &v6, advert.router_lifetime_secs);
             }

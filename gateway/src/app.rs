@@ -1109,6 +1109,7 @@ fn merged_view(netlink: &KernelView, pppoe: &PppoeView) -> KernelView {
             .collect(),
         mtus: pppoe.mtus.clone(),
         addresses6: netlink.addresses6.clone(),
+        leases6: netlink.leases6.clone(),
         routes6: netlink.routes6.clone(),
     }
 }

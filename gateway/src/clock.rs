@@ -26,6 +26,17 @@ impl Clock {
     }
 }
 
+/// Whole seconds since the process first asked, on the monotonic clock every thread shares
+/// (unlike a [`Clock`], whose zero is its own): the deadlines of the prefixes the netlink
+/// thread learns, which the control thread's advertisements count down.
+pub fn shared_secs() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs()
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Self::new()

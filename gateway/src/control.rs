@@ -480,8 +480,8 @@ impl ControlPlane {
                 let room = MAX_ADVERTISED_PREFIXES.saturating_sub(v6.addresses.len());
                 let withdrawn = self.adverts.withdrawn(usize::from(ingress), room);
                 let room = pkt.room_mut();
-                match ipv6_local::write_router_advert(room, iface, v6, advert, &withdrawn, to, mac)
-                {
+                let leases = (&withdrawn[..], crate::clock::shared_secs());
+                match ipv6_local::write_router_advert(room, iface, v6, advert, leases, to, mac) {
                     Some(len) if mbuf.set_len(len).is_ok() => {
                         self.counters.router_adverts.inc();
                         self.adverts.solicited(usize::from(ingress), now_ns);
@@ -647,8 +647,9 @@ impl ControlPlane {
             let mac = pipeline::wire::ipv6::multicast_mac(all_nodes);
             let room = MAX_ADVERTISED_PREFIXES.saturating_sub(v6.addresses.len());
             let withdrawn = self.adverts.withdrawn(port, room);
+            let leases = (&withdrawn[..], crate::clock::shared_secs());
             let written = ipv6_local::write_router_advert(
-                &mut frame, iface, v6, advert, &withdrawn, all_nodes, mac,
+                &mut frame, iface, v6, advert, leases, all_nodes, mac,
             );
             if let Some(len) = written {
                 self.counters.router_adverts.inc();

@@ -42,7 +42,8 @@ use netlink_packet_route::route::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-use pipeline::pipeline::config::KernelRoute6;
+use pipeline::pipeline::config::{KernelRoute6, PrefixLease};
+use pipeline::wire::ipv6::prefix_of;
 use pipeline::KernelRoute;
 
 use crate::config::GatewayConfig;
@@ -78,6 +79,10 @@ pub struct KernelView {
     /// Per interface (empty: none known): the global IPv6 addresses of its twin, with their
     /// prefix lengths, where the kernel configures its IPv6; in the kernel's order.
     pub addresses6: Vec<Vec<(Ipv6Addr, u8)>>,
+    /// Per interface, beside `addresses6`: how long each address stays valid and preferred
+    /// (the lease behind it), as deadlines on `crate::clock::shared_secs`, rounded down to
+    /// 10 s so that dumps of an unchanged lease compare equal.
+    pub leases6: Vec<Vec<PrefixLease>>,
     /// IPv6 routes on the twins, best first for each prefix.
     pub routes6: Vec<KernelRoute6>,
 }
@@ -91,6 +96,17 @@ impl KernelView {
     /// The global IPv6 addresses interface `index` got from the kernel.
     pub fn addresses6(&self, index: usize) -> &[(Ipv6Addr, u8)] {
         self.addresses6.get(index).map_or(&[], Vec::as_slice)
+    }
+
+    /// The lease of the prefix of `(address, len)`, one of interface `index`'s from the
+    /// kernel, if the kernel gave its lifetimes.
+    pub fn lease6(&self, index: usize, (address, len): (Ipv6Addr, u8)) -> Option<PrefixLease> {
+        let prefix = prefix_of(address, len);
+        let leases = self.leases6.get(index)?;
+        leases
+            .iter()
+            .find(|lease| (lease.prefix, lease.len) == (prefix, len))
+            .copied()
     }
 
     /// The MTU interface `index` negotiated, if its link did.
@@ -141,9 +157,19 @@ pub fn view_from_messages<'a>(
     followed: &Followed,
     messages: impl IntoIterator<Item = &'a RouteNetlinkMessage>,
 ) -> KernelView {
+    view_at(followed, messages, crate::clock::shared_secs())
+}
+
+/// [`view_from_messages`] as of `now_secs` on `crate::clock::shared_secs`'s clock: the
+/// addresses' remaining lifetimes become deadlines on it.
+fn view_at<'a>(
+    followed: &Followed,
+    messages: impl IntoIterator<Item = &'a RouteNetlinkMessage>,
+    now_secs: u64,
+) -> KernelView {
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut addresses: Vec<(u32, Ipv4Addr, u8)> = Vec::new();
-    let mut addresses6: Vec<(u32, Ipv6Addr, u8)> = Vec::new();
+    let mut addresses6: Vec<(u32, Ipv6Addr, u8, Option<Lifetimes>)> = Vec::new();
     // (destination, len) -> (metric, port, via): the best route for each prefix.
     let mut routes: BTreeMap<(u32, u8), (u32, u16, Option<Ipv4Addr>)> = BTreeMap::new();
     let mut route_messages = Vec::new();
@@ -177,6 +203,7 @@ pub fn view_from_messages<'a>(
         routes: Vec::new(),
         mtus: Vec::new(),
         addresses6: vec![Vec::new(); followed.twins.len()],
+        leases6: vec![Vec::new(); followed.twins.len()],
         routes6: Vec::new(),
     };
     for (index, addr, len) in addresses {
@@ -185,11 +212,14 @@ pub fn view_from_messages<'a>(
             view.addresses[port] = Some((addr, len));
         }
     }
-    for (index, addr, len) in addresses6 {
+    for (index, addr, len, lifetimes) in addresses6 {
         let Some(port) = port_of(index) else { continue };
         let taken = &mut view.addresses6[port];
         if followed.ipv6[port] && taken.len() < MAX_ADDRESSES6 && !taken.contains(&(addr, len)) {
             taken.push((addr, len));
+            if let Some(lifetimes) = lifetimes {
+                view.leases6[port].push(lifetimes.lease(addr, len, now_secs));
+            }
         }
     }
     let mut routes6: BTreeMap<(u128, u8), (u32, u16, Option<Ipv6Addr>)> = BTreeMap::new();
@@ -287,9 +317,31 @@ fn ipv4_address(message: &AddressMessage) -> Option<(u32, Ipv4Addr, u8)> {
     ))
 }
 
-/// (interface index, address, prefix length) of a global IPv6 address that is usable: not
-/// tentative (Duplicate Address Detection still running) nor found a duplicate.
-fn ipv6_address(message: &AddressMessage) -> Option<(u32, Ipv6Addr, u8)> {
+/// An IPv6 address's remaining lifetimes as IFA_CACHEINFO gives them, in seconds
+/// (`u32::MAX`: forever).
+#[derive(Clone, Copy, Debug)]
+struct Lifetimes {
+    valid: u32,
+    preferred: u32,
+}
+
+impl Lifetimes {
+    /// The lease of `addr`'s prefix, as deadlines from `now_secs`, rounded down to 10 s.
+    fn lease(self, addr: Ipv6Addr, len: u8, now_secs: u64) -> PrefixLease {
+        let until = |left: u32| (left != u32::MAX).then(|| (now_secs + u64::from(left)) / 10 * 10);
+        PrefixLease {
+            prefix: prefix_of(addr, len),
+            len,
+            valid_until_secs: until(self.valid),
+            preferred_until_secs: until(self.preferred),
+        }
+    }
+}
+
+/// (interface index, address, prefix length, remaining lifetimes) of a global IPv6 address
+/// that is usable: not tentative (Duplicate Address Detection still running) nor found a
+/// duplicate.
+fn ipv6_address(message: &AddressMessage) -> Option<(u32, Ipv6Addr, u8, Option<Lifetimes>)> {
     let header = &message.header;
     if header.family != AddressFamily::Inet6
         || header.scope != AddressScope::Universe
@@ -321,10 +373,21 @@ fn ipv6_address(message: &AddressMessage) -> Option<(u32, Ipv6Addr, u8)> {
             AddressAttribute::Address(IpAddr::V6(addr)) => Some(*addr),
             _ => None,
         })?;
+    let lifetimes = message
+        .attributes
+        .iter()
+        .find_map(|attribute| match attribute {
+            AddressAttribute::CacheInfo(info) => Some(Lifetimes {
+                valid: info.ifa_valid,
+                preferred: info.ifa_preferred,
+            }),
+            _ => None,
+        });
     (!addr.is_unspecified() && !addr.is_loopback() && !addr.is_multicast()).then_some((
         header.index,
         addr,
         header.prefix_len,
+        lifetimes,
     ))
 }
 
@@ -796,6 +859,61 @@ mod tests {
             .push(AddressAttribute::Address(IpAddr::V6(addr)));
         message.attributes.push(AddressAttribute::Flags(flags));
         RouteNetlinkMessage::NewAddress(message)
+    }
+
+    /// A delegated address with its lease's remaining lifetimes, deprecated and permanent
+    /// ones: the view holds each prefix's deadlines, rounded down to 10 s.
+    #[test]
+    fn an_address_s_lifetimes_become_its_prefix_s_lease() {
+        let with_lifetimes = |addr: &str, valid: u32, preferred: u32| {
+            let mut message = address6(7, addr, 64, AddressFlags::empty());
+            if let RouteNetlinkMessage::NewAddress(address) = &mut message {
+                let mut info = netlink_packet_route::address::CacheInfo::default();
+                info.ifa_preferred = preferred;
+                info.ifa_valid = valid;
+                address.attributes.push(AddressAttribute::CacheInfo(info));
+            }
+            message
+        };
+        let messages = [
+            link(7, "lan"),
+            with_lifetimes("2001:db8:ff00:100::1", 3999, 2999),
+            with_lifetimes("2001:db8:ff00:200::1", 600, 0),
+            with_lifetimes("2001:db8:ff00:300::1", u32::MAX, u32::MAX),
+            address6(7, "2001:db8:ff00:400::1", 64, AddressFlags::empty()),
+        ];
+        let view = view_at(&followed(), &messages, 1_003);
+        let lease = |addr: &str| view.lease6(0, (addr.parse().unwrap(), 64));
+        let prefix = |text: &str| text.parse::<Ipv6Addr>().unwrap();
+        assert_eq!(
+            lease("2001:db8:ff00:100::77"),
+            Some(PrefixLease {
+                prefix: prefix("2001:db8:ff00:100::"),
+                len: 64,
+                valid_until_secs: Some(5_000),
+                preferred_until_secs: Some(4_000),
+            })
+        );
+        let deprecated = lease("2001:db8:ff00:200::1").unwrap();
+        assert_eq!(
+            (deprecated.valid_until_secs, deprecated.preferred_until_secs),
+            (Some(1_600), Some(1_000))
+        );
+        let forever = lease("2001:db8:ff00:300::1").unwrap();
+        assert_eq!(
+            (forever.valid_until_secs, forever.preferred_until_secs),
+            (None, None)
+        );
+        assert_eq!(lease("2001:db8:ff00:400::1"), None, "no cache info");
+        // A dump a few seconds later of the same leases reads the same.
+        let later = |secs: u32| {
+            let counted_down = [
+                link(7, "lan"),
+                with_lifetimes("2001:db8:ff00:100::1", 3999 - secs, 2999 - secs),
+            ];
+            view_at(&followed(), &counted_down, 1_003 + u64::from(secs)).leases6
+        };
+        assert_eq!(later(2), later(5));
     }
 
     fn route6(

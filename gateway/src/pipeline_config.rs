@@ -265,6 +265,10 @@ fn ipv6_interfaces(
                     addresses.push(address);
                 }
             }
+            let leases = addresses
+                .iter()
+                .filter_map(|&address| kernel.lease6(index, address))
+                .collect();
             Some(Ipv6Interface {
                 link_local: link_local(EthernetAddress(*mac)),
                 addresses,
@@ -273,6 +277,7 @@ fn ipv6_interfaces(
                     dns_servers: ipv6.dns_servers.clone(),
                     // Worked out with the routes, by RouterConfig::with_ipv6.
                     router_lifetime_secs: 0,
+                    leases,
                 }),
                 autoconfigure: ipv6.autoconfigure,
             })

@@ -246,6 +246,14 @@ done
 [[ -n $host_address ]] ||
     fail "the LAN host formed no address in the delegated ${delegated}/64: $(lan ip -6 addr show dev eth0)"
 pass "the LAN host formed ${host_address} from the delegated prefix the gateway announced"
+# The advertisement promised no more than the lease (Kea: 4000 s valid, 3000 s preferred)
+# and RFC 9096's limits (5400 and 2700 s): not RFC 4861's 30 and 7 days.
+lifetimes=$(lan ip -6 -o addr show dev eth0 | grep -F "$host_address" | grep -o 'valid_lft [0-9]*sec preferred_lft [0-9]*sec' || true)
+read -r valid preferred < <(sed -E 's/valid_lft ([0-9]+)sec preferred_lft ([0-9]+)sec/\1 \2/' <<<"$lifetimes")
+[[ -n ${valid:-} ]] || fail "no lifetimes on the host's ${host_address}: '$(lan ip -6 addr show dev eth0)'"
+(( valid > 3000 && valid <= 4000 && preferred > 2000 && preferred <= 2700 )) ||
+    fail "the host's ${host_address} has valid ${valid} s and preferred ${preferred} s: expected the lease's at most 4000 s and RFC 9096's 2700 s"
+pass "the delegated prefix is announced for what is left of the lease: valid ${valid} s, preferred ${preferred} s"
 for _ in $(seq 1 20); do
     [[ -n $(lan ip -6 route show default) ]] && break
     sleep 0.2

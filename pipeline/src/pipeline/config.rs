@@ -329,6 +329,19 @@ pub struct RouterAdvertConfig {
     /// How long hosts may use the gateway as their default router: 0 (not one) unless an
     /// IPv6 default route leaves by another interface; set by `RouterConfig::with_ipv6`.
     pub router_lifetime_secs: u16,
+    /// The lifetimes of the interface's prefixes that came with a lease (a delegated prefix,
+    /// the ISP's advertised one): the advertisements promise hosts no more (RFC 9096).
+    pub leases: Vec<PrefixLease>,
+}
+
+/// How long a prefix the kernel learnt stays valid and preferred: deadlines on the clock
+/// the advertisements are written by (`write_router_advert`'s `now_secs`); None: forever.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixLease {
+    pub prefix: Ipv6Addr,
+    pub len: u8,
+    pub valid_until_secs: Option<u64>,
+    pub preferred_until_secs: Option<u64>,
 }
 
 impl RouterAdvertConfig {

@@ -15,7 +15,9 @@ use std::net::Ipv6Addr;
 
 use crate::l3::neigh::ArpSource;
 use crate::packet::PacketBuf;
-use crate::pipeline::config::{Interface, Ipv6Interface, RouterAdvertConfig, RouterConfig};
+use crate::pipeline::config::{
+    Interface, Ipv6Interface, PrefixLease, RouterAdvertConfig, RouterConfig,
+};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::icmpv6::{self, msg_type};
 use crate::wire::ipv6::{self, next_header, walk_extensions, ALL_NODES, ND_HOP_LIMIT};
@@ -27,6 +29,11 @@ const HOP_LIMIT: u8 = 64;
 /// RFC 4861's defaults (AdvValidLifetime, AdvPreferredLifetime): 30 and 7 days.
 const PREFIX_VALID_SECS: u32 = 2_592_000;
 const PREFIX_PREFERRED_SECS: u32 = 604_800;
+/// RFC 9096's ND_VALID_LIMIT and ND_PREFERRED_LIMIT: a prefix that came with a lease is
+/// announced for at most 90 and 45 minutes, so hosts let go of it soon if the ISP renumbers
+/// without a word (a reboot of the gateway, a lost withdrawal).
+const LEASED_VALID_LIMIT_SECS: u32 = 5_400;
+const LEASED_PREFERRED_LIMIT_SECS: u32 = 2_700;
 /// How long announced DNS servers stay valid: RFC 8106 suggests at least three times the
 /// maximum advertisement interval.
 const DNS_LIFETIME_INTERVALS: u32 = 3;
@@ -328,13 +335,15 @@ fn write_headers(
 /// in a prefix the link no longer has), the MTU unless it is Ethernet's 1500, the DNS
 /// servers, and the router lifetime the config worked out (0 without an IPv6 default route
 /// elsewhere: see `RouterConfig::with_ipv6`). At most [`MAX_ADVERTISED_PREFIXES`] prefixes,
-/// the current ones first. Returns its length, or `None` if `room` is too short.
+/// the current ones first; one that came with a lease is announced for what is left of it
+/// at `now_secs`, and no longer than RFC 9096's limits. Returns its length, or `None` if
+/// `room` is too short.
 pub fn write_router_advert(
     room: &mut [u8],
     iface: &Interface,
     v6: &Ipv6Interface,
     advert: &RouterAdvertConfig,
-    withdrawn: &[(Ipv6Addr, u8)],
+    (withdrawn, now_secs): (&[(Ipv6Addr, u8)], u64),
     dst: Ipv6Addr,
     dst_mac: EthernetAddress,
 ) -> Option<usize> {
@@ -354,13 +363,22 @@ pub fn write_router_advert(
         .iter()
         .filter(|&&(_, len)| (1..=128).contains(&len));
     for (&(addr, len), slot) in valid.zip(&mut prefixes) {
+        let prefix = prefix_of(addr, len);
+        let lease = advert
+            .leases
+            .iter()
+            .find(|lease| (prefix_of(lease.prefix, lease.len), lease.len) == (prefix, len));
+        let (valid_secs, preferred_secs) = match lease {
+            Some(lease) => leased_lifetimes(lease, now_secs),
+            None => (PREFIX_VALID_SECS, PREFIX_PREFERRED_SECS),
+        };
         *slot = PrefixInfo {
-            prefix: prefix_of(addr, len),
+            prefix,
             len,
             on_link: true,
             autonomous: len == 64,
-            valid_secs: PREFIX_VALID_SECS,
-            preferred_secs: PREFIX_PREFERRED_SECS,
+            valid_secs,
+            preferred_secs,
         };
         count += 1;
     }
@@ -407,6 +425,19 @@ pub fn write_router_advert(
         ND_HOP_LIMIT,
         message_len,
     ))
+}
+
+/// The valid and preferred lifetimes to announce for a leased prefix at `now_secs`: what is
+/// left of the lease, within RFC 9096's limits; preferred never beyond valid. A deprecated
+/// address (its preferred lifetime over) is announced with a preferred lifetime of 0.
+fn leased_lifetimes(lease: &PrefixLease, now_secs: u64) -> (u32, u32) {
+    let left = |until: Option<u64>, limit: u32| match until {
+        None => limit,
+        Some(until) => until.saturating_sub(now_secs).min(u64::from(limit)) as u32,
+    };
+    let valid = left(lease.valid_until_secs, LEASED_VALID_LIMIT_SECS);
+    let preferred = left(lease.preferred_until_secs, LEASED_PREFERRED_LIMIT_SECS);
+    (valid, preferred.min(valid))
 }
 
 /// Writes a whole Neighbor Solicitation frame for `target` into `room`: to the MAC we have
@@ -780,6 +811,7 @@ mod tests {
                 interval_secs: 600,
                 dns_servers: vec![GW],
                 router_lifetime_secs: 0,
+                leases: Vec::new(),
             }),
             autoconfigure: false,
         }
@@ -1228,7 +1260,7 @@ mod tests {
             &iface(),
             &v6,
             v6.advertise.as_ref().unwrap(),
-            &[],
+            (&[], 0),
             from,
             HOST_MAC,
         )
@@ -1333,7 +1365,7 @@ mod tests {
             &iface(),
             &v6,
             &advert,
-            &withdrawn,
+            (&withdrawn, 0),
             ALL_NODES,
             ipv6::multicast_mac(ALL_NODES),
         )
@@ -1362,6 +1394,56 @@ mod tests {
         assert!(schedule.withdrawn(0, 0).is_empty(), "no room");
         schedule.announce(0, &[(old, 64), (new, 64)], 1800);
         assert!(schedule.withdrawn(0, 8).is_empty());
+    }
+
+    /// A leased prefix is announced for what is left of its lease, within RFC 9096's 90 and
+    /// 45 minutes; a deprecated one with preferred 0; configured prefixes for RFC 4861's
+    /// defaults.
+    #[test]
+    fn a_leased_prefix_is_announced_for_what_is_left_of_its_lease() {
+        let delegated = Ipv6Addr::new(0x2001, 0xdb8, 0xff00, 0x100, 0, 0, 0, 1);
+        let advertise = |lease: PrefixLease, now_secs: u64| {
+            let mut v6 = v6(true);
+            v6.addresses = vec![(GW, 64), (delegated, 64)];
+            let mut advert = v6.advertise.clone().unwrap();
+            advert.leases = vec![lease];
+            let mut room = [0u8; 512];
+            let to = (ALL_NODES, ipv6::multicast_mac(ALL_NODES));
+            let len = write_router_advert(
+                &mut room,
+                &iface(),
+                &v6,
+                &advert,
+                (&[], now_secs),
+                to.0,
+                to.1,
+            )
+            .unwrap();
+            let prefixes = advertised_prefixes(&room[..len]);
+            assert_eq!(
+                (prefixes[0].2, prefixes[0].3),
+                (PREFIX_VALID_SECS, PREFIX_PREFERRED_SECS),
+                "the configured prefix"
+            );
+            (prefixes[1].2, prefixes[1].3)
+        };
+        let lease = |valid: Option<u64>, preferred: Option<u64>| PrefixLease {
+            prefix: prefix_of(delegated, 64),
+            len: 64,
+            valid_until_secs: valid,
+            preferred_until_secs: preferred,
+        };
+        // Kea's 4000 s valid, 3000 s preferred, 100 s ago: within the limits, what is left.
+        assert_eq!(advertise(lease(Some(4100), Some(3100)), 100), (4000, 2700));
+        assert_eq!(advertise(lease(Some(1100), Some(600)), 100), (1000, 500));
+        // A lease for ever: the limits.
+        assert_eq!(advertise(lease(None, None), 100), (5400, 2700));
+        // Deprecated, still valid for a minute.
+        assert_eq!(advertise(lease(Some(160), Some(90)), 100), (60, 0));
+        // Gone: nothing left, whatever the clock says.
+        assert_eq!(advertise(lease(Some(50), Some(50)), 100), (0, 0));
+        // Preferred never beyond valid.
+        assert_eq!(advertise(lease(Some(200), None), 100), (100, 100));
     }
 
     #[test]
