@@ -709,7 +709,9 @@ impl Qos {
 
     /// Decides one packet of `bytes` (as counted against the link: the whole frame, or the
     /// IP packet, as long as it is the same everywhere) from or to the LAN host `host`.
-    #[inline]
+    /// Inlined into each caller (IPv4's and IPv6's policing) whatever their number: a call
+    /// here costs the policer a fifth more instructions.
+    #[inline(always)]
     pub fn police(&mut self, class: Class, host: Ipv4Addr, bytes: u64, now_ns: u64) -> Decision {
         self.tick(now_ns);
         self.epoch_offered_bytes = self.epoch_offered_bytes.saturating_add(bytes);
@@ -748,7 +750,7 @@ impl Qos {
         false
     }
 
-    #[inline]
+    #[inline(always)]
     fn take_bulk(&mut self, host: Ipv4Addr, cost: u64, now_ns: u64) -> bool {
         let Some(index) = self.host_slot(host, now_ns) else {
             self.stats.untracked_packets.inc();
@@ -787,7 +789,7 @@ impl Qos {
     ///
     /// Slots are never emptied, only reused once stale, so a host's slot always lies before
     /// the first never-used slot of its probe sequence and the search may stop there.
-    #[inline]
+    #[inline(always)]
     fn host_slot(&mut self, host: Ipv4Addr, now_ns: u64) -> Option<usize> {
         let ip = u32::from(host);
         let home = self.hosts.home(ip);

@@ -300,14 +300,11 @@ impl Pipeline {
     ) -> Verdict {
         if let (Some(&(key6, hash)), true) = (key6, self.fast_path) {
             if let Probe::Found(flow, direction) = self.stateful6.flows.probe(&key6, hash) {
+                // It counts its own drops, the only verdict besides a transmit it gives.
                 if let Some(verdict) =
                     self.forward_established6(pkt, ingress, &key6, (flow, direction), now_ns)
                 {
                     self.counters.fast_path.inc();
-                    self.counters.count(&verdict);
-                    if let Verdict::Drop(reason) = verdict {
-                        self.counters.record_ipv6_drop(reason);
-                    }
                     return verdict;
                 }
             }
@@ -462,12 +459,8 @@ impl Pipeline {
         (flow, direction): (FlowId, Direction),
         now_ns: u64,
     ) -> Option<Verdict> {
-        // DNS queries are checked against the block lists one by one, as IPv4's are.
-        if key.protocol == ipv6::next_header::UDP && key.dst_port == DNS_PORT {
-            return None;
-        }
         let data = self.stateful6.flows.data(flow);
-        let shortcut = data.shortcuts[side(direction)];
+        let shortcut = &data.shortcuts[side(direction)];
         if shortcut.router_epoch != self.router_epoch
             || shortcut.neighbor_epoch != self.neighbor_epoch
             || shortcut.ingress != ingress.port
@@ -477,9 +470,13 @@ impl Pipeline {
         {
             return None;
         }
+        // What the rest needs of the shortcut, before the tracker takes the table; the
+        // features' hosts are read again only where there are features.
+        let (egress_port, next_hop_mac) = (shortcut.egress, shortcut.next_hop_mac);
+        let (plan, source_mac) = (shortcut.features.plan, shortcut.source_mac);
         let router = &*self.router;
         let iface = router.interfaces.get(usize::from(ingress.port))?;
-        let egress = router.interfaces.get(usize::from(shortcut.egress))?;
+        let egress = router.interfaces.get(usize::from(egress_port))?;
         let egress_mac = egress.mac;
         let frame = EthernetFrame::new_checked(pkt.bytes()).ok()?;
         if frame.dst_addr() != iface.mac {
@@ -504,10 +501,13 @@ impl Pipeline {
 
         // The features' hosts are the sender MAC's (`Features6`): another sender's packets
         // are the full path's, which finds theirs.
-        let src_mac = frame.src_addr();
-        if shortcut.features.plan != FeaturePlan::NONE && src_mac.0 != shortcut.source_mac {
+        let src_mac = if plan == FeaturePlan::NONE {
+            EthernetAddress::default()
+        } else if frame.src_addr().0 == source_mac {
+            frame.src_addr()
+        } else {
             return None;
-        }
+        };
 
         // The packet is the shortcut's: from here on this path decides, as the full one would.
         let frame_len = ethernet::HEADER_LEN + packet_len;
@@ -517,32 +517,34 @@ impl Pipeline {
                 .flows
                 .track(flow, direction, segment.as_ref(), now_ns)
         {
-            return Some(Verdict::Drop(DropReason::ConntrackInvalid));
+            return Some(self.ipv6_fast_path_drop(DropReason::ConntrackInvalid));
         }
         Ipv6Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..])
             .decrement_hop_limit();
-        ethernet::write_l2(
-            pkt.bytes_mut(),
-            EthernetAddress(shortcut.next_hop_mac),
-            egress_mac,
-        );
-        let verdict = Verdict::Transmit {
-            port: shortcut.egress,
-        };
+        ethernet::write_l2(pkt.bytes_mut(), EthernetAddress(next_hop_mac), egress_mac);
+        let verdict = Verdict::Transmit { port: egress_port };
+        if plan == FeaturePlan::NONE {
+            return Some(verdict);
+        }
+        let features = self.stateful6.flows.data(flow).shortcuts[side(direction)].features;
         // `frame_key6` keys only packets whose upper-layer header follows the fixed one.
         let upper = Upper6 {
             protocol: key.protocol,
             header_at: Some(0),
         };
-        Some(self.apply_features6(
-            shortcut.features,
-            src_mac,
-            pkt,
-            upper,
-            verdict,
-            frame_len,
-            now_ns,
-        ))
+        match self.apply_features6(features, src_mac, pkt, upper, verdict, frame_len, now_ns) {
+            Verdict::Drop(reason) => Some(self.ipv6_fast_path_drop(reason)),
+            verdict => Some(verdict),
+        }
+    }
+
+    /// An IPv6 packet the fast path drops: counted under `reason` and as IPv6's, as the full
+    /// path counts its drops (`Pipeline::process_full`).
+    #[cold]
+    fn ipv6_fast_path_drop(&self, reason: DropReason) -> Verdict {
+        self.counters.record_drop(reason);
+        self.counters.record_ipv6_drop(reason);
+        Verdict::Drop(reason)
     }
 
     /// After the full path transmitted a packet of an established IPv6 flow to `egress`
@@ -556,6 +558,12 @@ impl Pipeline {
         direction: Direction,
         (egress, features, source_mac): (u16, Features6, EthernetAddress),
     ) {
+        // DNS queries are checked against the block lists one by one, as IPv4's are: their
+        // direction gets no shortcut.
+        let received = self.stateful6.flows.key(flow, direction);
+        if received.protocol == ipv6::next_header::UDP && received.dst_port == DNS_PORT {
+            return;
+        }
         let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut6 {
             router_epoch: self.router_epoch,
