@@ -36,7 +36,7 @@ use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
 use crate::pipeline::features::{FeaturePlan, Features6, Upper6};
 use crate::pipeline::stateful::changes_tcp_state;
-use crate::pipeline::stateful6::Shortcut6;
+use crate::pipeline::stateful6::{FeatureHosts6, Shortcut6};
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, Shortcut};
@@ -473,7 +473,7 @@ impl Pipeline {
         // What the rest needs of the shortcut, before the tracker takes the table; the
         // features' hosts are read again only where there are features.
         let (egress_port, next_hop_mac) = (shortcut.egress, shortcut.next_hop_mac);
-        let (plan, source_mac) = (shortcut.features.plan, shortcut.source_mac);
+        let plan = shortcut.features;
         let router = &*self.router;
         let iface = router.interfaces.get(usize::from(ingress.port))?;
         let egress = router.interfaces.get(usize::from(egress_port))?;
@@ -501,12 +501,15 @@ impl Pipeline {
 
         // The features' hosts are the sender MAC's (`Features6`): another sender's packets
         // are the full path's, which finds theirs.
-        let src_mac = if plan == FeaturePlan::NONE {
-            EthernetAddress::default()
-        } else if frame.src_addr().0 == source_mac {
-            frame.src_addr()
+        let hosts = if plan == FeaturePlan::NONE {
+            FeatureHosts6::default()
         } else {
-            return None;
+            let hosts = *self.stateful6.feature_hosts.get(flow.as_u32() as usize)?;
+            let hosts = hosts[side(direction)];
+            if frame.src_addr().0 != hosts.source_mac {
+                return None;
+            }
+            hosts
         };
 
         // The packet is the shortcut's: from here on this path decides, as the full one would.
@@ -526,7 +529,7 @@ impl Pipeline {
         if plan == FeaturePlan::NONE {
             return Some(verdict);
         }
-        let features = self.stateful6.flows.data(flow).shortcuts[side(direction)].features;
+        let (features, src_mac) = (hosts.features, EthernetAddress(hosts.source_mac));
         // `frame_key6` keys only packets whose upper-layer header follows the fixed one.
         let upper = Upper6 {
             protocol: key.protocol,
@@ -564,6 +567,17 @@ impl Pipeline {
         if received.protocol == ipv6::next_header::UDP && received.dst_port == DNS_PORT {
             return;
         }
+        // A shortcut with features needs its hosts: without room for them (not reached: a
+        // slot per flow), none is made.
+        if features.plan != FeaturePlan::NONE {
+            let Some(hosts) = self.stateful6.feature_hosts.get_mut(flow.as_u32() as usize) else {
+                return;
+            };
+            hosts[side(direction)] = FeatureHosts6 {
+                features,
+                source_mac: source_mac.0,
+            };
+        }
         let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
         self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut6 {
             router_epoch: self.router_epoch,
@@ -572,8 +586,7 @@ impl Pipeline {
             egress,
             next_hop_mac: next_hop_mac.0,
             received_here: !ingress.handed_off,
-            features,
-            source_mac: source_mac.0,
+            features: features.plan,
         };
     }
 

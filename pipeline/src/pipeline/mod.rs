@@ -536,7 +536,13 @@ impl Pipeline {
     /// with huge pages.
     pub fn table_memory(&self) -> impl Iterator<Item = (*const u8, usize)> {
         let v6 = self.stateful6.flows.memory_regions();
-        self.stateful.flows.memory_regions().into_iter().chain(v6)
+        let hosts6 = &self.stateful6.feature_hosts;
+        let hosts6 = (
+            hosts6.as_ptr().cast::<u8>(),
+            std::mem::size_of_val(&hosts6[..]),
+        );
+        let v4 = self.stateful.flows.memory_regions();
+        v4.into_iter().chain(v6).chain(std::iter::once(hosts6))
     }
 
     /// Flows in this worker's table.

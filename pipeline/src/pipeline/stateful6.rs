@@ -25,7 +25,7 @@ use crate::features::content::{self, ContentInspector, ContentPolicy, Device, In
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::features::Features6;
+use crate::pipeline::features::{FeaturePlan, Features6};
 use crate::pipeline::stateful::{changes_tcp_state, insert_drop_reason, is_bare_syn};
 use crate::pipeline::Ingress;
 use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, TcpState, Track};
@@ -72,6 +72,8 @@ pub(crate) struct Client6 {
 /// `Shortcut` without NAT (an IPv6 packet leaves as it came but for its hop limit). Its next
 /// hop's MAC, and the LAN hosts its features are about, are from one neighbour view: a
 /// newer view sends the direction's next packet down the full path, which makes it again.
+/// The hosts are kept apart ([`StatefulStage6::feature_hosts`]): most flows have no
+/// features, and every byte here is on the line each packet of the flow reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Shortcut6 {
     /// The pipeline's router epoch when it was made; 0, which no epoch is, when there is none.
@@ -83,8 +85,14 @@ pub(crate) struct Shortcut6 {
     /// Made from a packet this worker received itself (its source validation and owner
     /// check ran), not one handed to it.
     pub(crate) received_here: bool,
+    /// What the features do; with any, the hosts are in `StatefulStage6::feature_hosts`.
+    pub(crate) features: FeaturePlan,
+}
+
+/// The LAN hosts of a shortcut's features, and the sender they were decided for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FeatureHosts6 {
     pub(crate) features: Features6,
-    /// The sender the features were decided for.
     pub(crate) source_mac: [u8; 6],
 }
 
@@ -112,6 +120,9 @@ pub(crate) enum Stage6 {
 /// One worker's IPv6 flows.
 pub(crate) struct StatefulStage6 {
     pub(crate) flows: FlowTable<FlowData6, FlowKey6>,
+    /// Per flow slot and direction (`FlowId::as_u32`, original then reply): the hosts of a
+    /// shortcut whose plan has features, valid only while it does.
+    pub(crate) feature_hosts: Vec<[FeatureHosts6; 2]>,
     /// Scanners of TCP flows whose content is still being judged.
     inspector: ContentInspector,
     worker: u16,
@@ -124,7 +135,9 @@ impl StatefulStage6 {
         worker: u16,
         ownership: Ownership,
     ) -> Self {
+        let slots = flows.capacity();
         StatefulStage6 {
+            feature_hosts: vec![Default::default(); slots],
             flows,
             inspector: ContentInspector::new(content::DEFAULT_SLOTS),
             worker,
