@@ -79,9 +79,10 @@ pub struct KernelView {
     /// Per interface (empty: none known): the global IPv6 addresses of its twin, with their
     /// prefix lengths, where the kernel configures its IPv6; in the kernel's order.
     pub addresses6: Vec<Vec<(Ipv6Addr, u8)>>,
-    /// Per interface, beside `addresses6`: how long each address stays valid and preferred
-    /// (the lease behind it), as deadlines on `crate::clock::shared_secs`, rounded down to
-    /// 10 s so that dumps of an unchanged lease compare equal.
+    /// Per interface that advertises its prefixes, beside `addresses6`: how long each
+    /// address with a finite lifetime stays valid and preferred (the lease behind it), as
+    /// deadlines on `crate::clock::shared_secs`. Dumps of an unchanged lease differ by a
+    /// second or two: [`KernelView::same_as`] does not take that for a change.
     pub leases6: Vec<Vec<PrefixLease>>,
     /// IPv6 routes on the twins, best first for each prefix.
     pub routes6: Vec<KernelRoute6>,
@@ -113,7 +114,38 @@ impl KernelView {
     pub fn mtu(&self, index: usize) -> Option<u16> {
         self.mtus.get(index).copied().flatten()
     }
+
+    /// Whether `other` says the same: equal but for lease deadlines that moved by less than
+    /// [`LEASE_SLACK_SECS`] (a dump's rounding). A renewed lease moves them by far more. A new
+    /// view is a new router config for the workers, which throws their shortcuts away.
+    pub fn same_as(&self, other: &KernelView) -> bool {
+        let close = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => a.abs_diff(b) < LEASE_SLACK_SECS,
+            (a, b) => a == b,
+        };
+        let same_lease = |a: &PrefixLease, b: &PrefixLease| {
+            (a.prefix, a.len) == (b.prefix, b.len)
+                && close(a.valid_until_secs, b.valid_until_secs)
+                && close(a.preferred_until_secs, b.preferred_until_secs)
+        };
+        let same_leases =
+            self.leases6.len() == other.leases6.len()
+                && self.leases6.iter().zip(&other.leases6).all(|(a, b)| {
+                    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_lease(a, b))
+                });
+        same_leases
+            && KernelView {
+                leases6: Vec::new(),
+                ..self.clone()
+            } == KernelView {
+                leases6: Vec::new(),
+                ..other.clone()
+            }
+    }
 }
+
+/// How far apart two dumps' deadlines for one lease may be and still be the same lease.
+const LEASE_SLACK_SECS: u64 = 60;
 
 /// Which kernel devices matter: the twins, by name, and which of them take their address
 /// from the kernel.
@@ -125,6 +157,8 @@ pub struct Followed {
     pub dhcp: Vec<bool>,
     /// Per interface: the kernel configures its IPv6 (`autoconfigure`, `delegated_prefix`).
     pub ipv6: Vec<bool>,
+    /// Per interface: it sends Router Advertisements, which carry its leases' lifetimes.
+    pub advertises6: Vec<bool>,
 }
 
 impl Followed {
@@ -140,6 +174,11 @@ impl Followed {
                 .interfaces
                 .iter()
                 .map(|i| i.ipv6.as_ref().is_some_and(|v6| v6.follows_kernel()))
+                .collect(),
+            advertises6: config
+                .interfaces
+                .iter()
+                .map(|i| i.ipv6.as_ref().is_some_and(|v6| v6.router_advertisements))
                 .collect(),
         }
     }
@@ -217,8 +256,9 @@ fn view_at<'a>(
         let taken = &mut view.addresses6[port];
         if followed.ipv6[port] && taken.len() < MAX_ADDRESSES6 && !taken.contains(&(addr, len)) {
             taken.push((addr, len));
-            if let Some(lifetimes) = lifetimes {
-                view.leases6[port].push(lifetimes.lease(addr, len, now_secs));
+            let lease = lifetimes.and_then(|lifetimes| lifetimes.lease(addr, len, now_secs));
+            if let (true, Some(lease)) = (followed.advertises6[port], lease) {
+                view.leases6[port].push(lease);
             }
         }
     }
@@ -326,15 +366,21 @@ struct Lifetimes {
 }
 
 impl Lifetimes {
-    /// The lease of `addr`'s prefix, as deadlines from `now_secs`, rounded down to 10 s.
-    fn lease(self, addr: Ipv6Addr, len: u8, now_secs: u64) -> PrefixLease {
-        let until = |left: u32| (left != u32::MAX).then(|| (now_secs + u64::from(left)) / 10 * 10);
-        PrefixLease {
+    /// The lease of `addr`'s prefix, as deadlines from `now_secs`; none for an address valid
+    /// for ever (configured by hand on the twin, say). A deprecated address's preferred
+    /// deadline is 0, long past, rather than a `now` that moves with every dump.
+    fn lease(self, addr: Ipv6Addr, len: u8, now_secs: u64) -> Option<PrefixLease> {
+        let until = |left: u32| match left {
+            u32::MAX => None,
+            0 => Some(0),
+            left => Some(now_secs + u64::from(left)),
+        };
+        (self.valid != u32::MAX).then(|| PrefixLease {
             prefix: prefix_of(addr, len),
             len,
             valid_until_secs: until(self.valid),
             preferred_until_secs: until(self.preferred),
-        }
+        })
     }
 }
 
@@ -565,7 +611,7 @@ fn follow(
             match dump(dumps, &mut sequence) {
                 Ok(messages) => {
                     let view = view_from_messages(followed, &messages);
-                    if last.as_ref() != Some(&view) {
+                    if !last.as_ref().is_some_and(|last| last.same_as(&view)) {
                         tracing::info!(
                             addresses = ?view.addresses,
                             routes = view.routes.len(),
@@ -699,6 +745,7 @@ mod tests {
             twins: vec![Some("lan".into()), Some("wan".into()), None],
             dhcp: vec![false, true, false],
             ipv6: vec![true, true, false],
+            advertises6: vec![true, false, false],
         }
     }
 
@@ -890,30 +937,40 @@ mod tests {
             Some(PrefixLease {
                 prefix: prefix("2001:db8:ff00:100::"),
                 len: 64,
-                valid_until_secs: Some(5_000),
-                preferred_until_secs: Some(4_000),
+                valid_until_secs: Some(5_002),
+                preferred_until_secs: Some(4_002),
             })
         );
+        // Deprecated: its preferred deadline long past, the same in every dump.
         let deprecated = lease("2001:db8:ff00:200::1").unwrap();
         assert_eq!(
             (deprecated.valid_until_secs, deprecated.preferred_until_secs),
-            (Some(1_600), Some(1_000))
+            (Some(1_603), Some(0))
         );
-        let forever = lease("2001:db8:ff00:300::1").unwrap();
         assert_eq!(
-            (forever.valid_until_secs, forever.preferred_until_secs),
-            (None, None)
+            lease("2001:db8:ff00:300::1"),
+            None,
+            "valid for ever: no lease"
         );
         assert_eq!(lease("2001:db8:ff00:400::1"), None, "no cache info");
-        // A dump a few seconds later of the same leases reads the same.
-        let later = |secs: u32| {
+        // The WAN sends no advertisements: its leases are not kept.
+        let mut wan = messages.clone();
+        wan[0] = link(7, "wan");
+        assert!(view_at(&followed(), &wan, 1_003).leases6[1].is_empty());
+        // Dumps a few seconds apart of the same leases are the same view; a renewal is not.
+        let dump = |now: u64, valid: u32, preferred: u32| {
             let counted_down = [
                 link(7, "lan"),
-                with_lifetimes("2001:db8:ff00:100::1", 3999 - secs, 2999 - secs),
+                with_lifetimes("2001:db8:ff00:100::1", valid, preferred),
             ];
-            view_at(&followed(), &counted_down, 1_003 + u64::from(secs)).leases6
+            view_at(&followed(), &counted_down, now)
         };
-        assert_eq!(later(2), later(5));
+        let first = dump(1_003, 3999, 2999);
+        assert!(first.same_as(&dump(1_005, 3998, 2998)));
+        assert!(first.same_as(&dump(1_043, 3959, 2959)));
+        assert!(!first.same_as(&dump(2_003, 3999, 2999)), "renewed");
+        assert!(!first.same_as(&dump(1_005, 3998, 0)), "deprecated");
+        assert!(!first.same_as(&KernelView::default()));
     }
 
     fn route6(

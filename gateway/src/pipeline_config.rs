@@ -260,15 +260,14 @@ fn ipv6_interfaces(
                 .iter()
                 .map(|cidr| (cidr.addr, cidr.len))
                 .collect();
+            // Configured prefixes keep RFC 4861's lifetimes: only learnt ones have leases.
+            let mut leases = Vec::new();
             for address in std::mem::take(&mut learnt[index]) {
                 if addresses.len() < MAX_ADVERTISED_PREFIXES && !addresses.contains(&address) {
                     addresses.push(address);
+                    leases.extend(kernel.lease6(index, address));
                 }
             }
-            let leases = addresses
-                .iter()
-                .filter_map(|&address| kernel.lease6(index, address))
-                .collect();
             Some(Ipv6Interface {
                 link_local: link_local(EthernetAddress(*mac)),
                 addresses,
