@@ -836,6 +836,22 @@ fn blocking(paused: Option<DeviceMatch>) -> ContentPolicy {
     .unwrap()
 }
 
+/// A worker with `policy` and `neighbors`, and its counters.
+fn content_worker(
+    policy: ContentPolicy,
+    neighbors: NeighborView,
+) -> (Pipeline, Arc<WorkerCounters>) {
+    let counters = Arc::new(WorkerCounters::default());
+    let gw = Pipeline::for_worker(
+        Arc::new(with_content(policy)),
+        Arc::new(neighbors),
+        counters.clone(),
+        WorkerSetup::default(),
+    )
+    .unwrap();
+    (gw, counters)
+}
+
 /// A DNS query for `name`'s AAAA records.
 fn aaaa_query(id: u16, name: &str) -> Vec<u8> {
     let mut query = id.to_be_bytes().to_vec();
@@ -882,14 +898,7 @@ fn tcp6(
 /// is answered NXDOMAIN from the resolver's address, on a flow's first query or a later one.
 #[test]
 fn a_lan_device_s_ipv6_dns_queries_are_checked_one_by_one() {
-    let counters = Arc::new(WorkerCounters::default());
-    let mut gw = Pipeline::for_worker(
-        Arc::new(with_content(blocking(None))),
-        Arc::new(dual_stack_neighbors()),
-        counters.clone(),
-        WorkerSetup::default(),
-    )
-    .unwrap();
+    let (mut gw, counters) = content_worker(blocking(None), dual_stack_neighbors());
     let query = |id, name| {
         let mut frame = Vec::new();
         PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
@@ -943,14 +952,7 @@ fn a_lan_device_s_ipv6_dns_queries_are_checked_one_by_one() {
 /// allowed flow, once judged, takes the fast path.
 #[test]
 fn an_ipv6_flow_to_a_blocked_name_is_reset() {
-    let counters = Arc::new(WorkerCounters::default());
-    let mut gw = Pipeline::for_worker(
-        Arc::new(with_content(blocking(None))),
-        Arc::new(dual_stack_neighbors()),
-        counters.clone(),
-        WorkerSetup::default(),
-    )
-    .unwrap();
+    let (mut gw, counters) = content_worker(blocking(None), dual_stack_neighbors());
     let open = |gw: &mut Pipeline, ports, at| {
         let (verdict, _) = run(gw, &tcp6(true, ports, (100, 0), SYN, &[]), on(LAN), at);
         assert_eq!(verdict, Verdict::Transmit { port: WAN });
@@ -1045,14 +1047,7 @@ fn an_ipv6_flow_to_a_blocked_name_is_reset() {
 /// its half-read request head be thrown away and the flow allowed).
 #[test]
 fn a_request_head_split_across_a_neighbour_change_is_still_read() {
-    let counters = Arc::new(WorkerCounters::default());
-    let mut gw = Pipeline::for_worker(
-        Arc::new(with_content(blocking(None))),
-        Arc::new(dual_stack_neighbors()),
-        counters.clone(),
-        WorkerSetup::default(),
-    )
-    .unwrap();
+    let (mut gw, counters) = content_worker(blocking(None), dual_stack_neighbors());
     let ports = (40200, 80);
     run(
         &mut gw,
@@ -1118,14 +1113,7 @@ fn a_paused_device_opens_no_ipv6_flows() {
         ),
     ];
     for (device, neighbours, paused) in cases {
-        let counters = Arc::new(WorkerCounters::default());
-        let mut gw = Pipeline::for_worker(
-            Arc::new(with_content(blocking(Some(device)))),
-            Arc::new(neighbours),
-            counters.clone(),
-            WorkerSetup::default(),
-        )
-        .unwrap();
+        let (mut gw, _) = content_worker(blocking(Some(device)), neighbours);
         let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 20), on(LAN), SECOND);
         let expected = if paused {
             Verdict::Drop(DropReason::ParentalBlocked)
@@ -1170,14 +1158,7 @@ fn fragment_from_host(to: Ipv6Addr, offset_units: u16, more: bool, data: &[u8]) 
 /// refused (it cannot be read whole), and a paused device's later fragments are dropped.
 #[test]
 fn fragments_do_not_get_past_the_content_policy() {
-    let counters = Arc::new(WorkerCounters::default());
-    let mut gw = Pipeline::for_worker(
-        Arc::new(with_content(blocking(None))),
-        Arc::new(dual_stack_neighbors()),
-        counters.clone(),
-        WorkerSetup::default(),
-    )
-    .unwrap();
+    let (mut gw, _) = content_worker(blocking(None), dual_stack_neighbors());
     let first = fragment_from_host(REMOTE6, 0, true, &aaaa_query(1, "ads.blocked"));
     assert_eq!(
         run(&mut gw, &first, on(LAN), SECOND).0,
@@ -1190,13 +1171,7 @@ fn fragments_do_not_get_past_the_content_policy() {
         Verdict::Transmit { port: WAN }
     );
     let paused = blocking(Some(DeviceMatch::Mac(EthernetAddress(HOST_MAC))));
-    let mut gw = Pipeline::for_worker(
-        Arc::new(with_content(paused)),
-        Arc::new(dual_stack_neighbors()),
-        counters,
-        WorkerSetup::default(),
-    )
-    .unwrap();
+    let (mut gw, _) = content_worker(paused, dual_stack_neighbors());
     assert_eq!(
         run(&mut gw, &later, on(LAN), SECOND).0,
         Verdict::Drop(DropReason::ParentalBlocked)

@@ -110,7 +110,14 @@ fn shaper_flow_hash(ip: &Ipv4Packet<&[u8]>) -> u64 {
     let ports = (u64::from(src_port) << 16) | u64::from(dst_port);
     let addresses =
         (u64::from(u32::from(ip.src_addr())) << 32) | u64::from(u32::from(ip.dst_addr()));
-    let mixed = (addresses ^ ports.rotate_left(17) ^ u64::from(ip.protocol()))
+    mix_flow_hash(addresses, ports, ip.protocol())
+}
+
+/// The shaper flow hash of a packet's folded addresses, its ports (source above destination)
+/// and its protocol, whichever its family.
+#[inline]
+fn mix_flow_hash(addresses: u64, ports: u64, protocol: u8) -> u64 {
+    let mixed = (addresses ^ ports.rotate_left(17) ^ u64::from(protocol))
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
     mixed ^ (mixed >> 29)
 }
@@ -125,9 +132,7 @@ fn shaper_flow_hash6(ip: &Ipv6Packet<&[u8]>, upper: Upper6) -> u64 {
         (bits as u64) ^ ((bits >> 64) as u64)
     };
     let addresses = fold(ip.src_addr()) ^ fold(ip.dst_addr()).rotate_left(32);
-    let mixed = (addresses ^ ports.rotate_left(17) ^ u64::from(upper.protocol))
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    mixed ^ (mixed >> 29)
+    mix_flow_hash(addresses, ports, upper.protocol)
 }
 
 /// What the worker's shaper for `link` (0 uplink, 1 downlink) needs to know of a packet of
@@ -191,6 +196,17 @@ pub fn mark_congestion(frame: &mut [u8]) -> bool {
     // The header was checked on the way in, so summing it again is as good as a patch.
     ip.fill_checksum();
     true
+}
+
+/// The QoS link a packet is policed on: 0 (uplink) from an inside interface to a masqueraded
+/// one, 1 (downlink) the other way; none between two of a kind (LAN to LAN, to the gateway).
+#[inline]
+fn police_link(from_outside: bool, to_outside: bool) -> Option<usize> {
+    match (from_outside, to_outside) {
+        (false, true) => Some(0),
+        (true, false) => Some(1),
+        _ => None,
+    }
 }
 
 /// The LAN host a packet policed on `link` (0 uplink, 1 downlink) is from or to, and its
@@ -327,11 +343,7 @@ impl Pipeline {
         let dst = ip.dst_addr();
         let mut bits = 0;
         if let Some(policers) = &self.qos {
-            let link = match (from_outside, to_outside) {
-                (false, true) => Some(0),
-                (true, false) => Some(1),
-                _ => None,
-            };
+            let link = police_link(from_outside, to_outside);
             if let Some(link) = link {
                 bits |= FeaturePlan::POLICE;
                 if link == 1 {
@@ -495,11 +507,7 @@ impl Pipeline {
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let mut bits = 0;
         if let Some(policers) = &self.qos {
-            let link = match (from_outside, to_outside) {
-                (false, true) => Some(0),
-                (true, false) if sent => Some(1),
-                _ => None,
-            };
+            let link = police_link(from_outside, to_outside).filter(|&link| link == 0 || sent);
             if let Some(link) = link {
                 bits |= FeaturePlan::POLICE;
                 if link == 1 {

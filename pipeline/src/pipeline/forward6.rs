@@ -10,13 +10,13 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::features::content::{self, DnsAction};
 use crate::l3::icmpv6_error::{self, Icmpv6Error};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::Ipv6Interface;
 use crate::pipeline::features::Upper6;
 use crate::pipeline::ipv6_local::{self, scoped};
 use crate::pipeline::punt::{deliver_locally, is_autoconfiguration6};
+use crate::pipeline::stateful::answer_blocked_dns;
 use crate::pipeline::stateful6::{Client6, Stage6};
 use crate::pipeline::{Ingress, Pipeline};
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -155,24 +155,15 @@ impl Pipeline {
     /// asked, or dropped, as the policy says; counted as blocked content either way.
     #[cold]
     fn answer_blocked_dns(&mut self, pkt: &mut PacketBuf, ingress: Ingress) -> Verdict {
-        let answer = self
-            .router
-            .stateful
-            .content
-            .as_deref()
-            .is_some_and(|policy| policy.dns_action() == DnsAction::Nxdomain);
-        let len = pkt.len();
-        let written = answer
-            .then(|| content::write_dns_nxdomain_reply(pkt.room_mut(), len))
-            .flatten();
-        match written {
-            Some(reply_len) if pkt.set_len(reply_len) => {
-                self.counters.record_drop(DropReason::ContentBlocked);
-                self.counters.record_ipv6_drop(DropReason::ContentBlocked);
-                Verdict::Transmit { port: ingress.port }
-            }
-            _ => Verdict::Drop(DropReason::ContentBlocked),
+        let Some(policy) = self.router.stateful.content.as_deref() else {
+            return Verdict::Drop(DropReason::ContentBlocked);
+        };
+        let verdict = answer_blocked_dns(pkt, ingress, policy, &self.counters);
+        // An answer's drop was counted there; `process_full` marks a drop as IPv6's.
+        if let Verdict::Transmit { .. } = verdict {
+            self.counters.record_ipv6_drop(DropReason::ContentBlocked);
         }
+        verdict
     }
 
     /// Writes the Ethernet header toward `next_hop` on `port` and sends, or asks the control

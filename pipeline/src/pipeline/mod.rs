@@ -402,8 +402,8 @@ impl Pipeline {
         }
         self.counters.count(&verdict);
         if let Verdict::Drop(reason) = verdict {
-            let ethertype = pkt.bytes().get(12..14);
-            if ethertype == Some(&ethernet::ethertype::IPV6.to_be_bytes()[..]) {
+            let frame = EthernetFrame::new_checked(pkt.bytes());
+            if frame.is_ok_and(|frame| frame.ethertype() == ethernet::ethertype::IPV6) {
                 self.counters.record_ipv6_drop(reason);
             }
         }

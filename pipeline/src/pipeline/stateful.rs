@@ -775,14 +775,26 @@ fn filter_dns(
     let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
     let udp = UdpPacket::new_checked(ip.payload()).ok()?;
     content::dns_query_blocked(policy, device, udp.payload())?;
+    Some(answer_blocked_dns(pkt, ingress, policy, counters))
+}
+
+/// A DNS query (IPv4 or IPv6) for a blocked name: answered NXDOMAIN from the address asked,
+/// back out of the port it came in by, or dropped, as `policy` says. Counted as blocked
+/// content either way (the answer here, the drop by the caller).
+pub(crate) fn answer_blocked_dns(
+    pkt: &mut PacketBuf,
+    ingress: Ingress,
+    policy: &ContentPolicy,
+    counters: &WorkerCounters,
+) -> Verdict {
     if policy.dns_action() == DnsAction::Drop {
-        return Some(Verdict::Drop(DropReason::ContentBlocked));
+        return Verdict::Drop(DropReason::ContentBlocked);
     }
     let len = pkt.len();
     let Some(reply_len) = content::write_dns_nxdomain_reply(pkt.room_mut(), len) else {
-        return Some(Verdict::Drop(DropReason::ContentBlocked));
+        return Verdict::Drop(DropReason::ContentBlocked);
     };
     pkt.set_len(reply_len);
     counters.record_drop(DropReason::ContentBlocked);
-    Some(Verdict::Transmit { port: ingress.port })
+    Verdict::Transmit { port: ingress.port }
 }

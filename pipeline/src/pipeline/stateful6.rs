@@ -68,6 +68,14 @@ pub(crate) struct Client6 {
     pub(crate) unix_seconds: i64,
 }
 
+impl Client6 {
+    /// Whether parental control lets the device on the network now.
+    fn allowed_by(&self, policy: &ContentPolicy) -> bool {
+        let (address, mac) = self.device;
+        policy.device_allowed(address, mac, self.unix_seconds)
+    }
+}
+
 /// What forwarding decided for the last packet of one direction of an IPv6 flow: IPv4's
 /// `Shortcut` without NAT (an IPv6 packet leaves as it came but for its hop limit). Its next
 /// hop's MAC, and the LAN hosts its features are about, are from one neighbour view: a
@@ -328,8 +336,7 @@ impl StatefulStage6 {
         }
         let mut content = ContentState::Allowed;
         if let (Some(policy), Some(client)) = (stateful.content.as_deref(), client) {
-            let (address, mac) = client.device;
-            if !policy.device_allowed(address, mac, client.unix_seconds) {
+            if !client.allowed_by(policy) {
                 return Stage6::Done(Verdict::Drop(DropReason::ParentalBlocked));
             }
             if let Some(stage) = later_dns(policy, client, &key, ext, upper) {
@@ -427,8 +434,7 @@ impl StatefulStage6 {
             return Stage6::Done(Verdict::Drop(DropReason::UntrackedFragment));
         }
         if let (Some(policy), Some(client)) = (router.stateful.content.as_deref(), client) {
-            let (address, mac) = client.device;
-            if !policy.device_allowed(address, mac, client.unix_seconds) {
+            if !client.allowed_by(policy) {
                 return Stage6::Done(Verdict::Drop(DropReason::ParentalBlocked));
             }
         }
