@@ -144,6 +144,34 @@ remove_netns() {
 lan() { ip netns exec gwlab-lan "$@"; }
 wan() { ip netns exec gwlab-wan "$@"; }
 
+# lan_joins_ipv6 PREFIX: the LAN host turns IPv6 on as a host joining the link does (DAD, a
+# Router Solicitation, SLAAC from the advertisement); waits for its global address in
+# PREFIX (e.g. 2001:db8:10:) past its own DAD, and for a default route via a link-local
+# router. Sets LAN_ADDRESS and LAN_DEFAULT_ROUTE, or fails.
+lan_joins_ipv6() {
+    lan sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.eth0.disable_ipv6=0 \
+        net.ipv6.conf.eth0.accept_ra=1 net.ipv6.conf.eth0.autoconf=1 \
+        net.ipv6.conf.eth0.accept_dad=1
+    LAN_ADDRESS=
+    for _ in $(seq 1 50); do
+        LAN_ADDRESS=$(lan ip -6 -o addr show dev eth0 scope global | awk '{print $4}' | grep "^$1" || true)
+        # Tentative until its own DAD is over.
+        if [[ -n $LAN_ADDRESS ]] && ! lan ip -6 -o addr show dev eth0 scope global | grep -q tentative; then
+            break
+        fi
+        sleep 0.2
+    done
+    [[ -n $LAN_ADDRESS ]] || fail "the LAN host formed no SLAAC address in ${1}:/64 from the gateway's advertisement"
+    LAN_DEFAULT_ROUTE=
+    for _ in $(seq 1 20); do
+        LAN_DEFAULT_ROUTE=$(lan ip -6 route show default)
+        [[ -n $LAN_DEFAULT_ROUTE ]] && break
+        sleep 0.2
+    done
+    [[ $LAN_DEFAULT_ROUTE == *"via fe80::"*"dev eth0"* ]] ||
+        fail "the host did not take the gateway as its IPv6 default router: '$LAN_DEFAULT_ROUTE'"
+}
+
 # expect_output "description" "pattern" command...: the command's output must match.
 expect_output() {
     local what=$1 pattern=$2

@@ -55,29 +55,10 @@ start_gateway "$WORK/gateway.toml"
 dropped() { metric "gateway_dropped_packets_total{reason=\"$1\""; }
 
 # The host joins: link-local with DAD, a solicitation, SLAAC from the advertisement.
-lan sysctl -qw net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.eth0.disable_ipv6=0 \
-    net.ipv6.conf.eth0.accept_ra=1 net.ipv6.conf.eth0.autoconf=1 \
-    net.ipv6.conf.eth0.accept_dad=1
-address=
-for _ in $(seq 1 50); do
-    address=$(lan ip -6 -o addr show dev eth0 scope global | awk '{print $4}' | grep '^2001:db8:10:' || true)
-    # Tentative until its own DAD is over.
-    if [[ -n $address ]] && ! lan ip -6 -o addr show dev eth0 scope global | grep -q tentative; then
-        break
-    fi
-    sleep 0.2
-done
-[[ -n $address ]] || fail "the LAN host formed no SLAAC address in 2001:db8:10::/64 from the gateway's advertisement"
+lan_joins_ipv6 2001:db8:10:
+address=$LAN_ADDRESS
 pass "the LAN host formed $address by SLAAC from the gateway's advertisement"
-default_route=
-for _ in $(seq 1 20); do
-    default_route=$(lan ip -6 route show default)
-    [[ -n $default_route ]] && break
-    sleep 0.2
-done
-[[ $default_route == *"via fe80::"*"dev eth0"* ]] ||
-    fail "the host did not take the gateway as its IPv6 default router: '$default_route'"
-pass "the host's IPv6 default route is the gateway: $default_route"
+pass "the host's IPv6 default route is the gateway: $LAN_DEFAULT_ROUTE"
 
 expect_output "the host pings the gateway's global address" \
     " 0% packet loss" lan ping -6 -c 3 -i 0.2 -W 2 2001:db8:10::1
