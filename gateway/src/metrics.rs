@@ -452,6 +452,21 @@ const WORKER_COUNTERS: &[(&str, &str, WorkerReader)] = &[
         |c| c.mss_clamped.get(),
     ),
     (
+        "worker_syn_cookies_sent_total",
+        "SYNs toward port forwards the SYN proxy answered with a cookie (half-open table full).",
+        |c| c.syn_cookies_sent.get(),
+    ),
+    (
+        "worker_syn_cookies_accepted_total",
+        "ACKs that returned a SYN cookie, each opening a proxied flow.",
+        |c| c.syn_cookies_accepted.get(),
+    ),
+    (
+        "worker_syn_proxy_updates_lost_total",
+        "Window updates the SYN proxy could not send to a proxied client.",
+        |c| c.syn_proxy_updates_lost.get(),
+    ),
+    (
         "worker_ipv6_router_adverts_total",
         "IPv6 Router Advertisements sent (by the control thread: worker=\"control\").",
         |c| c.router_adverts.get(),

@@ -212,6 +212,30 @@ impl Worker {
             }
             self.dispatch(pipeline, mbuf, verdict, control);
         }
+        if !pipeline.extra_frames().is_empty() {
+            self.send_extra_frames(pipeline);
+        }
+    }
+
+    /// The frames the pipeline made beside the burst's packets (the SYN proxy's window
+    /// updates), each copied into a buffer of its own.
+    #[cold]
+    fn send_extra_frames(&mut self, pipeline: &mut Pipeline) {
+        for (port, frame) in pipeline.extra_frames().drain() {
+            let Some(mut mbuf) = Mbuf::alloc(&self.pool) else {
+                self.counters.syn_proxy_updates_lost.inc();
+                continue;
+            };
+            let room = mbuf.room_mut();
+            if room.len() < frame.len() {
+                self.counters.syn_proxy_updates_lost.inc();
+                continue;
+            }
+            room[..frame.len()].copy_from_slice(&frame);
+            if mbuf.set_len(frame.len()).is_ok() {
+                self.egress.send(port, mbuf, &self.counters);
+            }
+        }
     }
 
     #[inline]

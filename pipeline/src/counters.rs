@@ -97,6 +97,13 @@ pub struct WorkerCounters {
     pub icmp_errors_rate_limited: Counter,
     /// TCP SYNs whose MSS option was lowered to an interface's `tcp_mss`.
     pub mss_clamped: Counter,
+    /// SYNs toward port forwards the SYN proxy answered with a cookie (the half-open table
+    /// full), and the ACKs that returned one, each opening a flow.
+    pub syn_cookies_sent: Counter,
+    pub syn_cookies_accepted: Counter,
+    /// Window updates the SYN proxy could not send the client (no room or no next hop):
+    /// the client learns the window from its next zero-window probe instead.
+    pub syn_proxy_updates_lost: Counter,
     /// IPv6 Router Advertisements sent, solicited or not (by the control thread).
     pub router_adverts: Counter,
     pub busy_cycles: Counter,
@@ -152,6 +159,9 @@ impl Default for WorkerCounters {
             icmp_errors_sent: Counter::default(),
             icmp_errors_rate_limited: Counter::default(),
             mss_clamped: Counter::default(),
+            syn_cookies_sent: Counter::default(),
+            syn_cookies_accepted: Counter::default(),
+            syn_proxy_updates_lost: Counter::default(),
             router_adverts: Counter::default(),
             busy_cycles: Counter::default(),
             idle_cycles: Counter::default(),

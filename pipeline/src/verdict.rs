@@ -185,6 +185,9 @@ drop_reasons! {
     /// A new TCP flow beyond the worker's half-open limit (`conntrack.half_open`) that no
     /// older half-open flow could make room for (not expected: the oldest is replaced).
     HalfOpenLimit => "half_open_limit",
+    /// A client's segment on a flow the SYN proxy opened, before the server answered the SYN
+    /// passed on for it (the client sends it again).
+    SynProxyPending => "syn_proxy_pending",
     /// A new flow denied by a firewall rule or zone policy.
     FirewallDrop => "firewall_drop",
     /// A new flow rejected by the firewall (a TCP RST or ICMP unreachable went back).

@@ -1277,7 +1277,7 @@ fn udp_flows_with_one_reply_make_room_for_another_hosts_flows() {
 }
 
 #[test]
-fn a_syn_flood_at_a_forward_churns_half_open_flows_and_established_ones_keep_going() {
+fn a_syn_flood_at_a_forward_fills_half_open_then_gets_cookies_and_established_ones_keep_going() {
     let mut gw = Gateway::with(
         home(),
         limited(|setup| {
@@ -1310,6 +1310,7 @@ fn a_syn_flood_at_a_forward_churns_half_open_flows_and_established_ones_keep_goi
     let mut seed = 0x2545_f491_u32;
     let mut refused_established = 0;
     let mut forwarded_syns = 0;
+    let mut cookies = 0;
     for n in 0..2000_u32 {
         seed ^= seed << 13;
         seed ^= seed >> 17;
@@ -1319,6 +1320,7 @@ fn a_syn_flood_at_a_forward_churns_half_open_flows_and_established_ones_keep_goi
         let syn = tcp(WAN, spoofed, forwarded, seg(SYN, seed, 0), &[]);
         match gw.process(&syn, WAN, now).0 {
             Verdict::Transmit { port: LAN } => forwarded_syns += 1,
+            Verdict::Transmit { port: WAN } => cookies += 1,
             // A martian source (or, in general, one source validation refuses).
             Verdict::Drop(reason) => assert_ne!(reason, DropReason::ConntrackFull, "SYN {n}"),
             other => panic!("SYN {n}: {other:?}"),
@@ -1345,13 +1347,12 @@ fn a_syn_flood_at_a_forward_churns_half_open_flows_and_established_ones_keep_goi
     let tables = gw.tables(3 * SECOND);
     assert_eq!(gw.counters.conntrack_half_open.get(), 8);
     assert_eq!(tables.flows, 64, "56 established and 8 half-open");
-    // The first 8 took the free slots; every later one replaced the oldest half-open flow.
-    assert!(forwarded_syns > 1800, "{forwarded_syns}");
-    assert_eq!(
-        tables.evictions,
-        forwarded_syns - 8,
-        "the flood churned itself"
-    );
+    // The first 8 took the free slots; with the half-open table full, the SYN proxy answered
+    // every later one with a cookie, keeping nothing.
+    assert_eq!(forwarded_syns, 8);
+    assert!(cookies > 1800, "{cookies}");
+    assert_eq!(gw.counters.syn_cookies_sent.get(), cookies);
+    assert_eq!(tables.evictions, 0, "nothing churned");
     assert_eq!(gw.dropped(DropReason::ConntrackFull), 0);
     // Every established flow is still there, both ways.
     for &peer in &peers {
@@ -1374,6 +1375,241 @@ fn a_syn_flood_at_a_forward_churns_half_open_flows_and_established_ones_keep_goi
     }
     // A new connection from the LAN still gets a place (a half-open flow's).
     handshake(&mut gw, (SERVER, 42000), web, 3 * SECOND);
+}
+
+/// The half-open table of a worker filled by two SYNs toward the forward that nobody
+/// answers: the state of a flood, in which the SYN proxy answers for the forward.
+fn flooded_gateway() -> Gateway {
+    let mut gw = Gateway::with(home(), limited(|setup| setup.conntrack.half_open = 2));
+    for port in [6000, 6001] {
+        let peer = (OTHER_REMOTE, port);
+        let syn = tcp(WAN, peer, (WAN_ADDR, 8080), seg(SYN, 1, 0), &[]);
+        gw.forward(&syn, WAN, 0, LAN, peer, (SERVER, 80));
+    }
+    gw
+}
+
+/// The cookie in the SYN-ACK the gateway answered `client`'s SYN with (checked on the way).
+fn proxy_cookie(gw: &mut Gateway, client: Endpoint, now: u64) -> u32 {
+    let syn = tcp(WAN, client, (WAN_ADDR, 8080), seg(SYN, C_ISN, 0), &[]);
+    let (verdict, out) = gw.process(&syn, WAN, now);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let (eth, header, segment) = parse_ipv4(&out);
+    assert_eq!((eth.destination, eth.source), (UPSTREAM_MAC, WAN_MAC));
+    assert_eq!((header.source, header.destination), (WAN_ADDR, client.0));
+    let (syn_ack, payload) = check_tcp(&header, segment);
+    assert_eq!(
+        (syn_ack.source_port, syn_ack.destination_port),
+        (8080, client.1)
+    );
+    assert!(syn_ack.syn && syn_ack.ack && !syn_ack.rst && !syn_ack.fin);
+    assert_eq!(syn_ack.acknowledgment_number, C_ISN + 1);
+    assert_eq!(syn_ack.window_size, 0, "no data before the server answers");
+    // MSS alone: no window scale, SACK or timestamps to rewrite later.
+    let options: Vec<_> = syn_ack.options_iterator().map(|o| o.unwrap()).collect();
+    assert_eq!(options, [TcpOptionElement::MaximumSegmentSize(1460)]);
+    assert!(payload.is_empty());
+    syn_ack.sequence_number
+}
+
+/// A segment of a proxied flow through the gateway, sent on `src -> dst` (the other port);
+/// its TCP header and data as they left, checksums verified.
+fn relay(
+    gw: &mut Gateway,
+    frame: &[u8],
+    ingress: u16,
+    (src, dst): (Endpoint, Endpoint),
+) -> (TcpHeader, Vec<u8>) {
+    let egress = if ingress == LAN { WAN } else { LAN };
+    let (verdict, out) = gw.process(frame, ingress, SECOND);
+    assert_eq!(verdict, Verdict::Transmit { port: egress });
+    let (_, header, segment) = parse_ipv4(&out);
+    assert_eq!((header.source, header.destination), (src.0, dst.0));
+    let (sent, payload) = check_tcp(&header, segment);
+    assert_eq!((sent.source_port, sent.destination_port), (src.1, dst.1));
+    (sent, payload.to_vec())
+}
+
+#[test]
+fn under_a_flood_the_syn_proxy_opens_a_forward_only_for_a_returned_cookie_and_splices_it() {
+    let mut gw = flooded_gateway();
+    let forwarded = (WAN_ADDR, 8080);
+    let server = (SERVER, 80);
+    let client = (REMOTE, 5555);
+    let cookie = proxy_cookie(&mut gw, client, SECOND);
+    assert_eq!(gw.tables(SECOND).flows, 2, "the SYN left nothing behind");
+    assert_eq!(gw.counters.syn_cookies_sent.get(), 1);
+
+    // An ACK with a wrong cookie (or another client's) opens nothing.
+    for (peer, ack) in [(client, cookie ^ 0x80), ((REMOTE, 5556), cookie)] {
+        let guess = tcp(
+            WAN,
+            peer,
+            forwarded,
+            seg(ACK, C_ISN + 1, ack.wrapping_add(1)),
+            &[],
+        );
+        assert!(matches!(
+            gw.process(&guess, WAN, SECOND).0,
+            Verdict::Drop(_)
+        ));
+    }
+    assert_eq!(gw.tables(SECOND).flows, 2);
+
+    // The cookie returned: the client's SYN goes on to the server, as it sent it but for
+    // the options (the MSS the cookie carries).
+    let ack = tcp(
+        WAN,
+        client,
+        forwarded,
+        seg(ACK, C_ISN + 1, cookie.wrapping_add(1)),
+        &[],
+    );
+    let (verdict, out) = gw.process(&ack, WAN, SECOND);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (eth, header, segment) = parse_ipv4(&out);
+    assert_eq!((eth.destination, eth.source), (SERVER_MAC, LAN_MAC));
+    assert_eq!((header.source, header.destination), (REMOTE, SERVER));
+    let (syn, _) = check_tcp(&header, segment);
+    assert_eq!((syn.source_port, syn.destination_port), (5555, 80));
+    assert!(syn.syn && !syn.ack);
+    assert_eq!((syn.sequence_number, syn.window_size), (C_ISN, 1024));
+    let options: Vec<_> = syn.options_iterator().map(|o| o.unwrap()).collect();
+    assert_eq!(options, [TcpOptionElement::MaximumSegmentSize(1460)]);
+    assert_eq!(gw.counters.syn_cookies_accepted.get(), 1);
+    // Anything else from the client waits for the server.
+    let early = tcp(
+        WAN,
+        client,
+        forwarded,
+        seg(PSH | ACK, C_ISN + 1, cookie.wrapping_add(1)),
+        &data(4),
+    );
+    gw.expect_drop(&early, WAN, SECOND, DropReason::SynProxyPending);
+
+    // The server's SYN-ACK: the gateway ACKs it for the client, and opens the client's window.
+    let syn_ack = tcp(LAN, server, client, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
+    let (verdict, out) = gw.process(&syn_ack, LAN, SECOND);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let (eth, header, segment) = parse_ipv4(&out);
+    assert_eq!((eth.destination, eth.source), (SERVER_MAC, LAN_MAC));
+    assert_eq!((header.source, header.destination), (REMOTE, SERVER));
+    let (to_server, _) = check_tcp(&header, segment);
+    assert_eq!(
+        (to_server.source_port, to_server.destination_port),
+        (5555, 80)
+    );
+    assert!(to_server.ack && !to_server.syn);
+    assert_eq!(
+        (
+            to_server.sequence_number,
+            to_server.acknowledgment_number,
+            to_server.window_size
+        ),
+        (C_ISN + 1, S_ISN + 1, 1024)
+    );
+    let extra: Vec<_> = gw.pipeline.extra_frames().drain().collect();
+    assert_eq!(extra.len(), 1);
+    let (port, update) = &extra[0];
+    assert_eq!(*port, WAN);
+    let (eth, header, segment) = parse_ipv4(update);
+    assert_eq!((eth.destination, eth.source), (UPSTREAM_MAC, WAN_MAC));
+    assert_eq!((header.source, header.destination), (WAN_ADDR, REMOTE));
+    let (to_client, _) = check_tcp(&header, segment);
+    assert_eq!(
+        (to_client.source_port, to_client.destination_port),
+        (8080, 5555)
+    );
+    assert!(to_client.ack && !to_client.syn);
+    assert_eq!(
+        (
+            to_client.sequence_number,
+            to_client.acknowledgment_number,
+            to_client.window_size
+        ),
+        (cookie.wrapping_add(1), C_ISN + 1, 1024)
+    );
+
+    // Data both ways: the client's numbers on the WAN, the server's on the LAN, never by
+    // a shortcut that would not shift them.
+    let mut client_next = C_ISN + 1;
+    let mut server_next = S_ISN + 1;
+    for round in 0..3 {
+        let request = tcp(
+            WAN,
+            client,
+            forwarded,
+            seg(
+                PSH | ACK,
+                client_next,
+                server_next.wrapping_sub(S_ISN).wrapping_add(cookie),
+            ),
+            &data(10),
+        );
+        let (sent, payload) = relay(&mut gw, &request, WAN, (client, server));
+        assert_eq!(
+            (sent.sequence_number, sent.acknowledgment_number),
+            (client_next, server_next),
+            "request {round}"
+        );
+        assert_eq!(payload, data(10));
+        client_next += 10;
+        let response = tcp(
+            LAN,
+            server,
+            client,
+            seg(PSH | ACK, server_next, client_next),
+            &data(20),
+        );
+        let (sent, payload) = relay(&mut gw, &response, LAN, (forwarded, client));
+        assert_eq!(
+            (sent.sequence_number, sent.acknowledgment_number),
+            (
+                server_next.wrapping_sub(S_ISN).wrapping_add(cookie),
+                client_next
+            ),
+            "response {round}"
+        );
+        assert_eq!(payload, data(20));
+        server_next += 20;
+    }
+    assert_eq!(gw.counters.fast_path.get(), 0);
+    assert_eq!(
+        gw.dropped(DropReason::ConntrackInvalid),
+        2,
+        "the two guesses alone"
+    );
+}
+
+#[test]
+fn a_server_that_refuses_a_proxied_client_resets_it_at_the_number_it_expects() {
+    let mut gw = flooded_gateway();
+    let client = (REMOTE, 5557);
+    let cookie = proxy_cookie(&mut gw, client, SECOND);
+    let ack = tcp(
+        WAN,
+        client,
+        (WAN_ADDR, 8080),
+        seg(ACK, C_ISN + 1, cookie.wrapping_add(1)),
+        &[],
+    );
+    assert_eq!(
+        gw.process(&ack, WAN, SECOND).0,
+        Verdict::Transmit { port: LAN }
+    );
+    let refusal = tcp(LAN, (SERVER, 80), client, seg(RST | ACK, 0, C_ISN + 1), &[]);
+    let (reset, _) = relay(&mut gw, &refusal, LAN, ((WAN_ADDR, 8080), client));
+    assert!(reset.rst);
+    assert_eq!(reset.sequence_number, cookie.wrapping_add(1));
+}
+
+#[test]
+fn without_a_flood_a_forward_sees_the_clients_own_handshake() {
+    let mut gw = Gateway::with(home(), limited(|setup| setup.conntrack.half_open = 2));
+    let client = (REMOTE, 5558);
+    let syn = tcp(WAN, client, (WAN_ADDR, 8080), seg(SYN, C_ISN, 0), &[]);
+    gw.forward(&syn, WAN, 0, LAN, client, (SERVER, 80));
+    assert_eq!(gw.counters.syn_cookies_sent.get(), 0);
 }
 
 #[test]

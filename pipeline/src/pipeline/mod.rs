@@ -22,6 +22,7 @@ mod requests;
 pub mod snapshot;
 pub mod stateful;
 mod stateful6;
+pub mod syn_proxy;
 
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
@@ -45,6 +46,7 @@ use crate::pipeline::fast_path::{FlowProbe, Route, MAX_BURST};
 use crate::pipeline::features::ShapeRequest;
 use crate::pipeline::stateful::{Stage, StatefulStage, Translation};
 use crate::pipeline::stateful6::{FlowData6, StatefulStage6};
+use crate::pipeline::syn_proxy::ExtraFrames;
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -154,6 +156,9 @@ pub struct Pipeline {
     shape_requests: [Option<ShapeRequest>; MAX_BURST],
     /// QoS is on in shaper mode (the router config's, kept here for the per-packet test).
     shaping: bool,
+    /// Frames made beside the burst's packets (the SYN proxy's window updates), for the
+    /// worker to send after it: [`Pipeline::extra_frames`].
+    pub(crate) extra_frames: ExtraFrames,
 }
 
 impl Pipeline {
@@ -223,6 +228,7 @@ impl Pipeline {
             shape_request: None,
             shape_requests: [None; MAX_BURST],
             shaping: false,
+            extra_frames: ExtraFrames::default(),
             qos: None,
             idle_qos_hosts: [(); 2].map(|_| HostShares::new(setup.conntrack.hosts, setup.qos_seed)),
             qos_stats,
@@ -437,6 +443,13 @@ impl Pipeline {
     #[inline]
     pub fn shaping(&self) -> bool {
         self.shaping
+    }
+
+    /// Frames the pipeline made beside the packets it was given (the SYN proxy's window
+    /// updates, [`syn_proxy`]), each with the port it leaves by: the worker sends them after
+    /// the burst, which must drain them (a full store drops further ones, counted).
+    pub fn extra_frames(&mut self) -> &mut ExtraFrames {
+        &mut self.extra_frames
     }
 
     /// In shaper mode, for each packet of the last [`process_burst`](Self::process_burst)

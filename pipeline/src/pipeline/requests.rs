@@ -30,6 +30,8 @@ impl Pipeline {
                 segment,
                 reason,
             } => self.reset_client(pkt, &key, &segment, reason, now_ns),
+            Request::SynCookie(answer) => self.send_cookie(pkt, &answer),
+            Request::Splice(splice) => self.send_splice(pkt, &splice),
         }
     }
 

@@ -49,7 +49,7 @@ use crate::Pipeline;
 pub const MAGIC: [u8; 8] = *b"GWSTATE\0";
 /// The version of the header and of every record in the payload (flow keys, TCP tracker,
 /// [`FlowData`]).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const HEADER_LEN: usize = 24;
 
 /// One flow of a snapshot.

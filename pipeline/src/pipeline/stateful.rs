@@ -17,13 +17,15 @@ use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::fast_path::FlowProbe;
 use crate::pipeline::punt::deliver_locally;
+use crate::pipeline::syn_proxy::{CookieAnswer, Splice};
 use crate::pipeline::Ingress;
 use crate::state::conntrack::{
     FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy,
 };
 use crate::state::firewall::{Action, ZoneId};
-use crate::state::flow_data::{release, ContentState, FlowData};
+use crate::state::flow_data::{release, ContentState, FlowData, SynProxy};
 use crate::state::nat::{self, AllocError, NatPool, Ownership};
+use crate::state::syn_cookie::CookieJar;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::udp::DNS_PORT;
 use crate::wire::{
@@ -60,6 +62,10 @@ pub(crate) enum Request {
         segment: TcpSegment,
         reason: DropReason,
     },
+    /// A SYN toward a port forward answered by the SYN proxy with a cookie.
+    SynCookie(CookieAnswer),
+    /// A server's SYN-ACK to a proxied client, answered by the proxy for the client.
+    Splice(Splice),
 }
 
 /// A packet's tuple as received and as the stateful stage rewrote it.
@@ -92,6 +98,8 @@ pub(crate) struct StatefulStage {
     /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
     /// time, which the per-packet path must not ask the OS for.
     pub(crate) unix_epoch_at_zero: i64,
+    /// The SYN proxy's cookie key (`crate::pipeline::syn_proxy`).
+    pub(crate) cookies: CookieJar,
 }
 
 impl StatefulStage {
@@ -108,6 +116,7 @@ impl StatefulStage {
             worker,
             ownership,
             unix_epoch_at_zero: 0,
+            cookies: CookieJar::new(),
         }
     }
 
@@ -162,6 +171,15 @@ impl StatefulStage {
                 if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(pkt) {
                     return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
+                let proxied = self.flows.data(id).syn_proxy != SynProxy::Off;
+                let segment = if proxied {
+                    match self.splice(pkt, id, direction, segment, now_ns) {
+                        Ok(segment) => segment,
+                        Err(stage) => return stage,
+                    }
+                } else {
+                    segment
+                };
                 if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
                 {
                     return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
@@ -188,6 +206,8 @@ impl StatefulStage {
                 }
                 let target = self.flows.key(id, direction.opposite()).reversed();
                 match translate(pkt, &key, &target) {
+                    // A shortcut would not shift the sequence numbers.
+                    Stage::Forward(translation) if proxied => Stage::Forward(translation),
                     Stage::Forward(translation) => Stage::Established {
                         translation,
                         flow: id,
@@ -379,9 +399,24 @@ impl StatefulStage {
             Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage::Request(reject(&key, segment)),
         }
+        let from_inside = !stateful.masquerade[usize::from(ingress.port)];
+        let mut segment = segment;
+        let mut syn_proxy = SynProxy::Off;
+        if let (Some(_), false, Some(tcp)) = (dnat, from_inside, segment) {
+            if is_bare_syn(segment.as_ref()) && self.flows.half_open_full() {
+                let mtu_mss = interfaces[egress].mtu.saturating_sub(40);
+                let mss = router
+                    .mss_limit(ingress.port, route.port)
+                    .map_or(mtu_mss, |limit| limit.min(mtu_mss));
+                return self.answer_with_cookie(pkt, &key, &tcp, mss, now_ns);
+            }
+            if let Some((syn, state)) = self.open_by_cookie(pkt, &key, &tcp, now_ns) {
+                segment = Some(syn);
+                syn_proxy = state;
+            }
+        }
         // Parental control and keyword block apply to flows LAN devices open.
         let mut content = ContentState::Allowed;
-        let from_inside = !stateful.masquerade[usize::from(ingress.port)];
         // Borrowed, not cloned: an Arc clone per new flow would be an atomic on a line every
         // worker shares.
         if let Some(policy) = stateful.content.as_deref() {
@@ -447,6 +482,7 @@ impl StatefulStage {
             forwarded: dnat.is_some(),
             generation: stateful.generation,
             content,
+            syn_proxy,
             shortcuts: Default::default(),
         };
         let inserted =
@@ -460,6 +496,9 @@ impl StatefulStage {
         if let Ok(id) = inserted {
             // A recycled slot must not inherit an earlier flow's half-read stream.
             self.inspector.forget(id.as_u32());
+        }
+        if syn_proxy != SynProxy::Off {
+            counters.syn_cookies_accepted.inc();
         }
         translate(pkt, &key, &reply.reversed())
     }

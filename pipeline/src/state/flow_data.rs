@@ -26,6 +26,9 @@ pub struct FlowData {
     pub(crate) generation: u32,
     /// Keyword block and parental control: where the flow stands.
     pub(crate) content: ContentState,
+    /// Opened through the SYN proxy (a SYN cookie), whose sequence numbers the gateway
+    /// splices: see `crate::pipeline::syn_proxy`.
+    pub(crate) syn_proxy: SynProxy,
     /// Per direction (original, reply): what forwarding decided for the last packet, so
     /// the next ones can skip the checks that decision depended on (the fast path's [`Shortcut`]).
     /// A cache, rebuilt by the next packet: not part of the snapshot.
@@ -41,6 +44,23 @@ pub enum ContentState {
     Allowed,
     Inspecting,
     Blocked,
+}
+
+/// Where a flow the SYN proxy opened stands. The client's view of the server's sequence
+/// numbers starts at the cookie, the server's own at its ISN: the proxy adds the difference
+/// to what the server sends and takes it from what the client acknowledges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SynProxy {
+    /// Not proxied: the endpoints' own handshake.
+    #[default]
+    Off,
+    /// The client returned the cookie; its SYN went on to the server, whose SYN-ACK has
+    /// not come back yet. `client_window` is the window the client offered (unscaled: the
+    /// proxy negotiates no window scaling).
+    AwaitingServer { cookie: u32, client_window: u16 },
+    /// Both handshakes are done: the server's sequence numbers plus `delta` are the client's
+    /// (`client_window` kept to answer a retransmitted SYN-ACK again).
+    Spliced { delta: u32, client_window: u16 },
 }
 
 /// Returns a flow's NAT binding to the pool.

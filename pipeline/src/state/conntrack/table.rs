@@ -365,7 +365,7 @@ impl<D: Copy, K: TableKey> FlowTable<D, K> {
     }
 
     /// Whether a new half-open flow must first make room by evicting the oldest.
-    fn half_open_full(&self) -> bool {
+    pub fn half_open_full(&self) -> bool {
         self.half_open.len() >= self.config.half_open
     }
 
