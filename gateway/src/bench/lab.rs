@@ -106,6 +106,9 @@ pub(super) struct Lab {
     /// SYNs the gateway forwarded to the LAN (TCP is only ever the flood's): with the SYNs
     /// sent, what tells the flood's refused SYNs from refused established packets exactly.
     pub forwarded_syns: u64,
+    /// SYNs the gateway answered itself, with a SYN cookie back to the WAN (the SYN proxy,
+    /// while the half-open table is full): the TCP frames it sends to the WAN.
+    pub cookie_answers: u64,
     /// The ports own the rings they use, and stay open while the loops' queues live.
     _ports: Vec<Port>,
 }
@@ -279,6 +282,7 @@ impl Lab {
             },
             poll_cycles: 0,
             forwarded_syns: 0,
+            cookie_answers: 0,
             _ports: ports,
         })
     }
@@ -426,8 +430,12 @@ impl Lab {
     pub fn discard_output(&mut self) {
         let mut batch = MbufBatch::new();
         for rings in &mut self.queues {
-            while rings.lan_tx.dequeue(&mut batch) > 0 || rings.wan_tx.dequeue(&mut batch) > 0 {
+            while rings.lan_tx.dequeue(&mut batch) > 0 {
                 self.forwarded_syns += syns_in(&batch);
+                batch.free_all();
+            }
+            while rings.wan_tx.dequeue(&mut batch) > 0 {
+                self.cookie_answers += syns_in(&batch);
                 batch.free_all();
             }
         }
@@ -472,6 +480,7 @@ impl Lab {
         self.warm_up(in_flight)?;
         self.fill_half_open(in_flight)?;
         let forwarded_before = self.forwarded_syns;
+        let cookies_before = self.cookie_answers;
         let drops_before = self.dropped_total();
         let by_reason_before: Vec<u64> = DropReason::ALL
             .iter()
@@ -506,7 +515,8 @@ impl Lab {
             flood.add(flood_row);
         }
         // Every SYN sent was forwarded or dropped (the rings are drained after each round).
-        let refused_syns = flood.syns - (self.forwarded_syns - forwarded_before);
+        let cookies = self.cookie_answers - cookies_before;
+        let refused_syns = flood.syns - (self.forwarded_syns - forwarded_before) - cookies;
         let refused_established =
             (self.dropped_total() - drops_before).saturating_sub(refused_syns);
         let refused_by_reason = DropReason::ALL
@@ -520,6 +530,7 @@ impl Lab {
             baseline,
             flood,
             refused_syns,
+            cookies,
             refused_established,
             refused_by_reason,
             half_open: self.half_open(),
@@ -570,6 +581,16 @@ impl Lab {
                 for rings in &mut self.queues {
                     while rings.wan_tx.dequeue(&mut batch) > 0 {
                         for mut mbuf in batch.drain() {
+                            // A SYN answered with a cookie comes back this way: like a
+                            // forwarded SYN from the LAN, it makes the next outbound packet.
+                            if is_tcp(mbuf.data()) {
+                                self.cookie_answers += 1;
+                                let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+                                if mbuf.set_len(len).is_ok() {
+                                    self.lan_in.push(mbuf);
+                                }
+                                continue;
+                            }
                             // A SYN takes the place of a reply, not of an outbound packet:
                             // both enter by the WAN and leave by the LAN, so each ring keeps
                             // the inflow it had without the flood, and replies stay one

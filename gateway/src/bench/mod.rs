@@ -128,6 +128,8 @@ struct SynFlood {
     flood: Row,
     /// SYNs the gateway refused (at the half-open limits, or a table with nothing to evict).
     refused_syns: u64,
+    /// SYNs the SYN proxy answered with a cookie, keeping nothing (the half-open table full).
+    cookies: u64,
     /// Packets dropped for any other reason during the flood: established ones.
     refused_established: u64,
     /// Every drop during the flood by reason (the SYNs' and any other), for the verdict's
@@ -603,7 +605,7 @@ password = "bench"
 /// The SYN-flood fields of `--json`, beside the others.
 fn syn_flood_json(flood: &SynFlood) -> String {
     format!(
-        "\"syn_percent_of_packets\":{:.2},\"syn_flood_syns\":{},\"syn_flood_refused_syns\":{},\"syn_flood_half_open\":{},\"syn_flood_half_open_limit\":{},\"syn_flood_established_ratio\":{:.3},\"syn_flood_refused_established\":{},\"syn_flood_round_pairs\":{},\"syn_flood_established_ratio_median\":{:.3},\"syn_flood_baseline_wan_backlog\":{:.0},\"syn_flood_wan_backlog\":{:.0}",
+        "\"syn_percent_of_packets\":{:.2},\"syn_flood_syns\":{},\"syn_flood_refused_syns\":{},\"syn_flood_half_open\":{},\"syn_flood_half_open_limit\":{},\"syn_flood_established_ratio\":{:.3},\"syn_flood_refused_established\":{},\"syn_flood_round_pairs\":{},\"syn_flood_established_ratio_median\":{:.3},\"syn_flood_baseline_wan_backlog\":{:.0},\"syn_flood_wan_backlog\":{:.0},\"syn_flood_cookies\":{}",
         100.0 * flood.flood.syns as f64 / flood.flood.packets.max(1) as f64,
         flood.flood.syns,
         flood.refused_syns,
@@ -615,14 +617,16 @@ fn syn_flood_json(flood: &SynFlood) -> String {
         flood.median_round_ratio(),
         flood.mean_wan_backlog(&flood.baseline),
         flood.mean_wan_backlog(&flood.flood),
+        flood.cookies,
     )
 }
 
 fn syn_flood_summary(flood: &SynFlood) -> String {
     format!(
-        "SYN flood at a port forward: {} spoofed SYNs ({:.1}% of packets), {} of them refused, {} of {} half-open at the end; established flows kept {:.1}% of their packet rate per cycle (median of {} pairs of rounds; {:.1}% over all), {} of their packets refused; packets waiting in the WAN ring at a round's end: {:.0} without the flood, {:.0} with it",
+        "SYN flood at a port forward: {} spoofed SYNs ({:.1}% of packets), {} answered with a SYN cookie, {} refused, {} of {} half-open at the end; established flows kept {:.1}% of their packet rate per cycle (median of {} pairs of rounds; {:.1}% over all), {} of their packets refused; packets waiting in the WAN ring at a round's end: {:.0} without the flood, {:.0} with it",
         flood.flood.syns,
         100.0 * flood.flood.syns as f64 / flood.flood.packets.max(1) as f64,
+        flood.cookies,
         flood.refused_syns,
         flood.half_open,
         flood.half_open_limit,

@@ -202,12 +202,18 @@ impl Pipeline {
             if let Some((key, hash)) = slot {
                 prefetch(self.stateful.flows.index_address_hashed(*hash));
                 if key.protocol == ipv4::protocol::TCP && frame_is_bare_syn(pkt.bytes()) {
-                    // Likely a new flow, whose insert would otherwise wait on each of these.
-                    opens_flow = true;
-                    for line in self.stateful.flows.insert_lines(key) {
-                        prefetch(line);
+                    let forwarded = self.forwarded_reply(key, ingress[slot_index]);
+                    // Under a flood the SYN proxy answers a forward's SYN with a cookie,
+                    // without touching the table (`crate::pipeline::syn_proxy`).
+                    let cookie = forwarded.is_some() && self.stateful.flows.half_open_full();
+                    if !cookie {
+                        // Likely a new flow, whose insert would otherwise wait on each of these.
+                        opens_flow = true;
+                        for line in self.stateful.flows.insert_lines(key) {
+                            prefetch(line);
+                        }
                     }
-                    if let Some(reply) = self.forwarded_reply(key, ingress[slot_index]) {
+                    if let Some(reply) = forwarded.filter(|_| !cookie) {
                         // The insert's first touch of it: a miss nothing else would overlap.
                         prefetch(
                             self.stateful
@@ -242,11 +248,11 @@ impl Pipeline {
             for line in self.stateful.flows.eviction_lines().into_iter().flatten() {
                 prefetch(line);
             }
-        }
-        // Under a flood, the next victims' entries for the next burst's evictions: read now,
-        // by `eviction_lines` above, they would stall the burst.
-        for line in self.stateful.flows.eviction_ahead_lines() {
-            prefetch(line);
+            // And the next victims' entries, for the next burst's evictions: read now, by
+            // `eviction_lines` above, they would stall the burst.
+            for line in self.stateful.flows.eviction_ahead_lines() {
+                prefetch(line);
+            }
         }
         for (i, pkt) in packets[..count].iter_mut().enumerate() {
             verdicts[i] = match keys6[i] {

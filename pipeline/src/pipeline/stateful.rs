@@ -216,7 +216,9 @@ impl StatefulStage {
                     done => done,
                 }
             }
-            Probe::Vacant(_) if !l4_checksum_ok(pkt) => {
+            // A bare SYN's is checked by `new_flow`, unless the SYN proxy answers it, which
+            // keeps nothing.
+            Probe::Vacant(_) if !is_bare_syn(segment.as_ref()) && !l4_checksum_ok(pkt) => {
                 Stage::Done(Verdict::Drop(DropReason::L4Checksum))
             }
             Probe::Vacant(vacancy) => self.new_flow(
@@ -361,6 +363,15 @@ impl StatefulStage {
         let interfaces = &router.interfaces;
         let dnat = stateful.dnat(interfaces, &key);
         let from = stateful.zones[usize::from(ingress.port)];
+        let from_inside = !stateful.masquerade[usize::from(ingress.port)];
+        // Under a flood, the SYN proxy's: a forward's SYN from outside.
+        let cookie_due = dnat.is_some()
+            && !from_inside
+            && is_bare_syn(segment.as_ref())
+            && self.flows.half_open_full();
+        if is_bare_syn(segment.as_ref()) && !cookie_due && !l4_checksum_ok(pkt) {
+            return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
+        }
         if dnat.is_none() && router.local_port(key.dst).is_some() {
             let (action, _) = stateful
                 .firewall
@@ -399,11 +410,10 @@ impl StatefulStage {
             Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage::Request(reject(&key, segment)),
         }
-        let from_inside = !stateful.masquerade[usize::from(ingress.port)];
         let mut segment = segment;
         let mut syn_proxy = SynProxy::Off;
         if let (Some(_), false, Some(tcp)) = (dnat, from_inside, segment) {
-            if is_bare_syn(segment.as_ref()) && self.flows.half_open_full() {
+            if cookie_due {
                 let mtu_mss = interfaces[egress].mtu.saturating_sub(40);
                 let mss = router
                     .mss_limit(ingress.port, route.port)

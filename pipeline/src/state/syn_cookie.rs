@@ -4,7 +4,7 @@
 //! client that receives the SYN-ACK can return the cookie in its ACK, and only then does the
 //! connection take a place in the flow table.
 //!
-//! A cookie is a keyed hash (SipHash, keyed per worker from [`RandomState`]) of the tuple,
+//! A cookie is a keyed hash (SipHash-1-3, keyed per worker from [`RandomState`]) of the tuple,
 //! the client's ISN and the current 64-second period, its low three bits replaced by an
 //! index into [`MSS_TABLE`]. An ACK is checked against the current and the previous period,
 //! so a cookie stays valid 64 to 128 seconds, as Linux's do for about two minutes. A guess
@@ -14,6 +14,8 @@
 //! worker ([`crate::pipeline::stateful`]'s owner) makes and checks its cookie.
 
 use std::hash::{BuildHasher, RandomState};
+
+use siphasher::sip::SipHasher13;
 
 use crate::flow::FlowKey;
 
@@ -29,7 +31,7 @@ const PERIOD_SHIFT: u32 = 36;
 /// One worker's cookie key.
 #[derive(Clone, Debug)]
 pub struct CookieJar {
-    key: RandomState,
+    key: SipHasher13,
 }
 
 impl Default for CookieJar {
@@ -41,8 +43,10 @@ impl Default for CookieJar {
 impl CookieJar {
     /// A jar with a fresh random key.
     pub fn new() -> Self {
+        let random = RandomState::new();
+        let [key0, key1] = [0_u8, 1].map(|i| random.hash_one(i));
         CookieJar {
-            key: RandomState::new(),
+            key: SipHasher13::new_with_keys(key0, key1),
         }
     }
 
@@ -67,15 +71,15 @@ impl CookieJar {
     }
 
     fn mac(&self, key: &FlowKey, client_isn: u32, period: u64) -> u32 {
-        let words = (
-            u32::from(key.src),
-            u32::from(key.dst),
-            key.src_port,
-            key.dst_port,
-            client_isn,
-            period,
-        );
-        self.key.hash_one(words) as u32
+        // One 24-byte message: SipHash pays per write.
+        let mut message = [0_u8; 24];
+        message[..4].copy_from_slice(&key.src.octets());
+        message[4..8].copy_from_slice(&key.dst.octets());
+        message[8..10].copy_from_slice(&key.src_port.to_be_bytes());
+        message[10..12].copy_from_slice(&key.dst_port.to_be_bytes());
+        message[12..16].copy_from_slice(&client_isn.to_be_bytes());
+        message[16..].copy_from_slice(&period.to_le_bytes());
+        self.key.hash(&message) as u32
     }
 }
 

@@ -75,7 +75,13 @@ pub fn checksum(data: &[u8]) -> u16 {
 
 /// Sum of the IPv4 pseudo header that TCP and UDP checksums cover (RFC 793, RFC 768).
 pub fn pseudo_header_sum(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, l4_len: u16) -> u32 {
-    sum(&src.octets()) + sum(&dst.octets()) + u32::from(protocol) + u32::from(l4_len)
+    // Each address as one 32-bit word, as `sum` does (2^16 = 1 mod 0xffff).
+    fold64(
+        u64::from(u32::from(src))
+            + u64::from(u32::from(dst))
+            + u64::from(protocol)
+            + u64::from(l4_len),
+    )
 }
 
 /// RFC 1624 eqn. 3, `HC' = ~(~HC + ~m + m')`, for one changed 16-bit word.
