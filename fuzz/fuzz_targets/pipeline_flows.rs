@@ -379,6 +379,9 @@ impl Harness {
                         capacity: FLOWS,
                         timeouts: timeouts(),
                         tcp_loose: worker == 1,
+                        // Worker 0's half-open table fills after a few SYNs, so that its
+                        // SYN proxy answers for the forwards (cookies, splices).
+                        half_open: if worker == 0 { 4 } else { FLOWS },
                         ..ConntrackConfig::default()
                     },
                     nat_ports: NAT_PORTS,

@@ -36,11 +36,11 @@ for test in test_*.sh; do
     took "$test" "$started"
 done
 # The router, NAT, firewall and kernel twin checks, sessions across a restart, addresses
-# and routes from the kernel (DHCP, BGP), VLAN subinterfaces and the PPPoE uplink (whose
-# downstream all lands on one queue), again on two workers (see with_e2e_workers in lib.sh).
+# and routes from the kernel (DHCP, BGP), VLAN subinterfaces, the PPPoE uplink (whose
+# downstream all lands on one queue) and the SYN proxy, again on two workers (see with_e2e_workers in lib.sh).
 # test_netlink.sh runs dhcpcd on the WAN twin in the first pass, dhclient in this one.
 for test in test_router.sh test_nat.sh test_ctl.sh test_kernel_twins.sh test_snapshot.sh test_netlink.sh \
-    test_frr_bgp.sh test_vlan.sh test_pppoe.sh; do
+    test_frr_bgp.sh test_vlan.sh test_pppoe.sh test_syn_proxy.sh; do
     echo "== $test on two workers"
     started=$SECONDS
     if ! E2E_WORKERS=2 DHCP_CLIENT=dhclient run_one bash "$test"; then
