@@ -206,7 +206,10 @@ impl Pipeline {
                     // Under a flood the SYN proxy answers a forward's SYN with a cookie,
                     // without touching the table (`crate::pipeline::syn_proxy`).
                     let cookie = forwarded.is_some() && self.stateful.flows.half_open_full();
-                    if !cookie {
+                    if cookie {
+                        // The SYN-ACK's route back to a (likely spoofed, so random) source.
+                        prefetch(self.router.routes.entry_address(key.src));
+                    } else {
                         // Likely a new flow, whose insert would otherwise wait on each of these.
                         opens_flow = true;
                         for line in self.stateful.flows.insert_lines(key) {
