@@ -51,7 +51,7 @@ printf '%-46s %s\n' "established NAT44+SPI (UDP, out and reply)" "$(per_packet s
 printf '%-46s %s\n' "established, QoS and traffic meter on" "$(per_packet features 0 "$PACKETS")"
 printf '%-46s %s\n' "established IPv6 through the firewall (UDP)" "$(per_packet ipv6 0 "$PACKETS")"
 printf '%-46s %s\n' "new UDP flow through masquerade" "$(per_packet new 1 "$PACKETS")"
-printf "%-46s %s\n" "spoofed SYN at a forward, half-open table full" "$(per_packet syn 1 "$PACKETS")"
+printf "%-46s %s\n" "spoofed SYN at a forward, answered by cookie" "$(per_packet syn 1 "$PACKETS")"
 printf '%-46s %s\n' "another worker's packet, handed off (decision)" "$(per_packet handoff 1 "$PACKETS")"
 # The shaper's queueing alone (pipeline::features::shaper, as the worker holds it per WAN link): a
 # saturated link, 1,000 hosts with a flow each, 64-byte packets in and out in bursts of 32;
