@@ -1604,6 +1604,73 @@ fn a_server_that_refuses_a_proxied_client_resets_it_at_the_number_it_expects() {
 }
 
 #[test]
+fn a_retransmitted_syn_ack_is_answered_again_and_a_client_reset_passes_before_the_server_answers() {
+    let mut gw = flooded_gateway();
+    let (client, forwarded, server) = ((REMOTE, 5559), (WAN_ADDR, 8080), (SERVER, 80));
+    let cookie = proxy_cookie(&mut gw, client, SECOND);
+    let ack = tcp(
+        WAN,
+        client,
+        forwarded,
+        seg(ACK, C_ISN + 1, cookie.wrapping_add(1)),
+        &[],
+    );
+    assert_eq!(
+        gw.process(&ack, WAN, SECOND).0,
+        Verdict::Transmit { port: LAN }
+    );
+    let syn_ack = tcp(LAN, server, client, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
+    // Our ACK was lost: the server sends its SYN-ACK again, and is answered again.
+    for round in 0..2 {
+        let (verdict, out) = gw.process(&syn_ack, LAN, SECOND + round);
+        assert_eq!(verdict, Verdict::Transmit { port: LAN }, "SYN-ACK {round}");
+        let (_, header, segment) = parse_ipv4(&out);
+        let (to_server, _) = check_tcp(&header, segment);
+        assert!(to_server.ack && !to_server.syn);
+        assert_eq!(
+            (to_server.sequence_number, to_server.acknowledgment_number),
+            (C_ISN + 1, S_ISN + 1)
+        );
+        assert_eq!(
+            gw.pipeline.extra_frames().drain().count(),
+            1,
+            "window update {round}"
+        );
+    }
+    let request = tcp(
+        WAN,
+        client,
+        forwarded,
+        seg(PSH | ACK, C_ISN + 1, cookie.wrapping_add(1)),
+        &data(3),
+    );
+    let (sent, _) = relay(&mut gw, &request, WAN, (client, server));
+    assert_eq!(sent.acknowledgment_number, S_ISN + 1);
+
+    // Another client gives up before the server answers: its reset goes on. (The spliced
+    // flow left the half-open table: one more unanswered SYN fills it again.)
+    let filler = tcp(WAN, (OTHER_REMOTE, 6002), forwarded, seg(SYN, 1, 0), &[]);
+    assert_eq!(gw.process(&filler, WAN, SECOND).0, Verdict::Transmit { port: LAN });
+    let quitter = (REMOTE, 5560);
+    let cookie = proxy_cookie(&mut gw, quitter, SECOND);
+    let ack = tcp(
+        WAN,
+        quitter,
+        forwarded,
+        seg(ACK, C_ISN + 1, cookie.wrapping_add(1)),
+        &[],
+    );
+    assert_eq!(
+        gw.process(&ack, WAN, SECOND).0,
+        Verdict::Transmit { port: LAN }
+    );
+    let reset = tcp(WAN, quitter, forwarded, seg(RST, C_ISN + 1, 0), &[]);
+    let (sent, _) = relay(&mut gw, &reset, WAN, (quitter, server));
+    assert!(sent.rst);
+    assert_eq!(gw.dropped(DropReason::ConntrackInvalid), 0);
+}
+
+#[test]
 fn without_a_flood_a_forward_sees_the_clients_own_handshake() {
     let mut gw = Gateway::with(home(), limited(|setup| setup.conntrack.half_open = 2));
     let client = (REMOTE, 5558);
