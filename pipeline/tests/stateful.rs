@@ -1650,7 +1650,10 @@ fn a_retransmitted_syn_ack_is_answered_again_and_a_client_reset_passes_before_th
     // Another client gives up before the server answers: its reset goes on. (The spliced
     // flow left the half-open table: one more unanswered SYN fills it again.)
     let filler = tcp(WAN, (OTHER_REMOTE, 6002), forwarded, seg(SYN, 1, 0), &[]);
-    assert_eq!(gw.process(&filler, WAN, SECOND).0, Verdict::Transmit { port: LAN });
+    assert_eq!(
+        gw.process(&filler, WAN, SECOND).0,
+        Verdict::Transmit { port: LAN }
+    );
     let quitter = (REMOTE, 5560);
     let cookie = proxy_cookie(&mut gw, quitter, SECOND);
     let ack = tcp(

@@ -133,11 +133,13 @@ impl StatefulStage {
             return Ok(None);
         };
         let state = self.flows.data(id).syn_proxy;
-        let syn_ack = segment.flags & (flags::SYN | flags::ACK) == flags::SYN | flags::ACK;
+        // The server's (a client's SYN-ACK, which no handshake has, goes to the tracker).
+        let syn_ack = direction == Direction::Reply
+            && segment.flags & (flags::SYN | flags::ACK) == flags::SYN | flags::ACK;
         let rst = segment.flags & flags::RST != 0;
         let delta = match (state, direction) {
             (SynProxy::Off, _) => return Ok(Some(segment)),
-            (SynProxy::AwaitingServer { cookie, .. }, Direction::Reply) if syn_ack => {
+            (SynProxy::AwaitingServer { cookie, .. }, _) if syn_ack => {
                 cookie.wrapping_sub(segment.seq)
             }
             // The server refused (a closed port): the client takes a reset only at the
