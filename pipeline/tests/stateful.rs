@@ -1673,6 +1673,66 @@ fn a_retransmitted_syn_ack_is_answered_again_and_a_client_reset_passes_before_th
     assert_eq!(gw.dropped(DropReason::ConntrackInvalid), 0);
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any exchange over a proxied connection, segments of any size either way, some sent
+    /// again (retransmissions one segment old): every segment crosses, in the client's
+    /// numbers on the WAN and the server's on the LAN, with valid checksums, and nothing is
+    /// refused.
+    #[test]
+    fn a_spliced_connection_carries_any_exchange(
+        server_isn in any::<u32>(),
+        client_isn in any::<u32>(),
+        segments in prop::collection::vec((any::<bool>(), 1..1400_usize, any::<bool>()), 1..24),
+    ) {
+        let mut gw = flooded_gateway();
+        let (client, forwarded, server) = ((REMOTE, 5600), (WAN_ADDR, 8080), (SERVER, 80));
+        let syn = tcp(WAN, client, forwarded, seg(SYN, client_isn, 0), &[]);
+        let (verdict, out) = gw.process(&syn, WAN, SECOND);
+        prop_assert_eq!(verdict, Verdict::Transmit { port: WAN });
+        let (_, header, segment) = parse_ipv4(&out);
+        let cookie = check_tcp(&header, segment).0.sequence_number;
+        let c1 = client_isn.wrapping_add(1);
+        // Windows (unscaled: the proxy negotiates no scaling) wider than all the data sent.
+        let wide = |flags, seq, ack| Seg { window: 65535, ..seg(flags, seq, ack) };
+        let ack = tcp(WAN, client, forwarded, wide(ACK, c1, cookie.wrapping_add(1)), &[]);
+        prop_assert_eq!(gw.process(&ack, WAN, SECOND).0, Verdict::Transmit { port: LAN });
+        let syn_ack = tcp(LAN, server, client, wide(SYN | ACK, server_isn, c1), &[]);
+        prop_assert_eq!(gw.process(&syn_ack, LAN, SECOND).0, Verdict::Transmit { port: LAN });
+        // Each side's next sequence number in its own view, and the last segment it sent.
+        let to_client_view = |server_seq: u32| server_seq.wrapping_sub(server_isn).wrapping_add(cookie);
+        let (mut client_next, mut server_next) = (c1, server_isn.wrapping_add(1));
+        let mut last: [Option<(u32, usize)>; 2] = [None, None];
+        for (from_client, len, again) in segments {
+            let side = usize::from(!from_client);
+            let (seq, len) = match (again, last[side]) {
+                (true, Some(previous)) => previous,
+                _ => {
+                    let next = if from_client { &mut client_next } else { &mut server_next };
+                    let sent = (*next, len);
+                    *next = next.wrapping_add(len as u32);
+                    sent
+                }
+            };
+            last[side] = Some((seq, len));
+            let payload = data(len);
+            if from_client {
+                let frame = tcp(WAN, client, forwarded, wide(ACK, seq, to_client_view(server_next)), &payload);
+                let (sent, carried) = relay(&mut gw, &frame, WAN, (client, server));
+                prop_assert_eq!((sent.sequence_number, sent.acknowledgment_number), (seq, server_next));
+                prop_assert_eq!(carried, payload);
+            } else {
+                let frame = tcp(LAN, server, client, wide(ACK, seq, client_next), &payload);
+                let (sent, carried) = relay(&mut gw, &frame, LAN, (forwarded, client));
+                prop_assert_eq!((sent.sequence_number, sent.acknowledgment_number), (to_client_view(seq), client_next));
+                prop_assert_eq!(carried, payload);
+            }
+        }
+        prop_assert_eq!(gw.dropped(DropReason::ConntrackInvalid), 0);
+    }
+}
+
 #[test]
 fn without_a_flood_a_forward_sees_the_clients_own_handshake() {
     let mut gw = Gateway::with(home(), limited(|setup| setup.conntrack.half_open = 2));
