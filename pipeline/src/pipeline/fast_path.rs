@@ -215,14 +215,14 @@ impl Pipeline {
                         for line in self.stateful.flows.insert_lines(key) {
                             prefetch(line);
                         }
-                    }
-                    if let Some(reply) = forwarded.filter(|_| !cookie) {
-                        // The insert's first touch of it: a miss nothing else would overlap.
-                        prefetch(
-                            self.stateful
-                                .flows
-                                .index_address_hashed(self.stateful.flows.hash(&reply)),
-                        );
+                        if let Some(reply) = forwarded {
+                            // The insert's first touch of it: a miss nothing else would overlap.
+                            prefetch(
+                                self.stateful
+                                    .flows
+                                    .index_address_hashed(self.stateful.flows.hash(&reply)),
+                            );
+                        }
                     }
                 }
             }

@@ -95,11 +95,10 @@ impl Pipeline {
 const RESET_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
 const RESET6_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + tcp::HEADER_LEN;
 
-/// RFC 793's sequence and acknowledgement numbers and flags of a reset answering
-/// `segment`: ACKed segments get `seq = their ack`; others get `RST|ACK` acknowledging
-/// everything they carried.
-fn reset_numbers(segment: &TcpSegment) -> (u32, u32, u8) {
-    if segment.flags & tcp::flags::ACK != 0 {
+/// RFC 793's reset answering `segment`: ACKed segments get `seq = their ack`; others get
+/// `RST|ACK` acknowledging everything they carried. No window, no data.
+fn reset_segment(segment: &TcpSegment) -> TcpSegment {
+    let (seq, ack, flags) = if segment.flags & tcp::flags::ACK != 0 {
         (segment.ack, 0, tcp::flags::RST)
     } else {
         let syn_fin = u32::from(segment.flags & tcp::flags::SYN != 0)
@@ -109,27 +108,63 @@ fn reset_numbers(segment: &TcpSegment) -> (u32, u32, u8) {
             .wrapping_add(segment.payload_len)
             .wrapping_add(syn_fin);
         (0, ack, tcp::flags::RST | tcp::flags::ACK)
+    };
+    TcpSegment {
+        flags,
+        seq,
+        ack,
+        ..TcpSegment::default()
     }
 }
 
-/// The reset's TCP header, from `key`'s destination port to its source port; its checksum
-/// is left to the caller.
-fn write_reset_header(
-    segment_bytes: &mut [u8],
+/// A TCP header from `src_port` to `dst_port` with `segment`'s numbers, flags and window,
+/// and `options` (a multiple of 4 bytes) after it; its checksum is left to the caller.
+fn write_tcp_header(
+    bytes: &mut [u8],
     src_port: u16,
     dst_port: u16,
     segment: &TcpSegment,
+    options: &[u8],
 ) {
-    let (seq, ack, flags) = reset_numbers(segment);
-    let mut reset = TcpPacket::new_unchecked(segment_bytes);
-    reset.set_src_port(src_port);
-    reset.set_dst_port(dst_port);
-    reset.set_seq_number(seq);
-    reset.set_ack_number(ack);
-    reset.set_header_len(tcp::HEADER_LEN as u8);
-    reset.set_flags(flags);
-    reset.set_window_len(0);
-    reset.set_urgent(0);
+    let mut header = TcpPacket::new_unchecked(bytes);
+    header.set_src_port(src_port);
+    header.set_dst_port(dst_port);
+    header.set_seq_number(segment.seq);
+    header.set_ack_number(segment.ack);
+    header.set_header_len((tcp::HEADER_LEN + options.len()) as u8);
+    header.set_flags(segment.flags);
+    header.set_window_len(segment.window);
+    header.set_urgent(0);
+    header.options_mut().copy_from_slice(options);
+}
+
+/// Writes an IPv4 TCP segment of the gateway's own from `key.src` to `key.dst` (a reset,
+/// the SYN proxy's SYNs and ACKs), with `options` and no data, over the packet's IPv4 and
+/// TCP headers, checksums filled in; the Ethernet header is the caller's.
+pub(crate) fn write_segment(
+    pkt: &mut PacketBuf,
+    key: &FlowKey,
+    segment: &TcpSegment,
+    options: &[u8],
+) {
+    let tcp_len = tcp::HEADER_LEN + options.len();
+    let ip_end = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+    let frame_len = ip_end + tcp_len;
+    let room = pkt.room_mut();
+    let header = Ipv4Repr::new(
+        key.src,
+        key.dst,
+        ipv4::protocol::TCP,
+        tcp_len as u16,
+        GENERATED_TTL,
+    );
+    header.emit(&mut Ipv4Packet::new_unchecked(
+        &mut room[ethernet::HEADER_LEN..ip_end],
+    ));
+    let bytes = &mut room[ip_end..frame_len];
+    write_tcp_header(bytes, key.src_port, key.dst_port, segment, options);
+    TcpPacket::new_unchecked(bytes).fill_checksum(key.src, key.dst);
+    pkt.set_len(frame_len);
 }
 
 /// [`write_reset`] for IPv6: the reset from the server (`key.dst`) to the client.
@@ -149,7 +184,13 @@ fn write_reset6(pkt: &mut PacketBuf, key: &FlowKey6, segment: &TcpSegment) {
         &mut room[ethernet::HEADER_LEN..ip_end],
     ));
     let bytes = &mut room[ip_end..RESET6_LEN];
-    write_reset_header(bytes, key.dst_port, key.src_port, segment);
+    write_tcp_header(
+        bytes,
+        key.dst_port,
+        key.src_port,
+        &reset_segment(segment),
+        &[],
+    );
     TcpPacket::new_unchecked(&mut *bytes).set_checksum(0);
     let sum = checksum::l4_checksum_v6(key.dst, key.src, ipv6::next_header::TCP, bytes);
     TcpPacket::new_unchecked(bytes).set_checksum(sum);
@@ -158,24 +199,5 @@ fn write_reset6(pkt: &mut PacketBuf, key: &FlowKey6, segment: &TcpSegment) {
 
 /// RFC 793's reset for a segment that reached no connection.
 fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
-    let room = pkt.room_mut();
-    let ip_end = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-    let header = Ipv4Repr::new(
-        key.dst,
-        key.src,
-        ipv4::protocol::TCP,
-        tcp::HEADER_LEN as u16,
-        GENERATED_TTL,
-    );
-    header.emit(&mut Ipv4Packet::new_unchecked(
-        &mut room[ethernet::HEADER_LEN..ip_end],
-    ));
-    write_reset_header(
-        &mut room[ip_end..RESET_LEN],
-        key.dst_port,
-        key.src_port,
-        segment,
-    );
-    TcpPacket::new_unchecked(&mut room[ip_end..RESET_LEN]).fill_checksum(key.dst, key.src);
-    pkt.set_len(RESET_LEN);
+    write_segment(pkt, &key.reversed(), &reset_segment(segment), &[]);
 }

@@ -364,12 +364,10 @@ impl StatefulStage {
         let dnat = stateful.dnat(interfaces, &key);
         let from = stateful.zones[usize::from(ingress.port)];
         let from_inside = !stateful.masquerade[usize::from(ingress.port)];
+        let bare_syn = is_bare_syn(segment.as_ref());
         // Under a flood, the SYN proxy's: a forward's SYN from outside.
-        let cookie_due = dnat.is_some()
-            && !from_inside
-            && is_bare_syn(segment.as_ref())
-            && self.flows.half_open_full();
-        if is_bare_syn(segment.as_ref()) && !cookie_due && !l4_checksum_ok(pkt) {
+        let cookie_due = bare_syn && dnat.is_some() && !from_inside && self.flows.half_open_full();
+        if bare_syn && !cookie_due && !l4_checksum_ok(pkt) {
             return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
         }
         if dnat.is_none() && router.local_port(key.dst).is_some() {
@@ -410,16 +408,16 @@ impl StatefulStage {
             Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage::Request(reject(&key, segment)),
         }
+        if let (true, Some(syn)) = (cookie_due, segment) {
+            let mtu_mss = interfaces[egress].mtu.saturating_sub(40);
+            let mss = router
+                .mss_limit(ingress.port, route.port)
+                .map_or(mtu_mss, |limit| limit.min(mtu_mss));
+            return self.answer_with_cookie(pkt, &key, &syn, mss, now_ns);
+        }
         let mut segment = segment;
         let mut syn_proxy = SynProxy::Off;
         if let (Some(_), false, Some(tcp)) = (dnat, from_inside, segment) {
-            if cookie_due {
-                let mtu_mss = interfaces[egress].mtu.saturating_sub(40);
-                let mss = router
-                    .mss_limit(ingress.port, route.port)
-                    .map_or(mtu_mss, |limit| limit.min(mtu_mss));
-                return self.answer_with_cookie(pkt, &key, &tcp, mss, now_ns);
-            }
             if let Some((syn, state)) = self.open_by_cookie(pkt, &key, &tcp, now_ns) {
                 segment = Some(syn);
                 syn_proxy = state;

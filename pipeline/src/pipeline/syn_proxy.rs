@@ -23,15 +23,15 @@
 
 use crate::flow::{Direction, FlowKey};
 use crate::packet::PacketBuf;
+use crate::pipeline::requests::write_segment;
 use crate::pipeline::stateful::{Request, Stage, StatefulStage};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowId, TcpSegment, Track};
 use crate::state::flow_data::SynProxy;
 use crate::state::syn_cookie::DEFAULT_MSS;
 use crate::verdict::{DropReason, Verdict};
-use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::tcp::{flags, option, walk_options};
-use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetFrame, Ipv4Packet, Ipv4Repr, TcpPacket};
+use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetFrame, Ipv4Packet, TcpPacket};
 
 /// A TCP header with the MSS option alone: our SYN-ACK and the SYN we pass on.
 const SYN_HEADER_LEN: usize = tcp::HEADER_LEN + 4;
@@ -356,37 +356,6 @@ fn write_ack(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
 fn mss_option(mss: u16) -> [u8; 4] {
     let [high, low] = mss.to_be_bytes();
     [option::MSS, 4, high, low]
-}
-
-fn write_segment(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment, options: &[u8]) {
-    let tcp_len = tcp::HEADER_LEN + options.len();
-    let ip_end = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-    let frame_len = ip_end + tcp_len;
-    let room = pkt.room_mut();
-    let mut header = Ipv4Repr::new(
-        key.src,
-        key.dst,
-        ipv4::protocol::TCP,
-        tcp_len as u16,
-        GENERATED_TTL,
-    );
-    header.dont_frag = true;
-    header.emit(&mut Ipv4Packet::new_unchecked(
-        &mut room[ethernet::HEADER_LEN..ip_end],
-    ));
-    let bytes = &mut room[ip_end..frame_len];
-    let mut out = TcpPacket::new_unchecked(&mut *bytes);
-    out.set_src_port(key.src_port);
-    out.set_dst_port(key.dst_port);
-    out.set_seq_number(segment.seq);
-    out.set_ack_number(segment.ack);
-    out.set_header_len(tcp_len as u8);
-    out.set_flags(segment.flags);
-    out.set_window_len(segment.window);
-    out.set_urgent(0);
-    out.options_mut().copy_from_slice(options);
-    out.fill_checksum(key.src, key.dst);
-    pkt.set_len(frame_len);
 }
 
 /// Frames the pipeline makes beside the packets it was given (the SYN proxy's window
