@@ -1389,19 +1389,28 @@ fn flooded_gateway() -> Gateway {
     gw
 }
 
+/// The TCP segment of a frame the gateway made or sent: its MACs (destination, source),
+/// addresses and ports asserted, its checksums verified; its header and data.
+fn sent_tcp(
+    frame: &[u8],
+    (to_mac, from_mac): ([u8; 6], [u8; 6]),
+    (src, dst): (Endpoint, Endpoint),
+) -> (TcpHeader, Vec<u8>) {
+    let (eth, header, segment) = parse_ipv4(frame);
+    assert_eq!((eth.destination, eth.source), (to_mac, from_mac));
+    assert_eq!((header.source, header.destination), (src.0, dst.0));
+    let (sent, payload) = check_tcp(&header, segment);
+    assert_eq!((sent.source_port, sent.destination_port), (src.1, dst.1));
+    (sent, payload.to_vec())
+}
+
 /// The cookie in the SYN-ACK the gateway answered `client`'s SYN with (checked on the way).
 fn proxy_cookie(gw: &mut Gateway, client: Endpoint, now: u64) -> u32 {
     let syn = tcp(WAN, client, (WAN_ADDR, 8080), seg(SYN, C_ISN, 0), &[]);
     let (verdict, out) = gw.process(&syn, WAN, now);
     assert_eq!(verdict, Verdict::Transmit { port: WAN });
-    let (eth, header, segment) = parse_ipv4(&out);
-    assert_eq!((eth.destination, eth.source), (UPSTREAM_MAC, WAN_MAC));
-    assert_eq!((header.source, header.destination), (WAN_ADDR, client.0));
-    let (syn_ack, payload) = check_tcp(&header, segment);
-    assert_eq!(
-        (syn_ack.source_port, syn_ack.destination_port),
-        (8080, client.1)
-    );
+    let to_upstream = (UPSTREAM_MAC, WAN_MAC);
+    let (syn_ack, payload) = sent_tcp(&out, to_upstream, ((WAN_ADDR, 8080), client));
     assert!(syn_ack.syn && syn_ack.ack && !syn_ack.rst && !syn_ack.fin);
     assert_eq!(syn_ack.acknowledgment_number, C_ISN + 1);
     assert_eq!(syn_ack.window_size, 0, "no data before the server answers");
@@ -1420,14 +1429,14 @@ fn relay(
     ingress: u16,
     (src, dst): (Endpoint, Endpoint),
 ) -> (TcpHeader, Vec<u8>) {
-    let egress = if ingress == LAN { WAN } else { LAN };
+    let (egress, macs) = if ingress == LAN {
+        (WAN, (UPSTREAM_MAC, WAN_MAC))
+    } else {
+        (LAN, (lan_mac(dst.0), LAN_MAC))
+    };
     let (verdict, out) = gw.process(frame, ingress, SECOND);
     assert_eq!(verdict, Verdict::Transmit { port: egress });
-    let (_, header, segment) = parse_ipv4(&out);
-    assert_eq!((header.source, header.destination), (src.0, dst.0));
-    let (sent, payload) = check_tcp(&header, segment);
-    assert_eq!((sent.source_port, sent.destination_port), (src.1, dst.1));
-    (sent, payload.to_vec())
+    sent_tcp(&out, macs, (src, dst))
 }
 
 #[test]
@@ -1467,11 +1476,7 @@ fn under_a_flood_the_syn_proxy_opens_a_forward_only_for_a_returned_cookie_and_sp
     );
     let (verdict, out) = gw.process(&ack, WAN, SECOND);
     assert_eq!(verdict, Verdict::Transmit { port: LAN });
-    let (eth, header, segment) = parse_ipv4(&out);
-    assert_eq!((eth.destination, eth.source), (SERVER_MAC, LAN_MAC));
-    assert_eq!((header.source, header.destination), (REMOTE, SERVER));
-    let (syn, _) = check_tcp(&header, segment);
-    assert_eq!((syn.source_port, syn.destination_port), (5555, 80));
+    let (syn, _) = sent_tcp(&out, (SERVER_MAC, LAN_MAC), (client, server));
     assert!(syn.syn && !syn.ack);
     assert_eq!((syn.sequence_number, syn.window_size), (C_ISN, 1024));
     let options: Vec<_> = syn.options_iterator().map(|o| o.unwrap()).collect();
@@ -1491,14 +1496,7 @@ fn under_a_flood_the_syn_proxy_opens_a_forward_only_for_a_returned_cookie_and_sp
     let syn_ack = tcp(LAN, server, client, seg(SYN | ACK, S_ISN, C_ISN + 1), &[]);
     let (verdict, out) = gw.process(&syn_ack, LAN, SECOND);
     assert_eq!(verdict, Verdict::Transmit { port: LAN });
-    let (eth, header, segment) = parse_ipv4(&out);
-    assert_eq!((eth.destination, eth.source), (SERVER_MAC, LAN_MAC));
-    assert_eq!((header.source, header.destination), (REMOTE, SERVER));
-    let (to_server, _) = check_tcp(&header, segment);
-    assert_eq!(
-        (to_server.source_port, to_server.destination_port),
-        (5555, 80)
-    );
+    let (to_server, _) = sent_tcp(&out, (SERVER_MAC, LAN_MAC), (client, server));
     assert!(to_server.ack && !to_server.syn);
     assert_eq!(
         (
@@ -1512,14 +1510,7 @@ fn under_a_flood_the_syn_proxy_opens_a_forward_only_for_a_returned_cookie_and_sp
     assert_eq!(extra.len(), 1);
     let (port, update) = &extra[0];
     assert_eq!(*port, WAN);
-    let (eth, header, segment) = parse_ipv4(update);
-    assert_eq!((eth.destination, eth.source), (UPSTREAM_MAC, WAN_MAC));
-    assert_eq!((header.source, header.destination), (WAN_ADDR, REMOTE));
-    let (to_client, _) = check_tcp(&header, segment);
-    assert_eq!(
-        (to_client.source_port, to_client.destination_port),
-        (8080, 5555)
-    );
+    let (to_client, _) = sent_tcp(update, (UPSTREAM_MAC, WAN_MAC), (forwarded, client));
     assert!(to_client.ack && !to_client.syn);
     assert_eq!(
         (
@@ -1624,8 +1615,7 @@ fn a_retransmitted_syn_ack_is_answered_again_and_a_client_reset_passes_before_th
     for round in 0..2 {
         let (verdict, out) = gw.process(&syn_ack, LAN, SECOND + round);
         assert_eq!(verdict, Verdict::Transmit { port: LAN }, "SYN-ACK {round}");
-        let (_, header, segment) = parse_ipv4(&out);
-        let (to_server, _) = check_tcp(&header, segment);
+        let (to_server, _) = sent_tcp(&out, (SERVER_MAC, LAN_MAC), (client, server));
         assert!(to_server.ack && !to_server.syn);
         assert_eq!(
             (to_server.sequence_number, to_server.acknowledgment_number),
@@ -1691,8 +1681,7 @@ proptest! {
         let syn = tcp(WAN, client, forwarded, seg(SYN, client_isn, 0), &[]);
         let (verdict, out) = gw.process(&syn, WAN, SECOND);
         prop_assert_eq!(verdict, Verdict::Transmit { port: WAN });
-        let (_, header, segment) = parse_ipv4(&out);
-        let cookie = check_tcp(&header, segment).0.sequence_number;
+        let cookie = sent_tcp(&out, (UPSTREAM_MAC, WAN_MAC), (forwarded, client)).0.sequence_number;
         let c1 = client_isn.wrapping_add(1);
         // Windows (unscaled: the proxy negotiates no scaling) wider than all the data sent.
         let wide = |flags, seq, ack| Seg { window: 65535, ..seg(flags, seq, ack) };
