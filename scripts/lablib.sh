@@ -37,6 +37,24 @@ metric() {
     curl -sf --max-time 15 "$METRICS" | awk -v m="$1" 'index($0, m) == 1 { sum += $NF } END { printf "%d\n", sum }'
 }
 
+# metric_max PREFIX: the largest of the series whose line starts with PREFIX (one worker's
+# figure, where `metric` sums the workers').
+metric_max() {
+    curl -sf --max-time 15 "$METRICS" | awk -v m="$1" 'index($0, m) == 1 && $NF > max { max = $NF } END { printf "%d\n", max }'
+}
+
+# poll_until SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds (status 0) or
+# SECONDS have passed (status 1). For waits on a condition, instead of a sleep that assumes a
+# fast host.
+poll_until() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.1
+    done
+}
+
 # udp_echo_server NS PORT: a UDP echo server in namespace NS, in the background; prints its pid.
 udp_echo_server() {
     ip netns exec "$1" python3 -c '
