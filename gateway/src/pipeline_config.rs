@@ -334,23 +334,31 @@ fn ipv6_routes(config: &GatewayConfig) -> anyhow::Result<Vec<StaticRoute6>> {
 
 fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
     let zone_names = config.zone_names();
-    let zone = |name: &str| -> ZoneId {
+    // Validation has resolved every name; one that does not resolve here is a config that
+    // skipped it, refused rather than taken for another zone.
+    let zone = |name: &str| -> anyhow::Result<ZoneId> {
         if name == "local" {
-            return ZoneId::LOCAL;
+            return Ok(ZoneId::LOCAL);
         }
-        let index = zone_names.iter().position(|z| z == name).unwrap_or(0);
-        ZoneId(index as u8)
+        let index = zone_names
+            .iter()
+            .position(|z| z == name)
+            .with_context(|| format!("no zone named {name:?}"))?;
+        Ok(ZoneId(u8::try_from(index).context("too many zones")?))
     };
     let interface_zone = |i: usize| {
         let iface = &config.interfaces[i];
         zone(iface.zone.as_deref().unwrap_or(&iface.name))
+            .with_context(|| format!("interfaces[{i}].zone"))
     };
     let masquerade: Vec<bool> = config
         .interfaces
         .iter()
         .map(|iface| config.nat.masquerade.contains(&iface.name))
         .collect();
-    let zones: Vec<ZoneId> = (0..config.interfaces.len()).map(interface_zone).collect();
+    let zones: Vec<ZoneId> = (0..config.interfaces.len())
+        .map(interface_zone)
+        .collect::<anyhow::Result<_>>()?;
 
     // Built-in defaults: from an outside (masqueraded) zone, drop; from any other, accept.
     // Explicit policies override.
@@ -375,49 +383,68 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
             policy = policy.set(from, to, action);
         }
     }
-    for entry in &config.firewall.policy {
-        policy = policy.set(zone(&entry.from), zone(&entry.to), action(entry.action));
+    for (i, entry) in config.firewall.policy.iter().enumerate() {
+        let from = zone(&entry.from).with_context(|| format!("firewall.policy[{i}].from"))?;
+        let to = zone(&entry.to).with_context(|| format!("firewall.policy[{i}].to"))?;
+        policy = policy.set(from, to, action(entry.action));
     }
     let rules = config
         .firewall
         .rules
         .iter()
-        .map(|rule| Rule {
-            name: rule.name.clone(),
-            from: rule.from.as_deref().map(zone),
-            to: rule.to.as_deref().map(zone),
-            src: v4_prefix(rule.source),
-            dst: v4_prefix(rule.destination),
-            src6: v6_prefix(rule.source),
-            dst6: v6_prefix(rule.destination),
-            protocol: rule.protocol.map(|p| match p {
-                RuleProtocol::Tcp => ipv4::protocol::TCP,
-                RuleProtocol::Udp => ipv4::protocol::UDP,
-                RuleProtocol::Icmp => ipv4::protocol::ICMP,
-            }),
-            src_ports: rule.source_ports.map(range),
-            dst_ports: rule.destination_ports.map(range),
-            icmp_type: rule.icmp_type,
-            action: action(rule.action),
+        .enumerate()
+        .map(|(i, rule)| -> anyhow::Result<Rule> {
+            let zone_of = |name: Option<&str>, what: &str| {
+                name.map(zone)
+                    .transpose()
+                    .with_context(|| format!("firewall.rules[{i}].{what}"))
+            };
+            Ok(Rule {
+                name: rule.name.clone(),
+                from: zone_of(rule.from.as_deref(), "from")?,
+                to: zone_of(rule.to.as_deref(), "to")?,
+                src: v4_prefix(rule.source),
+                dst: v4_prefix(rule.destination),
+                src6: v6_prefix(rule.source),
+                dst6: v6_prefix(rule.destination),
+                protocol: rule.protocol.map(|p| match p {
+                    RuleProtocol::Tcp => ipv4::protocol::TCP,
+                    RuleProtocol::Udp => ipv4::protocol::UDP,
+                    RuleProtocol::Icmp => ipv4::protocol::ICMP,
+                }),
+                src_ports: rule.source_ports.map(range),
+                dst_ports: rule.destination_ports.map(range),
+                icmp_type: rule.icmp_type,
+                action: action(rule.action),
+            })
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     let firewall = RuleSet::compile(rules, policy).context("firewall.rules")?;
     let port_forwards = config
         .nat
         .port_forwards
         .iter()
-        .map(|forward| PortForward {
-            interface: config
+        .enumerate()
+        .map(|(i, forward)| -> anyhow::Result<PortForward> {
+            let interface = config
                 .interfaces
                 .iter()
                 .position(|iface| iface.name == forward.interface)
-                .unwrap_or(0) as u16,
-            protocol: l4_protocol(forward.protocol),
-            ports: range(forward.port),
-            to: forward.to,
-            to_port: forward.to_port.unwrap_or(forward.port.first),
+                .with_context(|| {
+                    format!(
+                        "nat.port_forwards[{i}].interface: no interface named {:?}",
+                        forward.interface
+                    )
+                })?;
+            Ok(PortForward {
+                interface: interface as u16,
+                protocol: l4_protocol(forward.protocol),
+                ports: range(forward.port),
+                to: forward.to,
+                to_port: forward.to_port.unwrap_or(forward.port.first),
+            })
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     Ok(Stateful {
         content: content_policy(&config.keyword_block, &config.parental_control)?
             .map(std::sync::Arc::new),

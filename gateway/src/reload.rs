@@ -228,6 +228,24 @@ pub fn load_for_reload(
     };
     let restart = restart_required(running, &new);
     let merged = merge_for_reload(running, new);
+    // The file was valid alone; what would run is the file with its restart-only settings
+    // kept as they run, which must be valid as a whole too: a policy, rule or forward that
+    // names an interface or zone the restart has yet to bring is refused, never resolved to
+    // another one.
+    if let Err(err) = merged.validate() {
+        let waiting = if restart.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (kept as they run until a restart: {}; reload the rest without what \
+                 depends on them, or restart)",
+                restart.join(", ")
+            )
+        };
+        return Loaded::Refused(format!(
+            "the file with its restart-only settings kept as they run: {err}{waiting}"
+        ));
+    }
     match router_config_with_kernel(&merged, macs, kernel) {
         Ok(router) => Loaded::Ready {
             config: Box::new(merged),
@@ -395,6 +413,44 @@ mod tests {
         let file = dir.join(format!("lab-{n}.toml"));
         std::fs::write(&file, text).unwrap();
         GatewayConfig::load(&file).unwrap()
+    }
+
+    /// A reload that adds an interface (which waits for a restart) and a policy naming its
+    /// zone: the policy must not resolve to a running zone (it once became `wan -> lan`).
+    #[test]
+    fn a_policy_naming_a_zone_that_waits_for_a_restart_refuses_the_reload() {
+        let running = lab();
+        let lab_text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/lab.toml"))
+                .unwrap();
+        let wan_local = r#"{ from = "wan", to = "local", action = "drop" },"#;
+        assert!(lab_text.contains(wan_local));
+        let added = format!(
+            "{}\n[[interfaces]]\nname = \"dmz\"\ndevice = \"net_null0\"\n\
+             address = \"172.16.30.1/24\"\nzone = \"dmz\"\n",
+            lab_text.replace(
+                wan_local,
+                &format!(r#"{wan_local} {{ from = "wan", to = "dmz", action = "accept" }},"#)
+            )
+        );
+        let dir = std::env::temp_dir().join(format!("gw-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("dmz-added.toml");
+        std::fs::write(&file, &added).unwrap();
+        GatewayConfig::load(&file).expect("the new file is valid alone");
+        let loaded = load_for_reload(
+            &file,
+            &running,
+            &FileText::new(&lab_text),
+            &[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]],
+            &KernelView::default(),
+        );
+        let Loaded::Refused(reason) = loaded else {
+            panic!("a policy naming a zone that waits for a restart was applied: {loaded:?}");
+        };
+        assert!(reason.contains("firewall.policy["), "{reason}");
+        assert!(reason.contains("\"dmz\""), "{reason}");
+        assert!(reason.contains("interfaces (count)"), "{reason}");
     }
 
     #[test]

@@ -20,6 +20,9 @@ teardown() {
     ip netns del "$TWIN_NS" 2>/dev/null || true
     stop_ovs
     for id in "${VLAN_HOSTS[@]}"; do
+        # The VLAN 20 host's dhclient stays in the background once it holds its lease: it
+        # would outlive its namespace.
+        ip netns pids "gwvlan$id" 2>/dev/null | xargs -r kill 2>/dev/null || true
         ip netns del "gwvlan$id" 2>/dev/null || true
         ip link del "gwv-$id" 2>/dev/null || true
     done

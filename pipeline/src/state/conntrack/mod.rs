@@ -79,6 +79,8 @@ mod tcp;
 mod timeouts;
 
 #[cfg(test)]
+mod reorder_tests;
+#[cfg(test)]
 mod tests;
 
 use std::mem::size_of;

@@ -290,8 +290,7 @@ impl TcpConn {
         let significant = significant_flags(segment.flags)?;
         let state = self.state();
         if significant & flags::SYN != 0 {
-            self.apply_syn(direction, significant, segment, state)?;
-            return Ok(Tracked::Applied);
+            return self.apply_syn(direction, significant, segment, state);
         }
         if state == TcpState::SynSent {
             if significant & flags::RST == 0 {
@@ -330,25 +329,35 @@ impl TcpConn {
         significant: u8,
         segment: &TcpSegment,
         state: TcpState,
-    ) -> Result<(), InvalidReason> {
+    ) -> Result<Tracked, InvalidReason> {
+        let sender = self.sides[side_index(direction)];
         if matches!(state, TcpState::TimeWait | TcpState::Closed) {
             // RFC 9293 3.6.1: the client may reuse the quadruple straight away. The flow keeps
             // its identity (and the caller's data, e.g. its NAT mapping) for the new connection.
             if direction == Direction::Original && significant == flags::SYN {
                 *self = TcpConn::from_syn(segment);
-                return Ok(());
+                return Ok(Tracked::Applied);
+            }
+            // The server's SYN-ACK sent again (the client's ACK of it was lost or late) that
+            // the rest of the connection overtook on the way to this worker: nothing new, so
+            // passed as stale, as Linux ignores a SYN-ACK in these states.
+            let resent_syn_ack = direction == Direction::Reply
+                && significant == flags::SYN | flags::ACK
+                && sender.syn_seen
+                && segment.seq == sender.isn;
+            if resent_syn_ack {
+                return Ok(Tracked::Stale);
             }
             return Err(InvalidReason::UnexpectedFlags);
         }
         let has_ack = significant & flags::ACK != 0;
-        let sender = self.sides[side_index(direction)];
         if sender.syn_seen && segment.seq == sender.isn {
             // A retransmission (its first transmission may have been lost beyond us), or in a
             // simultaneous open the SYN+ACK that repeats a SYN: only its ACK can be news.
             if has_ack {
                 self.accept_syn_ack(direction, segment)?;
             }
-            return Ok(());
+            return Ok(Tracked::Applied);
         }
         let handshake_done = self.sides.iter().all(|side| side.syn_acked);
         if handshake_done {
@@ -364,7 +373,7 @@ impl TcpConn {
             self.accept_syn_ack(direction, segment)?;
         }
         self.sides[side_index(direction)] = Side::from_syn(segment);
-        Ok(())
+        Ok(Tracked::Applied)
     }
 
     /// The ACK part of a SYN+ACK from `direction`, which must acknowledge the other side's SYN.

@@ -466,6 +466,27 @@ fn simultaneous_open_establishes() {
 }
 
 #[test]
+fn a_syn_ack_sent_again_after_the_close_passes_as_stale() {
+    // Overtaken on its way to the owner by the rest of the connection (issue 42): Linux
+    // ignores a SYN-ACK in these states too. Another ISN is not this connection's.
+    let mut time_wait = Conn::established();
+    time_wait.expect_ok(Original, FIN | ACK, 0);
+    time_wait.expect_ok(Reply, FIN | ACK, 0);
+    time_wait.expect_ok(Original, ACK, 0);
+    let mut closed = Conn::established();
+    closed.expect_ok(Reply, RST, 0);
+    for (mut conn, state) in [(time_wait, TcpState::TimeWait), (closed, TcpState::Closed)] {
+        assert_eq!(conn.state(), state);
+        conn.expect_stale(Reply, segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1));
+        conn.expect_invalid(
+            Reply,
+            segment(SYN | ACK, SERVER_ISN + 77, CLIENT_ISN + 1),
+            InvalidReason::UnexpectedFlags,
+        );
+    }
+}
+
+#[test]
 fn new_syn_from_the_original_direction_reuses_a_closed_flow() {
     let mut time_wait = Conn::established();
     time_wait.expect_ok(Original, FIN | ACK, 0);
