@@ -9,7 +9,7 @@ GATEWAY := target/release/gateway
 # two CPUs, hugepages and the lab's namespace names.
 .NOTPARALLEL:
 
-.PHONY: all deps hugepages build demo test lint unit e2e bench bench-sweep bench-record lab-bench clean fuzz fuzz-smoke instructions
+.PHONY: all deps hugepages build demo test lint unit e2e bench bench-sweep bench-record lab-bench clean fuzz fuzz-smoke instructions stress-workers
 
 all: build
 
@@ -60,6 +60,13 @@ bench-record: build hugepages
 # Pipeline instructions per packet under callgrind: repeatable where cycles are noise.
 instructions: deps
 	scripts/instructions.sh
+
+# Several workers, many times (not in make test: about 25 minutes here): 10,000 conformance-style
+# TCP connections through 2 and 4 workers with every conntrack_invalid counted by reason, then
+# the two-worker e2e pass five times in a row. STRESS_WORKERS, STRESS_CONNECTIONS,
+# STRESS_CONCURRENCY, STRESS_E2E_ROUNDS.
+stress-workers: build hugepages
+	scripts/stress-workers.sh
 
 # Issue 7: iperf3 through the port forward per feature mode, against a Linux router (nftables)
 # and dpdk-testpmd macfwd in the same lab. LAB_BENCH_RUNS, LAB_BENCH_REF_RUNS, LAB_BENCH_SECONDS,

@@ -15,7 +15,9 @@ iperf3_run() {
     # Bounded like the client: a server whose client never came must not hold the caller.
     ip netns exec "$server_ns" timeout $((seconds + 60)) iperf3 -s -1 -J >"$WORK/server.json" 2>&1 &
     local server=$!
-    sleep 0.5
+    # Until it listens (a slow host takes longer than any fixed sleep would assume).
+    poll_until 10 iperf3_listening "$server_ns" ||
+        { echo "iperf3 server in $server_ns did not listen within 10 s: $(tail -c 300 "$WORK/server.json")" >&2; kill "$server" 2>/dev/null; return 1; }
     if ! ip netns exec "$client_ns" timeout $((seconds + 60)) iperf3 -c "$address" -J "${args[@]}" >"$WORK/client.json"; then
         kill "$server" 2>/dev/null
         echo "iperf3 $client_ns -> $address ${args[*]} failed: $(tail -c 300 "$WORK/client.json")" >&2
@@ -30,6 +32,11 @@ peer = server["start"]["connected"][0]["remote_host"]
 gbps = client["end"]["sum_received"]["bits_per_second"] / 1e9
 print(peer, "%.2f" % gbps)
 PY
+}
+
+# iperf3_listening NS: whether an iperf3 server listens on its port (5201) in namespace NS.
+iperf3_listening() {
+    ip netns exec "$1" ss -Hltn 'sport = :5201' | grep -q .
 }
 
 # metric PREFIX: the sum of every series whose line starts with PREFIX.

@@ -53,16 +53,23 @@ lossy() {
 table inet stress_loss {
     chain input {
         type filter hook input priority 0;
-        meta l4proto tcp tcp flags & rst == 0 numgen random mod 100 < 1 drop
+        meta l4proto tcp tcp flags & rst == 0 numgen random mod 100 < 1 counter drop
     }
 }
 NFT
 }
 
-# invalid_report: the conntrack_invalid drops by reason and worker, and the stale segments.
+# lost NS: how many TCP segments the loss rule dropped at host NS.
+lost() {
+    ip netns exec "$1" nft list table inet stress_loss | awk '/counter packets/ { for (i = 1; i < NF; i++) if ($i == "packets") print $(i + 1) }'
+}
+
+# invalid_report: the conntrack_invalid drops by reason and worker, the stale segments, and
+# every other drop reason that counted anything.
 invalid_report() {
     curl -sf "$METRICS" | awk '
         /^gateway_conntrack_invalid_packets_total/ && $NF != 0 { print "  invalid: " $0; invalid += $NF }
+        /^gateway_dropped_packets_total/ && $NF != 0 { print "  dropped: " $0 }
         index($0, "gateway_conntrack_stale_segments_total{") == 1 { stale += $NF }
         index($0, "gateway_worker_handoffs_sent_total{") == 1 { handoffs += $NF }
         END { printf "  total invalid %d, stale segments passed %d, packets handed between workers %d\n", invalid, stale, handoffs }'
@@ -88,6 +95,7 @@ for workers in $STRESS_WORKERS; do
     wait "$outbound" || true
     echo "  LAN -> WAN through NAT: $(cat "$WORK/outbound.json")"
     echo "  WAN -> LAN by the forward: $(cat "$WORK/inbound.json")"
+    echo "  segments the hosts' loss rule dropped: LAN host $(lost gwlab-lan), WAN host $(lost gwlab-wan)"
     report=$(invalid_report)
     echo "$report"
     failures=$(cat "$WORK/outbound.json" "$WORK/inbound.json" | python3 -c 'import json, sys; print(sum(json.loads(line)["failures"] for line in sys.stdin))')

@@ -287,4 +287,61 @@ cp "$WORK/before-slow.toml" "$WORK/next.toml"
 mv "$WORK/next.toml" "$CONFIG"
 wait_reloads success $((succeeded + 1))
 
+# 8. A reload that adds an interface (which waits for a restart) and a policy for its zone
+# (`wan -> dmz accept`) is refused whole, naming the policy and the restart: the policy once
+# resolved to the first zone and opened the LAN to the WAN (issue 43).
+wan ip route replace 192.168.10.0/24 via 10.0.0.1
+lan timeout 60 python3 -c '
+import socket
+s = socket.create_server(("0.0.0.0", 8088))
+while True:
+    c, _ = s.accept()
+    c.close()
+' &
+LAN_SERVER=$!
+lan_listening() { lan ss -Hltn 'sport = :8088' | grep -q .; }
+poll_until 10 lan_listening || fail "the LAN host's TCP server did not listen"
+# wan_opens: of five TCP connections from the WAN host to the LAN host, how many opened.
+wan_opens() {
+    wan python3 -c '
+import socket
+opened = 0
+for _ in range(5):
+    try:
+        socket.create_connection(("192.168.10.2", 8088), timeout=1).close()
+        opened += 1
+    except OSError:
+        pass
+print(opened)'
+}
+[[ $(wan_opens) == 0 ]] || fail "the WAN host reached the LAN host before the reload"
+cp "$CONFIG" "$WORK/before-dmz.toml"
+wan_local='{ from = "wan", to = "local", action = "drop" },'
+grep -qF "$wan_local" "$CONFIG" || fail "configs/lab.toml has no '$wan_local' policy to extend"
+sed -i "s/$wan_local/$wan_local { from = \"wan\", to = \"dmz\", action = \"accept\" },/" "$CONFIG"
+cat >>"$CONFIG" <<'TOML'
+
+[[interfaces]]
+name = "dmz"
+device = "net_null0"
+address = "172.16.30.1/24"
+zone = "dmz"
+TOML
+"$GATEWAY" check-config "$CONFIG" >/dev/null || fail "the file with the dmz interface does not check alone"
+failed=$(reloads failure)
+kill -HUP "$GATEWAY_PID"
+wait_reloads failure $((failed + 1))
+grep -q 'firewall\.policy\[[0-9]*\]\.to: no zone named .*dmz' "$WORK/gateway.log" ||
+    fail "the refusal does not name the policy and its zone: $(grep -i 'reload' "$WORK/gateway.log" | tail -n 2)"
+grep -q 'interfaces (count)' "$WORK/gateway.log" || fail "the refusal does not say the new interface waits for a restart"
+opened=$(wan_opens)
+[[ $opened == 0 ]] || fail "after the refused reload the WAN host opened $opened of 5 TCP connections to the LAN host"
+pass "a reload adding an interface and a 'wan -> dmz accept' policy is refused (the policy and the restart named); WAN -> LAN stays closed (0 of 5)"
+kill "$LAN_SERVER" 2>/dev/null || true
+wait "$LAN_SERVER" 2>/dev/null || true
+cp "$WORK/before-dmz.toml" "$CONFIG"
+succeeded=$(reloads success)
+kill -HUP "$GATEWAY_PID"
+wait_reloads success $((succeeded + 1))
+
 stop_gateway
