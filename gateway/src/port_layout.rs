@@ -204,9 +204,7 @@ impl PortLayout {
         let port = self.ports.get(port).ok_or(DropReason::NotOurMac)?;
         let stripped = mbuf.rx_stripped_vlan();
         let tci = if port.has_vlans() {
-            // A PMD that strips may also put the tag back (af_packet does, unless asked to
-            // strip): the frame's own tag comes first.
-            mbuf.pop_vlan_tag().or(stripped)
+            deciding_tag(mbuf, stripped)?
         } else {
             stripped
         };
@@ -224,6 +222,29 @@ impl PortLayout {
             .ok_or(DropReason::NotOurMac)?
             .interface(tci)
     }
+}
+
+/// The tag that decides a trunk frame's subinterface, taken out of the frame: the outer one,
+/// which is the one the NIC stripped if it did, else the frame's own. A PMD that strips may
+/// also put the same tag back into the frame (af_packet does, unless asked to strip): that
+/// copy is taken out too. A tag left behind the deciding one makes the frame double-tagged,
+/// refused whichever tag the NIC took, so that an outer tag of one VLAN never delivers the
+/// frame into an inner one's (VLAN hopping), and an inner tag 0 never into the native LAN.
+#[inline]
+fn deciding_tag(mbuf: &mut Mbuf, stripped: Option<u16>) -> Result<Option<u16>, DropReason> {
+    let tci = match stripped {
+        Some(outer) => {
+            if mbuf.vlan_tag() == Some(outer) {
+                mbuf.pop_vlan_tag();
+            }
+            Some(outer)
+        }
+        None => mbuf.pop_vlan_tag(),
+    };
+    if tci.is_some() && mbuf.starts_with_any_tag() {
+        return Err(DropReason::VlanDoubleTagged);
+    }
+    Ok(tci)
 }
 
 #[cfg(test)]

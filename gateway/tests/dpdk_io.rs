@@ -468,6 +468,58 @@ fn a_port_with_vlans_hands_each_tagged_frame_to_its_subinterface_untagged() {
     assert_ne!(&tagged[..], &untagged[..]);
 }
 
+/// Double-tagged frames on a trunk (VLAN hopping): whether the NIC stripped the outer tag or
+/// left it (or put it back, as af_packet does), a second tag is refused, never delivered
+/// into the inner tag's VLAN or, with an inner tag 0, the native LAN.
+#[test]
+fn double_tagged_frames_are_refused_whoever_stripped_the_outer_tag() {
+    use pipeline::DropReason;
+    let pool = Mempool::new(eal(), "vlan_double_pool", 63, 0, 2048, SocketId::ANY).unwrap();
+    let layout = trunk_layout();
+    let mut mbuf = Mbuf::alloc(&pool).unwrap();
+    let ipv4 = [0x08, 0x00, 0x45, 0];
+    let port = |ingress: Result<pipeline::Ingress, DropReason>| ingress.map(|i| i.port);
+    for inner in [20, 0, 21] {
+        for outer in [20, 0, 21] {
+            // The outer tag left in the frame.
+            frame(&mut mbuf, &ipv4);
+            assert!(mbuf.push_vlan_tag(inner) && mbuf.push_vlan_tag(outer));
+            assert_eq!(
+                port(layout.ingress(0, &mut mbuf)),
+                Err(DropReason::VlanDoubleTagged),
+                "outer {outer} / inner {inner} in the frame"
+            );
+            // The outer tag stripped by the NIC (an X550 with VLAN stripping).
+            let mut stripped = Mbuf::alloc(&pool).unwrap();
+            frame(&mut stripped, &ipv4);
+            assert!(stripped.push_vlan_tag(inner));
+            stripped.mark_rx_stripped_vlan(outer);
+            // The same id twice is indistinguishable from a PMD that put the stripped tag
+            // back: the frame stays in that VLAN (or is refused there).
+            let expected = if inner == outer {
+                layout.interface(0, Some(outer))
+            } else {
+                Err(DropReason::VlanDoubleTagged)
+            };
+            assert_eq!(
+                port(layout.ingress(0, &mut stripped)),
+                expected,
+                "outer {outer} stripped / inner {inner} in the frame"
+            );
+        }
+    }
+    // Stripped and put back (af_packet without stripping): one tag, one VLAN.
+    frame(&mut mbuf, &ipv4);
+    assert!(mbuf.push_vlan_tag(20));
+    mbuf.mark_rx_stripped_vlan(20);
+    assert_eq!(port(layout.ingress(0, &mut mbuf)), Ok(2));
+    let mut stripped_only = Mbuf::alloc(&pool).unwrap();
+    let untagged = frame(&mut stripped_only, &ipv4);
+    stripped_only.mark_rx_stripped_vlan(20);
+    assert_eq!(port(layout.ingress(0, &mut stripped_only)), Ok(2));
+    assert_eq!(stripped_only.data(), &untagged[..]);
+}
+
 use proptest::strategy::Strategy;
 
 proptest::proptest! {
@@ -475,7 +527,9 @@ proptest::proptest! {
 
     /// Any bytes on the trunk, tagged or not, long or cut short: the frame goes to the
     /// interface its tag names with the tag taken out, stays as it was for the port's own
-    /// interface, or is refused as `vlan_tagged`; never a panic. The model is the bytes alone.
+    /// interface, or is refused as `vlan_tagged` (an id no subinterface has) or
+    /// `vlan_double_tagged` (another tag behind the first); never a panic. The model is the
+    /// bytes alone.
     #[test]
     fn any_frame_on_a_trunk_is_mapped_as_its_bytes_say(
         bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
@@ -509,8 +563,13 @@ proptest::proptest! {
             .chain(frame.get(16..).unwrap_or(&[]))
             .copied()
             .collect();
+        // A tag of any kind behind the one taken: double-tagged, whatever the ids.
+        let double = untagged.len() >= 14
+            && [[0x81, 0x00], [0x88, 0xa8], [0x91, 0x00]].contains(&[untagged[12], untagged[13]]);
         let result = layout.ingress(0, &mut mbuf).map(|ingress| ingress.port);
-        if !tagged {
+        if tagged && double {
+            proptest::prop_assert_eq!(result, Err(DropReason::VlanDoubleTagged));
+        } else if !tagged {
             proptest::prop_assert_eq!(result, Ok(0));
             proptest::prop_assert_eq!(mbuf.data(), &frame[..]);
         } else if u16::from_be_bytes([frame[14], frame[15]]) & 0x0fff == 20 {

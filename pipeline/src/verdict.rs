@@ -83,6 +83,10 @@ drop_reasons! {
     TruncatedFrame => "truncated_frame",
     /// 802.1Q tagged with an id no VLAN subinterface of the port has, or 802.1ad (QinQ).
     VlanTagged => "vlan_tagged",
+    /// A second tag (802.1Q, 802.1ad) behind the one that decides a trunk frame's
+    /// subinterface: a double-tagged frame, refused so that the outer tag of one VLAN cannot
+    /// deliver it into another (VLAN hopping).
+    VlanDoubleTagged => "vlan_double_tagged",
     /// A PPPoE session frame whose header is wrong (version, code, or a length past the
     /// frame or too short for the PPP protocol).
     PppoeMalformed => "pppoe_malformed",

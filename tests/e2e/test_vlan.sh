@@ -189,6 +189,59 @@ tagged=$(( $(metric 'gateway_dropped_packets_total{reason="vlan_tagged"') - tagg
 ((tagged >= 2)) || fail "VLAN 40's ARP requests: $tagged dropped as vlan_tagged"
 pass "frames on VLAN 40, which has no subinterface, are dropped and counted as vlan_tagged ($tagged)"
 
+# VLAN hopping: double-tagged frames from the trunk to the gateway's MAC, outer tag 20
+# (guest) and inner 30 (iot) or 0 (the native LAN), must not reach the inner network, whether
+# the port stripped the outer tag (this pass's offloads) or the workers read it.
+udp_listen() { # NS ADDRESS: counts the datagrams to ADDRESS:9999 until killed, into $WORK/NS.count
+    ip netns exec "$1" timeout 60 python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9999))
+count = 0
+while True:
+    s.recv(2048)
+    count += 1
+    open(sys.argv[2], "w").write("%d\n" % count)
+' "$2" "$WORK/$1.count" &
+}
+udp_listen gwvlan30 192.168.30.2
+IOT_LISTENER=$!
+udp_listen gwlab-lan 192.168.10.2
+LAN_LISTENER=$!
+listening_on_9999() { ip netns exec "$1" ss -Hlun 'sport = :9999' | grep -q .; }
+poll_until 10 listening_on_9999 gwvlan30 && poll_until 10 listening_on_9999 gwlab-lan ||
+    fail "the UDP listeners on the iot and LAN hosts did not start"
+received() { cat "$WORK/$1.count" 2>/dev/null || echo 0; }
+# The listeners hear what arrives: the iot host's a datagram the gateway routes from the LAN
+# (lan -> iot has no drop policy), the LAN host's one of its own.
+send_udp() { ip netns exec "$1" python3 -c 'import socket, sys; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", (sys.argv[1], 9999))' "$2"; }
+send_udp gwlab-lan 192.168.30.2
+send_udp gwlab-lan 192.168.10.2
+both_heard() { [[ $(received gwvlan30) -ge 1 && $(received gwlab-lan) -ge 1 ]]; }
+poll_until 10 both_heard ||
+    fail "the listeners heard $(received gwvlan30) (iot host, from the LAN through the gateway) and $(received gwlab-lan) (LAN host)"
+iot_before=$(received gwvlan30)
+lan_before=$(received gwlab-lan)
+double_before=$(metric 'gateway_dropped_packets_total{reason="vlan_double_tagged"')
+gateway_mac=$(cat /sys/class/net/gwv-gw/address)
+/usr/bin/python3 - "$gateway_mac" <<'PY'
+import sys
+from scapy.all import Dot1Q, Ether, IP, UDP, conf, sendp
+conf.verb = 0
+mac = sys.argv[1]
+hop_to_iot = Ether(src="02:00:00:00:20:66", dst=mac) / Dot1Q(vlan=20) / Dot1Q(vlan=30) / IP(src="192.168.20.66", dst="192.168.30.2") / UDP(sport=9999, dport=9999) / b"hop"
+hop_to_lan = Ether(src="02:00:00:00:20:66", dst=mac) / Dot1Q(vlan=20) / Dot1Q(vlan=0) / IP(src="192.168.20.66", dst="192.168.10.2") / UDP(sport=9999, dport=9999) / b"hop"
+sendp([hop_to_iot, hop_to_lan] * 5, iface="gwv-trunk")
+PY
+double_dropped() { (( $(metric 'gateway_dropped_packets_total{reason="vlan_double_tagged"') - double_before >= 10 )); }
+poll_until 10 double_dropped ||
+    fail "10 double-tagged frames: $(( $(metric 'gateway_dropped_packets_total{reason="vlan_double_tagged"') - double_before )) counted as vlan_double_tagged"
+sleep 0.5  # what would have been delivered has arrived by now (the drops are counted)
+kill "$IOT_LISTENER" "$LAN_LISTENER" 2>/dev/null || true
+[[ $(received gwvlan30) == "$iot_before" && $(received gwlab-lan) == "$lan_before" ]] ||
+    fail "double-tagged frames were delivered: the iot host heard $(( $(received gwvlan30) - iot_before )), the LAN host $(( $(received gwlab-lan) - lan_before ))"
+pass "double-tagged frames (outer VLAN 20, inner 30 or 0) are dropped as vlan_double_tagged, tagged $tagging, never delivered into the inner network"
+
 # The guest VLAN's twin: dnsmasq leases the VLAN 20 host an address, tagged both ways.
 cat >"$WORK/dnsmasq.conf" <<CONF
 interface=guest

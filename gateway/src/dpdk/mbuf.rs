@@ -18,6 +18,8 @@ const RX_VLAN_STRIPPED: u64 = dpdk_sys::RTE_MBUF_F_RX_VLAN_STRIPPED as u64;
 const TX_VLAN: u64 = dpdk_sys::RTE_MBUF_F_TX_VLAN;
 /// 802.1Q's TPID, and what a tag adds to a frame.
 const ETHERTYPE_VLAN: u16 = 0x8100;
+const ETHERTYPE_QINQ: u16 = 0x88a8;
+const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
 const VLAN_TAG_LEN: usize = 4;
 /// The two MAC addresses a tag follows.
 const MAC_ADDRESSES_LEN: usize = 12;
@@ -229,17 +231,45 @@ impl Mbuf {
         (header.ol_flags & RX_VLAN_STRIPPED != 0).then_some(header.vlan_tci)
     }
 
+    /// The TCI of the frame's own 802.1Q tag, left in place; None if the frame has none.
+    #[inline]
+    pub fn vlan_tag(&self) -> Option<u16> {
+        let frame = self.data();
+        let tagged = frame.len() >= MAC_ADDRESSES_LEN + VLAN_TAG_LEN + 2
+            && frame[MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + 2] == ETHERTYPE_VLAN.to_be_bytes();
+        tagged.then(|| u16::from_be_bytes([frame[14], frame[15]]))
+    }
+
+    /// Whether the frame's EtherType is a tag of any kind: 802.1Q, 802.1ad (a QinQ service
+    /// tag) or the older 0x9100.
+    #[inline]
+    pub fn starts_with_any_tag(&self) -> bool {
+        self.data()
+            .get(MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + 2)
+            .is_some_and(|ethertype| {
+                [ETHERTYPE_VLAN, ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD]
+                    .iter()
+                    .any(|tag| ethertype == tag.to_be_bytes())
+            })
+    }
+
+    /// Records that the port stripped an 802.1Q tag with `tci` on receipt, as a PMD with VLAN
+    /// stripping does: for generators and tests that stand in for a NIC.
+    #[inline]
+    pub fn mark_rx_stripped_vlan(&mut self, tci: u16) {
+        // SAFETY: writes two fields of the mbuf we own.
+        unsafe {
+            let header = self.ptr.as_mut();
+            header.ol_flags |= RX_VLAN_STRIPPED;
+            header.vlan_tci = tci;
+        }
+    }
+
     /// Takes an 802.1Q tag out of the frame, returning its TCI; None, with the frame as it
     /// was, if the frame has none.
     #[inline]
     pub fn pop_vlan_tag(&mut self) -> Option<u16> {
-        let frame = self.data();
-        let tagged = frame.len() >= MAC_ADDRESSES_LEN + VLAN_TAG_LEN + 2
-            && frame[MAC_ADDRESSES_LEN..MAC_ADDRESSES_LEN + 2] == ETHERTYPE_VLAN.to_be_bytes();
-        if !tagged {
-            return None;
-        }
-        let tci = u16::from_be_bytes([frame[14], frame[15]]);
+        let tci = self.vlan_tag()?;
         self.remove_after_addresses(VLAN_TAG_LEN).then_some(tci)
     }
 
