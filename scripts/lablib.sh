@@ -16,7 +16,7 @@ iperf3_run() {
     ip netns exec "$server_ns" timeout $((seconds + 60)) iperf3 -s -1 -J >"$WORK/server.json" 2>&1 &
     local server=$!
     # Until it listens (a slow host takes longer than any fixed sleep would assume).
-    poll_until 10 iperf3_listening "$server_ns" ||
+    poll_until 10 listening "$server_ns" 5201 ||
         { echo "iperf3 server in $server_ns did not listen within 10 s: $(tail -c 300 "$WORK/server.json")" >&2; kill "$server" 2>/dev/null; return 1; }
     if ! ip netns exec "$client_ns" timeout $((seconds + 60)) iperf3 -c "$address" -J "${args[@]}" >"$WORK/client.json"; then
         kill "$server" 2>/dev/null
@@ -34,9 +34,12 @@ print(peer, "%.2f" % gbps)
 PY
 }
 
-# iperf3_listening NS: whether an iperf3 server listens on its port (5201) in namespace NS.
-iperf3_listening() {
-    ip netns exec "$1" ss -Hltn 'sport = :5201' | grep -q .
+# listening NS PORT [tcp|udp]: whether a socket listens on PORT (TCP unless told) in namespace
+# NS. With poll_until, the wait for a server to start.
+listening() {
+    local flags=-Hltn
+    [[ ${3:-tcp} == udp ]] && flags=-Hlun
+    ip netns exec "$1" ss "$flags" "sport = :$2" | grep -q .
 }
 
 # metric PREFIX: the sum of every series whose line starts with PREFIX.

@@ -85,7 +85,6 @@ for workers in $STRESS_WORKERS; do
     start_gateway "$WORK/stress.toml"
     wan python3 "$EXCHANGES" serve 7000 >"$WORK/wan-server.log" 2>&1 &
     lan python3 "$EXCHANGES" serve 5201 >"$WORK/lan-server.log" 2>&1 &
-    listening() { ip netns exec "$1" ss -Hltn "sport = :$2" | grep -q LISTEN; }
     poll_until 20 listening gwlab-wan 7000 || fail "the WAN host's server did not listen: $(cat "$WORK/wan-server.log")"
     poll_until 20 listening gwlab-lan 5201 || fail "the LAN host's server did not listen: $(cat "$WORK/lan-server.log")"
     half=$((STRESS_CONNECTIONS / 2))

@@ -21,7 +21,7 @@ pass "ctl.socket made in a new directory, mode 600"
 # A flow the test knows: an iperf3 session LAN -> WAN through masquerade, listed while it runs.
 wan iperf3 -s -1 >/dev/null 2>&1 &
 server=$!
-sleep 0.5
+poll_until 10 listening gwlab-wan 5201 || fail "the WAN host's iperf3 server did not listen"
 lan iperf3 -c 10.0.0.2 -t 4 >/dev/null 2>&1 &
 client=$!
 sleep 2

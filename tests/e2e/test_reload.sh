@@ -299,8 +299,7 @@ while True:
     c.close()
 ' &
 LAN_SERVER=$!
-lan_listening() { lan ss -Hltn 'sport = :8088' | grep -q .; }
-poll_until 10 lan_listening || fail "the LAN host's TCP server did not listen"
+poll_until 10 listening gwlab-lan 8088 || fail "the LAN host's TCP server did not listen"
 # wan_opens: of five TCP connections from the WAN host to the LAN host, how many opened.
 wan_opens() {
     wan python3 -c '

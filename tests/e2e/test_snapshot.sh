@@ -71,7 +71,8 @@ echoed() { cat "$WORK/$1.count" 2>/dev/null || echo 0; }
 
 echo_server gwlab-wan 7000
 echo_server gwlab-lan 5201
-sleep 0.5
+poll_until 10 listening gwlab-wan 7000 && poll_until 10 listening gwlab-lan 5201 ||
+    fail "the echo servers did not listen"
 talker gwlab-lan 10.0.0.2 7000 masquerade
 talker gwlab-wan 10.0.0.1 5201 forward
 # Two workers on two shared CPUs are slow to start: wait for a few exchanges each.

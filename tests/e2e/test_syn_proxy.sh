@@ -49,7 +49,7 @@ while True:
     c.sendall(c.recv(100))
     c.close()
 ' &
-sleep 0.5
+poll_until 10 listening gwlab-lan 2222 || fail "the LAN server did not listen on 2222"
 
 # Spoofed SYNs at the forward from random sources that never answer: the LAN server answers
 # each, so every flow stays half-open (240 s). Kept up, slowly, for the whole test.

@@ -208,8 +208,7 @@ udp_listen gwvlan30 192.168.30.2
 IOT_LISTENER=$!
 udp_listen gwlab-lan 192.168.10.2
 LAN_LISTENER=$!
-listening_on_9999() { ip netns exec "$1" ss -Hlun 'sport = :9999' | grep -q .; }
-poll_until 10 listening_on_9999 gwvlan30 && poll_until 10 listening_on_9999 gwlab-lan ||
+poll_until 10 listening gwvlan30 9999 udp && poll_until 10 listening gwlab-lan 9999 udp ||
     fail "the UDP listeners on the iot and LAN hosts did not start"
 received() { cat "$WORK/$1.count" 2>/dev/null || echo 0; }
 # The listeners hear what arrives: the iot host's a datagram the gateway routes from the LAN
