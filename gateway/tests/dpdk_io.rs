@@ -612,9 +612,11 @@ password = "p"
     )
     .unwrap();
     let layout = gateway::port_layout::PortLayout::new(&config);
+    // The access concentrator's MAC is the source `frame` writes.
     layout.sessions().set(
         2,
-        gateway::pppoe::SessionState::new(Some(PPPOE_SESSION), true),
+        gateway::pppoe::SessionState::new(Some(PPPOE_SESSION), true)
+            .from_access_concentrator([2, 0, 0, 0, 0, 7]),
     );
     layout
 }
@@ -716,6 +718,22 @@ fn a_pppoe_session_frame_comes_off_as_ipv4_and_goes_back_on() {
     for (bytes, reason) in refused {
         assert_eq!(receive(&bytes, &mut mbuf).0, Err(reason), "{bytes:02x?}");
     }
+    // The link carries PPPoE alone: plain IPv4 and ARP on it are refused.
+    assert_eq!(receive(&ipv4, &mut mbuf).0, Err(DropReason::PppoeNotPppoe));
+    let arp = [0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1];
+    assert_eq!(receive(&arp, &mut mbuf).0, Err(DropReason::PppoeNotPppoe));
+    // The session's IPv4 from another MAC than the access concentrator's: another host on
+    // the segment, refused.
+    frame(
+        &mut mbuf,
+        &pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 0),
+    );
+    mbuf.data_mut()[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 8]);
+    assert!(mbuf.push_vlan_tag(7));
+    assert_eq!(
+        port(layout.ingress(1, &mut mbuf)),
+        Err(DropReason::PppoeForeignSource)
+    );
     layout
         .sessions()
         .set(2, SessionState::new(Some(PPPOE_SESSION), false));
@@ -748,8 +766,9 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
 
     /// Any bytes after the addresses of a frame on the PPPoE VLAN: taken off as the session
-    /// header says, passed on, or refused under a PPPoE reason; never a panic, and what comes
-    /// off as IPv4 is exactly the payload the header's length gives.
+    /// header says, passed on (discovery, PPP control), or refused under a PPPoE reason
+    /// (anything but PPPoE as `pppoe_not_pppoe`); never a panic, and what comes off as IPv4 is
+    /// exactly the payload the header's length gives.
     #[test]
     fn any_frame_on_a_pppoe_link_is_framed_as_its_bytes_say(
         rest in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
@@ -778,10 +797,16 @@ proptest::proptest! {
         proptest::prop_assert!(mbuf.push_vlan_tag(7));
         let result = layout.ingress(1, &mut mbuf).map(|ingress| ingress.port);
         let is_session = bytes.len() >= 2 && bytes[..2] == [0x88, 0x64];
+        let is_discovery = bytes.len() >= 2 && bytes[..2] == [0x88, 0x63];
         match result {
             // A tag needs two bytes after it to be taken for one.
             Ok(1) if bytes.len() < 2 => {}
+            // The link carries PPPoE alone.
+            Err(DropReason::PppoeNotPppoe) => {
+                proptest::prop_assert!(!is_session && !is_discovery);
+            }
             Ok(port) => {
+                proptest::prop_assert!(is_session || is_discovery);
                 proptest::prop_assert_eq!(port, 2);
                 let decapsulated = is_session && bytes.len() >= 10 && bytes[8..10] == [0x00, 0x21];
                 if decapsulated {

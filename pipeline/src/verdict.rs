@@ -92,6 +92,12 @@ drop_reasons! {
     PppoeMalformed => "pppoe_malformed",
     /// IPv4 in a PPPoE session frame of another session than the interface's own (or of none).
     PppoeSession => "pppoe_session",
+    /// IPv4 in the session's frames from another MAC than the access concentrator's: a host
+    /// on the same segment passing as the ISP.
+    PppoeForeignSource => "pppoe_foreign_source",
+    /// On a PPPoE interface, a frame that is neither PPPoE discovery nor session (plain
+    /// IPv4, ARP, anything else): the link carries PPPoE alone.
+    PppoeNotPppoe => "pppoe_not_pppoe",
     /// An IPv4 datagram to send or received on a PPPoE interface whose session is not up.
     PppoeDown => "pppoe_down",
     /// Unicast to a MAC address that is not the ingress port's.

@@ -565,7 +565,9 @@ password = "bench"
 "#,
     )?;
     let layout = crate::port_layout::PortLayout::new(&config);
-    let live = crate::pppoe::SessionState::new(Some(SESSION_ID), true);
+    // The generated frames' source MAC (all zeros) stands for the access concentrator's.
+    let live =
+        crate::pppoe::SessionState::new(Some(SESSION_ID), true).from_access_concentrator([0; 6]);
     layout.sessions().set(1, live);
     let mut batch = MbufBatch::new();
     while !batch.is_full() {

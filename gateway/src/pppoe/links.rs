@@ -242,10 +242,11 @@ impl PppoeLinks {
             send(link.iface, &frame);
         }
         let session = link.client.session().cloned();
-        let state = SessionState::new(
-            link.client.discovery_session().map(|(id, _)| id),
-            session.is_some(),
-        );
+        let discovered = link.client.discovery_session();
+        let mut state = SessionState::new(discovered.map(|(id, _)| id), session.is_some());
+        if let Some((_, ac_mac)) = discovered {
+            state = state.from_access_concentrator(ac_mac);
+        }
         if (state, &session) == (link.applied.0, &link.applied.1) {
             return;
         }

@@ -60,9 +60,11 @@ const DEFAULT_PEER_MRU: u16 = 1500;
 const TAG_HEADER_LEN: usize = 4;
 /// The most a discovery frame carries after the PPPoE header in a 1500-byte payload.
 const MAX_DISCOVERY_PAYLOAD: usize = 1500 - wire::PPPOE_HEADER_LEN;
-/// The smallest MRU we accept from or grant to a peer (as pppd): below it, IPv4 would hardly
-/// fit and the session's MTU would be useless to the dataplane.
-const MIN_MRU: u16 = 128;
+/// The smallest MRU we accept from or grant to a peer: the datagram every IPv4 host must
+/// take (RFC 791), and the config's own floor for an interface MTU. pppd takes 128, which
+/// would leave an MTU below what the ICMP errors and the MSS clamp assume, and a 1,500-byte
+/// datagram in a dozen fragments (issue 44); a peer that asks for less is Naked with this.
+const MIN_MRU: u16 = 576;
 /// The peer's address when its IPCP request gives none, as pppd uses.
 const DEFAULT_PEER_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 64, 64, 64);
 /// The Auth-Protocol option value for CHAP with MD5, which we suggest in a Nak when the peer
@@ -2281,6 +2283,37 @@ mod tests {
         let suggested = Options::parse(&data).unwrap().iter().next().unwrap();
         assert_eq!(suggested.kind, lcp_option::MAGIC_NUMBER);
         assert_ne!(suggested.value_u32(), Some(our_magic));
+    }
+
+    #[test]
+    fn an_mru_below_576_is_naked_either_way() {
+        let mut harness = Harness::new(ScriptedAc::new(AcAuth::Pap));
+        harness.ac.silent_in_session = true;
+        harness.start_until(Some(State::Lcp));
+        // The peer asks us to send it frames of at most 128 bytes: Naked with 576.
+        let mut options = Vec::new();
+        push_option(&mut options, lcp_option::MRU, &128u16.to_be_bytes());
+        let out = harness.receive(&ac_control(
+            PPP_LCP,
+            control::CONFIGURE_REQUEST,
+            7,
+            &options,
+        ));
+        let (_, code, id, data) = control_of(&out[0]);
+        assert_eq!((code, id), (control::CONFIGURE_NAK, 7));
+        assert_eq!(data, [lcp_option::MRU, 4, 0x02, 0x40]);
+        // The peer Naks our MRU down to 575: our request keeps asking for 1492.
+        let (id, _) = harness.last_lcp_request();
+        let mut nak = Vec::new();
+        push_option(&mut nak, lcp_option::MRU, &575u16.to_be_bytes());
+        harness.receive(&ac_control(PPP_LCP, control::CONFIGURE_NAK, id, &nak));
+        let (_, options) = harness.last_lcp_request();
+        let mru = Options::parse(&options)
+            .unwrap()
+            .iter()
+            .find(|o| o.kind == lcp_option::MRU)
+            .and_then(|o| o.value_u16());
+        assert_eq!(mru, Some(1492));
     }
 
     #[test]
