@@ -14,6 +14,10 @@
 //! again), and a gateway that takes each direction's segments in emission order except that
 //! any of the next few may go first, and loses some after tracking them. No segment may be
 //! refused, before or after a close or reset (the segments still in flight when one passes).
+//!
+//! The same segments also go through a model of Linux's rules (`tcp_in_window` since 5.19),
+//! which must not refuse them either: a differential check that the endpoints send what a
+//! real stack sends, and that the two trackers agree on it.
 
 use proptest::prelude::*;
 
@@ -118,11 +122,130 @@ impl Endpoint {
     }
 }
 
+/// What Linux's `tcp_in_window` (nf_conntrack_proto_tcp.c, as of 5.19: segments behind the
+/// window are ignored, not invalid) makes of a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LinuxVerdict {
+    Accept,
+    /// Passed without a change of state (below a lower bound; a SYN-ACK sent again).
+    Ignore,
+    Invalid(&'static str),
+}
+
+/// One direction's window data in Linux's terms (`struct ip_ct_tcp_state`).
+#[derive(Clone, Copy, Debug, Default)]
+struct LinuxSide {
+    td_end: u32,
+    td_maxend: u32,
+    td_maxwin: u32,
+    td_scale: u8,
+}
+
+/// Linux's window tracking, written from its rules (not its code) for the differential
+/// check: the same segments through both trackers, and neither may refuse one.
+#[derive(Clone, Copy, Debug)]
+struct LinuxWindow {
+    sides: [LinuxSide; 2],
+}
+
+/// Linux's MAXACKWINCONST.
+const LINUX_MAX_ACK_WINDOW: u32 = 66_000;
+
+impl LinuxWindow {
+    fn after_handshake(isns: [u32; 2], shifts: [Option<u8>; 2], windows: [u16; 2]) -> Self {
+        let scaled = shifts[0].is_some() && shifts[1].is_some();
+        let sides = [0, 1].map(|side| {
+            let end = isns[side].wrapping_add(1);
+            LinuxSide {
+                td_end: end,
+                td_maxend: end,
+                td_maxwin: u32::from(windows[side]).max(1),
+                td_scale: if scaled { shifts[side].unwrap_or(0) } else { 0 },
+            }
+        });
+        let mut window = LinuxWindow { sides };
+        // The SYN-ACK's acknowledgement and (unscaled) window set the client's upper bound.
+        let client_edge = isns[0].wrapping_add(1).wrapping_add(u32::from(windows[1]));
+        window.sides[0].td_maxend = client_edge;
+        window
+    }
+
+    fn check(&mut self, side: usize, segment: &TcpSegment) -> LinuxVerdict {
+        if segment.flags & SYN != 0 {
+            // After the handshake, a SYN-ACK from the reply direction is ignored (sIG).
+            return if side == 1 && segment.flags & ACK != 0 {
+                LinuxVerdict::Ignore
+            } else {
+                LinuxVerdict::Invalid("SYN after the handshake")
+            };
+        }
+        let (sender, receiver) = (self.sides[side], self.sides[1 - side]);
+        let rst = segment.flags & RST != 0;
+        let fin = u32::from(segment.flags & FIN != 0);
+        let mut seq = segment.seq;
+        let mut end = seq.wrapping_add(segment.payload_len).wrapping_add(fin);
+        let ack = if segment.flags & ACK == 0 || (rst && segment.ack == 0) {
+            receiver.td_end
+        } else {
+            segment.ack
+        };
+        // A segment without data is judged by its acknowledgement alone; a reset always by
+        // its sequence number.
+        if seq == end && !rst {
+            seq = sender.td_end;
+            end = sender.td_end;
+        }
+        if after(seq, sender.td_maxend) {
+            return LinuxVerdict::Invalid("SEQ is over the upper bound");
+        }
+        if after(ack, receiver.td_end) {
+            return LinuxVerdict::Invalid("ACK is over the upper bound");
+        }
+        if receiver.td_maxwin != 0
+            && !after(
+                end,
+                sender
+                    .td_end
+                    .wrapping_sub(receiver.td_maxwin)
+                    .wrapping_sub(1),
+            )
+        {
+            return LinuxVerdict::Ignore;
+        }
+        let max_ack_window = sender.td_maxwin.max(LINUX_MAX_ACK_WINDOW);
+        if !after(
+            ack,
+            receiver.td_end.wrapping_sub(max_ack_window).wrapping_sub(1),
+        ) {
+            return LinuxVerdict::Ignore;
+        }
+        let window = u32::from(segment.window) << sender.td_scale;
+        let sender = &mut self.sides[side];
+        sender.td_maxwin = sender.td_maxwin.max(window);
+        if after(end, sender.td_end) {
+            sender.td_end = end;
+        }
+        let sender_maxend = sender.td_maxend;
+        let receiver = &mut self.sides[1 - side];
+        if receiver.td_maxwin != 0 && after(end, sender_maxend) {
+            receiver.td_maxwin = receiver
+                .td_maxwin
+                .wrapping_add(end.wrapping_sub(sender_maxend));
+        }
+        let edge = ack.wrapping_add(window);
+        if after(edge, receiver.td_maxend.wrapping_sub(1)) {
+            receiver.td_maxend = edge.wrapping_add(u32::from(window == 0));
+        }
+        LinuxVerdict::Accept
+    }
+}
+
 struct Exchange {
     ends: [Endpoint; 2],
     /// Segments emitted and not yet taken by the gateway, per direction, oldest first.
     wire: [Vec<TcpSegment>; 2],
     conn: TcpConn,
+    linux: LinuxWindow,
 }
 
 fn direction(side: usize) -> Direction {
@@ -181,6 +304,7 @@ impl Exchange {
             ends,
             wire: [Vec::new(), Vec::new()],
             conn,
+            linux: LinuxWindow::after_handshake(isns, shifts, windows),
         };
         // The third ACK waits on the wire like any segment: the client's first data may
         // overtake it.
@@ -296,6 +420,14 @@ impl Exchange {
             return Ok(());
         }
         let segment = waiting.remove(pick.min(waiting.len() - 1));
+        // The differential half: Linux's rules pass what these endpoints send too, so the
+        // model's traffic is what a real stack sends, and the two trackers agree.
+        if let LinuxVerdict::Invalid(why) = self.linux.check(side, &segment) {
+            return Err(format!(
+                "{segment:?} from {:?} refused by Linux's rules: {why}",
+                direction(side)
+            ));
+        }
         match self.conn.track(direction(side), &segment) {
             Ok(_) => {}
             Err(reason) => {
