@@ -351,6 +351,87 @@ if command -v systemd-analyze >/dev/null; then
         || fail "gateway-vdev.conf grants CAP_SYS_ADMIN"
     pass "the vdev drop-in verifies and grants only CAP_NET_RAW and CAP_NET_ADMIN"
     rm -r "$WORK/systemd/gateway.service.d"
+    # Each feature the shipped configs use or suggest, against what it needs of the sandbox
+    # (this machine has no systemd as PID 1 to run the unit): the unit's system call filter,
+    # namespace filter, capabilities and devices are evaluated as systemd composes them
+    # (allow list, then removals and additions in order; drop-ins after the unit), with
+    # systemd-analyze's own group lists.
+    python3 - "$unit" deploy/systemd/gateway-netns.conf configs/*.toml <<'PY' ||
+import functools, re, subprocess, sys
+unit, netns_dropin, configs = sys.argv[1], sys.argv[2], sys.argv[3:]
+@functools.cache
+def expand(group):
+    """A system call group's calls, its nested groups expanded (systemd-analyze's lists)."""
+    listing = subprocess.run(["systemd-analyze", "syscall-filter", group],
+                             capture_output=True, text=True, check=True).stdout
+    calls = set()
+    for line in listing.splitlines()[1:]:
+        item = line.strip()
+        if not item or item.startswith("#"):
+            continue
+        calls |= expand(item) if item.startswith("@") else {item}
+    return frozenset(calls)
+def properties(*files):
+    props = {}
+    for path in files:
+        section = None
+        for line in open(path).read().splitlines():
+            if line.startswith("["):
+                section = line
+            elif section == "[Service]" and "=" in line and not line.startswith("#"):
+                key, value = line.split("=", 1)
+                props.setdefault(key, []).append(value)
+    return props
+def syscalls(props):
+    allowed = None
+    for value in props.get("SystemCallFilter", []):
+        deny = value.startswith("~")
+        names = set()
+        for item in value.lstrip("~").split():
+            names |= expand(item) if item.startswith("@") else {item}
+        if allowed is None:
+            allowed = set() if deny else names
+            if deny:
+                raise SystemExit("a deny-list filter is not what the unit uses")
+        elif deny:
+            allowed -= names
+        else:
+            allowed |= names
+    return allowed
+def namespaces(props):
+    values = props.get("RestrictNamespaces", [])
+    allowed = set()
+    for value in values:
+        allowed = set() if value == "yes" else allowed | set(value.split())
+    return allowed if values else {"net", "mnt", "user", "pid", "ipc", "uts", "cgroup"}
+def capabilities(props):
+    return set(props.get("AmbientCapabilities", [""])[-1].split()) & set(props.get("CapabilityBoundingSet", [""])[-1].split())
+text = "\n".join(open(c).read() for c in configs)
+features = {
+    # ctl.group: chown(socket, -1, group)
+    "ctl.group": (re.search(r'\bgroup = "', text), [unit],
+                  lambda p: {"chown", "fchownat"} <= syscalls(p)),
+    # kernel twins: tap devices and their addresses
+    "kernel twins": (re.search(r"^\[kernel_twins\]", text, re.M), [unit],
+                     lambda p: "CAP_NET_ADMIN" in capabilities(p) and "/dev/net/tun rw" in p.get("DeviceAllow", [])),
+    # kernel_twins.netns: setns into the twins' namespace (ip -n, the netlink thread)
+    "kernel_twins.netns": (re.search(r"^#? *netns = ", text, re.M), [unit, netns_dropin],
+                           lambda p: "setns" in syscalls(p) and "net" in namespaces(p) and "CAP_SYS_ADMIN" in capabilities(p)),
+}
+failed = []
+for name, (used, files, granted) in features.items():
+    if not used:
+        failed.append(f"{name}: no shipped config uses or suggests it any more; drop it from this map")
+    elif not granted(properties(*files)):
+        failed.append(f"{name}: {' + '.join(files)} forbid what it needs")
+    else:
+        print(f"  {name}: granted by {' + '.join(files)}")
+for line in failed:
+    print("  " + line, file=sys.stderr)
+sys.exit(1 if failed else 0)
+PY
+        fail "a feature of the shipped configs is forbidden by the unit's sandbox (above)"
+    pass "the unit (and gateway-netns.conf for kernel_twins.netns) allows what each feature of the shipped configs needs"
 else
     pass "$unit has its key lines (systemd-analyze not installed: not verified)"
 fi
