@@ -1886,6 +1886,26 @@ impl GatewayConfig {
                 if address.len == 0 || address.len > 30 {
                     return Err(invalid(field("address"), "prefix length must be 1..=30"));
                 }
+                let host_bits = u32::from(address.addr) & !address.mask();
+                let unusable = if address.addr.is_loopback() {
+                    Some("a loopback address")
+                } else if address.addr.is_multicast() {
+                    Some("a multicast address")
+                } else if address.addr.is_broadcast() || address.addr.is_unspecified() {
+                    Some("not a host's address")
+                } else if host_bits == 0 {
+                    Some("the subnet's network address")
+                } else if host_bits == !address.mask() {
+                    Some("the subnet's broadcast address")
+                } else {
+                    None
+                };
+                if let Some(what) = unusable {
+                    return Err(invalid(
+                        field("address"),
+                        format!("{address}: {what}; give the gateway one of the subnet's host addresses"),
+                    ));
+                }
                 if let Some((j, other)) =
                     self.interfaces[..i].iter().enumerate().find(|(_, other)| {
                         other
@@ -2244,11 +2264,37 @@ impl GatewayConfig {
                 ));
             }
             let span = forward.port.last - forward.port.first;
+            if forward.to_port == Some(0) {
+                return Err(invalid(
+                    field("to_port"),
+                    "0 is no port; omit to_port to forward to the same port",
+                ));
+            }
             if forward
                 .to_port
                 .is_some_and(|to| to.checked_add(span).is_none())
             {
                 return Err(invalid(field("to_port"), "the range runs past port 65535"));
+            }
+            // Two forwards of one port: the first would win, silently.
+            if let Some((j, earlier)) =
+                self.nat.port_forwards[..i]
+                    .iter()
+                    .enumerate()
+                    .find(|(_, earlier)| {
+                        earlier.interface == forward.interface
+                            && earlier.protocol == forward.protocol
+                            && earlier.port.first <= forward.port.last
+                            && forward.port.first <= earlier.port.last
+                    })
+            {
+                return Err(invalid(
+                    field("port"),
+                    format!(
+                        "{}-{} overlaps nat.port_forwards[{j}] ({}-{}) on the same interface and protocol",
+                        forward.port.first, forward.port.last, earlier.port.first, earlier.port.last
+                    ),
+                ));
             }
             if forward.port.first <= range.last && forward.port.last >= range.first {
                 tracing::debug!(
@@ -2261,6 +2307,14 @@ impl GatewayConfig {
         self.validate_pinholes()?;
         let zones = self.zone_names();
         let known_zone = |zone: &str| zone == "local" || zones.iter().any(|z| z == zone);
+        for (i, iface) in self.interfaces.iter().enumerate() {
+            if iface.zone.as_deref() == Some("local") {
+                return Err(invalid(
+                    format!("interfaces[{i}].zone"),
+                    "\"local\" is the gateway itself, not a zone an interface can join",
+                ));
+            }
+        }
         for (i, policy) in self.firewall.policy.iter().enumerate() {
             for (what, zone) in [("from", &policy.from), ("to", &policy.to)] {
                 if !known_zone(zone) {
@@ -2269,6 +2323,19 @@ impl GatewayConfig {
                         format!("no zone named {zone:?}"),
                     ));
                 }
+            }
+            // The same pair twice: one of the two would be ignored, whichever the reader expects.
+            if let Some(j) = self.firewall.policy[..i]
+                .iter()
+                .position(|earlier| earlier.from == policy.from && earlier.to == policy.to)
+            {
+                return Err(invalid(
+                    format!("firewall.policy[{i}]"),
+                    format!(
+                        "{} -> {} is already firewall.policy[{j}]: one policy per zone pair",
+                        policy.from, policy.to
+                    ),
+                ));
             }
         }
         for (i, rule) in self.firewall.rules.iter().enumerate() {
@@ -3004,6 +3071,90 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("power-of-two number of workers"), "{err}");
+    }
+
+    /// Files that parse but cannot mean what they say (issue 43): refused, naming the field
+    /// and what is wrong.
+    #[test]
+    fn files_that_cannot_mean_what_they_say_are_refused() {
+        let forward = |port: &str, to_port: &str| {
+            format!(
+                "[[nat.port_forwards]]\ninterface = \"wan\"\nprotocol = \"tcp\"\nport = \"{port}\"\n\
+                 to = \"192.168.10.2\"\n{to_port}\n"
+            )
+        };
+        let lan_address = |address: &str| {
+            LAB.replace(
+                "address = \"192.168.10.1/24\"",
+                &format!("address = \"{address}\""),
+            )
+        };
+        let cases = [
+            (
+                format!("{LAB}\n{}", forward("80", "to_port = 0")),
+                "nat.port_forwards[0].to_port:",
+                "0 is no port",
+            ),
+            (
+                format!("{LAB}\n{}\n{}", forward("80", ""), forward("80", "")),
+                "nat.port_forwards[1].port:",
+                "overlaps nat.port_forwards[0]",
+            ),
+            (
+                format!("{LAB}\n{}\n{}", forward("8000-8010", ""), forward("8010-8020", "")),
+                "nat.port_forwards[1].port:",
+                "8010-8020 overlaps nat.port_forwards[0] (8000-8010)",
+            ),
+            (
+                lan_address("192.168.10.0/24"),
+                "interfaces[0].address:",
+                "network address",
+            ),
+            (
+                lan_address("192.168.10.255/24"),
+                "interfaces[0].address:",
+                "broadcast address",
+            ),
+            (
+                lan_address("127.0.0.1/8"),
+                "interfaces[0].address:",
+                "loopback",
+            ),
+            (
+                lan_address("224.0.0.1/24"),
+                "interfaces[0].address:",
+                "multicast",
+            ),
+            (
+                LAB.replace(
+                    "address = \"192.168.10.1/24\"",
+                    "address = \"192.168.10.1/24\"\nzone = \"local\"",
+                ),
+                "interfaces[0].zone:",
+                "the gateway itself",
+            ),
+            (
+                format!(
+                    "{LAB}\n[firewall]\npolicy = [\n{{ from = \"lan\", to = \"wan\", action = \"accept\" }},\n\
+                     {{ from = \"lan\", to = \"wan\", action = \"drop\" }},\n]\n"
+                ),
+                "firewall.policy[1]:",
+                "already firewall.policy[0]",
+            ),
+        ];
+        for (text, field, says) in cases {
+            let err = parse(&text).expect_err(&text).to_string();
+            assert!(err.starts_with(field), "{field}: {err}");
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        // Disjoint ranges, or one port on two protocols, are two forwards.
+        let udp = forward("80", "").replace("\"tcp\"", "\"udp\"");
+        parse(&format!(
+            "{LAB}\n{}\n{udp}\n{}",
+            forward("80", ""),
+            forward("81-90", "")
+        ))
+        .unwrap();
     }
 
     #[test]
