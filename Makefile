@@ -61,7 +61,7 @@ bench-record: build hugepages
 instructions: deps
 	scripts/instructions.sh
 
-# Several workers, many times (not in make test: about 25 minutes here): 10,000 conformance-style
+# Several workers, many times (not in make test: about 18 minutes here): 10,000 conformance-style
 # TCP connections through 2 and 4 workers with every conntrack_invalid counted by reason, then
 # the two-worker e2e pass five times in a row. STRESS_WORKERS, STRESS_CONNECTIONS,
 # STRESS_CONCURRENCY, STRESS_E2E_ROUNDS.
