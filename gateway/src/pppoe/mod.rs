@@ -35,6 +35,14 @@ pub struct SessionState {
 /// Set in [`SessionState::access_concentrator`] once the MAC is known.
 const AC_KNOWN: u64 = 1 << 48;
 
+/// A 6-byte MAC as [`SessionState::access_concentrator`] holds it: the low 48 bits, known.
+#[inline]
+fn known_mac(mac: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[2..].copy_from_slice(mac);
+    AC_KNOWN | u64::from_be_bytes(word)
+}
+
 /// Bit 16: discovery gave a session (its id in the low 16 bits), so its control frames come
 /// in. Bit 17: IPCP is open, so datagrams flow.
 const HAS_SESSION: u32 = 1 << 16;
@@ -61,10 +69,8 @@ impl SessionState {
 
     /// The same session, whose frames come from `mac`.
     pub fn from_access_concentrator(self, mac: [u8; 6]) -> SessionState {
-        let mut word = [0u8; 8];
-        word[2..].copy_from_slice(&mac);
         SessionState {
-            access_concentrator: AC_KNOWN | u64::from_be_bytes(word),
+            access_concentrator: known_mac(&mac),
             ..self
         }
     }
@@ -82,9 +88,7 @@ impl SessionState {
     /// Whether `mac` is the session's access concentrator (never, while it is unknown).
     #[inline]
     fn is_access_concentrator(self, mac: &[u8]) -> bool {
-        let mut word = [0u8; 8];
-        word[2..].copy_from_slice(mac);
-        self.access_concentrator == AC_KNOWN | u64::from_be_bytes(word)
+        self.access_concentrator == known_mac(mac)
     }
 }
 

@@ -465,17 +465,22 @@ fn simultaneous_open_establishes() {
     conn.expect_ok(Reply, ACK | PSH, 100);
 }
 
-#[test]
-fn a_syn_ack_sent_again_after_the_close_passes_as_stale() {
-    // Overtaken on its way to the owner by the rest of the connection (issue 42): Linux
-    // ignores a SYN-ACK in these states too. Another ISN is not this connection's.
+/// A connection in TIME_WAIT (both FINs acknowledged) and one closed by a reset.
+fn closed_connections() -> [(Conn, TcpState); 2] {
     let mut time_wait = Conn::established();
     time_wait.expect_ok(Original, FIN | ACK, 0);
     time_wait.expect_ok(Reply, FIN | ACK, 0);
     time_wait.expect_ok(Original, ACK, 0);
     let mut closed = Conn::established();
     closed.expect_ok(Reply, RST, 0);
-    for (mut conn, state) in [(time_wait, TcpState::TimeWait), (closed, TcpState::Closed)] {
+    [(time_wait, TcpState::TimeWait), (closed, TcpState::Closed)]
+}
+
+#[test]
+fn a_syn_ack_sent_again_after_the_close_passes_as_stale() {
+    // Overtaken on its way to the owner by the rest of the connection (issue 42): Linux
+    // ignores a SYN-ACK in these states too. Another ISN is not this connection's.
+    for (mut conn, state) in closed_connections() {
         assert_eq!(conn.state(), state);
         conn.expect_stale(Reply, segment(SYN | ACK, SERVER_ISN, CLIENT_ISN + 1));
         conn.expect_invalid(
@@ -488,14 +493,7 @@ fn a_syn_ack_sent_again_after_the_close_passes_as_stale() {
 
 #[test]
 fn new_syn_from_the_original_direction_reuses_a_closed_flow() {
-    let mut time_wait = Conn::established();
-    time_wait.expect_ok(Original, FIN | ACK, 0);
-    time_wait.expect_ok(Reply, FIN | ACK, 0);
-    time_wait.expect_ok(Original, ACK, 0);
-    let mut closed = Conn::established();
-    closed.expect_ok(Reply, RST, 0);
-
-    for (mut conn, state) in [(time_wait, TcpState::TimeWait), (closed, TcpState::Closed)] {
+    for (mut conn, state) in closed_connections() {
         assert_eq!(conn.state(), state);
         *conn.table.data_mut(conn.id) = 42;
         conn.expect_invalid(
