@@ -116,6 +116,9 @@ const FAIL_START_ON_PURPOSE_VAR: &str = "GATEWAY_TEST_FAIL_START";
 /// non-zero and the service manager restarts it).
 pub fn run(config_path: &Path) -> anyhow::Result<()> {
     let (config, running_file) = reload::load_file(config_path)?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     // Read before anything starts: a bad file stops the start as check-config reports it.
     let web_config = crate::web_config::for_metrics(&config.metrics)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -1067,6 +1070,9 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<Gatew
                     "reload: {} changed and need a restart; applying the rest",
                     restart.join(", ")
                 );
+            }
+            for warning in config.warnings() {
+                tracing::warn!("reload: {warning}");
             }
             meter.publish(Arc::new(MeterExport::from(&config.traffic_meter)));
             publish_router(router, qos, router_config);

@@ -2399,6 +2399,47 @@ impl GatewayConfig {
     }
 
     /// Zone names in first-seen order; an interface without one is its own zone.
+    /// What the file allows but probably does not mean; `check-config` prints them and the
+    /// gateway logs them at start and on every reload. With the default closed between
+    /// zones, an inside zone that no policy or rule lets out reaches only itself and the
+    /// gateway (a guest VLAN without its `guest -> wan accept`).
+    pub fn warnings(&self) -> Vec<String> {
+        let zones = self.zone_names();
+        let masqueraded = |zone: &str| {
+            self.interfaces.iter().any(|iface| {
+                iface.zone.as_deref().unwrap_or(&iface.name) == zone
+                    && self.nat.masquerade.contains(&iface.name)
+            })
+        };
+        let leads_out =
+            |from: &str, to: Option<&str>| to.map_or(true, |to| to != from && to != "local");
+        let lets_out = |zone: &str| {
+            self.firewall.policy.iter().any(|policy| {
+                policy.from == zone
+                    && policy.action == FirewallAction::Accept
+                    && leads_out(zone, Some(&policy.to))
+            }) || self.firewall.rules.iter().any(|rule| {
+                rule.from.as_deref().map_or(true, |from| from == zone)
+                    && rule.action == FirewallAction::Accept
+                    && leads_out(zone, rule.to.as_deref())
+            })
+        };
+        if zones.len() < 2 {
+            return Vec::new();
+        }
+        zones
+            .iter()
+            .filter(|zone| !masqueraded(zone) && !lets_out(zone))
+            .map(|zone| {
+                format!(
+                    "firewall.policy: no policy or rule lets zone {zone:?} out: between zones \
+                     the default is drop, so its hosts reach only {zone:?} and the gateway \
+                     (add e.g. {{ from = {zone:?}, to = \"wan\", action = \"accept\" }})"
+                )
+            })
+            .collect()
+    }
+
     pub fn zone_names(&self) -> Vec<String> {
         let mut zones: Vec<String> = Vec::new();
         for iface in &self.interfaces {

@@ -258,7 +258,13 @@ fn main() -> ExitCode {
             .and_then(|loaded| gateway::healthcheck::check(&loaded.metrics)),
         Command::CheckConfig { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
-            .and_then(|loaded| gateway::pipeline_config::check_startable(&loaded))
+            .and_then(|loaded| {
+                gateway::pipeline_config::check_startable(&loaded)?;
+                for warning in loaded.warnings() {
+                    eprintln!("warning: {warning}");
+                }
+                Ok(())
+            })
             .map(|()| println!("{}: ok", config.display())),
     };
     match result {

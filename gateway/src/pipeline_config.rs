@@ -360,7 +360,10 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .map(interface_zone)
         .collect::<anyhow::Result<_>>()?;
 
-    // Built-in defaults: from an outside (masqueraded) zone, drop; from any other, accept.
+    // Built-in defaults, closed between zones (as OpenWrt, pfSense and OPNsense are): a flow
+    // from one zone to another is dropped unless a policy or rule accepts it. An inside (not
+    // masqueraded) zone may reach itself (its interfaces trust each other) and the gateway
+    // (ARP's neighbours, DHCP and DNS through the twins, ping); an outside one neither.
     // Explicit policies override.
     let outside: Vec<ZoneId> = zones
         .iter()
@@ -368,20 +371,11 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .filter(|(_, &m)| m)
         .map(|(z, _)| *z)
         .collect();
-    let mut all_zones = zones.clone();
-    all_zones.push(ZoneId::LOCAL);
-    all_zones.sort_by_key(|zone| zone.0);
-    all_zones.dedup();
     let mut policy = Policy::new(Action::Drop);
-    for &from in &zones {
-        let action = if outside.contains(&from) {
-            Action::Drop
-        } else {
-            Action::Accept
-        };
-        for &to in &all_zones {
-            policy = policy.set(from, to, action);
-        }
+    for &from in zones.iter().filter(|zone| !outside.contains(zone)) {
+        policy = policy
+            .set(from, from, Action::Accept)
+            .set(from, ZoneId::LOCAL, Action::Accept);
     }
     for (i, entry) in config.firewall.policy.iter().enumerate() {
         let from = zone(&entry.from).with_context(|| format!("firewall.policy[{i}].from"))?;
@@ -700,6 +694,66 @@ mod tests {
         assert!(parse_window("someday 06:00-07:00").is_err());
         assert!(parse_window("mon 25:00-26:00").is_err());
         assert!(parse_window("mon").is_err());
+    }
+
+    /// Closed between zones: only what a policy names crosses from one zone to another; an
+    /// inside zone still reaches itself and the gateway, an outside one neither.
+    #[test]
+    fn a_zone_pair_without_a_policy_is_dropped() {
+        let config = GatewayConfig::from_text(
+            std::path::Path::new("zones.toml"),
+            r#"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_ring0"
+address = "192.168.1.1/24"
+[[interfaces]]
+name = "lan2"
+zone = "lan"
+device = "net_ring2"
+address = "192.168.2.1/24"
+[[interfaces]]
+name = "wan"
+device = "net_ring1"
+address = "10.0.0.1/24"
+[[interfaces]]
+name = "guest"
+parent = "lan"
+vlan = 20
+address = "192.168.20.1/24"
+[nat]
+masquerade = ["wan"]
+[firewall]
+policy = [{ from = "lan", to = "wan", action = "accept" }]
+"#,
+        )
+        .unwrap();
+        let router = router_config(&config, &[[2, 0, 0, 0, 0, 1]; 4]).unwrap();
+        let policy = router.stateful.firewall.policy();
+        let (lan, wan, guest) = (ZoneId(0), ZoneId(1), ZoneId(2));
+        for (from, to, expected) in [
+            (lan, wan, Action::Accept),
+            (lan, lan, Action::Accept),
+            (lan, ZoneId::LOCAL, Action::Accept),
+            (lan, guest, Action::Drop),
+            (guest, lan, Action::Drop),
+            (guest, wan, Action::Drop),
+            (guest, guest, Action::Accept),
+            (guest, ZoneId::LOCAL, Action::Accept),
+            (wan, lan, Action::Drop),
+            (wan, wan, Action::Drop),
+            (wan, ZoneId::LOCAL, Action::Drop),
+        ] {
+            assert_eq!(policy.default_for(from, to), expected, "{from:?} -> {to:?}");
+        }
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("zone \"guest\"") && warnings[0].contains("to = \"wan\""),
+            "{warnings:?}"
+        );
     }
 }
 

@@ -69,6 +69,8 @@ address = "10.0.0.1/24"
 kernel_twin = true
 [nat]
 masquerade = ["wan"]
+[firewall]
+policy = [{ from = "lan", to = "wan", action = "accept" }]
 [kernel_twins]
 netns = "$TWIN_NS"
 [metrics]

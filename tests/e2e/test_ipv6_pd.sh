@@ -71,6 +71,8 @@ kernel_twin = true
 autoconfigure = true
 [nat]
 masquerade = ["wan"]
+[firewall]
+policy = [{ from = "lan", to = "wan", action = "accept" }]
 [kernel_twins]
 netns = "$TWIN_NS"
 [metrics]

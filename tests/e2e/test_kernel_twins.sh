@@ -66,6 +66,8 @@ destination = "0.0.0.0/0"
 via = "10.0.0.2"
 [nat]
 masquerade = ["wan"]
+[firewall]
+policy = [{ from = "lan", to = "wan", action = "accept" }]
 [kernel_twins]
 netns = "$TWIN_NS"
 punt_per_sec = 2000

@@ -68,6 +68,8 @@ address = "dhcp"
 kernel_twin = true
 [nat]
 masquerade = ["wan"]
+[firewall]
+policy = [{ from = "lan", to = "wan", action = "accept" }]
 [kernel_twins]
 netns = "$TWIN_NS"
 [metrics]

@@ -66,6 +66,8 @@ masquerade = ["wan"]
 netns = "$TWIN_NS"
 punt_per_sec = $1
 punt_burst = $BURST
+[firewall]
+policy = [{ from = "lan", to = "wan", action = "accept" }]
 [[firewall.rules]]
 name = "no-udp-9998-to-the-gateway"
 from = "lan"

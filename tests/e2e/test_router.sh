@@ -25,6 +25,12 @@ device = "net_af_packet1,iface=gwl-wan"
 address = "10.0.0.1/24"
 mtu = 1400
 tcp_mss = 1200
+# A plain router: both ways open (between zones the default is closed).
+[firewall]
+policy = [
+    { from = "lan", to = "wan", action = "accept" },
+    { from = "wan", to = "lan", action = "accept" },
+]
 [icmp]
 echo_per_sec = 50
 echo_burst = 10
