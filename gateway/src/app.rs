@@ -20,8 +20,11 @@ use crate::config::{
     device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode,
     InterfaceAddress, LacpRate,
 };
+use crate::config_apply::AwaitingConfirmation;
 use crate::config_history::{ConfigHistory, FileText};
+use crate::config_store::ConfigStore;
 use crate::control::ControlPlane;
+use crate::ctl::ConfigRequest;
 use crate::dpdk::flow::FlowRule;
 use crate::dpdk::{
     self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, PortId, RxQueueId, SocketId,
@@ -103,7 +106,7 @@ enum ControlEvent {
     /// A worker's lcore finished: a panic, or a return nobody asked for.
     WorkerExited(WorkerExit),
     /// The `config-load` thread finished a reload: publish it, or report the refusal.
-    Loaded(Box<reload::Loaded>),
+    Loaded(Box<reload::LoadResult>),
     /// The kernel's addresses or routes on the twins changed (`crate::netlink`).
     Kernel(KernelView),
 }
@@ -140,14 +143,15 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
             })
             .context("starting the SIGHUP thread")?
     };
-    let watcher = {
+    // `reload.watch = false`: only SIGHUP and `gateway ctl config` change what runs.
+    let watcher = config.reload.watch.then(|| {
         let events = events.clone();
         reload::watch_file(config_path, reload::QUIET_BEFORE_RELOAD, move || {
             let _ = events.send(ControlEvent::FileChanged);
         })
         .map_err(|err| tracing::warn!("not watching {} for changes: {err}", config_path.display()))
         .ok()
-    };
+    });
     let result = Eal::init(&eal_args(&config)?)
         .map_err(anyhow::Error::from)
         .and_then(|eal| {
@@ -201,6 +205,10 @@ struct Gateway<'a> {
     router_published: Arc<Published<pipeline::RouterConfig>>,
     reload_status: Arc<ReloadStatus>,
     config_history: ConfigHistory,
+    /// `gateway ctl config` requests, from the ctl thread.
+    config_requests: Receiver<ConfigRequest>,
+    /// An apply that rolls back unless confirmed in time.
+    awaiting_confirmation: Option<AwaitingConfirmation>,
     control_counters: Arc<WorkerCounters>,
     /// Before the ports, rings and pool: dropped first.
     running_workers: Workers,
@@ -521,6 +529,8 @@ impl<'a> Gateway<'a> {
         let control_counters = Arc::new(WorkerCounters::default());
         let reload_status = Arc::new(ReloadStatus::new());
         let config_history = ConfigHistory::start(config_path, &running_file);
+        let kept_configs = ConfigStore::new(&config.state.directory);
+        let (config_request_sender, config_requests) = crossbeam_channel::unbounded();
         let neighbor_config = NeighborConfig {
             capacity: config.neighbors.capacity,
             pending_per_neighbor: config.neighbors.pending_per_neighbor,
@@ -609,6 +619,8 @@ impl<'a> Gateway<'a> {
                 router: router_published.clone(),
                 neighbors: neighbors_published,
                 config: config_history.clone(),
+                kept_configs: kept_configs.clone(),
+                config_requests: config_request_sender,
             },
         )
         .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))
@@ -623,11 +635,14 @@ impl<'a> Gateway<'a> {
         let loader = {
             let loads = events.clone();
             reload::Loader::start(
-                config_path.to_path_buf(),
-                config.clone(),
-                running_file,
-                macs.clone(),
-                kernel_for_loads.clone(),
+                reload::LoaderSetup {
+                    path: config_path.to_path_buf(),
+                    running: config.clone(),
+                    running_file,
+                    macs: macs.clone(),
+                    kernel: kernel_for_loads.clone(),
+                    store: kept_configs,
+                },
                 move |loaded| {
                     let _ = loads.send(ControlEvent::Loaded(Box::new(loaded)));
                 },
@@ -654,6 +669,8 @@ impl<'a> Gateway<'a> {
             router_published,
             reload_status,
             config_history,
+            config_requests,
+            awaiting_confirmation: None,
             control_counters,
             running_workers,
             saved_flows,
@@ -688,6 +705,8 @@ impl<'a> Gateway<'a> {
             router_published,
             reload_status,
             config_history,
+            config_requests,
+            awaiting_confirmation,
             qos_stats,
             bond_watch,
             port_watch,
@@ -734,13 +753,17 @@ impl<'a> Gateway<'a> {
                     .unwrap_or_else(PoisonError::into_inner) = merged;
                 policed_rates = qos_rates(router_published);
             }
+            while let Ok(request) = config_requests.try_recv() {
+                crate::config_apply::route(request, loader, awaiting_confirmation, config_history);
+            }
+            crate::config_apply::expire(awaiting_confirmation, loader, config_history, now);
             match event {
                 None => {}
                 Some(ControlEvent::ReloadSignal | ControlEvent::FileChanged) => {
                     if matches!(event, Some(ControlEvent::FileChanged)) {
                         tracing::info!("{} changed and is quiet: reloading", config_path.display());
                     }
-                    loader.request();
+                    loader.request(reload::LoadRequest::File { reply: None });
                 }
                 Some(ControlEvent::Loaded(loaded)) => {
                     if let Some(applied) = apply_reload(
@@ -752,6 +775,7 @@ impl<'a> Gateway<'a> {
                             status: reload_status,
                             history: config_history,
                         },
+                        awaiting_confirmation,
                     ) {
                         *running = applied;
                         control.reconfigure_pppoe(running, macs);
@@ -819,6 +843,8 @@ impl<'a> Gateway<'a> {
             qos_stats: _qos_stats,
             worker_counters,
             config_history: _,
+            config_requests: _,
+            awaiting_confirmation: _,
             bond_watch: _bond_watch,
             port_watch,
             steering,
@@ -1046,10 +1072,15 @@ struct ReloadTargets<'a> {
     history: &'a ConfigHistory,
 }
 
-/// Publishes a reload the `config-load` thread made ready, or reports its refusal. A file
-/// that does not load, validate or compile changes nothing; the failure is logged with its
-/// field and counted. Returns the config now in force when it applied.
-fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<GatewayConfig> {
+/// Publishes a reload the `config-load` thread made ready, or reports its refusal, and
+/// answers whoever asked (`gateway ctl config`). A file that does not load, validate or
+/// compile changes nothing; the failure is logged with its field and counted. Returns the
+/// config now in force when it applied.
+fn apply_reload(
+    result: reload::LoadResult,
+    targets: &ReloadTargets,
+    awaiting: &mut Option<AwaitingConfirmation>,
+) -> Option<GatewayConfig> {
     let ReloadTargets {
         router,
         qos,
@@ -1057,6 +1088,14 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<Gatew
         status,
         history,
     } = targets;
+    let reload::LoadResult {
+        loaded,
+        source,
+        confirm,
+        replies,
+        previous,
+    } = result;
+    let source = source.to_string();
     match loaded {
         reload::Loaded::Ready {
             config,
@@ -1080,16 +1119,34 @@ fn apply_reload(loaded: reload::Loaded, targets: &ReloadTargets) -> Option<Gatew
             if !changed.is_empty() {
                 tracing::info!("reload: changed {}", changed.join(", "));
             }
-            history.applied(&file.sha256, changed, restart);
+            let answer = serde_json::json!({
+                "source": source,
+                "sha256": file.sha256,
+                "changed": changed,
+                "restart_required": restart,
+                "confirm_within_secs": confirm.map(|within| within.as_secs()),
+            });
+            let version = history.applied(&source, &file.sha256, changed, restart);
+            crate::config_apply::applied(awaiting, history, version, confirm, previous);
             tracing::info!(
+                version,
+                %source,
                 "reload applied: new flows follow the new config, established flows continue"
             );
+            let mut answer = answer;
+            answer["version"] = version.into();
+            for reply in replies {
+                let _ = reply.send(Ok(answer.clone()));
+            }
             Some(*config)
         }
         reload::Loaded::Refused(err) => {
-            tracing::error!("reload refused, keeping the running config: {err}");
+            tracing::error!(%source, "reload refused, keeping the running config: {err}");
             status.record(false);
-            history.refused(&err);
+            history.refused(&source, &err);
+            for reply in replies {
+                let _ = reply.send(Err(err.clone()));
+            }
             None
         }
     }

@@ -52,6 +52,23 @@ pub struct GatewayConfig {
     pub state: StateConfig,
     #[serde(default)]
     pub ctl: CtlConfig,
+    #[serde(default)]
+    pub reload: ReloadConfig,
+}
+
+/// How a changed config reaches the running gateway (README, Reload).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReloadConfig {
+    /// Reload when the file is saved (and quiet for half a second). Off: only SIGHUP
+    /// (`systemctl reload`) and `gateway ctl config reload | apply` change what runs.
+    pub watch: bool,
+}
+
+impl Default for ReloadConfig {
+    fn default() -> Self {
+        ReloadConfig { watch: true }
+    }
 }
 
 /// The operator's socket for `gateway ctl` (`crate::ctl`).
@@ -2412,14 +2429,14 @@ impl GatewayConfig {
             })
         };
         let leads_out =
-            |from: &str, to: Option<&str>| to.map_or(true, |to| to != from && to != "local");
+            |from: &str, to: Option<&str>| to.is_none_or(|to| to != from && to != "local");
         let lets_out = |zone: &str| {
             self.firewall.policy.iter().any(|policy| {
                 policy.from == zone
                     && policy.action == FirewallAction::Accept
                     && leads_out(zone, Some(&policy.to))
             }) || self.firewall.rules.iter().any(|rule| {
-                rule.from.as_deref().map_or(true, |from| from == zone)
+                rule.from.as_deref().is_none_or(|from| from == zone)
                     && rule.action == FirewallAction::Accept
                     && leads_out(zone, rule.to.as_deref())
             })

@@ -17,16 +17,16 @@ use sha2::{Digest, Sha256};
 #[derive(Clone, Debug, Default)]
 pub struct FileText {
     pub sha256: String,
+    /// The text itself, to keep it whole in the state directory and to roll back to it.
+    pub text: Arc<str>,
     tree: Option<toml::Value>,
 }
 
 impl FileText {
     pub fn new(text: &str) -> Self {
         FileText {
-            sha256: Sha256::digest(text.as_bytes())
-                .iter()
-                .map(|byte| format!("{byte:02x}"))
-                .collect(),
+            sha256: sha256_hex(text),
+            text: text.into(),
             tree: text.parse::<toml::Value>().ok(),
         }
     }
@@ -41,6 +41,14 @@ impl FileText {
         }
         changed
     }
+}
+
+/// The SHA-256 of `text`, in lower-case hex.
+pub fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// Appends the paths under `path` where `old` and `new` differ: leaves by value, tables by
@@ -90,6 +98,8 @@ fn unix_now() -> u64 {
 #[derive(Clone, Debug)]
 pub struct ReloadRecord {
     pub at_unix: u64,
+    /// What asked for it: the file, `ctl config apply`, a rollback (`reload::Source`).
+    pub source: String,
     /// The refusal, naming the field; `None`: applied.
     pub refused: Option<String>,
     pub changed: Vec<String>,
@@ -105,6 +115,8 @@ pub struct ConfigStatus {
     pub since_unix: u64,
     /// The latest reloads, the newest last, at most [`RELOADS_KEPT`].
     pub reloads: VecDeque<ReloadRecord>,
+    /// An apply that rolls back unless confirmed: its version and the deadline.
+    pub awaiting_confirmation: Option<(u64, u64)>,
 }
 
 /// How many reloads `show config` remembers.
@@ -131,6 +143,7 @@ impl ConfigHistory {
             sha256: file.sha256.clone(),
             since_unix: unix_now(),
             reloads: VecDeque::new(),
+            awaiting_confirmation: None,
         })))
     }
 
@@ -138,7 +151,14 @@ impl ConfigHistory {
         f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub fn applied(&self, sha256: &str, changed: Vec<String>, restart_required: Vec<String>) {
+    /// Records an applied config; returns its version.
+    pub fn applied(
+        &self,
+        source: &str,
+        sha256: &str,
+        changed: Vec<String>,
+        restart_required: Vec<String>,
+    ) -> u64 {
         self.with(|status| {
             status.version += 1;
             status.sha256 = sha256.to_string();
@@ -146,21 +166,32 @@ impl ConfigHistory {
             let at_unix = status.since_unix;
             status.record(ReloadRecord {
                 at_unix,
+                source: source.to_string(),
                 refused: None,
                 changed,
                 restart_required,
             });
-        });
+            status.version
+        })
     }
 
-    pub fn refused(&self, why: &str) {
+    pub fn refused(&self, source: &str, why: &str) {
         self.with(|status| {
             status.record(ReloadRecord {
                 at_unix: unix_now(),
+                source: source.to_string(),
                 refused: Some(why.to_string()),
                 changed: Vec::new(),
                 restart_required: Vec::new(),
             });
+        });
+    }
+
+    /// `version` rolls back unless confirmed `within` from now; `None`: nothing waits.
+    pub fn awaiting_confirmation(&self, pending: Option<(u64, std::time::Duration)>) {
+        self.with(|status| {
+            status.awaiting_confirmation =
+                pending.map(|(version, within)| (version, unix_now() + within.as_secs()));
         });
     }
 
@@ -172,8 +203,13 @@ impl ConfigHistory {
                 "version": status.version,
                 "sha256": status.sha256,
                 "since_unix": status.since_unix,
+                "awaiting_confirmation": status.awaiting_confirmation.map(|(version, by)| json!({
+                    "version": version,
+                    "rolls_back_at_unix": by,
+                })),
                 "reloads": status.reloads.iter().map(|reload| json!({
                     "at_unix": reload.at_unix,
+                    "source": reload.source,
                     "result": if reload.refused.is_some() { "refused" } else { "applied" },
                     "error": reload.refused,
                     "changed": reload.changed,
@@ -242,8 +278,17 @@ masquerade = ["wan"]
     #[test]
     fn versions_count_applied_reloads_only() {
         let history = ConfigHistory::start(std::path::Path::new("/x.toml"), &FileText::new(BEFORE));
-        history.applied("ab", vec!["icmp.burst".into()], vec!["conntrack".into()]);
-        history.refused("firewall.rules[0].action: \"maybe\" is not accept, drop or reject");
+        let version = history.applied(
+            "file",
+            "ab",
+            vec!["icmp.burst".into()],
+            vec!["conntrack".into()],
+        );
+        assert_eq!(version, 2);
+        history.refused(
+            "file",
+            "firewall.rules[0].action: \"maybe\" is not accept, drop or reject",
+        );
         let shown = history.to_json();
         assert_eq!(shown["version"], 2);
         assert_eq!(shown["sha256"], "ab");
@@ -255,7 +300,7 @@ masquerade = ["wan"]
             .unwrap()
             .starts_with("firewall.rules[0]"));
         for _ in 0..RELOADS_KEPT {
-            history.refused("again");
+            history.refused("file", "again");
         }
         let shown = history.to_json();
         assert_eq!(shown["reloads"].as_array().unwrap().len(), RELOADS_KEPT);

@@ -99,6 +99,39 @@ enum CtlCommand {
         #[command(subcommand)]
         what: Clear,
     },
+    /// Change the running config safely: diff, apply (with commit-confirm), confirm,
+    /// rollback, reload.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// What applying FILE would change, setting by setting, and what would wait for a
+    /// restart; nothing is applied. Exits 1 if FILE would be refused, naming the field.
+    Diff { file: PathBuf },
+    /// Apply FILE to the running gateway, validated whole, or nothing (exit 1 and the field).
+    /// The file on disk is not touched: the gateway keeps what it applies in its state
+    /// directory, and a restart reads its config file again.
+    Apply {
+        file: PathBuf,
+        /// Roll back unless `gateway ctl config confirm` comes within SECONDS.
+        #[arg(long, value_name = "SECONDS")]
+        confirm: Option<u64>,
+    },
+    /// Keep the config an `apply --confirm` put in force.
+    Confirm,
+    /// Back to the config applied STEPS changes before the running one (`show config`
+    /// lists those kept).
+    Rollback {
+        #[arg(default_value_t = 1)]
+        steps: usize,
+    },
+    /// Reload the config file and wait for the verdict: exit 0 if it applied, 1 if it was
+    /// refused (systemd's ExecReload).
+    Reload,
 }
 
 #[derive(Subcommand)]
@@ -207,9 +240,35 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
             }
             Request::ClearFlows { filter }
         }
+        CtlCommand::Config { what } => match what {
+            ConfigCommand::Diff { file } => {
+                let (path, text) = read_for_ctl(&file)?;
+                Request::ConfigDiff { path, text }
+            }
+            ConfigCommand::Apply { file, confirm } => {
+                let (path, text) = read_for_ctl(&file)?;
+                Request::ConfigApply {
+                    path,
+                    text,
+                    confirm_secs: confirm,
+                }
+            }
+            ConfigCommand::Confirm => Request::ConfigConfirm,
+            ConfigCommand::Rollback { steps } => Request::ConfigRollback { steps },
+            ConfigCommand::Reload => Request::ConfigReload,
+        },
     };
     let answer = gateway::ctl::client::request(socket, &request)?;
     gateway::ctl::client::print(&request, &answer, json)
+}
+
+/// A config file for `ctl config diff | apply`: its absolute path (for messages and the
+/// record) and its text, sent to the gateway, which may not see the operator's files.
+fn read_for_ctl(file: &std::path::Path) -> anyhow::Result<(PathBuf, String)> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|err| anyhow::anyhow!("reading {}: {err}", file.display()))?;
+    let path = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    Ok((path, text))
 }
 
 fn main() -> ExitCode {

@@ -12,9 +12,11 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use notify::{RecursiveMode, Watcher};
 use pipeline::RouterConfig;
+use serde_json::Value;
 
 use crate::config::{read_config_file, ConfigError, GatewayConfig};
 use crate::config_history::FileText;
+use crate::config_store::ConfigStore;
 use crate::netlink::KernelView;
 use crate::pipeline_config::router_config_with_kernel;
 
@@ -71,6 +73,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     }
     if running.ctl != new.ctl {
         fields.push("ctl".to_string());
+    }
+    // The file watcher is started, or not, with the gateway.
+    if running.reload != new.reload {
+        fields.push("reload".to_string());
     }
     // The snapshot is read at start and written where the running gateway started.
     if running.state != new.state {
@@ -146,6 +152,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.workers = running.workers.clone();
     merged.metrics = running.metrics.clone();
     merged.ctl = running.ctl.clone();
+    merged.reload = running.reload.clone();
     merged.state = running.state.clone();
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack = running.conntrack.clone();
@@ -212,20 +219,22 @@ pub fn load_file(path: &Path) -> Result<(GatewayConfig, FileText), ConfigError> 
     Ok((GatewayConfig::from_text(path, &text)?, FileText::new(&text)))
 }
 
-/// Reads, validates and compiles the file as a reload of `running`, read from `running_file`.
-/// `kernel` is what the twins' kernel side says (addresses from DHCP, routes): the reload
-/// compiles with it, as the control thread does when it changes.
+/// Validates and compiles `text` (named `label` in messages) as a reload of `running`, read
+/// from `running_file`. `kernel` is what the twins' kernel side says (addresses from DHCP,
+/// routes): the reload compiles with it, as the control thread does when it changes.
 pub fn load_for_reload(
-    path: &Path,
+    label: &Path,
+    text: &str,
     running: &GatewayConfig,
     running_file: &FileText,
     macs: &[[u8; 6]],
     kernel: &KernelView,
 ) -> Loaded {
-    let (new, file) = match load_file(path) {
-        Ok(loaded) => loaded,
+    let new = match GatewayConfig::from_text(label, text) {
+        Ok(new) => new,
         Err(err) => return Loaded::Refused(err.to_string()),
     };
+    let file = FileText::new(text);
     let restart = restart_required(running, &new);
     let merged = merge_for_reload(running, new);
     // The file was valid alone; what would run is the file with its restart-only settings
@@ -258,59 +267,228 @@ pub fn load_for_reload(
     }
 }
 
+/// Where the answer to an operator's request goes: the JSON `gateway ctl` prints, or the
+/// refusal naming the field.
+pub type Reply = Sender<Result<Value, String>>;
+
+/// What a load was asked for by, as `ctl show config` records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The config file: SIGHUP, the watcher, `ctl config reload`.
+    File,
+    /// `ctl config apply` of the file at this path.
+    Apply(PathBuf),
+    /// `ctl config rollback`, this many configs back.
+    Rollback(usize),
+    /// The config before an apply (this version) that was not confirmed in time.
+    NotConfirmed(u64),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File => f.write_str("file"),
+            Source::Apply(path) => write!(f, "ctl config apply {}", path.display()),
+            Source::Rollback(steps) => write!(f, "ctl config rollback {steps}"),
+            Source::NotConfirmed(version) => {
+                write!(f, "rollback: version {version} was not confirmed in time")
+            }
+        }
+    }
+}
+
+/// What the `config-load` thread is asked to do.
+#[derive(Debug)]
+pub enum LoadRequest {
+    /// Load the config file (SIGHUP and the watcher without a reply; `ctl config reload`
+    /// with one).
+    File { reply: Option<Reply> },
+    /// Load this text: `ctl config apply`'s (with its confirmation time), or the one an
+    /// unconfirmed apply returns to.
+    Text {
+        text: Arc<str>,
+        label: PathBuf,
+        source: Source,
+        confirm: Option<Duration>,
+        reply: Option<Reply>,
+    },
+    /// Answer what loading this text would change and need a restart for; apply nothing.
+    Diff {
+        text: String,
+        label: PathBuf,
+        reply: Reply,
+    },
+    /// Load the config kept `steps` before the running one (`crate::config_store`).
+    Rollback { steps: usize, reply: Reply },
+}
+
+/// A load's outcome, for the control thread to publish or report, and to answer.
+#[derive(Debug)]
+pub struct LoadResult {
+    pub loaded: Loaded,
+    pub source: Source,
+    /// Roll back unless confirmed within this time (`ctl config apply --confirm`).
+    pub confirm: Option<Duration>,
+    pub replies: Vec<Reply>,
+    /// The config in force before this load: what an unconfirmed apply returns to.
+    pub previous: FileText,
+}
+
 /// The `config-load` thread: loads on request, off the control thread, and hands each result
-/// to `on_loaded`. Requests that arrive while a load runs are served by one more load, which
-/// reads the file as it is by then. It keeps the config in force itself (the last one it
-/// handed over ready): results are applied in the order they are handed over, so each reload
-/// is merged onto the one before. Dropping the `Loader` ends the thread after its current load.
-/// Started from the control thread, it inherits the main lcore's CPU: a load shares that CPU
-/// with the mostly idle control thread, which the scheduler still runs whenever it wakes, and
-/// takes nothing from the workers' CPUs.
+/// to `on_loaded`. File requests that arrive while a load runs are served by one more load,
+/// which reads the file as it is by then. It keeps the config in force itself (the last one
+/// it handed over ready): results are applied in the order they are handed over, so each
+/// reload is merged onto the one before. Each config it hands over ready is kept whole in the
+/// state directory (`crate::config_store`), the one the gateway started with first. Dropping
+/// the `Loader` ends the thread after its current load. Started from the control thread, it
+/// inherits the main lcore's CPU: a load shares that CPU with the mostly idle control
+/// thread, which the scheduler still runs whenever it wakes, and takes nothing from the
+/// workers' CPUs.
 pub struct Loader {
-    requests: Option<Sender<()>>,
+    requests: Option<Sender<LoadRequest>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the `config-load` thread works from.
+pub struct LoaderSetup {
+    pub path: PathBuf,
+    pub running: GatewayConfig,
+    pub running_file: FileText,
+    pub macs: Vec<[u8; 6]>,
+    pub kernel: Arc<Mutex<KernelView>>,
+    pub store: ConfigStore,
 }
 
 impl Loader {
     pub fn start(
-        path: PathBuf,
-        running: GatewayConfig,
-        running_file: FileText,
-        macs: Vec<[u8; 6]>,
-        kernel: Arc<Mutex<KernelView>>,
-        on_loaded: impl Fn(Loaded) + Send + 'static,
+        setup: LoaderSetup,
+        on_loaded: impl Fn(LoadResult) + Send + 'static,
     ) -> std::io::Result<Loader> {
-        let (requests, requested) = crossbeam_channel::unbounded::<()>();
+        let (requests, requested) = crossbeam_channel::unbounded::<LoadRequest>();
         let thread = std::thread::Builder::new()
             .name("config-load".into())
-            .spawn(move || {
-                let (mut running, mut running_file) = (running, running_file);
-                while requested.recv().is_ok() {
-                    // One load answers every request made so far.
-                    while requested.try_recv().is_ok() {}
-                    let view = kernel
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone();
-                    let loaded = load_for_reload(&path, &running, &running_file, &macs, &view);
-                    if let Loaded::Ready { config, file, .. } = &loaded {
-                        running = (**config).clone();
-                        running_file = file.clone();
-                    }
-                    on_loaded(loaded);
-                }
-            })?;
+            .spawn(move || serve_loads(setup, &requested, on_loaded))?;
         Ok(Loader {
             requests: Some(requests),
             thread: Some(thread),
         })
     }
 
-    /// Asks for a reload; returns at once.
-    pub fn request(&self) {
+    /// Asks for a load; returns at once.
+    pub fn request(&self, request: LoadRequest) {
         if let Some(requests) = &self.requests {
-            let _ = requests.send(());
+            let _ = requests.send(request);
         }
+    }
+}
+
+fn serve_loads(
+    setup: LoaderSetup,
+    requested: &Receiver<LoadRequest>,
+    on_loaded: impl Fn(LoadResult),
+) {
+    let LoaderSetup {
+        path,
+        mut running,
+        mut running_file,
+        macs,
+        kernel,
+        store,
+    } = setup;
+    let keep = |file: &FileText| {
+        if let Err(err) = store.record(file) {
+            tracing::warn!(
+                "not keeping the config in {} for rollbacks: {err}",
+                store.directory().display()
+            );
+        }
+    };
+    keep(&running_file);
+    let mut waiting: Option<LoadRequest> = None;
+    loop {
+        let Some(request) = waiting.take().or_else(|| requested.recv().ok()) else {
+            return;
+        };
+        let view = kernel
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let load = |label: &Path, text: &str| {
+            load_for_reload(label, text, &running, &running_file, &macs, &view)
+        };
+        let (loaded, source, confirm, replies) = match request {
+            LoadRequest::File { reply } => {
+                // One load of the file answers every file request made in a row so far.
+                let mut replies: Vec<Reply> = reply.into_iter().collect();
+                while let Ok(next) = requested.try_recv() {
+                    match next {
+                        LoadRequest::File { reply } => replies.extend(reply),
+                        other => {
+                            waiting = Some(other);
+                            break;
+                        }
+                    }
+                }
+                let loaded = match read_config_file(&path) {
+                    Ok(text) => load(&path, &text),
+                    Err(err) => Loaded::Refused(err.to_string()),
+                };
+                (loaded, Source::File, None, replies)
+            }
+            LoadRequest::Text {
+                text,
+                label,
+                source,
+                confirm,
+                reply,
+            } => (
+                load(&label, &text),
+                source,
+                confirm,
+                reply.into_iter().collect(),
+            ),
+            LoadRequest::Diff { text, label, reply } => {
+                let _ = reply.send(match load(&label, &text) {
+                    Loaded::Ready {
+                        config,
+                        restart,
+                        changed,
+                        ..
+                    } => Ok(serde_json::json!({
+                        "changed": changed,
+                        "restart_required": restart,
+                        "warnings": config.warnings(),
+                    })),
+                    Loaded::Refused(err) => Err(err),
+                });
+                continue;
+            }
+            LoadRequest::Rollback { steps, reply } => match store.back(steps) {
+                Ok((kept, text)) => (
+                    load(&kept.path, &text),
+                    Source::Rollback(steps),
+                    None,
+                    vec![reply],
+                ),
+                Err(err) => {
+                    let _ = reply.send(Err(err));
+                    continue;
+                }
+            },
+        };
+        let previous = running_file.clone();
+        if let Loaded::Ready { config, file, .. } = &loaded {
+            running = (**config).clone();
+            running_file = file.clone();
+            keep(file);
+        }
+        on_loaded(LoadResult {
+            loaded,
+            source,
+            confirm,
+            replies,
+            previous,
+        });
     }
 }
 
@@ -440,6 +618,7 @@ mod tests {
         GatewayConfig::load(&file).expect("the new file is valid alone");
         let loaded = load_for_reload(
             &file,
+            &added,
             &running,
             &FileText::new(&lab_text),
             &[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]],
@@ -616,19 +795,22 @@ mod tests {
             .collect();
         let (done, loaded) = crossbeam_channel::unbounded();
         let loader = Loader::start(
-            path.clone(),
-            running,
-            FileText::default(),
-            macs,
-            Default::default(),
+            LoaderSetup {
+                path: path.clone(),
+                running,
+                running_file: FileText::default(),
+                macs,
+                kernel: Default::default(),
+                store: ConfigStore::new(&dir),
+            },
             move |result| {
-                let _ = done.send((Instant::now(), result));
+                let _ = done.send((Instant::now(), result.loaded));
             },
         )
         .unwrap();
 
         let asked = Instant::now();
-        loader.request();
+        loader.request(LoadRequest::File { reply: None });
         let request_took = asked.elapsed();
         let (mut last_tick, mut ticks, mut longest_gap) = (Instant::now(), 0u32, Duration::ZERO);
         let (finished, result) = loop {
@@ -696,17 +878,20 @@ mod tests {
         let macs = vec![[2, 0, 0, 0, 0, 0]; running.interfaces.len()];
         let (done, loaded) = crossbeam_channel::unbounded();
         let loader = Loader::start(
-            path,
-            running.clone(),
-            FileText::new(&text),
-            macs,
-            Default::default(),
+            LoaderSetup {
+                path,
+                running: running.clone(),
+                running_file: FileText::new(&text),
+                macs,
+                kernel: Default::default(),
+                store: ConfigStore::new(&dir),
+            },
             move |result| {
-                let _ = done.send(result);
+                let _ = done.send(result.loaded);
             },
         )
         .unwrap();
-        loader.request();
+        loader.request(LoadRequest::File { reply: None });
         let first = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
         let Loaded::Ready {
             config,
@@ -721,7 +906,7 @@ mod tests {
         assert_eq!(changed, ["icmp.errors_per_sec", "neighbors.locktime_ms"]);
         assert_eq!(config.icmp.errors_per_sec, 7);
         assert_eq!(config.neighbors, running.neighbors, "kept as it runs");
-        loader.request();
+        loader.request(LoadRequest::File { reply: None });
         let second = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
         let Loaded::Ready {
             restart, changed, ..
@@ -733,6 +918,100 @@ mod tests {
         assert!(
             changed.is_empty(),
             "the file is as the last reload read it: {changed:?}"
+        );
+        drop(loader);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `ctl config diff` changes nothing; `apply` loads the text it sends and keeps it in
+    /// the state directory; `rollback 1` returns to the text before, whole; a refused text
+    /// is answered with its field and leaves the running config as it was.
+    #[test]
+    fn the_loader_diffs_applies_and_rolls_back_texts() {
+        let running = lab();
+        let dir = std::env::temp_dir().join(format!("gw-loader-apply-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/lab.toml"))
+                .unwrap();
+        let changed = text.replacen("errors_per_sec = 1000", "errors_per_sec = 7", 1);
+        let store = ConfigStore::new(&dir);
+        let (done, loaded) = crossbeam_channel::unbounded();
+        let loader = Loader::start(
+            LoaderSetup {
+                path: dir.join("gateway.toml"),
+                running,
+                running_file: FileText::new(&text),
+                macs: vec![[2, 0, 0, 0, 0, 0]; 2],
+                kernel: Default::default(),
+                store: store.clone(),
+            },
+            move |result| {
+                let _ = done.send(result);
+            },
+        )
+        .unwrap();
+        let ask = |request: fn(Reply) -> LoadRequest| {
+            let (reply, answer) = crossbeam_channel::bounded(1);
+            loader.request(request(reply));
+            answer
+        };
+        let label = PathBuf::from("new.toml");
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        loader.request(LoadRequest::Diff {
+            text: changed.clone(),
+            label: label.clone(),
+            reply,
+        });
+        let diff = answer
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        assert_eq!(diff["changed"][0], "icmp.errors_per_sec");
+        assert!(loaded.try_recv().is_err(), "a diff applies nothing");
+        loader.request(LoadRequest::Text {
+            text: changed.as_str().into(),
+            label: label.clone(),
+            source: Source::Apply(label.clone()),
+            confirm: Some(Duration::from_secs(30)),
+            reply: None,
+        });
+        let applied = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(applied.confirm, Some(Duration::from_secs(30)));
+        assert_eq!(&*applied.previous.text, text.as_str());
+        assert!(
+            matches!(applied.loaded, Loaded::Ready { ref config, .. } if config.icmp.errors_per_sec == 7)
+        );
+        assert_eq!(store.entries().unwrap().len(), 2, "the start and the apply");
+        let answer = ask(|reply| LoadRequest::Rollback { steps: 5, reply });
+        let refused = answer.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(refused.unwrap_err().contains("1 earlier configs"));
+        ask(|reply| LoadRequest::Rollback { steps: 1, reply });
+        let back = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(back.source, Source::Rollback(1));
+        let Loaded::Ready { config, file, .. } = back.loaded else {
+            panic!("the rollback was refused");
+        };
+        assert_eq!(config.icmp.errors_per_sec, 1000);
+        assert_eq!(&*file.text, text.as_str(), "back to the text, whole");
+        let bad = text.replacen("action = \"accept\"", "action = \"allow\"", 1);
+        loader.request(LoadRequest::Text {
+            text: bad.as_str().into(),
+            label: label.clone(),
+            source: Source::Apply(label),
+            confirm: None,
+            reply: None,
+        });
+        let refused = loaded.recv_timeout(Duration::from_secs(10)).unwrap();
+        let Loaded::Refused(reason) = refused.loaded else {
+            panic!("a bad action was applied");
+        };
+        assert!(reason.contains("action"), "{reason}");
+        assert_eq!(
+            store.entries().unwrap().len(),
+            3,
+            "a refused text is not kept"
         );
         drop(loader);
         let _ = std::fs::remove_dir_all(&dir);

@@ -13,6 +13,7 @@ use super::Request;
 
 /// Longer than the gateway's own wait for its workers.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+const CONFIG_REPLY_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Sends `request` and returns the gateway's answer (the `ok` part), or its error.
 pub fn request(socket: &Path, request: &Request) -> anyhow::Result<Value> {
@@ -25,6 +26,11 @@ pub fn request(socket: &Path, request: &Request) -> anyhow::Result<Value> {
     // A trace waits as long as it was told to, then answers.
     let wait = match request {
         Request::Trace { timeout_ms, .. } => REPLY_TIMEOUT + Duration::from_millis(*timeout_ms),
+        // Longer than the gateway's own wait for a load's verdict.
+        Request::ConfigDiff { .. }
+        | Request::ConfigApply { .. }
+        | Request::ConfigRollback { .. }
+        | Request::ConfigReload => CONFIG_REPLY_TIMEOUT,
         _ => REPLY_TIMEOUT,
     };
     stream.set_read_timeout(Some(wait))?;
@@ -59,6 +65,11 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowRoutes => print_routes(answer),
         Request::ShowNeighbors => print_neighbors(answer),
         Request::ShowConfig => print_config(answer),
+        Request::ConfigDiff { .. } => print_diff(answer),
+        Request::ConfigApply { .. } | Request::ConfigRollback { .. } | Request::ConfigReload => {
+            print_applied(answer)
+        }
+        Request::ConfigConfirm => println!("confirmed version {}", cell(&answer["version"])),
         Request::ShowNat { .. } => print_nat(answer),
         Request::Trace { .. } => print_trace(answer),
         Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
@@ -276,11 +287,16 @@ fn print_config(answer: &Value) {
             }
         };
         match reload["error"].as_str() {
-            Some(error) => println!("{} refused: {error}", when(&reload["at_unix"])),
+            Some(error) => println!(
+                "{} {} refused: {error}",
+                when(&reload["at_unix"]),
+                cell(&reload["source"])
+            ),
             None => {
                 println!(
-                    "{} applied: changed {}",
+                    "{} {} applied: changed {}",
                     when(&reload["at_unix"]),
+                    cell(&reload["source"]),
                     list("changed")
                 );
                 if reload["restart_required"]
@@ -294,6 +310,48 @@ fn print_config(answer: &Value) {
                 }
             }
         }
+    }
+}
+
+/// `names` as a comma-separated list, or "nothing".
+fn listing(names: &Value) -> String {
+    let names: Vec<String> = names.as_array().into_iter().flatten().map(cell).collect();
+    if names.is_empty() {
+        "nothing".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn print_diff(answer: &Value) {
+    println!("would change: {}", listing(&answer["changed"]));
+    println!(
+        "would wait for a restart: {}",
+        listing(&answer["restart_required"])
+    );
+    for warning in answer["warnings"].as_array().into_iter().flatten() {
+        println!("warning: {}", cell(warning));
+    }
+}
+
+fn print_applied(answer: &Value) {
+    println!(
+        "applied version {} (sha256 {}): changed {}",
+        cell(&answer["version"]),
+        cell(&answer["sha256"]),
+        listing(&answer["changed"])
+    );
+    if answer["restart_required"]
+        .as_array()
+        .is_some_and(|fields| !fields.is_empty())
+    {
+        println!(
+            "kept as running until a restart: {}",
+            listing(&answer["restart_required"])
+        );
+    }
+    if let Some(secs) = answer["confirm_within_secs"].as_u64() {
+        println!("rolls back in {secs} s unless confirmed: gateway ctl config confirm");
     }
 }
 

@@ -12,6 +12,7 @@ pub mod trace_link;
 pub mod worker_link;
 
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 
 use pipeline::pipeline::flow_listing::FlowFilter;
 use pipeline::state::conntrack::TcpState;
@@ -57,6 +58,32 @@ pub enum Request {
         host: Option<Ipv4Addr>,
         limit: usize,
     },
+    /// What a reload of this text (the file at `path`) would change, and what would wait
+    /// for a restart; nothing is applied.
+    ConfigDiff { path: PathBuf, text: String },
+    /// Load this text (the file at `path`) as the running config, validated whole, or
+    /// nothing; with `confirm_secs`, it rolls back unless `ConfigConfirm` comes in time.
+    ConfigApply {
+        path: PathBuf,
+        text: String,
+        confirm_secs: Option<u64>,
+    },
+    /// Keep the config an apply with `confirm_secs` put in force.
+    ConfigConfirm,
+    /// Back to the config kept `steps` before the running one.
+    ConfigRollback { steps: usize },
+    /// Reload the config file and answer whether it applied (systemd's `ExecReload`).
+    ConfigReload,
+}
+
+/// The longest `ctl config apply --confirm` may wait for its confirmation: a day.
+pub const MAX_CONFIRM_SECS: u64 = 86_400;
+
+/// A config request for the control thread, and where its answer goes.
+#[derive(Debug)]
+pub struct ConfigRequest {
+    pub request: Request,
+    pub reply: crate::reload::Reply,
 }
 
 /// A flow filter as the operator writes it; [`FilterSpec::compile`] checks it.

@@ -21,11 +21,12 @@ use serde_json::{json, Value};
 use super::trace_link::{TraceRecord, TraceRequest, TraceSender};
 use super::worker_link::{Listing, QuerySender, WorkerQuery};
 use super::{
-    protocol_name, tcp_state_name, FilterSpec, Request, MAX_FLOW_LIMIT, MAX_TRACE_PACKETS,
-    MAX_TRACE_TIMEOUT_MS,
+    protocol_name, tcp_state_name, ConfigRequest, FilterSpec, Request, MAX_CONFIRM_SECS,
+    MAX_FLOW_LIMIT, MAX_TRACE_PACKETS, MAX_TRACE_TIMEOUT_MS,
 };
 use crate::config::CtlConfig;
 use crate::config_history::ConfigHistory;
+use crate::config_store::ConfigStore;
 use crate::port_layout::Link;
 use crate::port_watch::PortWatch;
 use crate::published::Published;
@@ -33,8 +34,12 @@ use crate::published::Published;
 /// How long a request may take to arrive, and the workers to answer it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
-/// A request is one short JSON line.
-const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+/// A request is one JSON line; `config apply` sends a whole config file (category lists
+/// are files of their own, read by the gateway).
+const MAX_REQUEST_BYTES: u64 = 8 * 1024 * 1024;
+/// How long a config request may take the control thread to answer: a load compiles the
+/// whole config, category lists included.
+const CONFIG_ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the ctl thread reads.
 pub struct Sources {
@@ -55,6 +60,10 @@ pub struct Sources {
     pub neighbors: Arc<Published<NeighborView>>,
     /// Which config runs and what the latest reloads did.
     pub config: ConfigHistory,
+    /// The configs kept whole for rollbacks.
+    pub kept_configs: ConfigStore,
+    /// Config changes go to the control thread, which answers each.
+    pub config_requests: crossbeam_channel::Sender<ConfigRequest>,
 }
 
 /// The running ctl thread; [`CtlServer::stop`] ends it and removes the socket.
@@ -180,7 +189,16 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         Request::ShowInterfaces => Ok(show_interfaces(sources)),
         Request::ShowRoutes => Ok(show_routes(sources)),
         Request::ShowNeighbors => Ok(show_neighbors(sources)),
-        Request::ShowConfig => Ok(sources.config.to_json()),
+        Request::ShowConfig => {
+            let mut shown = sources.config.to_json();
+            shown["kept"] = sources.kept_configs.to_json();
+            Ok(shown)
+        }
+        Request::ConfigDiff { .. }
+        | Request::ConfigApply { .. }
+        | Request::ConfigConfirm
+        | Request::ConfigRollback { .. }
+        | Request::ConfigReload => ask_control(request, sources),
         Request::ClearFlows { filter } => clear_flows(&filter.compile()?, sources),
         Request::Trace {
             filter,
@@ -189,6 +207,32 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         } => trace(filter, *count, *timeout_ms, sources),
         Request::ShowNat { host, limit } => show_nat(*host, (*limit).min(MAX_FLOW_LIMIT), sources),
     }
+}
+
+/// Hands a config request to the control thread and waits for its answer.
+fn ask_control(request: &Request, sources: &Sources) -> Result<Value, String> {
+    if let Request::ConfigApply {
+        confirm_secs: Some(secs),
+        ..
+    } = request
+    {
+        if !(1..=MAX_CONFIRM_SECS).contains(secs) {
+            return Err(format!(
+                "confirm: {secs} s is not 1..={MAX_CONFIRM_SECS} seconds"
+            ));
+        }
+    }
+    let (reply, answer) = crossbeam_channel::bounded(1);
+    sources
+        .config_requests
+        .send(ConfigRequest {
+            request: request.clone(),
+            reply,
+        })
+        .map_err(|_| "the control thread is gone".to_string())?;
+    answer
+        .recv_timeout(CONFIG_ANSWER_TIMEOUT)
+        .map_err(|_| format!("no verdict within {CONFIG_ANSWER_TIMEOUT:?}"))?
 }
 
 /// Sends every worker the query `make` builds around an answer channel, then waits (at most
