@@ -264,7 +264,7 @@ pass "Dockerfile: build stage installs the build packages of scripts/deps.sh; ru
 # --- systemd -------------------------------------------------------------------------------------
 unit=deploy/systemd/gateway.service
 for line in 'ExecStart=/usr/local/bin/gateway run --config /etc/gateway/gateway.toml' \
-    'ExecReload=/bin/kill -HUP $MAINPID' 'Restart=on-failure' 'LimitMEMLOCK=infinity' \
+    'ExecReload=/usr/local/bin/gateway ctl config reload' 'Restart=on-failure' 'LimitMEMLOCK=infinity' \
     'EnvironmentFile=-/etc/default/gateway' 'ExecStartPre=+/usr/local/sbin/gateway-setup.sh' \
     'User=gateway' 'CapabilityBoundingSet=CAP_NET_ADMIN' 'AmbientCapabilities=CAP_NET_ADMIN' \
     'NoNewPrivileges=yes' 'StateDirectory=gateway' 'ProtectSystem=strict' 'DevicePolicy=closed' \
