@@ -620,6 +620,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("nat.log.ipfix_domain", Restart, "7", None),
     ("ctl.socket", Restart, "\"/run/gateway/other.sock\"", None),
     ("ctl.group", Restart, "\"adm\"", None),
+    ("reload.watch", Restart, "false", None),
     ("traffic_meter.enabled", Applied, "false", None),
     ("traffic_meter.capacity", Restart, "128", None),
     ("traffic_meter.top_hosts", Applied, "7", None),
@@ -833,6 +834,9 @@ listen = "127.0.0.1:9100"
 [ctl]
 socket = "/run/gateway/ctl.sock"
 group = "gateway"
+
+[reload]
+watch = true
 
 [kernel_twins]
 inside_by_default = false
