@@ -1066,6 +1066,9 @@ pub struct PortRange {
     pub last: u16,
 }
 
+/// What a port field takes, for its errors.
+const PORTS_EXPECTED: &str = "a port 1-65535 or a range \"8000-8010\"";
+
 impl FromStr for PortRange {
     type Err = String;
 
@@ -1073,14 +1076,18 @@ impl FromStr for PortRange {
         let parse = |part: &str| {
             part.trim()
                 .parse::<u16>()
-                .map_err(|_| format!("{part:?} is not a port number"))
+                .ok()
+                .filter(|&port| port > 0)
+                .ok_or_else(|| format!("{text:?} is not {PORTS_EXPECTED}"))
         };
         let (first, last) = match text.split_once('-') {
             Some((first, last)) => (parse(first)?, parse(last)?),
             None => (parse(text)?, parse(text)?),
         };
         if first > last {
-            return Err(format!("{text:?}: the range runs backwards"));
+            return Err(format!(
+                "{text:?}: the range runs backwards; did you mean \"{last}-{first}\"?"
+            ));
         }
         Ok(PortRange { first, last })
     }
@@ -1088,19 +1095,37 @@ impl FromStr for PortRange {
 
 impl<'de> Deserialize<'de> for PortRange {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u16),
-            Text(String),
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = PortRange;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(PORTS_EXPECTED)
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, port: u64) -> Result<PortRange, E> {
+                u16::try_from(port)
+                    .ok()
+                    .filter(|&port| port > 0)
+                    .map(|port| PortRange {
+                        first: port,
+                        last: port,
+                    })
+                    .ok_or_else(|| E::custom(format!("{port} is not {PORTS_EXPECTED}")))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, port: i64) -> Result<PortRange, E> {
+                u64::try_from(port)
+                    .map_err(|_| E::custom(format!("{port} is not {PORTS_EXPECTED}")))
+                    .and_then(|port| self.visit_u64(port))
+            }
+
+            // Environment overrides arrive as text too.
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<PortRange, E> {
+                text.parse().map_err(E::custom)
+            }
         }
-        match Raw::deserialize(deserializer)? {
-            Raw::Number(port) => Ok(PortRange {
-                first: port,
-                last: port,
-            }),
-            Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
-        }
+        deserializer.deserialize_any(Visitor)
     }
 }
 
@@ -1638,11 +1663,235 @@ fn validate_ipv6(
     Ok(())
 }
 
+/// DPDK's log levels as `--log-level` takes them: a level's name or any start of it
+/// ("err" is "error"), or its number 1 (emergency) to 8 (debug); optionally after a log
+/// type pattern and a colon ("pmd.net.*:debug") or a regular expression and a comma.
+fn check_log_level(text: &str) -> Result<(), String> {
+    const LEVELS: [&str; 8] = [
+        "emergency",
+        "alert",
+        "critical",
+        "error",
+        "warning",
+        "notice",
+        "info",
+        "debug",
+    ];
+    let level = match text.rsplit_once([':', ',']) {
+        Some((pattern, level)) if !pattern.is_empty() => level,
+        _ => text,
+    };
+    let named = !level.is_empty() && LEVELS.iter().any(|name| name.starts_with(level));
+    let numbered = level.parse::<u8>().is_ok_and(|n| (1..=8).contains(&n));
+    if named || numbered {
+        return Ok(());
+    }
+    let meant = match level.to_ascii_lowercase().as_str() {
+        "verbose" | "trace" | "all" | "debug2" => "; did you mean \"debug\"?",
+        "fatal" | "panic" => "; did you mean \"crit\"?",
+        "quiet" | "silent" | "none" | "off" => "; did you mean \"emerg\" (the quietest)?",
+        "information" | "informational" => "; did you mean \"info\"?",
+        _ => "",
+    };
+    Err(format!(
+        "{text:?} is not a DPDK log level: emerg, alert, crit, err, warning, notice, info, \
+         debug, or 1 to 8 (optionally after a log type pattern, \"pmd.net.*:debug\"){meant}"
+    ))
+}
+
+/// A MAC an interface can have, written as the EAL's bond device string takes it: six
+/// two-digit hex groups, unicast and not all zero.
+fn check_unicast_mac(text: &str) -> Result<(), String> {
+    let Ok(mac) = text.parse::<pipeline::wire::EthernetAddress>() else {
+        return Err(format!(
+            "{text:?} is not a MAC address: six two-digit hex groups, \"02:00:00:00:00:01\""
+        ));
+    };
+    if mac.0 == [0; 6] {
+        return Err(format!("{text}: all zero is no interface's MAC"));
+    }
+    if mac.0[0] & 1 != 0 {
+        return Err(format!(
+            "{text} is a multicast MAC (the first byte is odd); an interface needs a unicast \
+             one, e.g. {:02x}:{}",
+            mac.0[0] & !1,
+            text.get(3..).unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
         reason: reason.into(),
     }
+}
+
+/// The file's values as written, deserialized without the `config` crate, which would turn
+/// `mtu = "1500"` into 1500 and `tcp_loose = "yes"` into true: a value of the wrong type in
+/// the file is refused, naming the field and the line. The `GATEWAY__*` environment
+/// overrides still go through the crate's parsing, since a variable's value is always text.
+fn check_types(path: &Path, text: &str) -> Result<(), ConfigError> {
+    // Not TOML: the config crate's own error says it, with the line.
+    if text.parse::<toml::Table>().is_err() {
+        return Ok(());
+    }
+    let Err(err) =
+        serde_path_to_error::deserialize::<_, GatewayConfig>(toml::Deserializer::new(text))
+    else {
+        return Ok(());
+    };
+    let field = err.path().to_string();
+    let inner = err.into_inner();
+    let (field, reason) = explain(&field, inner.message());
+    let line = inner
+        .span()
+        .and_then(|span| text.get(..span.start))
+        .map(|before| before.matches('\n').count() + 1);
+    let reason = match line {
+        Some(line) => format!("{reason}; line {line} in {}", path.display()),
+        None => format!("{reason}; in {}", path.display()),
+    };
+    Err(ConfigError::Invalid { field, reason })
+}
+
+/// A deserialization error as [`explain`] words it.
+fn explained(field: &str, message: &str) -> ConfigError {
+    let (field, reason) = explain(field, message);
+    ConfigError::Invalid { field, reason }
+}
+
+/// Serde's words for a value that does not fit, made to name the field (an unknown or missing
+/// key is appended to the path), what is allowed (a type's range, not "u16") and what was
+/// probably meant (the nearest field or value, a number without its quotes).
+fn explain(path: &str, message: &str) -> (String, String) {
+    let mut field = if path == "." {
+        String::new()
+    } else {
+        path.to_string()
+    };
+    let join = |at: &str, key: &str| {
+        if at == key || at.ends_with(&format!(".{key}")) {
+            at.to_string()
+        } else if at.is_empty() {
+            key.to_string()
+        } else {
+            format!("{at}.{key}")
+        }
+    };
+    let mut reason = message.to_string();
+    for (rust, range) in [
+        ("u8", "a whole number 0 to 255"),
+        ("u16", "a whole number 0 to 65535"),
+        ("u32", "a whole number 0 to 4294967295"),
+        ("u64", "a whole number 0 to 18446744073709551615"),
+        ("usize", "a whole number 0 to 18446744073709551615"),
+        ("i32", "a whole number -2147483648 to 2147483647"),
+    ] {
+        if let Some(head) = reason.strip_suffix(&format!("expected {rust}")) {
+            reason = format!("{head}expected {range}");
+            break;
+        }
+    }
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        if let Some((key, expected)) = rest.split_once('`') {
+            field = join(&field, key);
+            if let Some(near) = closest(key, &backticked(expected)) {
+                reason = format!("{reason}; did you mean `{near}`?");
+            }
+        }
+    } else if let Some(rest) = message.strip_prefix("missing field `") {
+        if let Some((key, _)) = rest.split_once('`') {
+            field = join(&field, key);
+        }
+    } else if let Some(rest) = message.strip_prefix("unknown variant `") {
+        if let Some((value, expected)) = rest.split_once('`') {
+            let choices = backticked(expected);
+            if let Some(near) = synonym(value, &choices).or_else(|| closest(value, &choices)) {
+                reason = format!("{reason}; did you mean `{near}`?");
+            }
+        }
+    } else if let Some(rest) = message.strip_prefix("invalid type: string \"") {
+        if let Some((value, _)) = rest.split_once("\", expected") {
+            let bare = value.trim();
+            let key = field.rsplit('.').next().unwrap_or_default();
+            if bare.parse::<f64>().is_ok() || bare == "true" || bare == "false" {
+                reason = format!("{reason}: write it without quotes, {key} = {bare}");
+            } else if message.ends_with("expected a boolean") {
+                let meant = match bare.to_ascii_lowercase().as_str() {
+                    "yes" | "on" | "y" | "1" | "enabled" => "true",
+                    "no" | "off" | "n" | "0" | "disabled" => "false",
+                    _ => "true or false",
+                };
+                reason = format!("{reason}: write {key} = {meant}, without quotes");
+            }
+        }
+    }
+    let leaf = field.rsplit('.').next().unwrap_or_default();
+    let numeric = reason.contains("a whole number") || reason.contains("integer");
+    let hint = match leaf {
+        "mtu" if numeric => Some(
+            "the IP MTU is 576 up to mempool.data_room less 18 bytes of Ethernet framing \
+             (2030 with the default data_room of 2048; 1500 is usual)",
+        ),
+        "vlan" if numeric => Some("a VLAN id is 1 to 4094"),
+        "to_port" if numeric => Some("a port is 1 to 65535"),
+        _ => None,
+    };
+    if let Some(hint) = hint {
+        reason = format!("{reason}; {hint}");
+    }
+    (field, reason)
+}
+
+/// The names between backticks in serde's "expected one of `a`, `b`".
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// What an operator writes for one of the firewall's actions.
+fn synonym<'a>(value: &str, choices: &[&'a str]) -> Option<&'a str> {
+    let meant = match value.to_ascii_lowercase().as_str() {
+        "allow" | "permit" | "pass" | "ok" | "yes" => "accept",
+        "deny" | "block" | "discard" | "blackhole" => "drop",
+        "refuse" | "reset" | "deny-with-reset" => "reject",
+        _ => return None,
+    };
+    choices.iter().copied().find(|choice| *choice == meant)
+}
+
+/// The choice nearest `text` by edit distance (a swap of two neighbours is one edit), if it
+/// is a likely typo: one edit in a word of up to four letters, two in a longer one.
+fn closest<'a>(text: &str, choices: &[&'a str]) -> Option<&'a str> {
+    fn distance(a: &[char], b: &[char]) -> usize {
+        // Optimal string alignment: three rows of the table.
+        let mut before: Vec<usize> = Vec::new();
+        let mut above: Vec<usize> = (0..=b.len()).collect();
+        for i in 1..=a.len() {
+            let mut row = vec![i; b.len() + 1];
+            for j in 1..=b.len() {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                row[j] = (above[j - 1] + cost).min(above[j] + 1).min(row[j - 1] + 1);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    row[j] = row[j].min(before[j - 2] + 1);
+                }
+            }
+            before = std::mem::replace(&mut above, row);
+        }
+        above[b.len()]
+    }
+    let text: Vec<char> = text.to_ascii_lowercase().chars().collect();
+    let allowed = if text.len() <= 4 { 1 } else { 2 };
+    choices
+        .iter()
+        .map(|choice| {
+            let chars: Vec<char> = choice.chars().collect();
+            (distance(&text, &chars), *choice)
+        })
+        .filter(|&(d, _)| d <= allowed)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, choice)| choice)
 }
 
 /// A config file's text as a source of the `config` crate, named by the file's path: every
@@ -1689,11 +1938,22 @@ impl GatewayConfig {
     /// then describes exactly what was loaded, even if the file changes meanwhile. `path`
     /// names the file in errors.
     pub fn from_text(path: &Path, text: &str) -> Result<GatewayConfig, ConfigError> {
+        Self::from_text_and_environment(path, text, None)
+    }
+
+    /// As [`from_text`](Self::from_text), with the `GATEWAY__*` overrides taken from
+    /// `environment` instead of the process's where given (tests).
+    fn from_text_and_environment(
+        path: &Path,
+        text: &str,
+        environment: Option<config::Map<String, String>>,
+    ) -> Result<GatewayConfig, ConfigError> {
         let load_error = |source| ConfigError::Load {
             path: path.display().to_string(),
             source,
         };
         check_keys(text)?;
+        check_types(path, text)?;
         let source = config::Config::builder()
             .add_source(NamedToml {
                 path: path.display().to_string(),
@@ -1703,7 +1963,8 @@ impl GatewayConfig {
                 config::Environment::with_prefix("GATEWAY")
                     .prefix_separator("__")
                     .separator("__")
-                    .try_parsing(true),
+                    .try_parsing(true)
+                    .source(environment),
             )
             .build()
             .map_err(load_error)?;
@@ -1711,10 +1972,7 @@ impl GatewayConfig {
         // unknown mode) names the field, as every other error here does.
         let config: GatewayConfig = serde_path_to_error::deserialize(source).map_err(|err| {
             let field = err.path().to_string();
-            ConfigError::Invalid {
-                field,
-                reason: err.into_inner().to_string(),
-            }
+            explained(&field, &err.into_inner().to_string())
         })?;
         config.validate()?;
         Ok(config)
@@ -1830,8 +2088,29 @@ impl GatewayConfig {
                 "at least one worker lcore is needed",
             ));
         }
+        let max_lcore = dpdk_sys::RTE_MAX_LCORE;
+        if self.eal.main_lcore >= max_lcore {
+            return Err(invalid(
+                "eal.main_lcore",
+                format!(
+                    "{} is not an lcore id: DPDK's are 0 to {} (RTE_MAX_LCORE is {max_lcore})",
+                    self.eal.main_lcore,
+                    max_lcore - 1
+                ),
+            ));
+        }
         let mut lcores = HashSet::new();
         for (i, &lcore) in self.workers.lcores.iter().enumerate() {
+            if lcore >= max_lcore {
+                return Err(invalid(
+                    format!("workers.lcores[{i}]"),
+                    format!(
+                        "{lcore} is not an lcore id: DPDK's are 0 to {} (RTE_MAX_LCORE is \
+                         {max_lcore}); eal.cpus maps lcores to CPUs",
+                        max_lcore - 1
+                    ),
+                ));
+            }
             if lcore == self.eal.main_lcore {
                 return Err(invalid(
                     format!("workers.lcores[{i}]"),
@@ -1942,6 +2221,9 @@ impl GatewayConfig {
             }
             if let Some(ipv6) = &iface.ipv6 {
                 validate_ipv6(i, ipv6, &self.interfaces[..i])?;
+            }
+            if let Some(mac) = iface.bond.as_ref().and_then(|bond| bond.mac.as_ref()) {
+                check_unicast_mac(mac).map_err(|reason| invalid(field("bond.mac"), reason))?;
             }
             if let Some(key) = &iface.rss_key {
                 if parse_hex(key).is_none() {
@@ -2095,6 +2377,7 @@ impl GatewayConfig {
                 ));
             }
         }
+        check_log_level(&self.eal.log_level).map_err(|reason| invalid("eal.log_level", reason))?;
         let per_node = &self.eal.socket_memory_mb;
         if !per_node.is_empty() && per_node.iter().all(|&mb| mb == 0) {
             return Err(invalid(
@@ -2183,8 +2466,15 @@ impl GatewayConfig {
     }
 
     fn validate_stateful(&self) -> Result<(), ConfigError> {
-        if self.conntrack.capacity == 0 {
-            return Err(invalid("conntrack.capacity", "must be positive"));
+        use pipeline::state::conntrack::MAX_CAPACITY;
+        if !(1..=MAX_CAPACITY).contains(&self.conntrack.capacity) {
+            return Err(invalid(
+                "conntrack.capacity",
+                format!(
+                    "{} is not 1 to {MAX_CAPACITY} (2^28) flows per worker",
+                    self.conntrack.capacity
+                ),
+            ));
         }
         let conntrack = &self.conntrack;
         if conntrack.host_flows == 0 {
@@ -2415,12 +2705,37 @@ impl GatewayConfig {
         Ok(())
     }
 
-    /// Zone names in first-seen order; an interface without one is its own zone.
-    /// What the file allows but probably does not mean; `check-config` prints them and the
-    /// gateway logs them at start and on every reload. With the default closed between
-    /// zones, an inside zone that no policy or rule lets out reaches only itself and the
-    /// gateway (a guest VLAN without its `guest -> wan accept`).
+    /// What starts but is probably not meant: `check-config` prints them (the file still
+    /// passes) and the gateway logs them at start and on every reload.
     pub fn warnings(&self) -> Vec<String> {
+        let mut warnings: Vec<String> = self.metrics_exposure_warning().into_iter().collect();
+        warnings.extend(self.zones_nothing_lets_out());
+        warnings
+    }
+
+    /// The metrics served on every address of the host.
+    fn metrics_exposure_warning(&self) -> Option<String> {
+        let listen = self.metrics.listen;
+        if !listen.ip().is_unspecified() {
+            return None;
+        }
+        let exposure = if self.metrics.web_config.is_some() {
+            "behind metrics.web_config's TLS and basic auth"
+        } else {
+            "as plain HTTP without auth"
+        };
+        Some(format!(
+            "metrics.listen: {listen} serves the metrics on every address of this host, \
+             WAN included, {exposure}; bind a management or loopback address (\
+             \"192.168.100.1:{port}\", \"127.0.0.1:{port}\") and/or give metrics.web_config \
+             (TLS and basic auth)",
+            port = listen.port()
+        ))
+    }
+
+    /// With the default closed between zones, an inside zone that no policy or rule lets out
+    /// reaches only itself and the gateway (a guest VLAN without its `guest -> wan accept`).
+    fn zones_nothing_lets_out(&self) -> Vec<String> {
         let zones = self.zone_names();
         let masqueraded = |zone: &str| {
             self.interfaces.iter().any(|iface| {
@@ -2457,6 +2772,7 @@ impl GatewayConfig {
             .collect()
     }
 
+    /// Zone names in first-seen order; an interface without one is its own zone.
     pub fn zone_names(&self) -> Vec<String> {
         let mut zones: Vec<String> = Vec::new();
         for iface in &self.interfaces {
@@ -3213,6 +3529,202 @@ mod tests {
             forward("81-90", "")
         ))
         .unwrap();
+    }
+
+    /// Issue 43: `gateway check-config` refuses what start refuses and what cannot mean what
+    /// it says, and each message names the field, the value and what is allowed.
+    #[test]
+    fn a_table_of_bad_files_each_refused_by_field() {
+        let with = |section: &str| format!("{LAB}\n{section}\n");
+        // A line (or subtable) more in the "lan" interface.
+        let lan = |extra: &str| {
+            LAB.replace(
+                "address = \"192.168.10.1/24\"",
+                &format!("address = \"192.168.10.1/24\"\n{extra}"),
+            )
+        };
+        let lan_address = |address: &str| {
+            LAB.replace(
+                "address = \"192.168.10.1/24\"",
+                &format!("address = \"{address}\""),
+            )
+        };
+        let bond_mac = |mac: &str| {
+            lan(&format!(
+                "[interfaces.bond]\nmembers = [\"net_af_packet2,iface=gw-lan2\"]\nmac = \"{mac}\""
+            ))
+            .replace("net_af_packet0,iface=gw-lan", "net_bonding0")
+        };
+        let vlan = |id: &str| {
+            with(&format!(
+                "[[interfaces]]\nname = \"iot\"\nparent = \"lan\"\nvlan = {id}\naddress = \"192.168.20.1/24\""
+            ))
+        };
+        let forward = |port: &str, to_port: &str| {
+            with(&format!(
+                "[[nat.port_forwards]]\ninterface = \"wan\"\nprotocol = \"tcp\"\nport = {port}\n\
+                 to = \"192.168.10.2\"\n{to_port}"
+            ))
+        };
+        let rule = |fields: &str| {
+            with(&format!(
+                "[[firewall.rules]]\nname = \"r\"\naction = \"accept\"\n{fields}"
+            ))
+        };
+        let policy = |from: &str, to: &str, action: &str| {
+            format!("{{ from = \"{from}\", to = \"{to}\", action = \"{action}\" }}")
+        };
+        let route = |destination: &str, via: &str| {
+            LAB.replace("0.0.0.0/0", destination)
+                .replace("via = \"10.0.0.2\"", &format!("via = \"{via}\""))
+        };
+        let cases: Vec<(String, &str, &str)> = vec![
+            // Wrong types: never coerced from text.
+            (lan("mtu = \"1500\""), "interfaces[0].mtu:", "without quotes, mtu = 1500"),
+            (with("[conntrack]\ntcp_loose = \"yes\""), "conntrack.tcp_loose:", "tcp_loose = true"),
+            (with("[workers]\nlcores = \"1\"").replace("[workers]\n        lcores = [1]", ""), "workers.lcores:", "expected a sequence"),
+            (with("[icmp]\nburst = -1"), "icmp.burst:", "0 to 4294967295"),
+            (lan("promiscuous = 1"), "interfaces[0].promiscuous:", "expected a boolean"),
+            // Unknown keys: the nearest field suggested.
+            (LAB.replace("[workers]", "[workers]\nspeed = 3"), "workers.speed:", "unknown field"),
+            (lan("mut = 1400"), "interfaces[0].mut:", "did you mean `mtu`?"),
+            (with("[conntrak]\ncapacity = 1"), "conntrak:", "did you mean `conntrack`?"),
+            (with("[[interfaces]]\nname = \"dmz\"\ndevice = \"net_af_packet3\""), "interfaces[2].address:", "missing field"),
+            // Out of range.
+            (lan("mtu = 100000"), "interfaces[0].mtu:", "576 up to mempool.data_room"),
+            (lan("mtu = 500"), "interfaces[0].mtu:", "at least 576"),
+            (lan("mtu = 9000"), "interfaces[0].mtu:", "fit mempool.data_room (2048)"),
+            (lan("tcp_mss = 100"), "interfaces[0].tcp_mss:", "from 536"),
+            (LAB.replace("lcores = [1]", "lcores = [99999]"), "workers.lcores[0]:", "DPDK's are 0 to 127"),
+            (LAB.replace("lcores = [1]", "lcores = [1, 2, 1]"), "workers.lcores[2]:", "listed twice"),
+            (with("[eal]\nmain_lcore = 128"), "eal.main_lcore:", "0 to 127"),
+            (with("[eal]\nlog_level = \"verbose\""), "eal.log_level:", "\"verbose\" is not a DPDK log level: emerg, alert, crit, err, warning, notice, info, debug, or 1 to 8"),
+            (with("[eal]\nlog_level = \"verbose\""), "eal.log_level:", "; did you mean \"debug\"?"),
+            (with("[eal]\nlog_level = \"9\""), "eal.log_level:", "1 to 8"),
+            (with("[conntrack]\ncapacity = 1000000000"), "conntrack.capacity:", "1 to 268435456"),
+            (with("[conntrack]\ncapacity = 0"), "conntrack.capacity:", "1 to 268435456"),
+            (with("[nat.log]\nfacility = 30"), "nat.log.facility:", "0-23"),
+            (with("[nat]\nport_range = \"80-90\""), "nat.port_range:", "1024 or above"),
+            (with("[[qos.priority]]\ndscp = 64"), "qos.priority[0].dscp:", "0..=63"),
+            // Ports.
+            (forward("70000", ""), "nat.port_forwards[0].port:", "a port 1-65535 or a range \"8000-8010\""),
+            (forward("0", ""), "nat.port_forwards[0].port:", "a port 1-65535"),
+            (forward("\"90-80\"", ""), "nat.port_forwards[0].port:", "did you mean \"80-90\"?"),
+            (forward("\"http\"", ""), "nat.port_forwards[0].port:", "a port 1-65535 or a range"),
+            (forward("80", "to_port = 70000"), "nat.port_forwards[0].to_port:", "a port is 1 to 65535"),
+            (forward("80", "to_port = 0"), "nat.port_forwards[0].to_port:", "0 is no port"),
+            (format!("{}\n{}", forward("80", ""), forward("80", "").replace(LAB, "")), "nat.port_forwards[1].port:", "overlaps nat.port_forwards[0]"),
+            (format!("{}\n{}", forward("\"8000-8010\"", ""), forward("\"8010-8020\"", "").replace(LAB, "")), "nat.port_forwards[1].port:", "8010-8020 overlaps nat.port_forwards[0] (8000-8010)"),
+            (forward("80", "").replace("\"tcp\"", "\"sctp\""), "nat.port_forwards[0].protocol:", "unknown variant `sctp`, expected `tcp` or `udp`;"),
+            (rule("protocol = \"tcp\"\ndestination_ports = \"ssh\""), "firewall.rules[0].destination_ports:", "a port 1-65535"),
+            (rule("icmp_type = 8"), "firewall.rules[0].icmp_type:", "needs protocol = \"icmp\""),
+            // Actions and other choices: the allowed values listed, the likely one named.
+            (with(&format!("[firewall]\npolicy = [{}]", policy("lan", "wan", "allow"))), "firewall.policy[0].action:", "expected one of `accept`, `drop`, `reject`; did you mean `accept`?"),
+            (rule("").replace("\"accept\"", "\"deny\""), "firewall.rules[0].action:", "did you mean `drop`?"),
+            (with("[eal]\nhugepages = \"yes\""), "eal.hugepages:", "expected one of `auto`, `required`, `off`"),
+            (lan("source_validation = \"strikt\""), "interfaces[0].source_validation:", "strict, loose or off"),
+            // Addresses and prefixes.
+            (lan_address("192.168.10.1/40"), "interfaces[0].address:", "prefix length 0..=32"),
+            (lan_address("192.168.10.1/31"), "interfaces[0].address:", "1..=30"),
+            (lan_address("192.168.10.300/24"), "interfaces[0].address:", "not an IPv4 address"),
+            (lan_address("192.168.10.1"), "interfaces[0].address:", "address/prefix-length"),
+            (lan_address("192.168.10.0/24"), "interfaces[0].address:", "network address"),
+            (lan_address("192.168.10.255/24"), "interfaces[0].address:", "broadcast address"),
+            (lan_address("127.0.0.1/8"), "interfaces[0].address:", "loopback"),
+            (lan_address("224.0.0.1/24"), "interfaces[0].address:", "multicast"),
+            (lan_address("10.0.0.5/16"), "interfaces[1].address:", "overlaps interfaces[0]"),
+            (lan("[interfaces.ipv6]\naddresses = [\"ff02::1/64\"]"), "interfaces[0].ipv6.addresses[0]:", "not a unicast"),
+            (lan("[interfaces.ipv6]\naddresses = [\"2001:db8::1/129\"]"), "interfaces[0].ipv6.addresses[0]:", "prefix length 0..=128"),
+            (route("10.1.0.1/16", "10.0.0.2"), "routes[0].destination:", "did you mean 10.1.0.0/16?"),
+            (route("10.1.0.0", "10.0.0.2"), "routes[0].destination:", "address/prefix-length"),
+            (route("0.0.0.0/0", "172.16.0.1"), "routes[0].via:", "not in any interface's subnet"),
+            (route("0.0.0.0/0", "10.0.0.256"), "routes[0].via:", "invalid"),
+            (rule("source = \"10.0.0.0/33\""), "firewall.rules[0].source:", "prefix length 0..=32"),
+            (rule("destination = \"10.0.0.1/8\""), "firewall.rules[0].destination:", "did you mean 10.0.0.0/8?"),
+            (with("[metrics]\nlisten = \"0.0.0.0\""), "metrics.listen:", "invalid socket address"),
+            (with("[state]\ndirectory = \"var/lib/gateway\""), "state.directory:", "absolute"),
+            // Zones and interfaces named.
+            (lan("zone = \"local\""), "interfaces[0].zone:", "the gateway itself"),
+            (with(&format!("[firewall]\npolicy = [{}]", policy("lan", "dmz", "drop"))), "firewall.policy[0].to:", "no zone named \"dmz\""),
+            (with(&format!("[firewall]\npolicy = [{}, {}]", policy("lan", "wan", "accept"), policy("lan", "wan", "drop"))), "firewall.policy[1]:", "already firewall.policy[0]"),
+            (rule("from = \"guest\""), "firewall.rules[0].from:", "no zone named \"guest\""),
+            (with("[nat]\nmasquerade = [\"wan0\"]"), "nat.masquerade[0]:", "no interface named \"wan0\""),
+            (forward("80", "").replace("interface = \"wan\"", "interface = \"uplink\""), "nat.port_forwards[0].interface:", "no interface named \"uplink\""),
+            (LAB.replace("name = \"wan\"", "name = \"lan\""), "interfaces[1].name:", "used twice"),
+            (LAB.replace("net_af_packet1,iface=gw-wan", "net_af_packet0,iface=gw-lan"), "interfaces[1].device:", "used twice"),
+            // VLANs.
+            (vlan("0"), "interfaces[2].vlan:", "1 to 4094"),
+            (vlan("4095"), "interfaces[2].vlan:", "1 to 4094"),
+            (vlan("70000"), "interfaces[2].vlan:", "a VLAN id is 1 to 4094"),
+            (vlan("10").replace("parent = \"lan\"", "parent = \"lan0\""), "interfaces[2].parent:", "names no port or bond"),
+            // A bond's MAC goes into the EAL's device string.
+            (bond_mac("zz:zz"), "interfaces[0].bond.mac:", "not a MAC address"),
+            (bond_mac("02:00:00:00:00:01,mode=0"), "interfaces[0].bond.mac:", "not a MAC address"),
+            (bond_mac("01:00:5e:00:00:01"), "interfaces[0].bond.mac:", "multicast MAC"),
+            (bond_mac("00:00:00:00:00:00"), "interfaces[0].bond.mac:", "all zero"),
+            (lan("rss_key = \"xyz\""), "interfaces[0].rss_key:", "hex digits"),
+        ];
+        assert!(cases.len() >= 40, "{} cases", cases.len());
+        let mut wrong = Vec::new();
+        for (text, field, says) in &cases {
+            assert!(field.ends_with(':'), "{field}");
+            match parse(text) {
+                Err(err)
+                    if err.to_string().starts_with(field) && err.to_string().contains(says) => {}
+                Err(err) => wrong.push(format!("{field} {says}\n  got: {err}")),
+                Ok(_) => wrong.push(format!("{field} {says}\n  loaded:\n{text}")),
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // The bases of the cases load: each file is refused for its one fault.
+        parse(&bond_mac("02:00:00:00:00:0a")).unwrap();
+        parse(&vlan("10")).unwrap();
+        parse(&forward("\"8000-8010\"", "to_port = 9000")).unwrap();
+        parse(&with("[eal]\nlog_level = \"pmd.net.*:debug\"")).unwrap();
+        parse(&with(
+            "[eal]\nlog_level = \"err\"\n[conntrack]\ncapacity = 268435456",
+        ))
+        .unwrap();
+    }
+
+    /// Environment overrides are text: they still become numbers and booleans, while the
+    /// same text written in the file is refused.
+    #[test]
+    fn environment_overrides_are_parsed_but_file_values_are_typed() {
+        let environment = [
+            ("GATEWAY__CONNTRACK__TCP_LOOSE", "true"),
+            ("GATEWAY__CONNTRACK__CAPACITY", "4096"),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+        let path = Path::new("/etc/gateway/gateway.toml");
+        let config =
+            GatewayConfig::from_text_and_environment(path, LAB, Some(environment)).unwrap();
+        assert!(config.conntrack.tcp_loose);
+        assert_eq!(config.conntrack.capacity, 4096);
+        let quoted = format!("{LAB}\n[conntrack]\ncapacity = \"4096\"\n");
+        let err = parse(&quoted).unwrap_err().to_string();
+        assert!(err.starts_with("conntrack.capacity:"), "{err}");
+        assert!(err.contains("capacity = 4096"), "{err}");
+    }
+
+    #[test]
+    fn metrics_on_every_address_are_warned_of() {
+        // Both zones let out, so that the metrics' warning is the only one.
+        let lab = format!(
+            "{LAB}\n[firewall]\npolicy = [\n{{ from = \"lan\", to = \"wan\", action = \"accept\" }},\n\
+             {{ from = \"wan\", to = \"lan\", action = \"accept\" }},\n]\n"
+        );
+        assert!(parse(&lab).unwrap().warnings().is_empty());
+        for listen in ["0.0.0.0:9469", "[::]:9469"] {
+            let open = parse(&format!("{lab}\n[metrics]\nlisten = \"{listen}\"\n")).unwrap();
+            let warnings = open.warnings();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert!(warnings[0].starts_with("metrics.listen:"), "{warnings:?}");
+            assert!(warnings[0].contains("every address"), "{warnings:?}");
+            assert!(warnings[0].contains("metrics.web_config"), "{warnings:?}");
+        }
     }
 
     #[test]

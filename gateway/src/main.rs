@@ -20,8 +20,17 @@ enum Command {
         #[arg(short, long, default_value = "configs/lab.toml")]
         config: PathBuf,
     },
-    /// Validate a config file without starting anything.
-    CheckConfig { config: PathBuf },
+    /// Validate a config file without starting anything: `check-config FILE` or
+    /// `check-config -c FILE`, as `run` takes it.
+    #[command(group(clap::ArgGroup::new("file_or_config").required(true).args(["file", "config"])))]
+    CheckConfig {
+        /// The config file.
+        #[arg(value_name = "CONFIG")]
+        file: Option<PathBuf>,
+        /// The config file, as `run -c` takes it.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
     /// Exit 0 if the gateway this config describes serves its metrics (at metrics.listen),
     /// 1 if not: for a container's HEALTHCHECK.
     Healthcheck {
@@ -271,6 +280,18 @@ fn read_for_ctl(file: &std::path::Path) -> anyhow::Result<(PathBuf, String)> {
     Ok((path, text))
 }
 
+/// `gateway check-config`: refuse what start would refuse; warn of what starts but is
+/// probably not meant (on stderr, the file still passes).
+fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+    let loaded = GatewayConfig::load(path)?;
+    gateway::pipeline_config::check_startable(&loaded)?;
+    for warning in loaded.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    println!("{}: ok", path.display());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -315,16 +336,10 @@ fn main() -> ExitCode {
         Command::Healthcheck { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
             .and_then(|loaded| gateway::healthcheck::check(&loaded.metrics)),
-        Command::CheckConfig { config } => GatewayConfig::load(&config)
-            .map_err(anyhow::Error::from)
-            .and_then(|loaded| {
-                gateway::pipeline_config::check_startable(&loaded)?;
-                for warning in loaded.warnings() {
-                    eprintln!("warning: {warning}");
-                }
-                Ok(())
-            })
-            .map(|()| println!("{}: ok", config.display())),
+        Command::CheckConfig { file, config } => match file.or(config) {
+            Some(config) => check_config(&config),
+            None => Err(anyhow::anyhow!("check-config needs a config file: -c FILE")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

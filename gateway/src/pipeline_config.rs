@@ -36,6 +36,9 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 /// interfaces' MACs are placeholders here: nothing in the checks depends on them.
 pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
     crate::web_config::for_metrics(&config.metrics)?;
+    if let Some(group) = &config.ctl.group {
+        crate::ctl::server::group_id(group)?;
+    }
     let macs: Vec<[u8; 6]> = (0..config.interfaces.len())
         .map(|i| [0x02, 0, 0, 0, 0, i as u8])
         .collect();

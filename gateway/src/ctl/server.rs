@@ -129,19 +129,19 @@ fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// The id of group `name` in /etc/group.
-fn group_id(name: &str) -> anyhow::Result<u32> {
-    let groups = std::fs::read_to_string("/etc/group").context("reading /etc/group")?;
-    groups
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split(':');
-            let group = fields.next()?;
-            let gid = fields.nth(1)?.parse().ok()?;
-            (group == name).then_some(gid)
-        })
-        .next()
-        .with_context(|| format!("ctl.group: no group {name:?} in /etc/group"))
+/// The id of group `name`, as the host's name service knows it (/etc/group, or LDAP and the
+/// like through NSS): `gateway check-config` asks the same question.
+pub fn group_id(name: &str) -> anyhow::Result<u32> {
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(group)) => Ok(group.gid.as_raw()),
+        Ok(None) => anyhow::bail!(
+            "ctl.group: no group {name:?} on this host (getent group {name}); create it \
+             (groupadd {name}) or omit ctl.group to leave the socket to root"
+        ),
+        Err(err) => Err(anyhow::anyhow!(
+            "ctl.group: looking up group {name:?}: {err}"
+        )),
+    }
 }
 
 fn accept_loop(listener: &UnixListener, sources: &Sources, stop: &AtomicBool) {
