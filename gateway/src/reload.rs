@@ -165,12 +165,19 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.neighbors = running.neighbors.clone();
     merged.kernel_twins.inside_by_default = running.kernel_twins.inside_by_default;
     merged.kernel_twins.netns = running.kernel_twins.netns.clone();
-    if merged.interfaces.len() != running.interfaces.len() {
-        merged.interfaces = running.interfaces.clone();
-    } else {
-        for (new, old) in merged.interfaces.iter_mut().zip(&running.interfaces) {
+    // The running interfaces stay, in their order, until a restart; each takes what applies
+    // now from the file's interface of the same name (the name is what zones, forwards and
+    // masquerade resolve by), or stays as it runs where the file has none. Never by place: a
+    // reordered or renamed list would hand one interface's zone to another.
+    merged.interfaces = running
+        .interfaces
+        .iter()
+        .map(|old| {
+            let Some(new) = merged.interfaces.iter().find(|new| new.name == old.name) else {
+                return old.clone();
+            };
+            let mut new = new.clone();
             new.device = old.device.clone();
-            new.name = old.name.clone();
             new.parent = old.parent.clone();
             new.vlan = old.vlan;
             new.rx_descriptors = old.rx_descriptors;
@@ -190,8 +197,9 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
                 new.autoconfigure = old.autoconfigure;
                 new.delegated_prefix = old.delegated_prefix;
             }
-        }
-    }
+            new
+        })
+        .collect();
     merged
 }
 
@@ -630,6 +638,24 @@ mod tests {
         assert!(reason.contains("firewall.policy["), "{reason}");
         assert!(reason.contains("\"dmz\""), "{reason}");
         assert!(reason.contains("interfaces (count)"), "{reason}");
+    }
+
+    /// The file lists the interfaces in another order (which waits for a restart): each
+    /// running interface takes the zone the file gives its name, never the one at its place.
+    #[test]
+    fn a_reordered_interface_list_keeps_each_zone_with_its_interface() {
+        let running = lab();
+        let mut new = running.clone();
+        new.interfaces.swap(0, 1);
+        assert_eq!(new.interfaces[1].name, "lan");
+        new.interfaces[1].zone = Some("inside".into());
+        assert!(restart_required(&running, &new).contains(&"interfaces[0].device/name".into()));
+        let merged = merge_for_reload(&running, new);
+        assert_eq!(merged.interfaces[0].name, "lan");
+        assert_eq!(merged.interfaces[0].zone.as_deref(), Some("inside"));
+        assert_eq!(merged.interfaces[1].name, "wan");
+        assert_eq!(merged.interfaces[1].zone, running.interfaces[1].zone);
+        assert_eq!(merged.interfaces[1].device, running.interfaces[1].device);
     }
 
     #[test]
