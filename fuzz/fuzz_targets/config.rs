@@ -6,6 +6,12 @@
 //! that validates may still fail to compile (parental time windows, MACs and category names
 //! are only checked there); start and reload refuse it with the error, as they must.
 //!
+//! An input with a line `#reload` is two configs, the running one and the file reloaded over
+//! it: both go the way above, and the reload's merge too (`reload::merge_for_reload`, then
+//! validated whole and compiled, as `reload::load_for_reload` does). What must also hold: the
+//! merged config needs no restart against the running one (every restart-only setting is
+//! kept as it runs).
+//!
 //! Two things differ from a real load, for speed and determinism: routes shorter than /12
 //! are left out of the compiled table (a default route fills all 2^24 entries of the DIR-24-8
 //! table, 32 MiB per exec; the route table has its own property tests), and parental
@@ -16,6 +22,7 @@ use std::path::Path;
 
 use gateway::config::GatewayConfig;
 use gateway::pipeline_config::{conntrack_config, router_config};
+use gateway::reload::{merge_for_reload, restart_required};
 use libfuzzer_sys::fuzz_target;
 
 /// Routes this short would make every exec fill megabytes of route table.
@@ -39,18 +46,20 @@ fn parse(text: &str) -> Option<GatewayConfig> {
     parsed.ok()
 }
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Some(mut config) = parse(text) else {
-        return;
-    };
+/// Loads, checks and compiles one config as start-up would; `None` if it does not load.
+fn start(text: &str) -> Option<GatewayConfig> {
+    let config = parse(text)?;
+    compile(config.clone());
+    Some(config)
+}
+
+fn compile(mut config: GatewayConfig) {
     let _ = conntrack_config(&config);
     for iface in &config.interfaces {
         let _ = iface.eal_devices();
     }
     let _ = config.zone_names();
+    let _ = config.warnings();
     if config.interfaces.iter().any(|iface| {
         iface
             .address
@@ -71,5 +80,31 @@ fuzz_target!(|data: &[u8]| {
     match router_config(&config, &macs) {
         Ok(_) => verbose(|| "compiled".to_string()),
         Err(error) => verbose(|| format!("compile: {error:#}")),
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Some((running_text, reloaded_text)) = text.split_once("\n#reload\n") else {
+        start(text);
+        return;
+    };
+    let Some(running) = start(running_text) else {
+        return;
+    };
+    let Some(reloaded) = start(reloaded_text) else {
+        return;
+    };
+    let merged = merge_for_reload(&running, reloaded);
+    let kept = restart_required(&running, &merged);
+    assert!(
+        kept.is_empty(),
+        "the merge changed restart-only settings: {kept:?}"
+    );
+    match merged.validate() {
+        Ok(()) => compile(merged),
+        Err(error) => verbose(|| format!("merge: {error}")),
     }
 });
