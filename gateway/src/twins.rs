@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use pipeline::pipeline::config::PuntConfig;
-use pipeline::pipeline::punt::{arp_for_twin, is_kernel_arp_reply, ndisc_for_twin};
+use pipeline::pipeline::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, Interface, RouterConfig, WorkerCounters};
 use serde::Deserialize;
@@ -398,7 +398,8 @@ impl Twins {
 
     /// One round on the control thread: what the workers punted goes to the twins (a burst
     /// per ring); what the kernel sent (a burst per twin) goes to `to_wire` with its
-    /// interface, but for the kernel's ARP replies. Returns the packets handled.
+    /// interface, if it is the kernel's own (`kernel_frame_refused`: not its ARP replies, not
+    /// what its namespace forwarded). Returns the packets handled.
     pub fn poll(
         &mut self,
         router: &RouterConfig,
@@ -431,8 +432,8 @@ impl Twins {
             for mbuf in batch.drain() {
                 if mbuf.segments() != 1 {
                     counters.record_drop(DropReason::MultiSegment);
-                } else if is_kernel_arp_reply(mbuf.data(), iface) {
-                    counters.record_drop(DropReason::KernelArpReply);
+                } else if let Some(reason) = kernel_frame_refused(mbuf.data(), iface, router) {
+                    counters.record_drop(reason);
                 } else {
                     counters.from_twins.inc();
                     to_wire(index as u16, mbuf);

@@ -1,7 +1,8 @@
 //! An interface whose address comes from the kernel (`address = "dhcp"`, a DHCP client on
 //! its twin) and routes the kernel has on the twins: before the first lease the WAN has no
 //! address and nothing is forwarded out of it or masqueraded to it (a counted drop); the
-//! DHCP server's answers reach the twin whatever their destination; once a router config
+//! DHCP server's answers reach the twin whatever their destination but another interface's
+//! subnet; once a router config
 //! with the lease is swapped in, flows are masqueraded to it; when the lease moves, new flows
 //! take the new address and the old ones end on their next packet. Kernel routes are used,
 //! but connected and static routes win where both have the prefix.
@@ -161,7 +162,7 @@ fn before_the_first_lease_nothing_leaves_by_the_wan_and_nothing_crashes() {
 }
 
 #[test]
-fn dhcp_answers_reach_the_twin_whatever_their_destination() {
+fn dhcp_answers_reach_the_twin_but_never_for_another_interfaces_subnet() {
     let mut gw = pipeline(router(None, &[]));
     let offered = [10, 0, 0, 50];
     for dst in [offered, [255, 255, 255, 255]] {
@@ -172,6 +173,17 @@ fn dhcp_answers_reach_the_twin_whatever_their_destination() {
     // Other UDP to the offered address is not the kernel's.
     let other = udp(ISP_MAC, WAN_MAC, ISP.octets(), offered, (53, 68));
     assert_ne!(process(&mut gw, &other, WAN).0, Verdict::Punt { port: WAN });
+    // Nor is a "DHCP answer" addressed to a LAN host, or to our LAN address: no server
+    // offers those, and the twins' kernel would route it past the firewall. It goes the way
+    // of any datagram from the WAN, and the zone policy drops it.
+    for lan_address in [HOST, [192, 168, 10, 1]] {
+        let forged = udp(ISP_MAC, WAN_MAC, ISP.octets(), lan_address, (67, 68));
+        let (verdict, _) = process(&mut gw, &forged, WAN);
+        assert!(
+            matches!(verdict, Verdict::Drop(_)),
+            "to {lan_address:?}: {verdict:?}"
+        );
+    }
     // Renewal: to our leased address, in spite of wan -> local being dropped.
     gw.set_router(router(
         Some((Ipv4Addr::from(offered), 24)),

@@ -61,6 +61,7 @@ lcores = [1]
 name = "lan"
 device = "net_af_packet0,iface=gwl-lan"
 address = "192.168.10.1/24"
+kernel_twin = true
 [[interfaces]]
 name = "wan"
 device = "net_af_packet1,iface=gwl-wan"
@@ -287,6 +288,39 @@ expect_output "the default route from the new lease is in the twin's kernel" \
     "default via 10\.0\.0\.2 dev wan" gw ip route show
 [[ $(seen_as 198.51.100.1) == 10.0.0.77 ]] || fail "the DHCP default route was not followed"
 pass "the default route from DHCP is followed: 198.51.100.1 reached through it"
+# A "DHCP answer" a WAN host addresses to a LAN host, with the twins' namespace forwarding
+# (as it does when it routes for FRR) and the LAN's twin in it: not punted to the WAN twin
+# (it is for another interface's subnet), so the zone policy drops it; and were the kernel
+# to forward anything, only its own traffic leaves by a twin. The LAN host hears none of it.
+gw sysctl -qw net.ipv4.ip_forward=1
+lan python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 68))
+heard = 0
+while True:
+    s.recv(2048)
+    heard += 1
+    open(sys.argv[1], "w").write(str(heard))
+' "$WORK/forged.count" &
+LISTENER=$!
+poll_until 10 listening gwlab-lan 68 udp || fail "the LAN host's listener on UDP 68 did not start"
+wan_mac=$(gw cat /sys/class/net/wan/address)
+dropped_before=$(metric 'gateway_dropped_packets_total{reason="firewall_drop"')
+wan python3 -c '
+import sys
+from scapy.all import Ether, IP, UDP, sendp
+sendp(Ether(dst=sys.argv[1]) / IP(src="10.0.0.2", dst="192.168.10.2") / UDP(sport=67, dport=68) / b"forged",
+      iface="eth0", count=5, verbose=False)
+' "$wan_mac"
+forged_dropped() { (( $(metric 'gateway_dropped_packets_total{reason="firewall_drop"') - dropped_before >= 5 )); }
+poll_until 10 forged_dropped ||
+    fail "the forged DHCP answers were not dropped by the firewall ($(($(metric 'gateway_dropped_packets_total{reason="firewall_drop"') - dropped_before)) of 5)"
+heard=$(cat "$WORK/forged.count" 2>/dev/null || echo 0)
+((heard == 0)) || fail "the LAN host received $heard forged DHCP answers from the WAN"
+pass "a WAN host's DHCP answers addressed to a LAN host: 5 of 5 dropped by the zone policy, none delivered"
+kill "$LISTENER" 2>/dev/null || true
+wait "$LISTENER" 2>/dev/null || true
 assert_no_conntrack_invalid
 stop_gateway
 pass "the gateway stops cleanly"

@@ -50,6 +50,9 @@ impl Pipeline {
     /// address it offers (not ours yet), to ours when renewing, or to broadcast, and it is
     /// the answer to the kernel's own request, as a reply is to a flow, so the `local`
     /// rules (which drop from the WAN by default) do not apply. Policed as every punt.
+    /// Never for an address on another interface's subnet (a LAN host's, or our own there):
+    /// no server offers those, and the twins' kernel would route it past the firewall; such
+    /// a datagram goes the way of any other (the zone policy drops it).
     #[cold]
     pub(crate) fn punt_dhcp_answer<T: AsRef<[u8]>>(
         &self,
@@ -60,8 +63,19 @@ impl Pipeline {
             return None;
         }
         let key = FlowKey::from_ipv4(ip).ok()?;
-        (key.src_port == DHCP_SERVER_PORT && key.dst_port == DHCP_CLIENT_PORT)
-            .then_some(Verdict::Punt { port: ingress.port })
+        if key.src_port != DHCP_SERVER_PORT || key.dst_port != DHCP_CLIENT_PORT {
+            return None;
+        }
+        let dst = ip.dst_addr();
+        let elsewhere = self
+            .router
+            .interfaces
+            .iter()
+            .enumerate()
+            .any(|(port, iface)| {
+                port != usize::from(ingress.port) && iface.has_address() && iface.contains(dst)
+            });
+        (dst.is_broadcast() || !elsewhere).then_some(Verdict::Punt { port: ingress.port })
     }
 
     /// A datagram the martian check refused. Broadcast DHCP (UDP to port 67 or 68, to the
@@ -108,14 +122,71 @@ pub fn arp_for_twin(frame: &[u8], iface: &Interface) -> bool {
     })
 }
 
-/// Whether a frame the kernel sent on `iface`'s twin must stay off the wire: an ARP reply
-/// from the gateway's own address. The dataplane answers requests for it itself, after its
-/// checks (a sender it refuses to bind gets no answer), which the kernel's answer would
-/// bypass. The kernel's requests, and everything else, go out.
-pub fn is_kernel_arp_reply(frame: &[u8], iface: &Interface) -> bool {
-    parse_arp(frame).is_some_and(|arp| {
-        arp.operation() == ArpOperation::Reply && arp.sender_protocol_addr() == iface.addr
-    })
+/// Why a frame the kernel sent on `iface`'s twin must stay off the wire, if it must. Only
+/// the kernel's own traffic leaves by a twin, so that nothing reaches the wire, and another
+/// zone, without the dataplane's checks:
+/// - an ARP reply from the gateway's own address (`kernel_arp_reply`): the dataplane answers
+///   requests for it itself, after its checks (a sender it refuses to bind gets no answer),
+///   which the kernel's answer would bypass; its requests and probes go out;
+/// - anything not from the kernel's own addresses on that interface (`twin_foreign_source`):
+///   IPv4 from the interface's address (or from 0.0.0.0 to a DHCP server, a client without
+///   a lease), IPv6 from an address of ours, a link-local one or the unspecified one (Neighbor
+///   Discovery, DHCPv6), ARP from the interface's address (or 0.0.0.0, a probe); any other
+///   source is a datagram the twins' namespace forwarded (from another twin, or one punted
+///   to it) or a spoof, and any other EtherType is nothing the gateway's kernel sends.
+pub fn kernel_frame_refused(
+    frame: &[u8],
+    iface: &Interface,
+    router: &RouterConfig,
+) -> Option<DropReason> {
+    let foreign = Some(DropReason::TwinForeignSource);
+    let Ok(ether) = EthernetFrame::new_checked(frame) else {
+        return foreign;
+    };
+    match ether.ethertype() {
+        ethernet::ethertype::ARP => {
+            let Some(arp) = parse_arp(frame) else {
+                return foreign;
+            };
+            let sender = arp.sender_protocol_addr();
+            if arp.operation() == ArpOperation::Reply && sender == iface.addr {
+                Some(DropReason::KernelArpReply)
+            } else if sender == iface.addr || sender.is_unspecified() {
+                None
+            } else {
+                foreign
+            }
+        }
+        ethernet::ethertype::IPV4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(ether.payload()) else {
+                return foreign;
+            };
+            let src = ip.src_addr();
+            let dhcp_request = || {
+                ip.protocol() == ipv4::protocol::UDP
+                    && FlowKey::from_ipv4(&ip).is_ok_and(|key| key.dst_port == DHCP_SERVER_PORT)
+            };
+            if (iface.has_address() && src == iface.addr)
+                || (src.is_unspecified() && dhcp_request())
+            {
+                None
+            } else {
+                foreign
+            }
+        }
+        ethernet::ethertype::IPV6 => {
+            let Ok(ip) = Ipv6Packet::new_checked(ether.payload()) else {
+                return foreign;
+            };
+            let src = ip.src_addr();
+            if src.is_unspecified() || is_link_local(src) || router.owns6(src) {
+                None
+            } else {
+                foreign
+            }
+        }
+        _ => foreign,
+    }
 }
 
 /// Whether an IPv6 frame for the gateway is one its kernel twin configures the interface
@@ -247,22 +318,87 @@ mod tests {
         assert!(!arp_for_twin(&[0u8; 10], &iface));
     }
 
+    /// A frame the kernel sends on the twin, from `src` to `dst`, UDP to `dst_port`.
+    fn udp_from_kernel(src: Ipv4Addr, dst: Ipv4Addr, dst_port: u16) -> Vec<u8> {
+        let mut frame = Vec::new();
+        etherparse::PacketBuilder::ethernet2(OUR_MAC.0, HOST_MAC.0)
+            .ipv4(src.octets(), dst.octets(), 64)
+            .udp(68, dst_port)
+            .write(&mut frame, b"x")
+            .unwrap();
+        frame
+    }
+
+    fn ipv6_from_kernel(src: [u8; 16]) -> Vec<u8> {
+        let mut frame = Vec::new();
+        etherparse::PacketBuilder::ethernet2(OUR_MAC.0, HOST_MAC.0)
+            .ipv6(
+                src,
+                [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
+                64,
+            )
+            .udp(546, 547)
+            .write(&mut frame, b"x")
+            .unwrap();
+        frame
+    }
+
     #[test]
-    fn the_kernels_replies_for_our_address_stay_off_the_wire_its_requests_go() {
+    fn only_the_kernels_own_traffic_leaves_by_its_twin() {
         let iface = iface();
-        assert!(is_kernel_arp_reply(
-            &arp(ArpOperation::Reply, (OUR_MAC, OURS), HOST),
-            &iface
-        ));
-        assert!(!is_kernel_arp_reply(
-            &arp(ArpOperation::Request, (OUR_MAC, OURS), HOST),
-            &iface
-        ));
-        assert!(!is_kernel_arp_reply(
-            &arp(ArpOperation::Reply, (HOST_MAC, HOST), OURS),
-            &iface
-        ));
-        assert!(!is_kernel_arp_reply(&[0u8; 60], &iface));
+        let router = RouterConfig::new(
+            vec![iface.clone()],
+            &[],
+            crate::pipeline::config::IcmpLimits::default(),
+        )
+        .unwrap();
+        let refused = |frame: &[u8]| kernel_frame_refused(frame, &iface, &router);
+        // ARP: the kernel's replies for our address stay off the wire; its requests and
+        // probes go; one in another's name does not.
+        assert_eq!(
+            refused(&arp(ArpOperation::Reply, (OUR_MAC, OURS), HOST)),
+            Some(DropReason::KernelArpReply)
+        );
+        assert_eq!(
+            refused(&arp(ArpOperation::Request, (OUR_MAC, OURS), HOST)),
+            None
+        );
+        let probe = arp(
+            ArpOperation::Request,
+            (OUR_MAC, Ipv4Addr::UNSPECIFIED),
+            OURS,
+        );
+        assert_eq!(refused(&probe), None);
+        let foreign = Some(DropReason::TwinForeignSource);
+        assert_eq!(
+            refused(&arp(ArpOperation::Reply, (HOST_MAC, HOST), OURS)),
+            foreign
+        );
+        // IPv4: from our address; from 0.0.0.0 only to a DHCP server; a forwarded datagram
+        // (another's source) never.
+        assert_eq!(refused(&udp_from_kernel(OURS, HOST, 53)), None);
+        let discover = udp_from_kernel(Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, 67);
+        assert_eq!(refused(&discover), None);
+        let unspecified = udp_from_kernel(Ipv4Addr::UNSPECIFIED, HOST, 53);
+        assert_eq!(refused(&unspecified), foreign);
+        let forwarded = udp_from_kernel(Ipv4Addr::new(10, 0, 0, 2), HOST, 68);
+        assert_eq!(refused(&forwarded), foreign);
+        // IPv6: link-local and unspecified go (Neighbor Discovery, DHCPv6); a global address
+        // that is not ours does not.
+        let mut link_local = [0u8; 16];
+        link_local[..2].copy_from_slice(&[0xfe, 0x80]);
+        link_local[15] = 1;
+        assert_eq!(refused(&ipv6_from_kernel(link_local)), None);
+        assert_eq!(refused(&ipv6_from_kernel([0; 16])), None);
+        let mut global = [0u8; 16];
+        global[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        global[15] = 7;
+        assert_eq!(refused(&ipv6_from_kernel(global)), foreign);
+        // Nothing else, and nothing too short to read.
+        let mut lldp = udp_from_kernel(OURS, HOST, 53);
+        lldp[12..14].copy_from_slice(&0x88ccu16.to_be_bytes());
+        assert_eq!(refused(&lldp), foreign);
+        assert_eq!(refused(&[0u8; 10]), foreign);
     }
 
     #[test]
