@@ -29,6 +29,7 @@ cleanup_netlink() {
 }
 trap cleanup_netlink EXIT
 gw() { ip netns exec "$TWIN_NS" "$@"; }
+PYTHON=/usr/bin/python3 # Debian's python with scapy (the python3 on PATH may be a shim)
 
 DHCP_CLIENT=${DHCP_CLIENT:-dhcpcd}
 [[ $DHCP_CLIENT == dhcpcd || $DHCP_CLIENT == dhclient ]] ||
@@ -307,7 +308,7 @@ LISTENER=$!
 poll_until 10 listening gwlab-lan 68 udp || fail "the LAN host's listener on UDP 68 did not start"
 wan_mac=$(gw cat /sys/class/net/wan/address)
 dropped_before=$(metric 'gateway_dropped_packets_total{reason="firewall_drop"')
-wan python3 -c '
+wan "$PYTHON" -c '
 import sys
 from scapy.all import Ether, IP, UDP, sendp
 sendp(Ether(dst=sys.argv[1]) / IP(src="10.0.0.2", dst="192.168.10.2") / UDP(sport=67, dport=68) / b"forged",
