@@ -859,6 +859,10 @@ pub struct ConntrackConfig {
     pub half_open: Option<usize>,
     /// Hosts per worker that the per-host counts have room for (flows and NAT ports).
     pub hosts: usize,
+    /// An IPv6 host for `host_flows` and `host_half_open`: its source address's first this
+    /// many bits, 32 to 128 (a /64 by default: every address a host takes in its LAN's /64,
+    /// SLAAC, privacy or made up, counts as that one host).
+    pub host_prefix6: u8,
 }
 
 impl Default for ConntrackConfig {
@@ -877,6 +881,7 @@ impl Default for ConntrackConfig {
             host_half_open: pipeline::state::conntrack::DEFAULT_HOST_HALF_OPEN,
             half_open: None,
             hosts: pipeline::state::conntrack::DEFAULT_HOSTS,
+            host_prefix6: pipeline::state::conntrack::DEFAULT_HOST_PREFIX6,
         }
     }
 }
@@ -2496,6 +2501,16 @@ impl GatewayConfig {
             return Err(invalid(
                 "conntrack.hosts",
                 format!("must be 1..={}", pipeline::state::conntrack::MAX_CAPACITY),
+            ));
+        }
+        if !(32..=128).contains(&conntrack.host_prefix6) {
+            return Err(invalid(
+                "conntrack.host_prefix6",
+                format!(
+                    "{} is not a prefix length 32..=128 (an IPv6 host is its address's first \
+                     that many bits; 64, a LAN's subnet, by default)",
+                    conntrack.host_prefix6
+                ),
             ));
         }
         if self.nat.host_ports == 0 {

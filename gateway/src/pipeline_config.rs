@@ -500,6 +500,7 @@ pub fn conntrack_config(config: &GatewayConfig) -> TableConfig {
         host_half_open: c.host_half_open,
         half_open: c.half_open.unwrap_or(c.capacity / 4),
         hosts: c.hosts,
+        host_prefix6: c.host_prefix6,
     }
 }
 

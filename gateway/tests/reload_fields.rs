@@ -546,6 +546,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("conntrack.host_half_open", Restart, "10", None),
     ("conntrack.half_open", Restart, "500", None),
     ("conntrack.hosts", Restart, "100", None),
+    ("conntrack.host_prefix6", Restart, "56", None),
     ("nat.masquerade", Restart, "[\"lan\"]", None),
     ("nat.port_range", Restart, "\"2000-3000\"", None),
     ("nat.binding_capacity", Restart, "1000", None),
@@ -779,6 +780,7 @@ locktime_ms = 1000
 [conntrack]
 capacity = 4096
 half_open = 1000
+host_prefix6 = 64
 
 [nat]
 masquerade = ["wan"]

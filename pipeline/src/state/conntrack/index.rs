@@ -218,10 +218,11 @@ impl FlowIndex {
         (self.hasher.hash(key) >> 32) as u32
     }
 
-    /// `key`'s opening host as the table's per-host counts know it ([`TableKey::opener`]).
+    /// `key`'s opening host as the table's per-host counts know it ([`TableKey::opener`]),
+    /// an IPv6 host being its first `prefix6` bits.
     #[inline]
-    pub(super) fn opener<K: TableKey>(&self, key: &K) -> u32 {
-        key.opener(self.hasher.keys[2])
+    pub(super) fn opener<K: TableKey>(&self, key: &K, prefix6: u8) -> u32 {
+        key.opener(self.hasher.keys[2], prefix6)
     }
 
     fn home(&self, tag: u32) -> usize {

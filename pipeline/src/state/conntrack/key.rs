@@ -21,9 +21,11 @@ pub trait TableKey: Copy + Eq + fmt::Debug {
 
     /// The host that opened the flow as the per-host counts know it
     /// ([`crate::state::hosts::HostCounts`], keyed by 32 bits): IPv4's source address itself;
-    /// for IPv6 a hash of the source address under the table's `key`, so that nobody can pick
-    /// an address whose count is another host's.
-    fn opener(&self, key: u64) -> u32;
+    /// for IPv6 a hash, under the table's `key`, of the source address's first `prefix6`
+    /// bits (a /64 by default: one host may use any number of SLAAC or privacy addresses
+    /// there, and is still one host), so that nobody can pick an address whose count is
+    /// another host's.
+    fn opener(&self, key: u64, prefix6: u8) -> u32;
 }
 
 impl TableKey for FlowKey {
@@ -51,7 +53,7 @@ impl TableKey for FlowKey {
     }
 
     #[inline]
-    fn opener(&self, _key: u64) -> u32 {
+    fn opener(&self, _key: u64, _prefix6: u8) -> u32 {
         u32::from(self.src)
     }
 }
@@ -80,8 +82,11 @@ impl TableKey for FlowKey6 {
     }
 
     #[inline]
-    fn opener(&self, key: u64) -> u32 {
-        let (high, low) = halves(u128::from(self.src));
+    fn opener(&self, key: u64, prefix6: u8) -> u32 {
+        let mask = u128::MAX
+            .checked_shl(128u32.saturating_sub(u32::from(prefix6)))
+            .unwrap_or(0);
+        let (high, low) = halves(u128::from(self.src) & mask);
         (folded_multiply(high ^ key, low ^ 0x9e37_79b9_7f4a_7c15) >> 32) as u32
     }
 }

@@ -118,6 +118,10 @@ pub struct ConntrackConfig {
     pub half_open: usize,
     /// Hosts the per-host counts have room for; more are admitted uncounted.
     pub hosts: usize,
+    /// An IPv6 host, for `host_flows` and `host_half_open`: the source address's first this
+    /// many bits (0..=128). A /64, a LAN's subnet, by default: a host there may take as many
+    /// addresses as it likes (SLAAC, privacy addresses, or made up) and stays one host.
+    pub host_prefix6: u8,
 }
 
 /// A few thousand flows per host: far above what a browser or a game needs, far below a
@@ -126,6 +130,8 @@ pub const DEFAULT_HOST_FLOWS: u32 = 4096;
 /// Enough for a burst of connection attempts to hosts that do not answer.
 pub const DEFAULT_HOST_HALF_OPEN: u32 = 1024;
 pub const DEFAULT_HOSTS: usize = 16384;
+/// One IPv6 host: a /64 (RFC 4291's interface identifiers are the other 64 bits).
+pub const DEFAULT_HOST_PREFIX6: u8 = 64;
 
 impl Default for ConntrackConfig {
     fn default() -> Self {
@@ -137,6 +143,7 @@ impl Default for ConntrackConfig {
             host_half_open: DEFAULT_HOST_HALF_OPEN,
             half_open: (1 << 16) / 4,
             hosts: DEFAULT_HOSTS,
+            host_prefix6: DEFAULT_HOST_PREFIX6,
         }
     }
 }

@@ -284,13 +284,16 @@ impl<D: Copy, K: TableKey> FlowTable<D, K> {
     #[inline]
     pub fn insert_lines(&self, original: &K) -> impl Iterator<Item = *const u8> + '_ {
         let slot = self.insert_slot();
-        std::iter::once(self.hosts.home_address(self.index.opener(original)))
-            .chain(
-                slot.and_then(|slot| self.slot_lines(slot))
-                    .into_iter()
-                    .flatten(),
-            )
-            .chain(slot.and_then(|slot| self.half_open.links_address(slot)))
+        std::iter::once(
+            self.hosts
+                .home_address(self.index.opener(original, self.config.host_prefix6)),
+        )
+        .chain(
+            slot.and_then(|slot| self.slot_lines(slot))
+                .into_iter()
+                .flatten(),
+        )
+        .chain(slot.and_then(|slot| self.half_open.links_address(slot)))
     }
 
     /// With the half-open table full, what making room for the next TCP insert touches: the
@@ -310,7 +313,10 @@ impl<D: Copy, K: TableKey> FlowTable<D, K> {
         [
             index_slot(&flow.original),
             index_slot(&flow.reply),
-            Some(self.hosts.home_address(self.index.opener(&flow.original))),
+            Some(
+                self.hosts
+                    .home_address(self.index.opener(&flow.original, self.config.host_prefix6)),
+            ),
             self.half_open
                 .newer(oldest)
                 .and_then(|next| self.half_open.links_address(next)),
@@ -493,7 +499,7 @@ impl<D: Copy, K: TableKey> FlowTable<D, K> {
         // Every TCP flow starts half-open.
         let half_open = matches!(tracker, Tracker::Tcp(_));
         let charge = [1, u32::from(half_open)];
-        let opener = self.index.opener(&original);
+        let opener = self.index.opener(&original, self.config.host_prefix6);
         let checked = match self.hosts.check(opener, charge) {
             Ok(checked) => Some(checked),
             Err(Refusal::Untracked) => None,
@@ -631,7 +637,10 @@ impl<D: Copy, K: TableKey> FlowTable<D, K> {
         };
         flow.deadline_ns = now_ns.saturating_add(timeout);
         if is_half_open != was_half_open {
-            let (host, charged) = (self.index.opener(&flow.original), flow.charged);
+            let (host, charged) = (
+                self.index.opener(&flow.original, self.config.host_prefix6),
+                flow.charged,
+            );
             let change = [0, 1];
             if is_half_open {
                 // A closed connection opened again: counted, never refused.
@@ -807,7 +816,7 @@ impl<D: Copy, K: TableKey> FlowTable<D, K> {
             self.half_open.remove(slot);
         }
         if flow.charged {
-            let opener = self.index.opener(&flow.original);
+            let opener = self.index.opener(&flow.original, self.config.host_prefix6);
             self.hosts.credit(opener, [1, u32::from(half_open)]);
         }
         self.index

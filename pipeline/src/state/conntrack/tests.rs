@@ -1554,12 +1554,72 @@ fn ipv6_openers_have_their_own_limits() {
         table.insert(third, third.reversed(), 0, None, 0, no_eviction),
         Err(InsertError::HostFlowLimit)
     );
-    // Another address is another host.
-    let other = udp(2, 2);
+    // Another address in the same /64 is the same host (a privacy address, say) ...
+    let same_host = udp(2, 2);
+    assert_eq!(
+        table.insert(same_host, same_host.reversed(), 0, None, 0, no_eviction),
+        Err(InsertError::HostFlowLimit)
+    );
+    // ... another /64 is another host.
+    let other = FlowKey6 {
+        src: Ipv6Addr::new(0x2001, 0xdb8, 11, 0, 0, 0, 0, 1),
+        ..udp(1, 2)
+    };
     assert!(table
         .insert(other, other.reversed(), 0, None, 0, no_eviction)
         .is_ok());
     assert_eq!(table.hosts_at_limit().1, 1);
+    // With host_prefix6 = 128 every address is a host of its own.
+    let mut per_address: FlowTable<u32, FlowKey6> = FlowTable::new(
+        ConntrackConfig {
+            host_prefix6: 128,
+            ..config
+        },
+        0,
+    );
+    for src in 1..=3 {
+        let key = udp(src, 1);
+        assert!(per_address
+            .insert(key, key.reversed(), 0, None, 0, no_eviction)
+            .is_ok());
+    }
+}
+
+proptest! {
+    /// One host spreading its flows over 1,000 addresses of its /64 (SLAAC, privacy, made
+    /// up) is held to one host's limit, and a host of another /64 still opens flows.
+    #[test]
+    fn an_ipv6_host_over_many_addresses_is_held_to_one_hosts_limit(
+        interface_ids in prop::collection::vec(any::<u64>(), 1000),
+        other_id in any::<u64>(),
+    ) {
+        let limit = 8;
+        let mut table: FlowTable<u32, FlowKey6> = FlowTable::new(
+            ConntrackConfig {
+                host_flows: limit,
+                ..config(2048)
+            },
+            0,
+        );
+        let in_prefix = |prefix: u128, id: u64| Ipv6Addr::from((prefix << 64) | u128::from(id));
+        let sprayer_prefix = 0x2001_0db8_000a_0000_u128;
+        let mut admitted = 0;
+        for (port, &id) in (1000u16..).zip(&interface_ids) {
+            let key = FlowKey6 {
+                src: in_prefix(sprayer_prefix, id),
+                ..key6(0, port, 53, protocol::UDP)
+            };
+            if table.insert(key, key.reversed(), 0, None, 0, no_eviction).is_ok() {
+                admitted += 1;
+            }
+        }
+        prop_assert_eq!(admitted, limit);
+        let other = FlowKey6 {
+            src: in_prefix(0x2001_0db8_000b_0000, other_id),
+            ..key6(0, 40000, 53, protocol::UDP)
+        };
+        prop_assert!(table.insert(other, other.reversed(), 0, None, 0, no_eviction).is_ok());
+    }
 }
 
 // --- Properties ---------------------------------------------------------------------------
