@@ -590,6 +590,7 @@ impl<'a> Gateway<'a> {
             snapshot: snapshot_status.clone(),
             nat_log: nat_logger.as_ref().map(|logger| logger.stats.clone()),
             pppoe: pppoe_status,
+            router: Some(router_published.clone()),
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));
         let metrics_thread = match metrics::serve(
@@ -1114,6 +1115,7 @@ fn apply_reload(
                 tracing::warn!("reload: {warning}");
             }
             meter.publish(Arc::new(MeterExport::from(&config.traffic_meter)));
+            warn_refused_kernel_routes(&config, &router.load().0, &router_config);
             publish_router(router, qos, router_config);
             status.record(true);
             if !changed.is_empty() {
@@ -1228,8 +1230,10 @@ fn apply_kernel(
                     }
                 }
             }
+            warn_refused_kernel_routes(running, &router.load().0, &config);
             tracing::info!(
                 kernel_routes = kernel.routes.len(),
+                refused = config.refused_kernel_routes.len(),
                 kernel_routes6 = kernel.routes6.len(),
                 kernel_addresses6 = ?kernel.addresses6,
                 "kernel addresses and routes applied to the router config"
@@ -1237,6 +1241,47 @@ fn apply_kernel(
             publish_router(router, qos, Arc::new(config));
         }
         Err(err) => tracing::error!("the kernel's addresses and routes were not applied: {err:#}"),
+    }
+}
+
+/// Warns of each kernel route `new` refuses that `old` did not (so once per change, not on
+/// every rebuild): the route, the interface whose twin has it, why, and the interface whose
+/// subnet it would have cut into. `gateway_kernel_routes_refused` counts them.
+fn warn_refused_kernel_routes(
+    config: &GatewayConfig,
+    old: &pipeline::RouterConfig,
+    new: &pipeline::RouterConfig,
+) {
+    let name = |port: u16| {
+        config
+            .interfaces
+            .get(usize::from(port))
+            .map_or("?", |iface| iface.name.as_str())
+    };
+    for refused in &new.refused_kernel_routes {
+        if old.refused_kernel_routes.contains(refused) {
+            continue;
+        }
+        let route = format!("{}/{}", refused.destination, refused.len);
+        let via = refused
+            .via
+            .map_or("on-link".to_string(), |via| via.to_string());
+        match refused.reason {
+            pipeline::RouteRefusal::OverlapsConnected { interface } => tracing::warn!(
+                %route,
+                %via,
+                interface = name(refused.port),
+                connected = name(interface),
+                "a kernel route inside an interface's own subnet was refused: it would take \
+                 part of that link's traffic from its connected route"
+            ),
+            pipeline::RouteRefusal::NotAllowed => tracing::warn!(
+                %route,
+                %via,
+                interface = name(refused.port),
+                "a kernel route outside kernel_twins.route_allow was refused"
+            ),
+        }
     }
 }
 

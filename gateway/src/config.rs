@@ -1343,7 +1343,7 @@ pub enum ConfigError {
 const MAX_REACHABLE_SECS: u64 = 86_400;
 
 /// Rejected rather than masked: a prefix with host bits is almost always a typo.
-fn no_host_bits6(field: String, prefix: &Ipv6Cidr) -> Result<(), ConfigError> {
+pub(crate) fn no_host_bits6(field: String, prefix: &Ipv6Cidr) -> Result<(), ConfigError> {
     let network = pipeline::pipeline::ipv6_local::prefix_of(prefix.addr, prefix.len);
     if network == prefix.addr {
         return Ok(());
@@ -1357,7 +1357,7 @@ fn no_host_bits6(field: String, prefix: &Ipv6Cidr) -> Result<(), ConfigError> {
     ))
 }
 
-fn no_host_bits(field: String, prefix: &Ipv4Cidr) -> Result<(), ConfigError> {
+pub(crate) fn no_host_bits(field: String, prefix: &Ipv4Cidr) -> Result<(), ConfigError> {
     if u32::from(prefix.addr) & !prefix.mask() == 0 {
         return Ok(());
     }
@@ -2725,6 +2725,7 @@ impl GatewayConfig {
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings: Vec<String> = self.metrics_exposure_warning().into_iter().collect();
         warnings.extend(self.zones_nothing_lets_out());
+        warnings.extend(crate::twins::route_allow_warning(self));
         warnings
     }
 

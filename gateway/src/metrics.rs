@@ -145,6 +145,8 @@ pub struct Sources {
     pub nat_log: Option<Arc<crate::nat_log::NatLogStats>>,
     /// The PPPoE sessions, when an interface runs one.
     pub pppoe: Option<Arc<crate::pppoe::links::PppoeStatus>>,
+    /// The router config in force, whose refused kernel routes are exported.
+    pub router: Option<Arc<Published<pipeline::RouterConfig>>>,
 }
 
 /// A counter family whose value per label set is read from a source of type `T`.
@@ -184,6 +186,7 @@ pub struct Metrics {
     snapshot_restored: IntGauge,
     snapshot_skipped: IntGaugeVec,
     snapshot_refused: IntGauge,
+    kernel_routes_refused: IntGaugeVec,
     nat_log_events: IntCounterVec,
     qos_bytes: IntCounterVec,
     qos_packets: IntCounterVec,
@@ -814,6 +817,12 @@ impl Metrics {
                 "snapshot_refused",
                 "1 if a state snapshot was found at start and refused whole (corrupt, truncated, foreign, other version).",
             ),
+            kernel_routes_refused: gauge_vec(
+                &registry,
+                "kernel_routes_refused",
+                "Routes on the kernel twins (IPv4 and IPv6) not mirrored into the FIB now, by reason: overlaps_connected (inside one of the gateway's own subnets), not_allowed (outside kernel_twins.route_allow).",
+                &["reason"],
+            ),
             nat_log_events: counter_vec(
                 &registry,
                 "nat_log_events_total",
@@ -1105,6 +1114,19 @@ impl Metrics {
                         .with_label_values(&labels)
                         .set(i64::from(state.distributing(partner)));
                 }
+            }
+        }
+        if let Some(router) = &self.sources.router {
+            let (router, _) = router.load();
+            for label in pipeline::RouteRefusal::LABELS {
+                let refused = router
+                    .refused_kernel_routes
+                    .iter()
+                    .filter(|route| route.reason.label() == label)
+                    .count();
+                self.kernel_routes_refused
+                    .with_label_values(&[label])
+                    .set(refused as i64);
             }
         }
         let reload = &self.sources.reload;

@@ -15,7 +15,8 @@
 //! twin, the unicast IPv4 routes of the main table that leave by it, but for the kernel's own
 //! prefix routes (the connected subnet, which the dataplane derives from the address) and
 //! multipath routes (not mirrored). Precedence in the FIB: connected, then the config's
-//! static routes, then these (`pipeline::RouterConfig::with_kernel_routes`).
+//! static routes, then these, bounded: none inside one of the gateway's own subnets, none
+//! outside `kernel_twins.route_allow` (`pipeline::RouterConfig::with_bounded_kernel_routes`).
 //!
 //! IPv6 alike: per interface whose IPv6 the kernel configures (`autoconfigure`: SLAAC and
 //! DHCPv6 on a WAN's twin; `delegated_prefix`: what dhcpcd gives a LAN's twin from the

@@ -23,13 +23,14 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use pipeline::pipeline::config::PuntConfig;
+use pipeline::pipeline::config::{KernelRouteAllow, PuntConfig};
 use pipeline::pipeline::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
+use pipeline::wire::ipv6::prefix_of;
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, Interface, RouterConfig, WorkerCounters};
 use serde::Deserialize;
 
-use crate::config::{ConfigError, GatewayConfig};
+use crate::config::{ConfigError, GatewayConfig, RulePrefix};
 use crate::dpdk::{
     Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer, RxQueue,
     RxQueueId, SocketId, TxQueue, TxQueueId,
@@ -57,6 +58,12 @@ pub struct KernelTwinsConfig {
     /// dropped as punt_policed.
     pub punt_per_sec: u32,
     pub punt_burst: u32,
+    /// The prefixes the twins' routes may have (IPv4 and IPv6): a kernel route is mirrored
+    /// into the FIB only if it lies inside (or is) one of them. Omitted: any prefix. Either
+    /// way, none inside one of the gateway's own subnets (`RouterConfig::
+    /// with_bounded_kernel_routes`). A list with no prefix of a family allows that family
+    /// none (write "::/0" to keep the ISP's IPv6 default route).
+    pub route_allow: Option<Vec<RulePrefix>>,
 }
 
 impl Default for KernelTwinsConfig {
@@ -66,6 +73,7 @@ impl Default for KernelTwinsConfig {
             netns: None,
             punt_per_sec: PuntConfig::DEFAULT_PER_SEC,
             punt_burst: PuntConfig::DEFAULT_BURST,
+            route_allow: None,
         }
     }
 }
@@ -88,6 +96,63 @@ pub fn twin_names(config: &GatewayConfig) -> Vec<Option<String>> {
             })
         })
         .collect()
+}
+
+/// Which kernel routes the FIB may take (`route_allow`); the PPPoE sessions' routes are the
+/// gateway's own, which the list does not bound.
+pub fn kernel_route_allow(config: &GatewayConfig) -> KernelRouteAllow {
+    let allow = config.kernel_twins.route_allow.as_ref();
+    KernelRouteAllow {
+        v4: allow.map(|prefixes| {
+            prefixes
+                .iter()
+                .filter_map(|prefix| match prefix {
+                    RulePrefix::V4(cidr) => Some((cidr.network(), cidr.len)),
+                    RulePrefix::V6(_) => None,
+                })
+                .collect()
+        }),
+        v6: allow.map(|prefixes| {
+            prefixes
+                .iter()
+                .filter_map(|prefix| match prefix {
+                    RulePrefix::V6(cidr) => Some((prefix_of(cidr.addr, cidr.len), cidr.len)),
+                    RulePrefix::V4(_) => None,
+                })
+                .collect()
+        }),
+        own_ports: config
+            .interfaces
+            .iter()
+            .enumerate()
+            .filter(|(_, iface)| iface.address.is_pppoe())
+            .map(|(port, _)| port as u16)
+            .collect(),
+    }
+}
+
+/// An allow-list without IPv6 prefixes while the kernel configures an interface's IPv6: the
+/// ISP's advertised default route (and any other IPv6 route on the twins) is refused.
+pub fn route_allow_warning(config: &GatewayConfig) -> Option<String> {
+    let allow = config.kernel_twins.route_allow.as_ref()?;
+    let follows = config.interfaces.iter().find(|iface| {
+        iface
+            .ipv6
+            .as_ref()
+            .is_some_and(|ipv6| ipv6.autoconfigure || ipv6.delegated_prefix)
+    })?;
+    if allow
+        .iter()
+        .any(|prefix| matches!(prefix, RulePrefix::V6(_)))
+    {
+        return None;
+    }
+    Some(format!(
+        "kernel_twins.route_allow: lists no IPv6 prefix, so no IPv6 route from the twins is \
+         taken, though the kernel configures {}'s IPv6 (its advertised default route \
+         included); add \"::/0\" (or the prefixes meant)",
+        follows.name
+    ))
 }
 
 /// What the pipeline needs to know: which interfaces have a twin, and the budget.
@@ -174,6 +239,13 @@ pub fn validate(config: &GatewayConfig) -> Result<(), ConfigError> {
                 "kernel_twins.netns".into(),
                 format!("{netns:?} is not a namespace name (letters, digits, '-', '_', '.')"),
             ));
+        }
+    }
+    for (i, prefix) in section.route_allow.iter().flatten().enumerate() {
+        let field = format!("kernel_twins.route_allow[{i}]");
+        match prefix {
+            RulePrefix::V4(cidr) => crate::config::no_host_bits(field, cidr)?,
+            RulePrefix::V6(cidr) => crate::config::no_host_bits6(field, cidr)?,
         }
     }
     if section.punt_per_sec > 0 && section.punt_burst == 0 {
@@ -595,6 +667,65 @@ masquerade = ["wan"]
         assert!(err.starts_with("kernel_twins.netns:"), "{err}");
         let err = config("", "[kernel_twins]\npunt_burst = 0").unwrap_err();
         assert!(err.starts_with("kernel_twins.punt_burst:"), "{err}");
+    }
+
+    #[test]
+    fn the_route_allow_list_takes_both_families_and_names_a_bad_prefix_by_place() {
+        let omitted = kernel_route_allow(&config("", "").unwrap());
+        assert_eq!((omitted.v4, omitted.v6), (None, None));
+        let listed = config(
+            "",
+            "[kernel_twins]\nroute_allow = [\"0.0.0.0/0\", \"198.51.100.0/24\", \"2001:db8::/32\"]",
+        )
+        .unwrap();
+        let allow = kernel_route_allow(&listed);
+        assert_eq!(
+            allow.v4,
+            Some(vec![
+                (std::net::Ipv4Addr::UNSPECIFIED, 0),
+                (std::net::Ipv4Addr::new(198, 51, 100, 0), 24)
+            ])
+        );
+        assert_eq!(allow.v6, Some(vec![("2001:db8::".parse().unwrap(), 32)]));
+        // An IPv4-only list allows IPv6 nothing: said, not guessed, and warned of where the
+        // kernel configures an interface's IPv6.
+        let v4_only = config("", "[kernel_twins]\nroute_allow = [\"0.0.0.0/0\"]").unwrap();
+        assert_eq!(kernel_route_allow(&v4_only).v6, Some(Vec::new()));
+        assert_eq!(route_allow_warning(&v4_only), None);
+        let autoconfigured = config(
+            "kernel_twin = true\n[interfaces.ipv6]\nautoconfigure = true",
+            "[kernel_twins]\nroute_allow = [\"0.0.0.0/0\"]",
+        )
+        .unwrap();
+        let warning = route_allow_warning(&autoconfigured).unwrap();
+        assert!(
+            warning.starts_with("kernel_twins.route_allow:"),
+            "{warning}"
+        );
+        assert!(autoconfigured.warnings().contains(&warning));
+        assert_eq!(route_allow_warning(&listed), None);
+        for (list, field, reason) in [
+            (
+                "[\"0.0.0.0/0\", \"198.51.100.1/24\"]",
+                "[1]",
+                "did you mean 198.51.100.0/24",
+            ),
+            (
+                "[\"::/0\", \"2001:db8::1/32\"]",
+                "[1]",
+                "did you mean 2001:db8::/32",
+            ),
+            ("[\"198.51.100.0\"]", "[0]", "address/prefix-length"),
+            ("[\"10.0.0.0/33\"]", "[0]", "prefix length"),
+            ("\"0.0.0.0/0\"", "", ""),
+        ] {
+            let err = config("", &format!("[kernel_twins]\nroute_allow = {list}")).unwrap_err();
+            assert!(
+                err.starts_with(&format!("kernel_twins.route_allow{field}")),
+                "{list}: {err}"
+            );
+            assert!(err.contains(reason), "{list}: {err}");
+        }
     }
 
     #[test]

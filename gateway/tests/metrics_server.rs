@@ -46,6 +46,7 @@ impl Server {
             snapshot: Default::default(),
             nat_log: None,
             pppoe: None,
+            router: None,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

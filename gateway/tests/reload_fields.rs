@@ -419,6 +419,12 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("kernel_twins.netns", Restart, "\"gateway\"", None),
     ("kernel_twins.punt_per_sec", Applied, "5", None),
     ("kernel_twins.punt_burst", Applied, "5", None),
+    (
+        "kernel_twins.route_allow",
+        Applied,
+        "[\"198.51.100.0/24\"]",
+        None,
+    ),
     ("state.directory", Restart, "\"/tmp/other\"", None),
     ("state.snapshot", Restart, "false", None),
     ("interfaces[].source_validation", Applied, "\"off\"", None),
@@ -845,6 +851,7 @@ inside_by_default = false
 netns = "gwns"
 punt_per_sec = 10000
 punt_burst = 256
+route_allow = ["0.0.0.0/0", "::/0"]
 
 [state]
 directory = "/var/lib/gateway"

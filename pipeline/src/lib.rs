@@ -31,7 +31,8 @@ pub use counters::WorkerCounters;
 pub use l3::neighbor_view::NeighborView;
 pub use packet::PacketBuf;
 pub use pipeline::config::{
-    IcmpLimits, Interface, KernelRoute, RouterConfig, SourceValidation, StaticRoute,
+    IcmpLimits, Interface, KernelRoute, KernelRouteAllow, RefusedRoute, RouteRefusal, RouterConfig,
+    SourceValidation, StaticRoute,
 };
 pub use pipeline::fast_path::MAX_BURST;
 pub use pipeline::{Ingress, Pipeline, WorkerSetup};

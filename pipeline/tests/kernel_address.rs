@@ -352,3 +352,39 @@ fn kernel_routes_are_used_and_connected_and_static_routes_win() {
         .lookup(Ipv4Addr::new(198, 51, 100, 9))
         .is_none());
 }
+
+/// TunnelVision: a route on the WAN twin into half of the LAN's subnet (a rogue DHCP server's
+/// option 121) is refused, so the host in that half is neither dropped by strict source
+/// validation nor has its replies sent out of the WAN.
+#[test]
+fn a_kernel_route_into_half_the_lan_is_refused_and_the_host_keeps_its_flows() {
+    let lease = Some((Ipv4Addr::new(10, 0, 0, 50), 24));
+    let rogue = KernelRoute {
+        destination: Ipv4Addr::new(192, 168, 10, 0),
+        len: 25,
+        port: WAN,
+        via: Some(ISP),
+    };
+    let config = router_with(lease, &[], &[default_via_isp(), rogue]);
+    assert_eq!(config.refused_kernel_routes.len(), 1);
+    assert_eq!(config.refused_kernel_routes[0].len, 25);
+    let mut gw = pipeline(config);
+    let (verdict, out) = process(&mut gw, &from_host(40000), LAN);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let (nat_address, nat_port) = source(&out);
+    let reply = udp(
+        ISP_MAC,
+        WAN_MAC,
+        REMOTE,
+        nat_address.octets(),
+        (53, nat_port),
+    );
+    let (verdict, back) = process(&mut gw, &reply, WAN);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    let sliced = SlicedPacket::from_ethernet(&back).unwrap();
+    let Some(NetSlice::Ipv4(ip)) = sliced.net else {
+        panic!("not IPv4")
+    };
+    assert_eq!(ip.header().destination(), HOST);
+    assert_eq!(gw.counters().dropped(DropReason::SourceValidation), 0);
+}

@@ -12,7 +12,9 @@
 # - the ISP changes the lease (dnsmasq restarted with another range and a router, the
 #   client releases its lease and is started again): new flows use 10.0.0.77, the default
 #   route from DHCP is followed, and the flow bound to the old address is ended
-#   (nat_address_gone).
+#   (nat_address_gone);
+# - a route on the twin into half the LAN's subnet (TunnelVision) is refused, counted in
+#   gateway_kernel_routes_refused, and the LAN host's TCP through NAT carries on.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -289,6 +291,65 @@ expect_output "the default route from the new lease is in the twin's kernel" \
     "default via 10\.0\.0\.2 dev wan" gw ip route show
 [[ $(seen_as 198.51.100.1) == 10.0.0.77 ]] || fail "the DHCP default route was not followed"
 pass "the default route from DHCP is followed: 198.51.100.1 reached through it"
+# TunnelVision: a route on the WAN twin into half of the LAN's subnet (what a rogue DHCP
+# server's option 121 has a client install) would beat the LAN's connected /24, send the
+# replies to the LAN host 192.168.10.2 (in that half) out of the WAN, and have strict source
+# validation drop the host's own packets. The gateway refuses it and counts it; the host's
+# TCP exchanges through NAT carry on.
+REFUSED='gateway_kernel_routes_refused{reason="overlaps_connected"}'
+refused_before=$(metric "$REFUSED")
+wan timeout 120 python3 -c '
+import socket
+s = socket.create_server(("10.0.0.2", 7008))
+while True:
+    c, peer = s.accept()
+    with c:
+        c.settimeout(3)
+        try:
+            if c.recv(64):
+                c.sendall(peer[0].encode())
+        except OSError:
+            pass
+' >/dev/null 2>&1 &
+TCP_SERVER=$!
+poll_until 10 listening gwlab-wan 7008 || fail "the WAN host's TCP server did not listen"
+# tcp_exchanges: of five TCP connections from the LAN host to the WAN host, how many
+# exchanged a request and its answer, seen from the leased address.
+tcp_exchanges() {
+    lan python3 -c '
+import socket
+done = 0
+for _ in range(5):
+    try:
+        with socket.create_connection(("10.0.0.2", 7008), timeout=3) as c:
+            c.settimeout(3)
+            c.sendall(b"who")
+            done += c.recv(64) == b"10.0.0.77"
+    except OSError:
+        pass
+print(done)'
+}
+[[ $(tcp_exchanges) == 5 ]] || fail "LAN -> WAN TCP did not work before the rogue route"
+gw ip route add 192.168.10.0/25 via 10.0.0.2 dev wan
+refusal_counted() { (($(metric "$REFUSED") > refused_before)); }
+poll_until 10 refusal_counted ||
+    fail "the route into the LAN's subnet was not refused: $(curl -sf "$METRICS" | grep '^gateway_kernel_routes_refused')"
+grep -q "own subnet was refused.*192\.168\.10\.0/25" "$WORK/gateway.log" ||
+    fail "the refusal was not logged with the route"
+pass "a kernel route into half the LAN's subnet (192.168.10.0/25 via the WAN) is refused and counted"
+# The metric reads the router config in force: the workers have it (or take it before their
+# next burst), so every exchange below runs under it.
+exchanged=$(tcp_exchanges)
+[[ $exchanged == 5 ]] ||
+    fail "with the rogue route on the twin, $exchanged of 5 LAN -> WAN TCP exchanges completed: $(curl -sf "$METRICS" | grep -E '^gateway_dropped_packets_total' | grep -v ' 0$')"
+[[ $(seen_as 10.0.0.2) == 10.0.0.77 ]] || fail "with the rogue route on the twin, LAN -> WAN UDP failed"
+pass "the LAN host in the refused half keeps its TCP and UDP exchanges through NAT"
+gw ip route del 192.168.10.0/25 via 10.0.0.2 dev wan
+refusal_gone() { (($(metric "$REFUSED") == refused_before)); }
+poll_until 10 refusal_gone || fail "the refusal was still counted after the route went"
+pass "removed in the kernel, no longer counted"
+kill "$TCP_SERVER" 2>/dev/null || true
+
 # A "DHCP answer" a WAN host addresses to a LAN host, with the twins' namespace forwarding
 # (as it does when it routes for FRR) and the LAN's twin in it: not punted to the WAN twin
 # (it is for another interface's subnet), so the zone policy drops it; and were the kernel

@@ -2,7 +2,7 @@
 //! snapshot through an `Arc`; a reload builds a new one.
 
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use std::ops::RangeInclusive;
 
@@ -67,6 +67,82 @@ pub struct KernelRoute {
     pub port: u16,
     /// None: on-link (`dev twin` without `via`).
     pub via: Option<Ipv4Addr>,
+}
+
+/// Which of the kernel twins' routes the FIB may take, besides the bound every kernel route
+/// has (none inside a connected prefix, [`RouterConfig::with_bounded_kernel_routes`]): each
+/// must lie inside (or be) one of the listed prefixes of its family. None: any prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelRouteAllow {
+    pub v4: Option<Vec<(Ipv4Addr, u8)>>,
+    pub v6: Option<Vec<(Ipv6Addr, u8)>>,
+    /// Interfaces whose routes the gateway makes itself, not a twin (a PPPoE session's
+    /// default route): the list does not bound them.
+    pub own_ports: Vec<u16>,
+}
+
+impl KernelRouteAllow {
+    fn allows_v4(&self, route: &KernelRoute) -> bool {
+        let Some(prefixes) = &self.v4 else {
+            return true;
+        };
+        self.own_ports.contains(&route.port)
+            || prefixes.iter().any(|&(prefix, len)| {
+                route.len >= len && u32::from(route.destination) & mask4(len) == u32::from(prefix)
+            })
+    }
+
+    fn allows_v6(&self, route: &KernelRoute6) -> bool {
+        let Some(prefixes) = &self.v6 else {
+            return true;
+        };
+        self.own_ports.contains(&route.port)
+            || prefixes.iter().any(|&(prefix, len)| {
+                route.len >= len && prefix_of(route.destination, len) == prefix_of(prefix, len)
+            })
+    }
+}
+
+/// The netmask of an IPv4 prefix length (0 for /0, all ones for /32 and beyond).
+fn mask4(len: u8) -> u32 {
+    u32::MAX
+        .checked_shl(32u32.saturating_sub(u32::from(len)))
+        .unwrap_or(0)
+}
+
+/// Why a kernel route was not installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RouteRefusal {
+    /// Its prefix is inside (or is) interface `interface`'s connected prefix: it would beat
+    /// the connected route (longest prefix) for part of that link ("TunnelVision": a rogue
+    /// DHCP server's option 121 pulling half a LAN to the WAN).
+    OverlapsConnected { interface: u16 },
+    /// Outside every prefix of the allow-list ([`KernelRouteAllow`]).
+    NotAllowed,
+}
+
+impl RouteRefusal {
+    /// Every [`Self::label`].
+    pub const LABELS: [&'static str; 2] = ["overlaps_connected", "not_allowed"];
+
+    /// The reason as a metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            RouteRefusal::OverlapsConnected { .. } => "overlaps_connected",
+            RouteRefusal::NotAllowed => "not_allowed",
+        }
+    }
+}
+
+/// A kernel route the FIB did not take, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RefusedRoute {
+    pub destination: IpAddr,
+    pub len: u8,
+    /// The interface whose twin the route is on.
+    pub port: u16,
+    pub via: Option<IpAddr>,
+    pub reason: RouteRefusal,
 }
 
 /// A static route: `destination/len via gateway`.
@@ -276,6 +352,10 @@ pub struct RouterConfig {
     pub pinholes6: Vec<Pinhole6>,
     /// Every interface's IPv6 addresses, link-local ones included, for [`Self::owns6`].
     own6: Vec<u128>,
+    /// Which prefixes the kernel twins' routes may have (`kernel_twins.route_allow`).
+    pub kernel_allow: KernelRouteAllow,
+    /// The kernel routes (IPv4, then IPv6) not installed, and why; in the kernel's order.
+    pub refused_kernel_routes: Vec<RefusedRoute>,
 }
 
 /// A static IPv6 route, its interface resolved (a link-local next hop is only meaningful
@@ -413,14 +493,43 @@ impl RouterConfig {
         Self::with_kernel_routes(interfaces, static_routes, &[], icmp)
     }
 
-    /// As [`RouterConfig::new`], with the routes the kernel has on the twins. Precedence:
-    /// connected, then static, then kernel routes; a kernel route whose prefix one of the
-    /// others has is left out, as is a second kernel route for a prefix (the caller orders
-    /// them best first), one with host bits set, and one on an unknown port.
+    /// As [`RouterConfig::new`], with the routes the kernel has on the twins, any prefix
+    /// allowed ([`Self::with_bounded_kernel_routes`]).
     pub fn with_kernel_routes(
         interfaces: Vec<Interface>,
         static_routes: &[StaticRoute],
         kernel_routes: &[KernelRoute],
+        icmp: IcmpLimits,
+    ) -> Result<RouterConfig, RouterError> {
+        Self::with_bounded_kernel_routes(
+            interfaces,
+            static_routes,
+            kernel_routes,
+            KernelRouteAllow::default(),
+            icmp,
+        )
+    }
+
+    /// As [`RouterConfig::new`], with the routes the kernel has on the twins. Precedence:
+    /// connected, then static, then kernel routes. Kernel routes are bounded:
+    /// - one whose prefix is inside (or is) an interface's connected prefix is refused
+    ///   ([`RouteRefusal::OverlapsConnected`]): it would beat the connected route for part of
+    ///   the link. A less specific one that holds a connected prefix (a default route) stays:
+    ///   the connected route is longer and wins. The interface's own connected route restated
+    ///   (its prefix, on its twin, on-link) is no refusal, only a duplicate;
+    /// - then one outside `allow` is refused ([`RouteRefusal::NotAllowed`]).
+    ///
+    /// The refused are kept in [`Self::refused_kernel_routes`]. Static routes bound nothing:
+    /// they are the operator's word for where a range goes, and a kernel route inside one
+    /// (FRR refining an aggregate) is the allow-list's to permit or not. Left out without a
+    /// word, as before: a kernel route whose prefix a connected, static or earlier kernel
+    /// route has (the caller orders them best first), one with host bits set, one on an
+    /// unknown port.
+    pub fn with_bounded_kernel_routes(
+        interfaces: Vec<Interface>,
+        static_routes: &[StaticRoute],
+        kernel_routes: &[KernelRoute],
+        allow: KernelRouteAllow,
         icmp: IcmpLimits,
     ) -> Result<RouterConfig, RouterError> {
         if interfaces.len() > 64 {
@@ -460,18 +569,48 @@ impl RouterConfig {
                 },
             });
         }
+        let mut refused = Vec::new();
         for route in kernel_routes {
-            let mask = u32::MAX
-                .checked_shl(32u32.saturating_sub(u32::from(route.len)))
-                .unwrap_or(0);
+            if route.len > 32
+                || u32::from(route.destination) & !mask4(route.len) != 0
+                || usize::from(route.port) >= interfaces.len()
+            {
+                continue;
+            }
+            let connected = interfaces.iter().position(|iface| {
+                iface.has_address()
+                    && iface.prefix_len > 0
+                    && route.len >= iface.prefix_len
+                    && u32::from(route.destination) & iface.mask() == u32::from(iface.network())
+            });
+            let reason = match connected {
+                Some(port)
+                    if port == usize::from(route.port)
+                        && route.len == interfaces[port].prefix_len
+                        && route.via.is_none() =>
+                {
+                    continue;
+                }
+                Some(port) => Some(RouteRefusal::OverlapsConnected {
+                    interface: port as u16,
+                }),
+                None if !allow.allows_v4(route) => Some(RouteRefusal::NotAllowed),
+                None => None,
+            };
+            if let Some(reason) = reason {
+                refused.push(RefusedRoute {
+                    destination: IpAddr::V4(route.destination),
+                    len: route.len,
+                    port: route.port,
+                    via: route.via.map(IpAddr::V4),
+                    reason,
+                });
+                continue;
+            }
             let shadowed = routes
                 .iter()
                 .any(|other| (other.prefix, other.len) == (route.destination, route.len));
-            if shadowed
-                || route.len > 32
-                || u32::from(route.destination) & !mask != 0
-                || usize::from(route.port) >= interfaces.len()
-            {
+            if shadowed {
                 continue;
             }
             routes.push(Route {
@@ -519,6 +658,8 @@ impl RouterConfig {
             has_default_route6: false,
             pinholes6: Vec::new(),
             own6: Vec::new(),
+            kernel_allow: allow,
+            refused_kernel_routes: refused,
         })
     }
 
@@ -602,15 +743,63 @@ impl RouterConfig {
                 gateway: Some(route.via),
             },
         });
-        let kernel = kernel_routes.iter().map(|route| Route6 {
-            prefix: prefix_of(route.destination, route.len),
-            len: route.len,
-            next_hop: NextHop6 {
-                port: route.port,
-                gateway: route.via,
-            },
-        });
-        for route in connected.chain(statics).chain(kernel) {
+        // The bound, as IPv4's (`with_bounded_kernel_routes`): the interfaces' own prefixes,
+        // configured or from the kernel (delegated, autoconfigured), are no kernel route's.
+        let own_prefixes: Vec<(usize, Ipv6Addr, u8)> = ipv6
+            .iter()
+            .enumerate()
+            .flat_map(|(port, v6)| {
+                v6.iter().flat_map(move |v6| {
+                    v6.addresses
+                        .iter()
+                        .map(move |&(addr, len)| (port, prefix_of(addr, len), len))
+                })
+            })
+            .collect();
+        self.refused_kernel_routes
+            .retain(|refused| refused.destination.is_ipv4());
+        let mut taken = Vec::new();
+        for route in kernel_routes {
+            let prefix = prefix_of(route.destination, route.len);
+            if route.len > 128 || usize::from(route.port) >= ipv6.len() {
+                continue;
+            }
+            let connected = own_prefixes.iter().find(|&&(_, own, own_len)| {
+                route.len >= own_len && prefix_of(prefix, own_len) == own
+            });
+            let reason = match connected {
+                Some(&(port, _, own_len))
+                    if port == usize::from(route.port)
+                        && route.len == own_len
+                        && route.via.is_none() =>
+                {
+                    continue;
+                }
+                Some(&(port, _, _)) => Some(RouteRefusal::OverlapsConnected {
+                    interface: port as u16,
+                }),
+                None if !self.kernel_allow.allows_v6(route) => Some(RouteRefusal::NotAllowed),
+                None => None,
+            };
+            match reason {
+                Some(reason) => self.refused_kernel_routes.push(RefusedRoute {
+                    destination: IpAddr::V6(prefix),
+                    len: route.len,
+                    port: route.port,
+                    via: route.via.map(IpAddr::V6),
+                    reason,
+                }),
+                None => taken.push(Route6 {
+                    prefix,
+                    len: route.len,
+                    next_hop: NextHop6 {
+                        port: route.port,
+                        gateway: route.via,
+                    },
+                }),
+            }
+        }
+        for route in connected.chain(statics).chain(taken) {
             if !table
                 .iter()
                 .any(|r| (r.prefix, r.len) == (route.prefix, route.len))
@@ -854,5 +1043,317 @@ impl PuntConfig {
             .get(usize::from(port))
             .copied()
             .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAN: u16 = 0;
+    const WAN: u16 = 1;
+    const UPSTREAM: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+    const UPSTREAM6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
+
+    fn interfaces() -> Vec<Interface> {
+        let iface = |addr: [u8; 4], last: u8| Interface {
+            mac: EthernetAddress([2, 0, 0, 0, 0, last]),
+            addr: Ipv4Addr::from(addr),
+            prefix_len: 24,
+            mtu: 1500,
+        };
+        vec![iface([192, 168, 77, 1], 1), iface([10, 0, 0, 1], 2)]
+    }
+
+    fn v4(destination: [u8; 4], len: u8, port: u16, via: Option<Ipv4Addr>) -> KernelRoute {
+        KernelRoute {
+            destination: Ipv4Addr::from(destination),
+            len,
+            port,
+            via,
+        }
+    }
+
+    fn build(kernel: &[KernelRoute], allow: KernelRouteAllow) -> RouterConfig {
+        RouterConfig::with_bounded_kernel_routes(
+            interfaces(),
+            &[],
+            kernel,
+            allow,
+            IcmpLimits::default(),
+        )
+        .unwrap()
+    }
+
+    fn refused(destination: IpAddr, len: u8, port: u16, reason: RouteRefusal) -> RefusedRoute {
+        let via = match destination {
+            IpAddr::V4(_) => IpAddr::V4(UPSTREAM),
+            IpAddr::V6(_) => IpAddr::V6(UPSTREAM6),
+        };
+        RefusedRoute {
+            destination,
+            len,
+            port,
+            via: Some(via),
+            reason,
+        }
+    }
+
+    #[test]
+    fn a_kernel_route_inside_a_connected_subnet_is_refused_and_wider_ones_stay() {
+        let up = Some(UPSTREAM);
+        let kernel = [
+            // TunnelVision: half the LAN pulled to the WAN's upstream.
+            v4([192, 168, 77, 0], 25, WAN, up),
+            // The LAN's whole prefix through the WAN, and a host in it.
+            v4([192, 168, 77, 0], 24, WAN, up),
+            v4([192, 168, 77, 200], 32, WAN, up),
+            // Inside the WAN's own subnet, through the upstream.
+            v4([10, 0, 0, 128], 25, WAN, up),
+            // Harmless: less specific than the connected routes, which still win.
+            v4([0, 0, 0, 0], 0, WAN, up),
+            v4([192, 168, 0, 0], 16, WAN, up),
+            v4([198, 51, 100, 0], 24, WAN, up),
+            // The WAN twin's own connected route restated: a duplicate, no refusal.
+            v4([10, 0, 0, 0], 24, WAN, None),
+        ];
+        let config = build(&kernel, KernelRouteAllow::default());
+        let overlaps = |port| RouteRefusal::OverlapsConnected { interface: port };
+        let lan = |last: u8| IpAddr::V4(Ipv4Addr::new(192, 168, 77, last));
+        assert_eq!(
+            config.refused_kernel_routes,
+            vec![
+                refused(lan(0), 25, WAN, overlaps(LAN)),
+                refused(lan(0), 24, WAN, overlaps(LAN)),
+                refused(lan(200), 32, WAN, overlaps(LAN)),
+                refused(
+                    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 128)),
+                    25,
+                    WAN,
+                    overlaps(WAN)
+                ),
+            ]
+        );
+        let hop = |ip: [u8; 4]| config.routes.lookup(Ipv4Addr::from(ip)).unwrap();
+        // Both halves of the LAN, and the host, stay on the LAN.
+        for host in [5, 130, 200] {
+            assert_eq!(
+                hop([192, 168, 77, host]),
+                NextHop {
+                    port: LAN,
+                    gateway: None
+                }
+            );
+        }
+        assert_eq!(
+            hop([10, 0, 0, 200]),
+            NextHop {
+                port: WAN,
+                gateway: None
+            }
+        );
+        // The default, the /16 and the unrelated /24 were installed.
+        for ip in [[8, 8, 8, 8], [192, 168, 5, 5], [198, 51, 100, 7]] {
+            assert_eq!(
+                hop(ip),
+                NextHop {
+                    port: WAN,
+                    gateway: up
+                }
+            );
+        }
+        assert!(config.has_default_route);
+        assert_eq!(
+            config.refused_kernel_routes[0].reason.label(),
+            "overlaps_connected"
+        );
+    }
+
+    #[test]
+    fn an_allow_list_bounds_kernel_routes_but_not_the_gateways_own() {
+        let up = Some(UPSTREAM);
+        let kernel = [
+            v4([0, 0, 0, 0], 0, WAN, up),
+            v4([198, 51, 100, 0], 24, WAN, up),
+            v4([198, 51, 100, 128], 25, WAN, up),
+            v4([203, 0, 113, 0], 24, WAN, up),
+            // Inside the LAN: refused for that, whatever the list says.
+            v4([192, 168, 77, 0], 25, WAN, up),
+        ];
+        let allow = KernelRouteAllow {
+            v4: Some(vec![(Ipv4Addr::new(198, 51, 100, 0), 24)]),
+            v6: Some(Vec::new()),
+            own_ports: Vec::new(),
+        };
+        let config = build(&kernel, allow.clone());
+        let reasons: Vec<_> = config
+            .refused_kernel_routes
+            .iter()
+            .map(|refused| (refused.destination, refused.len, refused.reason))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (
+                    IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                    0,
+                    RouteRefusal::NotAllowed
+                ),
+                (
+                    IpAddr::V4(Ipv4Addr::new(203, 0, 113, 0)),
+                    24,
+                    RouteRefusal::NotAllowed
+                ),
+                (
+                    IpAddr::V4(Ipv4Addr::new(192, 168, 77, 0)),
+                    25,
+                    RouteRefusal::OverlapsConnected { interface: LAN }
+                ),
+            ]
+        );
+        assert_eq!(
+            config.refused_kernel_routes[0].reason.label(),
+            "not_allowed"
+        );
+        assert!(config
+            .routes
+            .lookup(Ipv4Addr::new(198, 51, 100, 200))
+            .is_some());
+        assert!(config.routes.lookup(Ipv4Addr::new(8, 8, 8, 8)).is_none());
+        assert!(!config.has_default_route);
+        // A PPPoE session's default route is the gateway's own: the list does not bound it.
+        let own = build(
+            &kernel,
+            KernelRouteAllow {
+                own_ports: vec![WAN],
+                ..allow
+            },
+        );
+        assert!(own.has_default_route);
+        assert_eq!(own.refused_kernel_routes.len(), 1);
+    }
+
+    fn v6(segments: [u16; 8]) -> Ipv6Addr {
+        Ipv6Addr::from(segments)
+    }
+
+    fn with_ipv6(kernel: &[KernelRoute6], allow: KernelRouteAllow) -> RouterConfig {
+        let side = |addr: Ipv6Addr| Ipv6Interface {
+            link_local: v6([0xfe80, 0, 0, 0, 0, 0, 0, 1]),
+            addresses: vec![(addr, 64)],
+            advertise: None,
+            autoconfigure: false,
+        };
+        build(&[], allow)
+            .with_ipv6_and_kernel(
+                vec![
+                    Some(side(v6([0x2001, 0xdb8, 5, 0, 0, 0, 0, 1]))),
+                    Some(side(v6([0x2001, 0xdb8, 1, 0, 0, 0, 0, 1]))),
+                ],
+                &[],
+                kernel,
+            )
+            .unwrap()
+    }
+
+    fn r6(destination: Ipv6Addr, len: u8, via: Option<Ipv6Addr>) -> KernelRoute6 {
+        KernelRoute6 {
+            destination,
+            len,
+            port: WAN,
+            via,
+        }
+    }
+
+    #[test]
+    fn an_ipv6_kernel_route_inside_an_interfaces_prefix_is_refused_and_wider_ones_stay() {
+        let up = Some(UPSTREAM6);
+        let lan64 = v6([0x2001, 0xdb8, 5, 0, 0, 0, 0, 0]);
+        let lan80 = v6([0x2001, 0xdb8, 5, 0, 0x8000, 0, 0, 0]);
+        let kernel = [
+            r6(lan64, 64, up),
+            r6(lan80, 80, up),
+            r6(Ipv6Addr::UNSPECIFIED, 0, up),
+            r6(v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0]), 32, up),
+            // The WAN twin's own prefix restated on-link: a duplicate, no refusal.
+            r6(v6([0x2001, 0xdb8, 1, 0, 0, 0, 0, 0]), 64, None),
+        ];
+        let config = with_ipv6(&kernel, KernelRouteAllow::default());
+        let overlaps = RouteRefusal::OverlapsConnected { interface: LAN };
+        assert_eq!(
+            config.refused_kernel_routes,
+            vec![
+                refused(IpAddr::V6(lan64), 64, WAN, overlaps),
+                refused(IpAddr::V6(lan80), 80, WAN, overlaps),
+            ]
+        );
+        let hop = |ip: [u16; 8]| config.routes6.lookup(v6(ip)).unwrap();
+        for host in [
+            [0x2001, 0xdb8, 5, 0, 0, 0, 0, 9],
+            [0x2001, 0xdb8, 5, 0, 0x8000, 0, 0, 9],
+        ] {
+            assert_eq!(
+                hop(host),
+                NextHop6 {
+                    port: LAN,
+                    gateway: None
+                }
+            );
+        }
+        for remote in [
+            [0x2001, 0xdb8, 77, 0, 0, 0, 0, 1],
+            [0x2606, 0x4700, 0, 0, 0, 0, 0, 1],
+        ] {
+            assert_eq!(
+                hop(remote),
+                NextHop6 {
+                    port: WAN,
+                    gateway: up
+                }
+            );
+        }
+        assert!(config.has_default_route6);
+    }
+
+    #[test]
+    fn the_allow_list_bounds_ipv6_and_ipv4_refusals_survive_the_ipv6_step() {
+        let up = Some(UPSTREAM6);
+        let allow = KernelRouteAllow {
+            v4: Some(Vec::new()),
+            v6: Some(vec![(v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0]), 32)]),
+            own_ports: Vec::new(),
+        };
+        let mut config = RouterConfig::with_bounded_kernel_routes(
+            interfaces(),
+            &[],
+            &[v4([0, 0, 0, 0], 0, WAN, Some(UPSTREAM))],
+            allow.clone(),
+            IcmpLimits::default(),
+        )
+        .unwrap();
+        let kernel = [
+            r6(Ipv6Addr::UNSPECIFIED, 0, up),
+            r6(v6([0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 0]), 48, up),
+        ];
+        config = config
+            .with_ipv6_and_kernel(vec![None, None], &[], &kernel)
+            .unwrap();
+        let refused: Vec<_> = config
+            .refused_kernel_routes
+            .iter()
+            .map(|refused| (refused.destination, refused.reason))
+            .collect();
+        assert_eq!(
+            refused,
+            vec![
+                (IpAddr::V4(Ipv4Addr::UNSPECIFIED), RouteRefusal::NotAllowed),
+                (IpAddr::V6(Ipv6Addr::UNSPECIFIED), RouteRefusal::NotAllowed),
+            ]
+        );
+        assert!(config
+            .routes6
+            .lookup(v6([0x2001, 0xdb8, 0x77, 0, 0, 0, 0, 1]))
+            .is_some());
+        assert!(!config.has_default_route6);
     }
 }
