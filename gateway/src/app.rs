@@ -42,6 +42,7 @@ use crate::port_watch::{self, PortWatch, WatchedPort};
 use crate::pppoe::links::{PppoeLinks, PppoeView};
 use crate::published::Published;
 use crate::reload;
+use crate::rule_hits::RuleHitRegistry;
 use crate::shaping::LinkShapers;
 use crate::snapshot::{Restore, SnapshotStatus};
 use crate::twins::Twins;
@@ -205,6 +206,8 @@ struct Gateway<'a> {
     router_published: Arc<Published<pipeline::RouterConfig>>,
     reload_status: Arc<ReloadStatus>,
     config_history: ConfigHistory,
+    /// The firewall rules' hit counters, kept across reloads by rule name.
+    rule_hits: RuleHitRegistry,
     /// `gateway ctl config` requests, from the ctl thread.
     config_requests: Receiver<ConfigRequest>,
     /// An apply that rolls back unless confirmed in time.
@@ -373,7 +376,10 @@ impl<'a> Gateway<'a> {
         for (iface, mac) in config.interfaces.iter().zip(&macs) {
             tracing::info!(interface = %iface.name, address = %iface.address, mac = %EthernetAddress(*mac), "interface up");
         }
-        let router = Arc::new(Published::new(Arc::new(router_config(config, &macs)?)));
+        let rule_hits = RuleHitRegistry::new(usize::from(workers));
+        let mut first_router = Arc::new(router_config(config, &macs)?);
+        rule_hits.attach(&mut first_router);
+        let router = Arc::new(Published::new(first_router));
         let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
         let twins = Twins::start(eal, config, &macs, &pool)?;
         let mut punt_rings = Vec::new();
@@ -670,6 +676,7 @@ impl<'a> Gateway<'a> {
             router_published,
             reload_status,
             config_history,
+            rule_hits,
             config_requests,
             awaiting_confirmation: None,
             control_counters,
@@ -706,6 +713,7 @@ impl<'a> Gateway<'a> {
             router_published,
             reload_status,
             config_history,
+            rule_hits,
             config_requests,
             awaiting_confirmation,
             qos_stats,
@@ -748,7 +756,13 @@ impl<'a> Gateway<'a> {
             if let Some(view) = control.take_pppoe_view() {
                 *pppoe_view = view;
                 let merged = merged_view(netlink_view, pppoe_view);
-                apply_kernel(running, macs, &merged, router_published, qos_stats);
+                apply_kernel(
+                    running,
+                    macs,
+                    &merged,
+                    router_published,
+                    (qos_stats, rule_hits),
+                );
                 *kernel_for_loads
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = merged;
@@ -775,6 +789,7 @@ impl<'a> Gateway<'a> {
                             meter: meter_export,
                             status: reload_status,
                             history: config_history,
+                            rule_hits,
                         },
                         awaiting_confirmation,
                     ) {
@@ -786,7 +801,13 @@ impl<'a> Gateway<'a> {
                 Some(ControlEvent::Kernel(view)) => {
                     *netlink_view = view;
                     let merged = merged_view(netlink_view, pppoe_view);
-                    apply_kernel(running, macs, &merged, router_published, qos_stats);
+                    apply_kernel(
+                        running,
+                        macs,
+                        &merged,
+                        router_published,
+                        (qos_stats, rule_hits),
+                    );
                     *kernel_for_loads
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner) = merged;
@@ -844,6 +865,7 @@ impl<'a> Gateway<'a> {
             qos_stats: _qos_stats,
             worker_counters,
             config_history: _,
+            rule_hits: _,
             config_requests: _,
             awaiting_confirmation: _,
             bond_watch: _bond_watch,
@@ -1053,11 +1075,14 @@ fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<boo
 /// Hands the workers a new router config. A QoS change first gives every worker an equal
 /// share of the new rates, since workers rebuild their policers from the share assigned to
 /// them; demand moves the shares from there.
+/// Each firewall rule gets its hit counter first (`crate::rule_hits`).
 pub fn publish_router(
     router: &Published<pipeline::RouterConfig>,
     qos: &[[Arc<pipeline::features::qos::QosStats>; 2]],
-    config: Arc<pipeline::RouterConfig>,
+    hits: &RuleHitRegistry,
+    mut config: Arc<pipeline::RouterConfig>,
 ) {
+    hits.attach(&mut config);
     if config.qos != router.load().0.qos {
         pipeline::features::qos::assign_equal_shares(qos, config.qos.as_ref());
     }
@@ -1071,6 +1096,7 @@ struct ReloadTargets<'a> {
     meter: &'a Published<MeterExport>,
     status: &'a ReloadStatus,
     history: &'a ConfigHistory,
+    rule_hits: &'a RuleHitRegistry,
 }
 
 /// Publishes a reload the `config-load` thread made ready, or reports its refusal, and
@@ -1088,6 +1114,7 @@ fn apply_reload(
         meter,
         status,
         history,
+        rule_hits,
     } = targets;
     let reload::LoadResult {
         loaded,
@@ -1116,7 +1143,7 @@ fn apply_reload(
             }
             meter.publish(Arc::new(MeterExport::from(&config.traffic_meter)));
             warn_refused_kernel_routes(&config, &router.load().0, &router_config);
-            publish_router(router, qos, router_config);
+            publish_router(router, qos, rule_hits, router_config);
             status.record(true);
             if !changed.is_empty() {
                 tracing::info!("reload: changed {}", changed.join(", "));
@@ -1196,7 +1223,10 @@ fn apply_kernel(
     macs: &[[u8; 6]],
     kernel: &KernelView,
     router: &Published<pipeline::RouterConfig>,
-    qos: &[[Arc<pipeline::features::qos::QosStats>; 2]],
+    (qos, rule_hits): (
+        &[[Arc<pipeline::features::qos::QosStats>; 2]],
+        &RuleHitRegistry,
+    ),
 ) {
     match router_config_with_kernel(running, macs, kernel) {
         Ok(config) => {
@@ -1238,7 +1268,7 @@ fn apply_kernel(
                 kernel_addresses6 = ?kernel.addresses6,
                 "kernel addresses and routes applied to the router config"
             );
-            publish_router(router, qos, Arc::new(config));
+            publish_router(router, qos, rule_hits, Arc::new(config));
         }
         Err(err) => tracing::error!("the kernel's addresses and routes were not applied: {err:#}"),
     }

@@ -32,6 +32,10 @@ const EXPIRE_BUDGET: usize = 256;
 /// refreshed for metrics.
 const PPPOE_TIMER_INTERVAL_NS: u64 = 10_000_000;
 const PPPOE_STATUS_INTERVAL_NS: u64 = 1_000_000_000;
+/// The neighbour view is republished at most this often: a flood of ARP from made-up senders,
+/// each a new binding, costs one publish per interval, not one per packet. A change after a
+/// quiet interval is published at once; the ones that come sooner go out together at its end.
+const VIEW_PUBLISH_INTERVAL_NS: u64 = 2_000_000;
 /// Router Advertisements answering solicitations, over all interfaces: a host asks a few
 /// times when its link comes up, so a flood of solicitations gets no more than this.
 const SOLICITED_ADVERTS_PER_SEC: u32 = 10;
@@ -71,6 +75,9 @@ pub struct ControlPlane {
     next_maintenance_ns: u64,
     next_pppoe_timers_ns: u64,
     next_pppoe_status_ns: u64,
+    /// The neighbour table changed since the view was last published (within the interval).
+    view_stale: bool,
+    next_view_publish_ns: u64,
     /// When each IPv6 interface's next unsolicited Router Advertisement is due.
     adverts: AdvertSchedule,
     solicited_adverts: TokenBucket,
@@ -113,6 +120,8 @@ impl ControlPlane {
             next_maintenance_ns: 0,
             next_pppoe_timers_ns: 0,
             next_pppoe_status_ns: 0,
+            view_stale: false,
+            next_view_publish_ns: 0,
             adverts: AdvertSchedule::new(seed),
             solicited_adverts: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
             mld_reports: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
@@ -274,6 +283,9 @@ impl ControlPlane {
             self.pppoe.refresh_status();
             self.next_pppoe_status_ns = now_ns + PPPOE_STATUS_INTERVAL_NS;
         }
+        if self.view_stale && now_ns >= self.next_view_publish_ns {
+            self.publish_view_now(now_ns);
+        }
         self.flush();
         handled
     }
@@ -400,8 +412,12 @@ impl ControlPlane {
     fn handle_arp(&mut self, router: &RouterConfig, ingress: u16, mut mbuf: Mbuf) {
         let iface = &router.interfaces[usize::from(ingress)];
         // Before the reply is written over it: the kernel learns its neighbours too.
-        self.twins
-            .copy_arp(ingress, mbuf.data(), iface, &self.pool, &self.counters);
+        self.twins.copy_arp(
+            (ingress, mbuf.data()),
+            router,
+            &self.pool,
+            (self.clock.now_ns(), &self.counters),
+        );
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
         let mut released = Vec::new();
@@ -444,8 +460,12 @@ impl ControlPlane {
             return self.resolve_ipv6(router, mbuf, dst);
         }
         // Before the answer is written over it: a twin with IPv6 hears its neighbours too.
-        self.twins
-            .copy_ndisc(ingress, mbuf.data(), &self.pool, &self.counters);
+        self.twins.copy_ndisc(
+            (ingress, mbuf.data()),
+            router,
+            &self.pool,
+            (self.clock.now_ns(), &self.counters),
+        );
         let len = mbuf.len();
         let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
         let (answer, sighting) = ipv6_local::answer(&mut pkt, iface, v6);
@@ -781,7 +801,20 @@ impl ControlPlane {
         }
     }
 
+    /// Publishes the neighbour view now, or at the end of the publish interval if one went out
+    /// less than [`VIEW_PUBLISH_INTERVAL_NS`] ago.
     fn publish_view(&mut self) {
+        let now_ns = self.clock.now_ns();
+        if now_ns >= self.next_view_publish_ns {
+            self.publish_view_now(now_ns);
+        } else {
+            self.view_stale = true;
+        }
+    }
+
+    fn publish_view_now(&mut self, now_ns: u64) {
+        self.view_stale = false;
+        self.next_view_publish_ns = now_ns + VIEW_PUBLISH_INTERVAL_NS;
         let peers = self
             .pppoe_peers
             .iter()

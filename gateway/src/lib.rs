@@ -26,6 +26,7 @@ pub mod port_watch;
 pub mod pppoe;
 pub mod published;
 pub mod reload;
+pub mod rule_hits;
 pub mod shaping;
 pub mod snapshot;
 pub mod timestamp;

@@ -165,6 +165,8 @@ enum Show {
     Neighbors,
     /// The running config (version, SHA-256) and what the latest reloads changed.
     Config,
+    /// The firewall rules in force, in order, with the new flows each decided.
+    Rules,
     /// NAT bindings and how many each internal host holds (who holds the NAT ports).
     Nat {
         /// Only this internal host's bindings.
@@ -229,6 +231,7 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
             Show::Routes => Request::ShowRoutes,
             Show::Neighbors => Request::ShowNeighbors,
             Show::Config => Request::ShowConfig,
+            Show::Rules => Request::ShowRules,
             Show::Nat { host, limit } => Request::ShowNat { host, limit },
         },
         CtlCommand::Trace {

@@ -187,6 +187,7 @@ pub struct Metrics {
     snapshot_skipped: IntGaugeVec,
     snapshot_refused: IntGauge,
     kernel_routes_refused: IntGaugeVec,
+    firewall_rule_hits: IntCounterVec,
     nat_log_events: IntCounterVec,
     qos_bytes: IntCounterVec,
     qos_packets: IntCounterVec,
@@ -343,6 +344,14 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
         .register(Box::new(gauge.clone()))
         .expect("metric names are unique");
     gauge
+}
+
+fn action_name(action: pipeline::state::firewall::Action) -> &'static str {
+    match action {
+        pipeline::state::firewall::Action::Accept => "accept",
+        pipeline::state::firewall::Action::Drop => "drop",
+        pipeline::state::firewall::Action::Reject => "reject",
+    }
 }
 
 /// Counters only grow; bring the registry's copy up to the source's value.
@@ -823,6 +832,12 @@ impl Metrics {
                 "Routes on the kernel twins (IPv4 and IPv6) not mirrored into the FIB now, by reason: overlaps_connected (inside one of the gateway's own subnets), not_allowed (outside kernel_twins.route_allow).",
                 &["reason"],
             ),
+            firewall_rule_hits: counter_vec(
+                &registry,
+                "firewall_rule_hits_total",
+                "New flows each firewall rule decided (accepted, dropped or rejected), by rule name (a name's second use is name#2) and action; kept across reloads by name. Flows the zone pair's default decided are not a rule's.",
+                &["rule", "action"],
+            ),
             nat_log_events: counter_vec(
                 &registry,
                 "nat_log_events_total",
@@ -1127,6 +1142,15 @@ impl Metrics {
                 self.kernel_routes_refused
                     .with_label_values(&[label])
                     .set(refused as i64);
+            }
+            // The rules in force now: a rule a reload removed goes from the scrape.
+            let firewall = &router.stateful.firewall;
+            let names = crate::rule_hits::counter_names(firewall.rules());
+            self.firewall_rule_hits.reset();
+            for ((name, rule), hits) in names.iter().zip(firewall.rules()).zip(firewall.hits()) {
+                self.firewall_rule_hits
+                    .with_label_values(&[name.as_str(), action_name(rule.action)])
+                    .inc_by(hits.total());
             }
         }
         let reload = &self.sources.reload;

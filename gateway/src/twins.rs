@@ -25,9 +25,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use pipeline::pipeline::config::{KernelRouteAllow, PuntConfig};
 use pipeline::pipeline::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
+use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::ipv6::prefix_of;
 use pipeline::wire::EthernetAddress;
-use pipeline::{DropReason, Interface, RouterConfig, WorkerCounters};
+use pipeline::{DropReason, RouterConfig, WorkerCounters};
 use serde::Deserialize;
 
 use crate::config::{ConfigError, GatewayConfig, RulePrefix};
@@ -311,6 +312,41 @@ struct Twin {
     to_kernel: MbufBatch,
     /// Whether the twin has IPv6 on (the kernel configures the interface's IPv6).
     ipv6: bool,
+    copies: CopyBudget,
+}
+
+/// The control thread's copies of ARP and Neighbor Discovery to one twin, held to the punt
+/// budget (`kernel_twins.punt_per_sec`, `punt_burst`) as each worker's punts are, and counted
+/// as punts: a flood of ARP requests from made-up senders costs the kernel no more than a
+/// flood at the gateway's address (the dataplane still answers and learns as its ARP guard
+/// says). Follows the budget a reload sets.
+struct CopyBudget {
+    bucket: TokenBucket,
+    rate: (u32, u32),
+}
+
+impl CopyBudget {
+    fn new((per_sec, burst): (u32, u32)) -> Self {
+        CopyBudget {
+            bucket: TokenBucket::new(per_sec, burst),
+            rate: (per_sec, burst),
+        }
+    }
+
+    /// Whether one more copy fits; counts it as punted, or as `punt_policed`.
+    fn admit(&mut self, punt: &PuntConfig, now_ns: u64, counters: &WorkerCounters) -> bool {
+        let rate = (punt.per_sec, punt.burst);
+        if rate != self.rate {
+            *self = CopyBudget::new(rate);
+        }
+        let admitted = self.bucket.try_take(now_ns);
+        if admitted {
+            counters.punted.inc();
+        } else {
+            counters.record_drop(DropReason::PuntPoliced);
+        }
+        admitted
+    }
 }
 
 impl Twin {
@@ -387,6 +423,10 @@ impl Twins {
                 tx: port.take_tx_queue(TxQueueId(0))?,
                 to_kernel: MbufBatch::new(),
                 ipv6: ipv6 != TwinIpv6::Off,
+                copies: CopyBudget::new((
+                    config.kernel_twins.punt_per_sec,
+                    config.kernel_twins.punt_burst,
+                )),
             };
             // What the kernel sent before it was set up (IPv6 autoconfiguration) is dropped.
             let mut early = MbufBatch::new();
@@ -427,16 +467,18 @@ impl Twins {
     /// dataplane's ARP handling, which may rewrite it into the reply.
     pub fn copy_arp(
         &mut self,
-        ingress: u16,
-        frame: &[u8],
-        iface: &Interface,
+        (ingress, frame): (u16, &[u8]),
+        router: &RouterConfig,
         pool: &Mempool,
-        counters: &WorkerCounters,
+        (now_ns, counters): (u64, &WorkerCounters),
     ) {
         let Some(Some(twin)) = self.twins.get_mut(usize::from(ingress)) else {
             return;
         };
-        if !arp_for_twin(frame, iface) {
+        let Some(iface) = router.interfaces.get(usize::from(ingress)) else {
+            return;
+        };
+        if !arp_for_twin(frame, iface) || !twin.copies.admit(&router.punt, now_ns, counters) {
             return;
         }
         match Mbuf::from_bytes(pool, frame) {
@@ -451,15 +493,18 @@ impl Twins {
     /// neighbours. The original goes on to the dataplane's answer.
     pub fn copy_ndisc(
         &mut self,
-        ingress: u16,
-        frame: &[u8],
+        (ingress, frame): (u16, &[u8]),
+        router: &RouterConfig,
         pool: &Mempool,
-        counters: &WorkerCounters,
+        (now_ns, counters): (u64, &WorkerCounters),
     ) {
         let Some(Some(twin)) = self.twins.get_mut(usize::from(ingress)) else {
             return;
         };
-        if !twin.ipv6 || !ndisc_for_twin(frame) {
+        if !twin.ipv6
+            || !ndisc_for_twin(frame)
+            || !twin.copies.admit(&router.punt, now_ns, counters)
+        {
             return;
         }
         match Mbuf::from_bytes(pool, frame) {

@@ -5,7 +5,7 @@
 # --confirm that is not confirmed rolls back by itself (the ping the old config allowed flows
 # again, the new rule is gone); a confirmed one stays past its deadline; `rollback` returns to
 # the config before; `ctl config reload` (the systemd unit's ExecReload) exits 1 on a refused
-# file and 0 on a good one.
+# file and 0 on a good one. The rule's hits are counted (metrics, `ctl show rules`).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -88,6 +88,13 @@ sleep 9
 [[ $(shown 'c["version"]') == 4 ]] || fail "a confirmed apply was rolled back (version $(shown 'c["version"]'))"
 pings && fail "the confirmed rule no longer blocks the ping"
 pass "a confirmed apply stays past its deadline"
+# The rule counts the flows it decided: each ping above was one, at least.
+rule_hits() { curl -sf "$METRICS" | awk '/^gateway_firewall_rule_hits_total\{/ && /rule="no-ping-out"/ && /action="drop"/ { print $NF }'; }
+hits=$(rule_hits)
+((${hits:-0} >= 2)) || fail "gateway_firewall_rule_hits_total for no-ping-out is '${hits}', expected the blocked pings"
+ctl show rules | grep -Eq "^ +1 +no-ping-out +drop +$hits\b" ||
+    fail "ctl show rules does not list no-ping-out with its $hits flows: $(ctl show rules)"
+pass "the rule counts the flows it dropped ($hits), in the metrics and ctl show rules"
 
 # 6. rollback returns to the config before, whole.
 out=$(ctl config rollback) || fail "ctl config rollback failed: $out"

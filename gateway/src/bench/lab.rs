@@ -100,6 +100,7 @@ pub(super) struct Lab {
     router: Arc<Published<RouterConfig>>,
     meters: Vec<Arc<HostMeter>>,
     qos_stats: Vec<[Arc<QosStats>; 2]>,
+    rule_hits: crate::rule_hits::RuleHitRegistry,
     /// Flows the workers' tables hold, all together.
     pub capacity: usize,
     pub poll_cycles: u64,
@@ -275,6 +276,7 @@ impl Lab {
             queues,
             router,
             meters,
+            rule_hits: crate::rule_hits::RuleHitRegistry::new(usize::from(queue_count)),
             qos_stats,
             capacity: match kind {
                 LabKind::Floor => 0,
@@ -355,7 +357,12 @@ impl Lab {
 
     /// Hands the workers a new config, as the control thread does on a reload.
     pub fn publish(&self, router: &Arc<RouterConfig>) {
-        publish_router(&self.router, &self.qos_stats, router.clone());
+        publish_router(
+            &self.router,
+            &self.qos_stats,
+            &self.rule_hits,
+            router.clone(),
+        );
     }
 
     pub fn alloc(&self) -> anyhow::Result<Mbuf> {

@@ -65,6 +65,7 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowRoutes => print_routes(answer),
         Request::ShowNeighbors => print_neighbors(answer),
         Request::ShowConfig => print_config(answer),
+        Request::ShowRules => print_rules(answer),
         Request::ConfigDiff { .. } => print_diff(answer),
         Request::ConfigApply { .. } | Request::ConfigRollback { .. } | Request::ConfigReload => {
             print_applied(answer)
@@ -310,6 +311,22 @@ fn print_config(answer: &Value) {
                 }
             }
         }
+    }
+}
+
+fn print_rules(answer: &Value) {
+    println!(
+        "{:>5} {:<32} {:<7} {:>12}",
+        "index", "rule", "action", "flows"
+    );
+    for rule in answer["rules"].as_array().into_iter().flatten() {
+        println!(
+            "{:>5} {:<32} {:<7} {:>12}",
+            cell(&rule["index"]),
+            cell(&rule["name"]),
+            cell(&rule["action"]),
+            cell(&rule["hits"])
+        );
     }
 }
 

@@ -43,6 +43,8 @@ pub enum Request {
     ShowNeighbors,
     /// The running config's version and digest, and what the latest reloads changed.
     ShowConfig,
+    /// The firewall rules in force, in order, with the new flows each decided.
+    ShowRules,
     /// End the flows matching the filter, on every worker.
     ClearFlows { filter: FilterSpec },
     /// The next `count` packets matching the filter (host, port, protocol), explained and

@@ -206,7 +206,31 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
             timeout_ms,
         } => trace(filter, *count, *timeout_ms, sources),
         Request::ShowNat { host, limit } => show_nat(*host, (*limit).min(MAX_FLOW_LIMIT), sources),
+        Request::ShowRules => Ok(show_rules(sources)),
     }
+}
+
+/// The rules in force, in order: each one's counter name, action and hits.
+fn show_rules(sources: &Sources) -> Value {
+    let (router, _) = sources.router.load();
+    let firewall = &router.stateful.firewall;
+    let names = crate::rule_hits::counter_names(firewall.rules());
+    let hits = firewall.hits();
+    let rules: Vec<Value> = firewall
+        .rules()
+        .iter()
+        .zip(&names)
+        .enumerate()
+        .map(|(index, (rule, name))| {
+            json!({
+                "index": index,
+                "name": name,
+                "action": format!("{:?}", rule.action).to_lowercase(),
+                "hits": hits.get(index).map(|hits| hits.total()),
+            })
+        })
+        .collect();
+    json!({ "rules": rules })
 }
 
 /// Hands a config request to the control thread and waits for its answer.

@@ -100,10 +100,14 @@ impl Pipeline {
             return None;
         }
         let from = *router.stateful.zones.get(usize::from(ingress.port))?;
-        let (action, _) = router
+        let (action, rule) = router
             .stateful
             .firewall
             .evaluate(from, ZoneId::LOCAL, &key, None);
+        router
+            .stateful
+            .firewall
+            .count_hit(rule, self.stateful.worker);
         Some(match action {
             Action::Accept => Verdict::Punt { port: ingress.port },
             Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),

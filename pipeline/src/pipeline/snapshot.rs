@@ -392,7 +392,7 @@ impl Pipeline {
         let (Some(from), Some(to)) = (zone(ingress), zone(egress)) else {
             return Err(Skip::Config);
         };
-        let action = admit(
+        let (action, _) = admit(
             stateful,
             from,
             to,

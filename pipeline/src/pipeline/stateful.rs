@@ -307,7 +307,7 @@ impl StatefulStage {
         } else {
             (original.dst, original.dst_port)
         };
-        let action = admit(
+        let (action, _) = admit(
             stateful,
             from,
             to,
@@ -371,9 +371,10 @@ impl StatefulStage {
             return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
         }
         if dnat.is_none() && router.local_port(key.dst).is_some() {
-            let (action, _) = stateful
+            let (action, rule) = stateful
                 .firewall
                 .evaluate(from, ZoneId::LOCAL, &key, icmp_type);
+            stateful.firewall.count_hit(rule, self.worker);
             // The dataplane answers echo requests itself; other ICMP (the replies to the
             // kernel's own pings) is the kernel twin's, when the interface has one.
             let kernels = |icmp_type| {
@@ -395,7 +396,7 @@ impl StatefulStage {
         };
         let egress = usize::from(route.port);
         let to = stateful.zones[egress];
-        match admit(
+        let (action, rule) = admit(
             stateful,
             from,
             to,
@@ -403,7 +404,9 @@ impl StatefulStage {
             (dst, dst_port),
             dnat.is_some(),
             icmp_type,
-        ) {
+        );
+        stateful.firewall.count_hit(rule, self.worker);
+        match action {
             Action::Accept => {}
             Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage::Request(reject(&key, segment)),
@@ -713,6 +716,7 @@ pub(crate) fn address_owner(
 /// Linux's forward chain sees it after DNAT). A forward is open unless a rule says otherwise:
 /// only a matching rule, never the zone pair's default, decides a forwarded flow, so that a
 /// rule can limit a forward to some sources while forwards without rules work as configured.
+/// Returns the action and the rule that decided it (`None`: the zone pair's default).
 pub(crate) fn admit(
     stateful: &crate::pipeline::config::Stateful,
     from: ZoneId,
@@ -721,15 +725,15 @@ pub(crate) fn admit(
     (dst, dst_port): (Ipv4Addr, u16),
     forwarded: bool,
     icmp_type: Option<u8>,
-) -> Action {
+) -> (Action, Option<usize>) {
     let leaving = FlowKey {
         dst,
         dst_port,
         ..*key
     };
     match stateful.firewall.evaluate(from, to, &leaving, icmp_type) {
-        (_, None) if forwarded => Action::Accept,
-        (action, _) => action,
+        (_, None) if forwarded => (Action::Accept, None),
+        decided => decided,
     }
 }
 

@@ -329,7 +329,9 @@ impl StatefulStage6 {
                 .iter()
                 .any(|pinhole| pinhole.admits(ingress.port, &key))
         };
-        match admit6(router, from, to, &key, pinholed) {
+        let (action, rule) = admit6(router, from, to, &key, pinholed);
+        stateful.firewall.count_hit(rule, self.worker);
+        match action {
             Action::Accept => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
             Action::Reject => return Stage6::Error(Icmpv6Error::AdminProhibited),
@@ -385,7 +387,7 @@ impl StatefulStage6 {
             })
         };
         if stateful.recheck_established
-            && admit6(router, from, to, &original, pinholed) != Action::Accept
+            && admit6(router, from, to, &original, pinholed).0 != Action::Accept
         {
             self.end_flow(id);
             return Some(Verdict::Drop(DropReason::FirewallRecheck));
@@ -470,18 +472,18 @@ impl StatefulStage6 {
 /// The firewall's verdict on a new IPv6 flow from zone `from` to zone `to`: the first rule
 /// that applies to IPv6 (no IPv4 prefix), else the pair's default; a flow a pinhole opens is
 /// decided by a matching rule only, as a port forward is for IPv4 (`stateful::admit`).
+/// Returns the action and the rule that decided it (`None`: the default or the pinhole).
 fn admit6(
     router: &RouterConfig,
     from: ZoneId,
     to: ZoneId,
     key: &FlowKey6,
     pinholed: impl FnOnce() -> bool,
-) -> Action {
+) -> (Action, Option<usize>) {
     match router.stateful.firewall.evaluate6(from, to, key) {
-        (action, Some(_)) => action,
-        (Action::Accept, None) => Action::Accept,
-        (_, None) if pinholed() => Action::Accept,
-        (action, None) => action,
+        (Action::Accept, None) => (Action::Accept, None),
+        (_, None) if pinholed() => (Action::Accept, None),
+        decided => decided,
     }
 }
 

@@ -53,8 +53,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use crate::flow::{FlowKey, FlowKey6};
+use crate::state::rule_hits::RuleHits;
 use crate::wire::ipv4::protocol;
 
 /// A firewall zone. Numbering is up to the configuration; only [`ZoneId::LOCAL`] is fixed.
@@ -612,6 +614,8 @@ pub struct RuleSet {
     classes: usize,
     cells: Vec<Cell>,
     groups: Vec<Group>,
+    /// Each rule's hit counter, in rule order; empty: not counted (`attach_hits`).
+    hits: Vec<Arc<RuleHits>>,
 }
 
 impl RuleSet {
@@ -706,7 +710,28 @@ impl RuleSet {
             classes,
             cells,
             groups,
+            hits: Vec::new(),
         })
+    }
+
+    /// Gives each rule its hit counter, in rule order (one per rule, or nothing changes).
+    pub fn attach_hits(&mut self, hits: Vec<Arc<RuleHits>>) {
+        if hits.len() == self.rules.len() {
+            self.hits = hits;
+        }
+    }
+
+    /// Rule `rule` decided a new flow on `worker`.
+    #[inline]
+    pub fn count_hit(&self, rule: Option<usize>, worker: u16) {
+        if let Some(hits) = rule.and_then(|rule| self.hits.get(rule)) {
+            hits.add(worker);
+        }
+    }
+
+    /// The rules' hit counters, in rule order (empty if none are attached).
+    pub fn hits(&self) -> &[Arc<RuleHits>] {
+        &self.hits
     }
 
     /// First matching rule in order wins; otherwise the zone pair's default. Returns the

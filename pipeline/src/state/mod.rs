@@ -9,4 +9,5 @@ pub mod firewall;
 pub mod flow_data;
 pub mod hosts;
 pub mod nat;
+pub mod rule_hits;
 pub mod syn_cookie;

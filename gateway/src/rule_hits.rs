@@ -1,0 +1,123 @@
+//! The firewall rules' hit counters across reloads (`gateway_firewall_rule_hits_total`): one
+//! [`RuleHits`] per rule name, given to every rule set the control thread publishes, so a
+//! reload (or a kernel update, which compiles the rules again) keeps each rule's count and a
+//! new rule starts at 0; a rule a reload removes loses its count. A second rule of the same
+//! name counts as `name#2`, a third as `name#3`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pipeline::state::firewall::Rule;
+use pipeline::state::rule_hits::RuleHits;
+use pipeline::RouterConfig;
+
+pub struct RuleHitRegistry {
+    workers: usize,
+    by_name: Mutex<HashMap<String, Arc<RuleHits>>>,
+}
+
+impl RuleHitRegistry {
+    pub fn new(workers: usize) -> Self {
+        RuleHitRegistry {
+            workers,
+            by_name: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Gives each rule of `router`, about to be published, its counter. A router config
+    /// already shared (none is: each is compiled fresh) keeps the rules uncounted.
+    pub fn attach(&self, router: &mut Arc<RouterConfig>) {
+        let Some(router) = Arc::get_mut(router) else {
+            // The bench republishes one config it keeps; the gateway compiles each afresh.
+            tracing::debug!("firewall rule counters not attached: the rule set is shared");
+            return;
+        };
+        let names = counter_names(router.stateful.firewall.rules());
+        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let hits = names
+            .iter()
+            .map(|name| {
+                by_name
+                    .entry(name.clone())
+                    .or_insert_with(|| Arc::new(RuleHits::new(self.workers)))
+                    .clone()
+            })
+            .collect();
+        by_name.retain(|name, _| names.contains(name));
+        router.stateful.firewall.attach_hits(hits);
+    }
+}
+
+/// Each rule's name as its counter is labelled, in rule order: the name, or `name#n` for its
+/// n-th use.
+pub fn counter_names(rules: &[Rule]) -> Vec<String> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    rules
+        .iter()
+        .map(|rule| {
+            let uses = seen.entry(rule.name.as_str()).or_default();
+            *uses += 1;
+            match *uses {
+                1 => rule.name.clone(),
+                n => format!("{}#{n}", rule.name),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GatewayConfig;
+    use crate::pipeline_config::router_config;
+
+    fn compiled(rules: &[(&str, &str)]) -> Arc<RouterConfig> {
+        let mut text = String::from(
+            "[workers]\nlcores = [1]\n[[interfaces]]\nname = \"lan\"\ndevice = \"net_null0\"\n\
+             address = \"192.168.10.1/24\"\n[[interfaces]]\nname = \"wan\"\n\
+             device = \"net_null1\"\naddress = \"10.0.0.1/24\"\n[nat]\nmasquerade = [\"wan\"]\n",
+        );
+        for (name, port) in rules {
+            text += &format!(
+                "[[firewall.rules]]\nname = \"{name}\"\nfrom = \"lan\"\nprotocol = \"tcp\"\n\
+                 destination_ports = \"{port}\"\naction = \"drop\"\n"
+            );
+        }
+        let config = GatewayConfig::from_text(std::path::Path::new("hits.toml"), &text).unwrap();
+        Arc::new(router_config(&config, &[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]]).unwrap())
+    }
+
+    #[test]
+    fn a_reload_keeps_each_rules_count_by_name_and_a_new_rule_starts_at_zero() {
+        let registry = RuleHitRegistry::new(2);
+        let mut first = compiled(&[("ssh", "22"), ("web", "80"), ("web", "443")]);
+        registry.attach(&mut first);
+        let firewall = &first.stateful.firewall;
+        firewall.count_hit(Some(0), 0);
+        firewall.count_hit(Some(2), 1);
+        firewall.count_hit(None, 1);
+        // Reordered, one removed, one added: counts follow the names.
+        let mut second = compiled(&[("telnet", "23"), ("web", "443"), ("ssh", "22")]);
+        registry.attach(&mut second);
+        let totals: Vec<u64> = second
+            .stateful
+            .firewall
+            .hits()
+            .iter()
+            .map(|hits| hits.total())
+            .collect();
+        // "web" is now the first "web" (port 443 was "web#2"): names, not ports, carry counts.
+        assert_eq!(totals, [0, 0, 1]);
+        assert_eq!(
+            counter_names(second.stateful.firewall.rules()),
+            ["telnet", "web", "ssh"]
+        );
+        assert_eq!(
+            counter_names(first.stateful.firewall.rules()),
+            ["ssh", "web", "web#2"]
+        );
+        // The old rule set, still in some worker's hands for a moment, counts into the same.
+        first.stateful.firewall.count_hit(Some(0), 1);
+        assert_eq!(second.stateful.firewall.hits()[2].total(), 2);
+    }
+}
