@@ -31,7 +31,8 @@ const EXPIRE_BUDGET: usize = 32;
 /// under a second, and the empty polls stay short.
 const IDLE_UPKEEP_NS: u64 = 100_000;
 /// Packets each worker's ring to the control thread holds. Echo requests and packets
-/// awaiting ARP may fill only half of it (`pipeline::pipeline::control::admits_to_control`).
+/// awaiting ARP may fill only half of it, ARP and ND three quarters, PPPoE's control all
+/// (`pipeline::pipeline::control::admits_to_control`).
 pub const CONTROL_RING_CAPACITY: u32 = 1024;
 
 // A whole rx burst goes through the pipeline at once.

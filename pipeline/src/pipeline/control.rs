@@ -17,12 +17,15 @@ use crate::wire::{
 pub const MIN_FRAME_LEN: usize = 60;
 
 /// Whether slow-path `work` may join a control ring holding `queued` of `capacity` packets.
-/// ARP and PPPoE's control frames may fill it; echo requests and packets awaiting
-/// resolution stop at half, so however those flood, the ARP that every next hop depends on,
-/// and the LCP echoes that keep a PPPoE session, still find room.
+/// PPPoE's control frames (discovery, LCP, authentication, IPCP) may fill it; ARP and
+/// Neighbor Discovery stop at three quarters, echo requests and packets awaiting resolution
+/// at half. So however a LAN host floods ARP or ND (which land on the same worker as the
+/// PPPoE session: non-IP frames go to queue 0), the LCP echoes that keep the session still
+/// find room, and however echo requests flood, so does the ARP every next hop depends on.
 pub fn admits_to_control(work: ControlWork, queued: usize, capacity: usize) -> bool {
     match work {
-        ControlWork::Arp | ControlWork::Ndisc | ControlWork::Pppoe => queued < capacity,
+        ControlWork::Pppoe => queued < capacity,
+        ControlWork::Arp | ControlWork::Ndisc => queued < capacity / 4 * 3,
         ControlWork::LocalIcmp | ControlWork::Resolve { .. } | ControlWork::Resolve6 { .. } => {
             queued < capacity / 2
         }
@@ -325,9 +328,15 @@ mod tests {
             assert!(!admits_to_control(work, 512, 1024), "{work:?}");
             assert!(!admits_to_control(work, 1024, 1024));
         }
-        assert!(admits_to_control(ControlWork::Arp, 512, 1024));
-        assert!(admits_to_control(ControlWork::Arp, 1023, 1024));
-        assert!(!admits_to_control(ControlWork::Arp, 1024, 1024));
+        for work in [ControlWork::Arp, ControlWork::Ndisc] {
+            assert!(admits_to_control(work, 512, 1024));
+            assert!(admits_to_control(work, 767, 1024));
+            assert!(!admits_to_control(work, 768, 1024), "{work:?}");
+        }
+        // PPPoE's control keeps the last quarter: an ARP flood cannot end the session.
+        assert!(admits_to_control(ControlWork::Pppoe, 768, 1024));
+        assert!(admits_to_control(ControlWork::Pppoe, 1023, 1024));
+        assert!(!admits_to_control(ControlWork::Pppoe, 1024, 1024));
     }
 
     #[test]
