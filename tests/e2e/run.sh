@@ -41,9 +41,18 @@ LEFTOVER_NAMES='^(gateway|dhclient|dhcpcd|dnsmasq|iperf3|kea-dhcp4|kea-dhcp6|rad
 snapshot_pids() { ls /proc | grep -E '^[0-9]+$' | sort; }
 snapshot_netns() { ip netns list 2>/dev/null | awk '{ print $1 }' | sort; }
 
+# alive PID: whether the process exists and is not a zombie (exited, waiting to be reaped).
+alive() {
+    local state
+    state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n $state && $state != Z && $state != X ]]
+}
+
 # leftovers BEFORE_PIDS BEFORE_NETNS: prints what the test left (one line each) and removes it.
+# A process the test's trap signalled may still be exiting when the test returns: what is
+# gone within 3 s is not a leftover; what lives on is.
 leftovers() {
-    local before_pids=$1 before_netns=$2 pid ns name found=()
+    local before_pids=$1 before_netns=$2 pid ns name found=() suspects=() living
     for pid in $(comm -13 <(echo "$before_pids") <(snapshot_pids)); do
         [[ -d /proc/$pid ]] || continue
         name=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
@@ -51,9 +60,22 @@ leftovers() {
         # Threads of this script's own pipelines are not leftovers.
         ((pid == $$ || pid == BASHPID)) && continue
         if [[ $ns != "$OUR_NETNS" || $name =~ $LEFTOVER_NAMES ]]; then
-            found+=("process $pid ($name): $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)")
-            kill -KILL "$pid" 2>/dev/null || true
+            suspects+=("$pid")
         fi
+    done
+    for _ in $(seq 1 30); do
+        living=()
+        for pid in "${suspects[@]}"; do
+            alive "$pid" && living+=("$pid")
+        done
+        suspects=("${living[@]}")
+        ((${#suspects[@]} == 0)) && break
+        sleep 0.1
+    done
+    for pid in "${suspects[@]}"; do
+        name=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+        found+=("process $pid ($name): $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)")
+        kill -KILL "$pid" 2>/dev/null || true
     done
     for ns in $(comm -13 <(echo "$before_netns") <(snapshot_netns)); do
         found+=("namespace $ns")
