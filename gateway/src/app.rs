@@ -1118,12 +1118,12 @@ fn apply_reload(
     } = targets;
     let reload::LoadResult {
         loaded,
-        source,
+        source: asked_by,
         confirm,
         replies,
         previous,
     } = result;
-    let source = source.to_string();
+    let source = asked_by.to_string();
     match loaded {
         reload::Loaded::Ready {
             config,
@@ -1156,7 +1156,13 @@ fn apply_reload(
                 "confirm_within_secs": confirm.map(|within| within.as_secs()),
             });
             let version = history.applied(&source, &file.sha256, changed, restart);
-            crate::config_apply::applied(awaiting, history, version, confirm, previous);
+            crate::config_apply::applied(
+                awaiting,
+                history,
+                (version, &asked_by),
+                confirm,
+                previous,
+            );
             tracing::info!(
                 version,
                 %source,
@@ -1171,6 +1177,12 @@ fn apply_reload(
         }
         reload::Loaded::Refused(err) => {
             tracing::error!(%source, "reload refused, keeping the running config: {err}");
+            if matches!(asked_by, reload::Source::NotConfirmed(_)) {
+                tracing::error!(
+                    "the rollback of an unconfirmed apply was refused: the unconfirmed \
+                     config stays in force; `gateway ctl config rollback` or a restart"
+                );
+            }
             status.record(false);
             history.refused(&source, &err);
             for reply in replies {

@@ -68,15 +68,24 @@ pub fn route(
     loader.request(load);
 }
 
-/// After `version` applied: an apply with a confirmation time now waits for it. A rollback
-/// returns to what ran before the first apply still unconfirmed, whatever applied since.
+/// After `version` applied (asked for by `source`): an apply with a confirmation time now
+/// waits for it; a rollback, the automatic one or the operator's, ends any wait (what it
+/// returned to is what runs; an apply queued before it does not wait on after it). Otherwise
+/// the rollback at the deadline returns to what ran before the first apply still
+/// unconfirmed, whatever applied since.
 pub fn applied(
     awaiting: &mut Option<AwaitingConfirmation>,
     history: &ConfigHistory,
-    version: u64,
+    (version, source): (u64, &Source),
     confirm: Option<Duration>,
     previous: FileText,
 ) {
+    if matches!(source, Source::NotConfirmed(_) | Source::Rollback(_)) {
+        if awaiting.take().is_some() {
+            history.awaiting_confirmation(None);
+        }
+        return;
+    }
     let Some(within) = confirm else { return };
     let before = awaiting.take().map_or(previous, |earlier| earlier.before);
     *awaiting = Some(AwaitingConfirmation {

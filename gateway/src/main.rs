@@ -165,7 +165,7 @@ enum Show {
     Neighbors,
     /// The running config (version, SHA-256) and what the latest reloads changed.
     Config,
-    /// The firewall rules in force, in order, with the new flows each decided.
+    /// The firewall rules in force, in order, with the first packets each decided.
     Rules,
     /// NAT bindings and how many each internal host holds (who holds the NAT ports).
     Nat {

@@ -835,7 +835,7 @@ impl Metrics {
             firewall_rule_hits: counter_vec(
                 &registry,
                 "firewall_rule_hits_total",
-                "New flows each firewall rule decided (accepted, dropped or rejected), by rule name (a name's second use is name#2) and action; kept across reloads by name. Flows the zone pair's default decided are not a rule's.",
+                "First packets each firewall rule decided, by rule name (a name's second use is name#2) and action: one per accepted flow; for dropped or rejected flows and for traffic to the gateway itself, one per packet the rule met. Kept across reloads by name; the zone pair's defaults are not counted here.",
                 &["rule", "action"],
             ),
             nat_log_events: counter_vec(

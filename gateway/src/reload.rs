@@ -382,10 +382,17 @@ impl Loader {
         })
     }
 
-    /// Asks for a load; returns at once.
+    /// Asks for a load; returns at once. A request the thread can no longer take (it is
+    /// gone) is logged; its reply, if any, answers at once (its sender is dropped).
     pub fn request(&self, request: LoadRequest) {
-        if let Some(requests) = &self.requests {
-            let _ = requests.send(request);
+        let sent = self
+            .requests
+            .as_ref()
+            .is_some_and(|requests| requests.send(request).is_ok());
+        if !sent {
+            tracing::error!(
+                "the config-load thread is gone: the reload, apply or rollback is lost"
+            );
         }
     }
 }

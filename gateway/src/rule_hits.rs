@@ -43,7 +43,8 @@ impl RuleHitRegistry {
                     .clone()
             })
             .collect();
-        by_name.retain(|name, _| names.contains(name));
+        let current: std::collections::HashSet<&String> = names.iter().collect();
+        by_name.retain(|name, _| current.contains(name));
         router.stateful.firewall.attach_hits(hits);
     }
 }

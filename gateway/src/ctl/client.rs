@@ -317,7 +317,7 @@ fn print_config(answer: &Value) {
 fn print_rules(answer: &Value) {
     println!(
         "{:>5} {:<32} {:<7} {:>12}",
-        "index", "rule", "action", "flows"
+        "index", "rule", "action", "hits"
     );
     for rule in answer["rules"].as_array().into_iter().flatten() {
         println!(

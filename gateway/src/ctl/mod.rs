@@ -43,7 +43,7 @@ pub enum Request {
     ShowNeighbors,
     /// The running config's version and digest, and what the latest reloads changed.
     ShowConfig,
-    /// The firewall rules in force, in order, with the new flows each decided.
+    /// The firewall rules in force, in order, with the first packets each decided.
     ShowRules,
     /// End the flows matching the filter, on every worker.
     ClearFlows { filter: FilterSpec },

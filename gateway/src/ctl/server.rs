@@ -256,7 +256,15 @@ fn ask_control(request: &Request, sources: &Sources) -> Result<Value, String> {
         .map_err(|_| "the control thread is gone".to_string())?;
     answer
         .recv_timeout(CONFIG_ANSWER_TIMEOUT)
-        .map_err(|_| format!("no verdict within {CONFIG_ANSWER_TIMEOUT:?}"))?
+        .map_err(|err| match err {
+            crossbeam_channel::RecvTimeoutError::Timeout => format!(
+                "no verdict within {CONFIG_ANSWER_TIMEOUT:?}: the load goes on and applies if \
+                 valid; see gateway ctl show config"
+            ),
+            crossbeam_channel::RecvTimeoutError::Disconnected => {
+                "the config-load thread is gone: nothing was loaded".to_string()
+            }
+        })?
 }
 
 /// Sends every worker the query `make` builds around an answer channel, then waits (at most

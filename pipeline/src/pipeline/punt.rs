@@ -132,10 +132,11 @@ pub fn arp_for_twin(frame: &[u8], iface: &Interface) -> bool {
 /// - an ARP reply from the gateway's own address (`kernel_arp_reply`): the dataplane answers
 ///   requests for it itself, after its checks (a sender it refuses to bind gets no answer),
 ///   which the kernel's answer would bypass; its requests and probes go out;
-/// - anything not from the kernel's own addresses on that interface (`twin_foreign_source`):
-///   IPv4 from the interface's address (or from 0.0.0.0 to a DHCP server, a client without
-///   a lease), IPv6 from an address of ours, a link-local one or the unspecified one (Neighbor
-///   Discovery, DHCPv6), ARP from the interface's address (or 0.0.0.0, a probe); any other
+/// - anything not from the kernel's own addresses (`twin_foreign_source`): IPv4 from an
+///   address of ours (a host may reach any of them by any interface; or from 0.0.0.0 to a
+///   DHCP server, a client without a lease), IPv6 from an address of ours, a link-local one
+///   or the unspecified one (Neighbor Discovery, DHCPv6), ARP from the interface's address
+///   (or 0.0.0.0, a probe); any other
 ///   source is a datagram the twins' namespace forwarded (from another twin, or one punted
 ///   to it) or a spoof, and any other EtherType is nothing the gateway's kernel sends.
 pub fn kernel_frame_refused(
@@ -170,9 +171,9 @@ pub fn kernel_frame_refused(
                 ip.protocol() == ipv4::protocol::UDP
                     && FlowKey::from_ipv4(&ip).is_ok_and(|key| key.dst_port == DHCP_SERVER_PORT)
             };
-            if (iface.has_address() && src == iface.addr)
-                || (src.is_unspecified() && dhcp_request())
-            {
+            // Any address of ours: a LAN host that reached the WAN address (punted to the
+            // LAN's twin, the one it came in by) is answered from it.
+            if router.local_port(src).is_some() || (src.is_unspecified() && dhcp_request()) {
                 None
             } else {
                 foreign
@@ -350,8 +351,13 @@ mod tests {
     #[test]
     fn only_the_kernels_own_traffic_leaves_by_its_twin() {
         let iface = iface();
+        const WAN_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+        let wan = Interface {
+            addr: WAN_ADDRESS,
+            ..iface.clone()
+        };
         let router = RouterConfig::new(
-            vec![iface.clone()],
+            vec![iface.clone(), wan],
             &[],
             crate::pipeline::config::IcmpLimits::default(),
         )
@@ -381,6 +387,8 @@ mod tests {
         // IPv4: from our address; from 0.0.0.0 only to a DHCP server; a forwarded datagram
         // (another's source) never.
         assert_eq!(refused(&udp_from_kernel(OURS, HOST, 53)), None);
+        // The answer to a LAN host that reached the WAN address, by the LAN's twin.
+        assert_eq!(refused(&udp_from_kernel(WAN_ADDRESS, HOST, 53)), None);
         let discover = udp_from_kernel(Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, 67);
         assert_eq!(refused(&discover), None);
         let unspecified = udp_from_kernel(Ipv4Addr::UNSPECIFIED, HOST, 53);

@@ -3,8 +3,9 @@
 //! from the next, so counting costs a worker no shared write. A rule set points at its rules'
 //! counters ([`crate::state::firewall::RuleSet::attach_hits`]); the gateway keeps one counter
 //! per rule name across reloads and gives it to every rule set that has the rule, so a reload
-//! neither loses nor mixes counts. Counted once per flow, when the rule decides, never per
-//! packet.
+//! neither loses nor mixes counts. Counted when the rule decides a flow's first packet, never
+//! on an established flow's: once per accepted flow; for a dropped or rejected flow, and for
+//! traffic to the gateway itself (which keeps no flow), once per packet that meets the rule.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
