@@ -383,6 +383,7 @@ impl<'a> Gateway<'a> {
         let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
         let twins = Twins::start(eal, config, &macs, &pool)?;
         let mut punt_rings = Vec::new();
+        let mut kernel_rings = Vec::new();
         // The ports' counters and links, read by the control thread, the metrics and the ctl
         // thread through one watch; taken before the queues leave for the workers.
         let port_watch = Arc::new(PortWatch {
@@ -421,12 +422,14 @@ impl<'a> Gateway<'a> {
                 socket,
             )?;
             from_workers.push(from_worker);
-            let punt = if twins.any() {
+            let (punt, from_kernel) = if twins.any() {
                 let (link, from_worker) = crate::twins::punt_ring(eal, index, socket)?;
                 punt_rings.push(from_worker);
-                Some(link)
+                let (to_worker, from_kernel) = crate::twins::kernel_ring(eal, index, socket)?;
+                kernel_rings.push(to_worker);
+                (Some(link), Some(from_kernel))
             } else {
-                None
+                (None, None)
             };
             let counters = Arc::new(WorkerCounters::default());
             worker_counters.push(counters.clone());
@@ -484,6 +487,7 @@ impl<'a> Gateway<'a> {
                 to_control,
                 from_control: worker_from_control.take(),
                 punt,
+                from_kernel,
                 router: router.clone(),
                 neighbors: neighbors.clone(),
                 counters,
@@ -556,7 +560,7 @@ impl<'a> Gateway<'a> {
             control_counters.clone(),
             neighbor_config,
         )
-        .with_twins(twins.with_rings(punt_rings));
+        .with_twins(twins.with_rings(punt_rings, kernel_rings));
         let pppoe = PppoeLinks::new(config, &macs, layout.sessions().clone(), pppoe_seed());
         let pppoe_status = (!pppoe.is_empty()).then(|| pppoe.status());
         let mut control = control.with_pppoe(pppoe);

@@ -383,6 +383,11 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .map(|(z, _)| *z)
         .collect();
     let mut policy = Policy::new(Action::Drop);
+    // What the gateway's kernel opens (its twins' daemons: DNS forwarding, NTP, BGP) may
+    // leave toward every zone; its replies come back by its flow.
+    for &to in &zones {
+        policy = policy.set(ZoneId::LOCAL, to, Action::Accept);
+    }
     for &from in zones.iter().filter(|zone| !outside.contains(zone)) {
         policy = policy
             .set(from, from, Action::Accept)
@@ -757,6 +762,10 @@ policy = [{ from = "lan", to = "wan", action = "accept" }]
             (wan, lan, Action::Drop),
             (wan, wan, Action::Drop),
             (wan, ZoneId::LOCAL, Action::Drop),
+            // What the kernel opens is tracked; its replies need no wan -> local rule.
+            (ZoneId::LOCAL, wan, Action::Accept),
+            (ZoneId::LOCAL, lan, Action::Accept),
+            (ZoneId::LOCAL, guest, Action::Accept),
         ] {
             assert_eq!(policy.default_for(from, to), expected, "{from:?} -> {to:?}");
         }

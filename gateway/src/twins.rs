@@ -24,7 +24,10 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use pipeline::pipeline::config::{KernelRouteAllow, PuntConfig};
+use pipeline::pipeline::kernel_flows::kernel_flow;
 use pipeline::pipeline::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
+use pipeline::pipeline::stateful::flow_owner;
+use pipeline::state::nat::Ownership;
 use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::ipv6::prefix_of;
 use pipeline::wire::EthernetAddress;
@@ -371,7 +374,41 @@ impl Twin {
 pub struct Twins {
     twins: Vec<Option<Twin>>,
     from_workers: Vec<RingConsumer>,
+    /// To each worker, the kernel's frames of the flows it owns (`pipeline::pipeline::
+    /// kernel_flows`), in worker order.
+    to_workers: Vec<KernelLink>,
     batch: MbufBatch,
+}
+
+/// The control thread's end of a worker's ring of kernel frames: batched, flushed once per
+/// round, never waiting.
+struct KernelLink {
+    ring: RingProducer,
+    batch: MbufBatch,
+}
+
+impl KernelLink {
+    fn send(&mut self, mbuf: Mbuf, counters: &WorkerCounters) {
+        if let Err(mbuf) = self.batch.push(mbuf) {
+            self.flush(counters);
+            let _ = self.batch.push(mbuf);
+        }
+    }
+
+    fn flush(&mut self, counters: &WorkerCounters) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let (_, refused) = self.ring.enqueue_or_free(&mut self.batch);
+        if refused > 0 {
+            counters.record_drops(DropReason::KernelRingFull, refused as u64);
+        }
+    }
+}
+
+/// The ring of kernel frames to worker `index`: the control thread's end and the worker's.
+pub fn kernel_ring(eal: &Eal, index: usize, socket: SocketId) -> anyhow::Result<(RingProducer, RingConsumer)> {
+    Ok(MbufRing::create(eal, &format!("kernel_{index}"), PUNT_RING_CAPACITY, socket)?)
 }
 
 impl Twins {
@@ -447,6 +484,7 @@ impl Twins {
         Ok(Twins {
             twins,
             from_workers: Vec::new(),
+            to_workers: Vec::new(),
             batch: MbufBatch::new(),
         })
     }
@@ -456,9 +494,21 @@ impl Twins {
         self.twins.iter().any(Option::is_some)
     }
 
-    /// The control thread's ends of the workers' punt rings.
-    pub fn with_rings(mut self, from_workers: Vec<RingConsumer>) -> Self {
+    /// The control thread's ends of the workers' punt rings, and of its rings of kernel
+    /// frames to them (`kernel_ring`), in worker order.
+    pub fn with_rings(
+        mut self,
+        from_workers: Vec<RingConsumer>,
+        to_workers: Vec<RingProducer>,
+    ) -> Self {
         self.from_workers = from_workers;
+        self.to_workers = to_workers
+            .into_iter()
+            .map(|ring| KernelLink {
+                ring,
+                batch: MbufBatch::new(),
+            })
+            .collect();
         self
     }
 
@@ -514,9 +564,10 @@ impl Twins {
     }
 
     /// One round on the control thread: what the workers punted goes to the twins (a burst
-    /// per ring); what the kernel sent (a burst per twin) goes to `to_wire` with its
-    /// interface, if it is the kernel's own (`kernel_frame_refused`: not its ARP replies, not
-    /// what its namespace forwarded). Returns the packets handled.
+    /// per ring); what the kernel sent (a burst per twin), if it is the kernel's own
+    /// (`kernel_frame_refused`: not its ARP replies, not what its namespace forwarded), goes
+    /// to the worker that owns its flow where it is a connection to track (`kernel_flow`),
+    /// else to `to_wire` with its interface. Returns the packets handled.
     pub fn poll(
         &mut self,
         router: &RouterConfig,
@@ -526,8 +577,10 @@ impl Twins {
         let Twins {
             twins,
             from_workers,
+            to_workers,
             batch,
         } = self;
+        let ownership = Ownership::new(to_workers.len() as u16);
         let mut handled = 0;
         for ring in from_workers.iter_mut() {
             handled += ring.dequeue(batch);
@@ -546,16 +599,28 @@ impl Twins {
                 continue;
             };
             handled += twin.rx.rx_burst(batch);
-            for mbuf in batch.drain() {
+            for mut mbuf in batch.drain() {
                 if mbuf.segments() != 1 {
                     counters.record_drop(DropReason::MultiSegment);
                 } else if let Some(reason) = kernel_frame_refused(mbuf.data(), iface, router) {
                     counters.record_drop(reason);
                 } else {
                     counters.from_twins.inc();
-                    to_wire(index as u16, mbuf);
+                    let port = index as u16;
+                    let owner = kernel_flow(router, port, mbuf.data())
+                        .map(|key| usize::from(flow_owner(router, ownership, &key)));
+                    match owner.and_then(|owner| to_workers.get_mut(owner)) {
+                        Some(link) => {
+                            mbuf.set_port(port);
+                            link.send(mbuf, counters);
+                        }
+                        None => to_wire(port, mbuf),
+                    }
                 }
             }
+        }
+        for link in to_workers.iter_mut() {
+            link.flush(counters);
         }
         handled
     }

@@ -81,6 +81,10 @@ pub struct Worker {
     pub from_control: Option<RingConsumer>,
     /// To the control thread's kernel twins (`crate::twins`); None when no interface has one.
     pub punt: Option<PuntLink>,
+    /// From the kernel twins: the frames of connections the kernel opened whose flows this
+    /// worker owns (`pipeline::pipeline::kernel_flows`), each mbuf's port field its
+    /// interface; None when no interface has a twin.
+    pub from_kernel: Option<RingConsumer>,
     pub router: Arc<Published<RouterConfig>>,
     pub neighbors: Arc<Published<NeighborView>>,
     pub counters: Arc<WorkerCounters>,
@@ -304,6 +308,32 @@ impl Worker {
         arrived
     }
 
+    /// The kernel's frames of flows this worker owns: tracked, translated and sent.
+    fn process_from_kernel(&mut self, pipeline: &mut Pipeline, batch: &mut MbufBatch, now_ns: u64) {
+        let Some(ring) = self.from_kernel.as_mut() else {
+            return;
+        };
+        if ring.dequeue(batch) == 0 {
+            return;
+        }
+        for mut mbuf in batch.drain() {
+            let port = mbuf.port().0;
+            let len = mbuf.len();
+            let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
+            let verdict = pipeline.from_kernel(&mut pkt, port, now_ns);
+            let len = pkt.len();
+            if mbuf.set_len(len).is_err() {
+                continue;
+            }
+            match verdict {
+                // An unknown interface is dropped there, as `not_our_mac`.
+                Verdict::Transmit { port } => self.egress.send(port, mbuf, &self.counters),
+                // Counted by the pipeline.
+                _ => {}
+            }
+        }
+    }
+
     fn transmit_from_control(&mut self, batch: &mut MbufBatch) {
         let Some(ring) = self.from_control.as_mut() else {
             return;
@@ -434,6 +464,7 @@ impl WorkerLoop {
         if let Some(trace) = worker.trace.as_mut() {
             trace.poll();
         }
+        worker.process_from_kernel(pipeline, &mut self.rx, now_ns);
         worker.transmit_from_control(&mut self.rx);
         worker.shapers.poll(
             pipeline,

@@ -245,6 +245,9 @@ drop_reasons! {
     PuntRingFull => "punt_ring_full",
     /// For the kernel, but its twin's queue refused it (the kernel side is slow or gone).
     TwinTxFull => "twin_tx_full",
+    /// A frame of a connection the kernel opened, for the worker that owns its flow, but the
+    /// control thread's ring to that worker was full.
+    KernelRingFull => "kernel_ring_full",
     /// An ARP reply the kernel sent on a twin for the gateway's own address: the dataplane
     /// answers those itself, so its ARP guard stays the only one that decides.
     KernelArpReply => "kernel_arp_reply",

@@ -15,7 +15,10 @@ use std::sync::Arc;
 
 use etherparse::icmpv4::DestUnreachableHeader;
 use etherparse::{Icmpv4Type, IpNumber, Ipv4Header, PacketBuilder, TcpHeader, UdpHeader};
-use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::config::{PortForward, PuntConfig, Stateful};
+use pipeline::pipeline::kernel_flows::kernel_flow;
+use pipeline::pipeline::stateful::flow_owner;
+use pipeline::state::nat::Ownership;
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
@@ -78,6 +81,27 @@ impl Topology {
     }
 
     fn router(&self) -> RouterConfig {
+        // Everything may start a flow: ownership, not policy, is under test.
+        self.router_with(Policy::new(Action::Accept))
+    }
+
+    /// As a gateway with kernel twins on every interface and the zones closed to `local`, so
+    /// that what the kernel opens is tracked (`pipeline::pipeline::kernel_flows`).
+    fn router_with_twins(&self) -> RouterConfig {
+        let n = self.interfaces();
+        let zones = (0..n).map(|i| ZoneId(i as u8));
+        let policy = zones.fold(Policy::new(Action::Drop), |policy, zone| {
+            policy.set(ZoneId::LOCAL, zone, Action::Accept)
+        });
+        self.router_with(policy)
+            .with_punt(PuntConfig {
+                twins: vec![true; usize::from(n)],
+                ..PuntConfig::none(usize::from(n))
+            })
+            .unwrap()
+    }
+
+    fn router_with(&self, policy: Policy) -> RouterConfig {
         let n = self.interfaces();
         let interfaces: Vec<Interface> = (0..n)
             .map(|i| Interface {
@@ -126,8 +150,7 @@ impl Topology {
             content: None,
             zones: (0..n).map(|i| ZoneId(i as u8)).collect(),
             masquerade: self.masquerade.clone(),
-            // Everything may start a flow: ownership, not policy, is under test.
-            firewall: RuleSet::compile(Vec::new(), Policy::new(Action::Accept)).unwrap(),
+            firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
             port_forwards,
             recheck_established: false,
             generation: 0,
@@ -611,4 +634,105 @@ fn segments_reordered_across_the_handoff_path_are_not_dropped() {
         }
         assert_eq!(gateway.dropped(DropReason::ConntrackInvalid), 0);
     }
+}
+
+/// A flow the gateway's kernel opens from interface `egress`'s address toward `dst`: the frame
+/// as its twin sends it.
+fn kernel_frame(
+    topology: &Topology,
+    protocol: u8,
+    src_port: u16,
+    (dst, dst_port): (Ipv4Addr, u16),
+) -> (Vec<u8>, u16) {
+    let egress = topology.port_of(dst);
+    let src = iface_addr(egress);
+    let mut out = Vec::new();
+    let builder = PacketBuilder::ethernet2(iface_mac(egress), host_mac(topology.l2_sender(dst)))
+        .ipv4(src.octets(), dst.octets(), 64);
+    if protocol == TCP {
+        builder
+            .tcp(src_port, dst_port, 1000, 65535)
+            .syn()
+            .write(&mut out, &[])
+            .unwrap();
+    } else {
+        builder
+            .udp(src_port, dst_port)
+            .write(&mut out, &[0x5a; 16])
+            .unwrap();
+    }
+    (out, egress)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// What the kernel opens through a twin: the control thread hands it to the worker
+    /// `flow_owner` names, which tracks it (masqueraded where its interface is); the reply
+    /// reaches that worker, whichever queue it lands on, is translated back and punted to
+    /// the twin; the same datagram from another port of the peer is not.
+    #[test]
+    fn connections_the_kernel_opens_and_their_replies_meet_on_one_worker(
+        topology in topology(),
+        flows in proptest::collection::vec(flow(), 1..6),
+        workers in 1u16..=8,
+    ) {
+        let router = Arc::new(topology.router_with_twins());
+        let mut gateway = Workers::new(router.clone(), &topology, workers);
+        let ownership = Ownership::new(workers);
+        let n = topology.interfaces();
+        let mut seen = std::collections::HashSet::new();
+        for flow in flows {
+            let dst = flow.dst.addr(n);
+            let protocol = if flow.protocol == GRE { UDP } else { flow.protocol };
+            // The kernel's ephemeral ports (Linux: 32768-60999), clear of the forwards.
+            let src_port = 32768 + flow.src_port % 28232;
+            if matches!(flow.dst, Place::Gateway(_)) || !seen.insert((protocol, src_port)) {
+                continue;
+            }
+            let (frame, egress) = kernel_frame(&topology, protocol, src_port, (dst, flow.dst_port));
+            let key = kernel_flow(&router, egress, &frame);
+            prop_assert!(key.is_some(), "not tracked");
+            let owner = flow_owner(&router, ownership, &key.unwrap());
+            let mut room = [0u8; ROOM];
+            room[..frame.len()].copy_from_slice(&frame);
+            let mut pkt = PacketBuf::new(&mut room, frame.len());
+            let verdict = gateway.pipelines[usize::from(owner)].from_kernel(&mut pkt, egress, 0);
+            prop_assert_eq!(verdict, Verdict::Transmit { port: egress });
+            let sent = pkt.bytes().to_vec();
+            let (out_src, out_src_port, out_dst, out_dst_port) = tuple(&sent);
+            prop_assert_eq!((out_dst, out_dst_port), (dst, flow.dst_port));
+            prop_assert_eq!(out_src, iface_addr(egress));
+            if !topology.masquerade[usize::from(egress)] {
+                prop_assert_eq!(out_src_port, src_port, "translated without masquerade");
+            }
+            let reply = frame_from(&topology, protocol, (dst, flow.dst_port), (out_src, out_src_port));
+            let (reply_owner, verdict, back) = gateway.deliver(&reply, egress, flow.arrivals[1]);
+            prop_assert_eq!(reply_owner, owner, "the reply reached another worker");
+            prop_assert_eq!(verdict, Verdict::Punt { port: egress });
+            let (_, _, back_dst, back_dst_port) = tuple(&back);
+            prop_assert_eq!((back_dst, back_dst_port), (iface_addr(egress), src_port));
+            // Unsolicited: the peer's other port, to the same address and port.
+            let other = frame_from(
+                &topology,
+                protocol,
+                (dst, flow.dst_port ^ 0x8000),
+                (out_src, out_src_port),
+            );
+            let (_, verdict, _) = gateway.deliver(&other, egress, flow.arrivals[2]);
+            prop_assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
+        }
+        prop_assert_eq!(gateway.dropped(DropReason::ConntrackInvalid), 0);
+    }
+}
+
+/// A reply from `src` (where it sits) to the gateway's `dst`.
+fn frame_from(
+    topology: &Topology,
+    protocol: u8,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+) -> Vec<u8> {
+    let flags = if protocol == TCP { SYN | ACK } else { 0 };
+    frame(topology, protocol, src, dst, flags)
 }

@@ -8,7 +8,9 @@
 # - the LAN host, its address removed, gets a lease from dnsmasq on the twin (with the shipped
 #   deploy/dnsmasq/gateway-lan.conf) with dhclient
 #   (broadcast DHCP punted, the kernel's unicast answers transmitted by worker 0), resolves
-#   a name with that dnsmasq, and reaches the WAN host through masquerade;
+#   a name with that dnsmasq and one it forwards to a resolver on the WAN host (the kernel's
+#   own connections are tracked: no rule lets the replies in), and reaches the WAN host
+#   through masquerade; the WAN twin's kernel downloads a page from the WAN host;
 # - a UDP flood at 192.168.10.1 is held to the punt budget and counted, while forwarding
 #   goes on.
 # Then a gateway run inside gwlab-gw without kernel_twins.netns: its twin appears in that,
@@ -131,14 +133,20 @@ done
 expect_output "a local rule opens the service to the WAN host, on the WAN twin" \
     "served by the LAN twin" wan curl -sf --max-time 5 http://10.0.0.1:8080/twin.txt
 
-# (b) DHCP from dnsmasq on the twin, DNS from it, then masquerade.
+# (b) DHCP from dnsmasq on the twin, DNS from it (its own name, and one it forwards to a
+# resolver on the WAN host with no rule for the replies: the kernel's connections are
+# tracked), then masquerade.
 # The shipped config (deploy/dnsmasq/gateway-lan.conf), moved to the lab's subnet, with the
-# test's files and a name to resolve; no upstream resolvers in the lab.
+# test's files, a name to resolve and the WAN host as its upstream.
+wan dnsmasq --keep-in-foreground --conf-file=/dev/null --user=root --no-resolv --no-hosts \
+    --listen-address=10.0.0.2 --bind-interfaces --address=/example.test/198.51.100.7 \
+    --pid-file="$WORK/wan-dnsmasq.pid" --log-facility="$WORK/wan-dnsmasq.log" --log-queries &
 sed 's/192\.168\.1\./192.168.10./g' "$ROOT/deploy/dnsmasq/gateway-lan.conf" >"$WORK/dnsmasq.conf"
 cat >>"$WORK/dnsmasq.conf" <<CONF
 user=root
 no-resolv
 no-hosts
+server=10.0.0.2
 address=/gateway.lan/192.168.10.1
 dhcp-leasefile=$WORK/dnsmasq.leases
 pid-file=$WORK/dnsmasq.pid
@@ -165,10 +173,12 @@ grep -q "DHCPACK(lan) $leased" "$WORK/dnsmasq.log" || fail "dnsmasq logged no DH
 punted=$(($(metric gateway_worker_punted_total) - punted_before))
 ((punted >= 2)) || fail "DISCOVER and REQUEST were not punted ($punted)"
 pass "dnsmasq on the LAN twin leased $leased to the LAN host ($punted packets punted)"
-answer=$(lan python3 - <<'PY'
-import socket, struct
+# resolve NAME: the A record the LAN host gets for NAME from the twin's dnsmasq.
+resolve() {
+    lan python3 - "$1" <<'PY'
+import socket, struct, sys
 query = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
-query += b"".join(bytes([len(p)]) + p.encode() for p in "gateway.lan".split(".")) + b"\0"
+query += b"".join(bytes([len(p)]) + p.encode() for p in sys.argv[1].split(".")) + b"\0"
 query += struct.pack(">HH", 1, 1)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(3)
@@ -176,9 +186,16 @@ s.sendto(query, ("192.168.10.1", 53))
 reply, _ = s.recvfrom(512)
 print(socket.inet_ntoa(reply[-4:]) if struct.unpack(">H", reply[6:8])[0] else "no answer")
 PY
-) || fail "no DNS answer from dnsmasq on the twin"
+}
+answer=$(resolve gateway.lan) || fail "no DNS answer from dnsmasq on the twin"
 [[ $answer == 192.168.10.1 ]] || fail "gateway.lan resolved to $answer"
 pass "the LAN host resolves gateway.lan with the twin's dnsmasq"
+answer=$(resolve example.test) ||
+    fail "no answer for example.test: the twin's dnsmasq got nothing back from 10.0.0.2 ($(tail -n 3 "$WORK/dnsmasq.log"))"
+[[ $answer == 198.51.100.7 ]] || fail "example.test resolved to $answer"
+grep -q 'query\[A\] example.test from 10.0.0.1' "$WORK/wan-dnsmasq.log" ||
+    fail "the WAN resolver did not log the gateway's query: $(tail -n 3 "$WORK/wan-dnsmasq.log")"
+pass "the twin's dnsmasq forwards example.test to the WAN host's resolver and answers the LAN host (no rule for the replies)"
 
 mkdir -p "$WORK/wan-www"
 echo "served by the WAN host" >"$WORK/wan-www/wan.txt"
@@ -192,6 +209,8 @@ expect_output "the leased LAN host reaches the WAN host" \
 grep -q '^10\.0\.0\.1 ' "$WORK/wan-http.log" ||
     fail "the WAN host did not see the gateway's address: $(cat "$WORK/wan-http.log")"
 pass "through masquerade: the WAN host saw 10.0.0.1"
+expect_output "the WAN twin's kernel downloads a page from the WAN host (TCP it opened, tracked)" \
+    "served by the WAN host" gw curl -sf --max-time 5 http://10.0.0.2:8081/wan.txt
 
 # A flood at the gateway's LAN address: held to the punt budget, forwarding unharmed.
 policed_before=$(metric 'gateway_dropped_packets_total{reason="punt_policed"')

@@ -250,6 +250,7 @@ impl Lab {
                         to_control,
                         from_control: None,
                         punt: None,
+                        from_kernel: None,
                         router: router.clone(),
                         neighbors: published_neighbors.clone(),
                         counters: worker_counters.clone(),

@@ -17,6 +17,7 @@ pub mod features;
 pub mod flow_listing;
 mod forward6;
 pub mod ipv6_local;
+pub mod kernel_flows;
 pub mod punt;
 mod requests;
 pub mod snapshot;
@@ -1022,7 +1023,7 @@ fn options_drop_reason<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<DropReason>
 
 /// /31 and /32 subnets have no broadcast address (RFC 3021): the all-ones address there is a
 /// host, the point-to-point peer or the interface itself.
-fn is_directed_broadcast(iface: &Interface, ip: Ipv4Addr) -> bool {
+pub(crate) fn is_directed_broadcast(iface: &Interface, ip: Ipv4Addr) -> bool {
     iface.prefix_len < 31 && iface.broadcast() == ip
 }
 

@@ -380,7 +380,11 @@ impl Pipeline {
         if dnat.is_some() != data.forwarded {
             return Err(Skip::Config);
         }
-        if dnat.is_none() && router.local_port(key.dst).is_some() {
+        // Nor is a connection the kernel opened: its twin, and so its socket, did not
+        // outlive the gateway.
+        if dnat.is_none() && router.local_port(key.dst).is_some()
+            || router.local_port(key.src).is_some()
+        {
             return Err(Skip::Config);
         }
         let (dst, dst_port) = dnat.unwrap_or((key.dst, key.dst_port));

@@ -205,6 +205,9 @@ impl StatefulStage {
                     return Stage::Done(verdict);
                 }
                 let target = self.flows.key(id, direction.opposite()).reversed();
+                if self.flows.data(id).from_zone == ZoneId::LOCAL.0 {
+                    return deliver_to_kernel(router, pkt, &key, &target);
+                }
                 match translate(pkt, &key, &target) {
                     // A shortcut would not shift the sequence numbers.
                     Stage::Forward(translation) if proxied => Stage::Forward(translation),
@@ -447,44 +450,25 @@ impl StatefulStage {
                 }
             }
         }
-        let StatefulStage { flows, nat, .. } = self;
-
         // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
         // port must see replies come back through the gateway, so its source becomes ours.
         let hairpin = dnat.is_some() && !stateful.masquerade[usize::from(ingress.port)];
         if stateful.masquerade[egress] && !interfaces[egress].has_address() {
             return Stage::Done(Verdict::Drop(DropReason::InterfaceUnaddressed));
         }
-        let snat_address = if stateful.masquerade[egress] {
-            Some(None)
+        let translated = if stateful.masquerade[egress] {
+            self.masquerade_source(&key, None)
         } else if hairpin {
-            Some(Some(interfaces[egress].addr))
+            self.masquerade_source(&key, Some(interfaces[egress].addr))
         } else {
-            None
+            Ok(((key.src, key.src_port), None))
         };
-        let has_ports = has_ports(key.protocol);
-        let mut binding = None;
-        let (src, src_port) = match (snat_address, nat.as_mut()) {
-            (None, _) => (key.src, key.src_port),
-            (Some(_), None) => return Stage::Done(Verdict::Drop(DropReason::NatPortsExhausted)),
-            (Some(fixed), Some(pool)) if has_ports => {
-                let (external, port) =
-                    match pool.allocate_checked(key.protocol, (key.src, key.src_port)) {
-                        Ok(endpoint) => endpoint,
-                        Err(AllocError::HostLimit) => {
-                            return Stage::Done(Verdict::Drop(DropReason::HostNatPortLimit))
-                        }
-                        Err(AllocError::Exhausted) => {
-                            return Stage::Done(Verdict::Drop(DropReason::NatPortsExhausted))
-                        }
-                    };
-                binding = Some((key.protocol, external, port));
-                (fixed.unwrap_or(external), port)
-            }
-            // Without ports only the address can change (GRE, ESP, ...).
-            (Some(fixed), Some(pool)) => (fixed.unwrap_or(pool.paired_address(key.src)), 0),
+        let (source, binding) = match translated {
+            Ok(translated) => translated,
+            Err(reason) => return Stage::Done(Verdict::Drop(reason)),
         };
-        let reply = reply_key(key.protocol, (dst, dst_port), (src, src_port));
+        let StatefulStage { flows, nat, .. } = self;
+        let reply = reply_key(key.protocol, (dst, dst_port), source);
         let data = FlowData {
             binding,
             from_zone: from.0,
@@ -512,6 +496,30 @@ impl StatefulStage {
             counters.syn_cookies_accepted.inc();
         }
         translate(pkt, &key, &reply.reversed())
+    }
+
+    /// The source a masqueraded flow `key` leaves with, and the NAT binding that holds it: an
+    /// address and port of the pool (`fixed`: that address instead, for hairpin), or for a
+    /// protocol without ports (GRE, ESP) the pool's address paired with the host.
+    pub(crate) fn masquerade_source(
+        &mut self,
+        key: &FlowKey,
+        fixed: Option<Ipv4Addr>,
+    ) -> Result<((Ipv4Addr, u16), Option<(u8, Ipv4Addr, u16)>), DropReason> {
+        let Some(pool) = self.nat.as_mut() else {
+            return Err(DropReason::NatPortsExhausted);
+        };
+        if !has_ports(key.protocol) {
+            return Ok(((fixed.unwrap_or(pool.paired_address(key.src)), 0), None));
+        }
+        match pool.allocate_checked(key.protocol, (key.src, key.src_port)) {
+            Ok((external, port)) => Ok((
+                (fixed.unwrap_or(external), port),
+                Some((key.protocol, external, port)),
+            )),
+            Err(AllocError::HostLimit) => Err(DropReason::HostNatPortLimit),
+            Err(AllocError::Exhausted) => Err(DropReason::NatPortsExhausted),
+        }
     }
 
     /// Feeds a client's payload to the content inspector; a blocked flow gets a TCP reset
@@ -613,6 +621,12 @@ impl StatefulStage {
         };
         // How the quoted datagram's sender sent it, before the gateway translated it.
         let sent = self.flows.key(id, direction.opposite());
+        // About a connection the gateway's kernel opened: its twin's, once translated.
+        let done = if self.flows.data(id).from_zone == ZoneId::LOCAL.0 {
+            Stage::Done(kernel_delivery(router, sent.src))
+        } else {
+            Stage::Forward(None)
+        };
         let outer = Ipv4Packet::new_unchecked(ip_bytes);
         let outer_dst = (outer.dst_addr() != sent.src).then_some(sent.src);
         let outer_src =
@@ -623,12 +637,12 @@ impl StatefulStage {
             .then_some((sent.dst, sent.dst_port));
         if outer_dst.is_none() && outer_src.is_none() && inner_src.is_none() && inner_dst.is_none()
         {
-            return Stage::Forward(None);
+            return done;
         }
         let ip_bytes = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
         // An ICMP error is never answered with one, so it needs no `Translation`.
         match nat::rewrite_icmp_error(ip_bytes, outer_dst, outer_src, inner_src, inner_dst) {
-            Ok(()) => Stage::Forward(None),
+            Ok(()) => done,
             Err(_) => Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
         }
     }
@@ -661,7 +675,30 @@ fn reject(key: &FlowKey, segment: Option<TcpSegment>) -> Request {
 ///
 /// Only addresses, never the ingress port, decide the last case: the two directions of a
 /// routed flow arrive on different ports.
-pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &FlowKey) -> u16 {
+/// A reply to a connection the gateway's kernel opened ([`crate::pipeline::kernel_flows`]),
+/// translated back: the twin of the interface whose address it is addressed to takes it.
+fn deliver_to_kernel(
+    router: &RouterConfig,
+    pkt: &mut PacketBuf,
+    key: &FlowKey,
+    target: &FlowKey,
+) -> Stage {
+    match translate(pkt, key, target) {
+        Stage::Forward(_) => Stage::Done(kernel_delivery(router, target.dst)),
+        done => done,
+    }
+}
+
+/// To the twin of the interface that has `address`.
+fn kernel_delivery(router: &RouterConfig, address: Ipv4Addr) -> Verdict {
+    match router.local_port(address) {
+        Some(port) => deliver_locally(router, port),
+        // The address went away with a DHCP lease.
+        None => Verdict::Drop(DropReason::LocalDelivery),
+    }
+}
+
+pub fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &FlowKey) -> u16 {
     let stateful = &router.stateful;
     if let Some(forward) =
         stateful.port_forward(&router.interfaces, key.protocol, key.dst, key.dst_port)
@@ -675,6 +712,14 @@ pub(crate) fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &Flow
             return ownership.host_owner(key.src);
         }
         return ownership.port_owner(key.dst_port);
+    }
+    if router.local_port(key.src).is_some() {
+        // A connection the gateway's kernel opens, as its replies above name it: by the
+        // kernel's port, or (masqueraded) by a port of the owner's own share of the pool.
+        if !has_ports(key.protocol) {
+            return ownership.host_owner(key.dst);
+        }
+        return ownership.port_owner(key.src_port);
     }
     address_owner(router, ownership, key.protocol, key.src, key.dst)
 }
