@@ -27,8 +27,8 @@ use pipeline::pipeline::config::{KernelRouteAllow, PuntConfig};
 use pipeline::pipeline::kernel_flows::kernel_flow;
 use pipeline::pipeline::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
 use pipeline::pipeline::stateful::flow_owner;
-use pipeline::state::nat::Ownership;
 use pipeline::ratelimit::TokenBucket;
+use pipeline::state::nat::Ownership;
 use pipeline::wire::ipv6::prefix_of;
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, RouterConfig, WorkerCounters};
@@ -407,8 +407,17 @@ impl KernelLink {
 }
 
 /// The ring of kernel frames to worker `index`: the control thread's end and the worker's.
-pub fn kernel_ring(eal: &Eal, index: usize, socket: SocketId) -> anyhow::Result<(RingProducer, RingConsumer)> {
-    Ok(MbufRing::create(eal, &format!("kernel_{index}"), PUNT_RING_CAPACITY, socket)?)
+pub fn kernel_ring(
+    eal: &Eal,
+    index: usize,
+    socket: SocketId,
+) -> anyhow::Result<(RingProducer, RingConsumer)> {
+    Ok(MbufRing::create(
+        eal,
+        &format!("kernel_{index}"),
+        PUNT_RING_CAPACITY,
+        socket,
+    )?)
 }
 
 impl Twins {

@@ -320,16 +320,15 @@ impl Worker {
             let port = mbuf.port().0;
             let len = mbuf.len();
             let mut pkt = PacketBuf::new(mbuf.room_mut(), len);
-            let verdict = pipeline.from_kernel(&mut pkt, port, now_ns);
+            let verdict = pipeline.process_kernel_frame(&mut pkt, port, now_ns);
             let len = pkt.len();
             if mbuf.set_len(len).is_err() {
                 continue;
             }
-            match verdict {
-                // An unknown interface is dropped there, as `not_our_mac`.
-                Verdict::Transmit { port } => self.egress.send(port, mbuf, &self.counters),
-                // Counted by the pipeline.
-                _ => {}
+            // Drops were counted by the pipeline; an unknown interface is dropped by the
+            // egress, as `not_our_mac`.
+            if let Verdict::Transmit { port } = verdict {
+                self.egress.send(port, mbuf, &self.counters);
             }
         }
     }

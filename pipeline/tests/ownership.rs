@@ -18,9 +18,9 @@ use etherparse::{Icmpv4Type, IpNumber, Ipv4Header, PacketBuilder, TcpHeader, Udp
 use pipeline::pipeline::config::{PortForward, PuntConfig, Stateful};
 use pipeline::pipeline::kernel_flows::kernel_flow;
 use pipeline::pipeline::stateful::flow_owner;
-use pipeline::state::nat::Ownership;
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Ingress, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,
@@ -697,7 +697,7 @@ proptest! {
             let mut room = [0u8; ROOM];
             room[..frame.len()].copy_from_slice(&frame);
             let mut pkt = PacketBuf::new(&mut room, frame.len());
-            let verdict = gateway.pipelines[usize::from(owner)].from_kernel(&mut pkt, egress, 0);
+            let verdict = gateway.pipelines[usize::from(owner)].process_kernel_frame(&mut pkt, egress, 0);
             prop_assert_eq!(verdict, Verdict::Transmit { port: egress });
             let sent = pkt.bytes().to_vec();
             let (out_src, out_src_port, out_dst, out_dst_port) = tuple(&sent);

@@ -84,16 +84,18 @@ impl Pipeline {
     /// leaves by `port`, tracked and translated, or is dropped and counted. The control
     /// thread's config may be older or newer than this worker's: a frame this config would
     /// not track leaves untouched, as it would have.
-    pub fn from_kernel(&mut self, pkt: &mut PacketBuf, port: u16, now_ns: u64) -> Verdict {
+    pub fn process_kernel_frame(&mut self, pkt: &mut PacketBuf, port: u16, now_ns: u64) -> Verdict {
         let verdict = match kernel_flow(&self.router, port, pkt.bytes()) {
             None => Verdict::Transmit { port },
-            Some(key) => match self
-                .stateful
-                .from_kernel(&self.router, pkt, key, port, now_ns)
-            {
-                Stage::Done(verdict) => verdict,
-                _ => Verdict::Transmit { port },
-            },
+            Some(key) => {
+                match self
+                    .stateful
+                    .track_kernel_frame(&self.router, pkt, key, port, now_ns)
+                {
+                    Stage::Done(verdict) => verdict,
+                    _ => Verdict::Transmit { port },
+                }
+            }
         };
         self.counters.count(&verdict);
         verdict
@@ -106,7 +108,7 @@ impl StatefulStage {
     /// masquerades. A TCP segment that opens nothing and belongs to no flow (the kernel's
     /// side of a connection made to it, or a reset) leaves untracked, as a frame toward a
     /// zone that may reach the gateway does.
-    pub(crate) fn from_kernel(
+    pub(crate) fn track_kernel_frame(
         &mut self,
         router: &RouterConfig,
         pkt: &mut PacketBuf,

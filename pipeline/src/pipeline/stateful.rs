@@ -23,7 +23,7 @@ use crate::state::conntrack::{
     FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy,
 };
 use crate::state::firewall::{Action, ZoneId};
-use crate::state::flow_data::{release, ContentState, FlowData, SynProxy};
+use crate::state::flow_data::{release, Binding, ContentState, FlowData, SynProxy};
 use crate::state::nat::{self, AllocError, NatPool, Ownership};
 use crate::state::syn_cookie::CookieJar;
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -505,7 +505,7 @@ impl StatefulStage {
         &mut self,
         key: &FlowKey,
         fixed: Option<Ipv4Addr>,
-    ) -> Result<((Ipv4Addr, u16), Option<(u8, Ipv4Addr, u16)>), DropReason> {
+    ) -> Result<((Ipv4Addr, u16), Option<Binding>), DropReason> {
         let Some(pool) = self.nat.as_mut() else {
             return Err(DropReason::NatPortsExhausted);
         };

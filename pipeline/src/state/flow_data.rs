@@ -13,8 +13,8 @@ use crate::state::nat::NatPool;
 /// (`crate::pipeline::snapshot`): a change here is a change of the snapshot format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowData {
-    /// The NAT binding the flow holds (protocol, external address, port), released with it.
-    pub(crate) binding: Option<(u8, Ipv4Addr, u16)>,
+    /// The NAT binding the flow holds, released with it.
+    pub(crate) binding: Option<Binding>,
     /// The zones the flow was classified by, to re-check it after a reload.
     pub(crate) from_zone: u8,
     pub(crate) to_zone: u8,
@@ -62,6 +62,9 @@ pub enum SynProxy {
     /// (`client_window` kept to answer a retransmitted SYN-ACK again).
     Spliced { delta: u32, client_window: u16 },
 }
+
+/// A NAT binding: protocol, external address, port.
+pub(crate) type Binding = (u8, Ipv4Addr, u16);
 
 /// Returns a flow's NAT binding to the pool.
 pub(crate) fn release(nat: &mut Option<NatPool>, data: &FlowData) {
