@@ -122,7 +122,15 @@ impl StatefulStage {
             .then(|| ip.payload().first().copied())
             .flatten();
         let hash = self.flows.hash(&key);
-        let vacancy = match self.flows.probe(&key, hash) {
+        let mut found = self.flows.probe(&key, hash);
+        // A new connection on the tuple of a closed one (RFC 9293 3.6.1): a new flow.
+        if let Probe::Found(id, _) = found {
+            if is_bare_syn(segment.as_ref()) && self.is_closed(id) {
+                self.end_flow(id);
+                found = self.flows.probe(&key, hash);
+            }
+        }
+        let vacancy = match found {
             Probe::Found(id, direction) => {
                 if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
                 {

@@ -329,7 +329,7 @@ impl StatefulStage {
     }
 
     /// A TCP flow in TIME_WAIT or closed by a reset.
-    fn is_closed(&self, id: FlowId) -> bool {
+    pub(crate) fn is_closed(&self, id: FlowId) -> bool {
         matches!(
             self.flows.tcp_state(id),
             Some(TcpState::TimeWait | TcpState::Closed)
