@@ -11,7 +11,8 @@
 # (CHAP, IPCP with 100.64.0.2) gives the gateway its WAN address and default route: the checks
 # follow it up, cross it with ping and TCP both ways (masquerade, a port forward), clamp the
 # MSS to the 1492-byte link, end it with a PADT and with the ISP's restart under a new session
-# id, and lose it to LCP echo timeouts when the ISP dies without a word.
+# id, and lose it to LCP echo timeouts when the ISP dies without a word; an ARP/NS flood from
+# the LAN neither ends the session nor costs another LAN host a ping.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -365,6 +366,59 @@ wait_metric 20 "gateway_pppoe_session_up{$IF}" == 1 || pfail "no session within 
 lan ping -c 2 -W 2 203.0.113.10 >/dev/null || pfail "the LAN host cannot ping 203.0.113.10 after the credentials came back"
 pass "reloads: other settings keep session 4343; a new password reconnects (CHAP refused it), the right one again brings session $(m "gateway_pppoe_session_id{$IF}")"
 
-# 8.
+# 8. A LAN host floods broadcast ARP (requests for the gateway from made-up senders all over the
+# subnet, each with a MAC of its own) and IPv6 Neighbor Solicitations, as fast as a raw
+# socket sends them, for longer than LCP's echo tolerance (2 s x 3): the session stays up
+# (the same id: no echo lost to the control ring) and another host on the LAN (the
+# namespace's own 192.168.10.2) loses no ping through the session.
+rx_lan() { m 'gateway_interface_packets_total{direction="rx",interface="lan"}'; }
+session_id=$(m "gateway_pppoe_session_id{$IF}")
+sessions_before=$(m "gateway_pppoe_sessions_total{$IF}")
+rx_before=$(rx_lan)
+shed() { m 'gateway_dropped_packets_total{reason="slow_path_policed"'; }
+shed_before=$(shed)
+lan "$ISP_PY" - <<'PY' >"$WORK/flood.out" 2>&1 &
+import random, socket, time
+from scapy.all import ARP, Ether, IPv6, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr, raw
+random.seed(44)
+frames = []
+for i in range(4000):
+    mac = "02:%02x:%02x:%02x:%02x:%02x" % tuple(random.randrange(256) for _ in range(5))
+    if i % 2:
+        frames.append(raw(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff") /
+                          ARP(op=1, hwsrc=mac, psrc="192.168.10.%d" % random.randrange(100, 250),
+                              pdst="192.168.10.1")))
+    else:
+        target = "fe80::%x" % random.randrange(1, 1 << 16)
+        frames.append(raw(Ether(src=mac, dst="33:33:ff:00:00:01") /
+                          IPv6(src="fe80::%x" % random.randrange(1, 1 << 16), dst="ff02::1:ff00:1") /
+                          ICMPv6ND_NS(tgt=target) / ICMPv6NDOptSrcLLAddr(lladdr=mac)))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+sent, end = 0, time.time() + 8
+while time.time() < end:
+    for frame in frames:
+        try:
+            s.send(frame)
+            sent += 1
+        except OSError:  # the veth's queue is full for a moment
+            pass
+print(sent)
+PY
+FLOOD=$!
+lan ping -c 40 -i 0.2 -W 2 203.0.113.10 >"$WORK/flood-ping.txt" 2>&1 || true
+wait "$FLOOD" || pfail "the flood script failed: $(tail -n 3 "$WORK/flood.out")"
+flooded=$(tail -n 1 "$WORK/flood.out")
+received=$(($(rx_lan) - rx_before))
+((received >= flooded / 2)) ||
+    pfail "the gateway received $received frames on the LAN of the $flooded the flood sent: not a flood test"
+grep -q ' 0% packet loss' "$WORK/flood-ping.txt" ||
+    pfail "the other LAN host lost pings during the flood: $(grep 'packet loss' "$WORK/flood-ping.txt")"
+[[ $(m "gateway_pppoe_session_up{$IF}") == 1 && $(m "gateway_pppoe_session_id{$IF}") == "$session_id" &&
+    $(m "gateway_pppoe_sessions_total{$IF}") == "$sessions_before" ]] ||
+    pfail "the session did not survive the ARP/NS flood (id $session_id -> $(m "gateway_pppoe_session_id{$IF}"), sessions $sessions_before -> $(m "gateway_pppoe_sessions_total{$IF}"))"
+pass "an 8 s ARP/NS flood from the LAN ($flooded frames sent, $received received, $(($(shed) - shed_before)) shed as slow_path_policed): session $session_id stays up, the other LAN host's 40 pings all answered"
+
+# 9.
 assert_no_conntrack_invalid
 stop_gateway
