@@ -17,4 +17,5 @@
 #include <rte_eth_bond.h>
 #include <rte_eth_bond_8023ad.h>
 #include <rte_eth_ring.h>
+#include <rte_pdump.h>
 #include "shim.h"

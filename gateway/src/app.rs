@@ -60,6 +60,9 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
             None => false,
         },
         HugepageMode::Auto => match shortfall() {
+            Some(why) if config.eal.pdump => bail!(
+                "eal.pdump needs hugepages, and they fall short: {why} (see `make hugepages`)"
+            ),
             Some(why) => {
                 eprintln!(
                     "notice: hugepages fall short ({why}); running with --no-huge (slower, fine for labs)"
@@ -87,7 +90,8 @@ pub fn eal_args_with(config: &GatewayConfig, no_huge: bool) -> EalArgs {
         no_huge,
         memory_mb: config.eal.total_memory_mb(),
         socket_memory_mb: config.eal.socket_memory_mb.clone(),
-        in_memory: true,
+        // The capture tools attach to the runtime files `--in-memory` would leave out.
+        in_memory: !config.eal.pdump,
         file_prefix: Some(config.eal.file_prefix.clone()),
         no_pci: pci.is_empty(),
         pci_allow: pci,
@@ -157,6 +161,17 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         .map_err(anyhow::Error::from)
         .and_then(|eal| {
             tracing::info!(dpdk = %dpdk::version(), "EAL up");
+            let pdump = match config.eal.pdump {
+                true => Some(dpdk::Pdump::init(&eal)?),
+                false => None,
+            };
+            if pdump.is_some() {
+                tracing::info!(
+                    file_prefix = %config.eal.file_prefix,
+                    "rte_pdump up: dpdk-dumpcap --file-prefix={} captures any port",
+                    config.eal.file_prefix
+                );
+            }
             let channels = (events, control_events);
             let loaded = LoadedFile {
                 path: config_path,
@@ -164,6 +179,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
                 text: running_file,
             };
             let result = serve(loaded, web_config, &eal, stop, channels);
+            drop(pdump);
             drop(eal);
             result
         });

@@ -319,6 +319,12 @@ pub struct EalConfig {
     pub cpus: Vec<u32>,
     /// Passed to the EAL verbatim, after everything the config generates.
     pub extra_args: Vec<String>,
+    /// Lets DPDK's own capture tools (`dpdk-dumpcap`, `dpdk-pdump`) capture any port and
+    /// queue, RX and TX, into pcapng (`rte_pdump`). They are secondary processes: the EAL
+    /// then runs with its runtime files (`/var/run/dpdk/<file_prefix>`, the hugepage files)
+    /// instead of `--in-memory`, and needs hugepages. Nothing is copied while no tool
+    /// captures.
+    pub pdump: bool,
 }
 
 impl EalConfig {
@@ -342,6 +348,7 @@ impl Default for EalConfig {
             log_level: "notice".into(),
             cpus: Vec::new(),
             extra_args: Vec::new(),
+            pdump: false,
         }
     }
 }
@@ -2383,6 +2390,13 @@ impl GatewayConfig {
             }
         }
         check_log_level(&self.eal.log_level).map_err(|reason| invalid("eal.log_level", reason))?;
+        if self.eal.pdump && self.eal.hugepages == HugepageMode::Off {
+            return Err(invalid(
+                "eal.pdump",
+                "needs hugepages (eal.hugepages = \"auto\" or \"required\"): the capture tools \
+                 are secondary processes, which map the gateway's memory from its hugepage files",
+            ));
+        }
         let per_node = &self.eal.socket_memory_mb;
         if !per_node.is_empty() && per_node.iter().all(|&mb| mb == 0) {
             return Err(invalid(
@@ -3405,6 +3419,20 @@ mod tests {
         }
         let fine = format!("{LAB}\n[neighbors]\npending_total = 4095\nlocktime_ms = 0\n");
         assert_eq!(parse(&fine).unwrap().neighbors.pending_total, 4095);
+    }
+
+    #[test]
+    fn pdump_needs_hugepages_and_leaves_in_memory() {
+        let off = format!("{LAB}\n[eal]\npdump = true\nhugepages = \"off\"\n");
+        let err = parse(&off).unwrap_err().to_string();
+        assert!(err.starts_with("eal.pdump:"), "{err}");
+        let on = parse(&format!(
+            "{LAB}\n[eal]\npdump = true\nhugepages = \"required\"\n"
+        ))
+        .unwrap();
+        assert!(on.eal.pdump);
+        assert!(!crate::app::eal_args_with(&on, false).in_memory);
+        assert!(crate::app::eal_args_with(&parse(LAB).unwrap(), false).in_memory);
     }
 
     #[test]

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Packet capture with DPDK's own tool: with `eal.pdump = true` the gateway serves rte_pdump,
+# and dpdk-dumpcap (a secondary process, attached by the file prefix) captures a ping through
+# the gateway on the LAN port into pcapng, which tshark reads with both directions. Then the
+# gateway stops and leaves none of its hugepages behind.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+PREFIX=gateway-e2e-pdump
+# The runtime files a primary without --in-memory keeps, until the next one with the prefix.
+remove_runtime_files() {
+    rm -f /dev/hugepages/"$PREFIX"map_* 2>/dev/null || true
+    rm -rf "/var/run/dpdk/$PREFIX"
+}
+trap 'cleanup; remove_runtime_files' EXIT
+
+for tool in dpdk-dumpcap tshark; do
+    command -v "$tool" >/dev/null || fail "$tool is missing: make deps installs it"
+done
+"$ROOT/scripts/lab.sh" up >/dev/null
+wan ip route replace 192.168.10.0/24 via 10.0.0.1
+lab_config 19150 | sed -e "s/^file_prefix = .*/file_prefix = \"$PREFIX\"/" \
+    -e 's/^hugepages = .*/hugepages = "required"\npdump = true/' >"$WORK/gateway.toml"
+grep -q '^pdump = true' "$WORK/gateway.toml" || fail "configs/lab.toml has no hugepages line to put pdump beside"
+start_gateway "$WORK/gateway.toml"
+grep -q "rte_pdump up" "$WORK/gateway.log" || fail "the gateway did not log rte_pdump up"
+
+# The ports, as DPDK names them: the LAN's is the first af_packet port.
+dpdk-dumpcap --file-prefix="$PREFIX" -D >"$WORK/ports.txt" 2>&1 ||
+    fail "dpdk-dumpcap -D could not attach: $(tail -n 5 "$WORK/ports.txt")"
+grep -q "net_af_packet0" "$WORK/ports.txt" || fail "dpdk-dumpcap lists no net_af_packet0: $(cat "$WORK/ports.txt")"
+pass "dpdk-dumpcap attaches to the running gateway and lists its ports: $(grep -E '^[0-9]+\. ' "$WORK/ports.txt" | tr '\n' ' ')"
+
+dpdk-dumpcap --file-prefix="$PREFIX" -i net_af_packet0 -w "$WORK/lan.pcapng" -a duration:6 -q \
+    >"$WORK/dumpcap.log" 2>&1 &
+DUMPCAP=$!
+# Captures start once dumpcap has enabled rte_pdump on the port: ping until one shows up.
+for _ in $(seq 1 20); do
+    lan ping -c 1 -W 1 10.0.0.2 >/dev/null 2>&1 || true
+    [[ -s $WORK/lan.pcapng ]] && (($(stat -c %s "$WORK/lan.pcapng") > 1024)) && break
+    sleep 0.2
+done
+lan ping -c 3 -i 0.2 -W 1 10.0.0.2 >/dev/null || fail "ping through the gateway during the capture"
+wait "$DUMPCAP" || fail "dpdk-dumpcap failed: $(tail -n 5 "$WORK/dumpcap.log")"
+tshark -r "$WORK/lan.pcapng" -Y 'icmp and ip.addr == 10.0.0.2' -T fields -e ip.src -e ip.dst -e icmp.type \
+    >"$WORK/icmp.txt" 2>"$WORK/tshark.err" || fail "tshark cannot read the capture: $(cat "$WORK/tshark.err")"
+requests=$(awk '$1 == "192.168.10.2" && $2 == "10.0.0.2" && $3 == 8' "$WORK/icmp.txt" | wc -l)
+replies=$(awk '$1 == "10.0.0.2" && $2 == "192.168.10.2" && $3 == 0' "$WORK/icmp.txt" | wc -l)
+((requests >= 3 && replies >= 3)) ||
+    fail "the LAN port's capture holds $requests echo requests in and $replies replies out (want 3 each): $(head -n 10 "$WORK/icmp.txt")"
+pass "dpdk-dumpcap captured the ping on the LAN port, both directions ($requests requests received, $replies replies sent), read by tshark"
+
+stop_gateway
+pass "the gateway stops cleanly with rte_pdump up"
