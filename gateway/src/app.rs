@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use pipeline::features::meter::HostMeter;
 use pipeline::l3::neigh::NeighborConfig;
 use pipeline::pipeline::snapshot::SavedFlow;
+use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
 use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
 use pipeline::{NeighborView, Pipeline, WorkerCounters};
@@ -207,6 +208,8 @@ struct Gateway<'a> {
     ctl_server: Option<crate::ctl::server::CtlServer>,
     /// Sends the NAT log; dropped after the workers, so it sends what they queued last.
     nat_logger: Option<crate::nat_log::NatLogger>,
+    /// Sends the firewall log; dropped after the workers, as the NAT log.
+    firewall_logger: Option<crate::firewall_log::FirewallLogger>,
     metrics_failed: bool,
     meter_export: Arc<Published<MeterExport>>,
     netlink_thread: Option<std::thread::JoinHandle<()>>,
@@ -430,6 +433,7 @@ impl<'a> Gateway<'a> {
         let mut ctl_queries = Vec::new();
         let mut trace_requests = Vec::new();
         let mut nat_logs = Vec::new();
+        let mut firewall_logs = Vec::new();
         for (index, &lcore) in worker_lcores.iter().enumerate() {
             let (to_control, from_worker) = MbufRing::create(
                 eal,
@@ -458,7 +462,17 @@ impl<'a> Gateway<'a> {
                 ))
             });
             nat_logs.extend(nat_log.clone());
-            let setup = worker_setup(config, index as u16, workers, Some(meter), nat_log);
+            let mut setup = worker_setup(config, index as u16, workers, Some(meter), nat_log);
+            let log_config = &config.firewall.log;
+            if log_config.enabled() {
+                let log = Arc::new(FirewallLog::new(log_config.queue_events));
+                firewall_logs.push(log.clone());
+                setup.firewall_log = Some(FirewallLogger::new(
+                    log,
+                    log_config.per_sec,
+                    log_config.burst,
+                ));
+            }
             let pipeline =
                 Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
                     .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
@@ -599,6 +613,9 @@ impl<'a> Gateway<'a> {
             &config.traffic_meter,
         ))));
         let nat_logger = crate::nat_log::spawn(&config.nat.log, nat_logs)?;
+        let interface_names = config.interfaces.iter().map(|i| i.name.clone()).collect();
+        let firewall_logger =
+            crate::firewall_log::spawn(&config.firewall.log, firewall_logs, interface_names)?;
         let metrics = Metrics::new(Sources {
             interfaces: config.interfaces.iter().map(|i| i.name.clone()).collect(),
             ports: port_watch.clone(),
@@ -615,6 +632,7 @@ impl<'a> Gateway<'a> {
             reload: reload_status.clone(),
             snapshot: snapshot_status.clone(),
             nat_log: nat_logger.as_ref().map(|logger| logger.stats.clone()),
+            firewall_log: firewall_logger.as_ref().map(|logger| logger.stats.clone()),
             pppoe: pppoe_status,
             router: Some(router_published.clone()),
         });
@@ -685,6 +703,7 @@ impl<'a> Gateway<'a> {
             metrics_stop,
             ctl_server,
             nat_logger,
+            firewall_logger,
             metrics_failed,
             meter_export,
             netlink_thread,
@@ -868,6 +887,7 @@ impl<'a> Gateway<'a> {
             metrics_stop,
             ctl_server,
             nat_logger,
+            firewall_logger,
             metrics_failed,
             meter_export: _meter_export,
             netlink_thread,
@@ -910,6 +930,7 @@ impl<'a> Gateway<'a> {
         }
         let mut failures = running_workers.stop_and_join();
         drop(nat_logger);
+        drop(firewall_logger);
         drop(loader);
         if worker_died && failures.is_empty() {
             failures.push("a worker stopped without being told to".into());

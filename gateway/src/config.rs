@@ -1019,6 +1019,47 @@ pub struct FirewallConfig {
     /// IPv6 services on inside hosts that flows from an interface may open, whatever the
     /// zone policy says: the IPv6 form of a port forward (there is no NAT66).
     pub pinholes: Vec<PinholeConfig>,
+    /// Where the decisions of rules marked `log = true` go (`crate::firewall_log`).
+    pub log: FirewallLogConfig,
+}
+
+/// `[firewall.log]`: the decisions of rules marked `log = true`, one RFC 5424 syslog message
+/// each, within a budget per worker.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FirewallLogConfig {
+    /// Send each decision as one UDP datagram (RFC 5426) to this syslog receiver.
+    pub syslog_udp: Option<SocketAddr>,
+    /// Send each decision as one datagram to this Unix socket (`/dev/log`: the host's syslog).
+    pub syslog_unix: Option<PathBuf>,
+    /// The syslog facility: 16 (local0) to 23 (local7), or any of 0-23.
+    pub facility: u8,
+    /// Decisions each worker may log per second, and at once: a flood of logged drops costs
+    /// a worker no more; the rest are counted lost.
+    pub per_sec: u32,
+    pub burst: u32,
+    /// Decisions each worker may hold between two sends (every 100 ms); beyond, lost and
+    /// counted.
+    pub queue_events: usize,
+}
+
+impl Default for FirewallLogConfig {
+    fn default() -> Self {
+        FirewallLogConfig {
+            syslog_udp: None,
+            syslog_unix: None,
+            facility: 16,
+            per_sec: 100,
+            burst: 100,
+            queue_events: 4096,
+        }
+    }
+}
+
+impl FirewallLogConfig {
+    pub fn enabled(&self) -> bool {
+        self.syslog_udp.is_some() || self.syslog_unix.is_some()
+    }
 }
 
 /// `[[firewall.pinholes]]`: one IPv6 service on an inside host, reachable from `interface`.
@@ -1069,6 +1110,9 @@ pub struct RuleConfig {
     #[serde(default)]
     pub icmp_type: Option<u8>,
     pub action: FirewallAction,
+    /// Log each first packet this rule decides (`[firewall.log]`).
+    #[serde(default)]
+    pub log: bool,
 }
 
 /// "80" or "8000-8010", inclusive.
@@ -2357,6 +2401,7 @@ impl GatewayConfig {
         }
         self.validate_state()?;
         self.validate_nat_log()?;
+        self.validate_firewall_log()?;
         if self.neighbors.locktime_ms >= self.neighbors.reachable_secs.saturating_mul(1000) {
             return Err(invalid(
                 "neighbors.locktime_ms",
@@ -2403,6 +2448,51 @@ impl GatewayConfig {
                 "eal.socket_memory_mb",
                 "gives no node any memory; leave it empty to use eal.memory_mb",
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_firewall_log(&self) -> Result<(), ConfigError> {
+        let log = &self.firewall.log;
+        if log.facility > 23 {
+            return Err(invalid(
+                "firewall.log.facility",
+                format!(
+                    "{} is not a syslog facility (0-23; local0 is 16)",
+                    log.facility
+                ),
+            ));
+        }
+        if !(1..=1 << 24).contains(&log.queue_events) {
+            return Err(invalid(
+                "firewall.log.queue_events",
+                format!("{} is not between 1 and 16777216", log.queue_events),
+            ));
+        }
+        if log.per_sec == 0 || log.burst == 0 {
+            let field = if log.per_sec == 0 { "per_sec" } else { "burst" };
+            return Err(invalid(
+                format!("firewall.log.{field}"),
+                "must be positive (to log nothing, leave log = true off the rules)",
+            ));
+        }
+        if log
+            .syslog_unix
+            .as_ref()
+            .is_some_and(|path| !path.is_absolute())
+        {
+            return Err(invalid(
+                "firewall.log.syslog_unix",
+                "must be an absolute path (e.g. /dev/log)",
+            ));
+        }
+        if let Some(i) = self.firewall.rules.iter().position(|rule| rule.log) {
+            if !log.enabled() {
+                return Err(invalid(
+                    format!("firewall.rules[{i}].log"),
+                    "no [firewall.log] destination: set firewall.log.syslog_udp or syslog_unix",
+                ));
+            }
         }
         Ok(())
     }
@@ -3419,6 +3509,23 @@ mod tests {
         }
         let fine = format!("{LAB}\n[neighbors]\npending_total = 4095\nlocktime_ms = 0\n");
         assert_eq!(parse(&fine).unwrap().neighbors.pending_total, 4095);
+    }
+
+    #[test]
+    fn a_logged_rule_needs_a_firewall_log_destination() {
+        let rule = "\n[[firewall.rules]]\nname = \"x\"\naction = \"drop\"\nlog = true\n";
+        let err = parse(&format!("{LAB}{rule}")).unwrap_err().to_string();
+        assert!(err.starts_with("firewall.rules[0].log:"), "{err}");
+        let sent = format!("{LAB}{rule}\n[firewall.log]\nsyslog_udp = \"127.0.0.1:514\"\n");
+        assert!(parse(&sent).unwrap().firewall.rules[0].log);
+        for (line, field) in [
+            ("per_sec = 0", "firewall.log.per_sec:"),
+            ("facility = 24", "firewall.log.facility:"),
+            ("syslog_unix = \"dev/log\"", "firewall.log.syslog_unix:"),
+        ] {
+            let err = parse(&format!("{sent}{line}\n")).unwrap_err().to_string();
+            assert!(err.starts_with(field), "{line}: {err}");
+        }
     }
 
     #[test]

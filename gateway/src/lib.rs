@@ -13,6 +13,7 @@ pub mod control;
 pub mod ctl;
 pub mod dpdk;
 pub mod egress;
+pub mod firewall_log;
 pub mod handoff;
 pub mod healthcheck;
 pub mod hugepages;

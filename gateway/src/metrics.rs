@@ -143,6 +143,7 @@ pub struct Sources {
     pub snapshot: Arc<crate::snapshot::SnapshotStatus>,
     /// The NAT log's sends, when `[nat.log]` names a destination.
     pub nat_log: Option<Arc<crate::nat_log::NatLogStats>>,
+    pub firewall_log: Option<Arc<crate::firewall_log::FirewallLogStats>>,
     /// The PPPoE sessions, when an interface runs one.
     pub pppoe: Option<Arc<crate::pppoe::links::PppoeStatus>>,
     /// The router config in force, whose refused kernel routes are exported.
@@ -189,6 +190,7 @@ pub struct Metrics {
     kernel_routes_refused: IntGaugeVec,
     firewall_rule_hits: IntCounterVec,
     nat_log_events: IntCounterVec,
+    firewall_log_events: IntCounterVec,
     qos_bytes: IntCounterVec,
     qos_packets: IntCounterVec,
     qos_share: IntGaugeVec,
@@ -346,11 +348,15 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     gauge
 }
 
-fn action_name(action: pipeline::state::firewall::Action) -> &'static str {
-    match action {
-        pipeline::state::firewall::Action::Accept => "accept",
-        pipeline::state::firewall::Action::Drop => "drop",
-        pipeline::state::firewall::Action::Reject => "reject",
+/// A log's events by result: sent, send_failed, lost.
+fn export_log_stats<E>(family: &IntCounterVec, stats: &crate::nat_log::EventLogStats<E>) {
+    let results = [
+        ("sent", stats.sent.load(Ordering::Relaxed)),
+        ("send_failed", stats.send_failed.load(Ordering::Relaxed)),
+        ("lost", stats.lost()),
+    ];
+    for (result, count) in results {
+        sync_counter(family, &[result], count);
     }
 }
 
@@ -596,6 +602,7 @@ pub fn metric_names() -> Vec<String> {
         "snapshot_skipped_flows",
         "snapshot_refused",
         "nat_log_events_total",
+        "firewall_log_events_total",
         "worker_heartbeat_age_seconds",
         "qos_bytes_total",
         "qos_packets_total",
@@ -842,6 +849,12 @@ impl Metrics {
                 &registry,
                 "nat_log_events_total",
                 "NAT log events (mapping created or deleted) by result: sent, send_failed, lost (a worker's queue was full).",
+                &["result"],
+            ),
+            firewall_log_events: counter_vec(
+                &registry,
+                "firewall_log_events_total",
+                "Firewall log events (decisions of rules with log = true) by result: sent, send_failed, lost (over a worker's firewall.log budget, or its queue full).",
                 &["result"],
             ),
             qos_bytes: counter_vec(
@@ -1149,7 +1162,7 @@ impl Metrics {
             self.firewall_rule_hits.reset();
             for ((name, rule), hits) in names.iter().zip(firewall.rules()).zip(firewall.hits()) {
                 self.firewall_rule_hits
-                    .with_label_values(&[name.as_str(), action_name(rule.action)])
+                    .with_label_values(&[name.as_str(), rule.action.name()])
                     .inc_by(hits.total());
             }
         }
@@ -1177,14 +1190,10 @@ impl Metrics {
             self.pppoe.sync(pppoe);
         }
         if let Some(nat_log) = &self.sources.nat_log {
-            let results = [
-                ("sent", nat_log.sent.load(Ordering::Relaxed)),
-                ("send_failed", nat_log.send_failed.load(Ordering::Relaxed)),
-                ("lost", nat_log.lost()),
-            ];
-            for (result, count) in results {
-                sync_counter(&self.nat_log_events, &[result], count);
-            }
+            export_log_stats(&self.nat_log_events, nat_log);
+        }
+        if let Some(firewall_log) = &self.sources.firewall_log {
+            export_log_stats(&self.firewall_log_events, firewall_log);
         }
         for (reason, skipped) in pipeline::pipeline::snapshot::Skip::ALL
             .iter()

@@ -80,6 +80,7 @@ pub fn worker_setup(
         meter,
         fast_path: true,
         nat_log,
+        firewall_log: None,
         qos_seed: None,
     }
 }
@@ -429,7 +430,15 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    let firewall = RuleSet::compile(rules, policy).context("firewall.rules")?;
+    let mut firewall = RuleSet::compile(rules, policy).context("firewall.rules")?;
+    firewall.attach_logged(
+        config
+            .firewall
+            .rules
+            .iter()
+            .map(|rule| rule.log.then(|| std::sync::Arc::from(rule.name.as_str())))
+            .collect(),
+    );
     let port_forwards = config
         .nat
         .port_forwards

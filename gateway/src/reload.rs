@@ -56,6 +56,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.nat.log != new.nat.log {
         fields.push("nat.log".to_string());
     }
+    if running.firewall.log != new.firewall.log {
+        fields.push("firewall.log".to_string());
+    }
     // The control thread builds its neighbour table once, at start.
     if running.neighbors != new.neighbors {
         fields.push("neighbors".to_string());
@@ -158,6 +161,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.conntrack = running.conntrack.clone();
     merged.nat.binding_capacity = running.nat.binding_capacity;
     merged.nat.log = running.nat.log.clone();
+    merged.firewall.log = running.firewall.log.clone();
     merged.nat.host_ports = running.nat.host_ports;
     merged.nat.port_block_size = running.nat.port_block_size;
     merged.nat.port_range = running.nat.port_range;

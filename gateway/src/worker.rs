@@ -426,6 +426,9 @@ impl WorkerLoop {
         if let Some(log) = pipeline.nat_log() {
             log.set_now(now_ns);
         }
+        if let Some(log) = pipeline.firewall_log() {
+            log.set_now(now_ns);
+        }
         if let Some(router) = worker.router.changed_since(&mut self.router_version) {
             pipeline.set_router(router);
         }

@@ -73,6 +73,7 @@ fn the_refused_kernel_routes_of_the_router_in_force_are_counted_by_reason() {
         heartbeats: Vec::new(),
         snapshot: Default::default(),
         nat_log: None,
+        firewall_log: None,
         pppoe: None,
         router: Some(published.clone()),
     });

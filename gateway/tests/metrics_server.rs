@@ -45,6 +45,7 @@ impl Server {
             heartbeats: Vec::new(),
             snapshot: Default::default(),
             nat_log: None,
+            firewall_log: None,
             pppoe: None,
             router: None,
         });

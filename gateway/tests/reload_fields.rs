@@ -376,6 +376,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("eal.log_level", Restart, "\"debug\"", None),
     ("eal.cpus", Restart, "[0, 1]", None),
     ("eal.extra_args", Restart, "[\"--no-telemetry\"]", None),
+    ("eal.pdump", Restart, "true", None),
     ("mempool.mbufs", Restart, "32767", None),
     ("mempool.cache", Restart, "128", None),
     ("mempool.data_room", Restart, "4096", None),
@@ -611,6 +612,23 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         Some("firewall.rules[1].icmp_type"),
     ),
     ("firewall.rules[].action", Applied, "\"reject\"", None),
+    ("firewall.rules[].log", Applied, "true", None),
+    (
+        "firewall.log.syslog_udp",
+        Restart,
+        "\"127.0.0.1:5515\"",
+        None,
+    ),
+    (
+        "firewall.log.syslog_unix",
+        Restart,
+        "\"/run/other-log\"",
+        None,
+    ),
+    ("firewall.log.facility", Restart, "17", None),
+    ("firewall.log.per_sec", Restart, "50", None),
+    ("firewall.log.burst", Restart, "50", None),
+    ("firewall.log.queue_events", Restart, "1024", None),
     ("firewall.recheck_established", Applied, "true", None),
     ("metrics.listen", Restart, "\"127.0.0.1:9200\"", None),
     (
@@ -692,7 +710,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
 const FULL: &str = r#"
 [eal]
 main_lcore = 0
-hugepages = "off"
+hugepages = "required"
 memory_mb = 512
 socket_memory_mb = []
 file_prefix = "gw"
@@ -810,6 +828,13 @@ ipfix_domain = 1
 
 [firewall]
 recheck_established = false
+[firewall.log]
+syslog_udp = "127.0.0.1:515"
+syslog_unix = "/dev/log"
+facility = 16
+per_sec = 100
+burst = 100
+queue_events = 4096
 [[firewall.policy]]
 from = "wan"
 to = "local"

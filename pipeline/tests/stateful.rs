@@ -2820,6 +2820,7 @@ fn fuzz_setup(worker: u16, tcp_loose: bool) -> WorkerSetup {
         meter: None,
         fast_path: true,
         nat_log: None,
+        firewall_log: None,
         // Pipelines compared with each other place a host in the same slot of the QoS
         // fairness table, so that the idle sweep uncounts it at the same time.
         qos_seed: Some(u64::from(worker)),

@@ -2,7 +2,8 @@
 # The NAT log ([nat.log]) received by a real syslog server (rsyslog) and a real IPFIX
 # collector (nfcapd, read back with nfdump): one create and one delete per mapping of a short
 # UDP exchange through masquerade, and none for a second flow that shares the mapping; then, with
-# nat.port_block_size, one block line each way for a host's three mappings.
+# nat.port_block_size, one block line each way for a host's three mappings. The firewall log
+# ([firewall.log]) to the same rsyslog: a logged drop rule's decisions, one message each.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -54,6 +55,22 @@ lab_config 19141 >"$WORK/gateway.toml"
 sed -i 's/^udp_secs = .*/udp_secs = 2/' "$WORK/gateway.toml"
 printf '\n[nat.log]\nsyslog_udp = "127.0.0.1:%s"\nfacility = 17\nipfix_udp = "127.0.0.1:%s"\n' \
     "$SYSLOG_PORT" "$IPFIX_PORT" >>"$WORK/gateway.toml"
+# The firewall log to the same rsyslog, and a logged drop rule.
+cat >>"$WORK/gateway.toml" <<TOML
+
+[firewall.log]
+syslog_udp = "127.0.0.1:$SYSLOG_PORT"
+facility = 18
+
+[[firewall.rules]]
+name = "no-discard-service"
+from = "lan"
+to = "wan"
+protocol = "tcp"
+destination_ports = "9"
+action = "drop"
+log = true
+TOML
 start_gateway "$WORK/gateway.toml"
 METRICS=http://127.0.0.1:19141/metrics
 
@@ -110,6 +127,41 @@ sent=$(metric 'gateway_nat_log_events_total{result="sent"')
 lost=$(metric 'gateway_nat_log_events_total{result="lost"')
 (( sent >= 4 && lost == 0 )) || fail "nat_log_events_total: sent $sent (2 events to 2 destinations), lost $lost"
 pass "metrics: $sent NAT log events sent (syslog and IPFIX), none lost"
+
+# The logged drop rule: two attempts from the LAN host to the WAN host's port 9 (a SYN and
+# its retransmission, each a first packet the rule decides), each one message.
+lan python3 -c '
+import socket
+s = socket.socket()
+s.settimeout(1.5)
+s.bind(("192.168.10.2", 40009))
+assert s.connect_ex(("10.0.0.2", 9)) != 0' || fail "the LAN host reached 10.0.0.2:9 past the drop rule"
+for _ in $(seq 1 30); do
+    grep -q 'FIREWALL' "$WORK/nat.log" 2>/dev/null && break
+    sleep 0.1
+done
+python3 - "$WORK/nat.log" <<'PY' || fail "the firewall log is not the rule's drops of 192.168.10.2:40009 -> 10.0.0.2:9: $(grep FIREWALL "$WORK/nat.log")"
+import re, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if " FIREWALL " in l]
+assert lines, "no FIREWALL message"
+pattern = re.compile(
+    r'^<148>1 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S+ gateway \d+ FIREWALL '
+    r'\[fw@32473 rule="no-discard-service" action="drop" in="lan" out="wan" protocol="tcp" '
+    r'src="192\.168\.10\.2:40009" dst="10\.0\.0\.2:9"\] firewall drop by no-discard-service: '
+    r'tcp 192\.168\.10\.2:40009 -> 10\.0\.0\.2:9$')
+assert all(pattern.match(l) for l in lines), lines
+PY
+# One message per decision: the counts agree once rsyslog has written what was sent.
+for _ in $(seq 1 30); do
+    logged=$(grep -c ' FIREWALL ' "$WORK/nat.log")
+    fw_sent=$(metric 'gateway_firewall_log_events_total{result="sent"')
+    hits=$(metric 'gateway_firewall_rule_hits_total{action="drop",rule="no-discard-service"}')
+    ((fw_sent == logged && hits == logged)) && break
+    sleep 0.1
+done
+((logged > 0 && fw_sent == logged && hits == logged)) ||
+    fail "firewall_log_events_total sent $fw_sent, rule hits $hits, rsyslog lines $logged: not one message per decision"
+pass "rsyslog got $logged firewall log messages (RFC 5424, facility local2, warning) for the logged drop rule, one per decision it counted"
 
 # nfcapd writes its file out when it stops; nfdump reads the NAT events back.
 kill -TERM "$NFCAPD"

@@ -225,7 +225,7 @@ fn show_rules(sources: &Sources) -> Value {
             json!({
                 "index": index,
                 "name": name,
-                "action": format!("{:?}", rule.action).to_lowercase(),
+                "action": rule.action.name(),
                 "hits": hits.get(index).map(|hits| hits.total()),
             })
         })
@@ -665,7 +665,7 @@ fn record_json(record: &TraceRecord, sources: &Sources) -> Value {
             "match": "new",
             "port_forward": false,
             "firewall": firewall.map(|decision| json!({
-                "action": format!("{:?}", decision.action).to_lowercase(),
+                "action": decision.action.name(),
                 "rule": decision.rule.map(|i| router.stateful.firewall.rule(i).name.clone()),
                 "from_zone": decision.from.0,
                 "to_zone": decision.to.0,

@@ -18,29 +18,61 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use crossbeam_channel::{select, Sender};
+use pipeline::state::event_log::EventLog;
 use pipeline::state::nat::{NatEvent, NatLog};
 
 use crate::config::NatLogConfig;
 
 mod ipfix;
-mod syslog;
+pub(crate) mod syslog;
 
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 
-/// What became of the events, for metrics.
-#[derive(Debug, Default)]
-pub struct NatLogStats {
+/// What became of a log's events (the NAT log's, the firewall log's), for metrics.
+#[derive(Debug)]
+pub struct EventLogStats<E> {
     pub sent: AtomicU64,
     pub send_failed: AtomicU64,
     /// Every worker's queue, for the events lost to a full one.
-    logs: Vec<Arc<NatLog>>,
+    pub(crate) logs: Vec<Arc<EventLog<E>>>,
 }
 
-impl NatLogStats {
+impl<E> EventLogStats<E> {
+    pub fn new(logs: Vec<Arc<EventLog<E>>>) -> Self {
+        EventLogStats {
+            sent: AtomicU64::new(0),
+            send_failed: AtomicU64::new(0),
+            logs,
+        }
+    }
+
     pub fn lost(&self) -> u64 {
         self.logs.iter().map(|log| log.lost()).sum()
     }
+
+    /// Counts `events` sent, or failed to send, by `result`.
+    pub(crate) fn count(&self, result: &std::io::Result<usize>, events: usize) {
+        let counter = if result.is_ok() {
+            &self.sent
+        } else {
+            &self.send_failed
+        };
+        counter.fetch_add(events as u64, Ordering::Relaxed);
+    }
+
+    /// Takes every worker's queued events into `batch`, each dated (time since the Unix
+    /// epoch) by its age on its worker's clock (`at_ns`).
+    pub(crate) fn drain_dated(&self, batch: &mut Vec<(Duration, E)>, at_ns: impl Fn(&E) -> u64) {
+        batch.clear();
+        for log in &self.logs {
+            let first = batch.len();
+            log.drain(|event| batch.push((Duration::ZERO, event)));
+            date(&mut batch[first..], &at_ns, log.now_ns(), unix_now());
+        }
+    }
 }
+
+pub type NatLogStats = EventLogStats<NatEvent>;
 
 /// The running thread; dropping it drains once more and stops it.
 pub struct NatLogger {
@@ -59,13 +91,13 @@ impl Drop for NatLogger {
 }
 
 /// Where a syslog message goes.
-enum SyslogTransport {
+pub(crate) enum SyslogTransport {
     Udp(UdpSocket, SocketAddr),
     Unix(UnixDatagram, PathBuf),
 }
 
 impl SyslogTransport {
-    fn send(&self, message: &[u8]) -> std::io::Result<usize> {
+    pub(crate) fn send(&self, message: &[u8]) -> std::io::Result<usize> {
         match self {
             SyslogTransport::Udp(socket, to) => socket.send_to(message, to),
             SyslogTransport::Unix(socket, to) => socket.send_to(message, to),
@@ -79,7 +111,7 @@ enum Destination {
 }
 
 /// A UDP socket to send to `to` from any local address of its family.
-fn udp_socket_for(to: SocketAddr, field: &str) -> anyhow::Result<UdpSocket> {
+pub(crate) fn udp_socket_for(to: SocketAddr, field: &str) -> anyhow::Result<UdpSocket> {
     let local: SocketAddr = if to.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -116,10 +148,7 @@ pub fn spawn(config: &NatLogConfig, logs: Vec<Arc<NatLog>>) -> anyhow::Result<Op
     if destinations.is_empty() {
         return Ok(None);
     }
-    let stats = Arc::new(NatLogStats {
-        logs,
-        ..NatLogStats::default()
-    });
+    let stats = Arc::new(NatLogStats::new(logs));
     let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
     let thread = {
         let stats = stats.clone();
@@ -148,17 +177,22 @@ pub fn spawn(config: &NatLogConfig, logs: Vec<Arc<NatLog>>) -> anyhow::Result<Op
 }
 
 /// Dates each of `events` (time since the Unix epoch, beside the event): the worker stamped
-/// it with its clock, and that clock read now beside the wall clock says how long ago it
-/// was. Read after the drain, so every event drained is at or before it; re-read at every
-/// drain, so the TSC's drift from the wall clock never adds up.
-fn date(events: &mut [(Duration, NatEvent)], worker_now_ns: u64, wall_now: Duration) {
+/// it with its clock (`at_ns`), and that clock read now beside the wall clock says how long
+/// ago it was. Read after the drain, so every event drained is at or before it; re-read at
+/// every drain, so the TSC's drift from the wall clock never adds up.
+fn date<E>(
+    events: &mut [(Duration, E)],
+    at_ns: impl Fn(&E) -> u64,
+    worker_now_ns: u64,
+    wall_now: Duration,
+) {
     for (unix, event) in events {
-        let age = Duration::from_nanos(worker_now_ns.saturating_sub(event.at_ns));
+        let age = Duration::from_nanos(worker_now_ns.saturating_sub(at_ns(event)));
         *unix = wall_now.saturating_sub(age);
     }
 }
 
-fn unix_now() -> Duration {
+pub(crate) fn unix_now() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -170,24 +204,12 @@ fn drain(
     destinations: &mut [Destination],
     batch: &mut Vec<(Duration, NatEvent)>,
 ) {
-    batch.clear();
-    for log in &stats.logs {
-        let first = batch.len();
-        log.drain(|event| batch.push((Duration::ZERO, event)));
-        date(&mut batch[first..], log.now_ns(), unix_now());
-    }
+    stats.drain_dated(batch, |event| event.at_ns);
     if batch.is_empty() {
         return;
     }
     let now = unix_now();
-    let count = |result: std::io::Result<usize>, events: usize| {
-        let counter = if result.is_ok() {
-            &stats.sent
-        } else {
-            &stats.send_failed
-        };
-        counter.fetch_add(events as u64, Ordering::Relaxed);
-    };
+    let count = |result: std::io::Result<usize>, events: usize| stats.count(&result, events);
     let mut message = Vec::with_capacity(1500);
     for destination in destinations {
         match destination {
@@ -232,7 +254,7 @@ mod tests {
             (Duration::ZERO, event(1_200_000_000)),
         ];
         let wall_now = Duration::from_secs(1_796_151_600);
-        date(&mut events, 1_100_000_000, wall_now);
+        date(&mut events, |event| event.at_ns, 1_100_000_000, wall_now);
         assert_eq!(events[0].0, wall_now - Duration::from_millis(100));
         assert_eq!(events[1].0, wall_now - Duration::from_millis(30));
         assert_eq!(events[2].0, wall_now);

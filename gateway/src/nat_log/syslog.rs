@@ -8,10 +8,10 @@ use crate::ctl::protocol_name;
 /// (RFC 5612), as nothing else is registered for this gateway.
 const SD_ID: &str = "nat@32473";
 /// Severity informational (RFC 5424 6.2.1).
-pub(super) const SEVERITY_INFO: u8 = 6;
+pub(crate) const SEVERITY_INFO: u8 = 6;
 
 /// What every message of this gateway starts with.
-pub(super) struct Header {
+pub(crate) struct Header {
     pub priority: u8,
     pub hostname: String,
     pub pid: u32,
@@ -56,7 +56,7 @@ pub(super) fn format_event(out: &mut Vec<u8>, header: &Header, timestamp: &str, 
 }
 
 /// The host's name, or "-" (RFC 5424's nil value) when it cannot be read.
-pub(super) fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|name| name.trim().to_string())

@@ -25,6 +25,7 @@ use crate::pipeline::stateful::{
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{Probe, TcpSegment, Track};
 use crate::state::firewall::{Action, ZoneId};
+use crate::state::firewall_log::Decision;
 use crate::state::flow_data::{release, ContentState, FlowData, SynProxy};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::udp::{DHCP_CLIENT_PORT, DHCP_SERVER_PORT};
@@ -155,7 +156,14 @@ impl StatefulStage {
             false,
             icmp_type,
         );
-        stateful.firewall.count_hit(rule, self.worker);
+        let decision = Decision {
+            action,
+            ingress: port,
+            egress: Some(port),
+            forwarded_to: None,
+            from_kernel: true,
+        };
+        self.decided(stateful, rule, &key, decision, now_ns);
         if action != Action::Accept {
             return Stage::Done(Verdict::Drop(DropReason::FirewallDrop));
         }

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use crate::counters::WorkerCounters;
 use crate::features::meter::HostMeter;
 use crate::state::conntrack::{ConntrackConfig, FlowTable};
+use crate::state::firewall_log::{FirewallLog, FirewallLogger};
 use crate::state::nat::blocks::blocks_per_host;
 use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, DEFAULT_PORTS};
 
@@ -82,6 +83,9 @@ pub struct WorkerSetup {
     pub fast_path: bool,
     /// Where this worker's NAT pool tells its bindings made and freed (`[nat.log]`).
     pub nat_log: Option<Arc<NatLog>>,
+    /// Where the decisions of rules marked `log = true` go (`[firewall.log]`), with this
+    /// worker's budget for them.
+    pub firewall_log: Option<FirewallLogger>,
     /// Seeds the QoS fairness tables' hashing; None: a random seed, so that hosts cannot
     /// choose addresses that collide. Where a host's slot lies decides when the idle sweep
     /// uncounts it, so two pipelines meant to behave alike (the differential test's) need
@@ -103,6 +107,7 @@ impl Default for WorkerSetup {
             meter: None,
             fast_path: true,
             nat_log: None,
+            firewall_log: None,
             qos_seed: None,
         }
     }
@@ -235,6 +240,7 @@ impl Pipeline {
             qos_stats,
             router,
         };
+        pipeline.stateful.firewall_log = setup.firewall_log;
         pipeline.rebuild_policers();
         pipeline.reserve_forwarded_ports();
         pipeline.publish_table_stats();
@@ -385,6 +391,12 @@ impl Pipeline {
     /// worker loop tells it the time of each loop.
     pub fn nat_log(&self) -> Option<&Arc<NatLog>> {
         self.nat_setup.log.as_ref()
+    }
+
+    /// The firewall log this worker queues logged rules' decisions in, if `[firewall.log]`
+    /// is on: the worker loop tells it the time of each loop.
+    pub fn firewall_log(&self) -> Option<&Arc<FirewallLog>> {
+        self.stateful.firewall_log.as_ref().map(FirewallLogger::log)
     }
 
     /// The full path for one packet: every check, the stateful stage, routing, and the
@@ -665,7 +677,7 @@ impl Pipeline {
         {
             // Broadcast DHCP is for the kernel twin, when there is one.
             return Err(self
-                .punt_broadcast(&ip, ingress)
+                .punt_broadcast(&ip, ingress, now_ns)
                 .unwrap_or(Verdict::Drop(DropReason::MartianAddress)));
         }
         // A handed-off packet was checked by the worker that received it.

@@ -22,6 +22,7 @@ use crate::flow::FlowKey;
 use crate::pipeline::config::{Interface, RouterConfig};
 use crate::pipeline::{Ingress, Pipeline};
 use crate::state::firewall::{Action, ZoneId};
+use crate::state::firewall_log::Decision;
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::icmpv6::msg_type;
 use crate::wire::ipv6::{is_link_local, next_header, walk_extensions, ND_HOP_LIMIT};
@@ -84,11 +85,12 @@ impl Pipeline {
     /// interface's zone to `local` admit it. None: the martian drop stands.
     #[cold]
     pub(crate) fn punt_broadcast<T: AsRef<[u8]>>(
-        &self,
+        &mut self,
         ip: &Ipv4Packet<T>,
         ingress: Ingress,
+        now_ns: u64,
     ) -> Option<Verdict> {
-        let router = &*self.router;
+        let router = self.router.clone();
         if !router.punt.has_twin(ingress.port)
             || ip.protocol() != ipv4::protocol::UDP
             || !ip.dst_addr().is_broadcast()
@@ -104,10 +106,15 @@ impl Pipeline {
             .stateful
             .firewall
             .evaluate(from, ZoneId::LOCAL, &key, None);
-        router
-            .stateful
-            .firewall
-            .count_hit(rule, self.stateful.worker);
+        let decision = Decision {
+            action,
+            ingress: ingress.port,
+            egress: None,
+            forwarded_to: None,
+            from_kernel: false,
+        };
+        self.stateful
+            .decided(&router.stateful, rule, &key, decision, now_ns);
         Some(match action {
             Action::Accept => Verdict::Punt { port: ingress.port },
             Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),

@@ -23,6 +23,7 @@ use crate::state::conntrack::{
     FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy,
 };
 use crate::state::firewall::{Action, ZoneId};
+use crate::state::firewall_log::{Decision, FirewallLogger};
 use crate::state::flow_data::{release, Binding, ContentState, FlowData, SynProxy};
 use crate::state::nat::{self, AllocError, NatPool, Ownership};
 use crate::state::syn_cookie::CookieJar;
@@ -100,6 +101,8 @@ pub(crate) struct StatefulStage {
     pub(crate) unix_epoch_at_zero: i64,
     /// The SYN proxy's cookie key (`crate::pipeline::syn_proxy`).
     pub(crate) cookies: CookieJar,
+    /// Where the decisions of rules marked `log = true` go (`[firewall.log]`).
+    pub(crate) firewall_log: Option<FirewallLogger>,
 }
 
 impl StatefulStage {
@@ -117,6 +120,26 @@ impl StatefulStage {
             ownership,
             unix_epoch_at_zero: 0,
             cookies: CookieJar::new(),
+            firewall_log: None,
+        }
+    }
+
+    /// Rule `rule` (None: the zone pair's default) decided flow `key`'s first packet: its
+    /// hit counter counts it, and its decision is logged if the rule says so.
+    #[inline]
+    pub(crate) fn decided(
+        &mut self,
+        stateful: &crate::pipeline::config::Stateful,
+        rule: Option<usize>,
+        key: &FlowKey,
+        decision: Decision,
+        now_ns: u64,
+    ) {
+        stateful.firewall.count_hit(rule, self.worker);
+        if let (Some(name), Some(logger)) =
+            (stateful.firewall.logged(rule), self.firewall_log.as_mut())
+        {
+            logger.record(name, key, decision, now_ns);
         }
     }
 
@@ -377,7 +400,14 @@ impl StatefulStage {
             let (action, rule) = stateful
                 .firewall
                 .evaluate(from, ZoneId::LOCAL, &key, icmp_type);
-            stateful.firewall.count_hit(rule, self.worker);
+            let decision = Decision {
+                action,
+                ingress: ingress.port,
+                egress: None,
+                forwarded_to: None,
+                from_kernel: false,
+            };
+            self.decided(stateful, rule, &key, decision, now_ns);
             // The dataplane answers echo requests itself; other ICMP (the replies to the
             // kernel's own pings) is the kernel twin's, when the interface has one.
             let kernels = |icmp_type| {
@@ -408,7 +438,14 @@ impl StatefulStage {
             dnat.is_some(),
             icmp_type,
         );
-        stateful.firewall.count_hit(rule, self.worker);
+        let decision = Decision {
+            action,
+            ingress: ingress.port,
+            egress: Some(route.port),
+            forwarded_to: dnat,
+            from_kernel: false,
+        };
+        self.decided(stateful, rule, &key, decision, now_ns);
         match action {
             Action::Accept => {}
             Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),

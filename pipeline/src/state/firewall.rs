@@ -78,6 +78,17 @@ pub enum Action {
     Reject,
 }
 
+impl Action {
+    /// As the config writes it: "accept", "drop", "reject".
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Accept => "accept",
+            Action::Drop => "drop",
+            Action::Reject => "reject",
+        }
+    }
+}
+
 /// One configured rule. `None` in a match field means "any".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
@@ -616,6 +627,9 @@ pub struct RuleSet {
     groups: Vec<Group>,
     /// Each rule's hit counter, in rule order; empty: not counted (`attach_hits`).
     hits: Vec<Arc<RuleHits>>,
+    /// Each rule's name if its decisions are logged (`log = true`), in rule order; empty:
+    /// none is (`attach_logged`).
+    logged: Vec<Option<Arc<str>>>,
 }
 
 impl RuleSet {
@@ -711,6 +725,7 @@ impl RuleSet {
             cells,
             groups,
             hits: Vec::new(),
+            logged: Vec::new(),
         })
     }
 
@@ -727,6 +742,20 @@ impl RuleSet {
         if let Some(hits) = rule.and_then(|rule| self.hits.get(rule)) {
             hits.add(worker);
         }
+    }
+
+    /// Marks the rules whose decisions are logged: per rule, in rule order, its name if so
+    /// (one per rule, or nothing changes).
+    pub fn attach_logged(&mut self, logged: Vec<Option<Arc<str>>>) {
+        if logged.len() == self.rules.len() {
+            self.logged = logged;
+        }
+    }
+
+    /// The name to log rule `rule`'s decisions under, if they are logged.
+    #[inline]
+    pub fn logged(&self, rule: Option<usize>) -> Option<&Arc<str>> {
+        rule.and_then(|rule| self.logged.get(rule))?.as_ref()
     }
 
     /// The rules' hit counters, in rule order (empty if none are attached).

@@ -5,7 +5,9 @@
 //! [`crate::flow`] and [`crate::wire`]; knows nothing of the features or the pipeline.
 
 pub mod conntrack;
+pub mod event_log;
 pub mod firewall;
+pub mod firewall_log;
 pub mod flow_data;
 pub mod hosts;
 pub mod nat;

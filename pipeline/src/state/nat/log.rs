@@ -5,9 +5,8 @@
 //! holds up a packet.
 
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_queue::ArrayQueue;
+use crate::state::event_log::EventLog;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NatEventKind {
@@ -54,37 +53,10 @@ pub struct NatEvent {
     pub block: Option<PortBlock>,
 }
 
-/// One worker's queue of events, written by that worker only.
-#[derive(Debug)]
-pub struct NatLog {
-    queue: ArrayQueue<NatEvent>,
-    lost: AtomicU64,
-    /// The worker's clock at its current loop, which events are stamped with; the draining
-    /// thread reads it beside the wall clock to date them.
-    now_ns: AtomicU64,
-}
+/// One worker's queue of NAT events (`EventLog`), written by that worker only.
+pub type NatLog = EventLog<NatEvent>;
 
 impl NatLog {
-    /// Room for `capacity` events between two drains (at least one). Allocates: at set-up.
-    pub fn new(capacity: usize) -> NatLog {
-        NatLog {
-            queue: ArrayQueue::new(capacity.max(1)),
-            lost: AtomicU64::new(0),
-            now_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// The worker's clock now: once per poll loop, a store to a line only it writes.
-    #[inline]
-    pub fn set_now(&self, now_ns: u64) {
-        self.now_ns.store(now_ns, Ordering::Relaxed);
-    }
-
-    /// The worker's clock at its latest loop.
-    pub fn now_ns(&self) -> u64 {
-        self.now_ns.load(Ordering::Relaxed)
-    }
-
     /// Queues the event, stamped with the worker's clock, or counts it lost when the queue
     /// is full. Lock-free, no allocation.
     #[inline]
@@ -96,7 +68,7 @@ impl NatLog {
         external: (Ipv4Addr, u16),
     ) {
         self.push(NatEvent {
-            at_ns: self.now_ns.load(Ordering::Relaxed),
+            at_ns: self.now_ns(),
             kind,
             protocol,
             internal,
@@ -117,32 +89,13 @@ impl NatLog {
         block: PortBlock,
     ) {
         self.push(NatEvent {
-            at_ns: self.now_ns.load(Ordering::Relaxed),
+            at_ns: self.now_ns(),
             kind,
             protocol: 0,
             internal: (host, 0),
             external: (address, 0),
             block: Some(block),
         });
-    }
-
-    #[inline]
-    fn push(&self, event: NatEvent) {
-        if self.queue.push(event).is_err() {
-            self.lost.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Takes every queued event, oldest first.
-    pub fn drain(&self, mut each: impl FnMut(NatEvent)) {
-        while let Some(event) = self.queue.pop() {
-            each(event);
-        }
-    }
-
-    /// Events lost to a full queue since start.
-    pub fn lost(&self) -> u64 {
-        self.lost.load(Ordering::Relaxed)
     }
 }
 
@@ -157,21 +110,6 @@ mod tests {
             (Ipv4Addr::new(192, 168, 10, 2), port),
             (Ipv4Addr::new(10, 0, 0, 1), port),
         );
-    }
-
-    #[test]
-    fn a_full_queue_counts_what_it_loses_and_drains_in_order() {
-        let log = NatLog::new(2);
-        for port in 1..=3 {
-            record(&log, port);
-        }
-        assert_eq!(log.lost(), 1);
-        let mut drained = Vec::new();
-        log.drain(|e| drained.push(e.internal.1));
-        assert_eq!(drained, [1, 2]);
-        record(&log, 4);
-        log.drain(|e| drained.push(e.internal.1));
-        assert_eq!(drained, [1, 2, 4]);
     }
 
     #[test]
