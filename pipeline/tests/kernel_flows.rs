@@ -149,6 +149,7 @@ fn the_kernels_query_to_the_wan_is_tracked_and_its_answer_reaches_the_twin() {
     assert_eq!(verdict, Verdict::Transmit { port: WAN });
     assert_eq!(gw.flow_count(), 1);
     let external_port = port_at(&sent, 0);
+    assert_eq!(external_port, 40000, "the kernel's port, free in the pool, is kept");
     let answer = udp(
         (ISP_MAC, WAN_MAC),
         (RESOLVER, 53),
@@ -230,4 +231,31 @@ fn tcp_the_kernel_did_not_open_leaves_untracked_and_toward_inside_nothing_is_tra
         ([10, 0, 0, 255], 9),
     );
     assert_eq!(kernel_flow(&router, WAN, &broadcast), None);
+}
+
+#[test]
+fn the_kernels_port_is_kept_unless_a_lan_host_holds_it() {
+    let mut gw = pipeline(router(&[]));
+    // A LAN host's flow takes external port 40000 first (port preservation).
+    let lan_query = udp((HOST_MAC, LAN_MAC), (HOST, 40000), (RESOLVER, 53));
+    let (verdict, sent) = from_wire(&mut gw, &lan_query, LAN);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(port_at(&sent, 0), 40000);
+    // The kernel's query from the same port to the same resolver: translated, or its
+    // answer would be the LAN host's.
+    let query = udp((WAN_MAC, ISP_MAC), (WAN_ADDR, 40000), (RESOLVER, 53));
+    let (verdict, sent) = from_kernel(&mut gw, &query, WAN);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let kernel_port = port_at(&sent, 0);
+    assert_ne!(kernel_port, 40000);
+    for (dst_port, to) in [(40000, Verdict::Transmit { port: LAN }), (kernel_port, Verdict::Punt { port: WAN })] {
+        let answer = udp((ISP_MAC, WAN_MAC), (RESOLVER, 53), (WAN_ADDR, dst_port));
+        assert_eq!(from_wire(&mut gw, &answer, WAN).0, to, "to port {dst_port}");
+    }
+    // A port outside the pool's range (NTP's 123) is no LAN host's: kept, and answered.
+    let ntp = udp((WAN_MAC, ISP_MAC), (WAN_ADDR, 123), (RESOLVER, 123));
+    let (_, sent) = from_kernel(&mut gw, &ntp, WAN);
+    assert_eq!(port_at(&sent, 0), 123);
+    let answer = udp((ISP_MAC, WAN_MAC), (RESOLVER, 123), (WAN_ADDR, 123));
+    assert_eq!(from_wire(&mut gw, &answer, WAN).0, Verdict::Punt { port: WAN });
 }

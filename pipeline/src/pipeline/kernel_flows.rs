@@ -7,8 +7,9 @@
 //! ([`kernel_flow`]) and hands each to the worker that owns its flow
 //! ([`crate::pipeline::stateful::flow_owner`]). That worker admits a new flow under the
 //! `local -> zone` policy (accept unless the operator says otherwise), masquerades it where
-//! the interface masquerades (a port from the pool, as for a LAN host, so that a reply is
-//! never ambiguous with a LAN host's binding), and transmits it as the kernel framed it. A
+//! the interface masquerades (keeping the kernel's address and port where the pool can hold
+//! them for it, else a port from the pool as for a LAN host, so that a reply is never
+//! ambiguous with a LAN host's binding), and transmits it as the kernel framed it. A
 //! reply matches the flow on its way in and goes to the twin
 //! ([`StatefulStage::process`](crate::pipeline::stateful::StatefulStage)).
 //!
@@ -26,7 +27,7 @@ use crate::pipeline::Pipeline;
 use crate::state::conntrack::{Probe, TcpSegment, Track};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::firewall_log::Decision;
-use crate::state::flow_data::{release, ContentState, FlowData, SynProxy};
+use crate::state::flow_data::{release, Binding, ContentState, FlowData, SynProxy};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::udp::{DHCP_CLIENT_PORT, DHCP_SERVER_PORT};
 use crate::wire::{ethernet, icmp, ipv4, EthernetFrame, IcmpPacket, Ipv4Packet};
@@ -104,6 +105,24 @@ impl Pipeline {
 }
 
 impl StatefulStage {
+    /// Masqueraded from the gateway's own address there, the kernel's port is kept where no
+    /// LAN host's binding can ever take it (outside the pool's range: `Some(None)`) or the
+    /// pool binds exactly it to the flow (`Some(Some(binding))`), so that a service on the
+    /// twin answers from its own port (a VPN endpoint, NTP) and what the kernel opens leaves
+    /// as it chose. None: the port is a LAN host's or a forward's; the flow is translated.
+    fn kept_kernel_source(&mut self, key: &FlowKey) -> Option<Option<Binding>> {
+        let pool = self.nat.as_mut()?;
+        if !pool.has_address(key.src) {
+            return None;
+        }
+        if !pool.ports().contains(&key.src_port) {
+            return Some(None);
+        }
+        let endpoint = (key.src, key.src_port);
+        pool.restore(key.protocol, endpoint, endpoint).ok()?;
+        Some(Some((key.protocol, key.src, key.src_port)))
+    }
+
     /// The kernel's frame with `key`, leaving by `port`: a packet of a flow it opened, or
     /// the first of a new one, admitted under `local -> zone` and masqueraded where `port`
     /// masquerades. A TCP segment that opens nothing and belongs to no flow (the kernel's
@@ -167,13 +186,15 @@ impl StatefulStage {
         if action != Action::Accept {
             return Stage::Done(Verdict::Drop(DropReason::FirewallDrop));
         }
-        let (source, binding) = if stateful.masquerade[usize::from(port)] {
+        let (source, binding) = if !stateful.masquerade[usize::from(port)] {
+            ((key.src, key.src_port), None)
+        } else if let Some(binding) = self.kept_kernel_source(&key) {
+            ((key.src, key.src_port), binding)
+        } else {
             match self.masquerade_source(&key, None) {
                 Ok(source) => source,
                 Err(reason) => return Stage::Done(Verdict::Drop(reason)),
             }
-        } else {
-            ((key.src, key.src_port), None)
         };
         let reply = crate::flow::reply_key(key.protocol, (key.dst, key.dst_port), source);
         let data = FlowData {
