@@ -149,7 +149,10 @@ fn the_kernels_query_to_the_wan_is_tracked_and_its_answer_reaches_the_twin() {
     assert_eq!(verdict, Verdict::Transmit { port: WAN });
     assert_eq!(gw.flow_count(), 1);
     let external_port = port_at(&sent, 0);
-    assert_eq!(external_port, 40000, "the kernel's port, free in the pool, is kept");
+    assert_eq!(
+        external_port, 40000,
+        "the kernel's port, free in the pool, is kept"
+    );
     let answer = udp(
         (ISP_MAC, WAN_MAC),
         (RESOLVER, 53),
@@ -248,7 +251,10 @@ fn the_kernels_port_is_kept_unless_a_lan_host_holds_it() {
     assert_eq!(verdict, Verdict::Transmit { port: WAN });
     let kernel_port = port_at(&sent, 0);
     assert_ne!(kernel_port, 40000);
-    for (dst_port, to) in [(40000, Verdict::Transmit { port: LAN }), (kernel_port, Verdict::Punt { port: WAN })] {
+    for (dst_port, to) in [
+        (40000, Verdict::Transmit { port: LAN }),
+        (kernel_port, Verdict::Punt { port: WAN }),
+    ] {
         let answer = udp((ISP_MAC, WAN_MAC), (RESOLVER, 53), (WAN_ADDR, dst_port));
         assert_eq!(from_wire(&mut gw, &answer, WAN).0, to, "to port {dst_port}");
     }
@@ -257,5 +263,8 @@ fn the_kernels_port_is_kept_unless_a_lan_host_holds_it() {
     let (_, sent) = from_kernel(&mut gw, &ntp, WAN);
     assert_eq!(port_at(&sent, 0), 123);
     let answer = udp((ISP_MAC, WAN_MAC), (RESOLVER, 123), (WAN_ADDR, 123));
-    assert_eq!(from_wire(&mut gw, &answer, WAN).0, Verdict::Punt { port: WAN });
+    assert_eq!(
+        from_wire(&mut gw, &answer, WAN).0,
+        Verdict::Punt { port: WAN }
+    );
 }
