@@ -431,12 +431,15 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         })
         .collect::<anyhow::Result<_>>()?;
     let mut firewall = RuleSet::compile(rules, policy).context("firewall.rules")?;
+    // Logged under the name its counter has (`name#2` for a name's second rule).
+    let names = crate::rule_hits::counter_names(firewall.rules());
     firewall.attach_logged(
         config
             .firewall
             .rules
             .iter()
-            .map(|rule| rule.log.then(|| std::sync::Arc::from(rule.name.as_str())))
+            .zip(names)
+            .map(|(rule, name)| rule.log.then(|| std::sync::Arc::from(name)))
             .collect(),
     );
     let port_forwards = config
