@@ -261,17 +261,26 @@ pub fn validate(config: &GatewayConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// A worker's end of its punt ring: batched, flushed once per loop, never waiting.
-pub struct PuntLink {
+/// The sending end of a ring between the workers and the control thread (a worker's punt
+/// ring, the control thread's rings of kernel frames): batched, flushed once per round, never
+/// waiting; what the ring refuses (its consumer is behind) is freed and counted as `full`.
+pub struct BatchedRing {
     ring: RingProducer,
     batch: MbufBatch,
+    full: DropReason,
 }
 
-impl PuntLink {
-    /// Queues a packet for the twin of interface `port`.
+impl BatchedRing {
+    fn new(ring: RingProducer, full: DropReason) -> Self {
+        BatchedRing {
+            ring,
+            batch: MbufBatch::new(),
+            full,
+        }
+    }
+
     #[inline]
-    pub fn send(&mut self, port: u16, mut mbuf: Mbuf, counters: &WorkerCounters) {
-        mbuf.set_port(port);
+    fn push(&mut self, mbuf: Mbuf, counters: &WorkerCounters) {
         if let Err(mbuf) = self.batch.push(mbuf) {
             self.flush(counters);
             // Empty after a flush, so this push succeeds.
@@ -279,7 +288,6 @@ impl PuntLink {
         }
     }
 
-    /// What the ring refuses (the control thread is behind) is freed and counted.
     #[inline]
     pub fn flush(&mut self, counters: &WorkerCounters) {
         if self.batch.is_empty() {
@@ -287,8 +295,25 @@ impl PuntLink {
         }
         let (_, refused) = self.ring.enqueue_or_free(&mut self.batch);
         if refused > 0 {
-            counters.record_drops(DropReason::PuntRingFull, refused as u64);
+            counters.record_drops(self.full, refused as u64);
         }
+    }
+}
+
+/// A worker's end of its punt ring.
+pub struct PuntLink(BatchedRing);
+
+impl PuntLink {
+    /// Queues a packet for the twin of interface `port`.
+    #[inline]
+    pub fn send(&mut self, port: u16, mut mbuf: Mbuf, counters: &WorkerCounters) {
+        mbuf.set_port(port);
+        self.0.push(mbuf, counters);
+    }
+
+    #[inline]
+    pub fn flush(&mut self, counters: &WorkerCounters) {
+        self.0.flush(counters);
     }
 }
 
@@ -300,11 +325,10 @@ pub fn punt_ring(
 ) -> anyhow::Result<(PuntLink, RingConsumer)> {
     let (ring, consumer) =
         MbufRing::create(eal, &format!("punt_{index}"), PUNT_RING_CAPACITY, socket)?;
-    let link = PuntLink {
-        ring,
-        batch: MbufBatch::new(),
-    };
-    Ok((link, consumer))
+    Ok((
+        PuntLink(BatchedRing::new(ring, DropReason::PuntRingFull)),
+        consumer,
+    ))
 }
 
 /// One interface's twin: the tap port's single queue pair, the control thread's (the queues
@@ -376,34 +400,8 @@ pub struct Twins {
     from_workers: Vec<RingConsumer>,
     /// To each worker, the kernel's frames of the flows it owns (`pipeline::pipeline::
     /// kernel_flows`), in worker order.
-    to_workers: Vec<KernelLink>,
+    to_workers: Vec<BatchedRing>,
     batch: MbufBatch,
-}
-
-/// The control thread's end of a worker's ring of kernel frames: batched, flushed once per
-/// round, never waiting.
-struct KernelLink {
-    ring: RingProducer,
-    batch: MbufBatch,
-}
-
-impl KernelLink {
-    fn send(&mut self, mbuf: Mbuf, counters: &WorkerCounters) {
-        if let Err(mbuf) = self.batch.push(mbuf) {
-            self.flush(counters);
-            let _ = self.batch.push(mbuf);
-        }
-    }
-
-    fn flush(&mut self, counters: &WorkerCounters) {
-        if self.batch.is_empty() {
-            return;
-        }
-        let (_, refused) = self.ring.enqueue_or_free(&mut self.batch);
-        if refused > 0 {
-            counters.record_drops(DropReason::KernelRingFull, refused as u64);
-        }
-    }
 }
 
 /// The ring of kernel frames to worker `index`: the control thread's end and the worker's.
@@ -513,10 +511,7 @@ impl Twins {
         self.from_workers = from_workers;
         self.to_workers = to_workers
             .into_iter()
-            .map(|ring| KernelLink {
-                ring,
-                batch: MbufBatch::new(),
-            })
+            .map(|ring| BatchedRing::new(ring, DropReason::KernelRingFull))
             .collect();
         self
     }
@@ -621,7 +616,7 @@ impl Twins {
                     match owner.and_then(|owner| to_workers.get_mut(owner)) {
                         Some(link) => {
                             mbuf.set_port(port);
-                            link.send(mbuf, counters);
+                            link.push(mbuf, counters);
                         }
                         None => to_wire(port, mbuf),
                     }
