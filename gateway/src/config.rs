@@ -2857,12 +2857,6 @@ impl GatewayConfig {
     /// reaches only itself and the gateway (a guest VLAN without its `guest -> wan accept`).
     fn zones_nothing_lets_out(&self) -> Vec<String> {
         let zones = self.zone_names();
-        let masqueraded = |zone: &str| {
-            self.interfaces.iter().any(|iface| {
-                iface.zone.as_deref().unwrap_or(&iface.name) == zone
-                    && self.nat.masquerade.contains(&iface.name)
-            })
-        };
         let leads_out =
             |from: &str, to: Option<&str>| to.is_none_or(|to| to != from && to != "local");
         let lets_out = |zone: &str| {
@@ -2881,7 +2875,7 @@ impl GatewayConfig {
         }
         zones
             .iter()
-            .filter(|zone| !masqueraded(zone) && !lets_out(zone))
+            .filter(|zone| !self.is_outside_zone(zone) && !lets_out(zone))
             .map(|zone| {
                 format!(
                     "firewall.policy: no policy or rule lets zone {zone:?} out: between zones \
@@ -2893,6 +2887,15 @@ impl GatewayConfig {
     }
 
     /// Zone names in first-seen order; an interface without one is its own zone.
+    /// Whether `zone` holds a masqueraded interface: an outside zone, which by default
+    /// reaches neither itself nor `local` (an inside one reaches both).
+    pub fn is_outside_zone(&self, zone: &str) -> bool {
+        self.interfaces.iter().any(|iface| {
+            iface.zone.as_deref().unwrap_or(&iface.name) == zone
+                && self.nat.masquerade.contains(&iface.name)
+        })
+    }
+
     pub fn zone_names(&self) -> Vec<String> {
         let mut zones: Vec<String> = Vec::new();
         for iface in &self.interfaces {

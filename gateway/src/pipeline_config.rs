@@ -377,12 +377,11 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
     // masqueraded) zone may reach itself (its interfaces trust each other) and the gateway
     // (ARP's neighbours, DHCP and DNS through the twins, ping); an outside one neither.
     // Explicit policies override.
-    let outside: Vec<ZoneId> = zones
+    let outside: Vec<ZoneId> = zone_names
         .iter()
-        .zip(&masquerade)
-        .filter(|(_, &m)| m)
-        .map(|(z, _)| *z)
-        .collect();
+        .filter(|name| config.is_outside_zone(name))
+        .map(|name| zone(name))
+        .collect::<anyhow::Result<_>>()?;
     let mut policy = Policy::new(Action::Drop);
     // What the gateway's kernel opens (its twins' daemons: DNS forwarding, NTP, BGP) may
     // leave toward every zone; its replies come back by its flow.
