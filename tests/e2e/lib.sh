@@ -42,6 +42,34 @@ lab_config() {
     cat "$WORK/lab-config.toml"
 }
 
+# lab_config_ipv6 METRICS_PORT [LINE...]: lab_config with IPv6 on both interfaces: the LAN's
+# 2001:db8:10::1/64 with Router Advertisements every 30 s (each LINE added to its table), the
+# WAN's 2001:db8:ff::1/64, and the IPv6 default route to the WAN host 2001:db8:ff::2. Each
+# table must follow every key of its [[interfaces]] entry, so the LAN's goes before the
+# second entry and the WAN's before [[routes]].
+lab_config_ipv6() {
+    local port=$1
+    shift
+    local extra=
+    (($# > 0)) && extra=$(printf '%s\n' "$@")
+    lab_config "$port" | awk -v extra="$extra" '
+        /^\[\[interfaces\]\]/ && ++entries == 2 {
+            print "[interfaces.ipv6]"
+            print "addresses = [\"2001:db8:10::1/64\"]"
+            print "router_advertisements = true"
+            print "ra_interval_secs = 30"
+            if (extra != "") print extra
+            print ""
+        }
+        /^\[\[routes\]\]/ && !wan_table++ {
+            print "[interfaces.ipv6]"
+            print "addresses = [\"2001:db8:ff::1/64\"]"
+            print ""
+        }
+        { print }'
+    printf '\n[[ipv6_routes]]\ndestination = "::/0"\nvia = "2001:db8:ff::2"\n'
+}
+
 # with_e2e_workers CONFIG: when E2E_WORKERS=2 (run.sh's second pass over the router, NAT and
 # firewall tests), edits CONFIG in place to run two workers on af_packet with two queue pairs
 # per port, so that the kernel's fanout lands packets on either worker. The main lcore and one

@@ -22,27 +22,12 @@ PYTHON=/usr/bin/python3 # Debian's python with scapy (the python3 on PATH may be
 
 "$ROOT/scripts/lab.sh" up >/dev/null
 # The LAN interface's IPv6 side: a /64 for SLAAC and a DNS server to announce; the WAN's: an
-# address on the ISP's link and an MTU of 1400, for Packet Too Big. Each table must follow
-# every key of its [[interfaces]] entry, so the LAN's goes before the second entry and the
-# WAN's before [[routes]]. The IPv6 default route goes to the WAN host.
-lab_config 19160 | awk '
-    /^\[\[interfaces\]\]/ && ++entries == 2 {
-        print "[interfaces.ipv6]"
-        print "addresses = [\"2001:db8:10::1/64\"]"
-        print "router_advertisements = true"
-        print "dns_servers = [\"2001:db8:10::53\"]"
-        print "ra_interval_secs = 30"
-        print ""
-    }
-    /^\[\[routes\]\]/ && !wan_table++ {
-        print "[interfaces.ipv6]"
-        print "addresses = [\"2001:db8:ff::1/64\"]"
-        print ""
-    }
+# address on the ISP's link and an MTU of 1400, for Packet Too Big. The IPv6 default route
+# goes to the WAN host.
+lab_config_ipv6 19160 'dns_servers = ["2001:db8:10::53"]' | awk '
     /^name = "wan"/ { in_wan = 1 }
     in_wan && /^mtu = / { print "mtu = 1400"; next }
     { print }' >"$WORK/gateway.toml"
-printf '\n[[ipv6_routes]]\ndestination = "::/0"\nvia = "2001:db8:ff::2"\n' >>"$WORK/gateway.toml"
 # A pinhole: the WAN may reach TCP 5201 on the LAN host's fixed address 2001:db8:10::5.
 printf '\n[[firewall.pinholes]]\ninterface = "wan"\nprotocol = "tcp"\nport = "5201"\nto = "2001:db8:10::5"\n' \
     >>"$WORK/gateway.toml"

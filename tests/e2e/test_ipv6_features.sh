@@ -34,24 +34,9 @@ WAN6=2001:db8:ff::2
 "$ROOT/scripts/lab.sh" up >/dev/null
 HOST_MAC=$(lan cat /sys/class/net/eth0/address)
 
-# The lab with IPv6 on both interfaces (each table after every key of its [[interfaces]]
-# entry, as in test_ipv6.sh; the WAN keeps MTU 1500), the IPv6 default route to the WAN host,
-# and a ctl socket for the neighbour table.
-lab_config 19162 | awk '
-    /^\[\[interfaces\]\]/ && ++entries == 2 {
-        print "[interfaces.ipv6]"
-        print "addresses = [\"2001:db8:10::1/64\"]"
-        print "router_advertisements = true"
-        print "ra_interval_secs = 30"
-        print ""
-    }
-    /^\[\[routes\]\]/ && !wan_table++ {
-        print "[interfaces.ipv6]"
-        print "addresses = [\"2001:db8:ff::1/64\"]"
-        print ""
-    }
-    { print }' >"$WORK/base.toml"
-printf '\n[[ipv6_routes]]\ndestination = "::/0"\nvia = "%s"\n' "$WAN6" >>"$WORK/base.toml"
+# The lab with IPv6 on both interfaces (the WAN keeps MTU 1500), the IPv6 default route to
+# the WAN host ($WAN6), and a ctl socket for the neighbour table.
+lab_config_ipv6 19162 >"$WORK/base.toml"
 printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/base.toml"
 [[ $(grep -c '^\[interfaces.ipv6\]' "$WORK/base.toml") == 2 ]] || fail "no [interfaces.ipv6] for both interfaces in the config"
 

@@ -12,24 +12,9 @@ LISTENER=
 trap '[[ -n $LISTENER ]] && kill "$LISTENER" 2>/dev/null; cleanup' EXIT
 
 "$ROOT/scripts/lab.sh" up >/dev/null
-# The lab with IPv6 on both interfaces (each table after every key of its [[interfaces]]
-# entry, as in test_ipv6.sh) and the IPv6 default route to the WAN host.
-lab_config 19163 | awk '
-    /^\[\[interfaces\]\]/ && ++entries == 2 {
-        print "[interfaces.ipv6]"
-        print "addresses = [\"2001:db8:10::1/64\"]"
-        print "router_advertisements = true"
-        print "ra_interval_secs = 30"
-        print ""
-    }
-    /^\[\[routes\]\]/ && !wan_table++ {
-        print "[interfaces.ipv6]"
-        print "addresses = [\"2001:db8:ff::1/64\"]"
-        print ""
-    }
-    /^host_flows = / { print "host_flows = 9"; next }
-    { print }' >"$WORK/gateway.toml"
-printf '\n[[ipv6_routes]]\ndestination = "::/0"\nvia = "2001:db8:ff::2"\n' >>"$WORK/gateway.toml"
+# The lab with IPv6 on both interfaces and the IPv6 default route to the WAN host, with a
+# low host_flows.
+lab_config_ipv6 19163 | sed 's/^host_flows = .*/host_flows = 9/' >"$WORK/gateway.toml"
 [[ $(grep -c '^\[interfaces.ipv6\]' "$WORK/gateway.toml") == 2 ]] || fail "no [interfaces.ipv6] for both interfaces in the config"
 grep -q '^host_flows = 9$' "$WORK/gateway.toml" || fail "configs/lab.toml has no host_flows line to lower"
 METRICS=http://127.0.0.1:19163/metrics
