@@ -666,6 +666,7 @@ impl<'a> Gateway<'a> {
                 config: config_history.clone(),
                 kept_configs: kept_configs.clone(),
                 config_requests: config_request_sender,
+                pdump_file_prefix: config.eal.pdump.then(|| config.eal.file_prefix.clone()),
             },
         )
         .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))

@@ -114,6 +114,26 @@ enum CtlCommand {
         #[command(subcommand)]
         what: ConfigCommand,
     },
+    /// Capture an interface's packets, received and sent, into a pcapng file, with DPDK's
+    /// dpdk-dumpcap (needs eal.pdump = true). Stops at the first of --count, --seconds and
+    /// --max-kib.
+    Capture {
+        /// The interface, as the config names it (a VLAN subinterface: its port, its tag).
+        #[arg(long)]
+        interface: String,
+        /// A libpcap filter, e.g. 'host 192.168.10.5 and tcp port 443'.
+        #[arg(long)]
+        filter: Option<String>,
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 100 * 1024)]
+        max_kib: u64,
+        /// The pcapng file to write.
+        #[arg(short = 'w', long = "write")]
+        output: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -220,6 +240,25 @@ impl FlowFilterArgs {
 
 fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Result<()> {
     let request = match command {
+        CtlCommand::Capture {
+            interface,
+            filter,
+            count,
+            seconds,
+            max_kib,
+            output,
+        } => {
+            let target =
+                gateway::ctl::client::request(socket, &Request::CaptureTarget { interface })?;
+            let capture = gateway::ctl::capture::Capture {
+                filter,
+                count,
+                seconds,
+                max_kib,
+                output,
+            };
+            return gateway::ctl::capture::run(&target, &capture);
+        }
         CtlCommand::Show { what } => match what {
             Show::Flows { filter, limit } => Request::ShowFlows {
                 filter: filter.spec(),

@@ -121,6 +121,11 @@ pub struct WatchedPort {
 }
 
 impl WatchedPort {
+    /// The DPDK port id (what `dpdk-dumpcap -i` takes).
+    pub fn port_id(&self) -> u16 {
+        self.monitor.id().0
+    }
+
     pub fn new(name: &str, monitor: PortMonitor, queues: usize) -> Self {
         let xstat_names = monitor.xstat_names().unwrap_or_else(|err| {
             tracing::warn!(port = name, "no extended statistics: {err}");

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Packet capture with DPDK's own tool: with `eal.pdump = true` the gateway serves rte_pdump,
 # and dpdk-dumpcap (a secondary process, attached by the file prefix) captures a ping through
-# the gateway on the LAN port into pcapng, which tshark reads with both directions. Then the
-# gateway stops and leaves none of its hugepages behind.
+# the gateway on the LAN port into pcapng, which tshark reads with both directions; `gateway
+# ctl capture` does the same through the ctl socket with a filter, writing only what matches.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 PREFIX=gateway-e2e-pdump
@@ -21,6 +21,8 @@ wan ip route replace 192.168.10.0/24 via 10.0.0.1
 lab_config 19150 | sed -e "s/^file_prefix = .*/file_prefix = \"$PREFIX\"/" \
     -e 's/^hugepages = .*/hugepages = "required"\npdump = true/' >"$WORK/gateway.toml"
 grep -q '^pdump = true' "$WORK/gateway.toml" || fail "configs/lab.toml has no hugepages line to put pdump beside"
+printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/gateway.toml"
+ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
 start_gateway "$WORK/gateway.toml"
 grep -q "rte_pdump up" "$WORK/gateway.log" || fail "the gateway did not log rte_pdump up"
 
@@ -48,6 +50,29 @@ replies=$(awk '$1 == "10.0.0.2" && $2 == "192.168.10.2" && $3 == 0' "$WORK/icmp.
 ((requests >= 3 && replies >= 3)) ||
     fail "the LAN port's capture holds $requests echo requests in and $replies replies out (want 3 each): $(head -n 10 "$WORK/icmp.txt")"
 pass "dpdk-dumpcap captured the ping on the LAN port, both directions ($requests requests received, $replies replies sent), read by tshark"
+
+# gateway ctl capture: the same through the ctl socket, with a filter: ICMP only, while the
+# LAN host sends UDP beside its pings.
+ctl capture --interface lan --filter icmp --count 6 --seconds 8 -w "$WORK/ctl.pcapng" \
+    >"$WORK/ctl-capture.log" 2>&1 &
+CAPTURE=$!
+for _ in $(seq 1 20); do
+    lan ping -c 1 -W 1 10.0.0.2 >/dev/null 2>&1 || true
+    lan python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("10.0.0.2", 9))'
+    kill -0 "$CAPTURE" 2>/dev/null || break
+    sleep 0.2
+done
+wait "$CAPTURE" || fail "gateway ctl capture failed: $(tail -n 5 "$WORK/ctl-capture.log")"
+total=$(tshark -r "$WORK/ctl.pcapng" 2>/dev/null | wc -l)
+other=$(tshark -r "$WORK/ctl.pcapng" -Y '!icmp' 2>/dev/null | wc -l)
+((total == 6 && other == 0)) ||
+    fail "gateway ctl capture --filter icmp --count 6 wrote $total packets, $other of them not ICMP"
+pass "gateway ctl capture --filter icmp --count 6: 6 packets, all ICMP, while UDP went by"
+ctl capture --interface nowhere -w "$WORK/x.pcapng" >"$WORK/ctl-err.log" 2>&1 &&
+    fail "gateway ctl capture of an interface that does not exist succeeded"
+grep -q 'no interface "nowhere"' "$WORK/ctl-err.log" ||
+    fail "gateway ctl capture of an unknown interface does not say so: $(cat "$WORK/ctl-err.log")"
+pass "gateway ctl capture names an unknown interface"
 
 stop_gateway
 pass "the gateway stops cleanly with rte_pdump up"

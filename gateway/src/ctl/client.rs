@@ -74,6 +74,14 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowNat { .. } => print_nat(answer),
         Request::Trace { .. } => print_trace(answer),
         Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
+        Request::CaptureTarget { .. } => println!(
+            "{}: DPDK port {} ({}), vlan {}, file prefix {}",
+            cell(&answer["interface"]),
+            cell(&answer["port_id"]),
+            cell(&answer["port"]),
+            cell(&answer["vlan"]),
+            cell(&answer["file_prefix"])
+        ),
     }
     Ok(())
 }

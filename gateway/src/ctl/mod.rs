@@ -5,6 +5,7 @@
 //! `{"error": "..."}`. Counters are read from the workers' atomics; flows are walked by the
 //! workers themselves, a slice per poll loop (`worker_link`).
 
+pub mod capture;
 pub mod client;
 pub mod mailbox;
 pub mod server;
@@ -76,6 +77,9 @@ pub enum Request {
     ConfigRollback { steps: usize },
     /// Reload the config file and answer whether it applied (systemd's `ExecReload`).
     ConfigReload,
+    /// What `gateway ctl capture` needs to capture `interface` with `dpdk-dumpcap`: the
+    /// DPDK port it is on, its VLAN tag, and the EAL's file prefix (`eal.pdump` on).
+    CaptureTarget { interface: String },
 }
 
 /// The longest `ctl config apply --confirm` may wait for its confirmation: a day.

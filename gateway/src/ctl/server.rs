@@ -64,6 +64,8 @@ pub struct Sources {
     pub kept_configs: ConfigStore,
     /// Config changes go to the control thread, which answers each.
     pub config_requests: crossbeam_channel::Sender<ConfigRequest>,
+    /// The EAL's file prefix, for DPDK's capture tools, when `eal.pdump` is on.
+    pub pdump_file_prefix: Option<String>,
 }
 
 /// The running ctl thread; [`CtlServer::stop`] ends it and removes the socket.
@@ -207,6 +209,7 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         } => trace(filter, *count, *timeout_ms, sources),
         Request::ShowNat { host, limit } => show_nat(*host, (*limit).min(MAX_FLOW_LIMIT), sources),
         Request::ShowRules => Ok(show_rules(sources)),
+        Request::CaptureTarget { interface } => capture_target(interface, sources),
     }
 }
 
@@ -415,6 +418,39 @@ fn zone_label(sources: &Sources, zones: &[ZoneId], zone: ZoneId) -> String {
         true => format!("zone {}", zone.0),
         false => members.join("+"),
     }
+}
+
+/// Where `interface`'s packets can be captured: the DPDK port (id and name) and VLAN tag.
+fn capture_target(interface: &str, sources: &Sources) -> Result<Value, String> {
+    let Some(prefix) = &sources.pdump_file_prefix else {
+        return Err("capture needs eal.pdump = true (and a restart): rte_pdump is off".into());
+    };
+    let index = sources
+        .interface_names
+        .iter()
+        .position(|name| name == interface)
+        .ok_or_else(|| {
+            format!(
+                "no interface {interface:?} (there are {})",
+                sources.interface_names.join(", ")
+            )
+        })?;
+    let link = sources
+        .interface_links
+        .get(index)
+        .ok_or_else(|| format!("interface {interface:?} has no port"))?;
+    let port = sources
+        .ports
+        .ports
+        .get(usize::from(link.port))
+        .ok_or_else(|| format!("interface {interface:?}'s port is not watched"))?;
+    Ok(json!({
+        "interface": interface,
+        "file_prefix": prefix,
+        "port_id": port.port_id(),
+        "port": port.name,
+        "vlan": link.vlan,
+    }))
 }
 
 fn show_interfaces(sources: &Sources) -> Value {
