@@ -397,7 +397,7 @@ impl<'a> Gateway<'a> {
         }
         let rule_hits = RuleHitRegistry::new(usize::from(workers));
         let mut first_router = Arc::new(router_config(config, &macs)?);
-        rule_hits.attach(&mut first_router);
+        rule_hits.attach(&mut first_router, &config.zone_names());
         let router = Arc::new(Published::new(first_router));
         let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
         let twins = Twins::start(eal, config, &macs, &pool)?;
@@ -1121,10 +1121,10 @@ fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<boo
 pub fn publish_router(
     router: &Published<pipeline::RouterConfig>,
     qos: &[[Arc<pipeline::features::qos::QosStats>; 2]],
-    hits: &RuleHitRegistry,
+    (hits, zones): (&RuleHitRegistry, &[String]),
     mut config: Arc<pipeline::RouterConfig>,
 ) {
-    hits.attach(&mut config);
+    hits.attach(&mut config, zones);
     if config.qos != router.load().0.qos {
         pipeline::features::qos::assign_equal_shares(qos, config.qos.as_ref());
     }
@@ -1185,7 +1185,12 @@ fn apply_reload(
             }
             meter.publish(Arc::new(MeterExport::from(&config.traffic_meter)));
             warn_refused_kernel_routes(&config, &router.load().0, &router_config);
-            publish_router(router, qos, rule_hits, router_config);
+            publish_router(
+                router,
+                qos,
+                (rule_hits, &config.zone_names()),
+                router_config,
+            );
             status.record(true);
             if !changed.is_empty() {
                 tracing::info!("reload: changed {}", changed.join(", "));
@@ -1322,7 +1327,12 @@ fn apply_kernel(
                 kernel_addresses6 = ?kernel.addresses6,
                 "kernel addresses and routes applied to the router config"
             );
-            publish_router(router, qos, rule_hits, Arc::new(config));
+            publish_router(
+                router,
+                qos,
+                (rule_hits, &running.zone_names()),
+                Arc::new(config),
+            );
         }
         Err(err) => tracing::error!("the kernel's addresses and routes were not applied: {err:#}"),
     }

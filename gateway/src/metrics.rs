@@ -189,6 +189,7 @@ pub struct Metrics {
     snapshot_refused: IntGauge,
     kernel_routes_refused: IntGaugeVec,
     firewall_rule_hits: IntCounterVec,
+    firewall_default_hits: IntCounterVec,
     nat_log_events: IntCounterVec,
     firewall_log_events: IntCounterVec,
     qos_bytes: IntCounterVec,
@@ -603,6 +604,8 @@ pub fn metric_names() -> Vec<String> {
         "snapshot_refused",
         "nat_log_events_total",
         "firewall_log_events_total",
+        "firewall_rule_hits_total",
+        "firewall_default_hits_total",
         "worker_heartbeat_age_seconds",
         "qos_bytes_total",
         "qos_packets_total",
@@ -844,6 +847,12 @@ impl Metrics {
                 "firewall_rule_hits_total",
                 "First packets each firewall rule decided, by rule name (a name's second use is name#2) and action: one per accepted flow; for dropped or rejected flows and for traffic to the gateway itself, one per packet the rule met. Kept across reloads by name; the zone pair's defaults are not counted here.",
                 &["rule", "action"],
+            ),
+            firewall_default_hits: counter_vec(
+                &registry,
+                "firewall_default_hits_total",
+                "First packets each zone pair's default decided (no rule matched; not a port forward or an IPv6 pinhole), by zones (from, to, local for the gateway itself) and the pair's default action, counted as firewall_rule_hits_total is. Kept across reloads by zone names.",
+                &["from", "to", "action"],
             ),
             nat_log_events: counter_vec(
                 &registry,
@@ -1164,6 +1173,16 @@ impl Metrics {
                 self.firewall_rule_hits
                     .with_label_values(&[name.as_str(), rule.action.name()])
                     .inc_by(hits.total());
+            }
+            self.firewall_default_hits.reset();
+            for pair in firewall.pair_hits() {
+                let action = firewall.policy().default_for(pair.from.0, pair.to.0);
+                let count = pair.hits.total();
+                if count > 0 {
+                    self.firewall_default_hits
+                        .with_label_values(&[&pair.from.1, &pair.to.1, action.name()])
+                        .inc_by(count);
+                }
             }
         }
         let reload = &self.sources.reload;

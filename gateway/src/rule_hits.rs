@@ -7,13 +7,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pipeline::state::firewall::Rule;
+use pipeline::state::firewall::{PairHits, Rule, ZoneId};
 use pipeline::state::rule_hits::RuleHits;
 use pipeline::RouterConfig;
 
 pub struct RuleHitRegistry {
     workers: usize,
     by_name: Mutex<HashMap<String, Arc<RuleHits>>>,
+    /// The zone pairs' default-decision counters, by (from, to) zone name.
+    by_pair: Mutex<HashMap<(String, String), Arc<RuleHits>>>,
 }
 
 impl RuleHitRegistry {
@@ -21,12 +23,15 @@ impl RuleHitRegistry {
         RuleHitRegistry {
             workers,
             by_name: Mutex::new(HashMap::new()),
+            by_pair: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Gives each rule of `router`, about to be published, its counter. A router config
-    /// already shared (none is: each is compiled fresh) keeps the rules uncounted.
-    pub fn attach(&self, router: &mut Arc<RouterConfig>) {
+    /// Gives each rule of `router`, about to be published, its counter, and each pair of its
+    /// zones (`zones`: their names by id, `local` added) the counter of its default's
+    /// decisions, kept by name across reloads. A router config already shared (none is: each
+    /// is compiled fresh) keeps them uncounted.
+    pub fn attach(&self, router: &mut Arc<RouterConfig>, zones: &[String]) {
         let Some(router) = Arc::get_mut(router) else {
             // The bench republishes one config it keeps; the gateway compiles each afresh.
             tracing::debug!("firewall rule counters not attached: the rule set is shared");
@@ -46,6 +51,48 @@ impl RuleHitRegistry {
         let current: std::collections::HashSet<&String> = names.iter().collect();
         by_name.retain(|name, _| current.contains(name));
         router.stateful.firewall.attach_hits(hits);
+        drop(by_name);
+        router
+            .stateful
+            .firewall
+            .attach_pair_hits(self.pair_hits(zones));
+    }
+
+    /// Every ordered pair of `zones` and `local` (not `local` to itself), with its counter.
+    fn pair_hits(&self, zones: &[String]) -> Vec<PairHits> {
+        let named: Vec<(ZoneId, Arc<str>)> = zones
+            .iter()
+            .enumerate()
+            .filter_map(|(id, name)| {
+                Some((ZoneId(u8::try_from(id).ok()?), Arc::from(name.as_str())))
+            })
+            .chain(std::iter::once((ZoneId::LOCAL, Arc::from("local"))))
+            .collect();
+        let mut by_pair = self.by_pair.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pairs = Vec::new();
+        for from in &named {
+            for to in named
+                .iter()
+                .filter(|to| !(from.0 == ZoneId::LOCAL && to.0 == ZoneId::LOCAL))
+            {
+                let key = (from.1.to_string(), to.1.to_string());
+                let hits = by_pair
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(RuleHits::new(self.workers)))
+                    .clone();
+                pairs.push(PairHits {
+                    from: from.clone(),
+                    to: to.clone(),
+                    hits,
+                });
+            }
+        }
+        let current: std::collections::HashSet<(String, String)> = pairs
+            .iter()
+            .map(|pair| (pair.from.1.to_string(), pair.to.1.to_string()))
+            .collect();
+        by_pair.retain(|key, _| current.contains(key));
+        pairs
     }
 }
 
@@ -92,14 +139,14 @@ mod tests {
     fn a_reload_keeps_each_rules_count_by_name_and_a_new_rule_starts_at_zero() {
         let registry = RuleHitRegistry::new(2);
         let mut first = compiled(&[("ssh", "22"), ("web", "80"), ("web", "443")]);
-        registry.attach(&mut first);
+        registry.attach(&mut first, &[]);
         let firewall = &first.stateful.firewall;
         firewall.count_hit(Some(0), 0);
         firewall.count_hit(Some(2), 1);
         firewall.count_hit(None, 1);
         // Reordered, one removed, one added: counts follow the names.
         let mut second = compiled(&[("telnet", "23"), ("web", "443"), ("ssh", "22")]);
-        registry.attach(&mut second);
+        registry.attach(&mut second, &[]);
         let totals: Vec<u64> = second
             .stateful
             .firewall

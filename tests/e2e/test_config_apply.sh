@@ -95,6 +95,15 @@ hits=$(rule_hits)
 ctl show rules | grep -Eq "^ +1 +no-ping-out +drop +$hits\b" ||
     fail "ctl show rules does not list no-ping-out with its $hits flows: $(ctl show rules)"
 pass "the rule counts the flows it dropped ($hits), in the metrics and ctl show rules"
+# The pings that passed were the lan -> wan policy's, no rule's: its default counts them.
+default_hits() { curl -sf "$METRICS" | awk '/^gateway_firewall_default_hits_total\{/ && /from="lan"/ && /to="wan"/ && /action="accept"/ { print $NF }'; }
+accepted=$(default_hits)
+((${accepted:-0} >= 2)) || fail "gateway_firewall_default_hits_total for lan -> wan is '${accepted}', expected the pings it let out"
+listed=$(ctl show rules --json | python3 -c '
+import json, sys
+print(next(p["hits"] for p in json.load(sys.stdin)["defaults"] if (p["from"], p["to"], p["action"]) == ("lan", "wan", "accept")))')
+[[ $listed == "$accepted" ]] || fail "ctl show rules --json says lan -> wan decided $listed, the metrics $accepted"
+pass "the lan -> wan default counts the flows it accepted ($accepted), in the metrics and ctl show rules"
 
 # 6. rollback returns to the config before, whole.
 out=$(ctl config rollback) || fail "ctl config rollback failed: $out"

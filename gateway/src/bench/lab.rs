@@ -361,7 +361,7 @@ impl Lab {
         publish_router(
             &self.router,
             &self.qos_stats,
-            &self.rule_hits,
+            (&self.rule_hits, &[]),
             router.clone(),
         );
     }

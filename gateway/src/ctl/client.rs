@@ -336,6 +336,16 @@ fn print_rules(answer: &Value) {
             cell(&rule["hits"])
         );
     }
+    for pair in answer["defaults"].as_array().into_iter().flatten() {
+        let name = format!("default {} -> {}", cell(&pair["from"]), cell(&pair["to"]));
+        println!(
+            "{:>5} {:<32} {:<7} {:>12}",
+            "-",
+            name,
+            cell(&pair["action"]),
+            cell(&pair["hits"])
+        );
+    }
 }
 
 /// `names` as a comma-separated list, or "nothing".

@@ -233,7 +233,21 @@ fn show_rules(sources: &Sources) -> Value {
             })
         })
         .collect();
-    json!({ "rules": rules })
+    // The zone pairs whose default decided something.
+    let pairs: Vec<Value> = firewall
+        .pair_hits()
+        .iter()
+        .filter(|pair| pair.hits.total() > 0)
+        .map(|pair| {
+            json!({
+                "from": &*pair.from.1,
+                "to": &*pair.to.1,
+                "action": firewall.policy().default_for(pair.from.0, pair.to.0).name(),
+                "hits": pair.hits.total(),
+            })
+        })
+        .collect();
+    json!({ "rules": rules, "defaults": pairs })
 }
 
 /// Hands a config request to the control thread and waits for its answer.

@@ -177,6 +177,8 @@ impl StatefulStage {
         );
         let decision = Decision {
             action,
+            from: ZoneId::LOCAL,
+            to,
             ingress: port,
             egress: Some(port),
             forwarded_to: None,

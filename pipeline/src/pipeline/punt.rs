@@ -108,6 +108,8 @@ impl Pipeline {
             .evaluate(from, ZoneId::LOCAL, &key, None);
         let decision = Decision {
             action,
+            from,
+            to: ZoneId::LOCAL,
             ingress: ingress.port,
             egress: None,
             forwarded_to: None,

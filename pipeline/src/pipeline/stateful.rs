@@ -125,7 +125,7 @@ impl StatefulStage {
     }
 
     /// Rule `rule` (None: the zone pair's default) decided flow `key`'s first packet: its
-    /// hit counter counts it, and its decision is logged if the rule says so.
+    /// hit counter (or the pair's) counts it, and its decision is logged if the rule says so.
     #[inline]
     pub(crate) fn decided(
         &mut self,
@@ -135,7 +135,16 @@ impl StatefulStage {
         decision: Decision,
         now_ns: u64,
     ) {
-        stateful.firewall.count_hit(rule, self.worker);
+        match rule {
+            Some(_) => stateful.firewall.count_hit(rule, self.worker),
+            // A forward without a matching rule is the forward's decision, not the pair's.
+            None if decision.forwarded_to.is_none() => {
+                stateful
+                    .firewall
+                    .count_default(decision.from, decision.to, self.worker);
+            }
+            None => {}
+        }
         if let (Some(name), Some(logger)) =
             (stateful.firewall.logged(rule), self.firewall_log.as_mut())
         {
@@ -402,6 +411,8 @@ impl StatefulStage {
                 .evaluate(from, ZoneId::LOCAL, &key, icmp_type);
             let decision = Decision {
                 action,
+                from,
+                to: ZoneId::LOCAL,
                 ingress: ingress.port,
                 egress: None,
                 forwarded_to: None,
@@ -440,6 +451,8 @@ impl StatefulStage {
         );
         let decision = Decision {
             action,
+            from,
+            to,
             ingress: ingress.port,
             egress: Some(route.port),
             forwarded_to: dnat,

@@ -330,7 +330,14 @@ impl StatefulStage6 {
                 .any(|pinhole| pinhole.admits(ingress.port, &key))
         };
         let (action, rule) = admit6(router, from, to, &key, pinholed);
-        stateful.firewall.count_hit(rule, self.worker);
+        match rule {
+            Some(_) => stateful.firewall.count_hit(rule, self.worker),
+            // A pinhole's accept is the pinhole's decision, not the pair's.
+            None if action == stateful.firewall.policy().default_for(from, to) => {
+                stateful.firewall.count_default(from, to, self.worker);
+            }
+            None => {}
+        }
         match action {
             Action::Accept => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),

@@ -630,6 +630,19 @@ pub struct RuleSet {
     /// Each rule's name if its decisions are logged (`log = true`), in rule order; empty:
     /// none is (`attach_logged`).
     logged: Vec<Option<Arc<str>>>,
+    /// The zone pairs whose default decisions are counted (`attach_pair_hits`), and each
+    /// cell's counter (a pair's, by its zones' classes).
+    pairs: Vec<PairHits>,
+    pair_cells: Vec<Option<Arc<RuleHits>>>,
+}
+
+/// A zone pair's counter of the first packets its default decided (no rule matched),
+/// labelled with the zones' names.
+#[derive(Clone, Debug)]
+pub struct PairHits {
+    pub from: (ZoneId, Arc<str>),
+    pub to: (ZoneId, Arc<str>),
+    pub hits: Arc<RuleHits>,
 }
 
 impl RuleSet {
@@ -726,6 +739,8 @@ impl RuleSet {
             groups,
             hits: Vec::new(),
             logged: Vec::new(),
+            pairs: Vec::new(),
+            pair_cells: Vec::new(),
         })
     }
 
@@ -756,6 +771,38 @@ impl RuleSet {
     #[inline]
     pub fn logged(&self, rule: Option<usize>) -> Option<&Arc<str>> {
         rule.and_then(|rule| self.logged.get(rule))?.as_ref()
+    }
+
+    /// Gives the zone pairs their default-decision counters. Zones no rule or policy names
+    /// share a class, and so a counter: the gateway's built-in defaults name every zone.
+    pub fn attach_pair_hits(&mut self, pairs: Vec<PairHits>) {
+        let mut cells = vec![None; self.classes * self.classes];
+        for pair in &pairs {
+            if let Some(cell) = cells.get_mut(self.cell_of(pair.from.0, pair.to.0)) {
+                *cell = Some(pair.hits.clone());
+            }
+        }
+        self.pair_cells = cells;
+        self.pairs = pairs;
+    }
+
+    /// The zone pair `from -> to`'s default decided a new flow on `worker` (no rule matched).
+    #[inline]
+    pub fn count_default(&self, from: ZoneId, to: ZoneId, worker: u16) {
+        if let Some(Some(hits)) = self.pair_cells.get(self.cell_of(from, to)) {
+            hits.add(worker);
+        }
+    }
+
+    /// The counted zone pairs, as attached.
+    pub fn pair_hits(&self) -> &[PairHits] {
+        &self.pairs
+    }
+
+    #[inline]
+    fn cell_of(&self, from: ZoneId, to: ZoneId) -> usize {
+        let class = |zone: ZoneId| usize::from(self.zone_class[usize::from(zone.0)]);
+        class(from) * self.classes + class(to)
     }
 
     /// The rules' hit counters, in rule order (empty if none are attached).
@@ -1076,6 +1123,45 @@ mod tests {
                 p.icmp_type
             );
         }
+    }
+
+    #[test]
+    fn each_zone_pairs_default_counts_on_its_own_counter() {
+        let (lan, wan) = (ZoneId(0), ZoneId(1));
+        let policy = Policy::new(Action::Drop).set(lan, wan, Action::Accept).set(
+            wan,
+            ZoneId::LOCAL,
+            Action::Drop,
+        );
+        let mut rules = RuleSet::compile(Vec::new(), policy).unwrap();
+        let pair = |from: ZoneId, to: ZoneId| PairHits {
+            from: (from, Arc::from("from")),
+            to: (to, Arc::from("to")),
+            hits: Arc::new(RuleHits::new(2)),
+        };
+        rules.attach_pair_hits(vec![
+            pair(lan, wan),
+            pair(wan, ZoneId::LOCAL),
+            pair(wan, lan),
+        ]);
+        rules.count_default(lan, wan, 0);
+        rules.count_default(lan, wan, 1);
+        rules.count_default(wan, ZoneId::LOCAL, 1);
+        let totals: Vec<u64> = rules.pair_hits().iter().map(|p| p.hits.total()).collect();
+        assert_eq!(totals, [2, 1, 0]);
+        // Before any attachment, or for a pair not attached: nothing, and no panic.
+        RuleSet::compile(Vec::new(), Policy::new(Action::Drop))
+            .unwrap()
+            .count_default(lan, wan, 0);
+        rules.count_default(ZoneId::LOCAL, lan, 0);
+        assert_eq!(
+            rules
+                .pair_hits()
+                .iter()
+                .map(|p| p.hits.total())
+                .sum::<u64>(),
+            3
+        );
     }
 
     #[test]

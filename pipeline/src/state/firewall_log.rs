@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::flow::FlowKey;
 use crate::ratelimit::TokenBucket;
 use crate::state::event_log::EventLog;
-use crate::state::firewall::Action;
+use crate::state::firewall::{Action, ZoneId};
 
 /// One decision of a logged rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,10 +44,14 @@ pub struct FirewallLogger {
     budget: TokenBucket,
 }
 
-/// Where and how a decision was made, beside the flow: for [`FirewallLogger::record`].
+/// Where and how a decision was made, beside the flow: for [`FirewallLogger::record`] and
+/// the zone pairs' counters.
 #[derive(Clone, Copy, Debug)]
 pub struct Decision {
     pub action: Action,
+    /// The zone pair it was made for.
+    pub from: ZoneId,
+    pub to: ZoneId,
     pub ingress: u16,
     pub egress: Option<u16>,
     pub forwarded_to: Option<(Ipv4Addr, u16)>,
@@ -107,6 +111,8 @@ mod tests {
         };
         let decision = Decision {
             action: Action::Drop,
+            from: ZoneId(0),
+            to: ZoneId(1),
             ingress: 0,
             egress: Some(1),
             forwarded_to: None,
