@@ -95,9 +95,10 @@ FROM debian:bookworm-slim
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # The DPDK 22.11 (ABI 23) runtime. Linked by the binary (`ldd target/release/gateway`): eal,
-# ethdev, mbuf, mempool, ring, kvargs, telemetry, net, meter, pci, the PCI and vdev buses, and
-# the bonding and ring PMDs the gateway calls directly (dpdk-sys links rte_net_bond and
-# rte_net_ring). Loaded by the EAL from /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0: the buses, the
+# ethdev, mbuf, mempool, ring, kvargs, telemetry, net, meter, pci, the PCI and vdev buses,
+# pdump with what it needs (pcapng, bpf: `eal.pdump`), and the bonding and ring PMDs the
+# gateway calls directly (dpdk-sys links rte_net_bond and rte_net_ring). The capture tools
+# themselves (dpdk-dumpcap, which `gateway ctl capture` runs) are in dpdk-dev, not here. Loaded by the EAL from /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0: the buses, the
 # mempool ring driver (every mbuf pool needs it), and the PMDs: ixgbe (X550), bonding,
 # af_packet, af_xdp, tap, ring and null. Other drivers are left out on purpose: the EAL loads
 # every driver it finds there. tests/e2e/test_deploy_kit.sh checks this list against ldd.
@@ -117,6 +118,9 @@ RUN apt-get update \
         librte-rcu23 \
         librte-ip-frag23 \
         librte-sched23 \
+        librte-pdump23 \
+        librte-pcapng23 \
+        librte-bpf23 \
         librte-bus-pci23 \
         librte-bus-vdev23 \
         librte-mempool-ring23 \

@@ -19,8 +19,8 @@ done
 "$ROOT/scripts/lab.sh" up >/dev/null
 wan ip route replace 192.168.10.0/24 via 10.0.0.1
 lab_config 19150 | sed -e "s/^file_prefix = .*/file_prefix = \"$PREFIX\"/" \
-    -e 's/^hugepages = .*/hugepages = "required"\npdump = true/' >"$WORK/gateway.toml"
-grep -q '^pdump = true' "$WORK/gateway.toml" || fail "configs/lab.toml has no hugepages line to put pdump beside"
+    -e 's/^hugepages = .*/hugepages = "required"/' -e 's/^pdump = .*/pdump = true/' >"$WORK/gateway.toml"
+grep -q '^pdump = true' "$WORK/gateway.toml" || fail "configs/lab.toml has no eal.pdump line to turn on"
 printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/gateway.toml"
 ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
 start_gateway "$WORK/gateway.toml"
