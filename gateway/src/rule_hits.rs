@@ -7,15 +7,18 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pipeline::state::firewall::{PairHits, Rule, ZoneId};
+use pipeline::state::firewall::{PairHits, Policy, Rule, ZoneId};
 use pipeline::state::rule_hits::RuleHits;
 use pipeline::RouterConfig;
+
+/// A zone pair's counter's key: from and to zone names, the pair's default action.
+type PairKey = (String, String, &'static str);
 
 pub struct RuleHitRegistry {
     workers: usize,
     by_name: Mutex<HashMap<String, Arc<RuleHits>>>,
-    /// The zone pairs' default-decision counters, by (from, to) zone name.
-    by_pair: Mutex<HashMap<(String, String), Arc<RuleHits>>>,
+    /// The zone pairs' default-decision counters, by (from, to) zone name and action.
+    by_pair: Mutex<HashMap<PairKey, Arc<RuleHits>>>,
 }
 
 impl RuleHitRegistry {
@@ -52,14 +55,14 @@ impl RuleHitRegistry {
         by_name.retain(|name, _| current.contains(name));
         router.stateful.firewall.attach_hits(hits);
         drop(by_name);
-        router
-            .stateful
-            .firewall
-            .attach_pair_hits(self.pair_hits(zones));
+        let pairs = self.pair_hits(zones, router.stateful.firewall.policy());
+        router.stateful.firewall.attach_pair_hits(pairs);
     }
 
-    /// Every ordered pair of `zones` and `local` (not `local` to itself), with its counter.
-    fn pair_hits(&self, zones: &[String]) -> Vec<PairHits> {
+    /// Every ordered pair of `zones` and `local` (not `local` to itself), with its counter,
+    /// kept by the zones' names and the pair's default action: a reload that changes the
+    /// action starts a new count rather than label the old one with it.
+    fn pair_hits(&self, zones: &[String], policy: &Policy) -> Vec<PairHits> {
         let named: Vec<(ZoneId, Arc<str>)> = zones
             .iter()
             .enumerate()
@@ -75,7 +78,8 @@ impl RuleHitRegistry {
                 .iter()
                 .filter(|to| !(from.0 == ZoneId::LOCAL && to.0 == ZoneId::LOCAL))
             {
-                let key = (from.1.to_string(), to.1.to_string());
+                let action = policy.default_for(from.0, to.0).name();
+                let key = (from.1.to_string(), to.1.to_string(), action);
                 let hits = by_pair
                     .entry(key)
                     .or_insert_with(|| Arc::new(RuleHits::new(self.workers)))
@@ -87,9 +91,12 @@ impl RuleHitRegistry {
                 });
             }
         }
-        let current: std::collections::HashSet<(String, String)> = pairs
+        let current: std::collections::HashSet<PairKey> = pairs
             .iter()
-            .map(|pair| (pair.from.1.to_string(), pair.to.1.to_string()))
+            .map(|pair| {
+                let action = policy.default_for(pair.from.0, pair.to.0).name();
+                (pair.from.1.to_string(), pair.to.1.to_string(), action)
+            })
             .collect();
         by_pair.retain(|key, _| current.contains(key));
         pairs

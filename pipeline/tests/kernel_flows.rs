@@ -9,7 +9,7 @@ use etherparse::icmpv4::DestUnreachableHeader;
 use etherparse::{Icmpv4Type, PacketBuilder};
 use pipeline::pipeline::config::{PuntConfig, Stateful};
 use pipeline::pipeline::kernel_flows::kernel_flow;
-use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
+use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline, RouterConfig,
@@ -31,6 +31,14 @@ const RESOLVER: [u8; 4] = [198, 51, 100, 53];
 /// LAN (inside, reaches `local`) and a masqueraded WAN (does not), both with twins; `policy`
 /// on top of the defaults the config gives (lan -> wan, lan -> local, local -> both accept).
 fn router(extra: &[(ZoneId, ZoneId, Action)]) -> Arc<RouterConfig> {
+    router_and_rules(extra, Vec::new())
+}
+
+fn router_with_rules(rules: Vec<Rule>) -> Arc<RouterConfig> {
+    router_and_rules(&[], rules)
+}
+
+fn router_and_rules(extra: &[(ZoneId, ZoneId, Action)], rules: Vec<Rule>) -> Arc<RouterConfig> {
     let iface = |mac, addr: [u8; 4]| Interface {
         mac: EthernetAddress(mac),
         addr: Ipv4Addr::from(addr),
@@ -55,7 +63,7 @@ fn router(extra: &[(ZoneId, ZoneId, Action)]) -> Arc<RouterConfig> {
         content: None,
         zones: vec![lan, wan],
         masquerade: vec![false, true],
-        firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
+        firewall: RuleSet::compile(rules, policy).unwrap(),
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,
@@ -267,4 +275,29 @@ fn the_kernels_port_is_kept_unless_a_lan_host_holds_it() {
         from_wire(&mut gw, &answer, WAN).0,
         Verdict::Punt { port: WAN }
     );
+}
+
+#[test]
+fn the_kernels_answers_to_what_a_rule_lets_in_open_no_flow() {
+    let wan = ZoneId(1);
+    let service = Rule {
+        name: "wireguard".into(),
+        from: Some(wan),
+        to: Some(ZoneId::LOCAL),
+        src: None,
+        dst: None,
+        src6: None,
+        dst6: None,
+        protocol: Some(17),
+        src_ports: None,
+        dst_ports: Some(51820..=51820),
+        icmp_type: None,
+        action: Action::Accept,
+    };
+    let mut gw = pipeline(router_with_rules(vec![service]));
+    let answer = udp((WAN_MAC, ISP_MAC), (WAN_ADDR, 51820), (ISP, 40000));
+    let (verdict, sent) = from_kernel(&mut gw, &answer, WAN);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(port_at(&sent, 0), 51820, "left as the kernel sent it");
+    assert_eq!(gw.flow_count(), 0, "an answer opens no flow");
 }

@@ -78,6 +78,16 @@ pub fn dumpcap_command(target: &Value, capture: &Capture) -> anyhow::Result<Comm
 /// Runs the capture; `dpdk-dumpcap` reports what it captured on stderr.
 pub fn run(target: &Value, capture: &Capture) -> anyhow::Result<()> {
     let mut command = dumpcap_command(target, capture)?;
+    if let Some(vlan) = target["vlan"].as_u64() {
+        // rte_pdump filters the frame as the driver handed it over, before the tag is put
+        // back for the file: where the NIC strips tags (`vlan_offload`), `vlan N` matches
+        // nothing.
+        eprintln!(
+            "note: VLAN {vlan} is captured on its port with the filter `vlan {vlan}`; on a NIC \
+             that strips tags (vlan_offload) it matches nothing: capture the parent \
+             interface with an address filter instead"
+        );
+    }
     let status = command
         .status()
         .context("running dpdk-dumpcap (Debian package dpdk-dev)")?;

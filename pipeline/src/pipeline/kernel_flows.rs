@@ -119,7 +119,12 @@ impl StatefulStage {
             return Some(None);
         }
         let endpoint = (key.src, key.src_port);
+        let new = pool.lookup_internal(key.protocol, endpoint).is_none();
         pool.restore(key.protocol, endpoint, endpoint).ok()?;
+        if new {
+            // As `allocate` logs a new binding (`restore` is the state snapshot's, unlogged).
+            pool.log_created(key.protocol, endpoint, endpoint);
+        }
         Some(Some((key.protocol, key.src, key.src_port)))
     }
 
@@ -152,6 +157,10 @@ impl StatefulStage {
         }
         let vacancy = match found {
             Probe::Found(id, direction) => {
+                // Rules reloaded since, or the address it was masqueraded to gone.
+                if let Some(verdict) = self.recheck(router, id) {
+                    return Stage::Done(verdict);
+                }
                 if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
                 {
                     return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
@@ -166,6 +175,16 @@ impl StatefulStage {
         }
         let stateful = &router.stateful;
         let to = stateful.zones[usize::from(port)];
+        // The kernel's answer to a datagram a rule lets in from that zone (a DNS, NTP or VPN
+        // service on the twin): leaves as it is, as its TCP answers do, rather than open a
+        // flow per answer charged to the gateway's address.
+        if key.protocol == ipv4::protocol::UDP {
+            let asked = key.reversed();
+            let (action, _) = stateful.firewall.evaluate(to, ZoneId::LOCAL, &asked, None);
+            if action == Action::Accept {
+                return Stage::Forward(None);
+            }
+        }
         let (action, rule) = admit(
             stateful,
             ZoneId::LOCAL,

@@ -135,16 +135,11 @@ impl StatefulStage {
         decision: Decision,
         now_ns: u64,
     ) {
-        match rule {
-            Some(_) => stateful.firewall.count_hit(rule, self.worker),
-            // A forward without a matching rule is the forward's decision, not the pair's.
-            None if decision.forwarded_to.is_none() => {
-                stateful
-                    .firewall
-                    .count_default(decision.from, decision.to, self.worker);
-            }
-            None => {}
-        }
+        // A forward without a matching rule is the forward's decision, not the pair's.
+        let by_pair = decision.forwarded_to.is_none();
+        stateful
+            .firewall
+            .count_decision(rule, (decision.from, decision.to), by_pair, self.worker);
         if let (Some(name), Some(logger)) =
             (stateful.firewall.logged(rule), self.firewall_log.as_mut())
         {
@@ -309,7 +304,7 @@ impl StatefulStage {
 
     /// After a reload with `recheck_established`, a flow admitted under older rules is
     /// checked once against the new ones.
-    fn recheck(&mut self, router: &RouterConfig, id: FlowId) -> Option<Verdict> {
+    pub(crate) fn recheck(&mut self, router: &RouterConfig, id: FlowId) -> Option<Verdict> {
         let stateful = &router.stateful;
         let data = *self.flows.data(id);
         if data.generation == stateful.generation {
@@ -712,19 +707,6 @@ fn reject(key: &FlowKey, segment: Option<TcpSegment>) -> Request {
     }
 }
 
-/// The worker that owns the flow `key` travels in, the same from either direction of the
-/// flow, before and after translation, so both directions meet on one worker:
-/// - toward a port forward: the forward target's host;
-/// - toward one of the gateway's own addresses: the destination port's class (masquerade and
-///   hairpin replies carry a NAT port the owner allocated from its own classes);
-/// - otherwise (routed, or on its way to be masqueraded): the inside host, where exactly one
-///   end is inside (its route leaves by an interface that does not masquerade), so that all
-///   of a host's masqueraded flows share one worker's NAT pool (endpoint-independent mapping)
-///   and its per-host limits; where both ends are inside (a routed DMZ) or neither (transit
-///   between outside links), a symmetric hash of both addresses.
-///
-/// Only addresses, never the ingress port, decide the last case: the two directions of a
-/// routed flow arrive on different ports.
 /// A reply to a connection the gateway's kernel opened ([`crate::pipeline::kernel_flows`]),
 /// translated back: the twin of the interface whose address it is addressed to takes it.
 fn deliver_to_kernel(
@@ -748,6 +730,19 @@ fn kernel_delivery(router: &RouterConfig, address: Ipv4Addr) -> Verdict {
     }
 }
 
+/// The worker that owns the flow `key` travels in, the same from either direction of the
+/// flow, before and after translation, so both directions meet on one worker:
+/// - toward a port forward: the forward target's host;
+/// - toward one of the gateway's own addresses: the destination port's class (masquerade and
+///   hairpin replies carry a NAT port the owner allocated from its own classes);
+/// - otherwise (routed, or on its way to be masqueraded): the inside host, where exactly one
+///   end is inside (its route leaves by an interface that does not masquerade), so that all
+///   of a host's masqueraded flows share one worker's NAT pool (endpoint-independent mapping)
+///   and its per-host limits; where both ends are inside (a routed DMZ) or neither (transit
+///   between outside links), a symmetric hash of both addresses.
+///
+/// Only addresses, never the ingress port, decide the last case: the two directions of a
+/// routed flow arrive on different ports.
 pub fn flow_owner(router: &RouterConfig, ownership: Ownership, key: &FlowKey) -> u16 {
     let stateful = &router.stateful;
     if let Some(forward) =

@@ -330,14 +330,11 @@ impl StatefulStage6 {
                 .any(|pinhole| pinhole.admits(ingress.port, &key))
         };
         let (action, rule) = admit6(router, from, to, &key, pinholed);
-        match rule {
-            Some(_) => stateful.firewall.count_hit(rule, self.worker),
-            // A pinhole's accept is the pinhole's decision, not the pair's.
-            None if action == stateful.firewall.policy().default_for(from, to) => {
-                stateful.firewall.count_default(from, to, self.worker);
-            }
-            None => {}
-        }
+        // A pinhole's accept is the pinhole's decision, not the pair's.
+        let by_pair = action == stateful.firewall.policy().default_for(from, to);
+        stateful
+            .firewall
+            .count_decision(rule, (from, to), by_pair, self.worker);
         match action {
             Action::Accept => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),

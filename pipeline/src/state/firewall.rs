@@ -786,6 +786,23 @@ impl RuleSet {
         self.pairs = pairs;
     }
 
+    /// A first packet decided on `worker`: by rule `rule`, or with no rule matching, by the
+    /// zone pair's default where `by_pair` (not where a forward or a pinhole decided).
+    #[inline]
+    pub fn count_decision(
+        &self,
+        rule: Option<usize>,
+        (from, to): (ZoneId, ZoneId),
+        by_pair: bool,
+        worker: u16,
+    ) {
+        match rule {
+            Some(_) => self.count_hit(rule, worker),
+            None if by_pair => self.count_default(from, to, worker),
+            None => {}
+        }
+    }
+
     /// The zone pair `from -> to`'s default decided a new flow on `worker` (no rule matched).
     #[inline]
     pub fn count_default(&self, from: ZoneId, to: ZoneId, worker: u16) {

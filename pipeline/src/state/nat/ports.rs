@@ -914,6 +914,14 @@ impl NatPool {
     /// not reserved for a forward and free. So no port is ever bound twice, and the binding
     /// counts against its host as [`allocate`](Self::allocate)'s would. Changes nothing on
     /// refusal. A matching [`release`](Self::release) gives the reference back.
+    /// Logs a binding made outside `allocate` (a restore that is not a snapshot's) as
+    /// `allocate` logs its own: the NAT log then has the creation its deletion answers.
+    pub fn log_created(&self, protocol: u8, internal: (Ipv4Addr, u16), external: (Ipv4Addr, u16)) {
+        if let Some(log) = &self.log {
+            log.record(NatEventKind::Create, protocol, internal, external);
+        }
+    }
+
     pub fn restore(
         &mut self,
         protocol: u8,
