@@ -92,8 +92,11 @@ pass "a confirmed apply stays past its deadline"
 rule_hits() { curl -sf "$METRICS" | awk '/^gateway_firewall_rule_hits_total\{/ && /rule="no-ping-out"/ && /action="drop"/ { print $NF }'; }
 hits=$(rule_hits)
 ((${hits:-0} >= 2)) || fail "gateway_firewall_rule_hits_total for no-ping-out is '${hits}', expected the blocked pings"
-ctl show rules | grep -Eq "^ +1 +no-ping-out +drop +$hits\b" ||
-    fail "ctl show rules does not list no-ping-out with its $hits flows: $(ctl show rules)"
+# Read whole first: grep -q would stop reading at its match, and ctl's next line would end
+# it with SIGPIPE, a failure under pipefail.
+rules=$(ctl show rules)
+grep -Eq "^ +1 +no-ping-out +drop +$hits\b" <<<"$rules" ||
+    fail "ctl show rules does not list no-ping-out with its $hits flows: $rules"
 pass "the rule counts the flows it dropped ($hits), in the metrics and ctl show rules"
 # The pings that passed were the lan -> wan policy's, no rule's: its default counts them.
 default_hits() { curl -sf "$METRICS" | awk '/^gateway_firewall_default_hits_total\{/ && /from="lan"/ && /to="wan"/ && /action="accept"/ { print $NF }'; }

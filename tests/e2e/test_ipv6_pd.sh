@@ -216,7 +216,7 @@ pass "the gateway reported joining $group, the delegated address's solicited-nod
 # What the operator sees: the delegated and SLAAC addresses on their interfaces, the ISP's
 # default route.
 for _ in $(seq 1 20); do
-    ctl show interfaces | grep -q "$lan_address/64" && break
+    [[ $(ctl show interfaces) == *"$lan_address/64"* ]] && break
     sleep 0.1
 done
 expect_output "gateway ctl show interfaces lists the delegated LAN address" \
