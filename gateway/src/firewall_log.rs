@@ -9,17 +9,15 @@
 use std::io::Write;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use anyhow::Context;
-use crossbeam_channel::{select, Sender};
 use pipeline::state::firewall::Action;
 use pipeline::state::firewall_log::{FirewallEvent, FirewallLog};
 
 use crate::config::FirewallLogConfig;
 use crate::ctl::protocol_name;
 use crate::nat_log::syslog::{self, Header};
-use crate::nat_log::{udp_socket_for, EventLogStats, SyslogTransport, DRAIN_INTERVAL};
+use crate::nat_log::{udp_socket_for, EventLogStats, LogThread, SyslogTransport};
 
 /// RFC 5424's SD-ID for the firewall's parameters (the documentation enterprise number, as
 /// the NAT log's).
@@ -27,21 +25,8 @@ const SD_ID: &str = "fw@32473";
 
 pub type FirewallLogStats = EventLogStats<FirewallEvent>;
 
-/// The running thread; dropping it drains once more and stops it.
-pub struct FirewallLogger {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-    pub stats: Arc<FirewallLogStats>,
-}
-
-impl Drop for FirewallLogger {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
+/// The firewall log's thread.
+pub type FirewallLogger = LogThread<FirewallEvent>;
 
 /// Starts the thread for the workers' queues `logs`, when `config` names a destination.
 /// `interfaces`: the interfaces' names, in port order (restart-only, so they stay true).
@@ -68,44 +53,20 @@ pub fn spawn(
         hostname: syslog::hostname(),
         pid: std::process::id(),
     };
-    let stats = Arc::new(FirewallLogStats::new(logs));
-    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-    let thread = {
-        let stats = stats.clone();
-        std::thread::Builder::new()
-            .name("firewall-log".into())
-            .spawn(move || {
-                let ticks = crossbeam_channel::tick(DRAIN_INTERVAL);
-                let mut batch = Vec::new();
-                let mut send = || {
-                    stats.drain_dated(&mut batch, |event| event.at_ns);
-                    let mut message = Vec::with_capacity(512);
-                    for (unix, event) in &batch {
-                        message.clear();
-                        let timestamp = crate::timestamp::rfc3339(*unix);
-                        format_event(&mut message, &header, &timestamp, event, &interfaces);
-                        for transport in &transports {
-                            stats.count(&transport.send(&message), 1);
-                        }
-                    }
-                };
-                loop {
-                    select! {
-                        recv(ticks) -> _ => send(),
-                        recv(stopped) -> _ => {
-                            send();
-                            return;
-                        }
-                    }
-                }
-            })
-            .context("starting the firewall log thread")?
+    let mut batch = Vec::new();
+    let mut message = Vec::with_capacity(512);
+    let send = move |stats: &FirewallLogStats| {
+        stats.drain_dated(&mut batch, |event| event.at_ns);
+        for (unix, event) in &batch {
+            message.clear();
+            let timestamp = crate::timestamp::rfc3339(*unix);
+            format_event(&mut message, &header, &timestamp, event, &interfaces);
+            for transport in &transports {
+                stats.count(&transport.send(&message), 1);
+            }
+        }
     };
-    Ok(Some(FirewallLogger {
-        stop: Some(stop),
-        thread: Some(thread),
-        stats,
-    }))
+    FirewallLogger::spawn("firewall-log", FirewallLogStats::new(logs), send).map(Some)
 }
 
 /// Syslog severity (RFC 5424 6.2.1): warning (4) for a drop or reject, notice (5) for an

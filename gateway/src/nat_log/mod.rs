@@ -74,14 +74,15 @@ impl<E> EventLogStats<E> {
 
 pub type NatLogStats = EventLogStats<NatEvent>;
 
-/// The running thread; dropping it drains once more and stops it.
-pub struct NatLogger {
+/// A log's running thread (the NAT log's, the firewall log's), which sends what the workers
+/// queued every [`DRAIN_INTERVAL`]; dropping it sends once more and stops it.
+pub struct LogThread<E> {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
-    pub stats: Arc<NatLogStats>,
+    pub stats: Arc<EventLogStats<E>>,
 }
 
-impl Drop for NatLogger {
+impl<E> Drop for LogThread<E> {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
@@ -89,6 +90,45 @@ impl Drop for NatLogger {
         }
     }
 }
+
+impl<E: Send + 'static> LogThread<E> {
+    /// Starts thread `name`, which calls `send` with the stats (whose queues it drains)
+    /// every [`DRAIN_INTERVAL`] and once more when told to stop.
+    pub(crate) fn spawn(
+        name: &str,
+        stats: EventLogStats<E>,
+        mut send: impl FnMut(&EventLogStats<E>) + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        let stats = Arc::new(stats);
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = {
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    let ticks = crossbeam_channel::tick(DRAIN_INTERVAL);
+                    loop {
+                        select! {
+                            recv(ticks) -> _ => send(&stats),
+                            recv(stopped) -> _ => {
+                                send(&stats);
+                                return;
+                            }
+                        }
+                    }
+                })
+                .with_context(|| format!("starting the {name} thread"))?
+        };
+        Ok(LogThread {
+            stop: Some(stop),
+            thread: Some(thread),
+            stats,
+        })
+    }
+}
+
+/// The NAT log's thread.
+pub type NatLogger = LogThread<NatEvent>;
 
 /// Where a syslog message goes.
 pub(crate) enum SyslogTransport {
@@ -148,32 +188,9 @@ pub fn spawn(config: &NatLogConfig, logs: Vec<Arc<NatLog>>) -> anyhow::Result<Op
     if destinations.is_empty() {
         return Ok(None);
     }
-    let stats = Arc::new(NatLogStats::new(logs));
-    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-    let thread = {
-        let stats = stats.clone();
-        std::thread::Builder::new()
-            .name("nat-log".into())
-            .spawn(move || {
-                let ticks = crossbeam_channel::tick(DRAIN_INTERVAL);
-                let mut batch = Vec::new();
-                loop {
-                    select! {
-                        recv(ticks) -> _ => drain(&stats, &mut destinations, &mut batch),
-                        recv(stopped) -> _ => {
-                            drain(&stats, &mut destinations, &mut batch);
-                            return;
-                        }
-                    }
-                }
-            })
-            .context("starting the NAT log thread")?
-    };
-    Ok(Some(NatLogger {
-        stop: Some(stop),
-        thread: Some(thread),
-        stats,
-    }))
+    let mut batch = Vec::new();
+    let send = move |stats: &NatLogStats| drain(stats, &mut destinations, &mut batch);
+    NatLogger::spawn("nat-log", NatLogStats::new(logs), send).map(Some)
 }
 
 /// Dates each of `events` (time since the Unix epoch, beside the event): the worker stamped
