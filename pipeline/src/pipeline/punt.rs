@@ -106,15 +106,7 @@ impl Pipeline {
             .stateful
             .firewall
             .evaluate(from, ZoneId::LOCAL, &key, None);
-        let decision = Decision {
-            action,
-            from,
-            to: ZoneId::LOCAL,
-            ingress: ingress.port,
-            egress: None,
-            forwarded_to: None,
-            from_kernel: false,
-        };
+        let decision = Decision::to_gateway(action, from, ingress.port);
         self.stateful
             .decided(&router.stateful, rule, &key, decision, now_ns);
         Some(match action {

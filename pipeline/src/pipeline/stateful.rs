@@ -404,15 +404,7 @@ impl StatefulStage {
             let (action, rule) = stateful
                 .firewall
                 .evaluate(from, ZoneId::LOCAL, &key, icmp_type);
-            let decision = Decision {
-                action,
-                from,
-                to: ZoneId::LOCAL,
-                ingress: ingress.port,
-                egress: None,
-                forwarded_to: None,
-                from_kernel: false,
-            };
+            let decision = Decision::to_gateway(action, from, ingress.port);
             self.decided(stateful, rule, &key, decision, now_ns);
             // The dataplane answers echo requests itself; other ICMP (the replies to the
             // kernel's own pings) is the kernel twin's, when the interface has one.

@@ -58,6 +58,21 @@ pub struct Decision {
     pub from_kernel: bool,
 }
 
+impl Decision {
+    /// `action` on a packet from zone `from`, received on `ingress`, to the gateway itself.
+    pub fn to_gateway(action: Action, from: ZoneId, ingress: u16) -> Self {
+        Decision {
+            action,
+            from,
+            to: ZoneId::LOCAL,
+            ingress,
+            egress: None,
+            forwarded_to: None,
+            from_kernel: false,
+        }
+    }
+}
+
 impl FirewallLogger {
     /// `per_sec` events a second, `burst` at once, into `log`.
     pub fn new(log: Arc<FirewallLog>, per_sec: u32, burst: u32) -> Self {
