@@ -1777,6 +1777,35 @@ fn check_unicast_mac(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A log section's syslog settings (`nat.log`, `firewall.log`): the facility, the workers'
+/// queue size, and a Unix socket's absolute path.
+fn validate_syslog_sender(
+    section: &str,
+    facility: u8,
+    queue_events: usize,
+    syslog_unix: &Option<PathBuf>,
+) -> Result<(), ConfigError> {
+    if facility > 23 {
+        return Err(invalid(
+            format!("{section}.facility"),
+            format!("{facility} is not a syslog facility (0-23; local0 is 16)"),
+        ));
+    }
+    if !(1..=1 << 24).contains(&queue_events) {
+        return Err(invalid(
+            format!("{section}.queue_events"),
+            format!("{queue_events} is not between 1 and 16777216"),
+        ));
+    }
+    if let Some(path) = syslog_unix.as_ref().filter(|path| !path.is_absolute()) {
+        return Err(invalid(
+            format!("{section}.syslog_unix"),
+            format!("{} is not an absolute path", path.display()),
+        ));
+    }
+    Ok(())
+}
+
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
@@ -2454,36 +2483,17 @@ impl GatewayConfig {
 
     fn validate_firewall_log(&self) -> Result<(), ConfigError> {
         let log = &self.firewall.log;
-        if log.facility > 23 {
-            return Err(invalid(
-                "firewall.log.facility",
-                format!(
-                    "{} is not a syslog facility (0-23; local0 is 16)",
-                    log.facility
-                ),
-            ));
-        }
-        if !(1..=1 << 24).contains(&log.queue_events) {
-            return Err(invalid(
-                "firewall.log.queue_events",
-                format!("{} is not between 1 and 16777216", log.queue_events),
-            ));
-        }
+        validate_syslog_sender(
+            "firewall.log",
+            log.facility,
+            log.queue_events,
+            &log.syslog_unix,
+        )?;
         if log.per_sec == 0 || log.burst == 0 {
             let field = if log.per_sec == 0 { "per_sec" } else { "burst" };
             return Err(invalid(
                 format!("firewall.log.{field}"),
                 "must be positive (to log nothing, leave log = true off the rules)",
-            ));
-        }
-        if log
-            .syslog_unix
-            .as_ref()
-            .is_some_and(|path| !path.is_absolute())
-        {
-            return Err(invalid(
-                "firewall.log.syslog_unix",
-                "must be an absolute path (e.g. /dev/log)",
             ));
         }
         if let Some(i) = self.firewall.rules.iter().position(|rule| rule.log) {
@@ -2499,30 +2509,7 @@ impl GatewayConfig {
 
     fn validate_nat_log(&self) -> Result<(), ConfigError> {
         let log = &self.nat.log;
-        if log.facility > 23 {
-            return Err(invalid(
-                "nat.log.facility",
-                format!(
-                    "{} is not a syslog facility (0-23; local0 is 16)",
-                    log.facility
-                ),
-            ));
-        }
-        if !(1..=1 << 24).contains(&log.queue_events) {
-            return Err(invalid(
-                "nat.log.queue_events",
-                format!("{} is not between 1 and 16777216", log.queue_events),
-            ));
-        }
-        if let Some(path) = &log.syslog_unix {
-            if !path.is_absolute() {
-                return Err(invalid(
-                    "nat.log.syslog_unix",
-                    format!("{} is not an absolute path", path.display()),
-                ));
-            }
-        }
-        Ok(())
+        validate_syslog_sender("nat.log", log.facility, log.queue_events, &log.syslog_unix)
     }
 
     fn validate_state(&self) -> Result<(), ConfigError> {
