@@ -9,9 +9,10 @@
 
 use std::sync::Arc;
 
+use pipeline::features::plan::ShapeRequest;
 use pipeline::features::qos::{Class, Link, QosStats};
 use pipeline::features::shaper::{Outcome, Shaper, ShaperConfig};
-use pipeline::pipeline::features::{mark_congestion, ShapeRequest};
+use pipeline::pipeline::features::mark_congestion;
 use pipeline::{DropReason, Pipeline, RouterConfig, WorkerCounters};
 
 use crate::dpdk::{Mbuf, Mempool};

@@ -34,6 +34,6 @@ pub use pipeline::config::{
     IcmpLimits, Interface, KernelRoute, KernelRouteAllow, RefusedRoute, RouteRefusal, RouterConfig,
     SourceValidation, StaticRoute,
 };
-pub use pipeline::fast_path::MAX_BURST;
-pub use pipeline::{Ingress, Pipeline, WorkerSetup};
+pub use pipeline::stage::{Ingress, MAX_BURST};
+pub use pipeline::{Pipeline, WorkerSetup};
 pub use verdict::{ControlWork, DropReason, InvalidReason, Verdict};

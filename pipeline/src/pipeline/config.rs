@@ -14,6 +14,7 @@ use crate::flow::{FlowKey, FlowKey6};
 use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
 use crate::l3::route6::{NextHop6, Route6, RouteError6, RouteTable6};
 use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
+use crate::verdict::{DropReason, Verdict};
 use crate::wire::ipv6::{is_link_local, prefix_of, solicited_node, ALL_NODES, ALL_ROUTERS};
 use crate::wire::EthernetAddress;
 
@@ -483,6 +484,18 @@ pub enum SourceValidation {
 }
 
 impl RouterConfig {
+    /// Traffic for one of the gateway's addresses that the `local` rules accepted and that
+    /// the dataplane does not answer itself: to the twin of the interface it came in by
+    /// (`ingress`). Without a twin there, nothing can take it: dropped as `local_delivery`.
+    #[inline]
+    pub(crate) fn deliver_locally(&self, ingress: u16) -> Verdict {
+        if self.punt.has_twin(ingress) {
+            Verdict::Punt { port: ingress }
+        } else {
+            Verdict::Drop(DropReason::LocalDelivery)
+        }
+    }
+
     /// Connected routes come from the interfaces; static routes resolve their gateway to the
     /// interface whose subnet holds it.
     pub fn new(

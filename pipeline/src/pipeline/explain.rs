@@ -4,7 +4,8 @@
 
 use crate::flow::{Direction, FlowKey};
 use crate::pipeline::fast_path::frame_key;
-use crate::pipeline::{Ingress, Pipeline};
+use crate::pipeline::stage::Ingress;
+use crate::pipeline::Pipeline;
 use crate::state::conntrack::TcpState;
 use crate::state::firewall::{Action, ZoneId};
 use crate::wire::{ethernet, ipv4, Ipv4Packet};

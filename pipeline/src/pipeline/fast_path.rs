@@ -32,12 +32,13 @@
 
 use std::net::Ipv4Addr;
 
+use crate::features::plan::{FeaturePlan, Features6, Upper6};
 use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
-use crate::pipeline::features::{FeaturePlan, Features6, Upper6};
+use crate::pipeline::stage::{FlowProbe, Ingress, Route, MAX_BURST};
 use crate::pipeline::stateful::changes_tcp_state;
 use crate::pipeline::stateful6::{FeatureHosts6, Shortcut6};
-use crate::pipeline::{Ingress, Pipeline};
+use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, Shortcut};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
@@ -47,9 +48,6 @@ use crate::wire::{
     checksum, ethernet, ipv4, ipv6, tcp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet,
     UdpPacket,
 };
-
-/// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
-pub const MAX_BURST: usize = 32;
 
 fn side(direction: Direction) -> usize {
     match direction {
@@ -118,17 +116,6 @@ fn has_fast_path(key: &FlowKey) -> bool {
         ipv4::protocol::UDP => key.dst_port != DNS_PORT && key.dst_port != DHCP_CLIENT_PORT,
         _ => false,
     }
-}
-
-/// What the burst learnt of a packet's flow before the full path: its key as the frame gave
-/// it, the key's hash, and, when the fast path looked the key up, the table's answer. The
-/// full path's stateful stage uses them for the same key instead of hashing and looking up
-/// again: a new flow's packet (a SYN in a flood) would otherwise pay for three lookups.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FlowProbe {
-    pub(crate) key: FlowKey,
-    pub(crate) hash: FlowHash,
-    pub(crate) found: Option<Probe>,
 }
 
 impl Pipeline {
@@ -629,11 +616,4 @@ impl Pipeline {
             features: features.bits(),
         };
     }
-}
-
-/// Where the full path sent a packet: its egress interface and the next hop it resolved.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Route {
-    pub(crate) egress: u16,
-    pub(crate) next_hop: Ipv4Addr,
 }

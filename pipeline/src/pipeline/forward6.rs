@@ -6,19 +6,20 @@
 //!
 //! IPv6 for the gateway itself (Neighbor Discovery, echo, Router Solicitations, MLD) goes
 //! to [`crate::pipeline::ipv6_local`]. QoS and the traffic meter see a LAN host's IPv6
-//! traffic as its IPv4 address's ([`crate::pipeline::features::Features6`]).
+//! traffic as its IPv4 address's ([`crate::features::plan::Features6`]).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::features::plan::Upper6;
 use crate::l3::icmpv6_error::{self, Icmpv6Error};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::Ipv6Interface;
-use crate::pipeline::features::Upper6;
 use crate::pipeline::ipv6_local::{self, scoped};
-use crate::pipeline::punt::{deliver_locally, is_autoconfiguration6};
+use crate::pipeline::punt::is_autoconfiguration6;
+use crate::pipeline::stage::Ingress;
 use crate::pipeline::stateful::answer_blocked_dns;
 use crate::pipeline::stateful6::{Client6, Stage6};
-use crate::pipeline::{Ingress, Pipeline};
+use crate::pipeline::Pipeline;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::ipv6::{self, is_link_local, walk_extensions};
 use crate::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv6Packet};
@@ -39,7 +40,7 @@ impl Pipeline {
         };
         if dst.is_multicast() || v6.accepts(dst) {
             if v6.autoconfigure && v6.accepts(dst) && is_autoconfiguration6(pkt.bytes()) {
-                return deliver_locally(&self.router, ingress.port);
+                return self.router.deliver_locally(ingress.port);
             }
             return ipv6_local::classify(pkt.bytes(), v6);
         }

@@ -20,9 +20,8 @@
 use crate::flow::FlowKey;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::stateful::{
-    admit, insert_drop_reason, is_bare_syn, translate, Stage, StatefulStage,
-};
+use crate::pipeline::stage::{translate, Stage};
+use crate::pipeline::stateful::{admit, insert_drop_reason, is_bare_syn, StatefulStage};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{Probe, TcpSegment, Track};
 use crate::state::firewall::{Action, ZoneId};

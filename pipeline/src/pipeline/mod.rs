@@ -21,6 +21,7 @@ pub mod kernel_flows;
 pub mod punt;
 mod requests;
 pub mod snapshot;
+pub mod stage;
 pub mod stateful;
 mod stateful6;
 pub mod syn_proxy;
@@ -39,16 +40,17 @@ use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
+use crate::features::plan::ShapeRequest;
 use crate::features::qos::{Class, HostShares, Link, Qos, QosMode, QosStats};
 use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::{IcmpLimits, Interface, RouterConfig};
-use crate::pipeline::fast_path::{FlowProbe, Route, MAX_BURST};
-use crate::pipeline::features::ShapeRequest;
-use crate::pipeline::stateful::{Stage, StatefulStage, Translation};
+use crate::pipeline::stage::{
+    ExtraFrames, FlowProbe, Ingress, Route, Stage, Translation, MAX_BURST,
+};
+use crate::pipeline::stateful::StatefulStage;
 use crate::pipeline::stateful6::{FlowData6, StatefulStage6};
-use crate::pipeline::syn_proxy::ExtraFrames;
 use crate::ratelimit::TokenBucket;
 use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
@@ -111,15 +113,6 @@ impl Default for WorkerSetup {
             qos_seed: None,
         }
     }
-}
-
-/// How a packet reached this worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ingress {
-    /// The interface it arrived on.
-    pub port: u16,
-    /// Handed over by another worker, which already decided this worker owns it.
-    pub handed_off: bool,
 }
 
 /// One worker's packet processor. Holds snapshots of shared, immutable state (the router

@@ -20,7 +20,8 @@
 
 use crate::flow::FlowKey;
 use crate::pipeline::config::{Interface, RouterConfig};
-use crate::pipeline::{Ingress, Pipeline};
+use crate::pipeline::stage::Ingress;
+use crate::pipeline::Pipeline;
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::firewall_log::Decision;
 use crate::verdict::{DropReason, Verdict};
@@ -32,18 +33,6 @@ use crate::wire::udp::{
 use crate::wire::{
     ethernet, ipv4, ArpOperation, ArpPacket, EthernetFrame, Ipv4Packet, Ipv6Packet, UdpPacket,
 };
-
-/// Traffic for one of the gateway's addresses that the `local` rules accepted and that
-/// the dataplane does not answer itself: to the twin of the interface it came in by.
-/// Without a twin there, nothing can take it: dropped as `local_delivery`.
-#[inline]
-pub(crate) fn deliver_locally(router: &RouterConfig, ingress: u16) -> Verdict {
-    if router.punt.has_twin(ingress) {
-        Verdict::Punt { port: ingress }
-    } else {
-        Verdict::Drop(DropReason::LocalDelivery)
-    }
-}
 
 impl Pipeline {
     /// On an interface whose twin runs a DHCP client: a DHCP server's answer (UDP from port

@@ -5,8 +5,9 @@
 use crate::flow::{FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpBudget;
 use crate::packet::PacketBuf;
-use crate::pipeline::stateful::Request;
-use crate::pipeline::{Ingress, Pipeline};
+use crate::pipeline::stage::Ingress;
+use crate::pipeline::stage::Request;
+use crate::pipeline::Pipeline;
 use crate::state::conntrack::TcpSegment;
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::ipv4::GENERATED_TTL;

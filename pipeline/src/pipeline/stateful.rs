@@ -15,10 +15,7 @@ use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
 use crate::l3::icmp_error::IcmpError;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::fast_path::FlowProbe;
-use crate::pipeline::punt::deliver_locally;
-use crate::pipeline::syn_proxy::{CookieAnswer, Splice};
-use crate::pipeline::Ingress;
+use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage};
 use crate::state::conntrack::{
     FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy,
 };
@@ -32,58 +29,6 @@ use crate::wire::udp::DNS_PORT;
 use crate::wire::{
     ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket,
 };
-
-/// What the stateful stage decided.
-pub(crate) enum Stage {
-    /// Headers are final (translated if need be); route and send. A translated packet says
-    /// how, so that an ICMP error about it can be about what its sender sent.
-    Forward(Option<Translation>),
-    /// As `Forward`, for a packet of an established flow: the forwarding stage may leave
-    /// the flow a [`Shortcut`] for the next packets of its direction.
-    Established {
-        translation: Option<Translation>,
-        flow: FlowId,
-        direction: Direction,
-    },
-    Done(Verdict),
-    /// What the stage needs the pipeline to do with the packet, which owns the budgets and
-    /// the routing an answer takes.
-    Request(Request),
-}
-
-/// An answer the stateful stage asks the pipeline to send in place of the packet.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Request {
-    /// The packet, as received, answered with this ICMP error.
-    IcmpError(IcmpError),
-    /// The TCP `segment` of flow `key` answered with a reset toward its sender; the segment
-    /// itself counts as dropped for `reason`.
-    Reset {
-        key: FlowKey,
-        segment: TcpSegment,
-        reason: DropReason,
-    },
-    /// A SYN toward a port forward answered by the SYN proxy with a cookie.
-    SynCookie(CookieAnswer),
-    /// A server's SYN-ACK to a proxied client, answered by the proxy for the client.
-    Splice(Splice),
-}
-
-/// A packet's tuple as received and as the stateful stage rewrote it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Translation {
-    received: FlowKey,
-    sent: FlowKey,
-}
-
-impl Translation {
-    /// Rewrites the packet back to what its sender sent, so that an ICMP error the gateway
-    /// raises about it (fragmentation needed, no route) goes to that sender and quotes what it
-    /// sent. False, with the packet unchanged, if the rewrite fails.
-    pub(crate) fn undo(&self, pkt: &mut PacketBuf) -> bool {
-        !matches!(translate(pkt, &self.sent, &self.received), Stage::Done(_))
-    }
-}
 
 /// One worker's stateful stage: its flow table, NAT pool and content scanners, and where the
 /// worker sits among its peers. It reads the router config and counters it is lent and
@@ -416,7 +361,7 @@ impl StatefulStage {
                 Action::Accept if key.protocol == ipv4::protocol::ICMP && !kernels(icmp_type) => {
                     Verdict::Control(ControlWork::LocalIcmp)
                 }
-                Action::Accept => deliver_locally(router, ingress.port),
+                Action::Accept => router.deliver_locally(ingress.port),
                 Action::Drop | Action::Reject => Verdict::Drop(DropReason::FirewallDrop),
             };
             return Stage::Done(verdict);
@@ -716,7 +661,7 @@ fn deliver_to_kernel(
 /// To the twin of the interface that has `address`.
 fn kernel_delivery(router: &RouterConfig, address: Ipv4Addr) -> Verdict {
     match router.local_port(address) {
-        Some(port) => deliver_locally(router, port),
+        Some(port) => router.deliver_locally(port),
         // The address went away with a DHCP lease.
         None => Verdict::Drop(DropReason::LocalDelivery),
     }
@@ -877,23 +822,6 @@ fn l4_checksum_ok(pkt: &PacketBuf) -> bool {
 /// The sender's MAC: parental policies may name devices by it.
 pub(crate) fn source_mac(pkt: &PacketBuf) -> EthernetAddress {
     crate::wire::EthernetFrame::new_unchecked(pkt.bytes()).src_addr()
-}
-
-/// Rewrites the packet's tuple from `current` to `target`.
-pub(crate) fn translate(pkt: &mut PacketBuf, current: &FlowKey, target: &FlowKey) -> Stage {
-    let ip = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
-    let new_source = (current.src, current.src_port) != (target.src, target.src_port);
-    if new_source && nat::rewrite_source(ip, target.src, target.src_port).is_err() {
-        return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
-    }
-    let new_destination = (current.dst, current.dst_port) != (target.dst, target.dst_port);
-    if new_destination && nat::rewrite_destination(ip, target.dst, target.dst_port).is_err() {
-        return Stage::Done(Verdict::Drop(DropReason::MalformedL4));
-    }
-    Stage::Forward((new_source || new_destination).then_some(Translation {
-        received: *current,
-        sent: *target,
-    }))
 }
 
 /// A DNS query for a blocked name: answered NXDOMAIN from the address asked (or dropped,

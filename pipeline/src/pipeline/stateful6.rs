@@ -22,12 +22,12 @@
 use std::net::Ipv4Addr;
 
 use crate::features::content::{self, ContentInspector, ContentPolicy, Device, Inspection};
+use crate::features::plan::{FeaturePlan, Features6};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::features::{FeaturePlan, Features6};
+use crate::pipeline::stage::Ingress;
 use crate::pipeline::stateful::{changes_tcp_state, insert_drop_reason, is_bare_syn};
-use crate::pipeline::Ingress;
 use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, TcpState, Track};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::flow_data::ContentState;

@@ -10,7 +10,7 @@
 //! 2. The server's SYN-ACK is answered by the gateway with the ACK the client would have sent,
 //!    and the client, which our SYN-ACK offered a zero window (so it sends no data the
 //!    server could not take yet), gets a window update with the server's window (a second
-//!    frame, [`ExtraFrames`]).
+//!    frame, [`ExtraFrames`](crate::pipeline::stage::ExtraFrames)).
 //! 3. From then on the server's sequence numbers are shifted into the client's view (the
 //!    cookie is the client's idea of the server's ISN): `delta` is added to what the server
 //!    sends and taken from what the client acknowledges, with the checksums patched. Such
@@ -24,7 +24,8 @@
 use crate::flow::{Direction, FlowKey};
 use crate::packet::PacketBuf;
 use crate::pipeline::requests::write_segment;
-use crate::pipeline::stateful::{Request, Stage, StatefulStage};
+use crate::pipeline::stage::{CookieAnswer, Request, Splice, Stage, ACK_FRAME_LEN};
+use crate::pipeline::stateful::StatefulStage;
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowId, TcpSegment, Track};
 use crate::state::flow_data::SynProxy;
@@ -37,32 +38,6 @@ use crate::wire::{checksum, ethernet, ipv4, tcp, EthernetFrame, Ipv4Packet, TcpP
 const SYN_HEADER_LEN: usize = tcp::HEADER_LEN + 4;
 /// The frame of a SYN or SYN-ACK the proxy writes.
 const SYN_FRAME_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + SYN_HEADER_LEN;
-/// The frame of a bare ACK the proxy writes.
-pub(crate) const ACK_FRAME_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp::HEADER_LEN;
-
-/// A SYN the proxy answers with a cookie: its tuple as received, and what the SYN-ACK says.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CookieAnswer {
-    key: FlowKey,
-    client_isn: u32,
-    cookie: u32,
-    /// The MSS our SYN-ACK announces: what the server's side can carry.
-    mss: u16,
-}
-
-/// The server's SYN-ACK, which the proxy answers for the client.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Splice {
-    /// The client's tuple as it sent it (to the forward's address and port).
-    client: FlowKey,
-    /// The server's tuple as it sent the SYN-ACK (to the client).
-    server: FlowKey,
-    client_next: u32,
-    server_next: u32,
-    client_window: u16,
-    server_window: u16,
-    cookie: u32,
-}
 
 impl StatefulStage {
     /// The answer to a SYN toward a forward while the half-open table is full (checksum
@@ -356,45 +331,4 @@ fn write_ack(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
 fn mss_option(mss: u16) -> [u8; 4] {
     let [high, low] = mss.to_be_bytes();
     [option::MSS, 4, high, low]
-}
-
-/// Frames the pipeline makes beside the packets it was given (the SYN proxy's window
-/// updates), for the worker to send after the burst. Bounded; allocated once.
-pub struct ExtraFrames {
-    frames: Vec<(u16, [u8; ACK_FRAME_LEN])>,
-}
-
-/// Extra frames one burst may leave: one per packet of a full burst.
-const EXTRA_FRAMES: usize = crate::pipeline::fast_path::MAX_BURST;
-
-impl Default for ExtraFrames {
-    fn default() -> Self {
-        ExtraFrames {
-            frames: Vec::with_capacity(EXTRA_FRAMES),
-        }
-    }
-}
-
-impl ExtraFrames {
-    /// Keeps a frame to send on `port`; false if there is no room (or it is not the size
-    /// of a bare ACK).
-    fn push(&mut self, port: u16, frame: &[u8]) -> bool {
-        if self.frames.len() == EXTRA_FRAMES {
-            return false;
-        }
-        let Ok(frame) = <[u8; ACK_FRAME_LEN]>::try_from(frame) else {
-            return false;
-        };
-        self.frames.push((port, frame));
-        true
-    }
-
-    /// The frames kept since the last call, each with the port it leaves by.
-    pub fn drain(&mut self) -> impl Iterator<Item = (u16, [u8; ACK_FRAME_LEN])> + '_ {
-        self.frames.drain(..)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.frames.is_empty()
-    }
 }
