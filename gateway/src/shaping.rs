@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use pipeline::features::plan::ShapeRequest;
+use pipeline::features::qos::ShapeRequest;
 use pipeline::features::qos::{Class, Link, QosStats};
 use pipeline::features::shaper::{Outcome, Shaper, ShaperConfig};
 use pipeline::pipeline::features::mark_congestion;

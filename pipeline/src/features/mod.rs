@@ -8,6 +8,5 @@ pub mod content;
 pub mod inspect;
 pub mod meter;
 pub mod parental;
-pub mod plan;
 pub mod qos;
 pub mod shaper;

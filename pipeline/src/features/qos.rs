@@ -131,6 +131,16 @@ pub enum Class {
     Bulk,
 }
 
+/// A packet QoS hands to the worker's shaper rather than deciding itself (shaper mode): the
+/// worker queues bulk packets in `link`'s shaper and sends priority ones at once, charging the
+/// link for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeRequest {
+    pub link: Link,
+    pub class: Class,
+    pub arrival: crate::features::shaper::Arrival,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
 pub enum Decision {

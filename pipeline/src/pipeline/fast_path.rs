@@ -24,7 +24,7 @@
 //! beside it in `pipeline/tests/stateful.rs` hold both paths to the same verdicts, bytes and
 //! state.
 //!
-//! IPv6 flows have the same fast path over their own table ([`Shortcut6`]): TCP and UDP
+//! IPv6 flows have the same fast path over their own table ([`Shortcut`]`<()>`): TCP and UDP
 //! whose header follows the fixed header (no extension headers), the hop limit and the MTU
 //! checked per packet, the hop limit decremented (IPv6 has no header checksum), nothing
 //! translated. A shortcut from an older neighbour view is not refreshed but remade by the
@@ -32,17 +32,17 @@
 
 use std::net::Ipv4Addr;
 
-use crate::features::plan::{FeaturePlan, Features6, Upper6};
 use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
 use crate::pipeline::stage::{FlowProbe, Ingress, Route, MAX_BURST};
 use crate::pipeline::stateful::changes_tcp_state;
-use crate::pipeline::stateful6::{FeatureHosts6, Shortcut6};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
-use crate::state::flow_data::{ContentState, Shortcut};
+use crate::state::flow_data::{ContentState, FeatureHosts6, Nat44Shortcut, Shortcut};
+use crate::state::flow_data::{FeaturePlan, Features6};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::ipv6::Upper6;
 use crate::wire::udp::{DHCP_CLIENT_PORT, DNS_PORT};
 use crate::wire::{
     checksum, ethernet, ipv4, ipv6, tcp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet,
@@ -363,7 +363,10 @@ impl Pipeline {
         }
         if shortcut.neighbor_epoch != self.neighbor_epoch {
             // What the full path's `resolve_l2` would find now; none: it asks ARP.
-            shortcut.next_hop_mac = self.neighbors.get(Ipv4Addr::from(shortcut.next_hop))?.0;
+            shortcut.next_hop_mac = self
+                .neighbors
+                .get(Ipv4Addr::from(shortcut.family.next_hop))?
+                .0;
             shortcut.neighbor_epoch = self.neighbor_epoch;
             self.stateful.flows.data_mut(flow).shortcuts[side(direction)] = shortcut;
         }
@@ -422,7 +425,7 @@ impl Pipeline {
             .key(flow, direction.opposite())
             .reversed();
         let ip = &mut pkt.bytes_mut()[ethernet::HEADER_LEN..];
-        if !rewrite::rewrite_forwarded(ip, key.protocol, &target, shortcut.deltas) {
+        if !rewrite::rewrite_forwarded(ip, key.protocol, &target, shortcut.family.deltas) {
             // Not reached: the checks above are the rewrite's preconditions.
             return Some(Verdict::Drop(DropReason::MalformedL4));
         }
@@ -435,7 +438,7 @@ impl Pipeline {
             port: shortcut.egress,
         };
         Some(self.apply_features(
-            FeaturePlan::from_bits(shortcut.features),
+            shortcut.features,
             (src, src_mac),
             pkt,
             verdict,
@@ -575,7 +578,7 @@ impl Pipeline {
             };
         }
         let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
-        self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut6 {
+        self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
             router_epoch: self.router_epoch,
             neighbor_epoch: self.neighbor_epoch,
             ingress: ingress.port,
@@ -583,6 +586,7 @@ impl Pipeline {
             next_hop_mac: next_hop_mac.0,
             received_here: !ingress.handed_off,
             features: features.plan,
+            family: (),
         };
     }
 
@@ -609,11 +613,13 @@ impl Pipeline {
             neighbor_epoch: self.neighbor_epoch,
             ingress: ingress.port,
             egress: route.egress,
-            next_hop: u32::from(route.next_hop),
             next_hop_mac: next_hop_mac.0,
-            deltas: ChecksumDeltas::new(&received, &target),
             received_here: !ingress.handed_off,
-            features: features.bits(),
+            features,
+            family: Nat44Shortcut {
+                next_hop: u32::from(route.next_hop),
+                deltas: ChecksumDeltas::new(&received, &target),
+            },
         };
     }
 }

@@ -15,12 +15,14 @@
 
 use std::net::Ipv4Addr;
 
-use crate::features::plan::{FeaturePlan, Features6, ShapeRequest, Upper6};
+use crate::features::qos::ShapeRequest;
 use crate::features::qos::{Class, Decision, Link, PacketInfo};
 use crate::features::shaper::Arrival;
 use crate::packet::PacketBuf;
 use crate::pipeline::Pipeline;
+use crate::state::flow_data::{FeaturePlan, Features6};
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::ipv6::Upper6;
 use crate::wire::{ethernet, ipv4, ipv6, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
 
 /// A hash of the packet's addresses, protocol and ports (as it leaves): its shaper flow
@@ -118,6 +120,18 @@ pub fn mark_congestion(frame: &mut [u8]) -> bool {
     // The header was checked on the way in, so summing it again is as good as a patch.
     ip.fill_checksum();
     true
+}
+
+/// The class every packet of a plan's flow direction is of, where one holds for all.
+#[inline]
+fn known_class(plan: FeaturePlan) -> Option<Class> {
+    plan.fixed_priority().map(|priority| {
+        if priority {
+            Class::Priority
+        } else {
+            Class::Bulk
+        }
+    })
 }
 
 /// The QoS link a packet is policed on: 0 (uplink) from an inside interface to a masqueraded
@@ -337,7 +351,7 @@ impl Pipeline {
         if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
             let policer = &mut policers[link];
             let host = if link == 0 { src } else { dst };
-            let class = plan.known_class().unwrap_or_else(|| {
+            let class = known_class(plan).unwrap_or_else(|| {
                 let (host, mac) = lan_host(link, (src, src_mac), dst, pkt);
                 policer.classify(&packet_info(&ip, host, mac))
             });
@@ -509,7 +523,7 @@ impl Pipeline {
             let policer = &mut policers[link];
             let host = if link == 0 { sender } else { receiver };
             let host = host.unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let class = plan.known_class().unwrap_or_else(|| {
+            let class = known_class(plan).unwrap_or_else(|| {
                 let mac = if link == 0 {
                     src_mac
                 } else {

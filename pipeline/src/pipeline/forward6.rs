@@ -6,11 +6,10 @@
 //!
 //! IPv6 for the gateway itself (Neighbor Discovery, echo, Router Solicitations, MLD) goes
 //! to [`crate::pipeline::ipv6_local`]. QoS and the traffic meter see a LAN host's IPv6
-//! traffic as its IPv4 address's ([`crate::features::plan::Features6`]).
+//! traffic as its IPv4 address's ([`crate::state::flow_data::Features6`]).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::features::plan::Upper6;
 use crate::l3::icmpv6_error::{self, Icmpv6Error};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::Ipv6Interface;
@@ -21,6 +20,7 @@ use crate::pipeline::stateful::answer_blocked_dns;
 use crate::pipeline::stateful6::{Client6, Stage6};
 use crate::pipeline::Pipeline;
 use crate::verdict::{ControlWork, DropReason, Verdict};
+use crate::wire::ipv6::Upper6;
 use crate::wire::ipv6::{self, is_link_local, walk_extensions};
 use crate::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv6Packet};
 

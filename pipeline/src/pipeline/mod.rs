@@ -40,7 +40,7 @@ use crate::state::nat::{NatEventKind, NatLog, NatPool, NatPoolError, Ownership, 
 /// NAT ports per internal host and worker unless configured: a few thousand, so that about
 /// fifteen hosts at their limit still leave a worker's UDP ports to the rest.
 pub const DEFAULT_HOST_PORTS: u32 = 4096;
-use crate::features::plan::ShapeRequest;
+use crate::features::qos::ShapeRequest;
 use crate::features::qos::{Class, HostShares, Link, Qos, QosMode, QosStats};
 use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpBudgets, IcmpError};
 use crate::l3::neighbor_view::NeighborView;
@@ -50,9 +50,9 @@ use crate::pipeline::stage::{
     ExtraFrames, FlowProbe, Ingress, Route, Stage, Translation, MAX_BURST,
 };
 use crate::pipeline::stateful::StatefulStage;
-use crate::pipeline::stateful6::{FlowData6, StatefulStage6};
+use crate::pipeline::stateful6::StatefulStage6;
 use crate::ratelimit::TokenBucket;
-use crate::state::flow_data::{next_epoch, FlowData, FIRST_EPOCH};
+use crate::state::flow_data::{next_epoch, FlowData, FlowData6, FIRST_EPOCH};
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{ethernet, icmp, ipv4, tcp, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
 

@@ -19,10 +19,7 @@
 //! to the worker a symmetric hash of its two addresses names ([`Ownership::pair_owner6`]):
 //! without NAT, neither end's address changes on the way.
 
-use std::net::Ipv4Addr;
-
 use crate::features::content::{self, ContentInspector, ContentPolicy, Device, Inspection};
-use crate::features::plan::{FeaturePlan, Features6};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
@@ -30,33 +27,13 @@ use crate::pipeline::stage::Ingress;
 use crate::pipeline::stateful::{changes_tcp_state, insert_drop_reason, is_bare_syn};
 use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, TcpState, Track};
 use crate::state::firewall::{Action, ZoneId};
-use crate::state::flow_data::ContentState;
+use crate::state::flow_data::{ContentState, FeatureHosts6, FlowData6};
 use crate::state::nat::Ownership;
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::checksum;
 use crate::wire::ipv6::{next_header, Extensions};
 use crate::wire::udp::DNS_PORT;
 use crate::wire::{icmpv6, ipv6, Ipv6Packet, TcpPacket, UdpPacket};
-
-/// What an IPv6 flow keeps besides its tuples.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct FlowData6 {
-    from_zone: u8,
-    to_zone: u8,
-    /// The stateful config's generation the flow was last admitted under: a reload that
-    /// rechecks established flows (`recheck_established`) looks at the flow again.
-    pub(crate) generation: u32,
-    /// Whether the flow's content was judged (a TCP flow a LAN device opened, with a
-    /// content policy on).
-    pub(crate) content: ContentState,
-    /// The opening device's IPv4 address as it was then (`Client6`), for flows a LAN device
-    /// opened under a content policy: the inspector follows a stream for one device, and the
-    /// MAC's neighbour entry may come or go mid-stream.
-    pub(crate) device: Option<Ipv4Addr>,
-    /// Per direction (original, reply): where forwarding sent the last packet, for the fast
-    /// path (`crate::pipeline::fast_path`).
-    pub(crate) shortcuts: [Shortcut6; 2],
-}
 
 /// The LAN device a packet comes from, for the content policy: its IPv4 address (that of
 /// its MAC on the interface's subnet, 0.0.0.0 without one) and its MAC, and the wall-clock
@@ -74,34 +51,6 @@ impl Client6 {
         let (address, mac) = self.device;
         policy.device_allowed(address, mac, self.unix_seconds)
     }
-}
-
-/// What forwarding decided for the last packet of one direction of an IPv6 flow: IPv4's
-/// `Shortcut` without NAT (an IPv6 packet leaves as it came but for its hop limit). Its next
-/// hop's MAC, and the LAN hosts its features are about, are from one neighbour view: a
-/// newer view sends the direction's next packet down the full path, which makes it again.
-/// The hosts are kept apart ([`StatefulStage6::feature_hosts`]): most flows have no
-/// features, and every byte here is on the line each packet of the flow reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Shortcut6 {
-    /// The pipeline's router epoch when it was made; 0, which no epoch is, when there is none.
-    pub(crate) router_epoch: u32,
-    pub(crate) neighbor_epoch: u32,
-    pub(crate) ingress: u16,
-    pub(crate) egress: u16,
-    pub(crate) next_hop_mac: [u8; 6],
-    /// Made from a packet this worker received itself (its source validation and owner
-    /// check ran), not one handed to it.
-    pub(crate) received_here: bool,
-    /// What the features do; with any, the hosts are in `StatefulStage6::feature_hosts`.
-    pub(crate) features: FeaturePlan,
-}
-
-/// The LAN hosts of a shortcut's features, and the sender they were decided for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct FeatureHosts6 {
-    pub(crate) features: Features6,
-    pub(crate) source_mac: [u8; 6],
 }
 
 /// What the IPv6 stateful stage decided.

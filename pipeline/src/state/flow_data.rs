@@ -83,26 +83,120 @@ pub(crate) fn next_epoch(epoch: u32) -> u32 {
     epoch.wrapping_add(1).max(FIRST_EPOCH)
 }
 
-/// What forwarding decided for the last packet of one direction of a flow, for the
-/// established fast path (`crate::pipeline::fast_path`), which makes and checks it.
+/// What the features do with the packets of one flow direction, packed into a byte so that
+/// a shortcut carries it in what was padding. 0: nothing. The pipeline's feature stage makes
+/// it and acts on it; this layer only keeps it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Shortcut {
+pub struct FeaturePlan(u8);
+
+impl FeaturePlan {
+    pub const NONE: FeaturePlan = FeaturePlan(0);
+    pub(crate) const POLICE: u8 = 1;
+    /// Policed on the downlink (else the uplink).
+    pub(crate) const DOWNLINK: u8 = 2;
+    /// The class below holds for every packet (no rule looks at DSCP or a MAC).
+    pub(crate) const CLASS_KNOWN: u8 = 4;
+    pub(crate) const PRIORITY: u8 = 8;
+    /// Metered against the source, as traffic it sent.
+    pub(crate) const METER_UP: u8 = 16;
+    /// Metered against the destination, as traffic it received.
+    pub(crate) const METER_DOWN: u8 = 32;
+
+    /// From its packed form (a shortcut's).
+    pub(crate) fn from_bits(bits: u8) -> FeaturePlan {
+        FeaturePlan(bits)
+    }
+
+    pub(crate) fn has(self, flag: u8) -> bool {
+        self.0 & flag != 0
+    }
+
+    /// The QoS link (0 uplink, 1 downlink) the packets are policed on, if any.
+    pub(crate) fn police_link(self) -> Option<usize> {
+        self.has(Self::POLICE)
+            .then_some(usize::from(self.has(Self::DOWNLINK)))
+    }
+
+    /// Whether the packets are all of the priority class (`Some(true)`) or all bulk, where
+    /// one class holds for every packet; None where each packet is classified.
+    pub(crate) fn fixed_priority(self) -> Option<bool> {
+        self.has(Self::CLASS_KNOWN)
+            .then_some(self.has(Self::PRIORITY))
+    }
+}
+
+/// The features of one direction of an IPv6 flow: its plan, and the LAN hosts it is about,
+/// as their IPv4 addresses. A LAN host is the IPv4 neighbour with the sender's MAC (for the
+/// host sending) or the next hop's (for the host receiving), on that interface's subnet
+/// (traffic through a LAN router is the router's, as the MAC says). None: no such neighbour,
+/// or several (an IPv6-only device, a Wi-Fi extender's clients behind its MAC); its traffic
+/// shares one fair share, under 0.0.0.0, and the meter's unattributed entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Features6 {
+    pub(crate) plan: FeaturePlan,
+    pub(crate) sender: Option<Ipv4Addr>,
+    pub(crate) receiver: Option<Ipv4Addr>,
+}
+
+/// What forwarding decided for the last packet of one direction of a flow, for the
+/// established fast path (`crate::pipeline::fast_path`), which makes and checks it: the same
+/// for both families but for `R`, what IPv4's adds ([`Nat44Shortcut`]; IPv6's adds nothing,
+/// `()`: its packets leave as they came but for the hop limit). Its next hop's MAC, and an
+/// IPv6 flow's feature hosts, are from one neighbour view: a newer view looks the next hop
+/// up again (IPv4) or sends the direction's next packet down the full path (IPv6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shortcut<R = Nat44Shortcut> {
     /// The pipeline's router epoch when it was made; 0, which no epoch is, when there is none.
     pub(crate) router_epoch: u32,
     /// The neighbour epoch `next_hop_mac` is from.
     pub(crate) neighbor_epoch: u32,
     pub(crate) ingress: u16,
     pub(crate) egress: u16,
-    /// The route's next hop (an IPv4 address, as bits for `Default`).
-    pub(crate) next_hop: u32,
     pub(crate) next_hop_mac: [u8; 6],
-    /// The NAT rewrite's and the TTL decrement's checksum patches.
-    pub(crate) deltas: ChecksumDeltas,
     /// Made from a packet this worker received itself rather than one handed to it, so the
     /// source validation and the owner check ran (a handed-off packet skips both: its
     /// receiver ran them).
     pub(crate) received_here: bool,
-    /// What QoS and the meter do with the direction's packets: the pipeline's
-    /// `FeaturePlan`, packed (this layer knows nothing of features).
-    pub(crate) features: u8,
+    /// What QoS and the meter do with the direction's packets; with any, an IPv6 flow's
+    /// hosts are in `StatefulStage6::feature_hosts`.
+    pub(crate) features: FeaturePlan,
+    pub(crate) family: R,
+}
+
+/// What an IPv4 shortcut adds: the route's next hop, to look its MAC up again under a newer
+/// neighbour view, and the NAT rewrite's and the TTL decrement's checksum patches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Nat44Shortcut {
+    /// An IPv4 address, as bits for `Default`.
+    pub(crate) next_hop: u32,
+    pub(crate) deltas: ChecksumDeltas,
+}
+
+/// What an IPv6 flow keeps besides its tuples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FlowData6 {
+    pub(crate) from_zone: u8,
+    pub(crate) to_zone: u8,
+    /// The stateful config's generation the flow was last admitted under: a reload that
+    /// rechecks established flows (`recheck_established`) looks at the flow again.
+    pub(crate) generation: u32,
+    /// Whether the flow's content was judged (a TCP flow a LAN device opened, with a
+    /// content policy on).
+    pub(crate) content: ContentState,
+    /// The opening device's IPv4 address as it was then (`Client6`), for flows a LAN device
+    /// opened under a content policy: the inspector follows a stream for one device, and the
+    /// MAC's neighbour entry may come or go mid-stream.
+    pub(crate) device: Option<Ipv4Addr>,
+    /// Per direction (original, reply): where forwarding sent the last packet, for the fast
+    /// path.
+    pub(crate) shortcuts: [Shortcut<()>; 2],
+}
+
+/// The LAN hosts of an IPv6 shortcut's features, and the sender they were decided for: kept
+/// apart from the flow (`StatefulStage6::feature_hosts`), since most flows have no features
+/// and every byte of a flow's data is on the line each of its packets reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FeatureHosts6 {
+    pub(crate) features: Features6,
+    pub(crate) source_mac: [u8; 6],
 }

@@ -292,6 +292,15 @@ impl Fragment {
     }
 }
 
+/// An IPv6 packet's upper layer: its protocol, and where its header is in the packet's
+/// payload (past the extension headers); None for a later fragment, which carries none (its
+/// first bytes are data, not ports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Upper6 {
+    pub protocol: u8,
+    pub header_at: Option<usize>,
+}
+
 /// Where the extension-header chain of a payload leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extensions {
