@@ -39,7 +39,7 @@ use crate::pipeline::stateful::changes_tcp_state;
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, FeatureHosts6, Nat44Shortcut, Shortcut};
-use crate::state::flow_data::{FeaturePlan, Features6};
+use crate::state::flow_data::{FeaturePlan, Features};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::ipv6::Upper6;
@@ -498,7 +498,7 @@ impl Pipeline {
             None
         };
 
-        // The features' hosts are the sender MAC's (`Features6`): another sender's packets
+        // The features' hosts are the sender MAC's (`Features`): another sender's packets
         // are the full path's, which finds theirs.
         let hosts = if plan == FeaturePlan::NONE {
             FeatureHosts6::default()
@@ -558,7 +558,7 @@ impl Pipeline {
         ingress: Ingress,
         flow: FlowId,
         direction: Direction,
-        (egress, features, source_mac): (u16, Features6, EthernetAddress),
+        (egress, features, source_mac): (u16, Features, EthernetAddress),
     ) {
         // DNS queries are checked against the block lists one by one, as IPv4's are: their
         // direction gets no shortcut.

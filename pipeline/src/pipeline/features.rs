@@ -10,7 +10,7 @@
 //! class to each packet.
 //!
 //! IPv6 traffic is a LAN host's by its MAC: the IPv4 neighbour with the same MAC is the host
-//! (see [`Features6`]), so a dual-stack host has one fair share, one set of QoS rules and one
+//! (see [`Features`]), so a dual-stack host has one fair share, one set of QoS rules and one
 //! line in the meter for both families.
 
 use std::net::Ipv4Addr;
@@ -20,7 +20,7 @@ use crate::features::qos::{Class, Decision, Link, PacketInfo};
 use crate::features::shaper::Arrival;
 use crate::packet::PacketBuf;
 use crate::pipeline::Pipeline;
-use crate::state::flow_data::{FeaturePlan, Features6};
+use crate::state::flow_data::{FeaturePlan, Features};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::ipv6::Upper6;
 use crate::wire::{ethernet, ipv4, ipv6, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
@@ -146,19 +146,24 @@ fn police_link(from_outside: bool, to_outside: bool) -> Option<usize> {
 }
 
 /// The LAN host a packet policed on `link` (0 uplink, 1 downlink) is from or to, and its
-/// MAC: the sender's for uplink (kept before L2 was rewritten), the next hop's (the host
-/// itself) for downlink.
+/// MAC: the sender and its MAC (kept before L2 was rewritten) for uplink, the receiver and
+/// the next hop's MAC (the host itself) for downlink; 0.0.0.0 for a host not known.
+#[inline]
 fn lan_host(
     link: usize,
-    (src, src_mac): (Ipv4Addr, EthernetAddress),
-    dst: Ipv4Addr,
+    hosts: Features,
+    src_mac: EthernetAddress,
     pkt: &PacketBuf,
 ) -> (Ipv4Addr, EthernetAddress) {
-    if link == 0 {
-        (src, src_mac)
+    let (host, mac) = if link == 0 {
+        (hosts.sender, src_mac)
     } else {
-        (dst, EthernetFrame::new_unchecked(pkt.bytes()).dst_addr())
-    }
+        (
+            hosts.receiver,
+            EthernetFrame::new_unchecked(pkt.bytes()).dst_addr(),
+        )
+    };
+    (host.unwrap_or(Ipv4Addr::UNSPECIFIED), mac)
 }
 
 /// A TCP or UDP packet's source and destination ports; (0, 0) for other protocols.
@@ -221,6 +226,54 @@ fn packet_info(ip: &Ipv4Packet<&[u8]>, host: Ipv4Addr, mac: EthernetAddress) -> 
     }
 }
 
+/// A packet as the features see it, whichever its family: what QoS classifies it by, and
+/// its shaper flow. The IPv4 and IPv6 entry points below wrap the packet in one and share
+/// the rest of the stage.
+trait FeaturePacket {
+    /// Its classification fields, `host` and `mac` being the LAN host's.
+    fn info(&self, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo;
+    /// Its shaper flow hash, and whether it is ECN-capable.
+    fn shaper_flow(&self) -> (u64, bool);
+}
+
+struct Ipv4Features<'a>(Ipv4Packet<&'a [u8]>);
+
+impl FeaturePacket for Ipv4Features<'_> {
+    #[inline]
+    fn info(&self, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
+        packet_info(&self.0, host, mac)
+    }
+
+    #[inline]
+    fn shaper_flow(&self) -> (u64, bool) {
+        (shaper_flow_hash(&self.0), self.0.ecn() != 0)
+    }
+}
+
+struct Ipv6Features<'a>(Ipv6Packet<&'a [u8]>, Upper6);
+
+impl FeaturePacket for Ipv6Features<'_> {
+    #[inline]
+    fn info(&self, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
+        packet_info6(&self.0, self.1, host, mac)
+    }
+
+    #[inline]
+    fn shaper_flow(&self) -> (u64, bool) {
+        (shaper_flow_hash6(&self.0, self.1), self.0.ecn() != 0)
+    }
+}
+
+/// Where a packet's LAN hosts stand, for its plan: whether its sender and its receiver are
+/// on an inside interface (metered up, down), and whether the receiver is known (policed
+/// on the downlink against it).
+#[derive(Clone, Copy)]
+struct HostsInside {
+    sender: bool,
+    receiver: bool,
+    receiver_known: bool,
+}
+
 impl Pipeline {
     /// Whether any per-packet feature is on: with none, a packet costs the features this
     /// one test.
@@ -229,9 +282,13 @@ impl Pipeline {
         self.qos.is_some() || self.router.traffic_meter
     }
 
-    /// The features for a packet the full path decided, `source` being its sender's address
-    /// and MAC (from before L2 was rewritten). Returns the verdict, which policing may turn
-    /// into a drop, and the plan the packet's flow direction can keep.
+    /// The features for an IPv4 packet the full path decided, `source` being its sender's
+    /// address and MAC (from before L2 was rewritten). Returns the verdict, which policing
+    /// may turn into a drop, and the plan the packet's flow direction can keep.
+    ///
+    /// An IPv4 packet's LAN hosts are its addresses: the sender's is metered "up" where it
+    /// is on its inside (not masqueraded) ingress interface's subnet, the receiver's "down"
+    /// where it is on the egress interface's.
     #[inline(always)]
     pub(crate) fn features(
         &mut self,
@@ -245,79 +302,44 @@ impl Pipeline {
         if !self.features_on() {
             return (verdict, FeaturePlan::NONE);
         }
-        let plan = self.feature_plan(ingress, source, pkt, verdict);
+        let Some(egress) = verdict.egress_port() else {
+            return (verdict, FeaturePlan::NONE);
+        };
+        let (src, src_mac) = source;
+        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let dst = ip.dst_addr();
+        let router = &*self.router;
+        let inside = |port: u16, ip: Ipv4Addr| {
+            let index = usize::from(port);
+            !router.stateful.masquerade[index] && router.interfaces[index].contains(ip)
+        };
+        let where_ = HostsInside {
+            sender: inside(ingress, src),
+            receiver: inside(egress, dst),
+            receiver_known: true,
+        };
+        let hosts = Features {
+            plan: FeaturePlan::NONE,
+            sender: Some(src),
+            receiver: Some(dst),
+        };
+        let packet = Ipv4Features(ip);
+        let plan = self.feature_plan((ingress, egress), hosts, where_, src_mac, &packet, pkt);
+        let hosts = Features { plan, ..hosts };
         (
-            self.apply_features(plan, source, pkt, verdict, frame_len, now_ns),
+            self.apply(hosts, src_mac, &packet, pkt, verdict, frame_len, now_ns),
             plan,
         )
     }
 
-    /// Works out what the features do with this packet and the rest of its flow direction.
-    ///
-    /// QoS polices the WAN links: traffic from an inside host leaving by a masqueraded
-    /// interface is uplink, traffic entering by one toward an inside host is downlink;
-    /// everything else (LAN to LAN, to the gateway) is not policed. The meter counts a
-    /// forwarded packet against the LAN hosts it comes from or goes to: "up" from a host on
-    /// an inside (not masqueraded) interface's subnet, "down" to one.
-    fn feature_plan(
-        &self,
-        ingress: u16,
-        (src, src_mac): (Ipv4Addr, EthernetAddress),
-        pkt: &PacketBuf,
-        verdict: Verdict,
-    ) -> FeaturePlan {
-        let Some(egress) = verdict.egress_port() else {
-            return FeaturePlan::NONE;
-        };
-        let router = &*self.router;
-        let masquerade = &router.stateful.masquerade;
-        let (from_outside, to_outside) = (
-            masquerade[usize::from(ingress)],
-            masquerade[usize::from(egress)],
-        );
-        let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let dst = ip.dst_addr();
-        let mut bits = 0;
-        if let Some(policers) = &self.qos {
-            let link = police_link(from_outside, to_outside);
-            if let Some(link) = link {
-                bits |= FeaturePlan::POLICE;
-                if link == 1 {
-                    bits |= FeaturePlan::DOWNLINK;
-                }
-                let (host, mac) = lan_host(link, (src, src_mac), dst, pkt);
-                let policer = &policers[link];
-                if !policer.classifies_per_packet() {
-                    bits |= FeaturePlan::CLASS_KNOWN;
-                    if policer.classify(&packet_info(&ip, host, mac)) == Class::Priority {
-                        bits |= FeaturePlan::PRIORITY;
-                    }
-                }
-            }
-        }
-        if router.traffic_meter && self.meter.is_some() {
-            let inside = |port: u16, ip: Ipv4Addr| {
-                let index = usize::from(port);
-                !masquerade[index] && router.interfaces[index].contains(ip)
-            };
-            if inside(ingress, src) {
-                bits |= FeaturePlan::METER_UP;
-            }
-            if inside(egress, dst) {
-                bits |= FeaturePlan::METER_DOWN;
-            }
-        }
-        FeaturePlan::from_bits(bits)
-    }
-
-    /// Polices and meters a packet of `frame_len` bytes by `plan` (on the fast path, its
-    /// flow direction's), `source` being its sender's address and MAC.
+    /// Polices and meters an IPv4 packet of `frame_len` bytes by `plan` (on the fast path,
+    /// its flow direction's), `source` being its sender's address and MAC.
     /// A plan of nothing costs this one test (the work is not inlined into every caller).
     #[inline(always)]
     pub(crate) fn apply_features(
         &mut self,
         plan: FeaturePlan,
-        source: (Ipv4Addr, EthernetAddress),
+        (src, src_mac): (Ipv4Addr, EthernetAddress),
         pkt: &PacketBuf,
         verdict: Verdict,
         frame_len: usize,
@@ -326,57 +348,24 @@ impl Pipeline {
         if plan == FeaturePlan::NONE {
             return verdict;
         }
-        // One copy of the work per QoS mode, so the policer's has no test of the mode inside.
-        if self.shaping() {
-            self.police_and_meter::<true>(plan, source, pkt, verdict, frame_len, now_ns)
-        } else {
-            self.police_and_meter::<false>(plan, source, pkt, verdict, frame_len, now_ns)
-        }
-    }
-
-    /// With `SHAPING`, QoS files a request for the worker's shaper instead of policing.
-    #[inline(never)]
-    fn police_and_meter<const SHAPING: bool>(
-        &mut self,
-        plan: FeaturePlan,
-        (src, src_mac): (Ipv4Addr, EthernetAddress),
-        pkt: &PacketBuf,
-        verdict: Verdict,
-        frame_len: usize,
-        now_ns: u64,
-    ) -> Verdict {
-        let bytes = frame_len as u64;
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let dst = ip.dst_addr();
-        if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
-            let policer = &mut policers[link];
-            let host = if link == 0 { src } else { dst };
-            let class = known_class(plan).unwrap_or_else(|| {
-                let (host, mac) = lan_host(link, (src, src_mac), dst, pkt);
-                policer.classify(&packet_info(&ip, host, mac))
-            });
-            if SHAPING {
-                // Metered now: the shaper sends it, or drops it much later, as CoDel decides.
-                policer.offered(bytes, now_ns);
-                let flow = (shaper_flow_hash(&ip), ip.ecn() != 0);
-                self.shape_request = Some(shape_request(link, class, host, flow, frame_len));
-            } else if policer.police(class, host, bytes, now_ns) == Decision::Drop {
-                // Not metered: the meter counts what the host sent and got.
-                return Verdict::Drop(DropReason::QosPoliced);
-            }
-        }
-        if let Some(meter) = &self.meter {
-            if plan.has(FeaturePlan::METER_UP) {
-                meter.record_up(src, bytes);
-            }
-            if plan.has(FeaturePlan::METER_DOWN) {
-                meter.record_down(dst, bytes);
-            }
-        }
-        verdict
+        let hosts = Features {
+            plan,
+            sender: Some(src),
+            receiver: Some(ip.dst_addr()),
+        };
+        self.apply(
+            hosts,
+            src_mac,
+            &Ipv4Features(ip),
+            pkt,
+            verdict,
+            frame_len,
+            now_ns,
+        )
     }
 
-    /// The LAN host on `port` that has `mac`, as its IPv4 address: see [`Features6`].
+    /// The LAN host on `port` that has `mac`, as its IPv4 address: see [`Features`].
     pub(crate) fn lan_host6(&self, port: u16, mac: EthernetAddress) -> Option<Ipv4Addr> {
         let index = usize::from(port);
         if self.router.stateful.masquerade[index] {
@@ -390,6 +379,13 @@ impl Pipeline {
 
     /// [`Pipeline::features`] for an IPv6 packet the full path decided, `src_mac` being its
     /// sender's MAC (from before L2 was rewritten) and `upper` its upper layer.
+    ///
+    /// Its LAN hosts are those its MACs name ([`Features`]): every packet from an inside
+    /// interface is metered up, and every one sent to one down, against its host or as
+    /// unattributed. The receiving host is known once the packet is on its way (its L2
+    /// header written): a packet waiting for its next hop is neither policed on the downlink
+    /// nor metered as received (a few packets as a flow starts), rather than taken for no
+    /// host's.
     #[inline(always)]
     pub(crate) fn features6(
         &mut self,
@@ -399,11 +395,30 @@ impl Pipeline {
         upper: Upper6,
         verdict: Verdict,
         now_ns: u64,
-    ) -> (Verdict, Features6) {
+    ) -> (Verdict, Features) {
         if !self.features_on() {
-            return (verdict, Features6::default());
+            return (verdict, Features::default());
         }
-        let features = self.feature_plan6(ingress, src_mac, pkt, upper, verdict);
+        let Some(egress) = verdict.egress_port() else {
+            return (verdict, Features::default());
+        };
+        let masquerade = &self.router.stateful.masquerade;
+        let sent = matches!(verdict, Verdict::Transmit { .. });
+        let where_ = HostsInside {
+            sender: !masquerade[usize::from(ingress)],
+            receiver: !masquerade[usize::from(egress)] && sent,
+            receiver_known: sent,
+        };
+        let dst_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
+        let hosts = Features {
+            plan: FeaturePlan::NONE,
+            sender: self.lan_host6(ingress, src_mac),
+            receiver: sent.then(|| self.lan_host6(egress, dst_mac)).flatten(),
+        };
+        let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let packet = Ipv6Features(ip, upper);
+        let plan = self.feature_plan((ingress, egress), hosts, where_, src_mac, &packet, pkt);
+        let features = Features { plan, ..hosts };
         let frame_len = pkt.len();
         (
             self.apply_features6(features, src_mac, pkt, upper, verdict, frame_len, now_ns),
@@ -411,80 +426,13 @@ impl Pipeline {
         )
     }
 
-    /// [`Pipeline::feature_plan`] for IPv6: the same links and meter directions, for the
-    /// LAN hosts the MACs name. The receiving host is known once the packet is on its way
-    /// (its L2 header written): a packet waiting for its next hop is neither policed on the
-    /// downlink nor metered as received (a few packets as a flow starts), rather than taken
-    /// for no host's.
-    fn feature_plan6(
-        &self,
-        ingress: u16,
-        src_mac: EthernetAddress,
-        pkt: &PacketBuf,
-        upper: Upper6,
-        verdict: Verdict,
-    ) -> Features6 {
-        let Some(egress) = verdict.egress_port() else {
-            return Features6::default();
-        };
-        let masquerade = &self.router.stateful.masquerade;
-        let (from_outside, to_outside) = (
-            masquerade[usize::from(ingress)],
-            masquerade[usize::from(egress)],
-        );
-        let dst_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
-        let sender = self.lan_host6(ingress, src_mac);
-        let sent = matches!(verdict, Verdict::Transmit { .. });
-        let receiver = if sent {
-            self.lan_host6(egress, dst_mac)
-        } else {
-            None
-        };
-        let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let mut bits = 0;
-        if let Some(policers) = &self.qos {
-            let link = police_link(from_outside, to_outside).filter(|&link| link == 0 || sent);
-            if let Some(link) = link {
-                bits |= FeaturePlan::POLICE;
-                if link == 1 {
-                    bits |= FeaturePlan::DOWNLINK;
-                }
-                let (host, mac) = if link == 0 {
-                    (sender, src_mac)
-                } else {
-                    (receiver, dst_mac)
-                };
-                let policer = &policers[link];
-                if !policer.classifies_per_packet() {
-                    bits |= FeaturePlan::CLASS_KNOWN;
-                    let host = host.unwrap_or(Ipv4Addr::UNSPECIFIED);
-                    if policer.classify(&packet_info6(&ip, upper, host, mac)) == Class::Priority {
-                        bits |= FeaturePlan::PRIORITY;
-                    }
-                }
-            }
-        }
-        if self.router.traffic_meter && self.meter.is_some() {
-            if !from_outside {
-                bits |= FeaturePlan::METER_UP;
-            }
-            if !to_outside && sent {
-                bits |= FeaturePlan::METER_DOWN;
-            }
-        }
-        Features6 {
-            plan: FeaturePlan::from_bits(bits),
-            sender,
-            receiver,
-        }
-    }
-
-    /// [`Pipeline::apply_features`] for an IPv6 packet whose upper layer is `upper`.
+    /// [`Pipeline::apply_features`] for an IPv6 packet whose upper layer is `upper`, its
+    /// hosts as `features` names them.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply_features6(
         &mut self,
-        features: Features6,
+        features: Features,
         src_mac: EthernetAddress,
         pkt: &PacketBuf,
         upper: Upper6,
@@ -495,47 +443,118 @@ impl Pipeline {
         if features.plan == FeaturePlan::NONE {
             return verdict;
         }
-        let packet = (src_mac, pkt, upper);
-        if self.shaping() {
-            self.police_and_meter6::<true>(features, packet, verdict, frame_len, now_ns)
-        } else {
-            self.police_and_meter6::<false>(features, packet, verdict, frame_len, now_ns)
-        }
+        let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
+        let packet = Ipv6Features(ip, upper);
+        self.apply(features, src_mac, &packet, pkt, verdict, frame_len, now_ns)
     }
 
-    /// [`Pipeline::police_and_meter`] for IPv6.
-    #[inline(never)]
-    fn police_and_meter6<const SHAPING: bool>(
+    /// Works out what the features do with this packet and the rest of its flow direction,
+    /// from `ingress` to `egress`.
+    ///
+    /// QoS polices the WAN links: traffic from an inside host leaving by a masqueraded
+    /// interface is uplink, traffic entering by one toward an inside host is downlink;
+    /// everything else (LAN to LAN, to the gateway) is not policed. The meter counts a
+    /// forwarded packet against the LAN hosts it comes from or goes to, as `inside` says.
+    fn feature_plan(
+        &self,
+        (ingress, egress): (u16, u16),
+        hosts: Features,
+        inside: HostsInside,
+        src_mac: EthernetAddress,
+        packet: &impl FeaturePacket,
+        pkt: &PacketBuf,
+    ) -> FeaturePlan {
+        let masquerade = &self.router.stateful.masquerade;
+        let (from_outside, to_outside) = (
+            masquerade[usize::from(ingress)],
+            masquerade[usize::from(egress)],
+        );
+        let mut bits = 0;
+        if let Some(policers) = &self.qos {
+            let link = police_link(from_outside, to_outside)
+                .filter(|&link| link == 0 || inside.receiver_known);
+            if let Some(link) = link {
+                bits |= FeaturePlan::POLICE;
+                if link == 1 {
+                    bits |= FeaturePlan::DOWNLINK;
+                }
+                let policer = &policers[link];
+                if !policer.classifies_per_packet() {
+                    bits |= FeaturePlan::CLASS_KNOWN;
+                    let (host, mac) = lan_host(link, hosts, src_mac, pkt);
+                    if policer.classify(&packet.info(host, mac)) == Class::Priority {
+                        bits |= FeaturePlan::PRIORITY;
+                    }
+                }
+            }
+        }
+        if self.router.traffic_meter && self.meter.is_some() {
+            if inside.sender {
+                bits |= FeaturePlan::METER_UP;
+            }
+            if inside.receiver {
+                bits |= FeaturePlan::METER_DOWN;
+            }
+        }
+        FeaturePlan::from_bits(bits)
+    }
+
+    /// Polices and meters a packet of `frame_len` bytes by its plan, against the hosts
+    /// `features` names (`src_mac` being its sender's MAC).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
         &mut self,
-        Features6 {
-            plan,
-            sender,
-            receiver,
-        }: Features6,
-        (src_mac, pkt, upper): (EthernetAddress, &PacketBuf, Upper6),
+        features: Features,
+        src_mac: EthernetAddress,
+        packet: &impl FeaturePacket,
+        pkt: &PacketBuf,
         verdict: Verdict,
         frame_len: usize,
         now_ns: u64,
     ) -> Verdict {
+        if features.plan == FeaturePlan::NONE {
+            return verdict;
+        }
+        let subject = (src_mac, packet, pkt);
+        // One copy of the work per QoS mode, so the policer's has no test of the mode inside.
+        if self.shaping() {
+            self.police_and_meter::<true>(features, subject, verdict, frame_len, now_ns)
+        } else {
+            self.police_and_meter::<false>(features, subject, verdict, frame_len, now_ns)
+        }
+    }
+
+    /// With `SHAPING`, QoS files a request for the worker's shaper instead of policing. A
+    /// host not known (an IPv6 sender without an IPv4 neighbour) is policed as 0.0.0.0 and
+    /// metered as unattributed.
+    #[inline(never)]
+    fn police_and_meter<const SHAPING: bool>(
+        &mut self,
+        features: Features,
+        (src_mac, packet, pkt): (EthernetAddress, &impl FeaturePacket, &PacketBuf),
+        verdict: Verdict,
+        frame_len: usize,
+        now_ns: u64,
+    ) -> Verdict {
+        let Features {
+            plan,
+            sender,
+            receiver,
+        } = features;
         let bytes = frame_len as u64;
-        let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
             let policer = &mut policers[link];
-            let host = if link == 0 { sender } else { receiver };
-            let host = host.unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let class = known_class(plan).unwrap_or_else(|| {
-                let mac = if link == 0 {
-                    src_mac
-                } else {
-                    EthernetFrame::new_unchecked(pkt.bytes()).dst_addr()
-                };
-                policer.classify(&packet_info6(&ip, upper, host, mac))
-            });
+            let (host, mac) = lan_host(link, features, src_mac, pkt);
+            let class =
+                known_class(plan).unwrap_or_else(|| policer.classify(&packet.info(host, mac)));
             if SHAPING {
+                // Metered now: the shaper sends it, or drops it much later, as CoDel decides.
                 policer.offered(bytes, now_ns);
-                let flow = (shaper_flow_hash6(&ip, upper), ip.ecn() != 0);
+                let flow = packet.shaper_flow();
                 self.shape_request = Some(shape_request(link, class, host, flow, frame_len));
             } else if policer.police(class, host, bytes, now_ns) == Decision::Drop {
+                // Not metered: the meter counts what the host sent and got.
                 return Verdict::Drop(DropReason::QosPoliced);
             }
         }

@@ -6,7 +6,7 @@
 //!
 //! IPv6 for the gateway itself (Neighbor Discovery, echo, Router Solicitations, MLD) goes
 //! to [`crate::pipeline::ipv6_local`]. QoS and the traffic meter see a LAN host's IPv6
-//! traffic as its IPv4 address's ([`crate::state::flow_data::Features6`]).
+//! traffic as its IPv4 address's ([`crate::state::flow_data::Features`]).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

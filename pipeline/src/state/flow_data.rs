@@ -125,14 +125,16 @@ impl FeaturePlan {
     }
 }
 
-/// The features of one direction of an IPv6 flow: its plan, and the LAN hosts it is about,
-/// as their IPv4 addresses. A LAN host is the IPv4 neighbour with the sender's MAC (for the
-/// host sending) or the next hop's (for the host receiving), on that interface's subnet
-/// (traffic through a LAN router is the router's, as the MAC says). None: no such neighbour,
-/// or several (an IPv6-only device, a Wi-Fi extender's clients behind its MAC); its traffic
-/// shares one fair share, under 0.0.0.0, and the meter's unattributed entry.
+/// The features of one direction of a flow: its plan, and the LAN hosts it is about, as
+/// their IPv4 addresses. An IPv4 packet's hosts are its own addresses. An IPv6 packet's are
+/// the IPv4 neighbours with the sender's MAC (for the host sending) or the next hop's (for
+/// the host receiving), on that interface's subnet (traffic through a LAN router is the
+/// router's, as the MAC says), so that a dual-stack host has one fair share and one line in
+/// the meter. None: no such neighbour, or several (an IPv6-only device, a Wi-Fi extender's
+/// clients behind its MAC); its traffic shares one fair share, under 0.0.0.0, and the
+/// meter's unattributed entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Features6 {
+pub(crate) struct Features {
     pub(crate) plan: FeaturePlan,
     pub(crate) sender: Option<Ipv4Addr>,
     pub(crate) receiver: Option<Ipv4Addr>,
@@ -197,6 +199,6 @@ pub(crate) struct FlowData6 {
 /// and every byte of a flow's data is on the line each of its packets reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FeatureHosts6 {
-    pub(crate) features: Features6,
+    pub(crate) features: Features,
     pub(crate) source_mac: [u8; 6],
 }
