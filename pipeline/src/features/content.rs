@@ -49,6 +49,7 @@ use crate::features::inspect::{
     dns, BuildError, ClientHelloScanner, DomainMatcher, HttpScanner, HttpState, SniResult,
 };
 use crate::features::parental::{LocalTime, ParentalControl, Policy};
+use crate::state::flow_data::ContentState;
 use crate::wire::ipv4::GENERATED_TTL;
 use crate::wire::{
     checksum, ethernet, ipv4, ipv6, udp, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv4Repr,
@@ -555,6 +556,38 @@ impl ContentInspector {
         payload: &[u8],
     ) -> Inspection {
         self.inspect(policy, flow, device, server_port, Some(seq), payload)
+    }
+
+    /// Judges a client's TCP payload on flow slot `flow` whose content is being inspected
+    /// (`state`), as [`inspect_tcp_seq`](Self::inspect_tcp_seq) reads it: a verdict is kept
+    /// in `state`, a blocked flow's slot freed. True when the flow is now blocked (and
+    /// should be reset). What both families' stateful stages do with a client's segment.
+    #[allow(clippy::too_many_arguments)]
+    pub fn judge_tcp(
+        &mut self,
+        policy: &ContentPolicy,
+        flow: u32,
+        state: &mut ContentState,
+        device: Device,
+        server_port: u16,
+        seq: u32,
+        payload: &[u8],
+    ) -> bool {
+        if payload.is_empty() {
+            return false;
+        }
+        match self.inspect_tcp_seq(policy, flow, device, server_port, seq, payload) {
+            Inspection::Pending => false,
+            Inspection::Allow => {
+                *state = ContentState::Allowed;
+                false
+            }
+            Inspection::Block(_) => {
+                *state = ContentState::Blocked;
+                self.forget(flow);
+                true
+            }
+        }
     }
 
     /// A flow ended, or was decided elsewhere: frees its slot, if it has one.

@@ -35,7 +35,6 @@ use std::net::Ipv4Addr;
 use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
 use crate::pipeline::stage::{FlowProbe, Ingress, Route, MAX_BURST};
-use crate::pipeline::stateful::changes_tcp_state;
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
 use crate::state::flow_data::{ContentState, FeatureHosts6, Nat44Shortcut, Shortcut};
@@ -489,7 +488,7 @@ impl Pipeline {
         // What the full path's flow key and tracker would take of the upper layer.
         let segment = if key.protocol == ipv6::next_header::TCP {
             let segment = TcpSegment::of_segment(ip.payload())?;
-            if changes_tcp_state(Some(&segment)) {
+            if segment.changes_state() {
                 return None;
             }
             Some(segment)

@@ -21,7 +21,7 @@ use crate::flow::FlowKey;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stage::{translate, Stage};
-use crate::pipeline::stateful::{admit, insert_drop_reason, is_bare_syn, StatefulStage};
+use crate::pipeline::stateful::{admit, StatefulStage};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{Probe, TcpSegment, Track};
 use crate::state::firewall::{Action, ZoneId};
@@ -149,7 +149,7 @@ impl StatefulStage {
         let mut found = self.flows.probe(&key, hash);
         // A new connection on the tuple of a closed one (RFC 9293 3.6.1): a new flow.
         if let Probe::Found(id, _) = found {
-            if is_bare_syn(segment.as_ref()) && self.is_closed(id) {
+            if segment.as_ref().is_some_and(TcpSegment::is_bare_syn) && self.flows.is_closed(id) {
                 self.end_flow(id);
                 found = self.flows.probe(&key, hash);
             }
@@ -169,7 +169,9 @@ impl StatefulStage {
             }
             Probe::Vacant(vacancy) => vacancy,
         };
-        if key.protocol == ipv4::protocol::TCP && !is_bare_syn(segment.as_ref()) {
+        if key.protocol == ipv4::protocol::TCP
+            && !segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
+        {
             return Stage::Forward(None);
         }
         let stateful = &router.stateful;
@@ -240,7 +242,7 @@ impl StatefulStage {
             }
             Err(error) => {
                 release(&mut self.nat, &data);
-                Stage::Done(Verdict::Drop(insert_drop_reason(error)))
+                Stage::Done(Verdict::Drop(error.drop_reason()))
             }
         }
     }

@@ -12,7 +12,7 @@ use crate::flow::FlowKey;
 use crate::l3::icmp_error::IcmpError;
 use crate::packet::PacketBuf;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment};
-use crate::state::nat;
+use crate::state::nat::{self, Ownership};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::{ethernet, ipv4, tcp};
 
@@ -26,6 +26,25 @@ pub struct Ingress {
     pub port: u16,
     /// Handed over by another worker, which already decided this worker owns it.
     pub handed_off: bool,
+}
+
+impl Ingress {
+    /// The worker that owns what this packet is about (`owner` names it), when that is not
+    /// `worker` and the packet must still be handed to it: not with one worker, and not for
+    /// a packet handed over already, whose sender decided.
+    #[inline]
+    pub(crate) fn foreign_owner(
+        self,
+        worker: u16,
+        ownership: Ownership,
+        owner: impl FnOnce(Ownership) -> u16,
+    ) -> Option<u16> {
+        if ownership.workers() <= 1 || self.handed_off {
+            return None;
+        }
+        let owner = owner(ownership);
+        (owner != worker).then_some(owner)
+    }
 }
 
 /// What the stateful stage decided.

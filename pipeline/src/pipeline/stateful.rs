@@ -10,15 +10,13 @@
 use std::net::Ipv4Addr;
 
 use crate::counters::WorkerCounters;
-use crate::features::content::{self, ContentInspector, ContentPolicy, DnsAction, Inspection};
+use crate::features::content::{self, ContentInspector, ContentPolicy, DnsAction};
 use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
 use crate::l3::icmp_error::IcmpError;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage};
-use crate::state::conntrack::{
-    FlowId, FlowTable, InsertError, Probe, TcpSegment, TcpState, Track, Vacancy,
-};
+use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, Track, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::firewall_log::{Decision, FirewallLogger};
 use crate::state::flow_data::{release, Binding, ContentState, FlowData, SynProxy};
@@ -27,7 +25,7 @@ use crate::state::syn_cookie::CookieJar;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::udp::DNS_PORT;
 use crate::wire::{
-    ethernet, icmp, ipv4, tcp, EthernetAddress, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket,
+    ethernet, icmp, ipv4, EthernetAddress, IcmpPacket, Ipv4Packet, TcpPacket, UdpPacket,
 };
 
 /// One worker's stateful stage: its flow table, NAT pool and content scanners, and where the
@@ -126,7 +124,10 @@ impl StatefulStage {
             None => self.flows.probe(&key, hash),
         };
         match found {
-            Probe::Found(id, _) if is_bare_syn(segment.as_ref()) && self.is_closed(id) => {
+            Probe::Found(id, _)
+                if segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
+                    && self.flows.is_closed(id) =>
+            {
                 if !l4_checksum_ok(pkt) {
                     return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
@@ -140,7 +141,7 @@ impl StatefulStage {
                 )
             }
             Probe::Found(id, direction) => {
-                if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(pkt) {
+                if segment.as_ref().is_some_and(TcpSegment::changes_state) && !l4_checksum_ok(pkt) {
                     return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
                 let proxied = self.flows.data(id).syn_proxy != SynProxy::Off;
@@ -193,7 +194,10 @@ impl StatefulStage {
             }
             // A bare SYN's is checked by `new_flow`, unless the SYN proxy answers it, which
             // keeps nothing.
-            Probe::Vacant(_) if !is_bare_syn(segment.as_ref()) && !l4_checksum_ok(pkt) => {
+            Probe::Vacant(_)
+                if !segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
+                    && !l4_checksum_ok(pkt) =>
+            {
                 Stage::Done(Verdict::Drop(DropReason::L4Checksum))
             }
             Probe::Vacant(vacancy) => self.new_flow(
@@ -222,29 +226,21 @@ impl StatefulStage {
             return Stage::Done(Verdict::Drop(DropReason::UntrackedFragment));
         }
         // Kept with the flow's first fragment, so a datagram's pieces leave in order.
-        if self.ownership.workers() > 1 && !ingress.handed_off {
-            let owner = address_owner(
-                router,
-                self.ownership,
-                ip.protocol(),
-                ip.src_addr(),
-                ip.dst_addr(),
-            );
-            if owner != self.worker {
-                return Stage::Done(Verdict::Handoff { worker: owner });
-            }
+        let owner = |ownership| {
+            let (src, dst) = (ip.src_addr(), ip.dst_addr());
+            address_owner(router, ownership, ip.protocol(), src, dst)
+        };
+        match ingress.foreign_owner(self.worker, self.ownership, owner) {
+            Some(worker) => Stage::Done(Verdict::Handoff { worker }),
+            None => Stage::Forward(None),
         }
-        Stage::Forward(None)
     }
 
     /// The worker that owns `key`'s flow, when it is not this one.
     #[inline]
     fn foreign_owner(&self, router: &RouterConfig, key: &FlowKey, ingress: Ingress) -> Option<u16> {
-        if self.ownership.workers() <= 1 || ingress.handed_off {
-            return None;
-        }
-        let owner = flow_owner(router, self.ownership, key);
-        (owner != self.worker).then_some(owner)
+        let owner = |ownership| flow_owner(router, ownership, key);
+        ingress.foreign_owner(self.worker, self.ownership, owner)
     }
 
     /// After a reload with `recheck_established`, a flow admitted under older rules is
@@ -300,14 +296,6 @@ impl StatefulStage {
         Some(Verdict::Drop(DropReason::FirewallRecheck))
     }
 
-    /// A TCP flow in TIME_WAIT or closed by a reset.
-    pub(crate) fn is_closed(&self, id: FlowId) -> bool {
-        matches!(
-            self.flows.tcp_state(id),
-            Some(TcpState::TimeWait | TcpState::Closed)
-        )
-    }
-
     /// Ends a flow before its time, as an expiry would: its NAT binding released, its content
     /// scanner forgotten. For a closed TCP flow whose tuple a new connection reuses (RFC 9293
     /// 3.6.1), as Linux does: the new connection is a new flow, admitted by today's rules and
@@ -339,7 +327,7 @@ impl StatefulStage {
         let dnat = stateful.dnat(interfaces, &key);
         let from = stateful.zones[usize::from(ingress.port)];
         let from_inside = !stateful.masquerade[usize::from(ingress.port)];
-        let bare_syn = is_bare_syn(segment.as_ref());
+        let bare_syn = segment.as_ref().is_some_and(TcpSegment::is_bare_syn);
         // Under a flood, the SYN proxy's: a forward's SYN from outside.
         let cookie_due = bare_syn && dnat.is_some() && !from_inside && self.flows.half_open_full();
         if bare_syn && !cookie_due && !l4_checksum_ok(pkt) {
@@ -468,7 +456,7 @@ impl StatefulStage {
             });
         if let Err(error) = inserted {
             release(nat, &data);
-            return Stage::Done(Verdict::Drop(insert_drop_reason(error)));
+            return Stage::Done(Verdict::Drop(error.drop_reason()));
         }
         if let Ok(id) = inserted {
             // A recycled slot must not inherit an earlier flow's half-read stream.
@@ -518,34 +506,21 @@ impl StatefulStage {
         let segment = segment?;
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
-        if tcp.payload().is_empty() {
-            return None;
-        }
         let device = (key.src, Some(source_mac(pkt)));
-        let verdict = self.inspector.inspect_tcp_seq(
+        let blocked = self.inspector.judge_tcp(
             policy,
             id.as_u32(),
+            &mut self.flows.data_mut(id).content,
             device,
             key.dst_port,
             segment.seq,
             tcp.payload(),
         );
-        match verdict {
-            Inspection::Pending => None,
-            Inspection::Allow => {
-                self.flows.data_mut(id).content = ContentState::Allowed;
-                None
-            }
-            Inspection::Block(_) => {
-                self.flows.data_mut(id).content = ContentState::Blocked;
-                self.inspector.forget(id.as_u32());
-                Some(Stage::Request(Request::Reset {
-                    key: *key,
-                    segment,
-                    reason: DropReason::ContentBlocked,
-                }))
-            }
-        }
+        blocked.then_some(Stage::Request(Request::Reset {
+            key: *key,
+            segment,
+            reason: DropReason::ContentBlocked,
+        }))
     }
 
     /// Every query of a DNS flow is checked, not only the one that created it: a resolver
@@ -762,37 +737,6 @@ pub(crate) fn admit(
         (_, None) if forwarded => (Action::Accept, None),
         decided => decided,
     }
-}
-
-/// SYN, FIN and RST open, close and abort connections: like Linux's `nf_conntrack_checksum`,
-/// the tracker believes them only with a valid checksum, so that a corrupted (or forged
-/// without care) segment cannot tear down or reopen a connection. Plain ACKs and data, the
-/// established path, are not summed: the endpoint drops them if they are bad.
-#[inline]
-pub(crate) fn changes_tcp_state(segment: Option<&TcpSegment>) -> bool {
-    segment.is_some_and(|segment| {
-        segment.flags & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0
-    })
-}
-
-/// Why a new flow was not inserted, as a drop reason (for either family's table).
-pub(crate) fn insert_drop_reason(error: InsertError) -> DropReason {
-    match error {
-        InsertError::Full => DropReason::ConntrackFull,
-        InsertError::HostFlowLimit => DropReason::HostFlowLimit,
-        InsertError::HostHalfOpenLimit => DropReason::HostHalfOpenLimit,
-        InsertError::HalfOpenLimit => DropReason::HalfOpenLimit,
-        InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
-            DropReason::ConntrackInvalid
-        }
-    }
-}
-
-/// A bare SYN, which on a closed flow (see `Pipeline::is_closed`) starts a new connection on
-/// the same tuple, from either direction (as Linux's tracker lets it).
-pub(crate) fn is_bare_syn(segment: Option<&TcpSegment>) -> bool {
-    const SIGNIFICANT: u8 = tcp::flags::SYN | tcp::flags::ACK | tcp::flags::FIN | tcp::flags::RST;
-    segment.is_some_and(|segment| segment.flags & SIGNIFICANT == tcp::flags::SYN)
 }
 
 /// The packet's TCP, UDP (a zero UDP checksum is "none", which IPv4 allows) or ICMP checksum

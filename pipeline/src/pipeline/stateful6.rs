@@ -19,13 +19,12 @@
 //! to the worker a symmetric hash of its two addresses names ([`Ownership::pair_owner6`]):
 //! without NAT, neither end's address changes on the way.
 
-use crate::features::content::{self, ContentInspector, ContentPolicy, Device, Inspection};
+use crate::features::content::{self, ContentInspector, ContentPolicy, Device};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stage::Ingress;
-use crate::pipeline::stateful::{changes_tcp_state, insert_drop_reason, is_bare_syn};
-use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, TcpState, Track};
+use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, Track};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::flow_data::{ContentState, FeatureHosts6, FlowData6};
 use crate::state::nat::Ownership;
@@ -138,7 +137,10 @@ impl StatefulStage6 {
         };
         let hash = self.flows.hash(&key);
         match self.flows.probe(&key, hash) {
-            Probe::Found(id, _) if is_bare_syn(segment.as_ref()) && self.is_closed(id) => {
+            Probe::Found(id, _)
+                if segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
+                    && self.flows.is_closed(id) =>
+            {
                 if !l4_checksum_ok(ip, ext) {
                     return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
@@ -154,7 +156,9 @@ impl StatefulStage6 {
                 )
             }
             Probe::Found(id, direction) => {
-                if changes_tcp_state(segment.as_ref()) && !l4_checksum_ok(ip, ext) {
+                if segment.as_ref().is_some_and(TcpSegment::changes_state)
+                    && !l4_checksum_ok(ip, ext)
+                {
                     return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
                 }
                 if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
@@ -232,30 +236,16 @@ impl StatefulStage6 {
         upper: &[u8],
     ) -> Option<Stage6> {
         let tcp = TcpPacket::new_checked(upper).ok()?;
-        let payload = tcp.payload();
-        if payload.is_empty() {
-            return None;
-        }
-        let verdict = self.inspector.inspect_tcp_seq(
+        let blocked = self.inspector.judge_tcp(
             policy,
             id.as_u32(),
+            &mut self.flows.data_mut(id).content,
             device,
             key.dst_port,
             segment.seq,
-            payload,
+            tcp.payload(),
         );
-        match verdict {
-            Inspection::Pending => None,
-            Inspection::Allow => {
-                self.flows.data_mut(id).content = ContentState::Allowed;
-                None
-            }
-            Inspection::Block(_) => {
-                self.flows.data_mut(id).content = ContentState::Blocked;
-                self.inspector.forget(id.as_u32());
-                Some(Stage6::Reset { key: *key, segment })
-            }
-        }
+        blocked.then_some(Stage6::Reset { key: *key, segment })
     }
 
     /// A new flow from zone `from` to zone `to`, by their pair's policy, or a pinhole where
@@ -318,7 +308,7 @@ impl StatefulStage6 {
                 self.inspector.forget(id.as_u32());
                 Stage6::Forward { established: None }
             }
-            Err(error) => Stage6::Done(Verdict::Drop(insert_drop_reason(error))),
+            Err(error) => Stage6::Done(Verdict::Drop(error.drop_reason())),
         }
     }
 
@@ -355,22 +345,11 @@ impl StatefulStage6 {
         self.flows.remove(id);
     }
 
-    /// A TCP flow in TIME_WAIT or closed by a reset, which a bare SYN may open again.
-    fn is_closed(&self, id: FlowId) -> bool {
-        matches!(
-            self.flows.tcp_state(id),
-            Some(TcpState::TimeWait | TcpState::Closed)
-        )
-    }
-
     /// The worker that owns the flow `key`, when it is not this one.
     #[inline]
     fn foreign_owner(&self, key: &FlowKey6, ingress: Ingress) -> Option<u16> {
-        if self.ownership.workers() <= 1 || ingress.handed_off {
-            return None;
-        }
-        let owner = self.ownership.pair_owner6(key.src, key.dst);
-        (owner != self.worker).then_some(owner)
+        let owner = |ownership: Ownership| ownership.pair_owner6(key.src, key.dst);
+        ingress.foreign_owner(self.worker, self.ownership, owner)
     }
 
     /// A later fragment carries no ports, so no flow can be found for it: it passes where its
@@ -393,13 +372,11 @@ impl StatefulStage6 {
                 return Stage6::Done(Verdict::Drop(DropReason::ParentalBlocked));
             }
         }
-        if self.ownership.workers() > 1 && !ingress.handed_off {
-            let owner = self.ownership.pair_owner6(ip.src_addr(), ip.dst_addr());
-            if owner != self.worker {
-                return Stage6::Done(Verdict::Handoff { worker: owner });
-            }
+        let owner = |ownership: Ownership| ownership.pair_owner6(ip.src_addr(), ip.dst_addr());
+        match ingress.foreign_owner(self.worker, self.ownership, owner) {
+            Some(worker) => Stage6::Done(Verdict::Handoff { worker }),
+            None => Stage6::Forward { established: None },
         }
-        Stage6::Forward { established: None }
     }
 
     /// An ICMPv6 error passes if it is about a tracked flow and goes to the quoted packet's

@@ -198,6 +198,23 @@ pub enum InsertError {
     HalfOpenLimit,
 }
 
+impl InsertError {
+    /// Why a new flow was not inserted, as the drop it counts under (for either family's
+    /// table).
+    pub fn drop_reason(self) -> crate::verdict::DropReason {
+        use crate::verdict::DropReason;
+        match self {
+            InsertError::Full => DropReason::ConntrackFull,
+            InsertError::HostFlowLimit => DropReason::HostFlowLimit,
+            InsertError::HostHalfOpenLimit => DropReason::HostHalfOpenLimit,
+            InsertError::HalfOpenLimit => DropReason::HalfOpenLimit,
+            InsertError::Exists | InsertError::Ambiguous | InsertError::Invalid(_) => {
+                DropReason::ConntrackInvalid
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConntrackStats {
     /// Flows created.

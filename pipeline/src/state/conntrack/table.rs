@@ -679,6 +679,15 @@ impl<D: Copy, K: TableKey> FlowTable<D, K> {
         }
     }
 
+    /// A TCP flow in TIME_WAIT or closed by a reset, which a bare SYN may open again (as
+    /// Linux's tracker lets it, from either direction).
+    pub fn is_closed(&self, id: FlowId) -> bool {
+        matches!(
+            self.tcp_state(id),
+            Some(TcpState::TimeWait | TcpState::Closed)
+        )
+    }
+
     /// Has seen two-way traffic, so early drop keeps it (see the module doc).
     pub fn is_assured(&self, id: FlowId) -> bool {
         self.flows[id.index()].assured

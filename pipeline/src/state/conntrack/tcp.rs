@@ -52,6 +52,22 @@ pub struct TcpSegment {
 }
 
 impl TcpSegment {
+    /// A bare SYN, which on a closed flow (see `FlowTable::is_closed`) starts a new
+    /// connection on the same tuple, from either direction (as Linux's tracker lets it).
+    pub fn is_bare_syn(&self) -> bool {
+        const SIGNIFICANT: u8 = flags::SYN | flags::ACK | flags::FIN | flags::RST;
+        self.flags & SIGNIFICANT == flags::SYN
+    }
+
+    /// SYN, FIN and RST open, close and abort connections: like Linux's
+    /// `nf_conntrack_checksum`, the tracker believes them only with a valid checksum, so that
+    /// a corrupted (or forged without care) segment cannot tear down or reopen a connection.
+    /// Plain ACKs and data, the established path, are not summed: the endpoint drops them if
+    /// they are bad.
+    pub fn changes_state(&self) -> bool {
+        self.flags & (flags::SYN | flags::FIN | flags::RST) != 0
+    }
+
     /// The fields the TCP tracker needs, for a TCP packet already validated by the flow key.
     pub(crate) fn parse<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Option<Self> {
         if ip.protocol() != ipv4::protocol::TCP {
