@@ -75,13 +75,7 @@ fn module_of_file(relative: &Path) -> Vec<String> {
 /// The node of a file under `src/`: `state/nat/rewrite.rs` is `state::nat`,
 /// `pipeline/mod.rs` is `pipeline`, `verdict.rs` is `verdict`.
 fn node_of_file(relative: &Path) -> String {
-    let mut segments: Vec<String> = relative
-        .iter()
-        .map(|s| s.to_string_lossy().trim_end_matches(".rs").to_string())
-        .collect();
-    if segments.last().is_some_and(|s| s == "mod") {
-        segments.pop();
-    }
+    let segments = module_of_file(relative);
     let refs: Vec<&str> = segments.iter().map(String::as_str).collect();
     node_of_path(&refs)
 }

@@ -10,9 +10,9 @@ use crate::pipeline::stage::Request;
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::TcpSegment;
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::family::IpFamily;
 use crate::wire::ipv4::GENERATED_TTL;
-use crate::wire::{checksum, ethernet, ipv4, ipv6, tcp, Ipv4Packet, Ipv4Repr, Ipv6Packet};
-use crate::wire::{Ipv6Repr, TcpPacket};
+use crate::wire::{ethernet, ipv4, ipv6, tcp, TcpPacket};
 
 impl Pipeline {
     /// Sends the answer the stateful stage asked for in place of the packet.
@@ -53,7 +53,12 @@ impl Pipeline {
             self.counters.icmp_errors_rate_limited.inc();
             return Verdict::Drop(reason);
         }
-        write_reset(pkt, key, segment);
+        write_reset(
+            pkt,
+            (key.src, key.src_port),
+            (key.dst, key.dst_port),
+            segment,
+        );
         match self.send_generated(pkt, key.src) {
             Some(verdict) => {
                 self.counters.record_drop(reason);
@@ -86,7 +91,12 @@ impl Pipeline {
             self.counters.icmp_errors_rate_limited.inc();
             return Verdict::Drop(reason);
         }
-        write_reset6(pkt, key, segment);
+        write_reset(
+            pkt,
+            (key.src, key.src_port),
+            (key.dst, key.dst_port),
+            segment,
+        );
         self.counters.record_drop(reason);
         self.counters.record_ipv6_drop(reason);
         self.send6(pkt, route.port, route.resolve(key.src))
@@ -139,66 +149,56 @@ fn write_tcp_header(
     header.options_mut().copy_from_slice(options);
 }
 
-/// Writes an IPv4 TCP segment of the gateway's own from `key.src` to `key.dst` (a reset,
-/// the SYN proxy's SYNs and ACKs), with `options` and no data, over the packet's IPv4 and
-/// TCP headers, checksums filled in; the Ethernet header is the caller's.
+/// Writes a TCP segment of the gateway's own from `src` to `dst` (address and port) with
+/// `options` and no data, over the packet's IP and TCP headers, checksums filled in; the
+/// Ethernet header is the caller's. For either family.
+fn write_segment_between<A: IpFamily>(
+    pkt: &mut PacketBuf,
+    (src, src_port): (A, u16),
+    (dst, dst_port): (A, u16),
+    segment: &TcpSegment,
+    options: &[u8],
+) {
+    // TCP's protocol number is its IPv6 next header too.
+    let tcp_len = tcp::HEADER_LEN + options.len();
+    let ip_end = ethernet::HEADER_LEN + A::HEADER_LEN;
+    let frame_len = ip_end + tcp_len;
+    let room = pkt.room_mut();
+    let ip_header = &mut room[ethernet::HEADER_LEN..ip_end];
+    src.emit_header(
+        dst,
+        ipv4::protocol::TCP,
+        tcp_len as u16,
+        GENERATED_TTL,
+        ip_header,
+    );
+    let bytes = &mut room[ip_end..frame_len];
+    write_tcp_header(bytes, src_port, dst_port, segment, options);
+    TcpPacket::new_unchecked(&mut *bytes).set_checksum(0);
+    let sum = src.l4_checksum(dst, ipv4::protocol::TCP, bytes);
+    TcpPacket::new_unchecked(bytes).set_checksum(sum);
+    pkt.set_len(frame_len);
+}
+
+/// An IPv4 segment of the gateway's own from `key.src` to `key.dst` (a reset, the SYN
+/// proxy's SYNs and ACKs): see [`write_segment_between`].
 pub(crate) fn write_segment(
     pkt: &mut PacketBuf,
     key: &FlowKey,
     segment: &TcpSegment,
     options: &[u8],
 ) {
-    let tcp_len = tcp::HEADER_LEN + options.len();
-    let ip_end = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-    let frame_len = ip_end + tcp_len;
-    let room = pkt.room_mut();
-    let header = Ipv4Repr::new(
-        key.src,
-        key.dst,
-        ipv4::protocol::TCP,
-        tcp_len as u16,
-        GENERATED_TTL,
-    );
-    header.emit(&mut Ipv4Packet::new_unchecked(
-        &mut room[ethernet::HEADER_LEN..ip_end],
-    ));
-    let bytes = &mut room[ip_end..frame_len];
-    write_tcp_header(bytes, key.src_port, key.dst_port, segment, options);
-    TcpPacket::new_unchecked(bytes).fill_checksum(key.src, key.dst);
-    pkt.set_len(frame_len);
+    let (src, dst) = ((key.src, key.src_port), (key.dst, key.dst_port));
+    write_segment_between(pkt, src, dst, segment, options);
 }
 
-/// [`write_reset`] for IPv6: the reset from the server (`key.dst`) to the client.
-fn write_reset6(pkt: &mut PacketBuf, key: &FlowKey6, segment: &TcpSegment) {
-    let room = pkt.room_mut();
-    let ip_end = ethernet::HEADER_LEN + ipv6::HEADER_LEN;
-    let header = Ipv6Repr {
-        src: key.dst,
-        dst: key.src,
-        next_header: ipv6::next_header::TCP,
-        payload_len: tcp::HEADER_LEN as u16,
-        hop_limit: GENERATED_TTL,
-        traffic_class: 0,
-        flow_label: 0,
-    };
-    header.emit(&mut Ipv6Packet::new_unchecked(
-        &mut room[ethernet::HEADER_LEN..ip_end],
-    ));
-    let bytes = &mut room[ip_end..RESET6_LEN];
-    write_tcp_header(
-        bytes,
-        key.dst_port,
-        key.src_port,
-        &reset_segment(segment),
-        &[],
-    );
-    TcpPacket::new_unchecked(&mut *bytes).set_checksum(0);
-    let sum = checksum::l4_checksum_v6(key.dst, key.src, ipv6::next_header::TCP, bytes);
-    TcpPacket::new_unchecked(bytes).set_checksum(sum);
-    pkt.set_len(RESET6_LEN);
-}
-
-/// RFC 793's reset for a segment that reached no connection.
-fn write_reset(pkt: &mut PacketBuf, key: &FlowKey, segment: &TcpSegment) {
-    write_segment(pkt, &key.reversed(), &reset_segment(segment), &[]);
+/// RFC 793's reset for a segment of flow `key` (as the client sent it) that reached no
+/// connection: from the server back to the client, for either family.
+fn write_reset<A: IpFamily>(
+    pkt: &mut PacketBuf,
+    client: (A, u16),
+    server: (A, u16),
+    segment: &TcpSegment,
+) {
+    write_segment_between(pkt, server, client, &reset_segment(segment), &[]);
 }

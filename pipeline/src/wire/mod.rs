@@ -11,6 +11,7 @@
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;
+pub mod family;
 pub mod icmp;
 pub mod icmpv6;
 pub mod ipv4;
