@@ -29,6 +29,13 @@ pub struct Interface {
 }
 
 impl Interface {
+    /// Whether `ip` is this interface's subnet's directed broadcast address. /31 and /32
+    /// subnets have none (RFC 3021): the all-ones address there is a host, the
+    /// point-to-point peer or the interface itself.
+    pub(crate) fn is_directed_broadcast(&self, ip: Ipv4Addr) -> bool {
+        self.prefix_len < 31 && self.broadcast() == ip
+    }
+
     /// Whether the interface has an address: one whose address comes from the kernel
     /// (`address = "dhcp"`) has none (0.0.0.0) until its first lease, and then no subnet,
     /// no connected route and nothing to masquerade to.

@@ -56,7 +56,7 @@ pub fn kernel_flow(router: &RouterConfig, port: u16, frame: &[u8]) -> Option<Flo
         || router
             .interfaces
             .iter()
-            .any(|iface| super::is_directed_broadcast(iface, dst))
+            .any(|iface| iface.is_directed_broadcast(dst))
     {
         return None;
     }
