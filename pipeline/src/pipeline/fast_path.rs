@@ -37,7 +37,7 @@ use crate::packet::PacketBuf;
 use crate::pipeline::stage::{FlowProbe, Ingress, Route, MAX_BURST};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
-use crate::state::flow_data::{ContentState, FeatureHosts6, Nat44Shortcut, Shortcut};
+use crate::state::flow_data::{settled, FeatureHosts6, Nat44Shortcut, Shortcut};
 use crate::state::flow_data::{FeaturePlan, Features};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
@@ -352,11 +352,9 @@ impl Pipeline {
     ) -> Option<Verdict> {
         let data = self.stateful.flows.data(flow);
         let mut shortcut = data.shortcuts[side(direction)];
-        if shortcut.router_epoch != self.router_epoch
-            || shortcut.ingress != ingress.port
-            || !(shortcut.received_here || ingress.handed_off)
-            || data.content != ContentState::Allowed
-            || data.generation != self.router.stateful.generation
+        let generation = self.router.stateful.generation;
+        if !shortcut.serves(self.router_epoch, ingress.port, ingress.handed_off)
+            || !settled(data.content, data.generation, generation)
         {
             return None;
         }
@@ -459,12 +457,11 @@ impl Pipeline {
     ) -> Option<Verdict> {
         let data = self.stateful6.flows.data(flow);
         let shortcut = &data.shortcuts[side(direction)];
-        if shortcut.router_epoch != self.router_epoch
+        let generation = self.router.stateful.generation;
+        // An IPv6 shortcut from an older neighbour view is remade by the full path.
+        if !shortcut.serves(self.router_epoch, ingress.port, ingress.handed_off)
             || shortcut.neighbor_epoch != self.neighbor_epoch
-            || shortcut.ingress != ingress.port
-            || !(shortcut.received_here || ingress.handed_off)
-            || data.content != ContentState::Allowed
-            || data.generation != self.router.stateful.generation
+            || !settled(data.content, data.generation, generation)
         {
             return None;
         }

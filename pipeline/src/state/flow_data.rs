@@ -165,6 +165,27 @@ pub(crate) struct Shortcut<R = Nat44Shortcut> {
     pub(crate) family: R,
 }
 
+impl<R> Shortcut<R> {
+    /// Whether the shortcut may decide for a packet of its direction arriving on `ingress`
+    /// (`handed_off`: from another worker) under router epoch `router_epoch`: it was made
+    /// under that config, for that ingress, and from a packet whose source validation and
+    /// owner check ran here unless this one's ran elsewhere. The flow's own state (its
+    /// content verdict, its rules generation) is the caller's to check.
+    #[inline]
+    pub(crate) fn serves(&self, router_epoch: u32, ingress: u16, handed_off: bool) -> bool {
+        self.router_epoch == router_epoch
+            && self.ingress == ingress
+            && (self.received_here || handed_off)
+    }
+}
+
+/// Whether an established flow may take the fast path at all: its content is allowed and
+/// it was admitted (or rechecked) under the current rules `generation`.
+#[inline]
+pub(crate) fn settled(content: ContentState, admitted: u32, generation: u32) -> bool {
+    content == ContentState::Allowed && admitted == generation
+}
+
 /// What an IPv4 shortcut adds: the route's next hop, to look its MAC up again under a newer
 /// neighbour view, and the NAT rewrite's and the TTL decrement's checksum patches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
