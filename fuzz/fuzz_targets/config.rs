@@ -21,7 +21,7 @@
 use std::path::Path;
 
 use gateway::config::GatewayConfig;
-use gateway::pipeline_config::{conntrack_config, router_config};
+use gateway::compile::router::{conntrack_config, router_config};
 use gateway::reload::{merge_for_reload, restart_required};
 use libfuzzer_sys::fuzz_target;
 

@@ -3,14 +3,12 @@
 //! One request per connection, one JSON line each way: the client (`client`) sends a
 //! [`Request`], the server thread in the gateway (`server`) answers `{"ok": ...}` or
 //! `{"error": "..."}`. Counters are read from the workers' atomics; flows are walked by the
-//! workers themselves, a slice per poll loop (`worker_link`).
+//! workers themselves, a slice per poll loop (`crate::dataplane::ctl_link`).
 
 pub mod capture;
 pub mod client;
-pub mod mailbox;
+pub mod config_apply;
 pub mod server;
-pub mod trace_link;
-pub mod worker_link;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;

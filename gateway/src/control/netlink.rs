@@ -82,7 +82,7 @@ pub struct KernelView {
     pub addresses6: Vec<Vec<(Ipv6Addr, u8)>>,
     /// Per interface that advertises its prefixes, beside `addresses6`: how long each
     /// address with a finite lifetime stays valid and preferred (the lease behind it), as
-    /// deadlines on `crate::clock::shared_secs`. Dumps of an unchanged lease differ by a
+    /// deadlines on `crate::dataplane::clock::shared_secs`. Dumps of an unchanged lease differ by a
     /// second or two: [`KernelView::same_as`] does not take that for a change.
     pub leases6: Vec<Vec<PrefixLease>>,
     /// IPv6 routes on the twins, best first for each prefix.
@@ -165,7 +165,7 @@ pub struct Followed {
 impl Followed {
     pub fn from_config(config: &GatewayConfig) -> Self {
         Followed {
-            twins: crate::twins::twin_names(config),
+            twins: crate::control::twins::twin_names(config),
             dhcp: config
                 .interfaces
                 .iter()
@@ -197,10 +197,10 @@ pub fn view_from_messages<'a>(
     followed: &Followed,
     messages: impl IntoIterator<Item = &'a RouteNetlinkMessage>,
 ) -> KernelView {
-    view_at(followed, messages, crate::clock::shared_secs())
+    view_at(followed, messages, crate::dataplane::clock::shared_secs())
 }
 
-/// [`view_from_messages`] as of `now_secs` on `crate::clock::shared_secs`'s clock: the
+/// [`view_from_messages`] as of `now_secs` on `crate::dataplane::clock::shared_secs`'s clock: the
 /// addresses' remaining lifetimes become deadlines on it.
 fn view_at<'a>(
     followed: &Followed,

@@ -1,6 +1,10 @@
 //! The gateway's configuration: one TOML file, serde-typed, with `GATEWAY__...` environment
 //! overrides (`GATEWAY__EAL__MEMORY_MB=1024`). `validate` names the field that is wrong.
 
+pub mod history;
+pub mod store;
+pub mod web;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -45,9 +49,9 @@ pub struct GatewayConfig {
     pub keyword_block: KeywordBlockConfig,
     #[serde(default)]
     pub parental_control: ParentalConfig,
-    /// The interfaces' twins in the kernel and the punt budget (gateway/src/twins.rs).
+    /// The interfaces' twins in the kernel and the punt budget (`crate::control::twins`).
     #[serde(default)]
-    pub kernel_twins: crate::twins::KernelTwinsConfig,
+    pub kernel_twins: crate::control::twins::KernelTwinsConfig,
     #[serde(default)]
     pub state: StateConfig,
     #[serde(default)]
@@ -96,7 +100,7 @@ impl Default for CtlConfig {
 pub const DEFAULT_CTL_SOCKET: &str = "/run/gateway/ctl.sock";
 
 /// Where the gateway keeps what outlives a restart: the conntrack and NAT snapshot
-/// (`crate::snapshot`), written at a normal stop and read back at start.
+/// (`crate::dataplane::flow_snapshot`), written at a normal stop and read back at start.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
@@ -273,7 +277,7 @@ pub struct MetricsConfig {
     /// Port 9469, not node_exporter's 9100, so the two can run on one host.
     pub listen: SocketAddr,
     /// A Prometheus exporter-toolkit web-config file (YAML): TLS and basic auth for the
-    /// endpoint (`crate::web_config`). None: plain HTTP, no auth.
+    /// endpoint (`crate::config::web`). None: plain HTTP, no auth.
     pub web_config: Option<PathBuf>,
 }
 
@@ -415,7 +419,7 @@ pub struct InterfaceConfig {
     pub bond: Option<BondConfig>,
     /// The gateway's address and the connected subnet, e.g. "192.168.1.1/24"; or "dhcp":
     /// a DHCP client on the interface's kernel twin gets it, and the gateway follows the
-    /// twin's address, prefix and routes through netlink (`crate::netlink`). Needs a twin.
+    /// twin's address, prefix and routes through netlink (`crate::control::netlink`). Needs a twin.
     pub address: InterfaceAddress,
     /// The firewall zone; defaults to the interface's name.
     #[serde(default)]
@@ -912,7 +916,7 @@ pub struct NatConfig {
     pub log: NatLogConfig,
 }
 
-/// `[nat.log]`: mapping events (`crate::nat_log`) as RFC 5424 syslog messages.
+/// `[nat.log]`: mapping events (`crate::telemetry::nat_log`) as RFC 5424 syslog messages.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NatLogConfig {
@@ -1019,7 +1023,7 @@ pub struct FirewallConfig {
     /// IPv6 services on inside hosts that flows from an interface may open, whatever the
     /// zone policy says: the IPv6 form of a port forward (there is no NAT66).
     pub pinholes: Vec<PinholeConfig>,
-    /// Where the decisions of rules marked `log = true` go (`crate::firewall_log`).
+    /// Where the decisions of rules marked `log = true` go (`crate::telemetry::firewall_log`).
     pub log: FirewallLogConfig,
 }
 
@@ -1321,9 +1325,9 @@ impl fmt::Display for Ipv6Cidr {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InterfaceAddress {
     Static(Ipv4Cidr),
-    /// `"dhcp"`: none until the kernel twin has a lease (`crate::netlink`).
+    /// `"dhcp"`: none until the kernel twin has a lease (`crate::control::netlink`).
     Dhcp,
-    /// `"pppoe"`: none until the session is up (`crate::pppoe`).
+    /// `"pppoe"`: none until the session is up (`crate::dataplane::pppoe`).
     Pppoe,
 }
 
@@ -2262,7 +2266,7 @@ impl GatewayConfig {
                     format!("{:?} is used twice", iface.device),
                 ));
             }
-            // "dhcp" needs a twin: checked with the twins (`crate::twins::validate`).
+            // "dhcp" needs a twin: checked with the twins (`crate::control::twins::validate`).
             if let Some(address) = iface.address.cidr() {
                 if address.len == 0 || address.len > 30 {
                     return Err(invalid(field("address"), "prefix length must be 1..=30"));
@@ -2371,7 +2375,7 @@ impl GatewayConfig {
             self.ipv6_route_port(i)?;
         }
         self.validate_stateful()?;
-        crate::twins::validate(self)?;
+        crate::control::twins::validate(self)?;
         if self.qos.enabled && (self.qos.uplink_mbps == 0 || self.qos.downlink_mbps == 0) {
             return Err(invalid(
                 "qos",
@@ -2816,7 +2820,7 @@ impl GatewayConfig {
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings: Vec<String> = self.metrics_exposure_warning().into_iter().collect();
         warnings.extend(self.zones_nothing_lets_out());
-        warnings.extend(crate::twins::route_allow_warning(self));
+        warnings.extend(crate::control::twins::route_allow_warning(self));
         warnings
     }
 
@@ -3229,7 +3233,7 @@ mod tests {
         assert_eq!(config.ipv6_route_port(0).unwrap(), 1);
         assert_eq!(config.ipv6_route_port(1).unwrap(), 1);
         let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
-        let router = crate::pipeline_config::router_config(&config, &macs).unwrap();
+        let router = crate::compile::router::router_config(&config, &macs).unwrap();
         let hop = |addr: &str| router.routes6.lookup(addr.parse().unwrap());
         // The connected prefix, the static /48, the default.
         assert_eq!(
@@ -3306,7 +3310,7 @@ mod tests {
             Some(RulePrefix::V6("2001:db8:77::/48".parse().unwrap()))
         );
         let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
-        crate::pipeline_config::router_config(&config, &macs).unwrap();
+        crate::compile::router::router_config(&config, &macs).unwrap();
         assert!(matches!(
             with_rule("source = \"10.0.0.0/8\"")
                 .unwrap()
@@ -3372,7 +3376,7 @@ mod tests {
                     to = \"2001:db8:10::5\"\nsource = \"2001:db8:77::/48\"\n";
         let config = with_pinholes(good).unwrap();
         let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
-        let router = crate::pipeline_config::router_config(&config, &macs).unwrap();
+        let router = crate::compile::router::router_config(&config, &macs).unwrap();
         assert_eq!(
             router.pinholes6,
             [pipeline::pipeline::config::Pinhole6 {
@@ -3528,8 +3532,8 @@ mod tests {
         ))
         .unwrap();
         assert!(on.eal.pdump);
-        assert!(!crate::app::eal_args_with(&on, false).in_memory);
-        assert!(crate::app::eal_args_with(&parse(LAB).unwrap(), false).in_memory);
+        assert!(!crate::runtime::app::eal_args_with(&on, false).in_memory);
+        assert!(crate::runtime::app::eal_args_with(&parse(LAB).unwrap(), false).in_memory);
     }
 
     #[test]
@@ -3537,7 +3541,7 @@ mod tests {
         let config = parse(LAB).unwrap();
         assert_eq!(config.conntrack.host_flows, 4096);
         assert_eq!(config.nat.host_ports, 4096);
-        let table = crate::pipeline_config::conntrack_config(&config);
+        let table = crate::compile::router::conntrack_config(&config);
         assert_eq!(table.half_open, config.conntrack.capacity / 4);
         for (section, line, field) in [
             ("[conntrack]", "host_flows = 0", "conntrack.host_flows:"),
@@ -3560,7 +3564,7 @@ mod tests {
             assert!(err.starts_with(field), "{line}: {err}");
         }
         let set = format!("{LAB}\n[conntrack]\nhalf_open = 77\nhost_flows = 9\n");
-        let table = crate::pipeline_config::conntrack_config(&parse(&set).unwrap());
+        let table = crate::compile::router::conntrack_config(&parse(&set).unwrap());
         assert_eq!((table.half_open, table.host_flows), (77, 9));
     }
 
@@ -3980,7 +3984,7 @@ mod tests {
         let config = parse(&policer).unwrap();
         assert_eq!(config.qos.mode, QosModeSetting::Policer);
         assert_eq!(
-            crate::pipeline_config::qos_config(&config.qos).map(|qos| qos.mode),
+            crate::compile::router::qos_config(&config.qos).map(|qos| qos.mode),
             Some(pipeline::features::qos::QosMode::Policer)
         );
         let bad = format!("{on}mode = \"fq_codel\"\n");

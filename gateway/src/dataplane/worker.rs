@@ -11,17 +11,17 @@ use pipeline::{
     MAX_BURST,
 };
 
-use crate::clock::Clock;
-use crate::ctl::trace_link::TraceLink;
-use crate::ctl::worker_link::CtlLink;
+use crate::control::twins::PuntLink;
+use crate::dataplane::clock::Clock;
+use crate::dataplane::ctl_link::CtlLink;
+use crate::dataplane::egress::Egress;
+use crate::dataplane::handoff::HandoffLinks;
+use crate::dataplane::liveness::{Heartbeat, HEARTBEAT_LOOPS};
+use crate::dataplane::port_layout::PortLayout;
+use crate::dataplane::published::Published;
+use crate::dataplane::shaping::{Exit, Leaving, LinkShapers};
+use crate::dataplane::trace_link::TraceLink;
 use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer, RxQueue};
-use crate::egress::Egress;
-use crate::handoff::HandoffLinks;
-use crate::liveness::{Heartbeat, HEARTBEAT_LOOPS};
-use crate::port_layout::PortLayout;
-use crate::published::Published;
-use crate::shaping::{Exit, Leaving, LinkShapers};
-use crate::twins::PuntLink;
 
 /// Flows the expiry sweep visits per loop: bounded work, yet a full pass over a million
 /// flows takes well under a second at idle and a few seconds under load.
@@ -79,7 +79,7 @@ pub struct Worker {
     /// Packets the control thread built (ARP, echo replies, released held packets), for this
     /// worker to transmit. Only worker 0 has one. Each mbuf's port field is its egress.
     pub from_control: Option<RingConsumer>,
-    /// To the control thread's kernel twins (`crate::twins`); None when no interface has one.
+    /// To the control thread's kernel twins (`crate::control::twins`); None when no interface has one.
     pub punt: Option<PuntLink>,
     /// From the kernel twins: the frames of connections the kernel opened whose flows this
     /// worker owns (`pipeline::pipeline::kernel_flows`), each mbuf's port field its
@@ -510,7 +510,7 @@ impl WorkerLoop {
             panic!(
                 "worker {} panics on purpose ({})",
                 self.worker.index,
-                crate::liveness::PANIC_ON_PURPOSE_VAR
+                crate::dataplane::liveness::PANIC_ON_PURPOSE_VAR
             );
         }
     }

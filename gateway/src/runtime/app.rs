@@ -16,42 +16,42 @@ use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
 use pipeline::{NeighborView, Pipeline, WorkerCounters};
 
-use crate::bonds::BondWatch;
+use crate::compile::router::{router_config, router_config_with_kernel, worker_setup};
+use crate::compile::rule_hits::RuleHitRegistry;
+use crate::config::history::{ConfigHistory, FileText};
+use crate::config::store::ConfigStore;
 use crate::config::{
     device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode,
     InterfaceAddress, LacpRate,
 };
-use crate::config_apply::AwaitingConfirmation;
-use crate::config_history::{ConfigHistory, FileText};
-use crate::config_store::ConfigStore;
-use crate::control::ControlPlane;
+use crate::control::neighbors::ControlPlane;
+use crate::control::netlink::{Followed, KernelView};
+use crate::control::pppoe::{PppoeLinks, PppoeView};
+use crate::control::twins::Twins;
+use crate::ctl::config_apply::AwaitingConfirmation;
 use crate::ctl::ConfigRequest;
+use crate::dataplane::egress::Egress;
+use crate::dataplane::flow_snapshot::{Restore, SnapshotStatus};
+use crate::dataplane::handoff::HandoffLinks;
+use crate::dataplane::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
+use crate::dataplane::port_layout::PortLayout;
+use crate::dataplane::published::Published;
+use crate::dataplane::shaping::LinkShapers;
+use crate::dataplane::worker::Worker;
 use crate::dpdk::flow::FlowRule;
+use crate::dpdk::hugetlbfs;
 use crate::dpdk::{
     self, Eal, EalArgs, LcoreId, MbufRing, Mempool, Port, PortConfig, PortId, RxQueueId, SocketId,
     TxQueueId,
 };
-use crate::egress::Egress;
-use crate::handoff::HandoffLinks;
-use crate::hugepages;
-use crate::liveness::{Heartbeat, PanicOnPurpose, WorkerExit, Workers};
-use crate::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
-use crate::netlink::{Followed, KernelView};
-use crate::pipeline_config::{router_config, router_config_with_kernel, worker_setup};
-use crate::port_layout::PortLayout;
-use crate::port_watch::{self, PortWatch, WatchedPort};
-use crate::pppoe::links::{PppoeLinks, PppoeView};
-use crate::published::Published;
 use crate::reload;
-use crate::rule_hits::RuleHitRegistry;
-use crate::shaping::LinkShapers;
-use crate::snapshot::{Restore, SnapshotStatus};
-use crate::twins::Twins;
-use crate::worker::Worker;
+use crate::telemetry::bond_watch::BondWatch;
+use crate::telemetry::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
+use crate::telemetry::port_watch::{self, PortWatch, WatchedPort};
 
 pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
     let shortfall =
-        || hugepages::shortfall(config.eal.total_memory_mb(), &config.eal.socket_memory_mb);
+        || hugetlbfs::shortfall(config.eal.total_memory_mb(), &config.eal.socket_memory_mb);
     let no_huge = match config.eal.hugepages {
         HugepageMode::Off => true,
         HugepageMode::Required => match shortfall() {
@@ -113,7 +113,7 @@ enum ControlEvent {
     WorkerExited(WorkerExit),
     /// The `config-load` thread finished a reload: publish it, or report the refusal.
     Loaded(Box<reload::LoadResult>),
-    /// The kernel's addresses or routes on the twins changed (`crate::netlink`).
+    /// The kernel's addresses or routes on the twins changed (`crate::control::netlink`).
     Kernel(KernelView),
 }
 
@@ -129,7 +129,7 @@ pub fn run(config_path: &Path) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     // Read before anything starts: a bad file stops the start as check-config reports it.
-    let web_config = crate::web_config::for_metrics(&config.metrics)?;
+    let web_config = crate::config::web::for_metrics(&config.metrics)?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
@@ -207,9 +207,9 @@ struct Gateway<'a> {
     metrics_stop: Arc<AtomicBool>,
     ctl_server: Option<crate::ctl::server::CtlServer>,
     /// Sends the NAT log; dropped after the workers, so it sends what they queued last.
-    nat_logger: Option<crate::nat_log::NatLogger>,
+    nat_logger: Option<crate::telemetry::nat_log::NatLogger>,
     /// Sends the firewall log; dropped after the workers, as the NAT log.
-    firewall_logger: Option<crate::firewall_log::FirewallLogger>,
+    firewall_logger: Option<crate::telemetry::firewall_log::FirewallLogger>,
     metrics_failed: bool,
     meter_export: Arc<Published<MeterExport>>,
     netlink_thread: Option<std::thread::JoinHandle<()>>,
@@ -259,7 +259,7 @@ struct LoadedFile<'a> {
 
 fn serve(
     loaded: LoadedFile<'_>,
-    web_config: crate::web_config::WebConfig,
+    web_config: crate::config::web::WebConfig,
     eal: &Eal,
     stop: Arc<AtomicBool>,
     (events, control_events): (Sender<ControlEvent>, Receiver<ControlEvent>),
@@ -279,7 +279,7 @@ impl<'a> Gateway<'a> {
             config,
             text: running_file,
         }: LoadedFile<'a>,
-        web_config: crate::web_config::WebConfig,
+        web_config: crate::config::web::WebConfig,
         eal: &Eal,
         stop: Arc<AtomicBool>,
         events: &Sender<ControlEvent>,
@@ -438,14 +438,15 @@ impl<'a> Gateway<'a> {
             let (to_control, from_worker) = MbufRing::create(
                 eal,
                 &format!("to_control_{index}"),
-                crate::worker::CONTROL_RING_CAPACITY,
+                crate::dataplane::worker::CONTROL_RING_CAPACITY,
                 socket,
             )?;
             from_workers.push(from_worker);
             let (punt, from_kernel) = if twins.any() {
-                let (link, from_worker) = crate::twins::punt_ring(eal, index, socket)?;
+                let (link, from_worker) = crate::control::twins::punt_ring(eal, index, socket)?;
                 punt_rings.push(from_worker);
-                let (to_worker, from_kernel) = crate::twins::kernel_ring(eal, index, socket)?;
+                let (to_worker, from_kernel) =
+                    crate::control::twins::kernel_ring(eal, index, socket)?;
                 kernel_rings.push(to_worker);
                 (Some(link), Some(from_kernel))
             } else {
@@ -481,7 +482,7 @@ impl<'a> Gateway<'a> {
             if let Some(restore) = restore.as_mut() {
                 restore.apply(index, &mut pipeline);
             }
-            let advice = crate::worker::back_tables_with_huge_pages(&pipeline);
+            let advice = crate::dataplane::worker::back_tables_with_huge_pages(&pipeline);
             tracing::info!(
                 worker = index,
                 mib = advice.covered >> 20,
@@ -509,7 +510,10 @@ impl<'a> Gateway<'a> {
                 handoff: handoff_links.next().expect("one set of links per worker"),
                 egress: Egress::new(tx, layout.links().to_vec(), layout.sessions().clone()),
                 shapers: LinkShapers::new(
-                    crate::shaping::queued_per_link(config.mempool.mbufs, worker_lcores.len()),
+                    crate::dataplane::shaping::queued_per_link(
+                        config.mempool.mbufs,
+                        worker_lcores.len(),
+                    ),
                     pipeline.qos_stats(),
                 ),
                 layout: layout.clone(),
@@ -523,12 +527,13 @@ impl<'a> Gateway<'a> {
                 counters,
                 stop: stop.clone(),
                 ctl: Some({
-                    let (queries, link) = crate::ctl::worker_link::CtlLink::pair();
+                    let (queries, link) = crate::dataplane::ctl_link::CtlLink::pair();
                     ctl_queries.push(queries);
                     link
                 }),
                 trace: Some({
-                    let (requests, link) = crate::ctl::trace_link::TraceLink::pair(index as u16);
+                    let (requests, link) =
+                        crate::dataplane::trace_link::TraceLink::pair(index as u16);
                     trace_requests.push(requests);
                     link
                 }),
@@ -605,17 +610,25 @@ impl<'a> Gateway<'a> {
             let events = events.clone();
             let send = move |view| events.send(ControlEvent::Kernel(view)).is_ok();
             let netns = config.kernel_twins.netns.clone();
-            Some(crate::netlink::spawn(followed, netns, stop.clone(), send)?)
+            Some(crate::control::netlink::spawn(
+                followed,
+                netns,
+                stop.clone(),
+                send,
+            )?)
         } else {
             None
         };
         let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
             &config.traffic_meter,
         ))));
-        let nat_logger = crate::nat_log::spawn(&config.nat.log, nat_logs)?;
+        let nat_logger = crate::telemetry::nat_log::spawn(&config.nat.log, nat_logs)?;
         let interface_names = config.interfaces.iter().map(|i| i.name.clone()).collect();
-        let firewall_logger =
-            crate::firewall_log::spawn(&config.firewall.log, firewall_logs, interface_names)?;
+        let firewall_logger = crate::telemetry::firewall_log::spawn(
+            &config.firewall.log,
+            firewall_logs,
+            interface_names,
+        )?;
         let metrics = Metrics::new(Sources {
             interfaces: config.interfaces.iter().map(|i| i.name.clone()).collect(),
             ports: port_watch.clone(),
@@ -809,9 +822,14 @@ impl<'a> Gateway<'a> {
                 policed_rates = qos_rates(router_published);
             }
             while let Ok(request) = config_requests.try_recv() {
-                crate::config_apply::route(request, loader, awaiting_confirmation, config_history);
+                crate::ctl::config_apply::route(
+                    request,
+                    loader,
+                    awaiting_confirmation,
+                    config_history,
+                );
             }
-            crate::config_apply::expire(awaiting_confirmation, loader, config_history, now);
+            crate::ctl::config_apply::expire(awaiting_confirmation, loader, config_history, now);
             match event {
                 None => {}
                 Some(ControlEvent::ReloadSignal | ControlEvent::FileChanged) => {
@@ -939,7 +957,7 @@ impl<'a> Gateway<'a> {
         drop(saved_flows);
         // `[state]` needs a restart (reload keeps it): the start-up config's is the one in force.
         if config.state.snapshot && failures.is_empty() && !worker_died && !metrics_failed {
-            crate::snapshot::save_stopped(&config.state, workers, stopped_flows);
+            crate::dataplane::flow_snapshot::save_stopped(&config.state, workers, stopped_flows);
         }
         control.poll();
         metrics_stop.store(true, Ordering::Relaxed);
@@ -1117,7 +1135,7 @@ fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow::Result<boo
 /// Hands the workers a new router config. A QoS change first gives every worker an equal
 /// share of the new rates, since workers rebuild their policers from the share assigned to
 /// them; demand moves the shares from there.
-/// Each firewall rule gets its hit counter first (`crate::rule_hits`).
+/// Each firewall rule gets its hit counter first (`crate::compile::rule_hits`).
 pub fn publish_router(
     router: &Published<pipeline::RouterConfig>,
     qos: &[[Arc<pipeline::features::qos::QosStats>; 2]],
@@ -1203,7 +1221,7 @@ fn apply_reload(
                 "confirm_within_secs": confirm.map(|within| within.as_secs()),
             });
             let version = history.applied(&source, &file.sha256, changed, restart);
-            crate::config_apply::applied(
+            crate::ctl::config_apply::applied(
                 awaiting,
                 history,
                 (version, &asked_by),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::config_history::{sha256_hex, FileText};
+use crate::config::history::{sha256_hex, FileText};
 
 /// How many configs the state directory keeps.
 pub const CONFIGS_KEPT: usize = 10;

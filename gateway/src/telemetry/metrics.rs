@@ -3,7 +3,7 @@
 //! cannot stall the dataplane. The HTTP server is one ordinary thread, not an lcore, running
 //! hyper on a current-thread tokio runtime: connections are tasks, not threads, so no number
 //! of them adds a thread, and the limits below bound what each may hold. TLS and basic auth
-//! are optional (`metrics.web_config`, `crate::web_config`).
+//! are optional (`metrics.web_config`, `crate::config::web`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -25,11 +25,11 @@ use tokio::sync::oneshot;
 use pipeline::features::meter::{self, HostMeter, HostUsage};
 use pipeline::features::qos::QosStats;
 
-use crate::bonds::BondWatch;
+use crate::config::web::{AuthVerdict, BasicAuth, WebConfig};
+use crate::dataplane::published::Published;
 use crate::dpdk::{Mempool, PortStats, BURST_SIZE, QUEUE_STAT_COUNTERS};
-use crate::port_watch::PortWatch;
-use crate::published::Published;
-use crate::web_config::{AuthVerdict, BasicAuth, WebConfig};
+use crate::telemetry::bond_watch::BondWatch;
+use crate::telemetry::port_watch::PortWatch;
 
 /// The outcome of config reloads, written by the control thread.
 #[derive(Debug, Default)]
@@ -136,16 +136,16 @@ pub struct Sources {
     pub interfaces: Vec<String>,
     pub workers: Vec<Arc<WorkerCounters>>,
     /// Per worker: the TSC of its latest loop, turned into an age at each scrape.
-    pub heartbeats: Vec<Arc<crate::liveness::Heartbeat>>,
+    pub heartbeats: Vec<Arc<crate::dataplane::liveness::Heartbeat>>,
     pub control: Arc<WorkerCounters>,
     pub reload: Arc<ReloadStatus>,
     /// What the start-up restore of the state snapshot did.
-    pub snapshot: Arc<crate::snapshot::SnapshotStatus>,
+    pub snapshot: Arc<crate::dataplane::flow_snapshot::SnapshotStatus>,
     /// The NAT log's sends, when `[nat.log]` names a destination.
-    pub nat_log: Option<Arc<crate::nat_log::NatLogStats>>,
-    pub firewall_log: Option<Arc<crate::firewall_log::FirewallLogStats>>,
+    pub nat_log: Option<Arc<crate::telemetry::nat_log::NatLogStats>>,
+    pub firewall_log: Option<Arc<crate::telemetry::firewall_log::FirewallLogStats>>,
     /// The PPPoE sessions, when an interface runs one.
-    pub pppoe: Option<Arc<crate::pppoe::links::PppoeStatus>>,
+    pub pppoe: Option<Arc<crate::control::pppoe::PppoeStatus>>,
     /// The router config in force, whose refused kernel routes are exported.
     pub router: Option<Arc<Published<pipeline::RouterConfig>>>,
 }
@@ -286,7 +286,7 @@ impl PppoeMetrics {
         }
     }
 
-    fn sync(&self, status: &crate::pppoe::links::PppoeStatus) {
+    fn sync(&self, status: &crate::control::pppoe::PppoeStatus) {
         for link in status.links() {
             let name = link.interface.as_str();
             self.up
@@ -350,7 +350,10 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
 }
 
 /// A log's events by result: sent, send_failed, lost.
-fn export_log_stats<E>(family: &IntCounterVec, stats: &crate::nat_log::EventLogStats<E>) {
+fn export_log_stats<E>(
+    family: &IntCounterVec,
+    stats: &crate::telemetry::nat_log::EventLogStats<E>,
+) {
     let results = [
         ("sent", stats.sent.load(Ordering::Relaxed)),
         ("send_failed", stats.send_failed.load(Ordering::Relaxed)),
@@ -1167,7 +1170,7 @@ impl Metrics {
             }
             // The rules in force now: a rule a reload removed goes from the scrape.
             let firewall = &router.stateful.firewall;
-            let names = crate::rule_hits::counter_names(firewall.rules());
+            let names = crate::compile::rule_hits::counter_names(firewall.rules());
             self.firewall_rule_hits.reset();
             for ((name, rule), hits) in names.iter().zip(firewall.rules()).zip(firewall.hits()) {
                 self.firewall_rule_hits

@@ -123,8 +123,8 @@ pub fn counter_names(rules: &[Rule]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::router::router_config;
     use crate::config::GatewayConfig;
-    use crate::pipeline_config::router_config;
 
     fn compiled(rules: &[(&str, &str)]) -> Arc<RouterConfig> {
         let mut text = String::from(

@@ -25,7 +25,7 @@ use crate::config::{
     L4Protocol, ParentalConfig, PortRange, QosSettings, RulePrefix, RuleProtocol,
     SourceValidationConfig,
 };
-use crate::netlink::KernelView;
+use crate::control::netlink::KernelView;
 
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
@@ -35,7 +35,7 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 /// pool. `gateway check-config` runs it, so that a file it calls ok also starts. The
 /// interfaces' MACs are placeholders here: nothing in the checks depends on them.
 pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
-    crate::web_config::for_metrics(&config.metrics)?;
+    crate::config::web::for_metrics(&config.metrics)?;
     if let Some(group) = &config.ctl.group {
         crate::ctl::server::group_id(group)?;
     }
@@ -97,7 +97,7 @@ fn link_mtu(iface: &InterfaceConfig, kernel: &KernelView, index: usize) -> u16 {
         .map_or(iface.mtu(), |mtu| mtu.min(iface.mtu()))
 }
 
-/// The router config with what the kernel has on the twins (`crate::netlink`): the
+/// The router config with what the kernel has on the twins (`crate::control::netlink`): the
 /// addresses of "dhcp" interfaces (none until their first lease) and the twins' routes,
 /// below the config's own (connected, then static, then the kernel's). The twins' routes are
 /// bounded: none inside an interface's own prefix, none outside `kernel_twins.route_allow`;
@@ -166,7 +166,7 @@ pub fn router_config_with_kernel(
         interfaces,
         &routes,
         &kernel.routes,
-        crate::twins::kernel_route_allow(config),
+        crate::control::twins::kernel_route_allow(config),
         icmp,
     )
     .context("routes")?
@@ -183,7 +183,7 @@ pub fn router_config_with_kernel(
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))
         .with_traffic_meter(config.traffic_meter.enabled)
-        .with_punt(crate::twins::punt_config(config))?)
+        .with_punt(crate::control::twins::punt_config(config))?)
 }
 
 /// Whether two prefixes overlap: one holds the other.
@@ -431,7 +431,7 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .collect::<anyhow::Result<_>>()?;
     let mut firewall = RuleSet::compile(rules, policy).context("firewall.rules")?;
     // Logged under the name its counter has (`name#2` for a name's second rule).
-    let names = crate::rule_hits::counter_names(firewall.rules());
+    let names = crate::compile::rule_hits::counter_names(firewall.rules());
     firewall.attach_logged(
         config
             .firewall
@@ -797,7 +797,7 @@ mod pppoe_tests {
 
     use super::router_config_with_kernel;
     use crate::config::GatewayConfig;
-    use crate::netlink::KernelView;
+    use crate::control::netlink::KernelView;
 
     const CONFIG: &str = r#"
 [workers]
@@ -868,7 +868,7 @@ mod kernel_ipv6_tests {
 
     use super::router_config_with_kernel;
     use crate::config::GatewayConfig;
-    use crate::netlink::KernelView;
+    use crate::control::netlink::KernelView;
 
     const CONFIG: &str = r#"
 [workers]
@@ -982,7 +982,7 @@ mod kernel_route_bound_tests {
 
     use super::router_config_with_kernel;
     use crate::config::GatewayConfig;
-    use crate::netlink::KernelView;
+    use crate::control::netlink::KernelView;
 
     const CONFIG: &str = r#"
 [workers]

@@ -6,9 +6,9 @@ use pipeline::{DropReason, WorkerCounters};
 
 use std::sync::Arc;
 
+use crate::dataplane::port_layout::Link;
+use crate::dataplane::pppoe::{self, SessionStates};
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, TxQueue};
-use crate::port_layout::Link;
-use crate::pppoe::{self, SessionStates};
 
 pub struct Egress {
     /// This thread's TX queue on each port, and the burst gathering for it.

@@ -233,7 +233,7 @@ fn drain(
             Destination::Syslog(header, transport) => {
                 for (unix, event) in batch.iter() {
                     message.clear();
-                    let timestamp = crate::timestamp::rfc3339(*unix);
+                    let timestamp = crate::telemetry::timestamp::rfc3339(*unix);
                     syslog::format_event(&mut message, header, &timestamp, event);
                     count(transport.send(&message), 1);
                 }

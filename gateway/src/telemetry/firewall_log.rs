@@ -3,7 +3,7 @@
 //!
 //! The workers queue decisions within a budget each (`pipeline::state::firewall_log`); this
 //! thread drains every queue every [`DRAIN_INTERVAL`] and sends them, as the NAT log does
-//! (`crate::nat_log`, whose transport and syslog header it shares). Over the budget, a full
+//! (`crate::telemetry::nat_log`, whose transport and syslog header it shares). Over the budget, a full
 //! queue or a failed send: counted, never a worker held up.
 
 use std::io::Write;
@@ -16,8 +16,8 @@ use pipeline::state::firewall_log::{FirewallEvent, FirewallLog};
 
 use crate::config::FirewallLogConfig;
 use crate::ctl::protocol_name;
-use crate::nat_log::syslog::{self, Header};
-use crate::nat_log::{udp_socket_for, EventLogStats, LogThread, SyslogTransport};
+use crate::telemetry::nat_log::syslog::{self, Header};
+use crate::telemetry::nat_log::{udp_socket_for, EventLogStats, LogThread, SyslogTransport};
 
 /// RFC 5424's SD-ID for the firewall's parameters (the documentation enterprise number, as
 /// the NAT log's).
@@ -59,7 +59,7 @@ pub fn spawn(
         stats.drain_dated(&mut batch, |event| event.at_ns);
         for (unix, event) in &batch {
             message.clear();
-            let timestamp = crate::timestamp::rfc3339(*unix);
+            let timestamp = crate::telemetry::timestamp::rfc3339(*unix);
             format_event(&mut message, &header, &timestamp, event, &interfaces);
             for transport in &transports {
                 stats.count(&transport.send(&message), 1);

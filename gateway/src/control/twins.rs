@@ -453,7 +453,7 @@ impl Twins {
             let mut port = Port::start(eal, id, &format!("twin-{name}"), &port_config, pool)
                 .with_context(|| field.clone())?;
             let netns = config.kernel_twins.netns.as_deref();
-            // "dhcp": the DHCP client on the twin sets it (`crate::netlink` follows).
+            // "dhcp": the DHCP client on the twin sets it (`crate::control::netlink` follows).
             let address = iface.address.cidr().map(|cidr| cidr.to_string());
             let ipv6 = match &iface.ipv6 {
                 Some(ipv6) if ipv6.autoconfigure => TwinIpv6::Autoconfigured,

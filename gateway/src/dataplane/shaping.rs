@@ -14,8 +14,8 @@ use pipeline::features::shaper::{Outcome, Shaper, ShaperConfig};
 use pipeline::pipeline::features::{mark_congestion, ShapeRequest};
 use pipeline::{DropReason, Pipeline, RouterConfig, WorkerCounters};
 
+use crate::dataplane::egress::Egress;
 use crate::dpdk::{Mbuf, Mempool};
-use crate::egress::Egress;
 
 /// Packets each shaper may send per loop: a loop at line rate is a few microseconds, so
 /// this is far above what any share releases in one, yet bounds a loop's work.

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use pipeline::{DropReason, Ingress};
 
 use crate::config::GatewayConfig;
+use crate::dataplane::pppoe::{self, SessionStates};
 use crate::dpdk::Mbuf;
-use crate::pppoe::{self, SessionStates};
 
 /// VLAN ids are 12 bits of the TCI; the other 4 are priority and the drop-eligible bit.
 const VLAN_ID_MASK: u16 = 0x0fff;
@@ -32,7 +32,7 @@ pub struct Link {
     pub port: u16,
     /// The 802.1Q TCI its frames carry; None: untagged.
     pub vlan: Option<u16>,
-    /// Its IPv4 rides a PPPoE session (`crate::pppoe`).
+    /// Its IPv4 rides a PPPoE session (`crate::dataplane::pppoe`).
     pub pppoe: bool,
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::config_history::{ConfigHistory, FileText};
+use crate::config::history::{ConfigHistory, FileText};
 use crate::ctl::{ConfigRequest, Request};
 use crate::reload::{LoadRequest, Loader, Source};
 

@@ -14,11 +14,11 @@ use notify::{RecursiveMode, Watcher};
 use pipeline::RouterConfig;
 use serde_json::Value;
 
+use crate::compile::router::router_config_with_kernel;
+use crate::config::history::FileText;
+use crate::config::store::ConfigStore;
 use crate::config::{read_config_file, ConfigError, GatewayConfig};
-use crate::config_history::FileText;
-use crate::config_store::ConfigStore;
-use crate::netlink::KernelView;
-use crate::pipeline_config::router_config_with_kernel;
+use crate::control::netlink::KernelView;
 
 /// Field paths whose change needs a restart, old -> new.
 pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<String> {
@@ -330,7 +330,7 @@ pub enum LoadRequest {
         label: PathBuf,
         reply: Reply,
     },
-    /// Load the config kept `steps` before the running one (`crate::config_store`).
+    /// Load the config kept `steps` before the running one (`crate::config::store`).
     Rollback { steps: usize, reply: Reply },
 }
 
@@ -351,7 +351,7 @@ pub struct LoadResult {
 /// which reads the file as it is by then. It keeps the config in force itself (the last one
 /// it handed over ready): results are applied in the order they are handed over, so each
 /// reload is merged onto the one before. Each config it hands over ready is kept whole in the
-/// state directory (`crate::config_store`), the one the gateway started with first. Dropping
+/// state directory (`crate::config::store`), the one the gateway started with first. Dropping
 /// the `Loader` ends the thread after its current load. Started from the control thread, it
 /// inherits the main lcore's CPU: a load shares that CPU with the mostly idle control
 /// thread, which the scheduler still runs whenever it wakes, and takes nothing from the

@@ -18,12 +18,12 @@ use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
-use crate::clock::Clock;
+use crate::control::pppoe::{PppoeLinks, PppoeView};
+use crate::control::twins::Twins;
+use crate::dataplane::clock::Clock;
+use crate::dataplane::egress::split_into_fragments;
+use crate::dataplane::published::Published;
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer};
-use crate::egress::split_into_fragments;
-use crate::pppoe::links::{PppoeLinks, PppoeView};
-use crate::published::Published;
-use crate::twins::Twins;
 
 /// How often the neighbour table is swept and stale entries re-probed.
 const MAINTENANCE_INTERVAL_NS: u64 = 100_000_000;
@@ -63,9 +63,9 @@ pub struct ControlPlane {
     /// scoped by port, `ipv6_local::scoped`). Nothing is held for them yet: IPv6 is not
     /// forwarded.
     table6: NeighborTable<HeldPacket, Ipv6Addr>,
-    /// The interfaces' kernel twins (`crate::twins`); none unless configured.
+    /// The interfaces' kernel twins (`crate::control::twins`); none unless configured.
     twins: Twins,
-    /// The PPPoE interfaces' clients (`crate::pppoe`); none unless configured.
+    /// The PPPoE interfaces' clients (`crate::dataplane::pppoe`); none unless configured.
     pppoe: PppoeLinks,
     /// The PPPoE sessions' peers and their MACs: neighbours no ARP resolves.
     pppoe_peers: Vec<(Ipv4Addr, [u8; 6])>,
@@ -500,7 +500,7 @@ impl ControlPlane {
                 let room = MAX_ADVERTISED_PREFIXES.saturating_sub(v6.addresses.len());
                 let withdrawn = self.adverts.withdrawn(usize::from(ingress), room);
                 let room = pkt.room_mut();
-                let leases = (&withdrawn[..], crate::clock::shared_secs());
+                let leases = (&withdrawn[..], crate::dataplane::clock::shared_secs());
                 match ipv6_local::write_router_advert(room, iface, v6, advert, leases, to, mac) {
                     Some(len) if mbuf.set_len(len).is_ok() => {
                         self.counters.router_adverts.inc();
@@ -667,7 +667,7 @@ impl ControlPlane {
             let mac = pipeline::wire::ipv6::multicast_mac(all_nodes);
             let room = MAX_ADVERTISED_PREFIXES.saturating_sub(v6.addresses.len());
             let withdrawn = self.adverts.withdrawn(port, room);
-            let leases = (&withdrawn[..], crate::clock::shared_secs());
+            let leases = (&withdrawn[..], crate::dataplane::clock::shared_secs());
             let written = ipv6_local::write_router_advert(
                 &mut frame, iface, v6, advert, leases, all_nodes, mac,
             );
