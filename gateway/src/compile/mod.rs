@@ -3,3 +3,4 @@
 
 pub mod router;
 pub mod rule_hits;
+pub mod twins;

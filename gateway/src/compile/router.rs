@@ -37,7 +37,7 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
     crate::config::web::for_metrics(&config.metrics)?;
     if let Some(group) = &config.ctl.group {
-        crate::ctl::server::group_id(group)?;
+        crate::config::host::group_id(group)?;
     }
     let macs: Vec<[u8; 6]> = (0..config.interfaces.len())
         .map(|i| [0x02, 0, 0, 0, 0, i as u8])
@@ -166,7 +166,7 @@ pub fn router_config_with_kernel(
         interfaces,
         &routes,
         &kernel.routes,
-        crate::control::twins::kernel_route_allow(config),
+        crate::compile::twins::kernel_route_allow(config),
         icmp,
     )
     .context("routes")?
@@ -183,7 +183,7 @@ pub fn router_config_with_kernel(
         .with_stateful(stateful(config)?)?
         .with_qos(qos_config(&config.qos))
         .with_traffic_meter(config.traffic_meter.enabled)
-        .with_punt(crate::control::twins::punt_config(config))?)
+        .with_punt(crate::compile::twins::punt_config(config))?)
 }
 
 /// Whether two prefixes overlap: one holds the other.

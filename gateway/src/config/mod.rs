@@ -2,7 +2,9 @@
 //! overrides (`GATEWAY__EAL__MEMORY_MB=1024`). `validate` names the field that is wrong.
 
 pub mod history;
+pub mod host;
 pub mod store;
+pub mod twins;
 pub mod web;
 
 use std::collections::HashSet;
@@ -51,7 +53,7 @@ pub struct GatewayConfig {
     pub parental_control: ParentalConfig,
     /// The interfaces' twins in the kernel and the punt budget (`crate::control::twins`).
     #[serde(default)]
-    pub kernel_twins: crate::control::twins::KernelTwinsConfig,
+    pub kernel_twins: twins::KernelTwinsConfig,
     #[serde(default)]
     pub state: StateConfig,
     #[serde(default)]
@@ -2266,7 +2268,7 @@ impl GatewayConfig {
                     format!("{:?} is used twice", iface.device),
                 ));
             }
-            // "dhcp" needs a twin: checked with the twins (`crate::control::twins::validate`).
+            // "dhcp" needs a twin: checked with the twins (`crate::config::twins::validate`).
             if let Some(address) = iface.address.cidr() {
                 if address.len == 0 || address.len > 30 {
                     return Err(invalid(field("address"), "prefix length must be 1..=30"));
@@ -2375,7 +2377,7 @@ impl GatewayConfig {
             self.ipv6_route_port(i)?;
         }
         self.validate_stateful()?;
-        crate::control::twins::validate(self)?;
+        twins::validate(self)?;
         if self.qos.enabled && (self.qos.uplink_mbps == 0 || self.qos.downlink_mbps == 0) {
             return Err(invalid(
                 "qos",
@@ -2820,7 +2822,7 @@ impl GatewayConfig {
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings: Vec<String> = self.metrics_exposure_warning().into_iter().collect();
         warnings.extend(self.zones_nothing_lets_out());
-        warnings.extend(crate::control::twins::route_allow_warning(self));
+        warnings.extend(twins::route_allow_warning(self));
         warnings
     }
 

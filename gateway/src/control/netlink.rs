@@ -165,7 +165,7 @@ pub struct Followed {
 impl Followed {
     pub fn from_config(config: &GatewayConfig) -> Self {
         Followed {
-            twins: crate::control::twins::twin_names(config),
+            twins: crate::config::twins::twin_names(config),
             dhcp: config
                 .interfaces
                 .iter()

@@ -17,6 +17,8 @@ use pipeline::pipeline::flow_listing::FlowFilter;
 use pipeline::state::conntrack::TcpState;
 use serde::{Deserialize, Serialize};
 
+use crate::telemetry::protocol::{protocol_number, PROTOCOL_TCP};
+
 /// Flows listed per request unless `--limit` says otherwise.
 pub const DEFAULT_FLOW_LIMIT: usize = 1000;
 /// The most flows one request may list (the rest are counted): about 10 MB of JSON.
@@ -132,27 +134,6 @@ impl FilterSpec {
             protocol,
             tcp_state,
         })
-    }
-}
-
-const PROTOCOL_TCP: u8 = 6;
-
-fn protocol_number(name: &str) -> Option<u8> {
-    match name.to_ascii_lowercase().as_str() {
-        "tcp" => Some(PROTOCOL_TCP),
-        "udp" => Some(17),
-        "icmp" => Some(1),
-        number => number.parse().ok(),
-    }
-}
-
-/// The protocol's name where it has one the filter takes, its number otherwise.
-pub fn protocol_name(number: u8) -> String {
-    match number {
-        PROTOCOL_TCP => "tcp".into(),
-        17 => "udp".into(),
-        1 => "icmp".into(),
-        other => other.to_string(),
     }
 }
 

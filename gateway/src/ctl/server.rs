@@ -19,8 +19,8 @@ use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
 
 use super::{
-    protocol_name, tcp_state_name, ConfigRequest, FilterSpec, Request, MAX_CONFIRM_SECS,
-    MAX_FLOW_LIMIT, MAX_TRACE_PACKETS, MAX_TRACE_TIMEOUT_MS,
+    tcp_state_name, ConfigRequest, FilterSpec, Request, MAX_CONFIRM_SECS, MAX_FLOW_LIMIT,
+    MAX_TRACE_PACKETS, MAX_TRACE_TIMEOUT_MS,
 };
 use crate::config::history::ConfigHistory;
 use crate::config::store::ConfigStore;
@@ -30,6 +30,7 @@ use crate::dataplane::port_layout::Link;
 use crate::dataplane::published::Published;
 use crate::dataplane::trace_link::{TraceRecord, TraceRequest, TraceSender};
 use crate::telemetry::port_watch::PortWatch;
+use crate::telemetry::protocol::protocol_name;
 
 /// How long a request may take to arrive, and the workers to answer it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -120,7 +121,7 @@ fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     let listener = UnixListener::bind(path)?;
     let mode = match group {
         Some(name) => {
-            let gid = group_id(name)?;
+            let gid = crate::config::host::group_id(name)?;
             std::os::unix::fs::chown(path, None, Some(gid))
                 .with_context(|| format!("giving the socket to group {name}"))?;
             0o660
@@ -129,21 +130,6 @@ fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
-}
-
-/// The id of group `name`, as the host's name service knows it (/etc/group, or LDAP and the
-/// like through NSS): `gateway check-config` asks the same question.
-pub fn group_id(name: &str) -> anyhow::Result<u32> {
-    match nix::unistd::Group::from_name(name) {
-        Ok(Some(group)) => Ok(group.gid.as_raw()),
-        Ok(None) => anyhow::bail!(
-            "ctl.group: no group {name:?} on this host (getent group {name}); create it \
-             (groupadd {name}) or omit ctl.group to leave the socket to root"
-        ),
-        Err(err) => Err(anyhow::anyhow!(
-            "ctl.group: looking up group {name:?}: {err}"
-        )),
-    }
 }
 
 fn accept_loop(listener: &UnixListener, sources: &Sources, stop: &AtomicBool) {

@@ -12,6 +12,7 @@ pub mod mailbox;
 pub mod port_layout;
 pub mod pppoe;
 pub mod published;
+pub mod punt;
 pub mod shaping;
 pub mod trace_link;
 pub mod worker;

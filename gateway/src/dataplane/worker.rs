@@ -11,7 +11,6 @@ use pipeline::{
     MAX_BURST,
 };
 
-use crate::control::twins::PuntLink;
 use crate::dataplane::clock::Clock;
 use crate::dataplane::ctl_link::CtlLink;
 use crate::dataplane::egress::Egress;
@@ -19,6 +18,7 @@ use crate::dataplane::handoff::HandoffLinks;
 use crate::dataplane::liveness::{Heartbeat, HEARTBEAT_LOOPS};
 use crate::dataplane::port_layout::PortLayout;
 use crate::dataplane::published::Published;
+use crate::dataplane::punt::PuntLink;
 use crate::dataplane::shaping::{Exit, Leaving, LinkShapers};
 use crate::dataplane::trace_link::TraceLink;
 use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer, RxQueue};

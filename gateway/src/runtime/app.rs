@@ -443,10 +443,10 @@ impl<'a> Gateway<'a> {
             )?;
             from_workers.push(from_worker);
             let (punt, from_kernel) = if twins.any() {
-                let (link, from_worker) = crate::control::twins::punt_ring(eal, index, socket)?;
+                let (link, from_worker) = crate::dataplane::punt::punt_ring(eal, index, socket)?;
                 punt_rings.push(from_worker);
                 let (to_worker, from_kernel) =
-                    crate::control::twins::kernel_ring(eal, index, socket)?;
+                    crate::dataplane::punt::kernel_ring(eal, index, socket)?;
                 kernel_rings.push(to_worker);
                 (Some(link), Some(from_kernel))
             } else {

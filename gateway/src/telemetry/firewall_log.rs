@@ -15,9 +15,9 @@ use pipeline::state::firewall::Action;
 use pipeline::state::firewall_log::{FirewallEvent, FirewallLog};
 
 use crate::config::FirewallLogConfig;
-use crate::ctl::protocol_name;
 use crate::telemetry::nat_log::syslog::{self, Header};
 use crate::telemetry::nat_log::{udp_socket_for, EventLogStats, LogThread, SyslogTransport};
+use crate::telemetry::protocol::protocol_name;
 
 /// RFC 5424's SD-ID for the firewall's parameters (the documentation enterprise number, as
 /// the NAT log's).

@@ -7,4 +7,5 @@ pub mod healthcheck;
 pub mod metrics;
 pub mod nat_log;
 pub mod port_watch;
+pub mod protocol;
 pub mod timestamp;

@@ -2,7 +2,7 @@
 
 use pipeline::state::nat::NatEvent;
 
-use crate::ctl::protocol_name;
+use crate::telemetry::protocol::protocol_name;
 
 /// RFC 5424's SD-ID for our parameters: an enterprise number of the documentation range
 /// (RFC 5612), as nothing else is registered for this gateway.
