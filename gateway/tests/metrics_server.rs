@@ -14,9 +14,10 @@ mod common;
 use common::*;
 
 use gateway::dataplane::published::Published;
+use gateway::reload::status::ReloadStatus;
 use gateway::telemetry::bond_watch::BondWatch;
 use gateway::telemetry::metrics::{
-    self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, HEADER_READ_TIMEOUT,
+    self, MeterExport, MeterSource, Metrics, Sources, HEADER_READ_TIMEOUT,
 };
 use pipeline::WorkerCounters;
 

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use gateway::config::web::{self as web_config, WebConfig};
 use gateway::dataplane::published::Published;
+use gateway::reload::status::ReloadStatus;
 use gateway::telemetry::bond_watch::BondWatch;
 use gateway::telemetry::metrics::{
-    self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, TLS_HANDSHAKE_TIMEOUT,
+    self, MeterExport, MeterSource, Metrics, Sources, TLS_HANDSHAKE_TIMEOUT,
 };
 use pipeline::WorkerCounters;
 use rcgen::{

@@ -5,6 +5,8 @@
 //! on the `config-load` thread ([`Loader`]); the control thread only publishes the result, so
 //! ARP and held packets are served meanwhile.
 
+pub mod status;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

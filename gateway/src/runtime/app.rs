@@ -45,8 +45,9 @@ use crate::dpdk::{
     TxQueueId,
 };
 use crate::reload;
+use crate::reload::status::ReloadStatus;
 use crate::telemetry::bond_watch::BondWatch;
-use crate::telemetry::metrics::{self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
+use crate::telemetry::metrics::{self, MeterExport, MeterSource, Metrics, Sources};
 use crate::telemetry::port_watch::{self, PortWatch, WatchedPort};
 
 pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
