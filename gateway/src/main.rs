@@ -345,7 +345,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { config } => gateway::runtime::app::run(&config),
+        Command::Run { config } => gateway::runtime::run(&config),
         Command::Bench {
             flows,
             new_percent,

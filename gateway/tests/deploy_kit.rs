@@ -323,7 +323,7 @@ fn every_shipped_configs_eal_arguments_pass_dpdks_option_rules() {
             HugepageMode::Auto => &[false, true],
         };
         for &no_huge in modes {
-            let argv = gateway::runtime::app::eal_args_with(&config, no_huge).to_argv();
+            let argv = gateway::runtime::eal_args::eal_args_with(&config, no_huge).to_argv();
             gateway::dpdk::check_option_rules(&argv)
                 .unwrap_or_else(|err| panic!("{name} (no_huge {no_huge}): {err}"));
             if !config.eal.socket_memory_mb.is_empty() && !no_huge {

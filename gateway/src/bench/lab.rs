@@ -15,6 +15,7 @@ use pipeline::{DropReason, NeighborView, Pipeline, RouterConfig, WorkerCounters,
 use super::floor::IoFloor;
 use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREAM6, UPSTREAM_MAC};
 use super::{is_tcp, syns_in, Row, SynFlood, IN_FLIGHT, SYN_FLOOD_MIN_PAIRS, SYN_FLOOD_ROUND};
+use crate::compile::publish::publish_router;
 use crate::dataplane::egress::Egress;
 use crate::dataplane::handoff::HandoffLinks;
 use crate::dataplane::port_layout::PortLayout;
@@ -25,7 +26,6 @@ use crate::dpdk::{
     self, Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer,
     RxQueueId, SocketId, TxQueueId,
 };
-use crate::runtime::app::publish_router;
 
 /// What the lab runs between the generator's rounds.
 pub(super) enum Loops {

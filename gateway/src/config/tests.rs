@@ -564,8 +564,8 @@ fn pdump_needs_hugepages_and_leaves_in_memory() {
     ))
     .unwrap();
     assert!(on.eal.pdump);
-    assert!(!crate::runtime::app::eal_args_with(&on, false).in_memory);
-    assert!(crate::runtime::app::eal_args_with(&parse(LAB).unwrap(), false).in_memory);
+    assert!(!crate::runtime::eal_args::eal_args_with(&on, false).in_memory);
+    assert!(crate::runtime::eal_args::eal_args_with(&parse(LAB).unwrap(), false).in_memory);
 }
 
 #[test]
