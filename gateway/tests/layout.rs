@@ -17,8 +17,9 @@
 //! - a file may name (`use crate::x`, `crate::x::y`, `use crate::{x, ..}`) only modules of
 //!   its own layer or lower ones;
 //! - the modules of one layer do not import each other in a cycle;
-//! - test code is exempt (a test may build the whole stack): files named `tests.rs` or under a
-//!   `tests/` folder, and items marked `#[cfg(test)]` at the start of a line;
+//! - test code is exempt (a test may build the whole stack): files named `tests.rs` or
+//!   `*_tests.rs` or under a `tests/` folder, and items marked `#[cfg(test)]` at the start of a
+//!   line;
 //! - `lib.rs` (which declares every module) and `main.rs` (the binary, which uses the library
 //!   as `gateway::`) are not nodes.
 //!
@@ -120,8 +121,10 @@ fn code_lines(source: &str) -> Vec<&str> {
 }
 
 fn is_test_file(relative: &Path) -> bool {
-    relative.file_name().is_some_and(|name| name == "tests.rs")
-        || relative.iter().any(|segment| segment == "tests")
+    relative.file_name().is_some_and(|name| {
+        let name = name.to_string_lossy();
+        name == "tests.rs" || name.ends_with("_tests.rs")
+    }) || relative.iter().any(|segment| segment == "tests")
 }
 
 fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -311,6 +314,7 @@ fn the_checker_reads_every_form_of_import() {
     );
     assert_eq!(module_of_file(Path::new("config/mod.rs")), "config");
     assert!(is_test_file(Path::new("config/tests.rs")));
+    assert!(is_test_file(Path::new("compile/router/pppoe_tests.rs")));
     assert!(is_test_file(Path::new("config/tests/schema.rs")));
     assert!(!is_test_file(Path::new("config/twins.rs")));
 
