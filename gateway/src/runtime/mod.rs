@@ -39,8 +39,8 @@ use crate::config::{
     device_name, is_pci_address, parse_hex, BondConfig, GatewayConfig, HugepageMode,
     InterfaceAddress, LacpRate,
 };
-use crate::control::neighbors::ControlPlane;
 use crate::control::netlink::{Followed, KernelView};
+use crate::control::plane::ControlPlane;
 use crate::control::pppoe::{PppoeLinks, PppoeView};
 use crate::control::twins::Twins;
 use crate::ctl::config_apply::AwaitingConfirmation;
