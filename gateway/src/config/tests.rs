@@ -1,20 +1,20 @@
 use super::*;
 
 const LAB: &str = r#"
-    [workers]
-    lcores = [1]
-    [[interfaces]]
-    name = "lan"
-    device = "net_af_packet0,iface=gw-lan"
-    address = "192.168.10.1/24"
-    [[interfaces]]
-    name = "wan"
-    device = "net_af_packet1,iface=gw-wan"
-    address = "10.0.0.1/24"
-    [[routes]]
-    destination = "0.0.0.0/0"
-    via = "10.0.0.2"
-"#;
+        [workers]
+        lcores = [1]
+        [[interfaces]]
+        name = "lan"
+        device = "net_af_packet0,iface=gw-lan"
+        address = "192.168.10.1/24"
+        [[interfaces]]
+        name = "wan"
+        device = "net_af_packet1,iface=gw-wan"
+        address = "10.0.0.1/24"
+        [[routes]]
+        destination = "0.0.0.0/0"
+        via = "10.0.0.2"
+    "#;
 
 fn parse(text: &str) -> Result<GatewayConfig, ConfigError> {
     let dir = std::env::temp_dir().join(format!("gw-config-test-{}", std::process::id()));
@@ -225,7 +225,7 @@ fn ipv6_routes_are_checked_and_compiled() {
         parse(&text)
     };
     let good = "[[ipv6_routes]]\ndestination = \"::/0\"\nvia = \"fe80::1\"\ninterface = \"wan\"\n\
-                [[ipv6_routes]]\ndestination = \"2001:db8:77::/48\"\nvia = \"2001:db8:ff::2\"\n";
+                    [[ipv6_routes]]\ndestination = \"2001:db8:77::/48\"\nvia = \"2001:db8:ff::2\"\n";
     let config = with_routes(good).unwrap();
     assert_eq!(config.ipv6_route_port(0).unwrap(), 1);
     assert_eq!(config.ipv6_route_port(1).unwrap(), 1);
@@ -357,19 +357,19 @@ fn rules_take_prefixes_of_either_family_and_not_both() {
 fn ipv6_pinholes_are_checked_and_compiled() {
     let with_pinholes = |pinholes: &str| {
         let text = LAB
-            .replace(
-                "address = \"10.0.0.1/24\"",
-                "address = \"10.0.0.1/24\"\n[interfaces.ipv6]\naddresses = [\"2001:db8:ff::1/64\"]",
-            )
-            .replace(
-                "address = \"192.168.10.1/24\"",
-                "address = \"192.168.10.1/24\"\n[interfaces.ipv6]\naddresses = [\"2001:db8:10::1/64\"]",
-            )
-            + pinholes;
+                .replace(
+                    "address = \"10.0.0.1/24\"",
+                    "address = \"10.0.0.1/24\"\n[interfaces.ipv6]\naddresses = [\"2001:db8:ff::1/64\"]",
+                )
+                .replace(
+                    "address = \"192.168.10.1/24\"",
+                    "address = \"192.168.10.1/24\"\n[interfaces.ipv6]\naddresses = [\"2001:db8:10::1/64\"]",
+                )
+                + pinholes;
         parse(&text)
     };
     let good = "[[firewall.pinholes]]\ninterface = \"wan\"\nprotocol = \"tcp\"\nport = \"22\"\n\
-                to = \"2001:db8:10::5\"\nsource = \"2001:db8:77::/48\"\n";
+                    to = \"2001:db8:10::5\"\nsource = \"2001:db8:77::/48\"\n";
     let config = with_pinholes(good).unwrap();
     let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
     let router = crate::compile::router::router_config(&config, &macs).unwrap();
@@ -497,22 +497,22 @@ fn a_vlan_subinterface_is_checked_by_name() {
     }
     // A VLAN of a VLAN, and one id twice on a port.
     let twice = format!(
-        "{good}\n[[interfaces]]\nname = \"iot\"\nparent = \"lan\"\nvlan = 20\naddress = \"192.168.30.1/24\""
-    );
+            "{good}\n[[interfaces]]\nname = \"iot\"\nparent = \"lan\"\nvlan = 20\naddress = \"192.168.30.1/24\""
+        );
     let err = with_vlan(&twice).unwrap_err().to_string();
     assert!(
         err.starts_with("interfaces[3].vlan:") && err.contains("already has VLAN 20"),
         "{err}"
     );
     let nested = format!(
-        "{good}\n[[interfaces]]\nname = \"iot\"\nparent = \"guest\"\nvlan = 30\naddress = \"192.168.30.1/24\""
-    );
+            "{good}\n[[interfaces]]\nname = \"iot\"\nparent = \"guest\"\nvlan = 30\naddress = \"192.168.30.1/24\""
+        );
     let err = with_vlan(&nested).unwrap_err().to_string();
     assert!(err.starts_with("interfaces[3].parent:"), "{err}");
     // The same id on another port is another VLAN.
     let other_port = format!(
-        "{good}\n[[interfaces]]\nname = \"wan20\"\nparent = \"wan\"\nvlan = 20\naddress = \"172.16.0.1/24\""
-    );
+            "{good}\n[[interfaces]]\nname = \"wan20\"\nparent = \"wan\"\nvlan = 20\naddress = \"172.16.0.1/24\""
+        );
     with_vlan(&other_port).unwrap();
 }
 
@@ -631,7 +631,7 @@ fn files_that_cannot_mean_what_they_say_are_refused() {
     let forward = |port: &str, to_port: &str| {
         format!(
             "[[nat.port_forwards]]\ninterface = \"wan\"\nprotocol = \"tcp\"\nport = \"{port}\"\n\
-             to = \"192.168.10.2\"\n{to_port}\n"
+                 to = \"192.168.10.2\"\n{to_port}\n"
         )
     };
     let lan_address = |address: &str| {
@@ -641,58 +641,58 @@ fn files_that_cannot_mean_what_they_say_are_refused() {
         )
     };
     let cases = [
-        (
-            format!("{LAB}\n{}", forward("80", "to_port = 0")),
-            "nat.port_forwards[0].to_port:",
-            "0 is no port",
-        ),
-        (
-            format!("{LAB}\n{}\n{}", forward("80", ""), forward("80", "")),
-            "nat.port_forwards[1].port:",
-            "overlaps nat.port_forwards[0]",
-        ),
-        (
-            format!("{LAB}\n{}\n{}", forward("8000-8010", ""), forward("8010-8020", "")),
-            "nat.port_forwards[1].port:",
-            "8010-8020 overlaps nat.port_forwards[0] (8000-8010)",
-        ),
-        (
-            lan_address("192.168.10.0/24"),
-            "interfaces[0].address:",
-            "network address",
-        ),
-        (
-            lan_address("192.168.10.255/24"),
-            "interfaces[0].address:",
-            "broadcast address",
-        ),
-        (
-            lan_address("127.0.0.1/8"),
-            "interfaces[0].address:",
-            "loopback",
-        ),
-        (
-            lan_address("224.0.0.1/24"),
-            "interfaces[0].address:",
-            "multicast",
-        ),
-        (
-            LAB.replace(
-                "address = \"192.168.10.1/24\"",
-                "address = \"192.168.10.1/24\"\nzone = \"local\"",
+            (
+                format!("{LAB}\n{}", forward("80", "to_port = 0")),
+                "nat.port_forwards[0].to_port:",
+                "0 is no port",
             ),
-            "interfaces[0].zone:",
-            "the gateway itself",
-        ),
-        (
-            format!(
-                "{LAB}\n[firewall]\npolicy = [\n{{ from = \"lan\", to = \"wan\", action = \"accept\" }},\n\
-                 {{ from = \"lan\", to = \"wan\", action = \"drop\" }},\n]\n"
+            (
+                format!("{LAB}\n{}\n{}", forward("80", ""), forward("80", "")),
+                "nat.port_forwards[1].port:",
+                "overlaps nat.port_forwards[0]",
             ),
-            "firewall.policy[1]:",
-            "already firewall.policy[0]",
-        ),
-    ];
+            (
+                format!("{LAB}\n{}\n{}", forward("8000-8010", ""), forward("8010-8020", "")),
+                "nat.port_forwards[1].port:",
+                "8010-8020 overlaps nat.port_forwards[0] (8000-8010)",
+            ),
+            (
+                lan_address("192.168.10.0/24"),
+                "interfaces[0].address:",
+                "network address",
+            ),
+            (
+                lan_address("192.168.10.255/24"),
+                "interfaces[0].address:",
+                "broadcast address",
+            ),
+            (
+                lan_address("127.0.0.1/8"),
+                "interfaces[0].address:",
+                "loopback",
+            ),
+            (
+                lan_address("224.0.0.1/24"),
+                "interfaces[0].address:",
+                "multicast",
+            ),
+            (
+                LAB.replace(
+                    "address = \"192.168.10.1/24\"",
+                    "address = \"192.168.10.1/24\"\nzone = \"local\"",
+                ),
+                "interfaces[0].zone:",
+                "the gateway itself",
+            ),
+            (
+                format!(
+                    "{LAB}\n[firewall]\npolicy = [\n{{ from = \"lan\", to = \"wan\", action = \"accept\" }},\n\
+                     {{ from = \"lan\", to = \"wan\", action = \"drop\" }},\n]\n"
+                ),
+                "firewall.policy[1]:",
+                "already firewall.policy[0]",
+            ),
+        ];
     for (text, field, says) in cases {
         let err = parse(&text).expect_err(&text).to_string();
         assert!(err.starts_with(field), "{field}: {err}");
@@ -734,13 +734,13 @@ fn a_table_of_bad_files_each_refused_by_field() {
     };
     let vlan = |id: &str| {
         with(&format!(
-            "[[interfaces]]\nname = \"iot\"\nparent = \"lan\"\nvlan = {id}\naddress = \"192.168.20.1/24\""
-        ))
+                "[[interfaces]]\nname = \"iot\"\nparent = \"lan\"\nvlan = {id}\naddress = \"192.168.20.1/24\""
+            ))
     };
     let forward = |port: &str, to_port: &str| {
         with(&format!(
             "[[nat.port_forwards]]\ninterface = \"wan\"\nprotocol = \"tcp\"\nport = {port}\n\
-             to = \"192.168.10.2\"\n{to_port}"
+                 to = \"192.168.10.2\"\n{to_port}"
         ))
     };
     let rule = |fields: &str| {
@@ -756,91 +756,91 @@ fn a_table_of_bad_files_each_refused_by_field() {
             .replace("via = \"10.0.0.2\"", &format!("via = \"{via}\""))
     };
     let cases: Vec<(String, &str, &str)> = vec![
-        // Wrong types: never coerced from text.
-        (lan("mtu = \"1500\""), "interfaces[0].mtu:", "without quotes, mtu = 1500"),
-        (with("[conntrack]\ntcp_loose = \"yes\""), "conntrack.tcp_loose:", "tcp_loose = true"),
-        (with("[workers]\nlcores = \"1\"").replace("[workers]\n        lcores = [1]", ""), "workers.lcores:", "expected a sequence"),
-        (with("[icmp]\nburst = -1"), "icmp.burst:", "0 to 4294967295"),
-        (lan("promiscuous = 1"), "interfaces[0].promiscuous:", "expected a boolean"),
-        // Unknown keys: the nearest field suggested.
-        (LAB.replace("[workers]", "[workers]\nspeed = 3"), "workers.speed:", "unknown field"),
-        (lan("mut = 1400"), "interfaces[0].mut:", "did you mean `mtu`?"),
-        (with("[conntrak]\ncapacity = 1"), "conntrak:", "did you mean `conntrack`?"),
-        (with("[[interfaces]]\nname = \"dmz\"\ndevice = \"net_af_packet3\""), "interfaces[2].address:", "missing field"),
-        // Out of range.
-        (lan("mtu = 100000"), "interfaces[0].mtu:", "576 up to mempool.data_room"),
-        (lan("mtu = 500"), "interfaces[0].mtu:", "at least 576"),
-        (lan("mtu = 9000"), "interfaces[0].mtu:", "fit mempool.data_room (2048)"),
-        (lan("tcp_mss = 100"), "interfaces[0].tcp_mss:", "from 536"),
-        (LAB.replace("lcores = [1]", "lcores = [99999]"), "workers.lcores[0]:", "DPDK's are 0 to 127"),
-        (LAB.replace("lcores = [1]", "lcores = [1, 2, 1]"), "workers.lcores[2]:", "listed twice"),
-        (with("[eal]\nmain_lcore = 128"), "eal.main_lcore:", "0 to 127"),
-        (with("[eal]\nlog_level = \"verbose\""), "eal.log_level:", "\"verbose\" is not a DPDK log level: emerg, alert, crit, err, warning, notice, info, debug, or 1 to 8"),
-        (with("[eal]\nlog_level = \"verbose\""), "eal.log_level:", "; did you mean \"debug\"?"),
-        (with("[eal]\nlog_level = \"9\""), "eal.log_level:", "1 to 8"),
-        (with("[conntrack]\ncapacity = 1000000000"), "conntrack.capacity:", "1 to 268435456"),
-        (with("[conntrack]\ncapacity = 0"), "conntrack.capacity:", "1 to 268435456"),
-        (with("[nat.log]\nfacility = 30"), "nat.log.facility:", "0-23"),
-        (with("[nat]\nport_range = \"80-90\""), "nat.port_range:", "1024 or above"),
-        (with("[[qos.priority]]\ndscp = 64"), "qos.priority[0].dscp:", "0..=63"),
-        // Ports.
-        (forward("70000", ""), "nat.port_forwards[0].port:", "a port 1-65535 or a range \"8000-8010\""),
-        (forward("0", ""), "nat.port_forwards[0].port:", "a port 1-65535"),
-        (forward("\"90-80\"", ""), "nat.port_forwards[0].port:", "did you mean \"80-90\"?"),
-        (forward("\"http\"", ""), "nat.port_forwards[0].port:", "a port 1-65535 or a range"),
-        (forward("80", "to_port = 70000"), "nat.port_forwards[0].to_port:", "a port is 1 to 65535"),
-        (forward("80", "to_port = 0"), "nat.port_forwards[0].to_port:", "0 is no port"),
-        (format!("{}\n{}", forward("80", ""), forward("80", "").replace(LAB, "")), "nat.port_forwards[1].port:", "overlaps nat.port_forwards[0]"),
-        (format!("{}\n{}", forward("\"8000-8010\"", ""), forward("\"8010-8020\"", "").replace(LAB, "")), "nat.port_forwards[1].port:", "8010-8020 overlaps nat.port_forwards[0] (8000-8010)"),
-        (forward("80", "").replace("\"tcp\"", "\"sctp\""), "nat.port_forwards[0].protocol:", "unknown variant `sctp`, expected `tcp` or `udp`;"),
-        (rule("protocol = \"tcp\"\ndestination_ports = \"ssh\""), "firewall.rules[0].destination_ports:", "a port 1-65535"),
-        (rule("icmp_type = 8"), "firewall.rules[0].icmp_type:", "needs protocol = \"icmp\""),
-        // Actions and other choices: the allowed values listed, the likely one named.
-        (with(&format!("[firewall]\npolicy = [{}]", policy("lan", "wan", "allow"))), "firewall.policy[0].action:", "expected one of `accept`, `drop`, `reject`; did you mean `accept`?"),
-        (rule("").replace("\"accept\"", "\"deny\""), "firewall.rules[0].action:", "did you mean `drop`?"),
-        (with("[eal]\nhugepages = \"yes\""), "eal.hugepages:", "expected one of `auto`, `required`, `off`"),
-        (lan("source_validation = \"strikt\""), "interfaces[0].source_validation:", "strict, loose or off"),
-        // Addresses and prefixes.
-        (lan_address("192.168.10.1/40"), "interfaces[0].address:", "prefix length 0..=32"),
-        (lan_address("192.168.10.1/31"), "interfaces[0].address:", "1..=30"),
-        (lan_address("192.168.10.300/24"), "interfaces[0].address:", "not an IPv4 address"),
-        (lan_address("192.168.10.1"), "interfaces[0].address:", "address/prefix-length"),
-        (lan_address("192.168.10.0/24"), "interfaces[0].address:", "network address"),
-        (lan_address("192.168.10.255/24"), "interfaces[0].address:", "broadcast address"),
-        (lan_address("127.0.0.1/8"), "interfaces[0].address:", "loopback"),
-        (lan_address("224.0.0.1/24"), "interfaces[0].address:", "multicast"),
-        (lan_address("10.0.0.5/16"), "interfaces[1].address:", "overlaps interfaces[0]"),
-        (lan("[interfaces.ipv6]\naddresses = [\"ff02::1/64\"]"), "interfaces[0].ipv6.addresses[0]:", "not a unicast"),
-        (lan("[interfaces.ipv6]\naddresses = [\"2001:db8::1/129\"]"), "interfaces[0].ipv6.addresses[0]:", "prefix length 0..=128"),
-        (route("10.1.0.1/16", "10.0.0.2"), "routes[0].destination:", "did you mean 10.1.0.0/16?"),
-        (route("10.1.0.0", "10.0.0.2"), "routes[0].destination:", "address/prefix-length"),
-        (route("0.0.0.0/0", "172.16.0.1"), "routes[0].via:", "not in any interface's subnet"),
-        (route("0.0.0.0/0", "10.0.0.256"), "routes[0].via:", "invalid"),
-        (rule("source = \"10.0.0.0/33\""), "firewall.rules[0].source:", "prefix length 0..=32"),
-        (rule("destination = \"10.0.0.1/8\""), "firewall.rules[0].destination:", "did you mean 10.0.0.0/8?"),
-        (with("[metrics]\nlisten = \"0.0.0.0\""), "metrics.listen:", "invalid socket address"),
-        (with("[state]\ndirectory = \"var/lib/gateway\""), "state.directory:", "absolute"),
-        // Zones and interfaces named.
-        (lan("zone = \"local\""), "interfaces[0].zone:", "the gateway itself"),
-        (with(&format!("[firewall]\npolicy = [{}]", policy("lan", "dmz", "drop"))), "firewall.policy[0].to:", "no zone named \"dmz\""),
-        (with(&format!("[firewall]\npolicy = [{}, {}]", policy("lan", "wan", "accept"), policy("lan", "wan", "drop"))), "firewall.policy[1]:", "already firewall.policy[0]"),
-        (rule("from = \"guest\""), "firewall.rules[0].from:", "no zone named \"guest\""),
-        (with("[nat]\nmasquerade = [\"wan0\"]"), "nat.masquerade[0]:", "no interface named \"wan0\""),
-        (forward("80", "").replace("interface = \"wan\"", "interface = \"uplink\""), "nat.port_forwards[0].interface:", "no interface named \"uplink\""),
-        (LAB.replace("name = \"wan\"", "name = \"lan\""), "interfaces[1].name:", "used twice"),
-        (LAB.replace("net_af_packet1,iface=gw-wan", "net_af_packet0,iface=gw-lan"), "interfaces[1].device:", "used twice"),
-        // VLANs.
-        (vlan("0"), "interfaces[2].vlan:", "1 to 4094"),
-        (vlan("4095"), "interfaces[2].vlan:", "1 to 4094"),
-        (vlan("70000"), "interfaces[2].vlan:", "a VLAN id is 1 to 4094"),
-        (vlan("10").replace("parent = \"lan\"", "parent = \"lan0\""), "interfaces[2].parent:", "names no port or bond"),
-        // A bond's MAC goes into the EAL's device string.
-        (bond_mac("zz:zz"), "interfaces[0].bond.mac:", "not a MAC address"),
-        (bond_mac("02:00:00:00:00:01,mode=0"), "interfaces[0].bond.mac:", "not a MAC address"),
-        (bond_mac("01:00:5e:00:00:01"), "interfaces[0].bond.mac:", "multicast MAC"),
-        (bond_mac("00:00:00:00:00:00"), "interfaces[0].bond.mac:", "all zero"),
-        (lan("rss_key = \"xyz\""), "interfaces[0].rss_key:", "hex digits"),
-    ];
+            // Wrong types: never coerced from text.
+            (lan("mtu = \"1500\""), "interfaces[0].mtu:", "without quotes, mtu = 1500"),
+            (with("[conntrack]\ntcp_loose = \"yes\""), "conntrack.tcp_loose:", "tcp_loose = true"),
+            (with("[workers]\nlcores = \"1\"").replace("[workers]\n        lcores = [1]", ""), "workers.lcores:", "expected a sequence"),
+            (with("[icmp]\nburst = -1"), "icmp.burst:", "0 to 4294967295"),
+            (lan("promiscuous = 1"), "interfaces[0].promiscuous:", "expected a boolean"),
+            // Unknown keys: the nearest field suggested.
+            (LAB.replace("[workers]", "[workers]\nspeed = 3"), "workers.speed:", "unknown field"),
+            (lan("mut = 1400"), "interfaces[0].mut:", "did you mean `mtu`?"),
+            (with("[conntrak]\ncapacity = 1"), "conntrak:", "did you mean `conntrack`?"),
+            (with("[[interfaces]]\nname = \"dmz\"\ndevice = \"net_af_packet3\""), "interfaces[2].address:", "missing field"),
+            // Out of range.
+            (lan("mtu = 100000"), "interfaces[0].mtu:", "576 up to mempool.data_room"),
+            (lan("mtu = 500"), "interfaces[0].mtu:", "at least 576"),
+            (lan("mtu = 9000"), "interfaces[0].mtu:", "fit mempool.data_room (2048)"),
+            (lan("tcp_mss = 100"), "interfaces[0].tcp_mss:", "from 536"),
+            (LAB.replace("lcores = [1]", "lcores = [99999]"), "workers.lcores[0]:", "DPDK's are 0 to 127"),
+            (LAB.replace("lcores = [1]", "lcores = [1, 2, 1]"), "workers.lcores[2]:", "listed twice"),
+            (with("[eal]\nmain_lcore = 128"), "eal.main_lcore:", "0 to 127"),
+            (with("[eal]\nlog_level = \"verbose\""), "eal.log_level:", "\"verbose\" is not a DPDK log level: emerg, alert, crit, err, warning, notice, info, debug, or 1 to 8"),
+            (with("[eal]\nlog_level = \"verbose\""), "eal.log_level:", "; did you mean \"debug\"?"),
+            (with("[eal]\nlog_level = \"9\""), "eal.log_level:", "1 to 8"),
+            (with("[conntrack]\ncapacity = 1000000000"), "conntrack.capacity:", "1 to 268435456"),
+            (with("[conntrack]\ncapacity = 0"), "conntrack.capacity:", "1 to 268435456"),
+            (with("[nat.log]\nfacility = 30"), "nat.log.facility:", "0-23"),
+            (with("[nat]\nport_range = \"80-90\""), "nat.port_range:", "1024 or above"),
+            (with("[[qos.priority]]\ndscp = 64"), "qos.priority[0].dscp:", "0..=63"),
+            // Ports.
+            (forward("70000", ""), "nat.port_forwards[0].port:", "a port 1-65535 or a range \"8000-8010\""),
+            (forward("0", ""), "nat.port_forwards[0].port:", "a port 1-65535"),
+            (forward("\"90-80\"", ""), "nat.port_forwards[0].port:", "did you mean \"80-90\"?"),
+            (forward("\"http\"", ""), "nat.port_forwards[0].port:", "a port 1-65535 or a range"),
+            (forward("80", "to_port = 70000"), "nat.port_forwards[0].to_port:", "a port is 1 to 65535"),
+            (forward("80", "to_port = 0"), "nat.port_forwards[0].to_port:", "0 is no port"),
+            (format!("{}\n{}", forward("80", ""), forward("80", "").replace(LAB, "")), "nat.port_forwards[1].port:", "overlaps nat.port_forwards[0]"),
+            (format!("{}\n{}", forward("\"8000-8010\"", ""), forward("\"8010-8020\"", "").replace(LAB, "")), "nat.port_forwards[1].port:", "8010-8020 overlaps nat.port_forwards[0] (8000-8010)"),
+            (forward("80", "").replace("\"tcp\"", "\"sctp\""), "nat.port_forwards[0].protocol:", "unknown variant `sctp`, expected `tcp` or `udp`;"),
+            (rule("protocol = \"tcp\"\ndestination_ports = \"ssh\""), "firewall.rules[0].destination_ports:", "a port 1-65535"),
+            (rule("icmp_type = 8"), "firewall.rules[0].icmp_type:", "needs protocol = \"icmp\""),
+            // Actions and other choices: the allowed values listed, the likely one named.
+            (with(&format!("[firewall]\npolicy = [{}]", policy("lan", "wan", "allow"))), "firewall.policy[0].action:", "expected one of `accept`, `drop`, `reject`; did you mean `accept`?"),
+            (rule("").replace("\"accept\"", "\"deny\""), "firewall.rules[0].action:", "did you mean `drop`?"),
+            (with("[eal]\nhugepages = \"yes\""), "eal.hugepages:", "expected one of `auto`, `required`, `off`"),
+            (lan("source_validation = \"strikt\""), "interfaces[0].source_validation:", "strict, loose or off"),
+            // Addresses and prefixes.
+            (lan_address("192.168.10.1/40"), "interfaces[0].address:", "prefix length 0..=32"),
+            (lan_address("192.168.10.1/31"), "interfaces[0].address:", "1..=30"),
+            (lan_address("192.168.10.300/24"), "interfaces[0].address:", "not an IPv4 address"),
+            (lan_address("192.168.10.1"), "interfaces[0].address:", "address/prefix-length"),
+            (lan_address("192.168.10.0/24"), "interfaces[0].address:", "network address"),
+            (lan_address("192.168.10.255/24"), "interfaces[0].address:", "broadcast address"),
+            (lan_address("127.0.0.1/8"), "interfaces[0].address:", "loopback"),
+            (lan_address("224.0.0.1/24"), "interfaces[0].address:", "multicast"),
+            (lan_address("10.0.0.5/16"), "interfaces[1].address:", "overlaps interfaces[0]"),
+            (lan("[interfaces.ipv6]\naddresses = [\"ff02::1/64\"]"), "interfaces[0].ipv6.addresses[0]:", "not a unicast"),
+            (lan("[interfaces.ipv6]\naddresses = [\"2001:db8::1/129\"]"), "interfaces[0].ipv6.addresses[0]:", "prefix length 0..=128"),
+            (route("10.1.0.1/16", "10.0.0.2"), "routes[0].destination:", "did you mean 10.1.0.0/16?"),
+            (route("10.1.0.0", "10.0.0.2"), "routes[0].destination:", "address/prefix-length"),
+            (route("0.0.0.0/0", "172.16.0.1"), "routes[0].via:", "not in any interface's subnet"),
+            (route("0.0.0.0/0", "10.0.0.256"), "routes[0].via:", "invalid"),
+            (rule("source = \"10.0.0.0/33\""), "firewall.rules[0].source:", "prefix length 0..=32"),
+            (rule("destination = \"10.0.0.1/8\""), "firewall.rules[0].destination:", "did you mean 10.0.0.0/8?"),
+            (with("[metrics]\nlisten = \"0.0.0.0\""), "metrics.listen:", "invalid socket address"),
+            (with("[state]\ndirectory = \"var/lib/gateway\""), "state.directory:", "absolute"),
+            // Zones and interfaces named.
+            (lan("zone = \"local\""), "interfaces[0].zone:", "the gateway itself"),
+            (with(&format!("[firewall]\npolicy = [{}]", policy("lan", "dmz", "drop"))), "firewall.policy[0].to:", "no zone named \"dmz\""),
+            (with(&format!("[firewall]\npolicy = [{}, {}]", policy("lan", "wan", "accept"), policy("lan", "wan", "drop"))), "firewall.policy[1]:", "already firewall.policy[0]"),
+            (rule("from = \"guest\""), "firewall.rules[0].from:", "no zone named \"guest\""),
+            (with("[nat]\nmasquerade = [\"wan0\"]"), "nat.masquerade[0]:", "no interface named \"wan0\""),
+            (forward("80", "").replace("interface = \"wan\"", "interface = \"uplink\""), "nat.port_forwards[0].interface:", "no interface named \"uplink\""),
+            (LAB.replace("name = \"wan\"", "name = \"lan\""), "interfaces[1].name:", "used twice"),
+            (LAB.replace("net_af_packet1,iface=gw-wan", "net_af_packet0,iface=gw-lan"), "interfaces[1].device:", "used twice"),
+            // VLANs.
+            (vlan("0"), "interfaces[2].vlan:", "1 to 4094"),
+            (vlan("4095"), "interfaces[2].vlan:", "1 to 4094"),
+            (vlan("70000"), "interfaces[2].vlan:", "a VLAN id is 1 to 4094"),
+            (vlan("10").replace("parent = \"lan\"", "parent = \"lan0\""), "interfaces[2].parent:", "names no port or bond"),
+            // A bond's MAC goes into the EAL's device string.
+            (bond_mac("zz:zz"), "interfaces[0].bond.mac:", "not a MAC address"),
+            (bond_mac("02:00:00:00:00:01,mode=0"), "interfaces[0].bond.mac:", "not a MAC address"),
+            (bond_mac("01:00:5e:00:00:01"), "interfaces[0].bond.mac:", "multicast MAC"),
+            (bond_mac("00:00:00:00:00:00"), "interfaces[0].bond.mac:", "all zero"),
+            (lan("rss_key = \"xyz\""), "interfaces[0].rss_key:", "hex digits"),
+        ];
     assert!(cases.len() >= 40, "{} cases", cases.len());
     let mut wrong = Vec::new();
     for (text, field, says) in &cases {
@@ -889,7 +889,7 @@ fn metrics_on_every_address_are_warned_of() {
     // Both zones let out, so that the metrics' warning is the only one.
     let lab = format!(
         "{LAB}\n[firewall]\npolicy = [\n{{ from = \"lan\", to = \"wan\", action = \"accept\" }},\n\
-         {{ from = \"wan\", to = \"lan\", action = \"accept\" }},\n]\n"
+             {{ from = \"wan\", to = \"lan\", action = \"accept\" }},\n]\n"
     );
     assert!(parse(&lab).unwrap().warnings().is_empty());
     for listen in ["0.0.0.0:9469", "[::]:9469"] {
@@ -940,14 +940,14 @@ fn source_validation_is_strict_loose_or_off() {
 fn pppoe_needs_its_table_gets_1492_and_clamps_by_default() {
     // The session supplies the default route: none in [[routes]].
     let base = LAB
-        .replace(
-            "        [[routes]]\n        destination = \"0.0.0.0/0\"\n        via = \"10.0.0.2\"\n",
-            "",
-        )
-        .replace(
-            "address = \"10.0.0.1/24\"",
-            "address = \"10.0.0.1/24\"\n[[interfaces]]\nname = \"isp\"\nparent = \"wan\"\nvlan = 7\naddress = \"pppoe\"",
-        );
+            .replace(
+                "        [[routes]]\n        destination = \"0.0.0.0/0\"\n        via = \"10.0.0.2\"\n",
+                "",
+            )
+            .replace(
+                "address = \"10.0.0.1/24\"",
+                "address = \"10.0.0.1/24\"\n[[interfaces]]\nname = \"isp\"\nparent = \"wan\"\nvlan = 7\naddress = \"pppoe\"",
+            );
     let table = "\n[interfaces.pppoe]\nusername = \"gw\"\npassword = \"pw\"\n";
     let with = |extra: &str| {
         base.replace(

@@ -25,7 +25,7 @@ fn a_policy_naming_a_zone_that_waits_for_a_restart_refuses_the_reload() {
     assert!(lab_text.contains(wan_local));
     let added = format!(
         "{}\n[[interfaces]]\nname = \"dmz\"\ndevice = \"net_null0\"\n\
-         address = \"172.16.30.1/24\"\nzone = \"dmz\"\n",
+             address = \"172.16.30.1/24\"\nzone = \"dmz\"\n",
         lab_text.replace(
             wan_local,
             &format!(r#"{wan_local} {{ from = "wan", to = "dmz", action = "accept" }},"#)
@@ -221,8 +221,8 @@ fn a_large_category_list_loads_while_the_control_loop_keeps_ticking() {
         &path,
         format!(
             "{text}\n[parental_control]\nenabled = true\ncategories = {{ big = {:?} }}\n\
-             [[parental_control.devices]]\nname = \"kid\"\naddresses = [\"192.168.10.20\"]\n\
-             blocked_categories = [\"big\"]\n",
+                 [[parental_control.devices]]\nname = \"kid\"\naddresses = [\"192.168.10.20\"]\n\
+                 blocked_categories = [\"big\"]\n",
             list.display().to_string()
         ),
     )
@@ -287,7 +287,7 @@ fn a_large_category_list_loads_while_the_control_loop_keeps_ticking() {
     assert!(
         longest_gap < load_took / 3 && ticks >= 20,
         "the loop stalled: {ticks} ticks, the longest gap {longest_gap:?} while the load \
-         took {load_took:?}"
+             took {load_took:?}"
     );
     drop(loader);
     let _ = std::fs::remove_dir_all(&dir);
