@@ -19,8 +19,8 @@ pub fn eal_args(config: &GatewayConfig) -> anyhow::Result<EalArgs> {
                 "eal.pdump needs hugepages, and they fall short: {why} (see `make hugepages`)"
             ),
             Some(why) => {
-                eprintln!(
-                    "notice: hugepages fall short ({why}); running with --no-huge (slower, fine for labs)"
+                tracing::warn!(
+                    "hugepages fall short ({why}); running with --no-huge (slower, fine for labs)"
                 );
                 true
             }
