@@ -9,11 +9,13 @@ mod event_loop;
 mod ports;
 mod start;
 mod teardown;
+mod workers;
 
 use apply::*;
 use eal_args::*;
 use event_loop::*;
 use ports::*;
+use workers::*;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

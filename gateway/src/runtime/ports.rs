@@ -130,3 +130,136 @@ pub(crate) fn prepare_bond(id: PortId, name: &str, bond: &BondConfig) -> anyhow:
         }
     }
 }
+
+/// The ports up: what start-up keeps of them.
+pub(crate) struct PortsUp {
+    pub(crate) layout: PortLayout,
+    pub(crate) socket: SocketId,
+    pub(crate) pool: Arc<Mempool>,
+    pub(crate) ports: Vec<Port>,
+    /// Per interface (a VLAN subinterface has its port's).
+    pub(crate) macs: Vec<[u8; 6]>,
+    pub(crate) steering: Vec<FlowRule>,
+    pub(crate) bond_watch: Arc<BondWatch>,
+}
+
+/// Brings up the pool and the ports (bonds with their LACP queues where the members allow),
+/// the NAT replies' steering and the bonds' watch. On an error what is up so far goes, the
+/// ports before the pool.
+pub(crate) fn start_ports(
+    eal: &Eal,
+    config: &GatewayConfig,
+    worker_lcores: &[LcoreId],
+    workers: u16,
+) -> anyhow::Result<PortsUp> {
+    // Ports are the interfaces with a device; VLAN subinterfaces ride on their parents'.
+    let layout = PortLayout::new(config);
+    let port_interfaces: Vec<usize> = layout.port_interfaces().collect();
+    let port_ids = port_interfaces
+        .iter()
+        .map(|&index| {
+            let iface = &config.interfaces[index];
+            Port::find(eal, &iface.device)
+                .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let socket = nic_socket(eal, config, &port_interfaces, &port_ids, worker_lcores);
+    let pool = Arc::new(
+        Mempool::new(
+            eal,
+            "gateway_pool",
+            config.mempool.mbufs,
+            config.mempool.cache,
+            config.mempool.data_room,
+            socket,
+        )
+        .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
+    );
+    let mut ports = Vec::new();
+    for (port_index, (&index, &id)) in port_interfaces.iter().zip(&port_ids).enumerate() {
+        let iface = &config.interfaces[index];
+        let port_config = PortConfig {
+            rx_queues: workers,
+            tx_queues: workers,
+            rx_descriptors: iface.rx_descriptors,
+            tx_descriptors: iface.tx_descriptors,
+            mtu: Some(iface.port_mtu()),
+            rss_key: iface.rss_key.as_deref().and_then(parse_hex),
+            promiscuous: iface.promiscuous,
+            // IPv6 Neighbor Discovery comes to multicast groups (all nodes, all routers,
+            // solicited-node): the port, or a VLAN on it, with IPv6 takes them.
+            all_multicast: config.interfaces.iter().any(|other| {
+                other.ipv6.is_some()
+                    && (other.name == iface.name
+                        || other.parent.as_deref() == Some(iface.name.as_str()))
+            }),
+            vlan_offloads: layout.port_has_vlans(port_index) && iface.vlan_offload.unwrap_or(true),
+            ..PortConfig::default()
+        };
+        let dedicated_lacp = match &iface.bond {
+            Some(bond) => prepare_bond(id, &iface.name, bond)?,
+            None => false,
+        };
+        let started = match Port::start(eal, id, &iface.name, &port_config, &pool) {
+            Err(err) if dedicated_lacp => {
+                // Enabling checks the rule in principle; some members (tap) still refuse it
+                // when the bond starts. Fall back to LACP in the data path.
+                tracing::info!(
+                    bond = iface.name,
+                    "members refused the dedicated LACP queue rule at start ({err}); LACP runs \
+                         in the data path, kept alive by tx bursts every 10 ms even when idle"
+                );
+                dpdk::bond::disable_dedicated_lacp_queues(id)?;
+                Port::start(eal, id, &iface.name, &port_config, &pool)
+            }
+            other => other,
+        };
+        let port = started.with_context(|| {
+            format!(
+                "interfaces[{index}] ({}, {})",
+                iface.name,
+                device_name(&iface.device)
+            )
+        })?;
+        ports.push(port);
+    }
+    let port_macs = ports
+        .iter()
+        .map(|port| port.mac_address())
+        .collect::<Result<Vec<_>, _>>()?;
+    // A VLAN subinterface answers with its port's MAC, as Linux's do.
+    let macs: Vec<[u8; 6]> = layout
+        .links()
+        .iter()
+        .map(|link| port_macs[usize::from(link.port)])
+        .collect();
+    let steering = steer_nat_replies(config, &port_interfaces, &ports, workers);
+    let mut bond_watch = BondWatch::default();
+    for (iface, port) in port_interfaces
+        .iter()
+        .map(|&index| &config.interfaces[index])
+        .zip(&ports)
+    {
+        if let Some(bond) = &iface.bond {
+            let members = bond
+                .members
+                .iter()
+                .map(|member| Ok((device_name(member).to_string(), Port::find(eal, member)?)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            bond_watch.add(&iface.name, port.id(), members);
+        }
+    }
+    let bond_watch = Arc::new(bond_watch);
+    for (iface, mac) in config.interfaces.iter().zip(&macs) {
+        tracing::info!(interface = %iface.name, address = %iface.address, mac = %EthernetAddress(*mac), "interface up");
+    }
+    Ok(PortsUp {
+        layout,
+        socket,
+        pool,
+        ports,
+        macs,
+        steering,
+        bond_watch,
+    })
+}

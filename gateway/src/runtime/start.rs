@@ -28,108 +28,15 @@ impl<'a> Gateway<'a> {
             }
         }
         let workers = worker_lcores.len() as u16;
-        // Ports are the interfaces with a device; VLAN subinterfaces ride on their parents'.
-        let layout = PortLayout::new(config);
-        let port_interfaces: Vec<usize> = layout.port_interfaces().collect();
-        let port_ids = port_interfaces
-            .iter()
-            .map(|&index| {
-                let iface = &config.interfaces[index];
-                Port::find(eal, &iface.device)
-                    .with_context(|| format!("interfaces[{index}].device {:?}", iface.device))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let socket = nic_socket(eal, config, &port_interfaces, &port_ids, &worker_lcores);
-        let pool = Arc::new(
-            Mempool::new(
-                eal,
-                "gateway_pool",
-                config.mempool.mbufs,
-                config.mempool.cache,
-                config.mempool.data_room,
-                socket,
-            )
-            .context("mempool: lower mempool.mbufs or give the EAL more memory (eal.memory_mb)")?,
-        );
-        let mut ports = Vec::new();
-        for (port_index, (&index, &id)) in port_interfaces.iter().zip(&port_ids).enumerate() {
-            let iface = &config.interfaces[index];
-            let port_config = PortConfig {
-                rx_queues: workers,
-                tx_queues: workers,
-                rx_descriptors: iface.rx_descriptors,
-                tx_descriptors: iface.tx_descriptors,
-                mtu: Some(iface.port_mtu()),
-                rss_key: iface.rss_key.as_deref().and_then(parse_hex),
-                promiscuous: iface.promiscuous,
-                // IPv6 Neighbor Discovery comes to multicast groups (all nodes, all routers,
-                // solicited-node): the port, or a VLAN on it, with IPv6 takes them.
-                all_multicast: config.interfaces.iter().any(|other| {
-                    other.ipv6.is_some()
-                        && (other.name == iface.name
-                            || other.parent.as_deref() == Some(iface.name.as_str()))
-                }),
-                vlan_offloads: layout.port_has_vlans(port_index)
-                    && iface.vlan_offload.unwrap_or(true),
-                ..PortConfig::default()
-            };
-            let dedicated_lacp = match &iface.bond {
-                Some(bond) => prepare_bond(id, &iface.name, bond)?,
-                None => false,
-            };
-            let started = match Port::start(eal, id, &iface.name, &port_config, &pool) {
-                Err(err) if dedicated_lacp => {
-                    // Enabling checks the rule in principle; some members (tap) still refuse it
-                    // when the bond starts. Fall back to LACP in the data path.
-                    tracing::info!(
-                        bond = iface.name,
-                        "members refused the dedicated LACP queue rule at start ({err}); LACP runs \
-                         in the data path, kept alive by tx bursts every 10 ms even when idle"
-                    );
-                    dpdk::bond::disable_dedicated_lacp_queues(id)?;
-                    Port::start(eal, id, &iface.name, &port_config, &pool)
-                }
-                other => other,
-            };
-            let port = started.with_context(|| {
-                format!(
-                    "interfaces[{index}] ({}, {})",
-                    iface.name,
-                    device_name(&iface.device)
-                )
-            })?;
-            ports.push(port);
-        }
-        let port_macs = ports
-            .iter()
-            .map(|port| port.mac_address())
-            .collect::<Result<Vec<_>, _>>()?;
-        // A VLAN subinterface answers with its port's MAC, as Linux's do.
-        let macs: Vec<[u8; 6]> = layout
-            .links()
-            .iter()
-            .map(|link| port_macs[usize::from(link.port)])
-            .collect();
-        let steering = steer_nat_replies(config, &port_interfaces, &ports, workers);
-        let mut bond_watch = BondWatch::default();
-        for (iface, port) in port_interfaces
-            .iter()
-            .map(|&index| &config.interfaces[index])
-            .zip(&ports)
-        {
-            if let Some(bond) = &iface.bond {
-                let members = bond
-                    .members
-                    .iter()
-                    .map(|member| Ok((device_name(member).to_string(), Port::find(eal, member)?)))
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                bond_watch.add(&iface.name, port.id(), members);
-            }
-        }
-        let bond_watch = Arc::new(bond_watch);
-        for (iface, mac) in config.interfaces.iter().zip(&macs) {
-            tracing::info!(interface = %iface.name, address = %iface.address, mac = %EthernetAddress(*mac), "interface up");
-        }
+        let PortsUp {
+            layout,
+            socket,
+            pool,
+            mut ports,
+            macs,
+            steering,
+            bond_watch,
+        } = start_ports(eal, config, &worker_lcores, workers)?;
         let rule_hits = RuleHitRegistry::new(usize::from(workers));
         let mut first_router = Arc::new(router_config(config, &macs)?);
         rule_hits.attach(&mut first_router, &config.zone_names());
@@ -147,164 +54,39 @@ impl<'a> Gateway<'a> {
                 .collect(),
         });
 
-        let (control_to_worker, worker_from_control) =
-            MbufRing::create(eal, "control_to_worker0", 1024, socket)?;
-        let mut worker_from_control = Some(worker_from_control);
-        let mut from_workers = Vec::new();
-        let mut worker_counters = Vec::new();
-        let mut heartbeats = Vec::new();
-        let mut handoff_links = HandoffLinks::mesh(eal, worker_lcores.len(), socket)?.into_iter();
-        let mut meters = Vec::new();
-        let mut qos_stats = Vec::new();
-        let panic_on_purpose = PanicOnPurpose::from_env();
-        // The state snapshot's flows go into each worker's tables before it polls; each stopped
-        // worker sends its flows back for the next one.
-        let snapshot_status = Arc::new(SnapshotStatus::default());
-        let mut restore =
-            Restore::prepare(&config.state, &router.load().0, workers, &snapshot_status);
-        let (saved_flows, stopped_flows) = crossbeam_channel::unbounded();
-        // Declared after the ports, rings and pool: dropped first, on every path out of here.
-        let mut running_workers = Workers::new(stop.clone());
-        let mut ctl_queries = Vec::new();
-        let mut trace_requests = Vec::new();
-        let mut nat_logs = Vec::new();
-        let mut firewall_logs = Vec::new();
-        for (index, &lcore) in worker_lcores.iter().enumerate() {
-            let (to_control, from_worker) = MbufRing::create(
+        let WorkersUp {
+            control_to_worker,
+            from_workers,
+            worker_counters,
+            heartbeats,
+            meters,
+            qos_stats,
+            snapshot_status,
+            saved_flows,
+            stopped_flows,
+            running_workers,
+            ctl_queries,
+            trace_requests,
+            nat_logs,
+            firewall_logs,
+        } = start_workers(
+            WorkerStart {
                 eal,
-                &format!("to_control_{index}"),
-                crate::dataplane::worker::CONTROL_RING_CAPACITY,
+                config,
+                worker_lcores: &worker_lcores,
+                workers,
                 socket,
-            )?;
-            from_workers.push(from_worker);
-            let (punt, from_kernel) = if twins.any() {
-                let (link, from_worker) = crate::dataplane::punt::punt_ring(eal, index, socket)?;
-                punt_rings.push(from_worker);
-                let (to_worker, from_kernel) =
-                    crate::dataplane::punt::kernel_ring(eal, index, socket)?;
-                kernel_rings.push(to_worker);
-                (Some(link), Some(from_kernel))
-            } else {
-                (None, None)
-            };
-            let counters = Arc::new(WorkerCounters::default());
-            worker_counters.push(counters.clone());
-            // Allocated even while the meter is off, so that a reload can switch it on.
-            let meter = Arc::new(HostMeter::new(config.traffic_meter.capacity));
-            meters.push(meter.clone());
-            let nat_log = config.nat.log.enabled().then(|| {
-                Arc::new(pipeline::state::nat::NatLog::new(
-                    config.nat.log.queue_events,
-                ))
-            });
-            nat_logs.extend(nat_log.clone());
-            let mut setup = worker_setup(config, index as u16, workers, Some(meter), nat_log);
-            let log_config = &config.firewall.log;
-            if log_config.enabled() {
-                let log = Arc::new(FirewallLog::new(log_config.queue_events));
-                firewall_logs.push(log.clone());
-                setup.firewall_log = Some(FirewallLogger::new(
-                    log,
-                    log_config.per_sec,
-                    log_config.burst,
-                ));
-            }
-            let pipeline =
-                Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)
-                    .map_err(|err| anyhow::anyhow!("worker {index}: NAT pool: {err:?}"))?;
-            qos_stats.push(pipeline.qos_stats());
-            let mut pipeline = pipeline;
-            if let Some(restore) = restore.as_mut() {
-                restore.apply(index, &mut pipeline);
-            }
-            let advice = crate::dataplane::worker::back_tables_with_huge_pages(&pipeline);
-            tracing::info!(
-                worker = index,
-                mib = advice.covered >> 20,
-                collapsed = advice.collapsed,
-                "flow table on transparent huge pages"
-            );
-            let unix_now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or(0);
-            // Workers' clocks start at zero when they start; close enough for minute windows.
-            pipeline.set_wall_clock(unix_now, 0);
-            // Worker i polls and transmits on queue i of every port, and nobody else does.
-            let rx = ports
-                .iter_mut()
-                .map(|port| port.take_rx_queue(RxQueueId(index as u16)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let tx = ports
-                .iter_mut()
-                .map(|port| port.take_tx_queue(TxQueueId(index as u16)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let worker = Worker {
-                index: index as u16,
-                rx,
-                handoff: handoff_links.next().expect("one set of links per worker"),
-                egress: Egress::new(tx, layout.links().to_vec(), layout.sessions().clone()),
-                shapers: LinkShapers::new(
-                    crate::dataplane::shaping::queued_per_link(
-                        config.mempool.mbufs,
-                        worker_lcores.len(),
-                    ),
-                    pipeline.qos_stats(),
-                ),
-                layout: layout.clone(),
-                pool: pool.clone(),
-                to_control,
-                from_control: worker_from_control.take(),
-                punt,
-                from_kernel,
-                router: router.clone(),
-                neighbors: neighbors.clone(),
-                counters,
-                stop: stop.clone(),
-                ctl: Some({
-                    let (queries, link) = crate::dataplane::ctl_link::CtlLink::pair();
-                    ctl_queries.push(queries);
-                    link
-                }),
-                trace: Some({
-                    let (requests, link) =
-                        crate::dataplane::trace_link::TraceLink::pair(index as u16);
-                    trace_requests.push(requests);
-                    link
-                }),
-            };
-            let heartbeat = Arc::new(Heartbeat::new());
-            heartbeats.push(heartbeat.clone());
-            let panic_at = panic_on_purpose.and_then(|hook| hook.deadline_tsc(index));
-            let exits = events.clone();
-            let saved_flows = saved_flows.clone();
-            let work = dpdk::launch_watched(
-                eal,
-                lcore,
-                move || {
-                    let (pipeline, now_ns) = worker.run(pipeline, heartbeat, panic_at);
-                    let mut flows = Vec::new();
-                    pipeline.export_flows(now_ns, &mut flows);
-                    let _ = saved_flows.send(flows);
-                },
-                move |panic| {
-                    let _ = exits.send(ControlEvent::WorkerExited(WorkerExit {
-                        worker: index,
-                        panic,
-                    }));
-                },
-            )?;
-            running_workers.push(index, work);
-        }
-        if std::env::var_os(FAIL_START_ON_PURPOSE_VAR).is_some() {
-            bail!(
-                "start-up fails on purpose ({FAIL_START_ON_PURPOSE_VAR}) with {} workers running",
-                running_workers.len()
-            );
-        }
-        if let Some(restore) = restore.take() {
-            restore.finish(&snapshot_status);
-        }
+                stop: &stop,
+                events,
+                twins: &twins,
+                router: &router,
+                neighbors: &neighbors,
+                layout: &layout,
+                pool: &pool,
+            },
+            &mut ports,
+            (&mut punt_rings, &mut kernel_rings),
+        )?;
 
         let control_counters = Arc::new(WorkerCounters::default());
         let reload_status = Arc::new(ReloadStatus::new());
