@@ -615,7 +615,7 @@ password = "p"
     // The access concentrator's MAC is the source `frame` writes.
     layout.sessions().set(
         2,
-        gateway::dataplane::pppoe::SessionState::new(Some(PPPOE_SESSION), true)
+        gateway::dataplane::pppoe_frames::SessionState::new(Some(PPPOE_SESSION), true)
             .from_access_concentrator([2, 0, 0, 0, 0, 7]),
     );
     layout
@@ -643,7 +643,7 @@ fn pppoe_frame(
 
 #[test]
 fn a_pppoe_session_frame_comes_off_as_ipv4_and_goes_back_on() {
-    use gateway::dataplane::pppoe::{encapsulate, SessionState};
+    use gateway::dataplane::pppoe_frames::{encapsulate, SessionState};
     use pipeline::DropReason;
     let layout = pppoe_layout();
     let eal = eal();

@@ -566,7 +566,7 @@ password = "bench"
     )?;
     let layout = crate::dataplane::port_layout::PortLayout::new(&config);
     // The generated frames' source MAC (all zeros) stands for the access concentrator's.
-    let live = crate::dataplane::pppoe::SessionState::new(Some(SESSION_ID), true)
+    let live = crate::dataplane::pppoe_frames::SessionState::new(Some(SESSION_ID), true)
         .from_access_concentrator([0; 6]);
     layout.sessions().set(1, live);
     let mut batch = MbufBatch::new();
@@ -577,7 +577,7 @@ password = "bench"
         mbuf.data_mut()[12..14].copy_from_slice(&0x0800_u16.to_be_bytes());
         // A 20-byte datagram: what follows it in the frame is padding to cut.
         mbuf.data_mut()[16..18].copy_from_slice(&20_u16.to_be_bytes());
-        crate::dataplane::pppoe::encapsulate(live, &mut mbuf)
+        crate::dataplane::pppoe_frames::encapsulate(live, &mut mbuf)
             .map_err(|reason| anyhow::anyhow!("encapsulating: {}", reason.label()))?;
         let _ = batch.push(mbuf);
     }
@@ -591,7 +591,7 @@ password = "bench"
             {
                 decapsulated += 1;
             }
-            let _ = crate::dataplane::pppoe::encapsulate(live, mbuf);
+            let _ = crate::dataplane::pppoe_frames::encapsulate(live, mbuf);
         }
     }
     let cycles = dpdk::rdtsc() - start;

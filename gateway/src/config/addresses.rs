@@ -141,7 +141,7 @@ pub enum InterfaceAddress {
     Static(Ipv4Cidr),
     /// `"dhcp"`: none until the kernel twin has a lease (`crate::control::netlink`).
     Dhcp,
-    /// `"pppoe"`: none until the session is up (`crate::dataplane::pppoe`).
+    /// `"pppoe"`: none until the session is up (`crate::dataplane::pppoe_frames`).
     Pppoe,
 }
 

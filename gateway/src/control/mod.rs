@@ -3,5 +3,5 @@
 
 pub mod netlink;
 pub mod plane;
-pub mod pppoe;
+pub mod pppoe_clients;
 pub mod twins;

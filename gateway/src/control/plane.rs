@@ -20,7 +20,7 @@ use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
-use crate::control::pppoe::{PppoeLinks, PppoeView};
+use crate::control::pppoe_clients::{PppoeLinks, PppoeView};
 use crate::control::twins::Twins;
 use crate::dataplane::clock::Clock;
 use crate::dataplane::egress::split_into_fragments;
@@ -67,7 +67,7 @@ pub struct ControlPlane {
     table6: NeighborTable<HeldPacket, Ipv6Addr>,
     /// The interfaces' kernel twins (`crate::control::twins`); none unless configured.
     twins: Twins,
-    /// The PPPoE interfaces' clients (`crate::dataplane::pppoe`); none unless configured.
+    /// The PPPoE interfaces' clients (`crate::dataplane::pppoe_frames`); none unless configured.
     pppoe: PppoeLinks,
     /// The PPPoE sessions' peers and their MACs: neighbours no ARP resolves.
     pppoe_peers: Vec<(Ipv4Addr, [u8; 6])>,

@@ -7,7 +7,7 @@ use pipeline::{DropReason, WorkerCounters};
 use std::sync::Arc;
 
 use crate::dataplane::port_layout::Link;
-use crate::dataplane::pppoe::{self, SessionStates};
+use crate::dataplane::pppoe_frames::{self, SessionStates};
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, TxQueue};
 
 pub struct Egress {
@@ -64,7 +64,7 @@ impl Egress {
             return;
         };
         if link.pppoe {
-            if let Err(reason) = pppoe::encapsulate(self.sessions.get(iface), &mut mbuf) {
+            if let Err(reason) = pppoe_frames::encapsulate(self.sessions.get(iface), &mut mbuf) {
                 counters.record_drop(reason);
                 return;
             }

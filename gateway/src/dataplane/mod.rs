@@ -10,7 +10,7 @@ pub mod handoff;
 pub mod liveness;
 pub mod mailbox;
 pub mod port_layout;
-pub mod pppoe;
+pub mod pppoe_frames;
 pub mod published;
 pub mod punt;
 pub mod shaping;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use pipeline::{DropReason, Ingress};
 
 use crate::config::GatewayConfig;
-use crate::dataplane::pppoe::{self, SessionStates};
+use crate::dataplane::pppoe_frames::{self, SessionStates};
 use crate::dpdk::Mbuf;
 
 /// VLAN ids are 12 bits of the TCI; the other 4 are priority and the drop-eligible bit.
@@ -32,7 +32,7 @@ pub struct Link {
     pub port: u16,
     /// The 802.1Q TCI its frames carry; None: untagged.
     pub vlan: Option<u16>,
-    /// Its IPv4 rides a PPPoE session (`crate::dataplane::pppoe`).
+    /// Its IPv4 rides a PPPoE session (`crate::dataplane::pppoe_frames`).
     pub pppoe: bool,
 }
 
@@ -191,7 +191,7 @@ impl PortLayout {
             .get(usize::from(iface))
             .is_some_and(|link| link.pppoe)
         {
-            pppoe::decapsulate(self.sessions.get(iface), mbuf)?;
+            pppoe_frames::decapsulate(self.sessions.get(iface), mbuf)?;
         }
         Ok(Ingress {
             port: iface,

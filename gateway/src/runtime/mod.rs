@@ -43,7 +43,7 @@ use crate::config::{
 };
 use crate::control::netlink::{Followed, KernelView};
 use crate::control::plane::ControlPlane;
-use crate::control::pppoe::{PppoeLinks, PppoeView};
+use crate::control::pppoe_clients::{PppoeLinks, PppoeView};
 use crate::control::twins::Twins;
 use crate::ctl::config_apply::AwaitingConfirmation;
 use crate::ctl::ConfigRequest;

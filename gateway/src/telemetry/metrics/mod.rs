@@ -7,14 +7,14 @@
 
 mod collect;
 mod families;
+mod http;
 mod pppoe;
 mod registry;
-mod server;
 
 use collect::*;
 pub use families::*;
+pub use http::*;
 use registry::*;
-pub use server::*;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -125,7 +125,7 @@ pub struct Sources {
     pub nat_log: Option<Arc<crate::telemetry::nat_log::NatLogStats>>,
     pub firewall_log: Option<Arc<crate::telemetry::firewall_log::FirewallLogStats>>,
     /// The PPPoE sessions, when an interface runs one.
-    pub pppoe: Option<Arc<crate::control::pppoe::PppoeStatus>>,
+    pub pppoe: Option<Arc<crate::control::pppoe_clients::PppoeStatus>>,
     /// The router config in force, whose refused kernel routes are exported.
     pub router: Option<Arc<Published<pipeline::RouterConfig>>>,
 }

@@ -62,7 +62,7 @@ impl PppoeMetrics {
         }
     }
 
-    pub(crate) fn sync(&self, status: &crate::control::pppoe::PppoeStatus) {
+    pub(crate) fn sync(&self, status: &crate::control::pppoe_clients::PppoeStatus) {
         for link in status.links() {
             let name = link.interface.as_str();
             self.up

@@ -10,7 +10,7 @@ use pipeline::pppoe::client::{Client, ClientConfig, ClientCounters, EndReason, S
 use pipeline::KernelRoute;
 
 use crate::config::{GatewayConfig, PppoeConfig};
-use crate::dataplane::pppoe::{SessionState, SessionStates};
+use crate::dataplane::pppoe_frames::{SessionState, SessionStates};
 
 /// What the PPPoE sessions give the router: per interface its address (a /32: the link is
 /// point to point), the routes through the peers, and each peer's MAC (the access
