@@ -1,11 +1,12 @@
 //! PPPoE client sessions (RFC 2516) on interfaces with `address = "pppoe"`.
 //!
 //! The control thread runs each interface's client (`pipeline::pppoe::Client`: discovery,
-//! LCP, PAP or CHAP, IPCP) in `crate::control::pppoe_clients`, and gives the session's address, peer and route to
-//! the router config. The workers only frame: [`decapsulate`] on receipt turns the session's
-//! IPv4 frames into plain ones for the pipeline, and [`encapsulate`] on transmit does the
-//! reverse. They learn the session from [`SessionStates`], two atomic words per interface
-//! (the session and its access concentrator's MAC).
+//! LCP, PAP or CHAP, IPCP) in `crate::control::pppoe_clients`, and gives the session's
+//! address, peer and route to the router config. The workers only frame: [`decapsulate`] on
+//! receipt turns the session's IPv4 frames into plain ones for the pipeline, and
+//! [`encapsulate`] on transmit does the reverse. They learn the session from
+//! [`SessionStates`], two atomic words per interface (the session and its access
+//! concentrator's MAC).
 //!
 //! A PPPoE interface carries PPPoE alone: any other frame on it (plain IPv4, ARP) is refused,
 //! and the session's datagrams are taken only from the access concentrator's MAC, so that
