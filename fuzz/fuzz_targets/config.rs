@@ -20,8 +20,8 @@
 
 use std::path::Path;
 
+use gateway::compile::router::{conntrack_config, router_config};
 use gateway::config::GatewayConfig;
-use gateway::pipeline_config::{conntrack_config, router_config};
 use gateway::reload::{merge_for_reload, restart_required};
 use libfuzzer_sys::fuzz_target;
 

@@ -326,7 +326,7 @@ fn read_for_ctl(file: &std::path::Path) -> anyhow::Result<(PathBuf, String)> {
 /// probably not meant (on stderr, the file still passes).
 fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
     let loaded = GatewayConfig::load(path)?;
-    gateway::pipeline_config::check_startable(&loaded)?;
+    gateway::compile::router::check_startable(&loaded)?;
     for warning in loaded.warnings() {
         eprintln!("warning: {warning}");
     }
@@ -345,7 +345,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { config } => gateway::app::run(&config),
+        Command::Run { config } => gateway::runtime::run(&config),
         Command::Bench {
             flows,
             new_percent,
@@ -377,7 +377,7 @@ fn main() -> ExitCode {
         } => ctl(&socket, json, command),
         Command::Healthcheck { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
-            .and_then(|loaded| gateway::healthcheck::check(&loaded.metrics)),
+            .and_then(|loaded| gateway::telemetry::healthcheck::check(&loaded.metrics)),
         Command::CheckConfig { file, config } => match file.or(config) {
             Some(config) => check_config(&config),
             None => Err(anyhow::anyhow!("check-config needs a config file: -c FILE")),

@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
+use gateway::compile::router::check_startable;
 use gateway::config::GatewayConfig;
-use gateway::pipeline_config::check_startable;
 
 const LAB: &str = include_str!("../../configs/lab.toml");
 

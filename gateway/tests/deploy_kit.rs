@@ -1,5 +1,5 @@
 //! The deployment kit against the code: every metric the Grafana dashboard and the Prometheus
-//! alerts query is one the gateway exports (`gateway::metrics::metric_names()`), and the X550
+//! alerts query is one the gateway exports (`gateway::telemetry::metrics::metric_names()`), and the X550
 //! configs validate against the schema, give the EAL arguments DPDK accepts and size their
 //! mempools for every port. No DPDK, no files written.
 //!
@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use gateway::config::{is_pci_address, GatewayConfig, HugepageMode};
-use gateway::metrics::metric_names;
+use gateway::telemetry::metrics::metric_names;
 
 /// Metrics the kit may use before the gateway exports them, each with the issue that brings
 /// it. Remove an entry when the gateway exports it (a test below fails as a reminder).
@@ -323,7 +323,7 @@ fn every_shipped_configs_eal_arguments_pass_dpdks_option_rules() {
             HugepageMode::Auto => &[false, true],
         };
         for &no_huge in modes {
-            let argv = gateway::app::eal_args_with(&config, no_huge).to_argv();
+            let argv = gateway::runtime::eal_args::eal_args_with(&config, no_huge).to_argv();
             gateway::dpdk::check_option_rules(&argv)
                 .unwrap_or_else(|err| panic!("{name} (no_huge {no_huge}): {err}"));
             if !config.eal.socket_memory_mb.is_empty() && !no_huge {

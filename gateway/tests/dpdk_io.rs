@@ -290,7 +290,7 @@ fn a_monitor_reads_a_port_the_workers_use() {
 
 #[test]
 fn the_port_watch_reads_counters_and_xstats_without_a_scrape() {
-    use gateway::port_watch::{PortWatch, WatchedPort};
+    use gateway::telemetry::port_watch::{PortWatch, WatchedPort};
     let eal = eal();
     let pool =
         Arc::new(Mempool::new(eal, "watch_test_pool", 1023, 0, 2048, SocketId::ANY).unwrap());
@@ -402,7 +402,7 @@ fn vlan_tags_go_in_after_the_addresses_and_come_out_again() {
 }
 
 /// LAN and WAN ports, and VLAN 20 of the LAN as interface 2.
-fn trunk_layout() -> gateway::port_layout::PortLayout {
+fn trunk_layout() -> gateway::dataplane::port_layout::PortLayout {
     let config = gateway::config::GatewayConfig::from_text(
         std::path::Path::new("vlans.toml"),
         r#"
@@ -427,7 +427,7 @@ via = "10.0.0.2"
 "#,
     )
     .unwrap();
-    gateway::port_layout::PortLayout::new(&config)
+    gateway::dataplane::port_layout::PortLayout::new(&config)
 }
 
 #[test]
@@ -543,7 +543,7 @@ proptest::proptest! {
     ) {
         use std::sync::OnceLock;
         use pipeline::DropReason;
-        static LAYOUT: OnceLock<gateway::port_layout::PortLayout> = OnceLock::new();
+        static LAYOUT: OnceLock<gateway::dataplane::port_layout::PortLayout> = OnceLock::new();
         static POOL: OnceLock<Mempool> = OnceLock::new();
         let layout = LAYOUT.get_or_init(trunk_layout);
         let pool = POOL.get_or_init(|| {
@@ -586,7 +586,7 @@ proptest::proptest! {
 }
 
 /// LAN and a PPPoE uplink on VLAN 7 of the WAN port (interface 2), session 0x1234 up.
-fn pppoe_layout() -> gateway::port_layout::PortLayout {
+fn pppoe_layout() -> gateway::dataplane::port_layout::PortLayout {
     let config = gateway::config::GatewayConfig::from_text(
         std::path::Path::new("pppoe.toml"),
         r#"
@@ -611,11 +611,11 @@ password = "p"
 "#,
     )
     .unwrap();
-    let layout = gateway::port_layout::PortLayout::new(&config);
+    let layout = gateway::dataplane::port_layout::PortLayout::new(&config);
     // The access concentrator's MAC is the source `frame` writes.
     layout.sessions().set(
         2,
-        gateway::pppoe::SessionState::new(Some(PPPOE_SESSION), true)
+        gateway::dataplane::pppoe_frames::SessionState::new(Some(PPPOE_SESSION), true)
             .from_access_concentrator([2, 0, 0, 0, 0, 7]),
     );
     layout
@@ -643,7 +643,7 @@ fn pppoe_frame(
 
 #[test]
 fn a_pppoe_session_frame_comes_off_as_ipv4_and_goes_back_on() {
-    use gateway::pppoe::{encapsulate, SessionState};
+    use gateway::dataplane::pppoe_frames::{encapsulate, SessionState};
     use pipeline::DropReason;
     let layout = pppoe_layout();
     let eal = eal();
@@ -778,7 +778,7 @@ proptest::proptest! {
     ) {
         use std::sync::OnceLock;
         use pipeline::DropReason;
-        static LAYOUT: OnceLock<gateway::port_layout::PortLayout> = OnceLock::new();
+        static LAYOUT: OnceLock<gateway::dataplane::port_layout::PortLayout> = OnceLock::new();
         static POOL: OnceLock<Mempool> = OnceLock::new();
         let layout = LAYOUT.get_or_init(pppoe_layout);
         let pool = POOL.get_or_init(|| {

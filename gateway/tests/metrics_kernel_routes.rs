@@ -4,9 +4,10 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use gateway::bonds::BondWatch;
-use gateway::metrics::{MeterExport, MeterSource, Metrics, ReloadStatus, Sources};
-use gateway::published::Published;
+use gateway::dataplane::published::Published;
+use gateway::reload::status::ReloadStatus;
+use gateway::telemetry::bond_watch::BondWatch;
+use gateway::telemetry::metrics::{MeterExport, MeterSource, Metrics, Sources};
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     IcmpLimits, Interface, KernelRoute, KernelRouteAllow, RouterConfig, WorkerCounters,

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 mod common;
 use common::*;
 
-use gateway::bonds::BondWatch;
-use gateway::metrics::{
-    self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, HEADER_READ_TIMEOUT,
+use gateway::dataplane::published::Published;
+use gateway::reload::status::ReloadStatus;
+use gateway::telemetry::bond_watch::BondWatch;
+use gateway::telemetry::metrics::{
+    self, MeterExport, MeterSource, Metrics, Sources, HEADER_READ_TIMEOUT,
 };
-use gateway::published::Published;
 use pipeline::WorkerCounters;
 
 /// A running metrics server; stops it when dropped.

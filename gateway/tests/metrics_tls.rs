@@ -17,12 +17,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use gateway::bonds::BondWatch;
-use gateway::metrics::{
-    self, MeterExport, MeterSource, Metrics, ReloadStatus, Sources, TLS_HANDSHAKE_TIMEOUT,
+use gateway::config::web::{self as web_config, WebConfig};
+use gateway::dataplane::published::Published;
+use gateway::reload::status::ReloadStatus;
+use gateway::telemetry::bond_watch::BondWatch;
+use gateway::telemetry::metrics::{
+    self, MeterExport, MeterSource, Metrics, Sources, TLS_HANDSHAKE_TIMEOUT,
 };
-use gateway::published::Published;
-use gateway::web_config::{self, WebConfig};
 use pipeline::WorkerCounters;
 use rcgen::{
     BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,

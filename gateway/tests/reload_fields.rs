@@ -16,10 +16,10 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use gateway::compile::router::router_config;
 use gateway::config::GatewayConfig;
-use gateway::metrics::MeterExport;
-use gateway::pipeline_config::router_config;
 use gateway::reload::{merge_for_reload, restart_required};
+use gateway::telemetry::metrics::MeterExport;
 use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, Visitor};
 use serde::Deserialize;
 

@@ -15,10 +15,10 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
+use gateway::compile::router::router_config;
+use gateway::config::history::FileText;
 use gateway::config::GatewayConfig;
-use gateway::config_history::FileText;
-use gateway::netlink::KernelView;
-use gateway::pipeline_config::router_config;
+use gateway::control::netlink::KernelView;
 use gateway::reload::{load_for_reload, restart_required, Loaded};
 use pipeline::flow::FlowKey;
 use pipeline::state::firewall::{Action, ZoneId};

@@ -185,10 +185,10 @@ check(stage_has(runtime, "COPY", r"^configs/ /etc/gateway/$"), "runtime: configs
 check(stage_has(runtime, "ENTRYPOINT", r'^\["gateway"\]$'), 'runtime: ENTRYPOINT ["gateway"] missing')
 check(stage_has(runtime, "CMD", r'^\["run", "--config", "/etc/gateway/gateway.toml"\]$'), "runtime: CMD is not run --config /etc/gateway/gateway.toml")
 
-# EXPOSE is the gateway's default metrics port (MetricsConfig's default in gateway/src/config.rs),
+# EXPOSE is the gateway's default metrics port (MetricsConfig's default in gateway/src/config/mod.rs),
 # 9469: not node_exporter's 9100, which the gateway cannot bind where node_exporter runs.
 DEFAULT_PORT = 9469
-config_rs = open("gateway/src/config.rs").read()
+config_rs = open("gateway/src/config/mod.rs").read()
 default_impl = re.search(r"impl Default for MetricsConfig\b.*?\n}\n", config_rs, re.S)
 code_port = None
 if default_impl:
@@ -199,7 +199,7 @@ if default_impl:
         const = re.search(rf"const {port.group(1)}: u16 = (\d+)", config_rs)
         code_port = int(const.group(1)) if const else None
 check(code_port == DEFAULT_PORT,
-      f"gateway/src/config.rs: MetricsConfig's default port is {code_port or '(not found)'}, not {DEFAULT_PORT}")
+      f"gateway/src/config/mod.rs: MetricsConfig's default port is {code_port or '(not found)'}, not {DEFAULT_PORT}")
 exposed = [a for w, a in runtime["ins"] if w == "EXPOSE"]
 check(exposed == [str(DEFAULT_PORT)], f"runtime: EXPOSE {exposed}, want [{DEFAULT_PORT}] (the default metrics port)")
 # The HEALTHCHECK is `gateway healthcheck --config <the CMD's config>`: it reads metrics.listen

@@ -4,7 +4,7 @@
 # of the panic (so systemd's Restart=on-failure restarts it); a start-up failure after the
 # workers launched stops them before the ports close. The panic and the start-up failure are
 # made on purpose by test-only environment variables read once at start
-# (gateway/src/liveness.rs, gateway/src/app.rs).
+# (gateway/src/dataplane/liveness.rs, gateway/src/runtime/).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"

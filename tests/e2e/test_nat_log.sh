@@ -269,7 +269,7 @@ for record in records:
 assert events == ["16", "17"], events
 PY
 # nfdump 1.7.1 decodes the port block events but not the port range elements (361-364) of
-# IPFIX; the exporter's unit test decodes those (gateway/src/nat_log/ipfix.rs).
+# IPFIX; the exporter's unit test decodes those (gateway/src/telemetry/nat_log/ipfix.rs).
 pass "nfcapd got the block as RFC 8158 port block allocation and de-allocation records (natEvent 16 and 17)"
 stop_gateway
 pass "gateway stops cleanly after port blocks"

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use pipeline::WorkerCounters;
 
+use crate::dataplane::egress::Egress;
 use crate::dpdk::{MbufBatch, RxQueue};
-use crate::egress::Egress;
 
 pub(in crate::bench) struct IoFloor {
     rx_queues: Vec<RxQueue>,

@@ -15,17 +15,17 @@ use pipeline::{DropReason, NeighborView, Pipeline, RouterConfig, WorkerCounters,
 use super::floor::IoFloor;
 use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREAM6, UPSTREAM_MAC};
 use super::{is_tcp, syns_in, Row, SynFlood, IN_FLIGHT, SYN_FLOOD_MIN_PAIRS, SYN_FLOOD_ROUND};
-use crate::app::publish_router;
+use crate::compile::publish::publish_router;
+use crate::dataplane::egress::Egress;
+use crate::dataplane::handoff::HandoffLinks;
+use crate::dataplane::port_layout::PortLayout;
+use crate::dataplane::published::Published;
+use crate::dataplane::shaping::{queued_per_link, LinkShapers};
+use crate::dataplane::worker::{Worker, WorkerLoop};
 use crate::dpdk::{
     self, Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer,
     RxQueueId, SocketId, TxQueueId,
 };
-use crate::egress::Egress;
-use crate::handoff::HandoffLinks;
-use crate::port_layout::PortLayout;
-use crate::published::Published;
-use crate::shaping::{queued_per_link, LinkShapers};
-use crate::worker::{Worker, WorkerLoop};
 
 /// What the lab runs between the generator's rounds.
 pub(super) enum Loops {
@@ -100,7 +100,7 @@ pub(super) struct Lab {
     router: Arc<Published<RouterConfig>>,
     meters: Vec<Arc<HostMeter>>,
     qos_stats: Vec<[Arc<QosStats>; 2]>,
-    rule_hits: crate::rule_hits::RuleHitRegistry,
+    rule_hits: crate::compile::rule_hits::RuleHitRegistry,
     /// Flows the workers' tables hold, all together.
     pub capacity: usize,
     pub poll_cycles: u64,
@@ -231,7 +231,7 @@ impl Lab {
                     )
                     .map_err(|err| anyhow::anyhow!("NAT pool: {err:?}"))?;
                     // As the gateway does at start.
-                    crate::worker::back_tables_with_huge_pages(&pipeline);
+                    crate::dataplane::worker::back_tables_with_huge_pages(&pipeline);
                     qos_stats.push(pipeline.qos_stats());
                     let (to_control, _unread) =
                         MbufRing::create(eal, &format!("bench{lab}_control{index}"), 1024, any)?;
@@ -256,8 +256,8 @@ impl Lab {
                         counters: worker_counters.clone(),
                         stop: Arc::new(AtomicBool::new(false)),
                         // As the gateway runs, with ctl's one check per loop; nobody asks.
-                        ctl: Some(crate::ctl::worker_link::CtlLink::pair().1),
-                        trace: Some(crate::ctl::trace_link::TraceLink::pair(index).1),
+                        ctl: Some(crate::dataplane::ctl_link::CtlLink::pair().1),
+                        trace: Some(crate::dataplane::trace_link::TraceLink::pair(index).1),
                     };
                     worker_loops.push(WorkerLoop::new(worker, pipeline));
                     counters.push(worker_counters);
@@ -277,7 +277,7 @@ impl Lab {
             queues,
             router,
             meters,
-            rule_hits: crate::rule_hits::RuleHitRegistry::new(usize::from(queue_count)),
+            rule_hits: crate::compile::rule_hits::RuleHitRegistry::new(usize::from(queue_count)),
             qos_stats,
             capacity: match kind {
                 LabKind::Floor => 0,

@@ -33,9 +33,9 @@ use pipeline::state::conntrack::BYTES_PER_FLOW;
 use pipeline::state::flow_data::FlowData;
 use pipeline::{DropReason, WorkerCounters};
 
-use crate::ctl::worker_link::SLOTS_PER_LOOP;
+use crate::dataplane::ctl_link::SLOTS_PER_LOOP;
+use crate::dataplane::handoff::HandoffLinks;
 use crate::dpdk::{self, Eal, EalArgs, LcoreId, MbufBatch, Mempool, SocketId, BURST_SIZE};
-use crate::handoff::HandoffLinks;
 use lab::{Lab, LabKind};
 use traffic::{features, router_config, shaper_features, FRAME6_LEN, FRAME_LEN, HOSTS};
 
@@ -209,7 +209,7 @@ fn syns_in(batch: &MbufBatch) -> u64 {
 
 pub fn run(options: &BenchOptions) -> anyhow::Result<()> {
     const MEMORY_MB: u32 = 256;
-    let no_huge = !crate::hugepages::available(MEMORY_MB);
+    let no_huge = !crate::dpdk::hugetlbfs::available(MEMORY_MB);
     let eal = Eal::init(&EalArgs {
         lcores: vec![LcoreId(0)],
         no_huge,
@@ -507,7 +507,7 @@ vlan = 10
 address = "192.168.10.1/24"
 "#,
     )?;
-    let layout = crate::port_layout::PortLayout::new(&config);
+    let layout = crate::dataplane::port_layout::PortLayout::new(&config);
     let mut batch = MbufBatch::new();
     while !batch.is_full() {
         let mut mbuf = lab.alloc()?;
@@ -564,10 +564,10 @@ username = "bench"
 password = "bench"
 "#,
     )?;
-    let layout = crate::port_layout::PortLayout::new(&config);
+    let layout = crate::dataplane::port_layout::PortLayout::new(&config);
     // The generated frames' source MAC (all zeros) stands for the access concentrator's.
-    let live =
-        crate::pppoe::SessionState::new(Some(SESSION_ID), true).from_access_concentrator([0; 6]);
+    let live = crate::dataplane::pppoe_frames::SessionState::new(Some(SESSION_ID), true)
+        .from_access_concentrator([0; 6]);
     layout.sessions().set(1, live);
     let mut batch = MbufBatch::new();
     while !batch.is_full() {
@@ -577,7 +577,7 @@ password = "bench"
         mbuf.data_mut()[12..14].copy_from_slice(&0x0800_u16.to_be_bytes());
         // A 20-byte datagram: what follows it in the frame is padding to cut.
         mbuf.data_mut()[16..18].copy_from_slice(&20_u16.to_be_bytes());
-        crate::pppoe::encapsulate(live, &mut mbuf)
+        crate::dataplane::pppoe_frames::encapsulate(live, &mut mbuf)
             .map_err(|reason| anyhow::anyhow!("encapsulating: {}", reason.label()))?;
         let _ = batch.push(mbuf);
     }
@@ -591,7 +591,7 @@ password = "bench"
             {
                 decapsulated += 1;
             }
-            let _ = crate::pppoe::encapsulate(live, mbuf);
+            let _ = crate::dataplane::pppoe_frames::encapsulate(live, mbuf);
         }
     }
     let cycles = dpdk::rdtsc() - start;
@@ -695,7 +695,7 @@ impl TraceIdle {
     const LOOPS: u64 = 10_000_000;
 
     fn measure() -> TraceIdle {
-        let (_requests, mut link) = crate::ctl::trace_link::TraceLink::pair(0);
+        let (_requests, mut link) = crate::dataplane::trace_link::TraceLink::pair(0);
         let mut armed = 0u64;
         let start = dpdk::rdtsc();
         for _ in 0..Self::LOOPS {

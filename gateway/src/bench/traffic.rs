@@ -9,8 +9,8 @@ use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::{checksum, tcp, EthernetAddress, TcpPacket};
 use pipeline::{IcmpLimits, Interface, RouterConfig, StaticRoute};
 
+use crate::compile::router::{content_policy, qos_config};
 use crate::config::{KeywordBlockConfig, ParentalConfig, QosSettings, TrafficMeterConfig};
-use crate::pipeline_config::{content_policy, qos_config};
 
 /// LAN hosts; flows are spread over them and over remote addresses.
 pub(super) const HOSTS: u32 = 1000;

@@ -265,7 +265,7 @@ fn print_neighbors(answer: &Value) {
 fn when(value: &Value) -> String {
     value.as_u64().map_or_else(
         || cell(value),
-        |secs| crate::timestamp::rfc3339(std::time::Duration::from_secs(secs)),
+        |secs| crate::telemetry::timestamp::rfc3339(std::time::Duration::from_secs(secs)),
     )
 }
 

@@ -3,14 +3,12 @@
 //! One request per connection, one JSON line each way: the client (`client`) sends a
 //! [`Request`], the server thread in the gateway (`server`) answers `{"ok": ...}` or
 //! `{"error": "..."}`. Counters are read from the workers' atomics; flows are walked by the
-//! workers themselves, a slice per poll loop (`worker_link`).
+//! workers themselves, a slice per poll loop (`crate::dataplane::ctl_link`).
 
 pub mod capture;
 pub mod client;
-pub mod mailbox;
+pub mod config_apply;
 pub mod server;
-pub mod trace_link;
-pub mod worker_link;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -18,6 +16,8 @@ use std::path::PathBuf;
 use pipeline::pipeline::flow_listing::FlowFilter;
 use pipeline::state::conntrack::TcpState;
 use serde::{Deserialize, Serialize};
+
+use crate::telemetry::protocol::{protocol_number, PROTOCOL_TCP};
 
 /// Flows listed per request unless `--limit` says otherwise.
 pub const DEFAULT_FLOW_LIMIT: usize = 1000;
@@ -134,27 +134,6 @@ impl FilterSpec {
             protocol,
             tcp_state,
         })
-    }
-}
-
-const PROTOCOL_TCP: u8 = 6;
-
-fn protocol_number(name: &str) -> Option<u8> {
-    match name.to_ascii_lowercase().as_str() {
-        "tcp" => Some(PROTOCOL_TCP),
-        "udp" => Some(17),
-        "icmp" => Some(1),
-        number => number.parse().ok(),
-    }
-}
-
-/// The protocol's name where it has one the filter takes, its number otherwise.
-pub fn protocol_name(number: u8) -> String {
-    match number {
-        PROTOCOL_TCP => "tcp".into(),
-        17 => "udp".into(),
-        1 => "icmp".into(),
-        other => other.to_string(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The gateway's end of `gateway ctl`: a thread that accepts on the Unix socket and answers
 //! one request per connection, in turn. Counters come from the workers' atomics; flow
-//! queries go to every worker (`super::worker_link`) and are answered when all have walked
+//! queries go to every worker (`crate::dataplane::ctl_link`) and are answered when all have walked
 //! their tables, or refused naming the worker that did not answer in time.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,18 +18,19 @@ use pipeline::state::firewall::ZoneId;
 use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
 
-use super::trace_link::{TraceRecord, TraceRequest, TraceSender};
-use super::worker_link::{Listing, QuerySender, WorkerQuery};
 use super::{
-    protocol_name, tcp_state_name, ConfigRequest, FilterSpec, Request, MAX_CONFIRM_SECS,
-    MAX_FLOW_LIMIT, MAX_TRACE_PACKETS, MAX_TRACE_TIMEOUT_MS,
+    tcp_state_name, ConfigRequest, FilterSpec, Request, MAX_CONFIRM_SECS, MAX_FLOW_LIMIT,
+    MAX_TRACE_PACKETS, MAX_TRACE_TIMEOUT_MS,
 };
+use crate::config::history::ConfigHistory;
+use crate::config::store::ConfigStore;
 use crate::config::CtlConfig;
-use crate::config_history::ConfigHistory;
-use crate::config_store::ConfigStore;
-use crate::port_layout::Link;
-use crate::port_watch::PortWatch;
-use crate::published::Published;
+use crate::dataplane::ctl_link::{Listing, QuerySender, WorkerQuery};
+use crate::dataplane::port_layout::Link;
+use crate::dataplane::published::Published;
+use crate::dataplane::trace_link::{TraceRecord, TraceRequest, TraceSender};
+use crate::telemetry::port_watch::PortWatch;
+use crate::telemetry::protocol::protocol_name;
 
 /// How long a request may take to arrive, and the workers to answer it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -51,7 +52,7 @@ pub struct Sources {
     pub control: Arc<WorkerCounters>,
     /// The interfaces' names, in interface order (they change only with a restart).
     pub interface_names: Vec<String>,
-    /// Per interface, its port and VLAN tag (`crate::port_layout`).
+    /// Per interface, its port and VLAN tag (`crate::dataplane::port_layout`).
     pub interface_links: Vec<Link>,
     /// Each port's counters and link, in port order.
     pub ports: Arc<PortWatch>,
@@ -120,7 +121,7 @@ fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     let listener = UnixListener::bind(path)?;
     let mode = match group {
         Some(name) => {
-            let gid = group_id(name)?;
+            let gid = crate::config::host::group_id(name)?;
             std::os::unix::fs::chown(path, None, Some(gid))
                 .with_context(|| format!("giving the socket to group {name}"))?;
             0o660
@@ -129,21 +130,6 @@ fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
-}
-
-/// The id of group `name`, as the host's name service knows it (/etc/group, or LDAP and the
-/// like through NSS): `gateway check-config` asks the same question.
-pub fn group_id(name: &str) -> anyhow::Result<u32> {
-    match nix::unistd::Group::from_name(name) {
-        Ok(Some(group)) => Ok(group.gid.as_raw()),
-        Ok(None) => anyhow::bail!(
-            "ctl.group: no group {name:?} on this host (getent group {name}); create it \
-             (groupadd {name}) or omit ctl.group to leave the socket to root"
-        ),
-        Err(err) => Err(anyhow::anyhow!(
-            "ctl.group: looking up group {name:?}: {err}"
-        )),
-    }
 }
 
 fn accept_loop(listener: &UnixListener, sources: &Sources, stop: &AtomicBool) {
@@ -217,7 +203,7 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
 fn show_rules(sources: &Sources) -> Value {
     let (router, _) = sources.router.load();
     let firewall = &router.stateful.firewall;
-    let names = crate::rule_hits::counter_names(firewall.rules());
+    let names = crate::compile::rule_hits::counter_names(firewall.rules());
     let hits = firewall.hits();
     let rules: Vec<Value> = firewall
         .rules()

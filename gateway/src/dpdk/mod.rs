@@ -6,6 +6,7 @@ mod eal;
 mod error;
 pub mod flow;
 mod huge_pages;
+pub mod hugetlbfs;
 mod ids;
 mod lcore;
 mod mbuf;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway::metrics::MAX_CONNECTIONS;
+use gateway::telemetry::metrics::MAX_CONNECTIONS;
 
 pub fn threads_of_this_process() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");

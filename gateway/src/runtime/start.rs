@@ -1,0 +1,277 @@
+//! `Gateway::start`: the ports, pools, bonds and steering, the twins and rings, the workers
+//! (with the snapshot's flows restored), the control plane, PPPoE, netlink, metrics, the logs,
+//! `ctl` and the config-load thread.
+
+use super::*;
+
+impl<'a> Gateway<'a> {
+    /// Starts the ports, the workers (with the snapshot's flows restored), the control
+    /// plane, the netlink, metrics and config-load threads. On an error the workers started
+    /// so far stop before the ports and the pool go.
+    pub(crate) fn start(
+        LoadedFile {
+            path: config_path,
+            config,
+            text: running_file,
+        }: LoadedFile<'a>,
+        web_config: crate::config::web::WebConfig,
+        eal: &Eal,
+        stop: Arc<AtomicBool>,
+        events: &Sender<ControlEvent>,
+    ) -> anyhow::Result<Gateway<'a>> {
+        let worker_lcores: Vec<LcoreId> =
+            config.workers.lcores.iter().map(|&l| LcoreId(l)).collect();
+        let available = eal.worker_lcores();
+        for lcore in &worker_lcores {
+            if !available.contains(lcore) {
+                bail!("workers.lcores: {lcore} is not available to the EAL (this machine has {available:?})");
+            }
+        }
+        let workers = worker_lcores.len() as u16;
+        let PortsUp {
+            layout,
+            socket,
+            pool,
+            mut ports,
+            macs,
+            steering,
+            bond_watch,
+        } = start_ports(eal, config, &worker_lcores, workers)?;
+        let rule_hits = RuleHitRegistry::new(usize::from(workers));
+        let mut first_router = Arc::new(router_config(config, &macs)?);
+        rule_hits.attach(&mut first_router, &config.zone_names());
+        let router = Arc::new(Published::new(first_router));
+        let neighbors = Arc::new(Published::new(Arc::new(NeighborView::default())));
+        let twins = Twins::start(eal, config, &macs, &pool)?;
+        let mut punt_rings = Vec::new();
+        let mut kernel_rings = Vec::new();
+        // The ports' counters and links, read by the control thread, the metrics and the ctl
+        // thread through one watch; taken before the queues leave for the workers.
+        let port_watch = Arc::new(PortWatch {
+            ports: ports
+                .iter()
+                .map(|port| WatchedPort::new(port.name(), port.monitor(), usize::from(workers)))
+                .collect(),
+        });
+
+        let WorkersUp {
+            control_to_worker,
+            from_workers,
+            worker_counters,
+            heartbeats,
+            meters,
+            qos_stats,
+            snapshot_status,
+            saved_flows,
+            stopped_flows,
+            running_workers,
+            ctl_queries,
+            trace_requests,
+            nat_logs,
+            firewall_logs,
+        } = start_workers(
+            WorkerStart {
+                eal,
+                config,
+                worker_lcores: &worker_lcores,
+                workers,
+                socket,
+                stop: &stop,
+                events,
+                twins: &twins,
+                router: &router,
+                neighbors: &neighbors,
+                layout: &layout,
+                pool: &pool,
+            },
+            &mut ports,
+            (&mut punt_rings, &mut kernel_rings),
+        )?;
+
+        let control_counters = Arc::new(WorkerCounters::default());
+        let reload_status = Arc::new(ReloadStatus::new());
+        let config_history = ConfigHistory::start(config_path, &running_file);
+        let kept_configs = ConfigStore::new(&config.state.directory);
+        let (config_request_sender, config_requests) = crossbeam_channel::unbounded();
+        let neighbor_config = NeighborConfig {
+            capacity: config.neighbors.capacity,
+            pending_per_neighbor: config.neighbors.pending_per_neighbor,
+            reachable_ns: config.neighbors.reachable_secs * 1_000_000_000,
+            pending_total: config.neighbors.pending_total,
+            locktime_ns: config.neighbors.locktime_ms * 1_000_000,
+            ..NeighborConfig::default()
+        };
+        let router_published = router.clone();
+        let neighbors_published = neighbors.clone();
+        let control = ControlPlane::new(
+            control_to_worker,
+            from_workers,
+            pool.clone(),
+            router,
+            neighbors,
+            control_counters.clone(),
+            neighbor_config,
+        )
+        .with_twins(twins.with_rings(punt_rings, kernel_rings));
+        let pppoe = PppoeLinks::new(config, &macs, layout.sessions().clone(), pppoe_seed());
+        let pppoe_status = (!pppoe.is_empty()).then(|| pppoe.status());
+        let mut control = control.with_pppoe(pppoe);
+        control.announce();
+        // The twins' addresses ("dhcp") and routes, followed on a thread of its own.
+        // What the kernel says, for the config-load thread, which compiles reloads with it.
+        let kernel_for_loads = Arc::new(Mutex::new(KernelView::default()));
+        // The config in force: the last reload applied (kernel updates are compiled onto it).
+        let running = config.clone();
+        let followed = Followed::from_config(config);
+        let netlink_thread = if followed.any() {
+            let events = events.clone();
+            let send = move |view| events.send(ControlEvent::Kernel(view)).is_ok();
+            let netns = config.kernel_twins.netns.clone();
+            Some(crate::control::netlink::spawn(
+                followed,
+                netns,
+                stop.clone(),
+                send,
+            )?)
+        } else {
+            None
+        };
+        let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
+            &config.traffic_meter,
+        ))));
+        let nat_logger = crate::telemetry::nat_log::spawn(&config.nat.log, nat_logs)?;
+        let interface_names = config.interfaces.iter().map(|i| i.name.clone()).collect();
+        let firewall_logger = crate::telemetry::firewall_log::spawn(
+            &config.firewall.log,
+            firewall_logs,
+            interface_names,
+        )?;
+        let metrics = Metrics::new(Sources {
+            interfaces: config.interfaces.iter().map(|i| i.name.clone()).collect(),
+            ports: port_watch.clone(),
+            pool: Some(pool.clone()),
+            bonds: bond_watch.clone(),
+            qos: qos_stats.clone(),
+            meter: MeterSource {
+                workers: meters,
+                export: meter_export.clone(),
+            },
+            workers: worker_counters.clone(),
+            heartbeats,
+            control: control_counters.clone(),
+            reload: reload_status.clone(),
+            snapshot: snapshot_status.clone(),
+            nat_log: nat_logger.as_ref().map(|logger| logger.stats.clone()),
+            firewall_log: firewall_logger.as_ref().map(|logger| logger.stats.clone()),
+            pppoe: pppoe_status,
+            router: Some(router_published.clone()),
+        });
+        let metrics_stop = Arc::new(AtomicBool::new(false));
+        let metrics_thread = match metrics::serve(
+            config.metrics.listen,
+            metrics,
+            web_config,
+            metrics_stop.clone(),
+        ) {
+            Ok(thread) => Some(thread),
+            Err(err) => {
+                stop.store(true, Ordering::Relaxed);
+                tracing::error!("{err:#}");
+                None
+            }
+        };
+        let metrics_failed = metrics_thread.is_none();
+        let ctl_server = crate::ctl::server::serve(
+            &config.ctl,
+            crate::ctl::server::Sources {
+                queries: ctl_queries,
+                traces: trace_requests,
+                workers: worker_counters.clone(),
+                control: control_counters.clone(),
+                interface_names: config.interfaces.iter().map(|i| i.name.clone()).collect(),
+                interface_links: layout.links().to_vec(),
+                ports: port_watch.clone(),
+                router: router_published.clone(),
+                neighbors: neighbors_published,
+                config: config_history.clone(),
+                kept_configs: kept_configs.clone(),
+                config_requests: config_request_sender,
+                pdump_file_prefix: config.eal.pdump.then(|| config.eal.file_prefix.clone()),
+            },
+        )
+        .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))
+        .ok()
+        .flatten();
+        if !metrics_failed {
+            tracing::info!(
+                workers,
+                "gateway running; SIGINT or SIGTERM stops it, SIGHUP reloads"
+            );
+        }
+        let loader = {
+            let loads = events.clone();
+            reload::Loader::start(
+                reload::LoaderSetup {
+                    path: config_path.to_path_buf(),
+                    running: config.clone(),
+                    running_file,
+                    macs: macs.clone(),
+                    kernel: kernel_for_loads.clone(),
+                    store: kept_configs,
+                },
+                move |loaded| {
+                    let _ = loads.send(ControlEvent::Loaded(Box::new(loaded)));
+                },
+            )
+            .context("starting the config-load thread")?
+        };
+        Ok(Gateway {
+            config_path,
+            config,
+            stop,
+            loader,
+            metrics_thread,
+            metrics_stop,
+            ctl_server,
+            nat_logger,
+            firewall_logger,
+            metrics_failed,
+            meter_export,
+            netlink_thread,
+            running,
+            kernel_for_loads,
+            netlink_view: KernelView::default(),
+            pppoe_view: PppoeView::default(),
+            control,
+            router_published,
+            reload_status,
+            config_history,
+            rule_hits,
+            config_requests,
+            awaiting_confirmation: None,
+            control_counters,
+            running_workers,
+            saved_flows,
+            stopped_flows,
+            qos_stats,
+            worker_counters,
+            bond_watch,
+            port_watch,
+            steering,
+            macs,
+            ports,
+            pool,
+            worker_lcores,
+            workers,
+        })
+    }
+}
+
+/// A seed for the PPPoE clients' magic numbers and Host-Uniq: different on every start, so
+/// that a restarted gateway's LCP is not taken for a looped-back one.
+pub(crate) fn pppoe_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64);
+    nanos ^ u64::from(std::process::id()).rotate_left(32)
+}
