@@ -151,15 +151,15 @@ fn police_link(from_outside: bool, to_outside: bool) -> Option<usize> {
 #[inline]
 fn lan_host(
     link: usize,
-    hosts: Features,
+    packet: &impl FeaturePacket,
     src_mac: EthernetAddress,
     pkt: &PacketBuf,
 ) -> (Ipv4Addr, EthernetAddress) {
     let (host, mac) = if link == 0 {
-        (hosts.sender, src_mac)
+        (packet.sender(), src_mac)
     } else {
         (
-            hosts.receiver,
+            packet.receiver(),
             EthernetFrame::new_unchecked(pkt.bytes()).dst_addr(),
         )
     };
@@ -230,37 +230,71 @@ fn packet_info(ip: &Ipv4Packet<&[u8]>, host: Ipv4Addr, mac: EthernetAddress) -> 
 /// its shaper flow. The IPv4 and IPv6 entry points below wrap the packet in one and share
 /// the rest of the stage.
 trait FeaturePacket {
+    /// The LAN host that sent it, as its IPv4 address, where known.
+    fn sender(&self) -> Option<Ipv4Addr>;
+    /// The LAN host it goes to, where known.
+    fn receiver(&self) -> Option<Ipv4Addr>;
     /// Its classification fields, `host` and `mac` being the LAN host's.
     fn info(&self, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo;
     /// Its shaper flow hash, and whether it is ECN-capable.
     fn shaper_flow(&self) -> (u64, bool);
 }
 
-struct Ipv4Features<'a>(Ipv4Packet<&'a [u8]>);
+/// An IPv4 packet and its sender's address from before translation: its hosts are its
+/// addresses, always known (which the compiler sees, so the IPv4 stage tests no `Option`).
+struct Ipv4Features<'a> {
+    ip: Ipv4Packet<&'a [u8]>,
+    src: Ipv4Addr,
+}
 
 impl FeaturePacket for Ipv4Features<'_> {
+    #[inline(always)]
+    fn sender(&self) -> Option<Ipv4Addr> {
+        Some(self.src)
+    }
+
+    #[inline(always)]
+    fn receiver(&self) -> Option<Ipv4Addr> {
+        Some(self.ip.dst_addr())
+    }
+
     #[inline]
     fn info(&self, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
-        packet_info(&self.0, host, mac)
+        packet_info(&self.ip, host, mac)
     }
 
     #[inline]
     fn shaper_flow(&self) -> (u64, bool) {
-        (shaper_flow_hash(&self.0), self.0.ecn() != 0)
+        (shaper_flow_hash(&self.ip), self.ip.ecn() != 0)
     }
 }
 
-struct Ipv6Features<'a>(Ipv6Packet<&'a [u8]>, Upper6);
+/// An IPv6 packet, its upper layer, and the LAN hosts its MACs name ([`Features`]).
+struct Ipv6Features<'a> {
+    ip: Ipv6Packet<&'a [u8]>,
+    upper: Upper6,
+    hosts: Features,
+}
 
 impl FeaturePacket for Ipv6Features<'_> {
+    #[inline(always)]
+    fn sender(&self) -> Option<Ipv4Addr> {
+        self.hosts.sender
+    }
+
+    #[inline(always)]
+    fn receiver(&self) -> Option<Ipv4Addr> {
+        self.hosts.receiver
+    }
+
     #[inline]
     fn info(&self, host: Ipv4Addr, mac: EthernetAddress) -> PacketInfo {
-        packet_info6(&self.0, self.1, host, mac)
+        packet_info6(&self.ip, self.upper, host, mac)
     }
 
     #[inline]
     fn shaper_flow(&self) -> (u64, bool) {
-        (shaper_flow_hash6(&self.0, self.1), self.0.ecn() != 0)
+        (shaper_flow_hash6(&self.ip, self.upper), self.ip.ecn() != 0)
     }
 }
 
@@ -318,16 +352,10 @@ impl Pipeline {
             receiver: inside(egress, dst),
             receiver_known: true,
         };
-        let hosts = Features {
-            plan: FeaturePlan::NONE,
-            sender: Some(src),
-            receiver: Some(dst),
-        };
-        let packet = Ipv4Features(ip);
-        let plan = self.feature_plan((ingress, egress), hosts, where_, src_mac, &packet, pkt);
-        let hosts = Features { plan, ..hosts };
+        let packet = Ipv4Features { ip, src };
+        let plan = self.feature_plan((ingress, egress), where_, src_mac, &packet, pkt);
         (
-            self.apply(hosts, src_mac, &packet, pkt, verdict, frame_len, now_ns),
+            self.apply(plan, src_mac, &packet, pkt, verdict, frame_len, now_ns),
             plan,
         )
     }
@@ -349,20 +377,8 @@ impl Pipeline {
             return verdict;
         }
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let hosts = Features {
-            plan,
-            sender: Some(src),
-            receiver: Some(ip.dst_addr()),
-        };
-        self.apply(
-            hosts,
-            src_mac,
-            &Ipv4Features(ip),
-            pkt,
-            verdict,
-            frame_len,
-            now_ns,
-        )
+        let packet = Ipv4Features { ip, src };
+        self.apply(plan, src_mac, &packet, pkt, verdict, frame_len, now_ns)
     }
 
     /// The LAN host on `port` that has `mac`, as its IPv4 address: see [`Features`].
@@ -416,8 +432,8 @@ impl Pipeline {
             receiver: sent.then(|| self.lan_host6(egress, dst_mac)).flatten(),
         };
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let packet = Ipv6Features(ip, upper);
-        let plan = self.feature_plan((ingress, egress), hosts, where_, src_mac, &packet, pkt);
+        let packet = Ipv6Features { ip, upper, hosts };
+        let plan = self.feature_plan((ingress, egress), where_, src_mac, &packet, pkt);
         let features = Features { plan, ..hosts };
         let frame_len = pkt.len();
         (
@@ -444,8 +460,20 @@ impl Pipeline {
             return verdict;
         }
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let packet = Ipv6Features(ip, upper);
-        self.apply(features, src_mac, &packet, pkt, verdict, frame_len, now_ns)
+        let packet = Ipv6Features {
+            ip,
+            upper,
+            hosts: features,
+        };
+        self.apply(
+            features.plan,
+            src_mac,
+            &packet,
+            pkt,
+            verdict,
+            frame_len,
+            now_ns,
+        )
     }
 
     /// Works out what the features do with this packet and the rest of its flow direction,
@@ -458,7 +486,6 @@ impl Pipeline {
     fn feature_plan(
         &self,
         (ingress, egress): (u16, u16),
-        hosts: Features,
         inside: HostsInside,
         src_mac: EthernetAddress,
         packet: &impl FeaturePacket,
@@ -481,7 +508,7 @@ impl Pipeline {
                 let policer = &policers[link];
                 if !policer.classifies_per_packet() {
                     bits |= FeaturePlan::CLASS_KNOWN;
-                    let (host, mac) = lan_host(link, hosts, src_mac, pkt);
+                    let (host, mac) = lan_host(link, packet, src_mac, pkt);
                     if policer.classify(&packet.info(host, mac)) == Class::Priority {
                         bits |= FeaturePlan::PRIORITY;
                     }
@@ -499,13 +526,13 @@ impl Pipeline {
         FeaturePlan::from_bits(bits)
     }
 
-    /// Polices and meters a packet of `frame_len` bytes by its plan, against the hosts
-    /// `features` names (`src_mac` being its sender's MAC).
+    /// Polices and meters a packet of `frame_len` bytes by `plan`, against the hosts the
+    /// packet names (`src_mac` being its sender's MAC).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
-        features: Features,
+        plan: FeaturePlan,
         src_mac: EthernetAddress,
         packet: &impl FeaturePacket,
         pkt: &PacketBuf,
@@ -513,15 +540,15 @@ impl Pipeline {
         frame_len: usize,
         now_ns: u64,
     ) -> Verdict {
-        if features.plan == FeaturePlan::NONE {
+        if plan == FeaturePlan::NONE {
             return verdict;
         }
         let subject = (src_mac, packet, pkt);
         // One copy of the work per QoS mode, so the policer's has no test of the mode inside.
         if self.shaping() {
-            self.police_and_meter::<true>(features, subject, verdict, frame_len, now_ns)
+            self.police_and_meter::<true>(plan, subject, verdict, frame_len, now_ns)
         } else {
-            self.police_and_meter::<false>(features, subject, verdict, frame_len, now_ns)
+            self.police_and_meter::<false>(plan, subject, verdict, frame_len, now_ns)
         }
     }
 
@@ -531,21 +558,16 @@ impl Pipeline {
     #[inline(never)]
     fn police_and_meter<const SHAPING: bool>(
         &mut self,
-        features: Features,
+        plan: FeaturePlan,
         (src_mac, packet, pkt): (EthernetAddress, &impl FeaturePacket, &PacketBuf),
         verdict: Verdict,
         frame_len: usize,
         now_ns: u64,
     ) -> Verdict {
-        let Features {
-            plan,
-            sender,
-            receiver,
-        } = features;
         let bytes = frame_len as u64;
         if let (Some(link), Some(policers)) = (plan.police_link(), self.qos.as_mut()) {
             let policer = &mut policers[link];
-            let (host, mac) = lan_host(link, features, src_mac, pkt);
+            let (host, mac) = lan_host(link, packet, src_mac, pkt);
             let class =
                 known_class(plan).unwrap_or_else(|| policer.classify(&packet.info(host, mac)));
             if SHAPING {
@@ -560,13 +582,13 @@ impl Pipeline {
         }
         if let Some(meter) = &self.meter {
             if plan.has(FeaturePlan::METER_UP) {
-                match sender {
+                match packet.sender() {
                     Some(host) => meter.record_up(host, bytes),
                     None => meter.record_unattributed_up(bytes),
                 }
             }
             if plan.has(FeaturePlan::METER_DOWN) {
-                match receiver {
+                match packet.receiver() {
                     Some(host) => meter.record_down(host, bytes),
                     None => meter.record_unattributed_down(bytes),
                 }
