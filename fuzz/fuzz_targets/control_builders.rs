@@ -17,7 +17,7 @@ use gateway_fuzz::{checksum, ip_header_len, write_frame, Bytes, Ip, ETH_LEN, ICM
 use libfuzzer_sys::fuzz_target;
 use pipeline::l3::fragment::{fragment_count, write_fragment};
 use pipeline::l3::neigh::{NeighborConfig, NeighborTable};
-use pipeline::pipeline::control::{
+use pipeline::pipeline::local::arp::{
     echo_reply, handle_arp, write_arp_request, write_gratuitous_arp,
 };
 use pipeline::wire::EthernetAddress;

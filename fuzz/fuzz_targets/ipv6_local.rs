@@ -1,4 +1,4 @@
-//! IPv6 for the gateway itself (`pipeline::pipeline::ipv6_local`): what a worker decides
+//! IPv6 for the gateway itself (`pipeline::pipeline::local::ipv6`): what a worker decides
 //! (`classify`) and what the control thread answers (`answer`, `write_router_advert`), on
 //! frames the input builds (Neighbor and Router Solicitations and Advertisements, echo
 //! requests, with options, extension headers, hop limits and checksums right or wrong) or
@@ -30,7 +30,7 @@ use pipeline::l3::icmpv6_error::{may_answer, write_icmpv6_error, Icmpv6Error};
 use pipeline::pipeline::config::{
     Ipv6Interface, PrefixLease, RouterAdvertConfig, Stateful, StaticRoute6,
 };
-use pipeline::pipeline::ipv6_local::{
+use pipeline::pipeline::local::ipv6::{
     answer, classify, write_mld_report, write_router_advert, Answer,
 };
 use pipeline::state::conntrack::ConntrackConfig;

@@ -13,7 +13,7 @@ use crate::wire::{
 /// A flow's 5-tuple in one direction. For ICMP queries (echo, timestamp, info) both "ports"
 /// hold the query identifier, so the reply's key is the exact reverse of the request's.
 /// For protocols without ports both are 0. Serialized into state snapshots
-/// (`crate::pipeline::snapshot`).
+/// (`crate::pipeline::operator::snapshot`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FlowKey {
     pub src: Ipv4Addr,

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use etherparse::{EtherType, Ethernet2Header};
 use pipeline::l3::neigh::{ArpProbe, Lookup, NeighborConfig, NeighborState, NeighborTable};
-use pipeline::pipeline::control::{self, ArpHandled};
+use pipeline::pipeline::local::arp::{self as control, ArpHandled};
 use pipeline::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress};
 use pipeline::{DropReason, Interface, PacketBuf};
 

@@ -13,7 +13,7 @@ use etherparse::{
     IpFragOffset, IpHeaders, IpNumber, Ipv4Header, PacketBuilder, UdpHeader, VlanId,
 };
 use pipeline::l3::neigh::{NeighborConfig, NeighborTable};
-use pipeline::pipeline::control;
+use pipeline::pipeline::local::arp as control;
 use pipeline::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetAddress};
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, Interface, NeighborView, PacketBuf, Pipeline,

@@ -10,7 +10,9 @@ use std::sync::{Arc, OnceLock};
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use pipeline::pipeline::config::{PortForward, Stateful};
-use pipeline::pipeline::snapshot::{self, RestoreReport, SavedFlow, Skip, Snapshot, SnapshotError};
+use pipeline::pipeline::operator::snapshot::{
+    self, RestoreReport, SavedFlow, Skip, Snapshot, SnapshotError,
+};
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;

@@ -24,9 +24,9 @@ use pipeline::features::meter::HostMeter;
 use pipeline::features::qos::{assign_equal_shares, Class, ClassRule, Link, QosConfig, QosMode};
 use pipeline::flow::Direction;
 use pipeline::pipeline::config::{PortForward, Stateful};
-use pipeline::pipeline::explain::FlowMatch;
 use pipeline::pipeline::features::mark_congestion;
-use pipeline::pipeline::flow_listing::FlowFilter;
+use pipeline::pipeline::operator::explain::FlowMatch;
+use pipeline::pipeline::operator::flow_listing::FlowFilter;
 use pipeline::state::conntrack::{ConntrackConfig, TcpState, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::state::nat::{NatEventKind, NatLog, Ownership};
@@ -3145,7 +3145,10 @@ fn apply_mangle(frame: &mut [u8], mangle: Mangle) {
 fn worker_state(
     gw: &Gateway,
     now_ns: u64,
-) -> (Vec<pipeline::pipeline::snapshot::SavedFlow>, Vec<u64>) {
+) -> (
+    Vec<pipeline::pipeline::operator::snapshot::SavedFlow>,
+    Vec<u64>,
+) {
     let mut flows = Vec::new();
     gw.pipeline.export_flows(now_ns, &mut flows);
     let c = &gw.counters;

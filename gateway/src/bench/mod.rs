@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use pipeline::pipeline::flow_listing::FlowFilter;
+use pipeline::pipeline::operator::flow_listing::FlowFilter;
 use pipeline::state::conntrack::BYTES_PER_FLOW;
 use pipeline::state::flow_data::FlowData;
 use pipeline::{DropReason, WorkerCounters};

@@ -9,7 +9,7 @@ use anyhow::Context;
 use pipeline::pipeline::config::{
     Ipv6Interface, Pinhole6, PortForward, RouterAdvertConfig, Stateful, StaticRoute6,
 };
-use pipeline::pipeline::ipv6_local::MAX_ADVERTISED_PREFIXES;
+use pipeline::pipeline::local::ipv6::MAX_ADVERTISED_PREFIXES;
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::wire::ipv6::{link_local, prefix_of};

@@ -57,7 +57,7 @@ const RTNLGRP_IPV4_ROUTE: u32 = 7;
 const RTNLGRP_IPV6_IFADDR: u32 = 9;
 const RTNLGRP_IPV6_ROUTE: u32 = 11;
 /// Global IPv6 addresses taken per interface (the advertisements' limit).
-const MAX_ADDRESSES6: usize = pipeline::pipeline::ipv6_local::MAX_ADVERTISED_PREFIXES;
+const MAX_ADDRESSES6: usize = pipeline::pipeline::local::ipv6::MAX_ADVERTISED_PREFIXES;
 /// The kernel's main routing table: what `ip route` and daemons use unless told otherwise.
 const RT_TABLE_MAIN: u32 = 254;
 /// Notifications that follow within this of the first are read in the same dump: a DHCP

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use pipeline::l3::neigh::{
     ArpProbe, ArpSource, Learn, Lookup, NeighborConfig, NeighborProbe, NeighborState, NeighborTable,
 };
-use pipeline::pipeline::control::{echo_reply, handle_arp, is_arp, write_arp_probe};
-use pipeline::pipeline::ipv6_local::{
-    self, mld_record, scoped, AdvertSchedule, Answer, Sighting, MAX_ADVERTISED_PREFIXES,
+use pipeline::pipeline::local::arp::{echo_reply, handle_arp, is_arp, write_arp_probe};
+use pipeline::pipeline::local::ipv6::{
+    self as ipv6_local, mld_record, scoped, AdvertSchedule, Answer, Sighting,
+    MAX_ADVERTISED_PREFIXES,
 };
 use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
@@ -408,7 +409,7 @@ impl ControlPlane {
         }
     }
 
-    /// Lets the neighbour table learn from an ARP packet (see `pipeline::pipeline::control::handle_arp`
+    /// Lets the neighbour table learn from an ARP packet (see `pipeline::pipeline::local::arp::handle_arp`
     /// for what it may change), sends what waited for its sender, the reply if there is one
     /// and any probe, and republishes the workers' view when a binding changed.
     fn handle_arp(&mut self, router: &RouterConfig, ingress: u16, mut mbuf: Mbuf) {

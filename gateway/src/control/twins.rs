@@ -3,7 +3,7 @@
 //! network namespace or in `kernel_twins.netns`, so that Linux daemons (dnsmasq for DHCP and
 //! DNS, sshd) serve the interface's link as if they sat on the wire.
 //!
-//! - What goes to the kernel is decided per packet by the pipeline (`pipeline::pipeline::punt`): a
+//! - What goes to the kernel is decided per packet by the pipeline (`pipeline::pipeline::local::punt`): a
 //!   worker sends it over its SPSC punt ring to the control thread, which writes it to the
 //!   twin. The worker never makes the syscall; a full ring is a counted drop, never a wait.
 //! - What the kernel sends on a twin, the control thread reads and puts on its ring to
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use pipeline::pipeline::config::PuntConfig;
 use pipeline::pipeline::kernel_flows::kernel_flow;
-use pipeline::pipeline::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
+use pipeline::pipeline::local::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
 use pipeline::pipeline::stateful::flow_owner;
 use pipeline::ratelimit::TokenBucket;
 use pipeline::state::nat::Ownership;

@@ -13,7 +13,7 @@ pub mod server;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-use pipeline::pipeline::flow_listing::FlowFilter;
+use pipeline::pipeline::operator::flow_listing::FlowFilter;
 use pipeline::state::conntrack::TcpState;
 use serde::{Deserialize, Serialize};
 

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord};
+use pipeline::pipeline::operator::flow_listing::{FlowFilter, FlowRecord};
 use pipeline::state::firewall::ZoneId;
 use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
 use serde_json::{json, Value};
@@ -562,9 +562,9 @@ fn show_neighbors(sources: &Sources) -> Value {
         .collect();
     neighbors6.sort();
     let neighbors6 = neighbors6.into_iter().map(|(scoped, mac)| {
-        let found = pipeline::pipeline::ipv6_local::neighbor_port(&router, scoped);
+        let found = pipeline::pipeline::local::ipv6::neighbor_port(&router, scoped);
         let ip = found.map_or(
-            pipeline::pipeline::ipv6_local::unscoped(scoped),
+            pipeline::pipeline::local::ipv6::unscoped(scoped),
             |(_, ip)| ip,
         );
         let interface = found.map(|(port, _)| interface_name(sources, port));
@@ -683,7 +683,7 @@ fn key_json_with_protocol(key: &pipeline::flow::FlowKey) -> Value {
 }
 
 fn record_json(record: &TraceRecord, sources: &Sources) -> Value {
-    use pipeline::pipeline::explain::FlowMatch;
+    use pipeline::pipeline::operator::explain::FlowMatch;
     use pipeline::Verdict;
     let (router, _) = sources.router.load();
     let flow = match record.explanation.flow {

@@ -7,7 +7,7 @@
 //! ctl thread) and hands it back in the answer.
 
 use crossbeam_channel::Sender;
-use pipeline::pipeline::flow_listing::{FlowFilter, FlowRecord, WalkStep};
+use pipeline::pipeline::operator::flow_listing::{FlowFilter, FlowRecord, WalkStep};
 use pipeline::state::nat::BindingView;
 use pipeline::Pipeline;
 

@@ -5,7 +5,7 @@
 //! owns each under the current worker count and put into that worker's tables, if they still
 //! fit the config. The file is consumed either way (removed, or renamed to `.refused` when it
 //! could not be read), so no snapshot is ever restored twice. What is kept and what is
-//! refused is decided in `pipeline::pipeline::snapshot`; this module does the files, the logs and the
+//! refused is decided in `pipeline::pipeline::operator::snapshot`; this module does the files, the logs and the
 //! counts for metrics.
 
 use std::fs;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use pipeline::pipeline::snapshot::{self, RestoreReport, SavedFlow, Skip, Snapshot};
+use pipeline::pipeline::operator::snapshot::{self, RestoreReport, SavedFlow, Skip, Snapshot};
 use pipeline::{Pipeline, RouterConfig};
 
 use crate::config::StateConfig;

@@ -13,9 +13,9 @@ use crossbeam_channel::{Sender, TrySendError};
 
 use super::mailbox::{Mailbox, MailboxSender};
 use pipeline::flow::FlowKey;
-use pipeline::pipeline::explain::Explanation;
 use pipeline::pipeline::fast_path::frame_key;
-use pipeline::pipeline::flow_listing::FlowFilter;
+use pipeline::pipeline::operator::explain::Explanation;
+use pipeline::pipeline::operator::flow_listing::FlowFilter;
 use pipeline::wire::EthernetFrame;
 use pipeline::{Ingress, PacketBuf, Pipeline, Verdict, MAX_BURST};
 

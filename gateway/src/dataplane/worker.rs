@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arrayvec::ArrayVec;
-use pipeline::pipeline::control::admits_to_control;
+use pipeline::pipeline::local::arp::admits_to_control;
 use pipeline::{
     DropReason, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig, Verdict, WorkerCounters,
     MAX_BURST,
@@ -32,7 +32,7 @@ const EXPIRE_BUDGET: usize = 32;
 const IDLE_UPKEEP_NS: u64 = 100_000;
 /// Packets each worker's ring to the control thread holds. Echo requests and packets
 /// awaiting ARP may fill only half of it, ARP and ND three quarters, PPPoE's control all
-/// (`pipeline::pipeline::control::admits_to_control`).
+/// (`pipeline::pipeline::local::arp::admits_to_control`).
 pub const CONTROL_RING_CAPACITY: u32 = 1024;
 
 // A whole rx burst goes through the pipeline at once.

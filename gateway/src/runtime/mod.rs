@@ -26,7 +26,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::{Receiver, Sender};
 use pipeline::features::meter::HostMeter;
 use pipeline::l3::neigh::NeighborConfig;
-use pipeline::pipeline::snapshot::SavedFlow;
+use pipeline::pipeline::operator::snapshot::SavedFlow;
 use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
 use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;

@@ -16,7 +16,7 @@ use crate::wire::EthernetAddress;
 #[derive(Clone, Debug, Default)]
 pub struct NeighborView {
     v4: AddrMap<Ipv4Addr>,
-    /// Link-local addresses scoped by port (`crate::pipeline::ipv6_local::scoped`).
+    /// Link-local addresses scoped by port (`crate::pipeline::local::ipv6::scoped`).
     v6: AddrMap<Ipv6Addr>,
     /// A MAC's IPv4 neighbour, for MACs that have exactly one.
     v4_by_mac: AddrMap<EthernetAddress, Ipv4Addr>,

@@ -345,7 +345,7 @@ pub struct RouterConfig {
     /// this one test instead of reading two clamps (12-15 instructions a SYN in `make
     /// instructions`).
     clamps_mss: bool,
-    /// The kernel twins and the budget for what goes to them ([`crate::pipeline::punt`]).
+    /// The kernel twins and the budget for what goes to them ([`crate::pipeline::local::punt`]).
     pub punt: PuntConfig,
     /// Bit i: interface i runs a PPPoE client, whose discovery and PPP control frames go to
     /// the control thread.

@@ -5,7 +5,7 @@
 //! Packet Too Big, which path-MTU discovery lives on.
 //!
 //! IPv6 for the gateway itself (Neighbor Discovery, echo, Router Solicitations, MLD) goes
-//! to [`crate::pipeline::ipv6_local`]. QoS and the traffic meter see a LAN host's IPv6
+//! to [`crate::pipeline::local::ipv6`]. QoS and the traffic meter see a LAN host's IPv6
 //! traffic as its IPv4 address's ([`crate::state::flow_data::Features`]).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -13,8 +13,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use crate::l3::icmpv6_error::{self, Icmpv6Error};
 use crate::packet::PacketBuf;
 use crate::pipeline::config::Ipv6Interface;
-use crate::pipeline::ipv6_local::{self, scoped};
-use crate::pipeline::punt::is_autoconfiguration6;
+use crate::pipeline::local::ipv6::{self as ipv6_local, scoped};
+use crate::pipeline::local::punt::is_autoconfiguration6;
 use crate::pipeline::stage::Ingress;
 use crate::pipeline::stateful::answer_blocked_dns;
 use crate::pipeline::stateful6::{Client6, Stage6};

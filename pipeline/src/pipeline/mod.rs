@@ -34,12 +34,8 @@ mod stateful6;
 pub mod syn_proxy;
 // Beside it.
 pub mod config;
-pub mod control;
-pub mod explain;
-pub mod flow_listing;
-pub mod ipv6_local;
-pub mod punt;
-pub mod snapshot;
+pub mod local;
+pub mod operator;
 mod tables;
 
 use std::net::Ipv4Addr;
@@ -129,7 +125,7 @@ pub struct Pipeline {
     pub(crate) icmp_errors: IcmpBudgets,
     /// Echo requests to the gateway this worker may pass to the control thread.
     echo_requests: TokenBucket,
-    /// Packets this worker may punt to the kernel twins ([`crate::pipeline::punt`]).
+    /// Packets this worker may punt to the kernel twins ([`crate::pipeline::local::punt`]).
     punts: TokenBucket,
     pub(crate) counters: Arc<WorkerCounters>,
     /// Conntrack, firewall, NAT and content: the worker's flow state.

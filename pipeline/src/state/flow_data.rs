@@ -10,7 +10,7 @@ use crate::state::nat::rewrite::ChecksumDeltas;
 use crate::state::nat::NatPool;
 
 /// What a worker keeps per flow besides the tuples. Serialized into state snapshots
-/// (`crate::pipeline::snapshot`): a change here is a change of the snapshot format.
+/// (`crate::pipeline::operator::snapshot`): a change here is a change of the snapshot format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowData {
     /// The NAT binding the flow holds, released with it.

@@ -7,7 +7,7 @@ impl GatewayConfig {
     /// one (global unicast, not the gateway's own) in an interface's IPv6 prefix, and a
     /// source prefix without host bits.
     pub(crate) fn validate_pinholes(&self) -> Result<(), ConfigError> {
-        use pipeline::pipeline::ipv6_local::prefix_of;
+        use pipeline::pipeline::local::ipv6::prefix_of;
         for (i, pinhole) in self.firewall.pinholes.iter().enumerate() {
             let field = |name: &str| format!("firewall.pinholes[{i}].{name}");
             let Some(port) = self

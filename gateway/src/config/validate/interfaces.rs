@@ -7,7 +7,7 @@ impl GatewayConfig {
     /// route per prefix, a unicast next hop on an interface with IPv6 (named by `interface`
     /// for a link-local one, else the one whose prefix holds it).
     pub fn ipv6_route_port(&self, i: usize) -> Result<u16, ConfigError> {
-        use pipeline::pipeline::ipv6_local::prefix_of;
+        use pipeline::pipeline::local::ipv6::prefix_of;
         let route = &self.ipv6_routes[i];
         let field = |name: &str| format!("ipv6_routes[{i}].{name}");
         let dest = route.destination;
@@ -85,7 +85,7 @@ pub(crate) fn validate_ipv6(
     ipv6: &Ipv6InterfaceConfig,
     earlier: &[InterfaceConfig],
 ) -> Result<(), ConfigError> {
-    use pipeline::pipeline::ipv6_local::{
+    use pipeline::pipeline::local::ipv6::{
         prefix_of, MAX_ADVERTISED_DNS_SERVERS, MAX_ADVERTISED_PREFIXES,
     };
     let field = |name: &str| format!("interfaces[{i}].ipv6.{name}");

@@ -15,7 +15,7 @@ const MAX_REACHABLE_SECS: u64 = 86_400;
 
 /// Rejected rather than masked: a prefix with host bits is almost always a typo.
 pub(crate) fn no_host_bits6(field: String, prefix: &Ipv6Cidr) -> Result<(), ConfigError> {
-    let network = pipeline::pipeline::ipv6_local::prefix_of(prefix.addr, prefix.len);
+    let network = pipeline::pipeline::local::ipv6::prefix_of(prefix.addr, prefix.len);
     if network == prefix.addr {
         return Ok(());
     }

@@ -4,7 +4,7 @@
 use super::*;
 
 impl ControlPlane {
-    /// Answers IPv6 for the gateway (see `pipeline::pipeline::ipv6_local::answer`): the
+    /// Answers IPv6 for the gateway (see `pipeline::pipeline::local::ipv6::answer`): the
     /// reply in place, or a Router Advertisement for a solicitation, within its rate.
     pub(crate) fn handle_ipv6(&mut self, router: &RouterConfig, ingress: u16, mut mbuf: Mbuf) {
         let iface = &router.interfaces[usize::from(ingress)];

@@ -269,7 +269,7 @@ impl Metrics {
         if let Some(firewall_log) = &self.sources.firewall_log {
             export_log_stats(&self.firewall_log_events, firewall_log);
         }
-        for (reason, skipped) in pipeline::pipeline::snapshot::Skip::ALL
+        for (reason, skipped) in pipeline::pipeline::operator::snapshot::Skip::ALL
             .iter()
             .zip(&snapshot.skipped)
         {

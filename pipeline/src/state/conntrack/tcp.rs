@@ -135,7 +135,7 @@ const MIN_ACK_LAG: u32 = 66_000;
 const SIGNIFICANT_FLAGS: u8 = flags::SYN | flags::ACK | flags::FIN | flags::RST;
 
 /// What one direction has sent, as far as the checks need. Serialized as is into state
-/// snapshots (`crate::pipeline::snapshot`): a change here is a change of the snapshot format.
+/// snapshots (`crate::pipeline::operator::snapshot`): a change here is a change of the snapshot format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Side {
     /// Tells a retransmitted SYN from a new one, and when the SYN is acknowledged.

@@ -1,5 +1,5 @@
 //! A table's flows taken out and put back: what a restart carries over in the state snapshot
-//! (`crate::pipeline::snapshot`). A flow leaves as an [`ExportedFlow`], with the time it has left
+//! (`crate::pipeline::operator::snapshot`). A flow leaves as an [`ExportedFlow`], with the time it has left
 //! rather than its deadline, since a deadline on one process's monotonic clock means nothing
 //! to the next; [`FlowTable::import`] puts it in a table the way `insert` would have left
 //! it: both tuples indexed, its host charged, on the half-open list if half-open, within
