@@ -46,11 +46,7 @@ impl Pipeline {
         reason: DropReason,
         now_ns: u64,
     ) -> Verdict {
-        if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < RESET_LEN {
-            return Verdict::Drop(reason);
-        }
-        if !self.icmp_errors.try_take(IcmpBudget::Reject, now_ns) {
-            self.counters.icmp_errors_rate_limited.inc();
+        if !self.may_reset(pkt, segment, RESET_LEN, now_ns) {
             return Verdict::Drop(reason);
         }
         write_reset(
@@ -70,6 +66,26 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// Whether a reset of `len` bytes may answer `segment`: never a reset to a reset, the
+    /// packet has the room, and the reject budget a token (its lack counted), for either
+    /// family.
+    fn may_reset(
+        &mut self,
+        pkt: &PacketBuf,
+        segment: &TcpSegment,
+        len: usize,
+        now_ns: u64,
+    ) -> bool {
+        if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < len {
+            return false;
+        }
+        if !self.icmp_errors.try_take(IcmpBudget::Reject, now_ns) {
+            self.counters.icmp_errors_rate_limited.inc();
+            return false;
+        }
+        true
+    }
+
     /// [`Pipeline::reset_client`] for an IPv6 flow whose content is blocked: the reset goes
     /// from the server's address back to the client by the IPv6 routes.
     #[cold]
@@ -81,14 +97,10 @@ impl Pipeline {
         now_ns: u64,
     ) -> Verdict {
         let reason = DropReason::ContentBlocked;
-        if segment.flags & tcp::flags::RST != 0 || pkt.capacity() < RESET6_LEN {
-            return Verdict::Drop(reason);
-        }
         let Some(route) = self.router.routes6.lookup(key.src) else {
             return Verdict::Drop(reason);
         };
-        if !self.icmp_errors.try_take(IcmpBudget::Reject, now_ns) {
-            self.counters.icmp_errors_rate_limited.inc();
+        if !self.may_reset(pkt, segment, RESET6_LEN, now_ns) {
             return Verdict::Drop(reason);
         }
         write_reset(
