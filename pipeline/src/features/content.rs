@@ -41,7 +41,6 @@
 
 #![forbid(unsafe_code)]
 
-use core::fmt;
 use core::mem::size_of;
 use std::net::Ipv4Addr;
 
@@ -103,51 +102,26 @@ impl Inspection {
 }
 
 /// Why a [`ContentPolicy`] could not be built.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ContentError {
     /// The global domain and keyword list.
-    Global(BuildError),
+    #[error("global block list: {0}")]
+    Global(#[source] BuildError),
+    #[error("category {name:?}: {error}")]
     Category {
         name: String,
+        #[source]
         error: BuildError,
     },
     /// Two categories share a name, so configuration naming it would be ambiguous.
+    #[error("category {0:?} is defined twice")]
     DuplicateCategory(String),
     /// Policy `policy` (by position) blocks a category index that does not exist.
-    UnknownCategory {
-        policy: usize,
-        category: usize,
-    },
+    #[error("policy {policy} blocks unknown category {category}")]
+    UnknownCategory { policy: usize, category: usize },
     /// Not within a day of UTC: most likely hours or seconds given where minutes are meant.
+    #[error("UTC offset of {0} minutes is more than a day (the offset is in minutes)")]
     UtcOffset(i32),
-}
-
-impl fmt::Display for ContentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ContentError::Global(e) => write!(f, "global block list: {e}"),
-            ContentError::Category { name, error } => write!(f, "category {name:?}: {error}"),
-            ContentError::DuplicateCategory(name) => {
-                write!(f, "category {name:?} is defined twice")
-            }
-            ContentError::UnknownCategory { policy, category } => {
-                write!(f, "policy {policy} blocks unknown category {category}")
-            }
-            ContentError::UtcOffset(minutes) => write!(
-                f,
-                "UTC offset of {minutes} minutes is more than a day (the offset is in minutes)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ContentError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ContentError::Global(e) | ContentError::Category { error: e, .. } => Some(e),
-            _ => None,
-        }
-    }
 }
 
 /// Real zones lie within -12:00 and +14:00; a day either way leaves room for any of them

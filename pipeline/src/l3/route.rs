@@ -63,44 +63,22 @@ impl fmt::Display for Route {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
-    BadPrefixLength {
-        route: Route,
-    },
+    #[error("prefix length above 32 in route {route}")]
+    BadPrefixLength { route: Route },
     /// Rejected rather than masked: a prefix with host bits is almost always a typo for a
     /// different prefix length, and silently routing the wrong range is worse than refusing.
-    HostBitsSet {
-        route: Route,
-    },
+    #[error("host bits set in route {route}")]
+    HostBitsSet { route: Route },
+    #[error("more than {MAX_NEXT_HOPS} distinct next hops")]
     TooManyNextHops,
+    #[error("more than {MAX_TBL8_GROUPS} /24 blocks contain prefixes longer than /24")]
     TooManyTbl8Groups,
     /// Two routes for the same prefix would make the result depend on input order.
-    DuplicateRoute {
-        route: Route,
-    },
+    #[error("duplicate prefix in route {route}")]
+    DuplicateRoute { route: Route },
 }
-
-impl fmt::Display for RouteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BadPrefixLength { route } => {
-                write!(f, "prefix length above 32 in route {route}")
-            }
-            Self::HostBitsSet { route } => write!(f, "host bits set in route {route}"),
-            Self::TooManyNextHops => {
-                write!(f, "more than {MAX_NEXT_HOPS} distinct next hops")
-            }
-            Self::TooManyTbl8Groups => write!(
-                f,
-                "more than {MAX_TBL8_GROUPS} /24 blocks contain prefixes longer than /24"
-            ),
-            Self::DuplicateRoute { route } => write!(f, "duplicate prefix in route {route}"),
-        }
-    }
-}
-
-impl std::error::Error for RouteError {}
 
 pub struct RouteTable {
     /// A fixed-size array rather than a slice so that indexing with `dst >> 8` is provably in

@@ -84,47 +84,26 @@ impl fmt::Display for Route6 {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError6 {
-    BadPrefixLength {
-        route: Route6,
-    },
+    #[error("prefix length above 128 in route {route}")]
+    BadPrefixLength { route: Route6 },
     /// Rejected rather than masked, as for IPv4: a prefix with host bits is almost always a
     /// typo for a different prefix length, and silently routing the wrong range is worse than
     /// refusing.
-    HostBitsSet {
-        route: Route6,
-    },
+    #[error("host bits set in route {route}")]
+    HostBitsSet { route: Route6 },
+    #[error("more than {MAX_NEXT_HOPS} distinct next hops")]
     TooManyNextHops,
+    #[error(
+        "the prefixes longer than /16 need more than {MAX_GROUPS} 256-entry groups ({} MiB)",
+        (MAX_GROUPS * std::mem::size_of::<Group>()) >> 20
+    )]
     TooManyGroups,
     /// Two routes for the same prefix would make the result depend on input order.
-    DuplicateRoute {
-        route: Route6,
-    },
+    #[error("duplicate prefix in route {route}")]
+    DuplicateRoute { route: Route6 },
 }
-
-impl fmt::Display for RouteError6 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BadPrefixLength { route } => {
-                write!(f, "prefix length above 128 in route {route}")
-            }
-            Self::HostBitsSet { route } => write!(f, "host bits set in route {route}"),
-            Self::TooManyNextHops => {
-                write!(f, "more than {MAX_NEXT_HOPS} distinct next hops")
-            }
-            Self::TooManyGroups => write!(
-                f,
-                "the prefixes longer than /16 need more than {MAX_GROUPS} 256-entry groups \
-                 ({} MiB)",
-                (MAX_GROUPS * std::mem::size_of::<Group>()) >> 20
-            ),
-            Self::DuplicateRoute { route } => write!(f, "duplicate prefix in route {route}"),
-        }
-    }
-}
-
-impl std::error::Error for RouteError6 {}
 
 pub struct RouteTable6 {
     /// A fixed-size array rather than a slice so that indexing with the top 16 bits is provably

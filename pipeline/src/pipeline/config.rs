@@ -1,7 +1,6 @@
 //! The router's immutable configuration: interfaces and the route table. Workers share one
 //! snapshot through an `Arc`; a reload builds a new one.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use std::ops::RangeInclusive;
@@ -161,41 +160,28 @@ pub struct StaticRoute {
     pub via: Ipv4Addr,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum RouterError {
     /// The gateway of a static route is not in any interface's subnet.
+    #[error(
+        "route {}/{}: gateway {} is not in a connected subnet",
+        .0.destination,
+        .0.len,
+        .0.via
+    )]
     UnreachableGateway(StaticRoute),
+    #[error("{0}")]
     Route(RouteError),
+    #[error("IPv6 routes: {0}")]
     Route6(RouteError6),
+    #[error("more than 64 interfaces")]
     TooManyInterfaces,
+    #[error("interface prefix length {0} > 32")]
     BadPrefixLength(u8),
     /// Zones, masquerade flags or port forwards that do not fit the interfaces.
+    #[error("zones, masquerade or port forwards do not match the interfaces")]
     StatefulMismatch,
 }
-
-impl fmt::Display for RouterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RouterError::UnreachableGateway(r) => write!(
-                f,
-                "route {}/{}: gateway {} is not in a connected subnet",
-                r.destination, r.len, r.via
-            ),
-            RouterError::Route(err) => write!(f, "{err}"),
-            RouterError::Route6(err) => write!(f, "IPv6 routes: {err}"),
-            RouterError::TooManyInterfaces => write!(f, "more than 64 interfaces"),
-            RouterError::BadPrefixLength(len) => write!(f, "interface prefix length {len} > 32"),
-            RouterError::StatefulMismatch => {
-                write!(
-                    f,
-                    "zones, masquerade or port forwards do not match the interfaces"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for RouterError {}
 
 /// ICMP limits, per worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

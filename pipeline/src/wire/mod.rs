@@ -34,40 +34,30 @@ pub use self::tcp::Packet as TcpPacket;
 pub use self::udp::Packet as UdpPacket;
 
 /// Why a buffer was not accepted as a packet. Each variant is a distinct drop counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum WireError {
     /// The buffer ends before the header (or the length a header claims) does.
+    #[error("truncated packet")]
     Truncated,
     /// IPv4 version field is not 4.
+    #[error("bad IP version")]
     BadVersion,
     /// IPv4 IHL is below the minimum of 5 words.
+    #[error("bad IPv4 header length")]
     BadHeaderLength,
     /// IPv4 total length cannot even hold the header.
+    #[error("bad IPv4 total length")]
     BadTotalLength,
     /// TCP data offset is below 5 words or points past the segment.
+    #[error("bad TCP data offset")]
     BadDataOffset,
     /// UDP length is below 8 or past the datagram.
+    #[error("bad UDP length")]
     BadUdpLength,
     /// Well-formed, but not something we handle (e.g. non-Ethernet/IPv4 ARP).
+    #[error("unsupported packet")]
     Unsupported,
 }
-
-impl fmt::Display for WireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let msg = match self {
-            WireError::Truncated => "truncated packet",
-            WireError::BadVersion => "bad IP version",
-            WireError::BadHeaderLength => "bad IPv4 header length",
-            WireError::BadTotalLength => "bad IPv4 total length",
-            WireError::BadDataOffset => "bad TCP data offset",
-            WireError::BadUdpLength => "bad UDP length",
-            WireError::Unsupported => "unsupported packet",
-        };
-        f.write_str(msg)
-    }
-}
-
-impl std::error::Error for WireError {}
 
 pub type Result<T> = core::result::Result<T, WireError>;
 
@@ -107,16 +97,9 @@ impl fmt::Display for EthernetAddress {
 }
 
 /// Returned when a string is not of the form `aa:bb:cc:dd:ee:ff`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid MAC address, expected aa:bb:cc:dd:ee:ff")]
 pub struct ParseEthernetAddressError;
-
-impl fmt::Display for ParseEthernetAddressError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("invalid MAC address, expected aa:bb:cc:dd:ee:ff")
-    }
-}
-
-impl std::error::Error for ParseEthernetAddressError {}
 
 impl FromStr for EthernetAddress {
     type Err = ParseEthernetAddressError;

@@ -4,7 +4,6 @@
 //! Building allocates; matching does not, so [`DomainMatcher`] can sit on the per-packet path
 //! behind the parsers of this module.
 
-use core::fmt;
 use std::net::IpAddr;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, MatchKind};
@@ -21,27 +20,18 @@ pub const MAX_KEYWORD_LEN: usize = 255;
 const DECODE_CHUNK: usize = 512;
 
 /// Why a list could not become a matcher.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The entry at this index (in the [`DomainMatcher::new`] numbering) is empty once
     /// normalised: it would match every host.
+    #[error("block list entry {0} is empty")]
     EmptyEntry(usize),
     /// The entry at this index is longer than any host name, or than [`MAX_KEYWORD_LEN`].
+    #[error("block list entry {0} is too long")]
     EntryTooLong(usize),
+    #[error("cannot build block list matcher: {0}")]
     Automaton(aho_corasick::BuildError),
 }
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BuildError::EmptyEntry(i) => write!(f, "block list entry {i} is empty"),
-            BuildError::EntryTooLong(i) => write!(f, "block list entry {i} is too long"),
-            BuildError::Automaton(e) => write!(f, "cannot build block list matcher: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BuildError {}
 
 /// Domains and keywords, matched case-insensitively.
 ///

@@ -32,8 +32,6 @@
 //!
 //! [`NatPool::restore`]: crate::state::nat::NatPool::restore
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 use crate::flow::{has_ports, reply_key};
@@ -69,65 +67,32 @@ pub struct Snapshot {
 }
 
 /// Why [`decode`] refused a snapshot.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     /// Shorter than its header, or than the payload its header announces.
-    Truncated {
-        len: usize,
-        expected: usize,
-    },
+    #[error("truncated: {len} bytes, expected {expected}")]
+    Truncated { len: usize, expected: usize },
     /// Does not start with [`MAGIC`].
+    #[error("not a gateway state snapshot (bad magic)")]
     Foreign,
     /// Written by a build with another [`FORMAT_VERSION`].
-    Version {
-        found: u32,
-    },
+    #[error("format version {found}, this build reads version {FORMAT_VERSION}")]
+    Version { found: u32 },
     /// Longer than its header says.
-    TrailingBytes {
-        extra: usize,
-    },
-    Checksum {
-        stored: u32,
-        computed: u32,
-    },
+    #[error("{extra} bytes beyond the announced payload")]
+    TrailingBytes { extra: usize },
+    #[error("checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): corrupt")]
+    Checksum { stored: u32, computed: u32 },
     /// The checksum holds but the payload does not decode.
+    #[error("payload does not decode: {0}")]
     Undecodable(postcard::Error),
     /// Flow number `index` is one the flow tracker could not have built.
-    MalformedFlow {
-        index: usize,
-    },
+    #[error("flow {index} is not one the flow tracker builds")]
+    MalformedFlow { index: usize },
     /// Encoding failed (not expected for these types).
+    #[error("encoding failed: {0}")]
     Encode(postcard::Error),
 }
-
-impl fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SnapshotError::Truncated { len, expected } => {
-                write!(f, "truncated: {len} bytes, expected {expected}")
-            }
-            SnapshotError::Foreign => f.write_str("not a gateway state snapshot (bad magic)"),
-            SnapshotError::Version { found } => write!(
-                f,
-                "format version {found}, this build reads version {FORMAT_VERSION}"
-            ),
-            SnapshotError::TrailingBytes { extra } => {
-                write!(f, "{extra} bytes beyond the announced payload")
-            }
-            SnapshotError::Checksum { stored, computed } => write!(
-                f,
-                "checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): corrupt"
-            ),
-            SnapshotError::Undecodable(err) => write!(f, "payload does not decode: {err}"),
-            SnapshotError::MalformedFlow { index } => {
-                write!(f, "flow {index} is not one the flow tracker builds")
-            }
-            SnapshotError::Encode(err) => write!(f, "encoding failed: {err}"),
-        }
-    }
-}
-
-impl std::error::Error for SnapshotError {}
 
 /// The snapshot as the bytes of a file (see the module doc).
 pub fn encode(snapshot: &Snapshot) -> Result<Vec<u8>, SnapshotError> {

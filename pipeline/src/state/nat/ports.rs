@@ -203,52 +203,31 @@ impl Ownership {
 
 /// Why a pool configuration cannot work. Checked once at start-up, so that a misconfigured
 /// worker does not silently drop every new flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NatPoolError {
+    #[error("no external address")]
     NoExternalAddress,
+    #[error("more than {MAX_ADDRESSES} external addresses")]
     TooManyAddresses,
-    WorkerOutOfRange {
-        worker: u16,
-        workers: u16,
-    },
+    #[error("worker {worker} out of range for {workers} workers")]
+    WorkerOutOfRange { worker: u16, workers: u16 },
     /// The worker owns no port in the range.
+    #[error("the worker owns no port in the range")]
     NoOwnedPorts,
     /// Zero, or above [`MAX_BINDINGS`].
+    #[error("binding capacity must be 1..={MAX_BINDINGS}")]
     BindingCapacity,
     /// Port blocks of zero ports or of a number that is not a multiple of
     /// [`BLOCK_ALIGN`], or more than [`MAX_BLOCKS_PER_HOST`] per host.
+    #[error(
+        "a port block must be a positive multiple of {BLOCK_ALIGN} ports, at most {MAX_BLOCKS_PER_HOST} per host"
+    )]
     PortBlockSize,
     /// Port blocks with a worker count that is not a power of two: a worker would own two
     /// port classes of unequal spacing, so a block's ports would not step evenly.
+    #[error("port blocks need a power-of-two number of workers")]
     PortBlockWorkers,
 }
-
-impl fmt::Display for NatPoolError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NatPoolError::NoExternalAddress => f.write_str("no external address"),
-            NatPoolError::TooManyAddresses => {
-                write!(f, "more than {MAX_ADDRESSES} external addresses")
-            }
-            NatPoolError::WorkerOutOfRange { worker, workers } => {
-                write!(f, "worker {worker} out of range for {workers} workers")
-            }
-            NatPoolError::NoOwnedPorts => f.write_str("the worker owns no port in the range"),
-            NatPoolError::BindingCapacity => {
-                write!(f, "binding capacity must be 1..={MAX_BINDINGS}")
-            }
-            NatPoolError::PortBlockSize => write!(
-                f,
-                "a port block must be a positive multiple of {BLOCK_ALIGN} ports, at most {MAX_BLOCKS_PER_HOST} per host"
-            ),
-            NatPoolError::PortBlockWorkers => {
-                f.write_str("port blocks need a power-of-two number of workers")
-            }
-        }
-    }
-}
-
-impl std::error::Error for NatPoolError {}
 
 /// Why [`NatPool::allocate_checked`] found no external endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
