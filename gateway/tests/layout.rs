@@ -29,6 +29,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+#[path = "../../pipeline/tests/support/import_graph.rs"]
+mod import_graph;
+
+use import_graph::rust_files;
+
 /// The layer of a top-level module of `gateway/src`, `None` for one this test does not know.
 fn layer_of(module: &str) -> Option<u8> {
     Some(match module {
@@ -127,17 +132,6 @@ fn is_test_file(relative: &Path) -> bool {
     }) || relative.iter().any(|segment| segment == "tests")
 }
 
-fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).expect("src is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-}
-
 /// One import of a file: where, what it names, and which top-level module that is.
 struct Import {
     file: String,
@@ -229,46 +223,11 @@ fn the_folders_import_each_other_without_a_cycle() {
             }
         }
     }
-    // Depth-first search; a module met again while still on the path closes a cycle.
-    fn visit<'a>(
-        module: &'a str,
-        edges: &BTreeMap<&'a str, BTreeMap<&'a str, &'a Import>>,
-        path: &mut Vec<&'a str>,
-        done: &mut BTreeSet<&'a str>,
-    ) -> Option<Vec<&'a str>> {
-        if let Some(at) = path.iter().position(|m| *m == module) {
-            let mut cycle = path[at..].to_vec();
-            cycle.push(module);
-            return Some(cycle);
-        }
-        if !done.insert(module) {
-            return None;
-        }
-        path.push(module);
-        for next in edges.get(module).into_iter().flat_map(|e| e.keys()) {
-            if let Some(cycle) = visit(next, edges, path, done) {
-                return Some(cycle);
-            }
-        }
-        path.pop();
-        None
-    }
-    let mut done = BTreeSet::new();
-    for module in edges.keys() {
-        if let Some(cycle) = visit(module, &edges, &mut Vec::new(), &mut done) {
-            let evidence: Vec<String> = cycle
-                .windows(2)
-                .map(|pair| {
-                    let import = edges[pair[0]][pair[1]];
-                    format!("{} imports `{}`: `{}`", import.file, pair[1], import.line)
-                })
-                .collect();
-            panic!(
-                "import cycle {}:\n{}",
-                cycle.join(" -> "),
-                evidence.join("\n")
-            );
-        }
+    if let Some(cycle) = import_graph::find_cycle(&edges) {
+        let describe = |import: &&Import, to: &str| {
+            format!("{} imports `{to}`: `{}`", import.file, import.line)
+        };
+        panic!("{}", import_graph::cycle_report(&cycle, &edges, describe));
     }
 }
 

@@ -24,9 +24,14 @@
 //!
 //! A new file outside these places fails the test until it is given a layer here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+#[path = "support/import_graph.rs"]
+mod import_graph;
+
+use import_graph::rust_files;
 
 /// The layer of a top-level module of the crate, `None` for one this test does not know.
 fn layer_of_module(name: &str) -> Option<u8> {
@@ -221,17 +226,6 @@ fn strip_comments(source: &str) -> String {
         .join("\n")
 }
 
-fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).expect("src is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-}
-
 /// One import of a file: where, what it names, and which node that is.
 struct Import {
     file: String,
@@ -335,46 +329,11 @@ fn the_modules_import_each_other_without_a_cycle() {
             }
         }
     }
-    // Depth-first search; a node met again while still on the path closes a cycle.
-    fn visit<'a>(
-        node: &'a str,
-        edges: &BTreeMap<&'a str, BTreeMap<&'a str, &'a Import>>,
-        path: &mut Vec<&'a str>,
-        done: &mut BTreeSet<&'a str>,
-    ) -> Option<Vec<&'a str>> {
-        if let Some(at) = path.iter().position(|n| *n == node) {
-            let mut cycle = path[at..].to_vec();
-            cycle.push(node);
-            return Some(cycle);
-        }
-        if !done.insert(node) {
-            return None;
-        }
-        path.push(node);
-        for next in edges.get(node).into_iter().flat_map(|e| e.keys()) {
-            if let Some(cycle) = visit(next, edges, path, done) {
-                return Some(cycle);
-            }
-        }
-        path.pop();
-        None
-    }
-    let mut done = BTreeSet::new();
-    for node in edges.keys() {
-        if let Some(cycle) = visit(node, &edges, &mut Vec::new(), &mut done) {
-            let evidence: Vec<String> = cycle
-                .windows(2)
-                .map(|pair| {
-                    let import = edges[pair[0]][pair[1]];
-                    format!("{} imports `{}`: `{}`", import.file, pair[1], import.line)
-                })
-                .collect();
-            panic!(
-                "import cycle {}:\n{}",
-                cycle.join(" -> "),
-                evidence.join("\n")
-            );
-        }
+    if let Some(cycle) = import_graph::find_cycle(&edges) {
+        let describe = |import: &&Import, to: &str| {
+            format!("{} imports `{to}`: `{}`", import.file, import.line)
+        };
+        panic!("{}", import_graph::cycle_report(&cycle, &edges, describe));
     }
 }
 
