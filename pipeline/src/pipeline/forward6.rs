@@ -16,8 +16,9 @@ use crate::pipeline::config::Ipv6Interface;
 use crate::pipeline::local::ipv6::{self as ipv6_local, scoped};
 use crate::pipeline::local::punt::is_autoconfiguration6;
 use crate::pipeline::stage::Ingress;
+use crate::pipeline::stage::Stage;
 use crate::pipeline::stateful::answer_blocked_dns;
-use crate::pipeline::stateful6::{Client6, Stage6};
+use crate::pipeline::stateful6::Client6;
 use crate::pipeline::Pipeline;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::ipv6::Upper6;
@@ -112,13 +113,12 @@ impl Pipeline {
             self.stateful6
                 .process(&self.router, &ip, &ext, ingress, egress, client, now_ns);
         let established = match stage {
-            Stage6::Forward { established } => established,
-            Stage6::Done(verdict) => return verdict,
-            Stage6::Error(error) => return self.icmpv6_error(pkt, ingress, now_ns, error),
-            Stage6::DnsBlocked => return self.answer_blocked_dns(pkt, ingress),
-            Stage6::Reset { key, segment } => {
-                return self.reset_client6(pkt, &key, &segment, now_ns)
-            }
+            Stage::Forward(_) => None,
+            Stage::Established {
+                flow, direction, ..
+            } => Some((flow, direction)),
+            Stage::Done(verdict) => return verdict,
+            Stage::Request(request) => return self.serve_request6(request, pkt, ingress, now_ns),
         };
         Ipv6Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..])
             .decrement_hop_limit();
@@ -155,7 +155,7 @@ impl Pipeline {
     /// A LAN device's DNS query for a blocked name: answered NXDOMAIN from the address it
     /// asked, or dropped, as the policy says; counted as blocked content either way.
     #[cold]
-    fn answer_blocked_dns(&mut self, pkt: &mut PacketBuf, ingress: Ingress) -> Verdict {
+    pub(crate) fn answer_blocked_dns(&mut self, pkt: &mut PacketBuf, ingress: Ingress) -> Verdict {
         let Some(policy) = self.router.stateful.content.as_deref() else {
             return Verdict::Drop(DropReason::ContentBlocked);
         };
@@ -182,7 +182,7 @@ impl Pipeline {
     /// Rewrites the packet into the ICMPv6 error about it (RFC 4443), from our address on
     /// the link it came in by, and routes that back to its sender. The original counts as
     /// dropped under the error's reason either way.
-    fn icmpv6_error(
+    pub(crate) fn icmpv6_error(
         &mut self,
         pkt: &mut PacketBuf,
         ingress: Ingress,

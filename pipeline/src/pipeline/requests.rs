@@ -6,7 +6,7 @@ use crate::flow::{FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpBudget;
 use crate::packet::PacketBuf;
 use crate::pipeline::stage::Ingress;
-use crate::pipeline::stage::Request;
+use crate::pipeline::stage::{Request, Request6};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::TcpSegment;
 use crate::verdict::{DropReason, Verdict};
@@ -66,6 +66,22 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// Sends the answer the IPv6 stateful stage asked for in place of the packet.
+    #[cold]
+    pub(crate) fn serve_request6(
+        &mut self,
+        request: Request6,
+        pkt: &mut PacketBuf,
+        ingress: Ingress,
+        now_ns: u64,
+    ) -> Verdict {
+        match request {
+            Request6::IcmpError(error) => self.icmpv6_error(pkt, ingress, now_ns, error),
+            Request6::DnsBlocked => self.answer_blocked_dns(pkt, ingress),
+            Request6::Reset { key, segment } => self.reset_client6(pkt, &key, &segment, now_ns),
+        }
+    }
+
     /// Whether a reset of `len` bytes may answer `segment`: never a reset to a reset, the
     /// packet has the room, and the reject budget a token (its lack counted), for either
     /// family.
@@ -88,8 +104,7 @@ impl Pipeline {
 
     /// [`Pipeline::reset_client`] for an IPv6 flow whose content is blocked: the reset goes
     /// from the server's address back to the client by the IPv6 routes.
-    #[cold]
-    pub(crate) fn reset_client6(
+    fn reset_client6(
         &mut self,
         pkt: &mut PacketBuf,
         key: &FlowKey6,

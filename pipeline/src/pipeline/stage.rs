@@ -8,8 +8,9 @@
 use std::net::Ipv4Addr;
 
 use crate::flow::Direction;
-use crate::flow::FlowKey;
+use crate::flow::{FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpError;
+use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::packet::PacketBuf;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment};
 use crate::state::nat::{self, Ownership};
@@ -47,8 +48,10 @@ impl Ingress {
     }
 }
 
-/// What the stateful stage decided.
-pub(crate) enum Stage {
+/// What a stateful stage decided, either family's: `R` is what it may ask the pipeline for
+/// ([`Request`] for IPv4, [`Request6`] for IPv6). IPv6 translates nothing: its `Forward` and
+/// `Established` carry no translation.
+pub(crate) enum Stage<R = Request> {
     /// Headers are final (translated if need be); route and send. A translated packet says
     /// how, so that an ICMP error about it can be about what its sender sent.
     Forward(Option<Translation>),
@@ -62,7 +65,7 @@ pub(crate) enum Stage {
     Done(Verdict),
     /// What the stage needs the pipeline to do with the packet, which owns the budgets and
     /// the routing an answer takes.
-    Request(Request),
+    Request(R),
 }
 
 /// An answer the stateful stage asks the pipeline to send in place of the packet.
@@ -81,6 +84,21 @@ pub(crate) enum Request {
     SynCookie(CookieAnswer),
     /// A server's SYN-ACK to a proxied client, answered by the proxy for the client.
     Splice(Splice),
+}
+
+/// What the IPv6 stateful stage decides.
+pub(crate) type Stage6 = Stage<Request6>;
+
+/// An answer the IPv6 stateful stage asks the pipeline to send in place of the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Request6 {
+    /// The packet, as received, answered with this ICMPv6 error.
+    IcmpError(Icmpv6Error),
+    /// A DNS query for a blocked name: answered (NXDOMAIN) or dropped, as the policy says.
+    DnsBlocked,
+    /// A TCP flow whose content is blocked, reset toward the client, whose segment this is
+    /// (`key` being the segment's).
+    Reset { key: FlowKey6, segment: TcpSegment },
 }
 
 /// A packet's tuple as received and as the stateful stage rewrote it.

@@ -23,7 +23,7 @@ use crate::features::content::{self, ContentInspector, ContentPolicy, Device};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::stage::Ingress;
+use crate::pipeline::stage::{Ingress, Request6, Stage6};
 use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, Track};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::flow_data::{ContentState, FeatureHosts6, FlowData6};
@@ -50,27 +50,6 @@ impl Client6 {
         let (address, mac) = self.device;
         policy.device_allowed(address, mac, self.unix_seconds)
     }
-}
-
-/// What the IPv6 stateful stage decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stage6 {
-    /// Route and send: the packet's headers are unchanged. `established`: the tracked flow
-    /// and direction it belongs to, when it was found in the table (a shortcut may be made).
-    Forward {
-        established: Option<(FlowId, Direction)>,
-    },
-    Done(Verdict),
-    /// Answer the packet, as received, with this ICMPv6 error.
-    Error(Icmpv6Error),
-    /// A DNS query for a blocked name: answer it (NXDOMAIN) or drop it, as the policy says.
-    DnsBlocked,
-    /// A TCP flow whose content is blocked: reset it toward the client, whose segment this
-    /// is (`key` being the segment's).
-    Reset {
-        key: FlowKey6,
-        segment: TcpSegment,
-    },
 }
 
 /// One worker's IPv6 flows.
@@ -184,8 +163,10 @@ impl StatefulStage6 {
                 } else if self.flows.data(id).content == ContentState::Blocked {
                     return Stage6::Done(Verdict::Drop(DropReason::ContentBlocked));
                 }
-                Stage6::Forward {
-                    established: Some((id, direction)),
+                Stage6::Established {
+                    translation: None,
+                    flow: id,
+                    direction,
                 }
             }
             Probe::Vacant(_) if !l4_checksum_ok(ip, ext) => {
@@ -245,7 +226,7 @@ impl StatefulStage6 {
             segment.seq,
             tcp.payload(),
         );
-        blocked.then_some(Stage6::Reset { key: *key, segment })
+        blocked.then_some(Stage6::Request(Request6::Reset { key: *key, segment }))
     }
 
     /// A new flow from zone `from` to zone `to`, by their pair's policy, or a pinhole where
@@ -277,7 +258,9 @@ impl StatefulStage6 {
         match action {
             Action::Accept => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
-            Action::Reject => return Stage6::Error(Icmpv6Error::AdminProhibited),
+            Action::Reject => {
+                return Stage6::Request(Request6::IcmpError(Icmpv6Error::AdminProhibited))
+            }
         }
         let mut content = ContentState::Allowed;
         if let (Some(policy), Some(client)) = (stateful.content.as_deref(), client) {
@@ -306,7 +289,7 @@ impl StatefulStage6 {
             Ok(id) => {
                 // A recycled slot must not inherit an earlier flow's half-read stream.
                 self.inspector.forget(id.as_u32());
-                Stage6::Forward { established: None }
+                Stage6::Forward(None)
             }
             Err(error) => Stage6::Done(Verdict::Drop(error.drop_reason())),
         }
@@ -375,7 +358,7 @@ impl StatefulStage6 {
         let owner = |ownership: Ownership| ownership.pair_owner6(ip.src_addr(), ip.dst_addr());
         match ingress.foreign_owner(self.worker, self.ownership, owner) {
             Some(worker) => Stage6::Done(Verdict::Handoff { worker }),
-            None => Stage6::Forward { established: None },
+            None => Stage6::Forward(None),
         }
     }
 
@@ -393,7 +376,7 @@ impl StatefulStage6 {
             return Stage6::Done(Verdict::Handoff { worker });
         }
         match self.flows.lookup(&quoted) {
-            Some(_) => Stage6::Forward { established: None },
+            Some(_) => Stage6::Forward(None),
             None => Stage6::Done(Verdict::Drop(DropReason::UnrelatedIcmpError)),
         }
     }
@@ -436,7 +419,7 @@ fn later_dns(
     }
     let datagram = UdpPacket::new_checked(upper).ok()?;
     content::dns_query_blocked(policy, client.device, datagram.payload())?;
-    Some(Stage6::DnsBlocked)
+    Some(Stage6::Request(Request6::DnsBlocked))
 }
 
 /// The zone of interface `port`.
