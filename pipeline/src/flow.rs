@@ -35,6 +35,34 @@ pub struct FlowKey6 {
     pub protocol: u8,
 }
 
+/// A flow tuple of either family, by its two ends (address and port): what is written the
+/// same for both, such as the gateway's own TCP segments, takes one.
+pub trait FlowEnds {
+    type Addr: Copy;
+    fn source(&self) -> (Self::Addr, u16);
+    fn destination(&self) -> (Self::Addr, u16);
+}
+
+impl FlowEnds for FlowKey {
+    type Addr = Ipv4Addr;
+    fn source(&self) -> (Ipv4Addr, u16) {
+        (self.src, self.src_port)
+    }
+    fn destination(&self) -> (Ipv4Addr, u16) {
+        (self.dst, self.dst_port)
+    }
+}
+
+impl FlowEnds for FlowKey6 {
+    type Addr = Ipv6Addr;
+    fn source(&self) -> (Ipv6Addr, u16) {
+        (self.src, self.src_port)
+    }
+    fn destination(&self) -> (Ipv6Addr, u16) {
+        (self.dst, self.dst_port)
+    }
+}
+
 impl FlowKey6 {
     pub const UNSPECIFIED: FlowKey6 = FlowKey6 {
         src: Ipv6Addr::UNSPECIFIED,

@@ -2,7 +2,7 @@
 //! a packet, which need the pipeline's ICMP budgets and routing. The IPv6 stage's TCP reset
 //! is here too.
 
-use crate::flow::{FlowKey, FlowKey6};
+use crate::flow::{FlowEnds, FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpBudget;
 use crate::packet::PacketBuf;
 use crate::pipeline::stage::Ingress;
@@ -49,12 +49,7 @@ impl Pipeline {
         if !self.may_reset(pkt, segment, RESET_LEN, now_ns) {
             return Verdict::Drop(reason);
         }
-        write_reset(
-            pkt,
-            (key.src, key.src_port),
-            (key.dst, key.dst_port),
-            segment,
-        );
+        write_reset(pkt, key, segment);
         match self.send_generated(pkt, key.src) {
             Some(verdict) => {
                 self.counters.record_drop(reason);
@@ -118,12 +113,7 @@ impl Pipeline {
         if !self.may_reset(pkt, segment, RESET6_LEN, now_ns) {
             return Verdict::Drop(reason);
         }
-        write_reset(
-            pkt,
-            (key.src, key.src_port),
-            (key.dst, key.dst_port),
-            segment,
-        );
+        write_reset(pkt, key, segment);
         self.counters.record_drop(reason);
         self.counters.record_ipv6_drop(reason);
         self.send6(pkt, route.port, route.resolve(key.src))
@@ -215,17 +205,15 @@ pub(crate) fn write_segment(
     segment: &TcpSegment,
     options: &[u8],
 ) {
-    let (src, dst) = ((key.src, key.src_port), (key.dst, key.dst_port));
-    write_segment_between(pkt, src, dst, segment, options);
+    write_segment_between(pkt, key.source(), key.destination(), segment, options);
 }
 
 /// RFC 793's reset for a segment of flow `key` (as the client sent it) that reached no
 /// connection: from the server back to the client, for either family.
-fn write_reset<A: IpFamily>(
-    pkt: &mut PacketBuf,
-    client: (A, u16),
-    server: (A, u16),
-    segment: &TcpSegment,
-) {
-    write_segment_between(pkt, server, client, &reset_segment(segment), &[]);
+fn write_reset<K: FlowEnds>(pkt: &mut PacketBuf, key: &K, segment: &TcpSegment)
+where
+    K::Addr: IpFamily,
+{
+    let reset = reset_segment(segment);
+    write_segment_between(pkt, key.destination(), key.source(), &reset, &[]);
 }
