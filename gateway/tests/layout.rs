@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 #[path = "../../pipeline/tests/support/import_graph.rs"]
 mod import_graph;
 
-use import_graph::rust_files;
+use import_graph::{rust_files, Import};
 
 /// The layer of a top-level module of `gateway/src`, `None` for one this test does not know.
 fn layer_of(module: &str) -> Option<u8> {
@@ -132,13 +132,6 @@ fn is_test_file(relative: &Path) -> bool {
     }) || relative.iter().any(|segment| segment == "tests")
 }
 
-/// One import of a file: where, what it names, and which top-level module that is.
-struct Import {
-    file: String,
-    line: String,
-    module: String,
-}
-
 /// Every import of every file under `src` but `lib.rs`, `main.rs` and test code, by the
 /// importing file's top-level module (every module appears, importing or not).
 fn imports(src: &Path) -> BTreeMap<String, Vec<Import>> {
@@ -165,7 +158,7 @@ fn imports(src: &Path) -> BTreeMap<String, Vec<Import>> {
                 entry.push(Import {
                     file: relative.display().to_string(),
                     line: line.trim().to_string(),
-                    module,
+                    node: module,
                 });
             }
         }
@@ -179,28 +172,10 @@ fn src() -> PathBuf {
 
 #[test]
 fn every_module_has_a_layer_and_imports_none_above_it() {
-    let mut violations = Vec::new();
-    for (module, imports) in imports(&src()) {
-        let Some(own) = layer_of(&module) else {
-            violations.push(format!(
-                "src/{module}: top-level module `{module}` has no layer: give it one in \
-                 tests/layout.rs"
-            ));
-            continue;
-        };
-        for import in imports {
-            match layer_of(&import.module) {
-                Some(theirs) if theirs <= own => {}
-                theirs => violations.push(format!(
-                    "{} (`{module}`, layer {own}) imports `{}` (layer {}): `{}`",
-                    import.file,
-                    import.module,
-                    theirs.map_or("unknown".to_string(), |l| l.to_string()),
-                    import.line
-                )),
-            }
-        }
-    }
+    let unnamed = |module: &str, _: &[Import]| {
+        format!("src/{module}: top-level module `{module}` has no layer: give it one in tests/layout.rs")
+    };
+    let violations = import_graph::layer_violations(&imports(&src()), layer_of, unnamed);
     assert!(
         violations.is_empty(),
         "layering broken:\n{}",
@@ -210,24 +185,8 @@ fn every_module_has_a_layer_and_imports_none_above_it() {
 
 #[test]
 fn the_folders_import_each_other_without_a_cycle() {
-    let imports = imports(&src());
-    let mut edges: BTreeMap<&str, BTreeMap<&str, &Import>> = BTreeMap::new();
-    for (module, list) in &imports {
-        for import in list {
-            if import.module != *module {
-                edges
-                    .entry(module)
-                    .or_default()
-                    .entry(&import.module)
-                    .or_insert(import);
-            }
-        }
-    }
-    if let Some(cycle) = import_graph::find_cycle(&edges) {
-        let describe = |import: &&Import, to: &str| {
-            format!("{} imports `{to}`: `{}`", import.file, import.line)
-        };
-        panic!("{}", import_graph::cycle_report(&cycle, &edges, describe));
+    if let Some(cycle) = import_graph::import_cycle(&imports(&src()), |_| true) {
+        panic!("{cycle}");
     }
 }
 

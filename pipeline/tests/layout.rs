@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 #[path = "support/import_graph.rs"]
 mod import_graph;
 
-use import_graph::rust_files;
+use import_graph::{rust_files, Import};
 
 /// The layer of a top-level module of the crate, `None` for one this test does not know.
 fn layer_of_module(name: &str) -> Option<u8> {
@@ -226,13 +226,6 @@ fn strip_comments(source: &str) -> String {
         .join("\n")
 }
 
-/// One import of a file: where, what it names, and which node that is.
-struct Import {
-    file: String,
-    line: String,
-    node: String,
-}
-
 /// Every import of every file under `src` but `lib.rs` (which re-exports from all layers),
 /// by the importing file's node.
 fn imports(src: &Path) -> BTreeMap<String, Vec<Import>> {
@@ -282,28 +275,11 @@ fn src() -> PathBuf {
 
 #[test]
 fn no_module_imports_from_a_higher_layer() {
-    let mut violations = Vec::new();
-    for (node, imports) in imports(&src()) {
-        let Some(own) = layer_of_node(&node) else {
-            violations.push(format!(
-                "{}: module `{node}` has no layer: give it one in tests/layout.rs",
-                imports.first().map_or("?", |i| i.file.as_str())
-            ));
-            continue;
-        };
-        for import in imports {
-            match layer_of_node(&import.node) {
-                Some(theirs) if theirs <= own => {}
-                theirs => violations.push(format!(
-                    "{} (layer {own}) imports `{}` (layer {}): `{}`",
-                    import.file,
-                    import.node,
-                    theirs.map_or("unknown".to_string(), |l| l.to_string()),
-                    import.line
-                )),
-            }
-        }
-    }
+    let unnamed = |node: &str, imports: &[Import]| {
+        let file = imports.first().map_or("?", |i| i.file.as_str());
+        format!("{file}: module `{node}` has no layer: give it one in tests/layout.rs")
+    };
+    let violations = import_graph::layer_violations(&imports(&src()), layer_of_node, unnamed);
     assert!(
         violations.is_empty(),
         "layering broken:\n{}",
@@ -313,27 +289,9 @@ fn no_module_imports_from_a_higher_layer() {
 
 #[test]
 fn the_modules_import_each_other_without_a_cycle() {
-    let imports = imports(&src());
-    let mut edges: BTreeMap<&str, BTreeMap<&str, &Import>> = BTreeMap::new();
-    for (node, list) in &imports {
-        if layer_of_node(node).is_none() {
-            continue;
-        }
-        for import in list {
-            if import.node != *node && layer_of_node(&import.node).is_some() {
-                edges
-                    .entry(node)
-                    .or_default()
-                    .entry(&import.node)
-                    .or_insert(import);
-            }
-        }
-    }
-    if let Some(cycle) = import_graph::find_cycle(&edges) {
-        let describe = |import: &&Import, to: &str| {
-            format!("{} imports `{to}`: `{}`", import.file, import.line)
-        };
-        panic!("{}", import_graph::cycle_report(&cycle, &edges, describe));
+    let has_layer = |node: &str| layer_of_node(node).is_some();
+    if let Some(cycle) = import_graph::import_cycle(&imports(&src()), has_layer) {
+        panic!("{cycle}");
     }
 }
 

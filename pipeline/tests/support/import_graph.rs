@@ -68,3 +68,63 @@ pub fn cycle_report<'a, E>(
         evidence.join("\n")
     )
 }
+
+/// One import of a file: where, its line, and the node (module or folder) it names.
+pub struct Import {
+    pub file: String,
+    pub line: String,
+    pub node: String,
+}
+
+/// What breaks the layering of `imports` (each node's imports): a node without a layer, as
+/// `unnamed` words it, and an import of a node of a higher layer, or of none.
+pub fn layer_violations(
+    imports: &BTreeMap<String, Vec<Import>>,
+    layer_of: impl Fn(&str) -> Option<u8>,
+    unnamed: impl Fn(&str, &[Import]) -> String,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (node, list) in imports {
+        let Some(own) = layer_of(node) else {
+            violations.push(unnamed(node, list));
+            continue;
+        };
+        for import in list {
+            match layer_of(&import.node) {
+                Some(theirs) if theirs <= own => {}
+                theirs => violations.push(format!(
+                    "{} (`{node}`, layer {own}) imports `{}` (layer {}): `{}`",
+                    import.file,
+                    import.node,
+                    theirs.map_or("unknown".to_string(), |l| l.to_string()),
+                    import.line
+                )),
+            }
+        }
+    }
+    violations
+}
+
+/// A cycle among the imports between distinct nodes that `counts` keeps (importer and
+/// imported), as a message naming the import behind each edge; None for a DAG.
+pub fn import_cycle(
+    imports: &BTreeMap<String, Vec<Import>>,
+    counts: impl Fn(&str) -> bool,
+) -> Option<String> {
+    let mut edges: BTreeMap<&str, BTreeMap<&str, &Import>> = BTreeMap::new();
+    for (node, list) in imports.iter().filter(|(node, _)| counts(node)) {
+        for import in list {
+            if import.node != *node && counts(&import.node) {
+                edges
+                    .entry(node)
+                    .or_default()
+                    .entry(&import.node)
+                    .or_insert(import);
+            }
+        }
+    }
+    let cycle = find_cycle(&edges)?;
+    let describe =
+        |import: &&Import, to: &str| format!("{} imports `{to}`: `{}`", import.file, import.line);
+    Some(cycle_report(&cycle, &edges, describe))
+}
