@@ -37,8 +37,9 @@ use crate::packet::PacketBuf;
 use crate::pipeline::stage::{FlowProbe, Ingress, Route, MAX_BURST};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
-use crate::state::flow_data::{settled, FeatureHosts6, Nat44Shortcut, Shortcut};
-use crate::state::flow_data::{FeaturePlan, Features};
+use crate::state::flow_data::{
+    settled, FeatureHosts6, FeaturePlan, Features, Nat44Shortcut, Shortcut,
+};
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::ipv6::Upper6;

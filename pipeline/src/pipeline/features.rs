@@ -347,13 +347,13 @@ impl Pipeline {
             let index = usize::from(port);
             !router.stateful.masquerade[index] && router.interfaces[index].contains(ip)
         };
-        let where_ = HostsInside {
+        let hosts_inside = HostsInside {
             sender: inside(ingress, src),
             receiver: inside(egress, dst),
             receiver_known: true,
         };
         let packet = Ipv4Features { ip, src };
-        let plan = self.feature_plan((ingress, egress), where_, src_mac, &packet, pkt);
+        let plan = self.feature_plan((ingress, egress), hosts_inside, src_mac, &packet, pkt);
         (
             self.apply(plan, src_mac, &packet, pkt, verdict, frame_len, now_ns),
             plan,
@@ -420,7 +420,7 @@ impl Pipeline {
         };
         let masquerade = &self.router.stateful.masquerade;
         let sent = matches!(verdict, Verdict::Transmit { .. });
-        let where_ = HostsInside {
+        let hosts_inside = HostsInside {
             sender: !masquerade[usize::from(ingress)],
             receiver: !masquerade[usize::from(egress)] && sent,
             receiver_known: sent,
@@ -433,7 +433,7 @@ impl Pipeline {
         };
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
         let packet = Ipv6Features { ip, upper, hosts };
-        let plan = self.feature_plan((ingress, egress), where_, src_mac, &packet, pkt);
+        let plan = self.feature_plan((ingress, egress), hosts_inside, src_mac, &packet, pkt);
         let features = Features { plan, ..hosts };
         let frame_len = pkt.len();
         (

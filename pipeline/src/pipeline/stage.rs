@@ -7,8 +7,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::flow::Direction;
-use crate::flow::{FlowKey, FlowKey6};
+use crate::flow::{Direction, FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpError;
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::packet::PacketBuf;
@@ -56,7 +55,8 @@ pub(crate) enum Stage<R = Request> {
     /// how, so that an ICMP error about it can be about what its sender sent.
     Forward(Option<Translation>),
     /// As `Forward`, for a packet of an established flow: the forwarding stage may leave
-    /// the flow a [`Shortcut`](crate::state::flow_data::Shortcut) for the next packets of its direction.
+    /// the flow a [`Shortcut`](crate::state::flow_data::Shortcut) for the next packets of
+    /// its direction.
     Established {
         translation: Option<Translation>,
         flow: FlowId,
