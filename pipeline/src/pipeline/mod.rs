@@ -32,6 +32,7 @@ pub mod stage;
 pub mod stateful;
 mod stateful6;
 pub mod syn_proxy;
+mod track;
 // Beside it.
 pub mod config;
 pub mod local;

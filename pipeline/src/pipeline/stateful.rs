@@ -16,7 +16,8 @@ use crate::l3::icmp_error::IcmpError;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage};
-use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, Track, Vacancy};
+use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
+use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::firewall_log::{Decision, FirewallLogger};
 use crate::state::flow_data::{release, Binding, ContentState, FlowData, SynProxy};
@@ -123,86 +124,48 @@ impl StatefulStage {
             Some(found) => found,
             None => self.flows.probe(&key, hash),
         };
-        match found {
-            Probe::Found(id, _)
-                if segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
-                    && self.flows.is_closed(id) =>
-            {
-                if !l4_checksum_ok(pkt) {
-                    return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
-                }
-                self.end_flow(id);
-                let Probe::Vacant(vacancy) = self.flows.probe(&key, hash) else {
-                    // Not reached: the flow that held the key has just ended.
-                    return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
-                };
-                self.new_flow(
-                    router, counters, pkt, ingress, vacancy, segment, icmp_type, now_ns,
-                )
+        let mut packet = Tracked4 {
+            stage: self,
+            router,
+            counters,
+            pkt,
+            ingress,
+            key,
+            icmp_type,
+            now_ns,
+        };
+        track(&mut packet, hash, found, segment, now_ns)
+    }
+
+    /// The last step of an established IPv4 packet: a LAN device's later DNS queries are
+    /// filtered, a reply to the gateway's own connection goes to its kernel, and the rest is
+    /// translated as its flow says.
+    fn established(
+        &mut self,
+        packet: (&RouterConfig, &WorkerCounters, &mut PacketBuf, Ingress),
+        key: &FlowKey,
+        (id, direction): (FlowId, Direction),
+    ) -> Stage {
+        let (router, counters, pkt, ingress) = packet;
+        if let Some(verdict) = self.filter_later_dns(router, counters, pkt, ingress, key, direction)
+        {
+            return Stage::Done(verdict);
+        }
+        let target = self.flows.key(id, direction.opposite()).reversed();
+        if self.flows.data(id).from_zone == ZoneId::LOCAL.0 {
+            return deliver_to_kernel(router, pkt, key, &target);
+        }
+        match translate(pkt, key, &target) {
+            // A shortcut would not shift the sequence numbers.
+            Stage::Forward(translation) if self.flows.data(id).syn_proxy != SynProxy::Off => {
+                Stage::Forward(translation)
             }
-            Probe::Found(id, direction) => {
-                if segment.as_ref().is_some_and(TcpSegment::changes_state) && !l4_checksum_ok(pkt) {
-                    return Stage::Done(Verdict::Drop(DropReason::L4Checksum));
-                }
-                let proxied = self.flows.data(id).syn_proxy != SynProxy::Off;
-                let segment = if proxied {
-                    match self.splice(pkt, id, direction, segment, now_ns) {
-                        Ok(segment) => segment,
-                        Err(stage) => return stage,
-                    }
-                } else {
-                    segment
-                };
-                if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
-                {
-                    return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
-                }
-                if let Some(verdict) = self.recheck(router, id) {
-                    return Stage::Done(verdict);
-                }
-                match self.flows.data(id).content {
-                    ContentState::Allowed => {}
-                    ContentState::Blocked => {
-                        return Stage::Done(Verdict::Drop(DropReason::ContentBlocked))
-                    }
-                    ContentState::Inspecting if direction == Direction::Original => {
-                        if let Some(stage) = self.inspect(router, pkt, id, &key, segment) {
-                            return stage;
-                        }
-                    }
-                    ContentState::Inspecting => {}
-                }
-                if let Some(verdict) =
-                    self.filter_later_dns(router, counters, pkt, ingress, &key, direction)
-                {
-                    return Stage::Done(verdict);
-                }
-                let target = self.flows.key(id, direction.opposite()).reversed();
-                if self.flows.data(id).from_zone == ZoneId::LOCAL.0 {
-                    return deliver_to_kernel(router, pkt, &key, &target);
-                }
-                match translate(pkt, &key, &target) {
-                    // A shortcut would not shift the sequence numbers.
-                    Stage::Forward(translation) if proxied => Stage::Forward(translation),
-                    Stage::Forward(translation) => Stage::Established {
-                        translation,
-                        flow: id,
-                        direction,
-                    },
-                    done => done,
-                }
-            }
-            // A bare SYN's is checked by `new_flow`, unless the SYN proxy answers it, which
-            // keeps nothing.
-            Probe::Vacant(_)
-                if !segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
-                    && !l4_checksum_ok(pkt) =>
-            {
-                Stage::Done(Verdict::Drop(DropReason::L4Checksum))
-            }
-            Probe::Vacant(vacancy) => self.new_flow(
-                router, counters, pkt, ingress, vacancy, segment, icmp_type, now_ns,
-            ),
+            Stage::Forward(translation) => Stage::Established {
+                translation,
+                flow: id,
+                direction,
+            },
+            done => done,
         }
     }
 
@@ -312,10 +275,7 @@ impl StatefulStage {
     #[allow(clippy::too_many_arguments)]
     fn new_flow(
         &mut self,
-        router: &RouterConfig,
-        counters: &WorkerCounters,
-        pkt: &mut PacketBuf,
-        ingress: Ingress,
+        (router, counters, pkt, ingress): (&RouterConfig, &WorkerCounters, &mut PacketBuf, Ingress),
         vacancy: Vacancy,
         segment: Option<TcpSegment>,
         icmp_type: Option<u8>,
@@ -505,16 +465,15 @@ impl StatefulStage {
         let policy = router.stateful.content.as_deref()?;
         let segment = segment?;
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
         let device = (key.src, Some(source_mac(pkt)));
-        let blocked = self.inspector.judge_tcp(
+        let flow = (id, &mut self.flows.data_mut(id).content);
+        let blocked = inspect_segment(
+            &mut self.inspector,
             policy,
-            id.as_u32(),
-            &mut self.flows.data_mut(id).content,
+            flow,
             device,
-            key.dst_port,
-            segment.seq,
-            tcp.payload(),
+            &segment,
+            ip.payload(),
         );
         blocked.then_some(Stage::Request(Request::Reset {
             key: *key,
@@ -602,6 +561,91 @@ impl StatefulStage {
             Ok(()) => done,
             Err(_) => Stage::Done(Verdict::Drop(DropReason::MalformedL4)),
         }
+    }
+}
+
+/// One IPv4 packet in the stateful stage, for [`track`]: the worker's stage, the router
+/// config and counters it is lent, the packet, and what [`StatefulStage::process`] parsed.
+struct Tracked4<'a, 'p> {
+    stage: &'a mut StatefulStage,
+    router: &'a RouterConfig,
+    counters: &'a WorkerCounters,
+    pkt: &'a mut PacketBuf<'p>,
+    ingress: Ingress,
+    key: FlowKey,
+    icmp_type: Option<u8>,
+    now_ns: u64,
+}
+
+impl TrackedPacket for Tracked4<'_, '_> {
+    type Key = FlowKey;
+    type Data = FlowData;
+    type Request = Request;
+
+    fn key(&self) -> &FlowKey {
+        &self.key
+    }
+
+    #[inline]
+    fn flows(&mut self) -> &mut FlowTable<FlowData> {
+        &mut self.stage.flows
+    }
+
+    fn checksum_ok(&self) -> bool {
+        l4_checksum_ok(self.pkt)
+    }
+
+    fn end_flow(&mut self, id: FlowId) {
+        self.stage.end_flow(id);
+    }
+
+    fn new_flow(&mut self, vacancy: Vacancy, segment: Option<TcpSegment>) -> Stage {
+        let Tracked4 {
+            router,
+            counters,
+            ingress,
+            icmp_type,
+            now_ns,
+            ..
+        } = *self;
+        let packet = (router, counters, &mut *self.pkt, ingress);
+        self.stage
+            .new_flow(packet, vacancy, segment, icmp_type, now_ns)
+    }
+
+    #[inline]
+    fn segment_to_track(
+        &mut self,
+        id: FlowId,
+        direction: Direction,
+        segment: Option<TcpSegment>,
+    ) -> Result<Option<TcpSegment>, Stage> {
+        if self.stage.flows.data(id).syn_proxy == SynProxy::Off {
+            return Ok(segment);
+        }
+        self.stage
+            .splice(self.pkt, id, direction, segment, self.now_ns)
+    }
+
+    #[inline]
+    fn recheck(&mut self, id: FlowId) -> Option<Verdict> {
+        self.stage.recheck(self.router, id)
+    }
+
+    #[inline]
+    fn content(&mut self, id: FlowId) -> ContentState {
+        self.stage.flows.data(id).content
+    }
+
+    fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage> {
+        self.stage
+            .inspect(self.router, self.pkt, id, &self.key, segment)
+    }
+
+    #[inline]
+    fn established(&mut self, id: FlowId, direction: Direction, _: Option<TcpSegment>) -> Stage {
+        let packet = (self.router, self.counters, &mut *self.pkt, self.ingress);
+        self.stage.established(packet, &self.key, (id, direction))
     }
 }
 

@@ -24,7 +24,8 @@ use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stage::{Ingress, Request6, Stage6};
-use crate::state::conntrack::{FlowId, FlowTable, Probe, TcpSegment, Track};
+use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
+use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::flow_data::{ContentState, FeatureHosts6, FlowData6};
 use crate::state::nat::Ownership;
@@ -32,7 +33,7 @@ use crate::verdict::{DropReason, Verdict};
 use crate::wire::checksum;
 use crate::wire::ipv6::{next_header, Extensions};
 use crate::wire::udp::DNS_PORT;
-use crate::wire::{icmpv6, ipv6, Ipv6Packet, TcpPacket, UdpPacket};
+use crate::wire::{icmpv6, ipv6, Ipv6Packet, UdpPacket};
 
 /// The LAN device a packet comes from, for the content policy: its IPv4 address (that of
 /// its MAC on the interface's subnet, 0.0.0.0 without one) and its MAC, and the wall-clock
@@ -115,118 +116,20 @@ impl StatefulStage6 {
             None
         };
         let hash = self.flows.hash(&key);
-        match self.flows.probe(&key, hash) {
-            Probe::Found(id, _)
-                if segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
-                    && self.flows.is_closed(id) =>
-            {
-                if !l4_checksum_ok(ip, ext) {
-                    return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
-                }
-                self.end_flow(id);
-                self.new_flow(
-                    router,
-                    ingress,
-                    key,
-                    zones,
-                    (segment, ext, upper),
-                    client,
-                    now_ns,
-                )
-            }
-            Probe::Found(id, direction) => {
-                if segment.as_ref().is_some_and(TcpSegment::changes_state)
-                    && !l4_checksum_ok(ip, ext)
-                {
-                    return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
-                }
-                if let Track::Invalid(_) = self.flows.track(id, direction, segment.as_ref(), now_ns)
-                {
-                    return Stage6::Done(Verdict::Drop(DropReason::ConntrackInvalid));
-                }
-                if let Some(verdict) = self.recheck(router, id) {
-                    return Stage6::Done(verdict);
-                }
-                let policy = router.stateful.content.as_deref();
-                if let (Some(policy), Some(client)) = (policy, client) {
-                    let judged =
-                        self.judge_content(policy, client, (id, direction), &key, segment, upper);
-                    let dns = || {
-                        let query = direction == Direction::Original;
-                        query
-                            .then(|| later_dns(policy, client, &key, ext, upper))
-                            .flatten()
-                    };
-                    if let Some(stage) = judged.or_else(dns) {
-                        return stage;
-                    }
-                } else if self.flows.data(id).content == ContentState::Blocked {
-                    return Stage6::Done(Verdict::Drop(DropReason::ContentBlocked));
-                }
-                Stage6::Established {
-                    translation: None,
-                    flow: id,
-                    direction,
-                }
-            }
-            Probe::Vacant(_) if !l4_checksum_ok(ip, ext) => {
-                Stage6::Done(Verdict::Drop(DropReason::L4Checksum))
-            }
-            Probe::Vacant(_) => self.new_flow(
-                router,
-                ingress,
-                key,
-                zones,
-                (segment, ext, upper),
-                client,
-                now_ns,
-            ),
-        }
-    }
-
-    /// A tracked flow's content, from a LAN device: blocked flows stay blocked, and the
-    /// client's payload of one being judged goes to the inspector; a blocked flow is reset.
-    fn judge_content(
-        &mut self,
-        policy: &ContentPolicy,
-        client: Client6,
-        (id, direction): (FlowId, Direction),
-        key: &FlowKey6,
-        segment: Option<TcpSegment>,
-        upper: &[u8],
-    ) -> Option<Stage6> {
-        match self.flows.data(id).content {
-            ContentState::Allowed => None,
-            ContentState::Blocked => Some(Stage6::Done(Verdict::Drop(DropReason::ContentBlocked))),
-            ContentState::Inspecting if direction == Direction::Original => {
-                let opened_by = self.flows.data(id).device;
-                let device = (opened_by.unwrap_or(client.device.0), client.device.1);
-                self.inspect(policy, device, (id, key), segment?, upper)
-            }
-            ContentState::Inspecting => None,
-        }
-    }
-
-    /// Feeds a client's payload to the content inspector, as IPv4's stage does.
-    fn inspect(
-        &mut self,
-        policy: &ContentPolicy,
-        device: Device,
-        (id, key): (FlowId, &FlowKey6),
-        segment: TcpSegment,
-        upper: &[u8],
-    ) -> Option<Stage6> {
-        let tcp = TcpPacket::new_checked(upper).ok()?;
-        let blocked = self.inspector.judge_tcp(
-            policy,
-            id.as_u32(),
-            &mut self.flows.data_mut(id).content,
-            device,
-            key.dst_port,
-            segment.seq,
-            tcp.payload(),
-        );
-        blocked.then_some(Stage6::Request(Request6::Reset { key: *key, segment }))
+        let found = self.flows.probe(&key, hash);
+        let mut packet = Tracked6 {
+            stage: self,
+            router,
+            ext,
+            upper,
+            ip,
+            ingress,
+            key,
+            zones,
+            client,
+            now_ns,
+        };
+        track(&mut packet, hash, found, segment, now_ns)
     }
 
     /// A new flow from zone `from` to zone `to`, by their pair's policy, or a pinhole where
@@ -236,12 +139,13 @@ impl StatefulStage6 {
         &mut self,
         router: &RouterConfig,
         ingress: Ingress,
-        key: FlowKey6,
+        vacancy: Vacancy<FlowKey6>,
         (from, to): (ZoneId, ZoneId),
         (segment, ext, upper): (Option<TcpSegment>, &Extensions, &[u8]),
         client: Option<Client6>,
         now_ns: u64,
     ) -> Stage6 {
+        let key = *vacancy.key();
         let stateful = &router.stateful;
         let pinholed = || {
             router
@@ -282,10 +186,14 @@ impl StatefulStage6 {
             device: client.map(|client| client.device.0),
             shortcuts: Default::default(),
         };
-        match self
-            .flows
-            .insert(key, key.reversed(), data, segment.as_ref(), now_ns, |_| {})
-        {
+        match self.flows.insert_vacant(
+            vacancy,
+            key.reversed(),
+            data,
+            segment.as_ref(),
+            now_ns,
+            |_| {},
+        ) {
             Ok(id) => {
                 // A recycled slot must not inherit an earlier flow's half-read stream.
                 self.inspector.forget(id.as_u32());
@@ -378,6 +286,105 @@ impl StatefulStage6 {
         match self.flows.lookup(&quoted) {
             Some(_) => Stage6::Forward(None),
             None => Stage6::Done(Verdict::Drop(DropReason::UnrelatedIcmpError)),
+        }
+    }
+}
+
+/// One IPv6 packet in the stateful stage, for [`track`]: the worker's stage, the router
+/// config it is lent, and what [`StatefulStage6::process`] parsed of the packet.
+struct Tracked6<'a> {
+    stage: &'a mut StatefulStage6,
+    router: &'a RouterConfig,
+    ip: &'a Ipv6Packet<&'a [u8]>,
+    ext: &'a Extensions,
+    /// The upper-layer header and payload.
+    upper: &'a [u8],
+    ingress: Ingress,
+    key: FlowKey6,
+    zones: (ZoneId, ZoneId),
+    client: Option<Client6>,
+    now_ns: u64,
+}
+
+impl TrackedPacket for Tracked6<'_> {
+    type Key = FlowKey6;
+    type Data = FlowData6;
+    type Request = Request6;
+
+    fn key(&self) -> &FlowKey6 {
+        &self.key
+    }
+
+    #[inline]
+    fn flows(&mut self) -> &mut FlowTable<FlowData6, FlowKey6> {
+        &mut self.stage.flows
+    }
+
+    fn checksum_ok(&self) -> bool {
+        l4_checksum_ok(self.ip, self.ext)
+    }
+
+    fn end_flow(&mut self, id: FlowId) {
+        self.stage.end_flow(id);
+    }
+
+    fn new_flow(&mut self, vacancy: Vacancy<FlowKey6>, segment: Option<TcpSegment>) -> Stage6 {
+        if segment.as_ref().is_some_and(TcpSegment::is_bare_syn) && !self.checksum_ok() {
+            return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
+        }
+        let packet = (segment, self.ext, self.upper);
+        let (router, ingress, zones, client) = (self.router, self.ingress, self.zones, self.client);
+        self.stage
+            .new_flow(router, ingress, vacancy, zones, packet, client, self.now_ns)
+    }
+
+    #[inline]
+    fn recheck(&mut self, id: FlowId) -> Option<Verdict> {
+        self.stage.recheck(self.router, id)
+    }
+
+    #[inline]
+    fn content(&mut self, id: FlowId) -> ContentState {
+        self.stage.flows.data(id).content
+    }
+
+    /// The device is the one that opened the flow, by its IPv4 address where it had one,
+    /// and this packet's MAC.
+    fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage6> {
+        let policy = self.router.stateful.content.as_deref()?;
+        let (client, segment) = (self.client?, segment?);
+        let stage = &mut *self.stage;
+        let opened_by = stage.flows.data(id).device;
+        let device = (opened_by.unwrap_or(client.device.0), client.device.1);
+        let flow = (id, &mut stage.flows.data_mut(id).content);
+        let blocked = inspect_segment(
+            &mut stage.inspector,
+            policy,
+            flow,
+            device,
+            &segment,
+            self.upper,
+        );
+        blocked.then_some(Stage6::Request(Request6::Reset {
+            key: self.key,
+            segment,
+        }))
+    }
+
+    /// A LAN device's later DNS queries are checked one by one; nothing is translated.
+    #[inline]
+    fn established(&mut self, id: FlowId, direction: Direction, _: Option<TcpSegment>) -> Stage6 {
+        let policy = self.router.stateful.content.as_deref();
+        if let (Some(policy), Some(client), Direction::Original) = (policy, self.client, direction)
+        {
+            if let Some(stage) = later_dns(policy, client, &self.key, self.ext, self.upper) {
+                return stage;
+            }
+        }
+        Stage6::Established {
+            translation: None,
+            flow: id,
+            direction,
         }
     }
 }
