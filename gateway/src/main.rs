@@ -115,15 +115,20 @@ enum CtlCommand {
         what: ConfigCommand,
     },
     /// Capture an interface's packets, received and sent, into a pcapng file, with DPDK's
-    /// dpdk-dumpcap (needs eal.pdump = true). Stops at the first of --count, --seconds and
-    /// --max-kib.
+    /// dpdk-dumpcap (needs eal.pdump = true); or, with --drops, the packets the workers
+    /// drop for those reasons, as they arrived, on any interface. Stops at the first of
+    /// --count, --seconds and --max-kib.
     Capture {
         /// The interface, as the config names it (a VLAN subinterface: its port, its tag).
-        #[arg(long)]
-        interface: String,
+        #[arg(long, required_unless_present = "drops", conflicts_with = "drops")]
+        interface: Option<String>,
         /// A libpcap filter, e.g. 'host 192.168.10.5 and tcp port 443'.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "drops")]
         filter: Option<String>,
+        /// Capture dropped packets instead: drop reasons as `show drops` names them,
+        /// comma-separated (e.g. conntrack_invalid,firewall_drop); at most 1,000 packets.
+        #[arg(long, value_delimiter = ',')]
+        drops: Option<Vec<String>>,
         #[arg(long, default_value_t = 1000)]
         count: u64,
         #[arg(long, default_value_t = 10)]
@@ -241,12 +246,34 @@ impl FlowFilterArgs {
 fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Result<()> {
     let request = match command {
         CtlCommand::Capture {
-            interface,
+            drops: Some(reasons),
+            count,
+            seconds,
+            output,
+            ..
+        } => {
+            let request = Request::CaptureDrops {
+                reasons,
+                count: usize::try_from(count).unwrap_or(usize::MAX),
+                timeout_ms: seconds.saturating_mul(1000),
+            };
+            let reply = gateway::ctl::client::request(socket, &request)?;
+            let written = gateway::ctl::drop_capture::write_pcapng(&reply, &output)?;
+            eprintln!("{written} dropped packets written to {}", output.display());
+            return Ok(());
+        }
+        // clap requires one of the two.
+        CtlCommand::Capture {
+            interface: None, ..
+        } => anyhow::bail!("capture: name --interface, or --drops"),
+        CtlCommand::Capture {
+            interface: Some(interface),
             filter,
             count,
             seconds,
             max_kib,
             output,
+            ..
         } => {
             let target =
                 gateway::ctl::client::request(socket, &Request::CaptureTarget { interface })?;

@@ -2,7 +2,8 @@
 # Packet capture with DPDK's own tool: with `eal.pdump = true` the gateway serves rte_pdump,
 # and dpdk-dumpcap (a secondary process, attached by the file prefix) captures a ping through
 # the gateway on the LAN port into pcapng, which tshark reads with both directions; `gateway
-# ctl capture` does the same through the ctl socket with a filter, writing only what matches.
+# ctl capture` does the same through the ctl socket with a filter, writing only what matches;
+# `gateway ctl capture --drops` writes the packets the workers dropped for a reason.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 PREFIX=gateway-e2e-pdump
@@ -73,6 +74,32 @@ ctl capture --interface nowhere -w "$WORK/x.pcapng" >"$WORK/ctl-err.log" 2>&1 &&
 grep -q 'no interface "nowhere"' "$WORK/ctl-err.log" ||
     fail "gateway ctl capture of an unknown interface does not say so: $(cat "$WORK/ctl-err.log")"
 pass "gateway ctl capture names an unknown interface"
+
+# gateway ctl capture --drops: the packets the workers drop for a reason, as they arrived,
+# which no port capture can tell from those that pass. The WAN host's UDP to a LAN host
+# meets the wan -> lan policy (drop); the LAN host's pings beside it pass and must not show.
+ctl capture --drops firewall_drop --count 3 --seconds 8 -w "$WORK/drops.pcapng" \
+    >"$WORK/drop-capture.log" 2>&1 &
+CAPTURE=$!
+for _ in $(seq 1 40); do
+    wan python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"drop-me", ("192.168.10.2", 7777))'
+    lan ping -c 1 -W 1 10.0.0.2 >/dev/null 2>&1 || true
+    kill -0 "$CAPTURE" 2>/dev/null || break
+    sleep 0.2
+done
+wait "$CAPTURE" || fail "gateway ctl capture --drops failed: $(tail -n 5 "$WORK/drop-capture.log")"
+tshark -r "$WORK/drops.pcapng" -T fields -E 'separator=;' -e ip.src -e ip.dst -e udp.dstport -e frame.comment \
+    >"$WORK/drops.txt" 2>"$WORK/tshark.err" || fail "tshark cannot read the drop capture: $(cat "$WORK/tshark.err")"
+total=$(wc -l <"$WORK/drops.txt")
+dropped=$(grep -c '^10.0.0.2;192.168.10.2;7777;dropped: firewall_drop (worker ' "$WORK/drops.txt" || true)
+((total == 3 && dropped == 3)) ||
+    fail "gateway ctl capture --drops firewall_drop --count 3 wrote $total packets, $dropped of them the WAN host's dropped UDP with its reason: $(head -n 5 "$WORK/drops.txt")"
+pass "gateway ctl capture --drops firewall_drop: the 3 dropped packets as they arrived, each with its reason, and none of the pings that passed"
+ctl capture --drops no_such_reason -w "$WORK/x.pcapng" >"$WORK/ctl-err.log" 2>&1 &&
+    fail "gateway ctl capture --drops of an unknown reason succeeded"
+grep -q 'drops: no drop reason "no_such_reason"' "$WORK/ctl-err.log" ||
+    fail "gateway ctl capture --drops of an unknown reason does not say so: $(cat "$WORK/ctl-err.log")"
+pass "gateway ctl capture --drops names an unknown reason"
 
 stop_gateway
 pass "the gateway stops cleanly with rte_pdump up"

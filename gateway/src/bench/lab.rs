@@ -258,6 +258,7 @@ impl Lab {
                         // As the gateway runs, with ctl's one check per loop; nobody asks.
                         ctl: Some(crate::dataplane::ctl_link::CtlLink::pair().1),
                         trace: Some(crate::dataplane::trace_link::TraceLink::pair(index).1),
+                        drop_tap: Some(crate::dataplane::drop_tap::DropTap::pair(index).1),
                     };
                     worker_loops.push(WorkerLoop::new(worker, pipeline));
                     counters.push(worker_counters);

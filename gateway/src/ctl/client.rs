@@ -25,7 +25,9 @@ pub fn request(socket: &Path, request: &Request) -> anyhow::Result<Value> {
     })?;
     // A trace waits as long as it was told to, then answers.
     let wait = match request {
-        Request::Trace { timeout_ms, .. } => REPLY_TIMEOUT + Duration::from_millis(*timeout_ms),
+        Request::Trace { timeout_ms, .. } | Request::CaptureDrops { timeout_ms, .. } => {
+            REPLY_TIMEOUT + Duration::from_millis(*timeout_ms)
+        }
         // Longer than the gateway's own wait for a load's verdict.
         Request::ConfigDiff { .. }
         | Request::ConfigApply { .. }
@@ -74,6 +76,9 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowNat { .. } => print_nat(answer),
         Request::Trace { .. } => print_trace(answer),
         Request::ClearFlows { .. } => println!("cleared {} flows", cell(&answer["cleared"])),
+        Request::CaptureDrops { .. } => {
+            println!("captured {} dropped packets", cell(&answer["captured"]))
+        }
         Request::CaptureTarget { .. } => println!(
             "{}: DPDK port {} ({}), vlan {}, file prefix {}",
             cell(&answer["interface"]),

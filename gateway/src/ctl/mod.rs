@@ -8,6 +8,7 @@
 pub mod capture;
 pub mod client;
 pub mod config_apply;
+pub mod drop_capture;
 pub mod server;
 
 use std::net::Ipv4Addr;
@@ -80,6 +81,13 @@ pub enum Request {
     /// What `gateway ctl capture` needs to capture `interface` with `dpdk-dumpcap`: the
     /// DPDK port it is on, its VLAN tag, and the EAL's file prefix (`eal.pdump` on).
     CaptureTarget { interface: String },
+    /// The next `count` packets the workers drop for one of `reasons` (the `reason` labels
+    /// of `show drops`), as they arrived, waiting at most `timeout_ms`.
+    CaptureDrops {
+        reasons: Vec<String>,
+        count: usize,
+        timeout_ms: u64,
+    },
 }
 
 /// The longest `ctl config apply --confirm` may wait for its confirmation: a day.

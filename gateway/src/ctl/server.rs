@@ -26,6 +26,7 @@ use crate::config::history::ConfigHistory;
 use crate::config::store::ConfigStore;
 use crate::config::CtlConfig;
 use crate::dataplane::ctl_link::{Listing, QuerySender, WorkerQuery};
+use crate::dataplane::drop_tap::DropCaptureSender;
 use crate::dataplane::port_layout::Link;
 use crate::dataplane::published::Published;
 use crate::dataplane::trace_link::{TraceRecord, TraceRequest, TraceSender};
@@ -48,6 +49,8 @@ pub struct Sources {
     pub queries: Vec<QuerySender>,
     /// One per worker, in worker order.
     pub traces: Vec<TraceSender>,
+    /// One per worker, in worker order.
+    pub drop_captures: Vec<DropCaptureSender>,
     pub workers: Vec<Arc<WorkerCounters>>,
     pub control: Arc<WorkerCounters>,
     /// The interfaces' names, in interface order (they change only with a restart).
@@ -196,6 +199,17 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         Request::ShowNat { host, limit } => show_nat(*host, (*limit).min(MAX_FLOW_LIMIT), sources),
         Request::ShowRules => Ok(show_rules(sources)),
         Request::CaptureTarget { interface } => capture_target(interface, sources),
+        Request::CaptureDrops {
+            reasons,
+            count,
+            timeout_ms,
+        } => super::drop_capture::capture(
+            reasons,
+            *count,
+            *timeout_ms,
+            &sources.drop_captures,
+            &sources.interface_names,
+        ),
     }
 }
 

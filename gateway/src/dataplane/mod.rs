@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod ctl_link;
+pub mod drop_tap;
 pub mod egress;
 pub mod flow_snapshot;
 pub mod handoff;

@@ -13,6 +13,7 @@ use pipeline::{
 
 use crate::dataplane::clock::Clock;
 use crate::dataplane::ctl_link::CtlLink;
+use crate::dataplane::drop_tap::DropTap;
 use crate::dataplane::egress::Egress;
 use crate::dataplane::handoff::HandoffLinks;
 use crate::dataplane::liveness::{Heartbeat, HEARTBEAT_LOOPS};
@@ -93,6 +94,8 @@ pub struct Worker {
     pub ctl: Option<CtlLink>,
     /// `gateway ctl trace`; None where no ctl socket listens.
     pub trace: Option<TraceLink>,
+    /// `gateway ctl capture --drops`; None where no ctl socket listens.
+    pub drop_tap: Option<DropTap>,
 }
 
 impl Worker {
@@ -175,6 +178,10 @@ impl Worker {
             let traced = trace
                 .as_ref()
                 .map(|trace| trace.before(pipeline, &packets, &ingress[..count]));
+            let mut drop_tap = self.drop_tap.as_mut().filter(|tap| tap.is_armed());
+            if let Some(tap) = drop_tap.as_mut() {
+                tap.before(&packets);
+            }
             pipeline.process_burst(
                 &mut packets,
                 &ingress[..count],
@@ -184,6 +191,9 @@ impl Worker {
             );
             if let (Some(trace), Some(traced)) = (trace, traced) {
                 trace.after(traced, &packets, &ingress[..count], &verdicts[..count]);
+            }
+            if let Some(tap) = drop_tap {
+                tap.after(&ingress[..count], &verdicts[..count]);
             }
             for (len, packet) in lens.iter_mut().zip(&packets) {
                 *len = packet.len();
@@ -465,6 +475,9 @@ impl WorkerLoop {
         }
         if let Some(trace) = worker.trace.as_mut() {
             trace.poll();
+        }
+        if let Some(tap) = worker.drop_tap.as_mut() {
+            tap.poll();
         }
         worker.process_from_kernel(pipeline, &mut self.rx, now_ns);
         worker.transmit_from_control(&mut self.rx);

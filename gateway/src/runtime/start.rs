@@ -67,6 +67,7 @@ impl<'a> Gateway<'a> {
             running_workers,
             ctl_queries,
             trace_requests,
+            drop_captures,
             nat_logs,
             firewall_logs,
         } = start_workers(
@@ -186,6 +187,7 @@ impl<'a> Gateway<'a> {
             crate::ctl::server::Sources {
                 queries: ctl_queries,
                 traces: trace_requests,
+                drop_captures,
                 workers: worker_counters.clone(),
                 control: control_counters.clone(),
                 interface_names: config.interfaces.iter().map(|i| i.name.clone()).collect(),

@@ -5,6 +5,7 @@ use pipeline::state::nat::NatLog;
 
 use super::*;
 use crate::dataplane::ctl_link::QuerySender;
+use crate::dataplane::drop_tap::DropCaptureSender;
 use crate::dataplane::trace_link::TraceSender;
 use crate::dpdk::{RingConsumer, RingProducer};
 
@@ -39,6 +40,7 @@ pub(crate) struct WorkersUp {
     pub(crate) running_workers: Workers,
     pub(crate) ctl_queries: Vec<QuerySender>,
     pub(crate) trace_requests: Vec<TraceSender>,
+    pub(crate) drop_captures: Vec<DropCaptureSender>,
     pub(crate) nat_logs: Vec<Arc<NatLog>>,
     pub(crate) firewall_logs: Vec<Arc<FirewallLog>>,
 }
@@ -84,6 +86,7 @@ pub(crate) fn start_workers(
     let mut running_workers = Workers::new(stop.clone());
     let mut ctl_queries = Vec::new();
     let mut trace_requests = Vec::new();
+    let mut drop_captures = Vec::new();
     let mut nat_logs = Vec::new();
     let mut firewall_logs = Vec::new();
     for (index, &lcore) in worker_lcores.iter().enumerate() {
@@ -187,6 +190,11 @@ pub(crate) fn start_workers(
                 trace_requests.push(requests);
                 link
             }),
+            drop_tap: Some({
+                let (requests, tap) = crate::dataplane::drop_tap::DropTap::pair(index as u16);
+                drop_captures.push(requests);
+                tap
+            }),
         };
         let heartbeat = Arc::new(Heartbeat::new());
         heartbeats.push(heartbeat.clone());
@@ -233,6 +241,7 @@ pub(crate) fn start_workers(
         running_workers,
         ctl_queries,
         trace_requests,
+        drop_captures,
         nat_logs,
         firewall_logs,
     })

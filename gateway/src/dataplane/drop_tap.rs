@@ -1,0 +1,262 @@
+//! A worker's end of `gateway ctl capture --drops`: while a drop capture is armed, the worker
+//! copies each packet of a burst as it arrived (before the pipeline rewrites anything), and
+//! sends back the copies of those the pipeline then dropped for one of the asked reasons.
+//! No port capture can show them: a dropped packet is never sent, and on receipt nothing
+//! tells it from one that passes.
+//!
+//! Copies go back over a bounded channel whose slots crossbeam allocated when the ctl
+//! thread made it, and the burst's copies into a buffer this link allocated at start, so the
+//! worker allocates nothing. Unarmed, a loop pays one load of a flag nobody writes and a
+//! burst one branch, as `gateway ctl trace` does. Drops decided after the pipeline (a full
+//! transmit queue, a full ring to another worker or the control thread) are not seen here:
+//! they are counted, under their reasons, in `gateway ctl show drops`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Sender, TrySendError};
+
+use super::mailbox::{Mailbox, MailboxSender};
+use pipeline::verdict::DropReason;
+use pipeline::{Ingress, PacketBuf, Verdict, MAX_BURST};
+
+/// The most bytes of a dropped frame a capture keeps: a whole frame of the mbufs' default
+/// data room.
+pub const SNAPLEN: usize = 2048;
+
+/// A set of drop reasons, one bit each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReasonSet(u128);
+
+const _: () = assert!(DropReason::COUNT <= 128, "a ReasonSet has a bit per reason");
+
+impl ReasonSet {
+    pub fn insert(&mut self, reason: DropReason) {
+        self.0 |= 1 << reason as u8;
+    }
+
+    #[inline]
+    pub fn contains(self, reason: DropReason) -> bool {
+        self.0 & (1 << reason as u8) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// What the ctl thread asks: the next `count` packets this worker drops for one of `reasons`.
+pub struct DropCaptureRequest {
+    pub reasons: ReasonSet,
+    pub count: usize,
+    pub records: Sender<DroppedPacket>,
+    /// Set by the ctl thread when it has what it waited for, or gave up: the worker disarms
+    /// at its next loop.
+    pub done: Arc<AtomicBool>,
+}
+
+/// One dropped packet, as it arrived.
+#[derive(Clone, Copy)]
+pub struct DroppedPacket {
+    pub worker: u16,
+    pub ingress: Ingress,
+    pub reason: DropReason,
+    /// The frame's length as received.
+    pub len: usize,
+    /// Its first `min(len, SNAPLEN)` bytes.
+    pub bytes: [u8; SNAPLEN],
+}
+
+impl DroppedPacket {
+    /// The bytes kept of the frame.
+    pub fn frame(&self) -> &[u8] {
+        &self.bytes[..self.len.min(SNAPLEN)]
+    }
+}
+
+/// The ctl thread's end.
+pub type DropCaptureSender = MailboxSender<DropCaptureRequest>;
+
+pub struct DropTap {
+    worker: u16,
+    requests: Mailbox<DropCaptureRequest>,
+    active: Option<DropCaptureRequest>,
+    /// The armed burst's frames as they arrived, and their lengths.
+    arrived: Box<[[u8; SNAPLEN]]>,
+    lens: [usize; MAX_BURST],
+}
+
+impl DropTap {
+    pub fn pair(worker: u16) -> (DropCaptureSender, DropTap) {
+        let (requests_in, requests) = Mailbox::pair();
+        (
+            requests_in,
+            DropTap {
+                worker,
+                requests,
+                active: None,
+                arrived: vec![[0; SNAPLEN]; MAX_BURST].into_boxed_slice(),
+                lens: [0; MAX_BURST],
+            },
+        )
+    }
+
+    /// Once per poll loop: disarms a capture the ctl thread is done with, and takes a new
+    /// one if none is armed. Idle, one load of the pending flag.
+    #[inline]
+    pub fn poll(&mut self) {
+        if self.active.is_none() && !self.requests.has_mail() {
+            return;
+        }
+        self.take_or_disarm();
+    }
+
+    #[cold]
+    fn take_or_disarm(&mut self) {
+        if let Some(active) = &self.active {
+            if active.done.load(Ordering::Relaxed) {
+                self.active = None;
+            }
+        }
+        if self.active.is_none() {
+            self.active = self.requests.take();
+        }
+    }
+
+    #[inline]
+    pub fn is_armed(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Before the pipeline: keeps a copy of each of the burst's frames.
+    #[cold]
+    pub fn before(&mut self, packets: &[PacketBuf]) {
+        for ((copy, len), packet) in self.arrived.iter_mut().zip(&mut self.lens).zip(packets) {
+            let bytes = packet.bytes();
+            let kept = bytes.len().min(SNAPLEN);
+            copy[..kept].copy_from_slice(&bytes[..kept]);
+            *len = bytes.len();
+        }
+    }
+
+    /// After the pipeline: sends the copies of the packets it dropped for an asked reason.
+    /// The capture ends when it has its count or when nobody reads its records any more;
+    /// a record the channel has no room for is not sent.
+    #[cold]
+    pub fn after(&mut self, ingress: &[Ingress], verdicts: &[Verdict]) {
+        let Some(active) = self.active.as_mut() else {
+            return;
+        };
+        for (i, verdict) in verdicts.iter().enumerate() {
+            let Verdict::Drop(reason) = *verdict else {
+                continue;
+            };
+            if !active.reasons.contains(reason) {
+                continue;
+            }
+            let (Some(bytes), Some(&len), Some(&arrived)) =
+                (self.arrived.get(i), self.lens.get(i), ingress.get(i))
+            else {
+                continue;
+            };
+            let record = DroppedPacket {
+                worker: self.worker,
+                ingress: arrived,
+                reason,
+                len,
+                bytes: *bytes,
+            };
+            match active.records.try_send(record) {
+                Ok(()) => active.count = active.count.saturating_sub(1),
+                Err(TrySendError::Full(_)) => {}
+                Err(TrySendError::Disconnected(_)) => active.count = 0,
+            }
+            if active.count == 0 {
+                self.active = None;
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ingress(port: u16) -> Ingress {
+        Ingress {
+            port,
+            handed_off: false,
+        }
+    }
+
+    #[test]
+    fn only_packets_dropped_for_an_asked_reason_come_back_as_they_arrived() {
+        let (requests, mut tap) = DropTap::pair(3);
+        let (records_in, records) = crossbeam_channel::bounded(8);
+        let mut reasons = ReasonSet::default();
+        reasons.insert(DropReason::ConntrackInvalid);
+        let done = Arc::new(AtomicBool::new(false));
+        let request = DropCaptureRequest {
+            reasons,
+            count: 8,
+            records: records_in,
+            done: done.clone(),
+        };
+        assert!(requests.try_send(request).is_ok());
+        assert!(!tap.is_armed());
+        tap.poll();
+        assert!(tap.is_armed());
+
+        let mut rooms = [[1u8; 64], [2u8; 64], [3u8; 64]];
+        let mut packets: Vec<PacketBuf> = rooms
+            .iter_mut()
+            .map(|room| PacketBuf::new(room, 60))
+            .collect();
+        tap.before(&packets);
+        // What the pipeline does to a packet after the copy must not show in the capture.
+        packets[1].bytes_mut()[0] = 0xee;
+        let verdicts = [
+            Verdict::Drop(DropReason::ConntrackInvalid),
+            Verdict::Drop(DropReason::ConntrackInvalid),
+            Verdict::Drop(DropReason::FirewallDrop),
+        ];
+        tap.after(&[ingress(0), ingress(1), ingress(2)], &verdicts);
+        let got: Vec<DroppedPacket> = records.try_iter().collect();
+        assert_eq!(got.len(), 2, "the firewall's drop was not asked for");
+        assert_eq!(got[1].worker, 3);
+        assert_eq!(got[1].ingress.port, 1);
+        assert_eq!(got[1].reason, DropReason::ConntrackInvalid);
+        assert_eq!(got[1].frame(), &[2u8; 60][..], "as it arrived, 60 bytes");
+
+        done.store(true, Ordering::Relaxed);
+        tap.poll();
+        assert!(!tap.is_armed(), "disarmed once the ctl thread is done");
+    }
+
+    #[test]
+    fn a_capture_disarms_itself_at_its_count() {
+        let (requests, mut tap) = DropTap::pair(0);
+        let (records_in, records) = crossbeam_channel::bounded(8);
+        let mut reasons = ReasonSet::default();
+        reasons.insert(DropReason::FirewallDrop);
+        let request = DropCaptureRequest {
+            reasons,
+            count: 1,
+            records: records_in,
+            done: Arc::new(AtomicBool::new(false)),
+        };
+        assert!(requests.try_send(request).is_ok());
+        tap.poll();
+        let mut rooms = [[0u8; 64], [0u8; 64]];
+        let packets: Vec<PacketBuf> = rooms
+            .iter_mut()
+            .map(|room| PacketBuf::new(room, 64))
+            .collect();
+        tap.before(&packets);
+        let drop = Verdict::Drop(DropReason::FirewallDrop);
+        tap.after(&[ingress(0), ingress(0)], &[drop, drop]);
+        assert_eq!(records.try_iter().count(), 1);
+        assert!(!tap.is_armed());
+    }
+}
