@@ -8,6 +8,7 @@
 # file and 0 on a good one. The rule's hits are counted (metrics, `ctl show rules`).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+test_start=$(date +%s)
 source "$ROOT/scripts/lablib.sh"
 trap cleanup EXIT
 
@@ -98,6 +99,19 @@ rules=$(ctl show rules)
 grep -Eq "^ +1 +no-ping-out +drop +$hits\b" <<<"$rules" ||
     fail "ctl show rules does not list no-ping-out with its $hits flows: $rules"
 pass "the rule counts the flows it dropped ($hits), in the metrics and ctl show rules"
+# And when it last decided one: a Unix second since this test started, the same in both (no
+# ping has gone out since), and ctl's table says how long ago.
+last=$(curl -sf "$METRICS" | awk '/^gateway_firewall_rule_last_match_timestamp_seconds\{/ && /rule="no-ping-out"/ { print $NF }')
+listed_last=$(ctl show rules --json | python3 -c '
+import json, sys
+print(next(r["last_matched"] for r in json.load(sys.stdin)["rules"] if r["name"] == "no-ping-out"))')
+now=$(date +%s)
+((${last:-0} >= test_start && ${last:-0} <= now)) ||
+    fail "gateway_firewall_rule_last_match_timestamp_seconds for no-ping-out is '${last}', not between $test_start and $now"
+[[ $listed_last == "$last" ]] || fail "ctl show rules --json says no-ping-out last matched at $listed_last, the metrics $last"
+grep -Eq "^ +1 +no-ping-out +drop +$hits +[0-9]+s ago$" <<<"$rules" ||
+    fail "ctl show rules does not say how long ago no-ping-out last matched: $rules"
+pass "the rule's last match ($last) is in the metrics and ctl show rules"
 # The pings that passed were the lan -> wan policy's, no rule's: its default counts them.
 default_hits() { curl -sf "$METRICS" | awk '/^gateway_firewall_default_hits_total\{/ && /from="lan"/ && /to="wan"/ && /action="accept"/ { print $NF }'; }
 accepted=$(default_hits)

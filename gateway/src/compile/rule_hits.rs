@@ -148,9 +148,9 @@ mod tests {
         let mut first = compiled(&[("ssh", "22"), ("web", "80"), ("web", "443")]);
         registry.attach(&mut first, &[]);
         let firewall = &first.stateful.firewall;
-        firewall.count_hit(Some(0), 0);
-        firewall.count_hit(Some(2), 1);
-        firewall.count_hit(None, 1);
+        firewall.count_hit(Some(0), 0, 1);
+        firewall.count_hit(Some(2), 1, 1);
+        firewall.count_hit(None, 1, 1);
         // Reordered, one removed, one added: counts follow the names.
         let mut second = compiled(&[("telnet", "23"), ("web", "443"), ("ssh", "22")]);
         registry.attach(&mut second, &[]);
@@ -172,7 +172,7 @@ mod tests {
             ["ssh", "web", "web#2"]
         );
         // The old rule set, still in some worker's hands for a moment, counts into the same.
-        first.stateful.firewall.count_hit(Some(0), 1);
+        first.stateful.firewall.count_hit(Some(0), 1, 1);
         assert_eq!(second.stateful.firewall.hits()[2].total(), 2);
     }
 }

@@ -328,28 +328,46 @@ fn print_config(answer: &Value) {
 }
 
 fn print_rules(answer: &Value) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
     println!(
-        "{:>5} {:<32} {:<7} {:>12}",
+        "{:>5} {:<32} {:<7} {:>12}  last match",
         "index", "rule", "action", "hits"
     );
-    for rule in answer["rules"].as_array().into_iter().flatten() {
+    let rows = answer["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|rule| {
+            let index = cell(&rule["index"]);
+            (index, cell(&rule["name"]), rule)
+        });
+    let defaults = answer["defaults"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|pair| {
+            let name = format!("default {} -> {}", cell(&pair["from"]), cell(&pair["to"]));
+            ("-".to_string(), name, pair)
+        });
+    for (index, name, row) in rows.chain(defaults) {
         println!(
-            "{:>5} {:<32} {:<7} {:>12}",
-            cell(&rule["index"]),
-            cell(&rule["name"]),
-            cell(&rule["action"]),
-            cell(&rule["hits"])
+            "{:>5} {:<32} {:<7} {:>12}  {}",
+            index,
+            name,
+            cell(&row["action"]),
+            cell(&row["hits"]),
+            ago(&row["last_matched"], now)
         );
     }
-    for pair in answer["defaults"].as_array().into_iter().flatten() {
-        let name = format!("default {} -> {}", cell(&pair["from"]), cell(&pair["to"]));
-        println!(
-            "{:>5} {:<32} {:<7} {:>12}",
-            "-",
-            name,
-            cell(&pair["action"]),
-            cell(&pair["hits"])
-        );
+}
+
+/// A Unix second as how long before `now` it was ("12s ago"), or "never".
+fn ago(unix_seconds: &Value, now: u64) -> String {
+    match unix_seconds.as_u64() {
+        Some(then) => format!("{}s ago", now.saturating_sub(then)),
+        None => "never".to_string(),
     }
 }
 

@@ -213,7 +213,8 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
     }
 }
 
-/// The rules in force, in order: each one's counter name, action and hits.
+/// The rules in force, in order: each one's counter name, action, hits and the Unix second
+/// it last decided a first packet (null: never since the gateway started).
 fn show_rules(sources: &Sources) -> Value {
     let (router, _) = sources.router.load();
     let firewall = &router.stateful.firewall;
@@ -230,6 +231,7 @@ fn show_rules(sources: &Sources) -> Value {
                 "name": name,
                 "action": rule.action.name(),
                 "hits": hits.get(index).map(|hits| hits.total()),
+                "last_matched": hits.get(index).and_then(|hits| hits.last_matched()),
             })
         })
         .collect();
@@ -244,6 +246,7 @@ fn show_rules(sources: &Sources) -> Value {
                 "to": &*pair.to.1,
                 "action": firewall.policy().default_for(pair.from.0, pair.to.0).name(),
                 "hits": pair.hits.total(),
+                "last_matched": pair.hits.last_matched(),
             })
         })
         .collect();

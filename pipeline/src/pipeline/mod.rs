@@ -54,7 +54,7 @@ use crate::features::qos::{Class, HostShares, Link, Qos, QosMode, QosStats, Shap
 use crate::l3::icmp_error::IcmpBudgets;
 use crate::l3::neighbor_view::NeighborView;
 use crate::pipeline::config::{IcmpLimits, RouterConfig};
-use crate::pipeline::stage::{ExtraFrames, MAX_BURST};
+use crate::pipeline::stage::{ExtraFrames, WallClock, MAX_BURST};
 use crate::pipeline::stateful::StatefulStage;
 use crate::pipeline::stateful6::StatefulStage6;
 use crate::ratelimit::TokenBucket;
@@ -397,7 +397,9 @@ impl Pipeline {
     /// Tells the pipeline the Unix time (seconds) at its clock's `now_ns`, for parental time
     /// windows. Called at start; the pipeline then counts from its own clock.
     pub fn set_wall_clock(&mut self, unix_seconds: i64, now_ns: u64) {
-        self.stateful.unix_epoch_at_zero = unix_seconds - (now_ns / 1_000_000_000) as i64;
+        let clock = WallClock::at(unix_seconds, now_ns);
+        self.stateful.wall_clock = clock;
+        self.stateful6.wall_clock = clock;
     }
 
     /// Whether QoS is on in shaper mode: then the worker reads

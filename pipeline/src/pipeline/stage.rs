@@ -19,6 +19,29 @@ use crate::wire::{ethernet, ipv4, tcp};
 /// The most packets [`Pipeline::process_burst`] takes at once: a worker's rx burst.
 pub const MAX_BURST: usize = 32;
 
+/// Wall-clock time on the per-packet path, which must not ask the OS for it: the Unix
+/// second at the worker clock's `now_ns == 0`, told once at start (`set_wall_clock`), for
+/// parental time windows and the rules' last match.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WallClock {
+    unix_at_zero: i64,
+}
+
+impl WallClock {
+    /// The clock for which `now_ns` is Unix second `unix_seconds`.
+    pub(crate) fn at(unix_seconds: i64, now_ns: u64) -> Self {
+        WallClock {
+            unix_at_zero: unix_seconds - (now_ns / 1_000_000_000) as i64,
+        }
+    }
+
+    /// The Unix second at `now_ns`.
+    #[inline]
+    pub(crate) fn unix_seconds(self, now_ns: u64) -> i64 {
+        self.unix_at_zero + (now_ns / 1_000_000_000) as i64
+    }
+}
+
 /// How a packet reached this worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ingress {

@@ -15,7 +15,7 @@ use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
 use crate::l3::icmp_error::IcmpError;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage};
+use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage, WallClock};
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
@@ -40,9 +40,7 @@ pub(crate) struct StatefulStage {
     pub(crate) inspector: ContentInspector,
     pub(crate) worker: u16,
     pub(crate) ownership: Ownership,
-    /// The Unix time, in seconds, at `now_ns == 0`: parental time windows need wall-clock
-    /// time, which the per-packet path must not ask the OS for.
-    pub(crate) unix_epoch_at_zero: i64,
+    pub(crate) wall_clock: WallClock,
     /// The SYN proxy's cookie key (`crate::pipeline::syn_proxy`).
     pub(crate) cookies: CookieJar,
     /// Where the decisions of rules marked `log = true` go (`[firewall.log]`).
@@ -62,7 +60,7 @@ impl StatefulStage {
             inspector: ContentInspector::new(content::DEFAULT_SLOTS),
             worker,
             ownership,
-            unix_epoch_at_zero: 0,
+            wall_clock: WallClock::default(),
             cookies: CookieJar::new(),
             firewall_log: None,
         }
@@ -81,9 +79,10 @@ impl StatefulStage {
     ) {
         // A forward without a matching rule is the forward's decision, not the pair's.
         let by_pair = decision.forwarded_to.is_none();
+        let when = (self.worker, self.unix_seconds(now_ns));
         stateful
             .firewall
-            .count_decision(rule, (decision.from, decision.to), by_pair, self.worker);
+            .count_decision(rule, (decision.from, decision.to), by_pair, when);
         if let (Some(name), Some(logger)) =
             (stateful.firewall.logged(rule), self.firewall_log.as_mut())
         {
@@ -512,7 +511,7 @@ impl StatefulStage {
 
     /// The wall-clock second for `now_ns`, for parental time windows.
     pub(crate) fn unix_seconds(&self, now_ns: u64) -> i64 {
-        self.unix_epoch_at_zero + (now_ns / 1_000_000_000) as i64
+        self.wall_clock.unix_seconds(now_ns)
     }
 
     /// RFC 5508: an ICMP error about a translated flow is translated too, outer header and

@@ -23,7 +23,7 @@ use crate::features::content::{self, ContentInspector, ContentPolicy, Device};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::stage::{Ingress, Request6, Stage6};
+use crate::pipeline::stage::{Ingress, Request6, Stage6, WallClock};
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
@@ -63,6 +63,7 @@ pub(crate) struct StatefulStage6 {
     inspector: ContentInspector,
     worker: u16,
     ownership: Ownership,
+    pub(crate) wall_clock: WallClock,
 }
 
 impl StatefulStage6 {
@@ -78,6 +79,7 @@ impl StatefulStage6 {
             inspector: ContentInspector::new(content::DEFAULT_SLOTS),
             worker,
             ownership,
+            wall_clock: WallClock::default(),
         }
     }
 
@@ -156,9 +158,10 @@ impl StatefulStage6 {
         let (action, rule) = admit6(router, from, to, &key, pinholed);
         // A pinhole's accept is the pinhole's decision, not the pair's.
         let by_pair = action == stateful.firewall.policy().default_for(from, to);
+        let when = (self.worker, self.wall_clock.unix_seconds(now_ns));
         stateful
             .firewall
-            .count_decision(rule, (from, to), by_pair, self.worker);
+            .count_decision(rule, (from, to), by_pair, when);
         match action {
             Action::Accept => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),

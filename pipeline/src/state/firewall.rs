@@ -751,11 +751,11 @@ impl RuleSet {
         }
     }
 
-    /// Rule `rule` decided a new flow on `worker`.
+    /// Rule `rule` decided a new flow on `worker` at Unix second `unix_seconds`.
     #[inline]
-    pub fn count_hit(&self, rule: Option<usize>, worker: u16) {
+    pub fn count_hit(&self, rule: Option<usize>, worker: u16, unix_seconds: i64) {
         if let Some(hits) = rule.and_then(|rule| self.hits.get(rule)) {
-            hits.add(worker);
+            hits.add(worker, unix_seconds);
         }
     }
 
@@ -786,28 +786,30 @@ impl RuleSet {
         self.pairs = pairs;
     }
 
-    /// A first packet decided on `worker`: by rule `rule`, or with no rule matching, by the
-    /// zone pair's default where `by_pair` (not where a forward or a pinhole decided).
+    /// A first packet decided on `worker` at Unix second `unix_seconds`: by rule `rule`, or
+    /// with no rule matching, by the zone pair's default where `by_pair` (not where a
+    /// forward or a pinhole decided).
     #[inline]
     pub fn count_decision(
         &self,
         rule: Option<usize>,
         (from, to): (ZoneId, ZoneId),
         by_pair: bool,
-        worker: u16,
+        (worker, unix_seconds): (u16, i64),
     ) {
         match rule {
-            Some(_) => self.count_hit(rule, worker),
-            None if by_pair => self.count_default(from, to, worker),
+            Some(_) => self.count_hit(rule, worker, unix_seconds),
+            None if by_pair => self.count_default(from, to, worker, unix_seconds),
             None => {}
         }
     }
 
-    /// The zone pair `from -> to`'s default decided a new flow on `worker` (no rule matched).
+    /// The zone pair `from -> to`'s default decided a new flow on `worker` (no rule matched)
+    /// at Unix second `unix_seconds`.
     #[inline]
-    pub fn count_default(&self, from: ZoneId, to: ZoneId, worker: u16) {
+    pub fn count_default(&self, from: ZoneId, to: ZoneId, worker: u16, unix_seconds: i64) {
         if let Some(Some(hits)) = self.pair_cells.get(self.cell_of(from, to)) {
-            hits.add(worker);
+            hits.add(worker, unix_seconds);
         }
     }
 
@@ -1161,16 +1163,16 @@ mod tests {
             pair(wan, ZoneId::LOCAL),
             pair(wan, lan),
         ]);
-        rules.count_default(lan, wan, 0);
-        rules.count_default(lan, wan, 1);
-        rules.count_default(wan, ZoneId::LOCAL, 1);
+        rules.count_default(lan, wan, 0, 1);
+        rules.count_default(lan, wan, 1, 1);
+        rules.count_default(wan, ZoneId::LOCAL, 1, 1);
         let totals: Vec<u64> = rules.pair_hits().iter().map(|p| p.hits.total()).collect();
         assert_eq!(totals, [2, 1, 0]);
         // Before any attachment, or for a pair not attached: nothing, and no panic.
         RuleSet::compile(Vec::new(), Policy::new(Action::Drop))
             .unwrap()
-            .count_default(lan, wan, 0);
-        rules.count_default(ZoneId::LOCAL, lan, 0);
+            .count_default(lan, wan, 0, 1);
+        rules.count_default(ZoneId::LOCAL, lan, 0, 1);
         assert_eq!(
             rules
                 .pair_hits()

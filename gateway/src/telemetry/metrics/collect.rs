@@ -224,12 +224,19 @@ impl Metrics {
             let firewall = &router.stateful.firewall;
             let names = crate::compile::rule_hits::counter_names(firewall.rules());
             self.firewall_rule_hits.reset();
+            self.firewall_rule_last_match.reset();
             for ((name, rule), hits) in names.iter().zip(firewall.rules()).zip(firewall.hits()) {
                 self.firewall_rule_hits
                     .with_label_values(&[name.as_str(), rule.action.name()])
                     .inc_by(hits.total());
+                if let Some(last) = hits.last_matched() {
+                    self.firewall_rule_last_match
+                        .with_label_values(&[name.as_str()])
+                        .set(last as i64);
+                }
             }
             self.firewall_default_hits.reset();
+            self.firewall_default_last_match.reset();
             for pair in firewall.pair_hits() {
                 let action = firewall.policy().default_for(pair.from.0, pair.to.0);
                 let count = pair.hits.total();
@@ -237,6 +244,11 @@ impl Metrics {
                     self.firewall_default_hits
                         .with_label_values(&[&pair.from.1, &pair.to.1, action.name()])
                         .inc_by(count);
+                }
+                if let Some(last) = pair.hits.last_matched() {
+                    self.firewall_default_last_match
+                        .with_label_values(&[&pair.from.1, &pair.to.1])
+                        .set(last as i64);
                 }
             }
         }

@@ -242,6 +242,8 @@ pub fn metric_names() -> Vec<String> {
         "firewall_log_events_total",
         "firewall_rule_hits_total",
         "firewall_default_hits_total",
+        "firewall_rule_last_match_timestamp_seconds",
+        "firewall_default_last_match_timestamp_seconds",
         "worker_heartbeat_age_seconds",
         "qos_bytes_total",
         "qos_packets_total",

@@ -170,6 +170,8 @@ pub struct Metrics {
     kernel_routes_refused: IntGaugeVec,
     firewall_rule_hits: IntCounterVec,
     firewall_default_hits: IntCounterVec,
+    firewall_rule_last_match: IntGaugeVec,
+    firewall_default_last_match: IntGaugeVec,
     nat_log_events: IntCounterVec,
     firewall_log_events: IntCounterVec,
     qos_bytes: IntCounterVec,

@@ -242,6 +242,18 @@ impl Metrics {
                 "First packets each zone pair's default decided (no rule matched; not a port forward or an IPv6 pinhole), by zones (from, to, local for the gateway itself) and the pair's default action, counted as firewall_rule_hits_total is. Kept across reloads by zone names.",
                 &["from", "to", "action"],
             ),
+            firewall_rule_last_match: gauge_vec(
+                &registry,
+                "firewall_rule_last_match_timestamp_seconds",
+                "The Unix time each firewall rule last decided a first packet (as firewall_rule_hits_total counts them), by rule name; absent for a rule that never has since the gateway started.",
+                &["rule"],
+            ),
+            firewall_default_last_match: gauge_vec(
+                &registry,
+                "firewall_default_last_match_timestamp_seconds",
+                "The Unix time each zone pair's default last decided a first packet (as firewall_default_hits_total counts them), by zones; absent for a pair whose default never has.",
+                &["from", "to"],
+            ),
             nat_log_events: counter_vec(
                 &registry,
                 "nat_log_events_total",
