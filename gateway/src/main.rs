@@ -257,7 +257,7 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
                 max_kib,
                 output,
             };
-            return gateway::ctl::capture::run(&target, &capture);
+            return Ok(gateway::ctl::capture::run(&target, &capture)?);
         }
         CtlCommand::Show { what } => match what {
             Show::Flows { filter, limit } => Request::ShowFlows {

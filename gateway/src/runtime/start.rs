@@ -199,7 +199,7 @@ impl<'a> Gateway<'a> {
                 pdump_file_prefix: config.eal.pdump.then(|| config.eal.file_prefix.clone()),
             },
         )
-        .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))
+        .map_err(|err| tracing::warn!("no ctl socket: {:#}", anyhow::Error::from(err)))
         .ok()
         .flatten();
         if !metrics_failed {
