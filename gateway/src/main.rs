@@ -377,7 +377,7 @@ fn main() -> ExitCode {
         } => ctl(&socket, json, command),
         Command::Healthcheck { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
-            .and_then(|loaded| gateway::telemetry::healthcheck::check(&loaded.metrics)),
+            .and_then(|loaded| Ok(gateway::telemetry::healthcheck::check(&loaded.metrics)?)),
         Command::CheckConfig { file, config } => match file.or(config) {
             Some(config) => check_config(&config),
             None => Err(anyhow::anyhow!("check-config needs a config file: -c FILE")),

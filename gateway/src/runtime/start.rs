@@ -176,7 +176,7 @@ impl<'a> Gateway<'a> {
             Ok(thread) => Some(thread),
             Err(err) => {
                 stop.store(true, Ordering::Relaxed);
-                tracing::error!("{err:#}");
+                tracing::error!("{:#}", anyhow::Error::from(err));
                 None
             }
         };
