@@ -284,7 +284,7 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
                 max_kib,
                 output,
             };
-            return gateway::ctl::capture::run(&target, &capture);
+            return Ok(gateway::ctl::capture::run(&target, &capture)?);
         }
         CtlCommand::Show { what } => match what {
             Show::Flows { filter, limit } => Request::ShowFlows {
@@ -404,7 +404,7 @@ fn main() -> ExitCode {
         } => ctl(&socket, json, command),
         Command::Healthcheck { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
-            .and_then(|loaded| gateway::telemetry::healthcheck::check(&loaded.metrics)),
+            .and_then(|loaded| Ok(gateway::telemetry::healthcheck::check(&loaded.metrics)?)),
         Command::CheckConfig { file, config } => match file.or(config) {
             Some(config) => check_config(&config),
             None => Err(anyhow::anyhow!("check-config needs a config file: -c FILE")),

@@ -17,7 +17,7 @@ fn check(name: &str, text: &str) -> Result<(), String> {
     std::fs::write(&path, text).unwrap();
     let result = GatewayConfig::load(&path)
         .map_err(anyhow::Error::from)
-        .and_then(|config| check_startable(&config))
+        .and_then(|config| Ok(check_startable(&config)?))
         .map_err(|err| format!("{err:#}"));
     std::fs::remove_file(&path).ok();
     result

@@ -5,18 +5,18 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use anyhow::Context;
 use pipeline::pipeline::config::{
-    Ipv6Interface, Pinhole6, PortForward, RouterAdvertConfig, Stateful, StaticRoute6,
+    Ipv6Interface, Pinhole6, PortForward, RouterAdvertConfig, RouterError, Stateful, StaticRoute6,
 };
 use pipeline::pipeline::local::ipv6::MAX_ADVERTISED_PREFIXES;
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
-use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
+use pipeline::state::firewall::{Action, FirewallError, Policy, Rule, RuleSet, ZoneId};
+use pipeline::state::nat::NatPoolError;
 use pipeline::wire::ipv6::{link_local, prefix_of};
 use pipeline::wire::{ipv4, EthernetAddress};
 use pipeline::{IcmpLimits, Interface, RouterConfig, SourceValidation, StaticRoute};
 
-use pipeline::features::content::{ContentPolicy, DnsAction};
+use pipeline::features::content::{ContentError, ContentPolicy, DnsAction};
 use pipeline::features::inspect::parse_domain_list;
 use pipeline::features::parental::{days, DeviceMatch, Policy as ParentalPolicy, TimeWindow};
 
@@ -27,6 +27,76 @@ use crate::config::{
 };
 use crate::control::netlink::KernelView;
 
+/// A config the router cannot be built from, with the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error(transparent)]
+    Config(Box<crate::config::ConfigError>),
+    #[error(transparent)]
+    Host(#[from] crate::config::host::HostError),
+    #[error("nat.port_range: worker {worker}'s NAT pool: {err:?}")]
+    NatPool { worker: u16, err: NatPoolError },
+    #[error("routes")]
+    Routes(#[source] RouterError),
+    #[error(transparent)]
+    Router(#[from] RouterError),
+    #[error("no zone named {0:?}")]
+    NoZone(String),
+    #[error("too many zones")]
+    TooManyZones(#[source] std::num::TryFromIntError),
+    /// `field` names where the config gave what `source` refuses.
+    #[error("{field}")]
+    Field {
+        field: String,
+        #[source]
+        source: Box<CompileError>,
+    },
+    #[error("firewall.rules")]
+    Firewall(#[source] FirewallError),
+    #[error("nat.port_forwards[{index}].interface: no interface named {interface:?}")]
+    NoInterface { index: usize, interface: String },
+    #[error("parental_control.categories.{name}: reading {path}")]
+    ReadCategory {
+        name: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parental_control.devices[{device}].macs[{index}]: {mac:?} is not a MAC address")]
+    NotAMac {
+        device: usize,
+        index: usize,
+        mac: String,
+    },
+    #[error("parental_control.devices[{device}].blocked_categories: no category {name:?}")]
+    NoCategory { device: usize, name: String },
+    #[error("parental_control.devices[{device}].allowed[{index}]: {text:?}: {reason}")]
+    Window {
+        device: usize,
+        index: usize,
+        text: String,
+        reason: String,
+    },
+    #[error("keyword_block / parental_control: {0:?}")]
+    Content(ContentError),
+}
+
+impl From<crate::config::ConfigError> for CompileError {
+    fn from(err: crate::config::ConfigError) -> Self {
+        CompileError::Config(Box::new(err))
+    }
+}
+
+impl CompileError {
+    /// `source` found at `field`.
+    fn at(field: String) -> impl FnOnce(CompileError) -> CompileError {
+        move |source| CompileError::Field {
+            field,
+            source: Box::new(source),
+        }
+    }
+}
+
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
@@ -34,7 +104,7 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 /// config (routes, firewall, forwards, QoS, category files and hours) and every worker's NAT
 /// pool. `gateway check-config` runs it, so that a file it calls ok also starts. The
 /// interfaces' MACs are placeholders here: nothing in the checks depends on them.
-pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
+pub fn check_startable(config: &GatewayConfig) -> Result<(), CompileError> {
     crate::config::web::for_metrics(&config.metrics)?;
     if let Some(group) = &config.ctl.group {
         crate::config::host::group_id(group)?;
@@ -54,7 +124,7 @@ pub fn check_startable(config: &GatewayConfig) -> anyhow::Result<()> {
             std::sync::Arc::new(pipeline::WorkerCounters::default()),
             setup,
         )
-        .map_err(|err| anyhow::anyhow!("nat.port_range: worker {worker}'s NAT pool: {err:?}"))?;
+        .map_err(|err| CompileError::NatPool { worker, err })?;
     }
     Ok(())
 }
@@ -85,7 +155,10 @@ pub fn worker_setup(
     }
 }
 
-pub fn router_config(config: &GatewayConfig, macs: &[[u8; 6]]) -> anyhow::Result<RouterConfig> {
+pub fn router_config(
+    config: &GatewayConfig,
+    macs: &[[u8; 6]],
+) -> Result<RouterConfig, CompileError> {
     router_config_with_kernel(config, macs, &KernelView::default())
 }
 
@@ -106,7 +179,7 @@ pub fn router_config_with_kernel(
     config: &GatewayConfig,
     macs: &[[u8; 6]],
     kernel: &KernelView,
-) -> anyhow::Result<RouterConfig> {
+) -> Result<RouterConfig, CompileError> {
     let interfaces = config
         .interfaces
         .iter()
@@ -169,7 +242,7 @@ pub fn router_config_with_kernel(
         crate::compile::twins::kernel_route_allow(config),
         icmp,
     )
-    .context("routes")?
+    .map_err(CompileError::Routes)?
     .with_source_validation(&source_validation)?
     .with_tcp_mss(&tcp_mss)?
     .with_pppoe(&pppoe)?
@@ -330,7 +403,7 @@ fn pinholes6(config: &GatewayConfig) -> Vec<Pinhole6> {
 
 /// The static IPv6 routes, each with its interface (validated before, so a failure here is
 /// a config that skipped validation).
-fn ipv6_routes(config: &GatewayConfig) -> anyhow::Result<Vec<StaticRoute6>> {
+fn ipv6_routes(config: &GatewayConfig) -> Result<Vec<StaticRoute6>, CompileError> {
     (0..config.ipv6_routes.len())
         .map(|i| {
             let route = &config.ipv6_routes[i];
@@ -344,24 +417,26 @@ fn ipv6_routes(config: &GatewayConfig) -> anyhow::Result<Vec<StaticRoute6>> {
         .collect()
 }
 
-fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
+fn stateful(config: &GatewayConfig) -> Result<Stateful, CompileError> {
     let zone_names = config.zone_names();
     // Validation has resolved every name; one that does not resolve here is a config that
     // skipped it, refused rather than taken for another zone.
-    let zone = |name: &str| -> anyhow::Result<ZoneId> {
+    let zone = |name: &str| -> Result<ZoneId, CompileError> {
         if name == "local" {
             return Ok(ZoneId::LOCAL);
         }
         let index = zone_names
             .iter()
             .position(|z| z == name)
-            .with_context(|| format!("no zone named {name:?}"))?;
-        Ok(ZoneId(u8::try_from(index).context("too many zones")?))
+            .ok_or_else(|| CompileError::NoZone(name.to_string()))?;
+        Ok(ZoneId(
+            u8::try_from(index).map_err(CompileError::TooManyZones)?,
+        ))
     };
     let interface_zone = |i: usize| {
         let iface = &config.interfaces[i];
         zone(iface.zone.as_deref().unwrap_or(&iface.name))
-            .with_context(|| format!("interfaces[{i}].zone"))
+            .map_err(CompileError::at(format!("interfaces[{i}].zone")))
     };
     let masquerade: Vec<bool> = config
         .interfaces
@@ -370,7 +445,7 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .collect();
     let zones: Vec<ZoneId> = (0..config.interfaces.len())
         .map(interface_zone)
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<_, CompileError>>()?;
 
     // Built-in defaults, closed between zones (as OpenWrt, pfSense and OPNsense are): a flow
     // from one zone to another is dropped unless a policy or rule accepts it. An inside (not
@@ -381,7 +456,7 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .iter()
         .filter(|name| config.is_outside_zone(name))
         .map(|name| zone(name))
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<_, CompileError>>()?;
     let mut policy = Policy::new(Action::Drop);
     // What the gateway's kernel opens (its twins' daemons: DNS forwarding, NTP, BGP) may
     // leave toward every zone; its replies come back by its flow.
@@ -394,8 +469,9 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
             .set(from, ZoneId::LOCAL, Action::Accept);
     }
     for (i, entry) in config.firewall.policy.iter().enumerate() {
-        let from = zone(&entry.from).with_context(|| format!("firewall.policy[{i}].from"))?;
-        let to = zone(&entry.to).with_context(|| format!("firewall.policy[{i}].to"))?;
+        let from =
+            zone(&entry.from).map_err(CompileError::at(format!("firewall.policy[{i}].from")))?;
+        let to = zone(&entry.to).map_err(CompileError::at(format!("firewall.policy[{i}].to")))?;
         policy = policy.set(from, to, action(entry.action));
     }
     let rules = config
@@ -403,11 +479,11 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .rules
         .iter()
         .enumerate()
-        .map(|(i, rule)| -> anyhow::Result<Rule> {
+        .map(|(i, rule)| -> Result<Rule, CompileError> {
             let zone_of = |name: Option<&str>, what: &str| {
                 name.map(zone)
                     .transpose()
-                    .with_context(|| format!("firewall.rules[{i}].{what}"))
+                    .map_err(CompileError::at(format!("firewall.rules[{i}].{what}")))
             };
             Ok(Rule {
                 name: rule.name.clone(),
@@ -428,8 +504,8 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
                 action: action(rule.action),
             })
         })
-        .collect::<anyhow::Result<_>>()?;
-    let mut firewall = RuleSet::compile(rules, policy).context("firewall.rules")?;
+        .collect::<Result<_, CompileError>>()?;
+    let mut firewall = RuleSet::compile(rules, policy).map_err(CompileError::Firewall)?;
     // Logged under the name its counter has (`name#2` for a name's second rule).
     let names = crate::compile::rule_hits::counter_names(firewall.rules());
     firewall.attach_logged(
@@ -446,16 +522,14 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
         .port_forwards
         .iter()
         .enumerate()
-        .map(|(i, forward)| -> anyhow::Result<PortForward> {
+        .map(|(i, forward)| -> Result<PortForward, CompileError> {
             let interface = config
                 .interfaces
                 .iter()
                 .position(|iface| iface.name == forward.interface)
-                .with_context(|| {
-                    format!(
-                        "nat.port_forwards[{i}].interface: no interface named {:?}",
-                        forward.interface
-                    )
+                .ok_or_else(|| CompileError::NoInterface {
+                    index: i,
+                    interface: forward.interface.clone(),
                 })?;
             Ok(PortForward {
                 interface: interface as u16,
@@ -465,7 +539,7 @@ fn stateful(config: &GatewayConfig) -> anyhow::Result<Stateful> {
                 to_port: forward.to_port.unwrap_or(forward.port.first),
             })
         })
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<_, CompileError>>()?;
     Ok(Stateful {
         content: content_policy(&config.keyword_block, &config.parental_control)?
             .map(std::sync::Arc::new),
@@ -568,7 +642,7 @@ pub fn qos_config(qos: &QosSettings) -> Option<pipeline::features::qos::QosConfi
 pub fn content_policy(
     block: &KeywordBlockConfig,
     parental: &ParentalConfig,
-) -> anyhow::Result<Option<ContentPolicy>> {
+) -> Result<Option<ContentPolicy>, CompileError> {
     if !block.enabled && !parental.enabled {
         return Ok(None);
     }
@@ -581,21 +655,28 @@ pub fn content_policy(
     let mut policies = Vec::new();
     if parental.enabled {
         for (name, path) in &parental.categories {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("parental_control.categories.{name}: reading {path}"))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|source| CompileError::ReadCategory {
+                    name: name.clone(),
+                    path: path.to_string(),
+                    source,
+                })?;
             categories.push((name.clone(), parse_domain_list(&text)));
         }
         for (i, device) in parental.devices.iter().enumerate() {
-            let field = |f: &str| format!("parental_control.devices[{i}].{f}");
             let mut devices: Vec<DeviceMatch> = device
                 .addresses
                 .iter()
                 .map(|&ip| DeviceMatch::Ip(ip))
                 .collect();
             for (k, mac) in device.macs.iter().enumerate() {
-                let mac = mac.parse::<EthernetAddress>().map_err(|_| {
-                    anyhow::anyhow!("{}[{k}]: {mac:?} is not a MAC address", field("macs"))
-                })?;
+                let mac = mac
+                    .parse::<EthernetAddress>()
+                    .map_err(|_| CompileError::NotAMac {
+                        device: i,
+                        index: k,
+                        mac: mac.to_string(),
+                    })?;
                 devices.push(DeviceMatch::Mac(mac));
             }
             let blocked_categories = device
@@ -606,21 +687,25 @@ pub fn content_policy(
                         .categories
                         .keys()
                         .position(|known| known == name)
-                        .ok_or_else(|| {
-                            anyhow::anyhow!("{}: no category {name:?}", field("blocked_categories"))
+                        .ok_or_else(|| CompileError::NoCategory {
+                            device: i,
+                            name: name.clone(),
                         })
                 })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>, CompileError>>()?;
             let windows = device
                 .allowed
                 .iter()
                 .enumerate()
                 .map(|(k, text)| {
-                    parse_window(text).map_err(|err| {
-                        anyhow::anyhow!("{}[{k}]: {text:?}: {err}", field("allowed"))
+                    parse_window(text).map_err(|reason| CompileError::Window {
+                        device: i,
+                        index: k,
+                        text: text.clone(),
+                        reason,
                     })
                 })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>, CompileError>>()?;
             policies.push(ParentalPolicy {
                 devices,
                 blocked_categories,
@@ -641,7 +726,7 @@ pub fn content_policy(
         dns_action,
         parental.utc_offset_minutes,
     )
-    .map_err(|err| anyhow::anyhow!("keyword_block / parental_control: {err:?}"))?;
+    .map_err(CompileError::Content)?;
     Ok(Some(policy))
 }
 

@@ -30,9 +30,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+    DecodeError, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
@@ -523,6 +522,46 @@ fn ipv6_route(message: &RouteMessage) -> Option<ParsedRoute<Ipv6Addr>> {
     })
 }
 
+/// Following the kernel failed: the thread, its sockets, or a dump.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    #[error("starting the netlink thread")]
+    Thread(#[source] std::io::Error),
+    #[error("the netlink thread ended before it opened its sockets")]
+    ThreadEnded,
+    #[error("kernel_twins.netns: opening {path}")]
+    OpenNetns {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("kernel_twins.netns: entering {netns:?}")]
+    EnterNetns {
+        netns: String,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    /// `what`: the step on the socket, as "binding the rtnetlink socket".
+    #[error("{what}")]
+    Socket {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("joining rtnetlink group {group}")]
+    JoinGroup {
+        group: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("setting the rtnetlink socket's receive timeout")]
+    ReceiveTimeout(#[source] nix::errno::Errno),
+    #[error("decoding an rtnetlink message")]
+    Decode(#[source] DecodeError),
+    #[error("the kernel refused a dump: {0:?}")]
+    Refused(Option<std::num::NonZeroI32>),
+}
+
 /// The thread following the kernel: sends each new view to `send` (the first at once),
 /// until `stop` is set or `send` returns false (the receiver is gone). In `netns` if given.
 pub fn spawn(
@@ -530,7 +569,7 @@ pub fn spawn(
     netns: Option<String>,
     stop: Arc<AtomicBool>,
     send: impl Fn(KernelView) -> bool + Send + 'static,
-) -> anyhow::Result<std::thread::JoinHandle<()>> {
+) -> Result<std::thread::JoinHandle<()>, NetlinkError> {
     let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
     let thread = std::thread::Builder::new()
         .name("netlink".into())
@@ -548,32 +587,38 @@ pub fn spawn(
             };
             follow(&followed, &events, &dumps, &stop, send);
         })
-        .context("starting the netlink thread")?;
+        .map_err(NetlinkError::Thread)?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(thread),
         Ok(Err(err)) => {
             let _ = thread.join();
             Err(err)
         }
-        Err(_) => bail!("the netlink thread ended before it opened its sockets"),
+        Err(_) => Err(NetlinkError::ThreadEnded),
     }
 }
 
 /// Two rtnetlink sockets in the twins' namespace: one subscribed to the notifications, one
 /// for dumps (so that a dump's answer never interleaves with notifications). The thread
 /// enters the namespace; the rest of the gateway stays where it is.
-fn open(netns: Option<&str>) -> anyhow::Result<(Socket, Socket)> {
+fn open(netns: Option<&str>) -> Result<(Socket, Socket), NetlinkError> {
     if let Some(netns) = netns {
         let path = format!("/run/netns/{netns}");
-        let file = std::fs::File::open(&path)
-            .with_context(|| format!("kernel_twins.netns: opening {path}"))?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-            .with_context(|| format!("kernel_twins.netns: entering {netns:?}"))?;
+        let file = std::fs::File::open(&path).map_err(|source| NetlinkError::OpenNetns {
+            path: path.clone(),
+            source,
+        })?;
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|source| {
+            NetlinkError::EnterNetns {
+                netns: netns.to_string(),
+                source,
+            }
+        })?;
     }
-    let mut events = Socket::new(NETLINK_ROUTE).context("opening an rtnetlink socket")?;
+    let mut events = Socket::new(NETLINK_ROUTE).map_err(socket("opening an rtnetlink socket"))?;
     events
         .bind(&SocketAddr::new(0, 0))
-        .context("binding the rtnetlink socket")?;
+        .map_err(socket("binding the rtnetlink socket"))?;
     for group in [
         RTNLGRP_LINK,
         RTNLGRP_IPV4_IFADDR,
@@ -583,17 +628,24 @@ fn open(netns: Option<&str>) -> anyhow::Result<(Socket, Socket)> {
     ] {
         events
             .add_membership(group)
-            .with_context(|| format!("joining rtnetlink group {group}"))?;
+            .map_err(|source| NetlinkError::JoinGroup { group, source })?;
     }
     let timeout = nix::sys::time::TimeVal::new(0, WAKE_TO_CHECK_STOP.as_micros() as i64);
     nix::sys::socket::setsockopt(&events, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
-        .context("setting the rtnetlink socket's receive timeout")?;
-    let mut dumps = Socket::new(NETLINK_ROUTE).context("opening an rtnetlink socket")?;
-    dumps.bind_auto().context("binding the rtnetlink socket")?;
+        .map_err(NetlinkError::ReceiveTimeout)?;
+    let mut dumps = Socket::new(NETLINK_ROUTE).map_err(socket("opening an rtnetlink socket"))?;
+    dumps
+        .bind_auto()
+        .map_err(socket("binding the rtnetlink socket"))?;
     dumps
         .connect(&SocketAddr::new(0, 0))
-        .context("connecting the rtnetlink socket")?;
+        .map_err(socket("connecting the rtnetlink socket"))?;
     Ok((events, dumps))
+}
+
+/// A failed step `what` on an rtnetlink socket.
+fn socket(what: &'static str) -> impl FnOnce(std::io::Error) -> NetlinkError {
+    move |source| NetlinkError::Socket { what, source }
 }
 
 fn follow(
@@ -628,7 +680,10 @@ fn follow(
                     dirty = false;
                 }
                 Err(err) => {
-                    tracing::warn!("kernel twins: reading addresses and routes: {err:#}");
+                    tracing::warn!(
+                        "kernel twins: reading addresses and routes: {}",
+                        crate::dpdk::ErrorChain(&err)
+                    );
                     std::thread::sleep(WAKE_TO_CHECK_STOP);
                     continue;
                 }
@@ -670,7 +725,7 @@ fn drain_one(events: &Socket, buffer: &mut [u8]) -> std::io::Result<bool> {
 }
 
 /// Links, and IPv4 and IPv6 addresses and routes, as the kernel has them now.
-fn dump(socket: &Socket, sequence: &mut u32) -> anyhow::Result<Vec<RouteNetlinkMessage>> {
+fn dump(socket: &Socket, sequence: &mut u32) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
     let mut link = LinkMessage::default();
     link.header.interface_family = AddressFamily::Unspec;
     let mut requests = vec![RouteNetlinkMessage::GetLink(link)];
@@ -695,7 +750,7 @@ fn request_dump(
     request: RouteNetlinkMessage,
     sequence: u32,
     out: &mut Vec<RouteNetlinkMessage>,
-) -> anyhow::Result<()> {
+) -> Result<(), NetlinkError> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | NLM_F_DUMP;
     header.sequence_number = sequence;
@@ -705,23 +760,23 @@ fn request_dump(
     message.serialize(&mut bytes);
     socket
         .send(&bytes, 0)
-        .context("sending an rtnetlink dump request")?;
+        .map_err(self::socket("sending an rtnetlink dump request"))?;
     let mut buffer = vec![0u8; 1 << 16];
     loop {
         let received = socket
             .recv(&mut &mut buffer[..], 0)
-            .context("reading an rtnetlink dump")?;
+            .map_err(self::socket("reading an rtnetlink dump"))?;
         let mut offset = 0;
         while offset < received {
             let message =
                 NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buffer[offset..received])
-                    .context("decoding an rtnetlink message")?;
+                    .map_err(NetlinkError::Decode)?;
             let length = message.header.length as usize;
             if message.header.sequence_number == sequence {
                 match message.payload {
                     NetlinkPayload::Done(_) => return Ok(()),
                     NetlinkPayload::Error(err) => {
-                        bail!("the kernel refused a dump: {:?}", err.code)
+                        return Err(NetlinkError::Refused(err.code));
                     }
                     NetlinkPayload::InnerMessage(inner) => out.push(inner),
                     _ => {}

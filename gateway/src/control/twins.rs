@@ -22,7 +22,6 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
 use pipeline::pipeline::config::PuntConfig;
 use pipeline::pipeline::kernel_flows::kernel_flow;
 use pipeline::pipeline::local::punt::{arp_for_twin, kernel_frame_refused, ndisc_for_twin};
@@ -36,8 +35,8 @@ use crate::config::twins::twin_names;
 use crate::config::GatewayConfig;
 use crate::dataplane::punt::BatchedRing;
 use crate::dpdk::{
-    Eal, Mbuf, MbufBatch, Mempool, Port, PortConfig, RingConsumer, RingProducer, RxQueue,
-    RxQueueId, TxQueue, TxQueueId,
+    DpdkError, Eal, ErrorChain, Mbuf, MbufBatch, Mempool, Port, PortConfig, RingConsumer,
+    RingProducer, RxQueue, RxQueueId, TxQueue, TxQueueId,
 };
 
 /// Descriptors of a twin's queues (the tap PMD's own limits are generous).
@@ -116,6 +115,41 @@ pub struct Twins {
     batch: MbufBatch,
 }
 
+/// A kernel twin that could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TwinError {
+    /// `field` names the interface and its twin.
+    #[error("{field}")]
+    Twin {
+        field: String,
+        #[source]
+        source: Box<TwinError>,
+    },
+    #[error(transparent)]
+    Dpdk(#[from] DpdkError),
+    #[error("moving the twin to namespace {netns:?} (does it exist?)")]
+    Netns {
+        netns: String,
+        #[source]
+        source: Box<TwinError>,
+    },
+    /// `what`: the sysctl being set, as "setting accept_ra".
+    #[error("{what}")]
+    Sysctl {
+        what: &'static str,
+        #[source]
+        source: Box<TwinError>,
+    },
+    #[error("running {command}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{command} failed: {stderr}")]
+    Failed { command: String, stderr: String },
+}
+
 impl Twins {
     /// Makes the twin of every interface that has one (`macs` in interface order): a tap
     /// with the interface's name (or `kernel_twin_name`), MAC and MTU, moved to the
@@ -126,7 +160,7 @@ impl Twins {
         config: &GatewayConfig,
         macs: &[[u8; 6]],
         pool: &Arc<Mempool>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, TwinError> {
         let mut twins = Vec::new();
         for (index, name) in twin_names(config).into_iter().enumerate() {
             let Some(name) = name else {
@@ -137,7 +171,11 @@ impl Twins {
             let field = format!("interfaces[{index}] ({}) kernel twin {name:?}", iface.name);
             let mac = EthernetAddress(macs[index]);
             let device = format!("net_tap_twin{index},iface={name},mac={mac}");
-            let id = Port::probe(eal, &device).with_context(|| field.clone())?;
+            let in_field = |source: TwinError| TwinError::Twin {
+                field: field.clone(),
+                source: Box::new(source),
+            };
+            let id = Port::probe(eal, &device).map_err(|err| in_field(err.into()))?;
             let port_config = PortConfig {
                 rx_queues: 1,
                 tx_queues: 1,
@@ -149,7 +187,7 @@ impl Twins {
                 ..PortConfig::default()
             };
             let mut port = Port::start(eal, id, &format!("twin-{name}"), &port_config, pool)
-                .with_context(|| field.clone())?;
+                .map_err(|err| in_field(err.into()))?;
             let netns = config.kernel_twins.netns.as_deref();
             // "dhcp": the DHCP client on the twin sets it (`crate::control::netlink` follows).
             let address = iface.address.cidr().map(|cidr| cidr.to_string());
@@ -158,8 +196,7 @@ impl Twins {
                 Some(ipv6) if ipv6.delegated_prefix => TwinIpv6::Delegated,
                 _ => TwinIpv6::Off,
             };
-            set_up_kernel_side(&name, address.as_deref(), ipv6, netns)
-                .with_context(|| field.clone())?;
+            set_up_kernel_side(&name, address.as_deref(), ipv6, netns).map_err(in_field)?;
             let mut twin = Twin {
                 rx: port.take_rx_queue(RxQueueId(0))?,
                 tx: port.take_tx_queue(TxQueueId(0))?,
@@ -355,8 +392,8 @@ fn set_up_kernel_side(
     address: Option<&str>,
     ipv6: TwinIpv6,
     netns: Option<&str>,
-) -> anyhow::Result<()> {
-    let ip = |args: &[&str]| -> anyhow::Result<()> {
+) -> Result<(), TwinError> {
+    let ip = |args: &[&str]| -> Result<(), TwinError> {
         let mut command = Command::new("ip");
         if let Some(netns) = netns {
             command.args(["-n", netns]);
@@ -364,8 +401,12 @@ fn set_up_kernel_side(
         run(command.args(args))
     };
     if let Some(netns) = netns {
-        run(Command::new("ip").args(["link", "set", "dev", name, "netns", netns]))
-            .with_context(|| format!("moving the twin to namespace {netns:?} (does it exist?)"))?;
+        run(Command::new("ip").args(["link", "set", "dev", name, "netns", netns])).map_err(
+            |source| TwinError::Netns {
+                netns: netns.to_string(),
+                source: Box::new(source),
+            },
+        )?;
     }
     let sysctl = |setting: &str, value: &str| {
         let assignment = format!("net.ipv6.conf.{name}.{setting}={value}");
@@ -380,7 +421,7 @@ fn set_up_kernel_side(
         TwinIpv6::Off => {
             if let Err(err) = sysctl("disable_ipv6", "1") {
                 // A kernel without IPv6 has nothing to turn off.
-                tracing::debug!(twin = name, "IPv6 left as it is: {err:#}");
+                tracing::debug!(twin = name, "IPv6 left as it is: {}", ErrorChain(&err));
             }
             None
         }
@@ -390,9 +431,15 @@ fn set_up_kernel_side(
     if let Some(accept_ra) = accept_ra {
         // The link-local address from the MAC (EUI-64), as the dataplane's is, whatever the
         // host's default (stable privacy): DHCPv6 servers answer the twin's client there.
-        sysctl("addr_gen_mode", "0").context("setting addr_gen_mode")?;
-        sysctl("disable_ipv6", "0").context("turning IPv6 on")?;
-        sysctl("accept_ra", accept_ra).context("setting accept_ra")?;
+        let setting = |what: &'static str| {
+            move |source| TwinError::Sysctl {
+                what,
+                source: Box::new(source),
+            }
+        };
+        sysctl("addr_gen_mode", "0").map_err(setting("setting addr_gen_mode"))?;
+        sysctl("disable_ipv6", "0").map_err(setting("turning IPv6 on"))?;
+        sysctl("accept_ra", accept_ra).map_err(setting("setting accept_ra"))?;
     }
     if let Some(address) = address {
         ip(&["addr", "replace", address, "dev", name])?;
@@ -401,16 +448,17 @@ fn set_up_kernel_side(
     Ok(())
 }
 
-fn run(command: &mut Command) -> anyhow::Result<()> {
+fn run(command: &mut Command) -> Result<(), TwinError> {
     let shown = format!("{command:?}");
-    let output = command
-        .output()
-        .with_context(|| format!("running {shown}"))?;
+    let output = command.output().map_err(|source| TwinError::Spawn {
+        command: shown.clone(),
+        source,
+    })?;
     if !output.status.success() {
-        bail!(
-            "{shown} failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
+        return Err(TwinError::Failed {
+            command: shown,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
     }
     Ok(())
 }

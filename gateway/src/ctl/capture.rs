@@ -7,13 +7,31 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{bail, Context};
 use serde_json::Value;
 
 /// The most packets, seconds and KiB one capture may take.
 pub const MAX_PACKETS: u64 = 10_000_000;
 pub const MAX_SECONDS: u64 = 3600;
 pub const MAX_KIB: u64 = 4 * 1024 * 1024;
+
+/// A capture that cannot be taken, or that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("--count: {0} is not between 1 and {MAX_PACKETS}")]
+    Count(u64),
+    #[error("--seconds: {0} is not between 1 and {MAX_SECONDS}")]
+    Seconds(u64),
+    #[error("--max-kib: {0} is not between 1 and {MAX_KIB}")]
+    MaxKib(u64),
+    #[error("the gateway named no file prefix")]
+    NoFilePrefix,
+    #[error("the gateway named no port")]
+    NoPort,
+    #[error("running dpdk-dumpcap (Debian package dpdk-dev)")]
+    Spawn(#[source] std::io::Error),
+    #[error("dpdk-dumpcap failed ({0})")]
+    Failed(std::process::ExitStatus),
+}
 
 /// What the operator asked for.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,31 +48,20 @@ pub struct Capture {
 /// The `dpdk-dumpcap` command that takes `capture` of the interface `target` describes
 /// (`CaptureTarget`'s answer). A VLAN subinterface is captured on its port, filtered to
 /// its tag.
-pub fn dumpcap_command(target: &Value, capture: &Capture) -> anyhow::Result<Command> {
+pub fn dumpcap_command(target: &Value, capture: &Capture) -> Result<Command, CaptureError> {
     if !(1..=MAX_PACKETS).contains(&capture.count) {
-        bail!(
-            "--count: {} is not between 1 and {MAX_PACKETS}",
-            capture.count
-        );
+        return Err(CaptureError::Count(capture.count));
     }
     if !(1..=MAX_SECONDS).contains(&capture.seconds) {
-        bail!(
-            "--seconds: {} is not between 1 and {MAX_SECONDS}",
-            capture.seconds
-        );
+        return Err(CaptureError::Seconds(capture.seconds));
     }
     if !(1..=MAX_KIB).contains(&capture.max_kib) {
-        bail!(
-            "--max-kib: {} is not between 1 and {MAX_KIB}",
-            capture.max_kib
-        );
+        return Err(CaptureError::MaxKib(capture.max_kib));
     }
     let prefix = target["file_prefix"]
         .as_str()
-        .context("the gateway named no file prefix")?;
-    let port = target["port_id"]
-        .as_u64()
-        .context("the gateway named no port")?;
+        .ok_or(CaptureError::NoFilePrefix)?;
+    let port = target["port_id"].as_u64().ok_or(CaptureError::NoPort)?;
     let filter = match (target["vlan"].as_u64(), capture.filter.as_deref()) {
         (Some(vlan), Some(filter)) => Some(format!("vlan {vlan} and ({filter})")),
         (Some(vlan), None) => Some(format!("vlan {vlan}")),
@@ -76,7 +83,7 @@ pub fn dumpcap_command(target: &Value, capture: &Capture) -> anyhow::Result<Comm
 }
 
 /// Runs the capture; `dpdk-dumpcap` reports what it captured on stderr.
-pub fn run(target: &Value, capture: &Capture) -> anyhow::Result<()> {
+pub fn run(target: &Value, capture: &Capture) -> Result<(), CaptureError> {
     let mut command = dumpcap_command(target, capture)?;
     if let Some(vlan) = target["vlan"].as_u64() {
         // rte_pdump filters the frame as the driver handed it over, before the tag is put
@@ -88,11 +95,9 @@ pub fn run(target: &Value, capture: &Capture) -> anyhow::Result<()> {
              interface with an address filter instead"
         );
     }
-    let status = command
-        .status()
-        .context("running dpdk-dumpcap (Debian package dpdk-dev)")?;
+    let status = command.status().map_err(CaptureError::Spawn)?;
     if !status.success() {
-        bail!("dpdk-dumpcap failed ({status})");
+        return Err(CaptureError::Failed(status));
     }
     Ok(())
 }

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use pipeline::pipeline::operator::flow_listing::{FlowFilter, FlowRecord};
 use pipeline::state::firewall::ZoneId;
 use pipeline::{DropReason, NeighborView, RouterConfig, WorkerCounters};
@@ -72,6 +71,41 @@ pub struct Sources {
     pub pdump_file_prefix: Option<String>,
 }
 
+/// The ctl socket could not be set up, or a connection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlServerError {
+    #[error("ctl.socket {}", .path.display())]
+    Socket {
+        path: PathBuf,
+        #[source]
+        source: Box<CtlServerError>,
+    },
+    #[error("starting the ctl thread")]
+    Thread(#[source] std::io::Error),
+    #[error("creating the directory {}", .dir.display())]
+    CreateDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("another gateway answers on it")]
+    InUse,
+    #[error("removing the stale socket")]
+    RemoveStale(#[source] std::io::Error),
+    #[error(transparent)]
+    Group(#[from] crate::config::host::HostError),
+    #[error("giving the socket to group {group}")]
+    Chown {
+        group: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// The running ctl thread; [`CtlServer::stop`] ends it and removes the socket.
 pub struct CtlServer {
     thread: JoinHandle<()>,
@@ -81,20 +115,23 @@ pub struct CtlServer {
 
 /// Binds the socket `config` names (none if empty) and starts the thread. A socket file left
 /// by a gateway that is gone is replaced; one a live gateway answers on is an error.
-pub fn serve(config: &CtlConfig, sources: Sources) -> anyhow::Result<Option<CtlServer>> {
+pub fn serve(config: &CtlConfig, sources: Sources) -> Result<Option<CtlServer>, CtlServerError> {
     if config.socket.as_os_str().is_empty() {
         return Ok(None);
     }
     let path = config.socket.clone();
-    let listener = bind(&path, config.group.as_deref())
-        .with_context(|| format!("ctl.socket {}", path.display()))?;
+    let listener =
+        bind(&path, config.group.as_deref()).map_err(|source| CtlServerError::Socket {
+            path: path.clone(),
+            source: Box::new(source),
+        })?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let stop = stop.clone();
         std::thread::Builder::new()
             .name("ctl".into())
             .spawn(move || accept_loop(&listener, &sources, &stop))
-            .context("starting the ctl thread")?
+            .map_err(CtlServerError::Thread)?
     };
     tracing::info!(socket = %path.display(), "ctl socket ready");
     Ok(Some(CtlServer { thread, stop, path }))
@@ -110,23 +147,29 @@ impl CtlServer {
     }
 }
 
-fn bind(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
+fn bind(path: &Path, group: Option<&str>) -> Result<UnixListener, CtlServerError> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the directory {}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| CtlServerError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     }
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
-            bail!("another gateway answers on it");
+            return Err(CtlServerError::InUse);
         }
-        std::fs::remove_file(path).context("removing the stale socket")?;
+        std::fs::remove_file(path).map_err(CtlServerError::RemoveStale)?;
     }
     let listener = UnixListener::bind(path)?;
     let mode = match group {
         Some(name) => {
             let gid = crate::config::host::group_id(name)?;
-            std::os::unix::fs::chown(path, None, Some(gid))
-                .with_context(|| format!("giving the socket to group {name}"))?;
+            std::os::unix::fs::chown(path, None, Some(gid)).map_err(|source| {
+                CtlServerError::Chown {
+                    group: name.to_string(),
+                    source,
+                }
+            })?;
             0o660
         }
         None => 0o600,
@@ -143,7 +186,7 @@ fn accept_loop(listener: &UnixListener, sources: &Sources, stop: &AtomicBool) {
         match stream {
             Ok(stream) => {
                 if let Err(err) = answer(stream, sources) {
-                    tracing::debug!("ctl connection: {err:#}");
+                    tracing::debug!("ctl connection: {}", crate::dpdk::ErrorChain(&err));
                 }
             }
             Err(err) => tracing::warn!("ctl socket accept: {err}"),
@@ -151,7 +194,7 @@ fn accept_loop(listener: &UnixListener, sources: &Sources, stop: &AtomicBool) {
     }
 }
 
-fn answer(stream: UnixStream, sources: &Sources) -> anyhow::Result<()> {
+fn answer(stream: UnixStream, sources: &Sources) -> Result<(), CtlServerError> {
     stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
     let mut line = String::new();

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
-use pipeline::pipeline::operator::snapshot::{self, RestoreReport, SavedFlow, Skip, Snapshot};
+use pipeline::pipeline::operator::snapshot::{
+    self, RestoreReport, SavedFlow, Skip, Snapshot, SnapshotError,
+};
 use pipeline::{Pipeline, RouterConfig};
 
 use crate::config::StateConfig;
@@ -196,9 +197,32 @@ fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The snapshot file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error(transparent)]
+    Encode(#[from] SnapshotError),
+    #[error("state.directory {}", .directory.display())]
+    Directory {
+        directory: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("writing {}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// Writes the stopped workers' flows to the snapshot file, atomically: a reader finds the
 /// old file, the new one, or none, never half of one. Returns the file written.
-pub fn save(state: &StateConfig, workers: u16, flows: Vec<SavedFlow>) -> anyhow::Result<PathBuf> {
+pub fn save(
+    state: &StateConfig,
+    workers: u16,
+    flows: Vec<SavedFlow>,
+) -> Result<PathBuf, SaveError> {
     let snapshot = Snapshot {
         taken_unix_ms: unix_ms(),
         workers,
@@ -206,8 +230,10 @@ pub fn save(state: &StateConfig, workers: u16, flows: Vec<SavedFlow>) -> anyhow:
         flows,
     };
     let bytes = snapshot::encode(&snapshot)?;
-    create_private_dir(&state.directory)
-        .with_context(|| format!("state.directory {}", state.directory.display()))?;
+    create_private_dir(&state.directory).map_err(|source| SaveError::Directory {
+        directory: state.directory.clone(),
+        source,
+    })?;
     let path = file(state);
     let temporary = state
         .directory
@@ -222,7 +248,7 @@ pub fn save(state: &StateConfig, workers: u16, flows: Vec<SavedFlow>) -> anyhow:
     })();
     if let Err(err) = written {
         let _ = fs::remove_file(&temporary);
-        return Err(err).with_context(|| format!("writing {}", path.display()));
+        return Err(SaveError::Write { path, source: err });
     }
     Ok(path)
 }
@@ -243,7 +269,10 @@ pub fn save_stopped(
             path.display()
         ),
         Err(err) => {
-            tracing::error!("state snapshot not saved, the next start begins empty: {err:#}")
+            tracing::error!(
+                "state snapshot not saved, the next start begins empty: {}",
+                crate::dpdk::ErrorChain(&err)
+            )
         }
     }
 }

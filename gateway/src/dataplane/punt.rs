@@ -69,7 +69,7 @@ pub fn punt_ring(
     eal: &Eal,
     index: usize,
     socket: SocketId,
-) -> anyhow::Result<(PuntLink, RingConsumer)> {
+) -> crate::dpdk::Result<(PuntLink, RingConsumer)> {
     let (ring, consumer) =
         MbufRing::create(eal, &format!("punt_{index}"), PUNT_RING_CAPACITY, socket)?;
     Ok((
@@ -83,11 +83,6 @@ pub fn kernel_ring(
     eal: &Eal,
     index: usize,
     socket: SocketId,
-) -> anyhow::Result<(RingProducer, RingConsumer)> {
-    Ok(MbufRing::create(
-        eal,
-        &format!("kernel_{index}"),
-        PUNT_RING_CAPACITY,
-        socket,
-    )?)
+) -> crate::dpdk::Result<(RingProducer, RingConsumer)> {
+    MbufRing::create(eal, &format!("kernel_{index}"), PUNT_RING_CAPACITY, socket)
 }

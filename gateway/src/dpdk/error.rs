@@ -49,3 +49,19 @@ pub(crate) fn check(call: &'static str, ret: i32) -> Result<i32> {
         Ok(ret)
     }
 }
+
+/// An error and its sources, each after a ": ", as anyhow's `{:#}` prints them: for the
+/// library's typed errors where a log line shows the whole chain.
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}

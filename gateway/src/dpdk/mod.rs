@@ -16,7 +16,7 @@ mod port;
 mod ring;
 
 pub use eal::{check_option_rules, gives_option, Eal, EalArgs};
-pub use error::{DpdkError, Result};
+pub use error::{DpdkError, ErrorChain, Result};
 pub use huge_pages::{back_with_huge_pages, HugePageAdvice};
 pub use ids::{LcoreId, PortId, RxQueueId, SocketId, TxQueueId};
 pub use lcore::{launch, launch_watched, LaunchedWork};

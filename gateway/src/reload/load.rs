@@ -70,6 +70,6 @@ pub fn load_for_reload(
             changed: file.changed_since(running_file),
             file,
         },
-        Err(err) => Loaded::Refused(format!("{err:#}")),
+        Err(err) => Loaded::Refused(crate::dpdk::ErrorChain(&err).to_string()),
     }
 }

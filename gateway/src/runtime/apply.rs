@@ -198,7 +198,10 @@ pub(crate) fn apply_kernel(
                 Arc::new(config),
             );
         }
-        Err(err) => tracing::error!("the kernel's addresses and routes were not applied: {err:#}"),
+        Err(err) => tracing::error!(
+            "the kernel's addresses and routes were not applied: {:#}",
+            anyhow::Error::from(err)
+        ),
     }
 }
 

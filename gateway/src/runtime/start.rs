@@ -177,7 +177,7 @@ impl<'a> Gateway<'a> {
             Ok(thread) => Some(thread),
             Err(err) => {
                 stop.store(true, Ordering::Relaxed);
-                tracing::error!("{err:#}");
+                tracing::error!("{:#}", anyhow::Error::from(err));
                 None
             }
         };
@@ -201,7 +201,7 @@ impl<'a> Gateway<'a> {
                 pdump_file_prefix: config.eal.pdump.then(|| config.eal.file_prefix.clone()),
             },
         )
-        .map_err(|err| tracing::warn!("no ctl socket: {err:#}"))
+        .map_err(|err| tracing::warn!("no ctl socket: {:#}", anyhow::Error::from(err)))
         .ok()
         .flatten();
         if !metrics_failed {

@@ -10,13 +10,14 @@ use std::io::Write;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 
-use anyhow::Context;
 use pipeline::state::firewall::Action;
 use pipeline::state::firewall_log::{FirewallEvent, FirewallLog};
 
 use crate::config::FirewallLogConfig;
 use crate::telemetry::nat_log::syslog::{self, Header};
-use crate::telemetry::nat_log::{udp_socket_for, EventLogStats, LogThread, SyslogTransport};
+use crate::telemetry::nat_log::{
+    udp_socket_for, EventLogError, EventLogStats, LogThread, SyslogTransport,
+};
 use crate::telemetry::protocol::protocol_name;
 
 /// RFC 5424's SD-ID for the firewall's parameters (the documentation enterprise number, as
@@ -34,14 +35,17 @@ pub fn spawn(
     config: &FirewallLogConfig,
     logs: Vec<Arc<FirewallLog>>,
     interfaces: Vec<String>,
-) -> anyhow::Result<Option<FirewallLogger>> {
+) -> Result<Option<FirewallLogger>, EventLogError> {
     let mut transports = Vec::new();
     if let Some(to) = config.syslog_udp {
         let socket = udp_socket_for(to, "firewall.log.syslog_udp")?;
         transports.push(SyslogTransport::Udp(socket, to));
     }
     if let Some(path) = &config.syslog_unix {
-        let socket = UnixDatagram::unbound().context("firewall.log.syslog_unix: a socket")?;
+        let socket = UnixDatagram::unbound().map_err(|source| EventLogError::UnixSocket {
+            field: "firewall.log.syslog_unix",
+            source,
+        })?;
         transports.push(SyslogTransport::Unix(socket, path.clone()));
     }
     if transports.is_empty() {

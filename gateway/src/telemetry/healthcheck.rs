@@ -6,8 +6,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
-
 use crate::config::MetricsConfig;
 
 /// How long the whole check may take: a healthy gateway answers a scrape in milliseconds.
@@ -16,13 +14,42 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 /// The largest answer read: the check needs only the start of the exposition.
 const READ_LIMIT: u64 = 1 << 20;
 
+/// The gateway at `metrics.listen` is not serving (or something else answers there).
+#[derive(Debug, thiserror::Error)]
+pub enum HealthcheckError {
+    #[error("metrics.listen {address}: no connection")]
+    Connect {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics.listen {address}: sending the request")]
+    Send {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics.listen {address}: reading the answer")]
+    Read {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics.listen {address}: answered {status:?}, not 200")]
+    Status { address: SocketAddr, status: String },
+    #[error("metrics.listen {address}: the answer has no gateway_build_info; another server?")]
+    NotGateway { address: SocketAddr },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Checks the gateway whose metrics `config` describes. Plain HTTP: GET /metrics must answer 200 with
 /// `gateway_build_info`. With `metrics.web_config` (TLS, perhaps client certificates) the
 /// check cannot speak for a client, so a TCP connection accepted on the address must do.
-pub fn check(config: &MetricsConfig) -> anyhow::Result<()> {
+pub fn check(config: &MetricsConfig) -> Result<(), HealthcheckError> {
     let address = probe_address(config.listen);
     let mut stream = TcpStream::connect_timeout(&address, TIMEOUT)
-        .with_context(|| format!("metrics.listen {address}: no connection"))?;
+        .map_err(|source| HealthcheckError::Connect { address, source })?;
     if config.web_config.is_some() {
         return Ok(());
     }
@@ -31,19 +58,22 @@ pub fn check(config: &MetricsConfig) -> anyhow::Result<()> {
     let request = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
-        .with_context(|| format!("metrics.listen {address}: sending the request"))?;
+        .map_err(|source| HealthcheckError::Send { address, source })?;
     let mut answer = Vec::new();
     stream
         .take(READ_LIMIT)
         .read_to_end(&mut answer)
-        .with_context(|| format!("metrics.listen {address}: reading the answer"))?;
+        .map_err(|source| HealthcheckError::Read { address, source })?;
     let answer = String::from_utf8_lossy(&answer);
     let status = answer.lines().next().unwrap_or_default();
     if status.split_whitespace().nth(1) != Some("200") {
-        bail!("metrics.listen {address}: answered {status:?}, not 200");
+        return Err(HealthcheckError::Status {
+            address,
+            status: status.to_string(),
+        });
     }
     if !answer.contains("gateway_build_info") {
-        bail!("metrics.listen {address}: the answer has no gateway_build_info; another server?");
+        return Err(HealthcheckError::NotGateway { address });
     }
     Ok(())
 }

@@ -85,3 +85,37 @@ policy = [{ from = "lan", to = "wan", action = "accept" }]
         "{warnings:?}"
     );
 }
+
+/// CompileError prints what the anyhow chain it replaced printed: a field over a message,
+/// and a context over a std error, each with `{:#}` (through anyhow, as main.rs prints)
+/// and with ErrorChain (as reload/load.rs does), and `{}` alone.
+#[test]
+fn compile_errors_print_as_their_anyhow_chains_did() {
+    use crate::dpdk::ErrorChain;
+    let typed =
+        CompileError::at("firewall.policy[0].to".into())(CompileError::NoZone("dmz".into()));
+    let old = anyhow::anyhow!("no zone named {:?}", "dmz").context("firewall.policy[0].to");
+    assert_eq!(
+        format!("{:#}", anyhow::Error::from(typed)),
+        format!("{old:#}")
+    );
+    let typed =
+        CompileError::at("firewall.policy[0].to".into())(CompileError::NoZone("dmz".into()));
+    assert_eq!(ErrorChain(&typed).to_string(), format!("{old:#}"));
+    assert_eq!(typed.to_string(), old.to_string());
+    assert_eq!(
+        ErrorChain(&typed).to_string(),
+        "firewall.policy[0].to: no zone named \"dmz\""
+    );
+
+    let cause = || u8::try_from(300_usize).unwrap_err();
+    let typed = CompileError::at("interfaces[0].zone".into())(CompileError::TooManyZones(cause()));
+    let old = anyhow::Error::new(cause())
+        .context("too many zones")
+        .context("interfaces[0].zone");
+    assert_eq!(ErrorChain(&typed).to_string(), format!("{old:#}"));
+    assert_eq!(
+        format!("{:#}", anyhow::Error::from(typed)),
+        format!("{old:#}")
+    );
+}

@@ -42,6 +42,22 @@ pub(crate) const STOP_POLL: Duration = Duration::from_millis(200);
 
 pub(crate) const TEXT_PLAIN: &str = "text/plain; charset=UTF-8";
 
+/// The metrics server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsServerError {
+    #[error(transparent)]
+    Runtime(std::io::Error),
+    #[error("metrics.listen {listen}: {err}")]
+    Bind {
+        listen: SocketAddr,
+        err: std::io::Error,
+    },
+    #[error(transparent)]
+    LocalAddr(std::io::Error),
+    #[error(transparent)]
+    Thread(std::io::Error),
+}
+
 /// One answer of the metrics server.
 pub(crate) struct Page {
     status: StatusCode,
@@ -79,7 +95,7 @@ pub fn serve(
     metrics: Metrics,
     web: WebConfig,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<JoinHandle<()>> {
+) -> Result<JoinHandle<()>, MetricsServerError> {
     let scheme = if web.tls.is_some() { "https" } else { "http" };
     if web.tls.is_none() && web.basic_auth.is_some() {
         tracing::warn!("metrics: basic auth without TLS sends the password in the clear");
@@ -94,7 +110,7 @@ pub fn serve_on(
     listen: SocketAddr,
     metrics: Metrics,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+) -> Result<(SocketAddr, JoinHandle<()>), MetricsServerError> {
     serve_with(listen, metrics, WebConfig::default(), stop)
 }
 
@@ -106,18 +122,21 @@ pub fn serve_with(
     metrics: Metrics,
     web: WebConfig,
     stop: Arc<AtomicBool>,
-) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+) -> Result<(SocketAddr, JoinHandle<()>), MetricsServerError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .max_blocking_threads(1)
-        .build()?;
+        .build()
+        .map_err(MetricsServerError::Runtime)?;
     let listener = {
         // The listener registers with this runtime's reactor.
         let _runtime = runtime.enter();
-        bind(listen).map_err(|err| anyhow::anyhow!("metrics.listen {listen}: {err}"))?
+        bind(listen).map_err(|err| MetricsServerError::Bind { listen, err })?
     };
-    let bound = listener.local_addr()?;
+    let bound = listener
+        .local_addr()
+        .map_err(MetricsServerError::LocalAddr)?;
     let endpoint = Endpoint {
         metrics: Arc::new(Mutex::new(metrics)),
         tls: web.tls.map(tokio_rustls::TlsAcceptor::from),
@@ -125,7 +144,8 @@ pub fn serve_with(
     };
     let thread = std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || runtime.block_on(accept_connections(listener, endpoint, stop)))?;
+        .spawn(move || runtime.block_on(accept_connections(listener, endpoint, stop)))
+        .map_err(MetricsServerError::Thread)?;
     Ok((bound, thread))
 }
 

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use crossbeam_channel::{select, Sender};
 use pipeline::state::event_log::EventLog;
 use pipeline::state::nat::{NatEvent, NatLog};
@@ -98,7 +97,7 @@ impl<E: Send + 'static> LogThread<E> {
         name: &str,
         stats: EventLogStats<E>,
         mut send: impl FnMut(&EventLogStats<E>) + Send + 'static,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, EventLogError> {
         let stats = Arc::new(stats);
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let thread = {
@@ -117,7 +116,10 @@ impl<E: Send + 'static> LogThread<E> {
                         }
                     }
                 })
-                .with_context(|| format!("starting the {name} thread"))?
+                .map_err(|source| EventLogError::Thread {
+                    name: name.to_string(),
+                    source,
+                })?
         };
         Ok(LogThread {
             stop: Some(stop),
@@ -125,6 +127,29 @@ impl<E: Send + 'static> LogThread<E> {
             stats,
         })
     }
+}
+
+/// An event log (the NAT log, the firewall log) that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EventLogError {
+    #[error("starting the {name} thread")]
+    Thread {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{field}: binding a socket")]
+    Bind {
+        field: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{field}: a socket")]
+    UnixSocket {
+        field: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The NAT log's thread.
@@ -151,17 +176,23 @@ enum Destination {
 }
 
 /// A UDP socket to send to `to` from any local address of its family.
-pub(crate) fn udp_socket_for(to: SocketAddr, field: &str) -> anyhow::Result<UdpSocket> {
+pub(crate) fn udp_socket_for(
+    to: SocketAddr,
+    field: &'static str,
+) -> Result<UdpSocket, EventLogError> {
     let local: SocketAddr = if to.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    UdpSocket::bind(local).with_context(|| format!("{field}: binding a socket"))
+    UdpSocket::bind(local).map_err(|source| EventLogError::Bind { field, source })
 }
 
 /// Starts the thread for the workers' queues `logs`, when `config` names a destination.
-pub fn spawn(config: &NatLogConfig, logs: Vec<Arc<NatLog>>) -> anyhow::Result<Option<NatLogger>> {
+pub fn spawn(
+    config: &NatLogConfig,
+    logs: Vec<Arc<NatLog>>,
+) -> Result<Option<NatLogger>, EventLogError> {
     let header = || syslog::Header {
         priority: config.facility * 8 + syslog::SEVERITY_INFO,
         hostname: syslog::hostname(),
@@ -176,7 +207,10 @@ pub fn spawn(config: &NatLogConfig, logs: Vec<Arc<NatLog>>) -> anyhow::Result<Op
         ));
     }
     if let Some(path) = &config.syslog_unix {
-        let socket = UnixDatagram::unbound().context("nat.log.syslog_unix: a socket")?;
+        let socket = UnixDatagram::unbound().map_err(|source| EventLogError::UnixSocket {
+            field: "nat.log.syslog_unix",
+            source,
+        })?;
         let transport = SyslogTransport::Unix(socket, path.clone());
         destinations.push(Destination::Syslog(header(), transport));
     }
