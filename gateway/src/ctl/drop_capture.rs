@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
@@ -117,13 +116,36 @@ fn packet_json(record: &DroppedPacket, interface_names: &[String]) -> Value {
     })
 }
 
+/// A drop capture's answer that could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum DropCaptureError {
+    #[error("creating {path}")]
+    Create {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing {path}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing pcapng")]
+    Pcapng(#[source] pcap_file::PcapError),
+    #[error("the gateway's answer holds a frame that is not hex")]
+    NotHex,
+}
+
 /// The client's end: writes `reply` (the gateway's answer to `CaptureDrops`) to `path` as
 /// pcapng. Returns how many packets it wrote.
-pub fn write_pcapng(reply: &Value, path: &Path) -> anyhow::Result<usize> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut writer = PcapNgWriter::new(std::io::BufWriter::new(file))
-        .context("writing the pcapng section header")?;
+pub fn write_pcapng(reply: &Value, path: &Path) -> Result<usize, DropCaptureError> {
+    let file = std::fs::File::create(path).map_err(|source| DropCaptureError::Create {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut writer =
+        PcapNgWriter::new(std::io::BufWriter::new(file)).map_err(DropCaptureError::Pcapng)?;
     let mut interfaces: HashMap<String, u32> = HashMap::new();
     let packets = reply["packets"].as_array().map_or(&[][..], Vec::as_slice);
     for packet in packets {
@@ -139,13 +161,13 @@ pub fn write_pcapng(reply: &Value, path: &Path) -> anyhow::Result<usize> {
                 };
                 writer
                     .write_pcapng_block(block)
-                    .context("writing an interface block")?;
+                    .map_err(DropCaptureError::Pcapng)?;
                 interfaces.insert(interface.clone(), next_id);
                 next_id
             }
         };
         let frame = decode_hex(packet["frame"].as_str().unwrap_or_default())
-            .context("the gateway's answer holds a frame that is not hex")?;
+            .ok_or(DropCaptureError::NotHex)?;
         let comment = format!(
             "dropped: {} (worker {}{})",
             packet["reason"].as_str().unwrap_or("?"),
@@ -165,13 +187,16 @@ pub fn write_pcapng(reply: &Value, path: &Path) -> anyhow::Result<usize> {
         };
         writer
             .write_pcapng_block(block)
-            .context("writing a packet block")?;
+            .map_err(DropCaptureError::Pcapng)?;
     }
     use std::io::Write as _;
     writer
         .into_inner()
         .flush()
-        .with_context(|| format!("writing {}", path.display()))?;
+        .map_err(|source| DropCaptureError::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
     Ok(packets.len())
 }
 
