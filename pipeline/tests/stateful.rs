@@ -30,6 +30,7 @@ use pipeline::pipeline::operator::flow_listing::FlowFilter;
 use pipeline::state::conntrack::{ConntrackConfig, TcpState, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::state::nat::{NatEventKind, NatLog, Ownership};
+use pipeline::state::rule_hits::RuleHits;
 use pipeline::wire::EthernetAddress;
 use pipeline::{
     ControlWork, DropReason, IcmpLimits, Ingress, NeighborView, PacketBuf, Pipeline, RouterConfig,
@@ -912,6 +913,52 @@ fn port_forwards_reach_the_server_and_replies_leave_from_the_forwarded_port() {
     assert_eq!(gw.counters.dropped_total(), 3);
     // Forwards take no NAT binding.
     assert_eq!(gw.tables(0).nat_in_use, 0);
+}
+
+#[test]
+fn a_forward_counts_the_flows_it_decides_and_a_rule_that_matches_one_counts_it_instead() {
+    // A rule dropping one peer's traffic to the forward's target; the forward decides the rest.
+    let banned = [198, 51, 100, 99];
+    let ban = Rule {
+        from: Some(WAN_ZONE),
+        src: Some((ip(banned), 32)),
+        ..rule("ban", Action::Drop)
+    };
+    let mut router = config(1500, vec![ban], 0, false);
+    let hit_counter = || Arc::new(RuleHits::new(1));
+    let forwards = [hit_counter(), hit_counter()];
+    let rules = [hit_counter()];
+    router
+        .stateful
+        .firewall
+        .attach_forward_hits(forwards.to_vec());
+    router.stateful.firewall.attach_hits(rules.to_vec());
+    let mut gw = Gateway::with(Arc::new(router), WorkerSetup::default());
+    gw.pipeline.set_wall_clock(1_700_000_000, 0);
+
+    let forwarded = (WAN_ADDR, 8080);
+    for (port, at_s) in [(5555, 1), (5556, 7)] {
+        let syn = tcp(WAN, (REMOTE, port), forwarded, seg(SYN, 300, 0), &[]);
+        gw.forward(
+            &syn,
+            WAN,
+            at_s * 1_000_000_000,
+            LAN,
+            (REMOTE, port),
+            (SERVER, 80),
+        );
+    }
+    // Later packets of a flow are not counted again.
+    let ack = tcp(WAN, (REMOTE, 5555), forwarded, seg(ACK, 301, 0), &[]);
+    gw.process(&ack, WAN, 8_000_000_000);
+    let banned_syn = tcp(WAN, (banned, 4000), forwarded, seg(SYN, 1, 0), &[]);
+    gw.expect_drop(&banned_syn, WAN, 9_000_000_000, DropReason::FirewallDrop);
+
+    assert_eq!(forwards[0].total(), 2, "the TCP forward's two flows");
+    assert_eq!(forwards[0].last_matched(), Some(1_700_000_007));
+    assert_eq!(forwards[1].total(), 0, "the UDP forward decided nothing");
+    assert_eq!(rules[0].total(), 1, "the banned peer's SYN is the rule's");
+    assert_eq!(rules[0].last_matched(), Some(1_700_000_009));
 }
 
 // --- 4. Hairpin ----------------------------------------------------------------------------

@@ -45,6 +45,15 @@ entries=$(metric 'gateway_conntrack_entries')
 in_use=$(metric 'gateway_nat_ports_in_use')
 (( in_use >= 1 )) || fail "no NAT ports in use after masqueraded runs"
 pass "metrics agree: $setups flows set up, $entries tracked, $in_use NAT ports bound"
+# The port forward decided the WAN host's connections (no rule matches them): each iperf3
+# run through it opened two at least (control and data), counted by what it forwards.
+forward='forward="tcp 5201 -> 192.168.10.2:5201"'
+forwarded=$(metric "gateway_port_forward_hits_total{$forward")
+((forwarded >= 4)) || fail "gateway_port_forward_hits_total{$forward} is $forwarded after two iperf3 runs through it"
+last=$(metric "gateway_port_forward_last_match_timestamp_seconds{$forward")
+now=$(date +%s)
+((last > now - 600 && last <= now)) || fail "the forward's last match is $last, not within the last 10 minutes of $now"
+pass "the port forward counts the connections it let in ($forwarded) and when it last did"
 assert_no_conntrack_invalid
 
 stop_gateway

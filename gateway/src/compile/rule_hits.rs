@@ -2,11 +2,14 @@
 //! [`RuleHits`] per rule name, given to every rule set the control thread publishes, so a
 //! reload (or a kernel update, which compiles the rules again) keeps each rule's count and a
 //! new rule starts at 0; a rule a reload removes loses its count. A second rule of the same
-//! name counts as `name#2`, a third as `name#3`.
+//! name counts as `name#2`, a third as `name#3`. The zone pairs' defaults and the port
+//! forwards (what each decided with no rule matching) are kept the same way, by their zones'
+//! names and by what a forward forwards (`tcp 8080 -> 192.168.10.5:80`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use pipeline::pipeline::config::PortForward;
 use pipeline::state::firewall::{PairHits, Policy, Rule, ZoneId};
 use pipeline::state::rule_hits::RuleHits;
 use pipeline::RouterConfig;
@@ -19,6 +22,8 @@ pub struct RuleHitRegistry {
     by_name: Mutex<HashMap<String, Arc<RuleHits>>>,
     /// The zone pairs' default-decision counters, by (from, to) zone name and action.
     by_pair: Mutex<HashMap<PairKey, Arc<RuleHits>>>,
+    /// The port forwards' counters, by [`forward_names`].
+    by_forward: Mutex<HashMap<String, Arc<RuleHits>>>,
 }
 
 impl RuleHitRegistry {
@@ -27,12 +32,13 @@ impl RuleHitRegistry {
             workers,
             by_name: Mutex::new(HashMap::new()),
             by_pair: Mutex::new(HashMap::new()),
+            by_forward: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Gives each rule of `router`, about to be published, its counter, and each pair of its
+    /// Gives each rule of `router`, about to be published, its counter, each pair of its
     /// zones (`zones`: their names by id, `local` added) the counter of its default's
-    /// decisions, kept by name across reloads. A router config already shared (none is: each
+    /// decisions, and each port forward its own, kept by name across reloads. A router config already shared (none is: each
     /// is compiled fresh) keeps them uncounted.
     pub fn attach(&self, router: &mut Arc<RouterConfig>, zones: &[String]) {
         let Some(router) = Arc::get_mut(router) else {
@@ -40,8 +46,27 @@ impl RuleHitRegistry {
             tracing::debug!("firewall rule counters not attached: the rule set is shared");
             return;
         };
-        let names = counter_names(router.stateful.firewall.rules());
-        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let hits = self.kept(
+            &self.by_name,
+            counter_names(router.stateful.firewall.rules()),
+        );
+        router.stateful.firewall.attach_hits(hits);
+        let pairs = self.pair_hits(zones, router.stateful.firewall.policy());
+        router.stateful.firewall.attach_pair_hits(pairs);
+        let forwards = self.kept(
+            &self.by_forward,
+            forward_names(&router.stateful.port_forwards),
+        );
+        router.stateful.firewall.attach_forward_hits(forwards);
+    }
+
+    /// The counters of `names` in `by_name`, made where new; the others are forgotten.
+    fn kept(
+        &self,
+        by_name: &Mutex<HashMap<String, Arc<RuleHits>>>,
+        names: Vec<String>,
+    ) -> Vec<Arc<RuleHits>> {
+        let mut by_name = by_name.lock().unwrap_or_else(PoisonError::into_inner);
         let hits = names
             .iter()
             .map(|name| {
@@ -53,10 +78,7 @@ impl RuleHitRegistry {
             .collect();
         let current: std::collections::HashSet<&String> = names.iter().collect();
         by_name.retain(|name, _| current.contains(name));
-        router.stateful.firewall.attach_hits(hits);
-        drop(by_name);
-        let pairs = self.pair_hits(zones, router.stateful.firewall.policy());
-        router.stateful.firewall.attach_pair_hits(pairs);
+        hits
     }
 
     /// Every ordered pair of `zones` and `local` (not `local` to itself), with its counter,
@@ -106,15 +128,38 @@ impl RuleHitRegistry {
 /// Each rule's name as its counter is labelled, in rule order: the name, or `name#n` for its
 /// n-th use.
 pub fn counter_names(rules: &[Rule]) -> Vec<String> {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    rules
-        .iter()
-        .map(|rule| {
-            let uses = seen.entry(rule.name.as_str()).or_default();
+    numbered(rules.iter().map(|rule| rule.name.clone()))
+}
+
+/// Each port forward's counter label, in forward order: what it forwards, `tcp 8080-8081 ->
+/// 192.168.10.5:80` (`#n` for its n-th use: the same on two interfaces).
+pub fn forward_names(forwards: &[PortForward]) -> Vec<String> {
+    numbered(forwards.iter().map(|forward| {
+        let protocol = match forward.protocol {
+            6 => "tcp".to_string(),
+            17 => "udp".to_string(),
+            other => other.to_string(),
+        };
+        let (first, last) = (forward.ports.start(), forward.ports.end());
+        let ports = if first == last {
+            first.to_string()
+        } else {
+            format!("{first}-{last}")
+        };
+        format!("{protocol} {ports} -> {}:{}", forward.to, forward.to_port)
+    }))
+}
+
+/// `names`, each one's second use as `name#2`, its third as `name#3`.
+fn numbered(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    names
+        .map(|name| {
+            let uses = seen.entry(name.clone()).or_default();
             *uses += 1;
             match *uses {
-                1 => rule.name.clone(),
-                n => format!("{}#{n}", rule.name),
+                1 => name,
+                n => format!("{name}#{n}"),
             }
         })
         .collect()
@@ -174,5 +219,44 @@ mod tests {
         // The old rule set, still in some worker's hands for a moment, counts into the same.
         first.stateful.firewall.count_hit(Some(0), 1, 1);
         assert_eq!(second.stateful.firewall.hits()[2].total(), 2);
+    }
+
+    #[test]
+    fn port_forwards_are_counted_by_what_they_forward_across_reloads() {
+        let forwards = |ports: &[(&str, u16)]| {
+            let mut text = String::from(
+                "[workers]\nlcores = [1]\n[[interfaces]]\nname = \"lan\"\n\
+                 device = \"net_null0\"\naddress = \"192.168.10.1/24\"\n[[interfaces]]\n\
+                 name = \"wan\"\ndevice = \"net_null1\"\naddress = \"10.0.0.1/24\"\n\
+                 [nat]\nmasquerade = [\"wan\"]\n",
+            );
+            for (port, to_port) in ports {
+                text += &format!(
+                    "[[nat.port_forwards]]\ninterface = \"wan\"\nprotocol = \"tcp\"\n\
+                     port = \"{port}\"\nto = \"192.168.10.5\"\nto_port = {to_port}\n"
+                );
+            }
+            let config = GatewayConfig::from_text(std::path::Path::new("fwd.toml"), &text).unwrap();
+            Arc::new(router_config(&config, &[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]]).unwrap())
+        };
+        let registry = RuleHitRegistry::new(2);
+        let mut first = forwards(&[("8080", 80), ("2222-2223", 22)]);
+        registry.attach(&mut first, &[]);
+        assert_eq!(
+            forward_names(&first.stateful.port_forwards),
+            [
+                "tcp 8080 -> 192.168.10.5:80",
+                "tcp 2222-2223 -> 192.168.10.5:22"
+            ]
+        );
+        first.stateful.firewall.count_forward(1, (0, 1_700_000_000));
+        first.stateful.firewall.count_forward(1, (1, 1_700_000_005));
+        // Reordered, one removed: the count follows what the forward forwards.
+        let mut second = forwards(&[("2222-2223", 22), ("9090", 90)]);
+        registry.attach(&mut second, &[]);
+        let hits = second.stateful.firewall.forward_hits();
+        assert_eq!(hits[0].total(), 2);
+        assert_eq!(hits[0].last_matched(), Some(1_700_000_005));
+        assert_eq!(hits[1].total(), 0);
     }
 }

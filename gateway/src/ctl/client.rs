@@ -351,7 +351,15 @@ fn print_rules(answer: &Value) {
             let name = format!("default {} -> {}", cell(&pair["from"]), cell(&pair["to"]));
             ("-".to_string(), name, pair)
         });
-    for (index, name, row) in rows.chain(defaults) {
+    let forwards = answer["forwards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|forward| {
+            let name = format!("forward {}", cell(&forward["forward"]));
+            ("-".to_string(), name, forward)
+        });
+    for (index, name, row) in rows.chain(defaults).chain(forwards) {
         println!(
             "{:>5} {:<32} {:<7} {:>12}  {}",
             index,

@@ -293,7 +293,23 @@ fn show_rules(sources: &Sources) -> Value {
             })
         })
         .collect();
-    json!({ "rules": rules, "defaults": pairs })
+    // The port forwards, each with what it decided with no rule matching.
+    let forward_names = crate::compile::rule_hits::forward_names(&router.stateful.port_forwards);
+    let forward_hits = firewall.forward_hits();
+    let forwards: Vec<Value> = forward_names
+        .iter()
+        .enumerate()
+        .map(|(index, name)| {
+            let hits = forward_hits.get(index);
+            json!({
+                "forward": name,
+                "action": "accept",
+                "hits": hits.map(|hits| hits.total()),
+                "last_matched": hits.and_then(|hits| hits.last_matched()),
+            })
+        })
+        .collect();
+    json!({ "rules": rules, "defaults": pairs, "forwards": forwards })
 }
 
 /// Hands a config request to the control thread and waits for its answer.

@@ -292,7 +292,20 @@ impl Stateful {
         dst: Ipv4Addr,
         port: u16,
     ) -> Option<&PortForward> {
-        self.port_forwards.iter().find(|forward| {
+        let index = self.port_forward_index(interfaces, protocol, dst, port)?;
+        self.port_forwards.get(index)
+    }
+
+    /// [`port_forward`](Self::port_forward)'s place in `port_forwards`.
+    #[inline]
+    pub fn port_forward_index(
+        &self,
+        interfaces: &[Interface],
+        protocol: u8,
+        dst: Ipv4Addr,
+        port: u16,
+    ) -> Option<usize> {
+        self.port_forwards.iter().position(|forward| {
             forward.protocol == protocol
                 && forward.ports.contains(&port)
                 && interfaces
@@ -304,8 +317,19 @@ impl Stateful {
     /// Where a port forward sends a new flow with `key`: the target's address and port.
     #[inline]
     pub fn dnat(&self, interfaces: &[Interface], key: &FlowKey) -> Option<(Ipv4Addr, u16)> {
-        self.port_forward(interfaces, key.protocol, key.dst, key.dst_port)
-            .map(|forward| (forward.to, forward.translate(key.dst_port)))
+        self.dnat_indexed(interfaces, key).map(|(_, target)| target)
+    }
+
+    /// [`dnat`](Self::dnat), with the forward's place in `port_forwards`.
+    #[inline]
+    pub fn dnat_indexed(
+        &self,
+        interfaces: &[Interface],
+        key: &FlowKey,
+    ) -> Option<(usize, (Ipv4Addr, u16))> {
+        let index = self.port_forward_index(interfaces, key.protocol, key.dst, key.dst_port)?;
+        let forward = self.port_forwards.get(index)?;
+        Some((index, (forward.to, forward.translate(key.dst_port))))
     }
 }
 

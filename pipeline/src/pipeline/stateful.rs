@@ -66,8 +66,9 @@ impl StatefulStage {
         }
     }
 
-    /// Rule `rule` (None: the zone pair's default) decided flow `key`'s first packet: its
-    /// hit counter (or the pair's) counts it, and its decision is logged if the rule says so.
+    /// Rule `rule` (None: the zone pair's default, or the port forward the decision names)
+    /// decided flow `key`'s first packet: its hit counter (or the pair's, or the forward's)
+    /// counts it, and its decision is logged if the rule says so.
     #[inline]
     pub(crate) fn decided(
         &mut self,
@@ -83,6 +84,9 @@ impl StatefulStage {
         stateful
             .firewall
             .count_decision(rule, (decision.from, decision.to), by_pair, when);
+        if let (None, Some((forward, _))) = (rule, decision.forwarded_to) {
+            stateful.firewall.count_forward(forward, when);
+        }
         if let (Some(name), Some(logger)) =
             (stateful.firewall.logged(rule), self.firewall_log.as_mut())
         {
@@ -283,7 +287,8 @@ impl StatefulStage {
         let key = *vacancy.key();
         let stateful = &router.stateful;
         let interfaces = &router.interfaces;
-        let dnat = stateful.dnat(interfaces, &key);
+        let forward = stateful.dnat_indexed(interfaces, &key);
+        let dnat = forward.map(|(_, target)| target);
         let from = stateful.zones[usize::from(ingress.port)];
         let from_inside = !stateful.masquerade[usize::from(ingress.port)];
         let bare_syn = segment.as_ref().is_some_and(TcpSegment::is_bare_syn);
@@ -334,7 +339,7 @@ impl StatefulStage {
             to,
             ingress: ingress.port,
             egress: Some(route.port),
-            forwarded_to: dnat,
+            forwarded_to: forward,
             from_kernel: false,
         };
         self.decided(stateful, rule, &key, decision, now_ns);

@@ -634,6 +634,10 @@ pub struct RuleSet {
     /// cell's counter (a pair's, by its zones' classes).
     pairs: Vec<PairHits>,
     pair_cells: Vec<Option<Arc<RuleHits>>>,
+    /// Each port forward's counter of the first packets it decided (no rule matched: a
+    /// forward is open), in the router config's forward order; empty: not counted
+    /// (`attach_forward_hits`).
+    forward_hits: Vec<Arc<RuleHits>>,
 }
 
 /// A zone pair's counter of the first packets its default decided (no rule matched),
@@ -741,6 +745,7 @@ impl RuleSet {
             logged: Vec::new(),
             pairs: Vec::new(),
             pair_cells: Vec::new(),
+            forward_hits: Vec::new(),
         })
     }
 
@@ -827,6 +832,25 @@ impl RuleSet {
     /// The rules' hit counters, in rule order (empty if none are attached).
     pub fn hits(&self) -> &[Arc<RuleHits>] {
         &self.hits
+    }
+
+    /// Gives each port forward its counter, in the router config's forward order.
+    pub fn attach_forward_hits(&mut self, hits: Vec<Arc<RuleHits>>) {
+        self.forward_hits = hits;
+    }
+
+    /// Port forward `forward` decided a new flow on `worker` at Unix second `unix_seconds`:
+    /// no rule matched it.
+    #[inline]
+    pub fn count_forward(&self, forward: usize, (worker, unix_seconds): (u16, i64)) {
+        if let Some(hits) = self.forward_hits.get(forward) {
+            hits.add(worker, unix_seconds);
+        }
+    }
+
+    /// The port forwards' counters, in forward order (empty if none are attached).
+    pub fn forward_hits(&self) -> &[Arc<RuleHits>] {
+        &self.forward_hits
     }
 
     /// First matching rule in order wins; otherwise the zone pair's default. Returns the

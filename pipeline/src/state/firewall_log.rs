@@ -54,7 +54,9 @@ pub struct Decision {
     pub to: ZoneId,
     pub ingress: u16,
     pub egress: Option<u16>,
-    pub forwarded_to: Option<(Ipv4Addr, u16)>,
+    /// The port forward that translated it: its place in the router config's forwards, and
+    /// where it sends the flow.
+    pub forwarded_to: Option<(usize, (Ipv4Addr, u16))>,
     pub from_kernel: bool,
 }
 
@@ -103,7 +105,7 @@ impl FirewallLogger {
             protocol: key.protocol,
             src: (key.src, key.src_port),
             dst: (key.dst, key.dst_port),
-            forwarded_to: decision.forwarded_to,
+            forwarded_to: decision.forwarded_to.map(|(_, target)| target),
             from_kernel: decision.from_kernel,
         });
     }

@@ -251,6 +251,19 @@ impl Metrics {
                         .set(last as i64);
                 }
             }
+            self.port_forward_hits.reset();
+            self.port_forward_last_match.reset();
+            let forwards = crate::compile::rule_hits::forward_names(&router.stateful.port_forwards);
+            for (name, hits) in forwards.iter().zip(firewall.forward_hits()) {
+                self.port_forward_hits
+                    .with_label_values(&[name.as_str()])
+                    .inc_by(hits.total());
+                if let Some(last) = hits.last_matched() {
+                    self.port_forward_last_match
+                        .with_label_values(&[name.as_str()])
+                        .set(last as i64);
+                }
+            }
         }
         let reload = &self.sources.reload;
         self.reload_success

@@ -244,6 +244,8 @@ pub fn metric_names() -> Vec<String> {
         "firewall_default_hits_total",
         "firewall_rule_last_match_timestamp_seconds",
         "firewall_default_last_match_timestamp_seconds",
+        "port_forward_hits_total",
+        "port_forward_last_match_timestamp_seconds",
         "worker_heartbeat_age_seconds",
         "qos_bytes_total",
         "qos_packets_total",

@@ -172,6 +172,8 @@ pub struct Metrics {
     firewall_default_hits: IntCounterVec,
     firewall_rule_last_match: IntGaugeVec,
     firewall_default_last_match: IntGaugeVec,
+    port_forward_hits: IntCounterVec,
+    port_forward_last_match: IntGaugeVec,
     nat_log_events: IntCounterVec,
     firewall_log_events: IntCounterVec,
     qos_bytes: IntCounterVec,

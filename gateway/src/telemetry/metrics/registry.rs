@@ -254,6 +254,18 @@ impl Metrics {
                 "The Unix time each zone pair's default last decided a first packet (as firewall_default_hits_total counts them), by zones; absent for a pair whose default never has.",
                 &["from", "to"],
             ),
+            port_forward_hits: counter_vec(
+                &registry,
+                "port_forward_hits_total",
+                "First packets each port forward decided (no firewall rule matched it: a forward is open unless a rule says otherwise), by what it forwards (tcp 8080 -> 192.168.10.5:80), counted as firewall_rule_hits_total is. Kept across reloads by that label.",
+                &["forward"],
+            ),
+            port_forward_last_match: gauge_vec(
+                &registry,
+                "port_forward_last_match_timestamp_seconds",
+                "The Unix time each port forward last decided a first packet (as port_forward_hits_total counts them); absent for one that never has.",
+                &["forward"],
+            ),
             nat_log_events: counter_vec(
                 &registry,
                 "nat_log_events_total",
