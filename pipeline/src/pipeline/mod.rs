@@ -8,17 +8,19 @@
 //! 2. `classify`: everything else, by Ethernet type (the full path), its verdict policed
 //!    and counted;
 //! 3. `forward4` / `forward6`: each family's input checks (RFC 1812 / RFC 8200 and 4890),
-//!    the gateway's own traffic ([`punt`], [`ipv6_local`]), then
+//!    the gateway's own traffic ([`local::punt`], [`local::ipv6`]), then
 //! 4. [`stateful`] (IPv4: conntrack, firewall, NAT, content; with the [`syn_proxy`] and
-//!    [`kernel_flows`]) or `stateful6` (IPv6: conntrack, firewall, content), which returns
+//!    [`kernel_flows`]) or `stateful6` (IPv6: conntrack, firewall, content): each finds the
+//!    packet's key and probes its table, then runs `track`, the one tracking body both
+//!    families share (closed-tuple reuse, checksum, tracker, recheck, content), and returns
 //!    what it decided or asks for (`requests`: resets, ICMP errors, the proxy's answers);
 //! 5. routing and the next hop, back in `forward4` / `forward6`;
 //! 6. [`features`]: QoS and the traffic meter, one stage for both families;
 //! 7. the verdict: transmit on a port, hand to the owning worker, punt, or drop (counted).
 //!
 //! Beside the path: `tables` (upkeep between bursts, table figures), the control thread's
-//! helpers ([`control`]: ARP; [`ipv6_local`]; [`punt`]: what goes to the kernel twins), and
-//! the operator's tools ([`explain`], [`flow_listing`], [`snapshot`]).
+//! helpers in [`local`] (ARP; IPv6 for the gateway; what goes to the kernel twins), and the
+//! operator's tools in [`operator`] (explain, flow listing, the state snapshot).
 
 // The path.
 mod classify;
