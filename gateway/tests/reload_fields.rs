@@ -564,6 +564,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("nat.port_forwards[].port", Applied, "\"9000-9001\"", None),
     ("nat.port_forwards[].to", Applied, "\"192.168.10.3\"", None),
     ("nat.port_forwards[].to_port", Applied, "81", None),
+    ("nat.port_forwards[].log", Applied, "true", None),
     ("firewall.policy[].from", Applied, "\"local\"", None),
     ("firewall.policy[].to", Applied, "\"inside\"", None),
     ("firewall.policy[].action", Applied, "\"drop\"", None),

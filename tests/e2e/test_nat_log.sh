@@ -3,7 +3,8 @@
 # collector (nfcapd, read back with nfdump): one create and one delete per mapping of a short
 # UDP exchange through masquerade, and none for a second flow that shares the mapping; then, with
 # nat.port_block_size, one block line each way for a host's three mappings. The firewall log
-# ([firewall.log]) to the same rsyslog: a logged drop rule's decisions, one message each.
+# ([firewall.log]) to the same rsyslog: a logged drop rule's decisions, one message each, and a
+# logged port forward's.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -55,7 +56,10 @@ lab_config 19141 >"$WORK/gateway.toml"
 sed -i 's/^udp_secs = .*/udp_secs = 2/' "$WORK/gateway.toml"
 printf '\n[nat.log]\nsyslog_udp = "127.0.0.1:%s"\nfacility = 17\nipfix_udp = "127.0.0.1:%s"\n' \
     "$SYSLOG_PORT" "$IPFIX_PORT" >>"$WORK/gateway.toml"
-# The firewall log to the same rsyslog, and a logged drop rule.
+# The firewall log to the same rsyslog, a logged drop rule, and the port forward logged.
+sed -i '/^to_port = 5201$/a log = true' "$WORK/gateway.toml"
+grep -A1 '^to_port = 5201$' "$WORK/gateway.toml" | grep -q '^log = true$' ||
+    fail "configs/lab.toml's port forward (to_port = 5201) could not be marked log = true"
 cat >>"$WORK/gateway.toml" <<TOML
 
 [firewall.log]
@@ -162,6 +166,23 @@ done
 ((logged > 0 && fw_sent == logged && hits == logged)) ||
     fail "firewall_log_events_total sent $fw_sent, rule hits $hits, rsyslog lines $logged: not one message per decision"
 pass "rsyslog got $logged firewall log messages (RFC 5424, facility local2, warning) for the logged drop rule, one per decision it counted"
+
+# The logged port forward: the WAN host's connection to the forwarded port (no rule matches
+# it) is the forward's decision, logged under the forward's name with where it went.
+wan python3 -c '
+import socket
+s = socket.socket()
+s.settimeout(1.5)
+s.bind(("10.0.0.2", 40010))
+s.connect_ex(("10.0.0.1", 5201))' || true
+forward_line='FIREWALL [fw@32473 rule="forward tcp 5201 -> 192.168.10.2:5201" action="accept" in="wan" out="lan" protocol="tcp" src="10.0.0.2:40010" dst="10.0.0.1:5201" forwarded_to="192.168.10.2:5201"]'
+for _ in $(seq 1 30); do
+    grep -qF "$forward_line" "$WORK/nat.log" 2>/dev/null && break
+    sleep 0.1
+done
+grep -qF "$forward_line" "$WORK/nat.log" ||
+    fail "no firewall log message for the logged forward's connection: $(grep FIREWALL "$WORK/nat.log" | tail -n 3)"
+pass "the logged port forward's decision reached rsyslog under the forward's name, with where it sent the connection"
 
 # nfcapd writes its file out when it stops; nfdump reads the NAT events back.
 kill -TERM "$NFCAPD"

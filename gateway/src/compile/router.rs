@@ -539,7 +539,22 @@ fn stateful(config: &GatewayConfig) -> Result<Stateful, CompileError> {
                 to_port: forward.to_port.unwrap_or(forward.port.first),
             })
         })
-        .collect::<Result<_, CompileError>>()?;
+        .collect::<Result<Vec<PortForward>, CompileError>>()?;
+    // Logged under the name its counter has, `forward ` before it.
+    let forward_names = crate::compile::rule_hits::forward_names(&port_forwards);
+    firewall.attach_forward_logged(
+        config
+            .nat
+            .port_forwards
+            .iter()
+            .zip(forward_names)
+            .map(|(forward, name)| {
+                forward
+                    .log
+                    .then(|| std::sync::Arc::from(format!("forward {name}")))
+            })
+            .collect(),
+    );
     Ok(Stateful {
         content: content_policy(&config.keyword_block, &config.parental_control)?
             .map(std::sync::Arc::new),

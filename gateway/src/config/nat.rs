@@ -89,6 +89,11 @@ pub struct PortForwardConfig {
     /// The LAN port (the first, for a range); defaults to the same port.
     #[serde(default)]
     pub to_port: Option<u16>,
+    /// Log each first packet this forward decides (no rule matched it), as a rule's
+    /// `log = true` does (`[firewall.log]`), under the forward's name (`forward tcp 8080 ->
+    /// 192.168.10.5:80`).
+    #[serde(default)]
+    pub log: bool,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]

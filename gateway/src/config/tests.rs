@@ -544,6 +544,13 @@ fn a_logged_rule_needs_a_firewall_log_destination() {
     assert!(err.starts_with("firewall.rules[0].log:"), "{err}");
     let sent = format!("{LAB}{rule}\n[firewall.log]\nsyslog_udp = \"127.0.0.1:514\"\n");
     assert!(parse(&sent).unwrap().firewall.rules[0].log);
+    // A logged port forward as well.
+    let forward = "\n[[nat.port_forwards]]\ninterface = \"wan\"\nprotocol = \"tcp\"\n\
+                   port = 8080\nto = \"192.168.10.5\"\nlog = true\n";
+    let err = parse(&format!("{LAB}{forward}")).unwrap_err().to_string();
+    assert!(err.starts_with("nat.port_forwards[0].log:"), "{err}");
+    let sent = format!("{LAB}{forward}\n[firewall.log]\nsyslog_udp = \"127.0.0.1:514\"\n");
+    assert!(parse(&sent).unwrap().nat.port_forwards[0].log);
     for (line, field) in [
         ("per_sec = 0", "firewall.log.per_sec:"),
         ("facility = 24", "firewall.log.facility:"),

@@ -68,7 +68,7 @@ impl StatefulStage {
 
     /// Rule `rule` (None: the zone pair's default, or the port forward the decision names)
     /// decided flow `key`'s first packet: its hit counter (or the pair's, or the forward's)
-    /// counts it, and its decision is logged if the rule says so.
+    /// counts it, and its decision is logged if the rule (or the forward) says so.
     #[inline]
     pub(crate) fn decided(
         &mut self,
@@ -84,12 +84,14 @@ impl StatefulStage {
         stateful
             .firewall
             .count_decision(rule, (decision.from, decision.to), by_pair, when);
-        if let (None, Some((forward, _))) = (rule, decision.forwarded_to) {
-            stateful.firewall.count_forward(forward, when);
-        }
-        if let (Some(name), Some(logger)) =
-            (stateful.firewall.logged(rule), self.firewall_log.as_mut())
-        {
+        let logged = match (rule, decision.forwarded_to) {
+            (None, Some((forward, _))) => {
+                stateful.firewall.count_forward(forward, when);
+                stateful.firewall.forward_logged(forward)
+            }
+            _ => stateful.firewall.logged(rule),
+        };
+        if let (Some(name), Some(logger)) = (logged, self.firewall_log.as_mut()) {
             logger.record(name, key, decision, now_ns);
         }
     }

@@ -638,6 +638,9 @@ pub struct RuleSet {
     /// forward is open), in the router config's forward order; empty: not counted
     /// (`attach_forward_hits`).
     forward_hits: Vec<Arc<RuleHits>>,
+    /// Each port forward's name if its decisions are logged, in forward order; empty: none
+    /// is (`attach_forward_logged`).
+    forward_logged: Vec<Option<Arc<str>>>,
 }
 
 /// A zone pair's counter of the first packets its default decided (no rule matched),
@@ -746,6 +749,7 @@ impl RuleSet {
             pairs: Vec::new(),
             pair_cells: Vec::new(),
             forward_hits: Vec::new(),
+            forward_logged: Vec::new(),
         })
     }
 
@@ -846,6 +850,18 @@ impl RuleSet {
         if let Some(hits) = self.forward_hits.get(forward) {
             hits.add(worker, unix_seconds);
         }
+    }
+
+    /// Marks the port forwards whose decisions are logged: per forward, in the router
+    /// config's forward order, its name if so.
+    pub fn attach_forward_logged(&mut self, logged: Vec<Option<Arc<str>>>) {
+        self.forward_logged = logged;
+    }
+
+    /// The name to log port forward `forward`'s decisions under, if they are logged.
+    #[inline]
+    pub fn forward_logged(&self, forward: usize) -> Option<&Arc<str>> {
+        self.forward_logged.get(forward)?.as_ref()
     }
 
     /// The port forwards' counters, in forward order (empty if none are attached).

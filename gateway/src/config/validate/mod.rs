@@ -473,13 +473,18 @@ impl GatewayConfig {
                 "must be positive (to log nothing, leave log = true off the rules)",
             ));
         }
-        if let Some(i) = self.firewall.rules.iter().position(|rule| rule.log) {
-            if !log.enabled() {
-                return Err(invalid(
-                    format!("firewall.rules[{i}].log"),
-                    "no [firewall.log] destination: set firewall.log.syslog_udp or syslog_unix",
-                ));
-            }
+        let logged_rule = self.firewall.rules.iter().position(|rule| rule.log);
+        let logged_forward = self.nat.port_forwards.iter().position(|fwd| fwd.log);
+        let field = match (logged_rule, logged_forward) {
+            (Some(i), _) => format!("firewall.rules[{i}].log"),
+            (None, Some(i)) => format!("nat.port_forwards[{i}].log"),
+            (None, None) => return Ok(()),
+        };
+        if !log.enabled() {
+            return Err(invalid(
+                field,
+                "no [firewall.log] destination: set firewall.log.syslog_udp or syslog_unix",
+            ));
         }
         Ok(())
     }
