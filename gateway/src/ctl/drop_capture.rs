@@ -7,9 +7,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
@@ -20,6 +18,7 @@ use pcap_file::DataLink;
 use pipeline::DropReason;
 use serde_json::{json, Value};
 
+use crate::dataplane::armed::arm_and_collect;
 use crate::dataplane::drop_tap::{
     DropCaptureRequest, DropCaptureSender, DroppedPacket, ReasonSet, SNAPLEN,
 };
@@ -62,32 +61,12 @@ pub fn capture(
     let reasons = reasons(labels)?;
     let count = count.clamp(1, MAX_PACKETS);
     let timeout = Duration::from_millis(timeout_ms.min(MAX_TIMEOUT_MS));
-    let (records_in, records) = crossbeam_channel::bounded(count);
-    let done = Arc::new(AtomicBool::new(false));
-    for (worker, requests) in workers.iter().enumerate() {
-        let request = DropCaptureRequest {
-            reasons,
-            count,
-            records: records_in.clone(),
-            done: done.clone(),
-        };
-        if requests.try_send(request).is_err() {
-            done.store(true, Ordering::Relaxed);
-            return Err(format!(
-                "worker {worker} is still capturing drops for an earlier request"
-            ));
-        }
-    }
-    drop(records_in);
-    let deadline = Instant::now() + timeout;
-    let mut packets = Vec::new();
-    while packets.len() < count {
-        match records.recv_deadline(deadline) {
-            Ok(record) => packets.push(packet_json(&record, interface_names)),
-            Err(_) => break,
-        }
-    }
-    done.store(true, Ordering::Relaxed);
+    let make = |arming| DropCaptureRequest { reasons, arming };
+    let dropped = arm_and_collect(workers, count, timeout, "capturing drops", make)?;
+    let packets: Vec<Value> = dropped
+        .iter()
+        .map(|record| packet_json(record, interface_names))
+        .collect();
     Ok(json!({ "asked": count, "captured": packets.len(), "packets": packets }))
 }
 

@@ -24,6 +24,7 @@ use super::{
 use crate::config::history::ConfigHistory;
 use crate::config::store::ConfigStore;
 use crate::config::CtlConfig;
+use crate::dataplane::armed::arm_and_collect;
 use crate::dataplane::ctl_link::{Listing, QuerySender, WorkerQuery};
 use crate::dataplane::drop_tap::DropCaptureSender;
 use crate::dataplane::port_layout::Link;
@@ -723,32 +724,12 @@ fn trace(
     }
     let count = count.clamp(1, MAX_TRACE_PACKETS);
     let timeout = Duration::from_millis(timeout_ms.min(MAX_TRACE_TIMEOUT_MS));
-    let (records_in, records) = crossbeam_channel::bounded(count);
-    let done = Arc::new(AtomicBool::new(false));
-    for (worker, traces) in sources.traces.iter().enumerate() {
-        let request = TraceRequest {
-            filter,
-            count,
-            records: records_in.clone(),
-            done: done.clone(),
-        };
-        if traces.try_send(request).is_err() {
-            done.store(true, Ordering::Relaxed);
-            return Err(format!(
-                "worker {worker} is still tracing for an earlier request"
-            ));
-        }
-    }
-    drop(records_in);
-    let deadline = Instant::now() + timeout;
-    let mut traced = Vec::new();
-    while traced.len() < count {
-        match records.recv_deadline(deadline) {
-            Ok(record) => traced.push(record_json(&record, sources)),
-            Err(_) => break,
-        }
-    }
-    done.store(true, Ordering::Relaxed);
+    let make = |arming| TraceRequest { filter, arming };
+    let records = arm_and_collect(&sources.traces, count, timeout, "tracing", make)?;
+    let traced: Vec<Value> = records
+        .iter()
+        .map(|record| record_json(record, sources))
+        .collect();
     Ok(json!({ "asked": count, "traced": traced.len(), "packets": traced }))
 }
 

@@ -4,19 +4,14 @@
 //! No port capture can show them: a dropped packet is never sent, and on receipt nothing
 //! tells it from one that passes.
 //!
-//! Copies go back over a bounded channel whose slots crossbeam allocated when the ctl
-//! thread made it, and the burst's copies into a buffer this link allocated at start, so the
-//! worker allocates nothing. Unarmed, a loop pays one load of a flag nobody writes and a
-//! burst one branch, as `gateway ctl trace` does. Drops decided after the pipeline (a full
+//! Armed and answered as [`super::armed`] says, the burst's copies kept in a buffer this link
+//! allocated at start, so the worker allocates nothing. Unarmed, a loop pays one load of a
+//! flag nobody writes and a burst one branch, as `gateway ctl trace` does. Drops decided after the pipeline (a full
 //! transmit queue, a full ring to another worker or the control thread) are not seen here:
 //! they are counted, under their reasons, in `gateway ctl show drops`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use crossbeam_channel::{Sender, TrySendError};
-
-use super::mailbox::{Mailbox, MailboxSender};
+use super::armed::{Armed, ArmedRequest, Arming};
+use super::mailbox::MailboxSender;
 use pipeline::verdict::DropReason;
 use pipeline::{Ingress, PacketBuf, Verdict, MAX_BURST};
 
@@ -48,11 +43,14 @@ impl ReasonSet {
 /// What the ctl thread asks: the next `count` packets this worker drops for one of `reasons`.
 pub struct DropCaptureRequest {
     pub reasons: ReasonSet,
-    pub count: usize,
-    pub records: Sender<DroppedPacket>,
-    /// Set by the ctl thread when it has what it waited for, or gave up: the worker disarms
-    /// at its next loop.
-    pub done: Arc<AtomicBool>,
+    pub arming: Arming<DroppedPacket>,
+}
+
+impl ArmedRequest for DropCaptureRequest {
+    type Record = DroppedPacket;
+    fn arming(&mut self) -> &mut Arming<DroppedPacket> {
+        &mut self.arming
+    }
 }
 
 /// One dropped packet, as it arrived.
@@ -79,8 +77,7 @@ pub type DropCaptureSender = MailboxSender<DropCaptureRequest>;
 
 pub struct DropTap {
     worker: u16,
-    requests: Mailbox<DropCaptureRequest>,
-    active: Option<DropCaptureRequest>,
+    armed: Armed<DropCaptureRequest>,
     /// The armed burst's frames as they arrived, and their lengths.
     arrived: Box<[[u8; SNAPLEN]]>,
     lens: [usize; MAX_BURST],
@@ -88,44 +85,27 @@ pub struct DropTap {
 
 impl DropTap {
     pub fn pair(worker: u16) -> (DropCaptureSender, DropTap) {
-        let (requests_in, requests) = Mailbox::pair();
+        let (requests, armed) = Armed::pair();
         (
-            requests_in,
+            requests,
             DropTap {
                 worker,
-                requests,
-                active: None,
+                armed,
                 arrived: vec![[0; SNAPLEN]; MAX_BURST].into_boxed_slice(),
                 lens: [0; MAX_BURST],
             },
         )
     }
 
-    /// Once per poll loop: disarms a capture the ctl thread is done with, and takes a new
-    /// one if none is armed. Idle, one load of the pending flag.
+    /// Once per poll loop (see [`Armed::poll`]).
     #[inline]
     pub fn poll(&mut self) {
-        if self.active.is_none() && !self.requests.has_mail() {
-            return;
-        }
-        self.take_or_disarm();
-    }
-
-    #[cold]
-    fn take_or_disarm(&mut self) {
-        if let Some(active) = &self.active {
-            if active.done.load(Ordering::Relaxed) {
-                self.active = None;
-            }
-        }
-        if self.active.is_none() {
-            self.active = self.requests.take();
-        }
+        self.armed.poll();
     }
 
     #[inline]
     pub fn is_armed(&self) -> bool {
-        self.active.is_some()
+        self.armed.is_armed()
     }
 
     /// Before the pipeline: keeps a copy of each of the burst's frames.
@@ -144,14 +124,14 @@ impl DropTap {
     /// a record the channel has no room for is not sent.
     #[cold]
     pub fn after(&mut self, ingress: &[Ingress], verdicts: &[Verdict]) {
-        let Some(active) = self.active.as_mut() else {
+        let Some(reasons) = self.armed.active().map(|active| active.reasons) else {
             return;
         };
         for (i, verdict) in verdicts.iter().enumerate() {
             let Verdict::Drop(reason) = *verdict else {
                 continue;
             };
-            if !active.reasons.contains(reason) {
+            if !reasons.contains(reason) {
                 continue;
             }
             let (Some(bytes), Some(&len), Some(&arrived)) =
@@ -166,13 +146,7 @@ impl DropTap {
                 len,
                 bytes: *bytes,
             };
-            match active.records.try_send(record) {
-                Ok(()) => active.count = active.count.saturating_sub(1),
-                Err(TrySendError::Full(_)) => {}
-                Err(TrySendError::Disconnected(_)) => active.count = 0,
-            }
-            if active.count == 0 {
-                self.active = None;
+            if !self.armed.deliver(record) {
                 return;
             }
         }
@@ -182,6 +156,8 @@ impl DropTap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     fn ingress(port: u16) -> Ingress {
         Ingress {
@@ -199,9 +175,11 @@ mod tests {
         let done = Arc::new(AtomicBool::new(false));
         let request = DropCaptureRequest {
             reasons,
-            count: 8,
-            records: records_in,
-            done: done.clone(),
+            arming: Arming {
+                count: 8,
+                records: records_in,
+                done: done.clone(),
+            },
         };
         assert!(requests.try_send(request).is_ok());
         assert!(!tap.is_armed());
@@ -242,9 +220,11 @@ mod tests {
         reasons.insert(DropReason::FirewallDrop);
         let request = DropCaptureRequest {
             reasons,
-            count: 1,
-            records: records_in,
-            done: Arc::new(AtomicBool::new(false)),
+            arming: Arming {
+                count: 1,
+                records: records_in,
+                done: Arc::new(AtomicBool::new(false)),
+            },
         };
         assert!(requests.try_send(request).is_ok());
         tap.poll();

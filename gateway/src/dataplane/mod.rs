@@ -2,6 +2,7 @@
 //! packets between workers, shaping, the port layout, the clock, what the control thread
 //! publishes to workers, and the workers' side of their links to the control thread and `ctl`.
 
+pub mod armed;
 pub mod clock;
 pub mod ctl_link;
 pub mod drop_tap;

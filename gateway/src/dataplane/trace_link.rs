@@ -1,17 +1,12 @@
 //! A worker's end of `gateway ctl trace`: while a trace is armed, the worker explains each
 //! packet of a burst that matches the trace's filter before the pipeline runs it (its flow,
 //! or the firewall's decision on the flow it would start), and records what the pipeline then
-//! did (the verdict, the tuple as it leaves, its next hop's MAC). Records go back over a
-//! bounded channel whose slots crossbeam allocated when the ctl thread made it, so the
-//! worker allocates nothing. Unarmed, a loop pays one load of a flag nobody writes and a
-//! burst one branch (`gateway bench` measures it: `trace_unarmed`).
+//! did (the verdict, the tuple as it leaves, its next hop's MAC). Armed and answered as
+//! [`super::armed`] says; unarmed, a loop pays one load of a flag nobody writes and a burst
+//! one branch (`gateway bench` measures it: `trace_unarmed`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use crossbeam_channel::{Sender, TrySendError};
-
-use super::mailbox::{Mailbox, MailboxSender};
+use super::armed::{Armed, ArmedRequest, Arming};
+use super::mailbox::MailboxSender;
 use pipeline::flow::FlowKey;
 use pipeline::pipeline::fast_path::frame_key;
 use pipeline::pipeline::operator::explain::Explanation;
@@ -23,11 +18,14 @@ use pipeline::{Ingress, PacketBuf, Pipeline, Verdict, MAX_BURST};
 /// protocol; a state does not apply to packets) on this worker.
 pub struct TraceRequest {
     pub filter: FlowFilter,
-    pub count: usize,
-    pub records: Sender<TraceRecord>,
-    /// Set by the ctl thread when it has what it waited for, or gave up: the worker disarms
-    /// at its next loop (a trace that matches nothing would otherwise stay armed).
-    pub done: Arc<AtomicBool>,
+    pub arming: Arming<TraceRecord>,
+}
+
+impl ArmedRequest for TraceRequest {
+    type Record = TraceRecord;
+    fn arming(&mut self) -> &mut Arming<TraceRecord> {
+        &mut self.arming
+    }
 }
 
 /// One traced packet.
@@ -49,8 +47,7 @@ pub type TraceSender = MailboxSender<TraceRequest>;
 
 pub struct TraceLink {
     worker: u16,
-    requests: Mailbox<TraceRequest>,
-    active: Option<TraceRequest>,
+    armed: Armed<TraceRequest>,
 }
 
 /// The packets of a burst being traced: their place in the burst and their explanation.
@@ -58,42 +55,19 @@ pub type Traced = arrayvec::ArrayVec<(usize, Explanation), MAX_BURST>;
 
 impl TraceLink {
     pub fn pair(worker: u16) -> (TraceSender, TraceLink) {
-        let (requests_in, requests) = Mailbox::pair();
-        (
-            requests_in,
-            TraceLink {
-                worker,
-                requests,
-                active: None,
-            },
-        )
+        let (requests, armed) = Armed::pair();
+        (requests, TraceLink { worker, armed })
     }
 
-    /// Once per poll loop: disarms a trace the ctl thread is done with, and takes a new one
-    /// if none is armed. Idle, one load of the pending flag.
+    /// Once per poll loop (see [`Armed::poll`]).
     #[inline]
     pub fn poll(&mut self) {
-        if self.active.is_none() && !self.requests.has_mail() {
-            return;
-        }
-        self.take_or_disarm();
-    }
-
-    #[cold]
-    fn take_or_disarm(&mut self) {
-        if let Some(active) = &self.active {
-            if active.done.load(Ordering::Relaxed) {
-                self.active = None;
-            }
-        }
-        if self.active.is_none() {
-            self.active = self.requests.take();
-        }
+        self.armed.poll();
     }
 
     #[inline]
     pub fn is_armed(&self) -> bool {
-        self.active.is_some()
+        self.armed.is_armed()
     }
 
     /// Before the pipeline: the burst's packets the trace wants, explained.
@@ -105,7 +79,7 @@ impl TraceLink {
         ingress: &[Ingress],
     ) -> Traced {
         let mut traced = Traced::new();
-        let Some(active) = &self.active else {
+        let Some(active) = self.armed.active() else {
             return traced;
         };
         for (i, (packet, &arrived)) in packets.iter().zip(ingress).enumerate() {
@@ -130,9 +104,6 @@ impl TraceLink {
         ingress: &[Ingress],
         verdicts: &[Verdict],
     ) {
-        let Some(active) = self.active.as_mut() else {
-            return;
-        };
         for (i, explanation) in traced {
             let packet = &packets[i];
             let sent = matches!(
@@ -148,13 +119,7 @@ impl TraceLink {
                 sent_as: sent.then(|| frame_key(packet.bytes())).flatten(),
                 next_hop_mac: sent.then(|| destination_mac(packet.bytes())).flatten(),
             };
-            match active.records.try_send(record) {
-                Ok(()) => active.count = active.count.saturating_sub(1),
-                Err(TrySendError::Full(_)) => {}
-                Err(TrySendError::Disconnected(_)) => active.count = 0,
-            }
-            if active.count == 0 {
-                self.active = None;
+            if !self.armed.deliver(record) {
                 return;
             }
         }
