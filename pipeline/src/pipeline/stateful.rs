@@ -649,7 +649,7 @@ impl TrackedPacket for Tracked4<'_, '_> {
     }
 
     #[inline]
-    fn established(&mut self, id: FlowId, direction: Direction, _: Option<TcpSegment>) -> Stage {
+    fn established(&mut self, id: FlowId, direction: Direction) -> Stage {
         let packet = (self.router, self.counters, &mut *self.pkt, self.ingress);
         self.stage.established(packet, &self.key, (id, direction))
     }

@@ -376,7 +376,7 @@ impl TrackedPacket for Tracked6<'_> {
 
     /// A LAN device's later DNS queries are checked one by one; nothing is translated.
     #[inline]
-    fn established(&mut self, id: FlowId, direction: Direction, _: Option<TcpSegment>) -> Stage6 {
+    fn established(&mut self, id: FlowId, direction: Direction) -> Stage6 {
         let policy = self.router.stateful.content.as_deref();
         if let (Some(policy), Some(client), Direction::Original) = (policy, self.client, direction)
         {

@@ -68,12 +68,7 @@ pub(crate) trait TrackedPacket {
     /// inspector: `Some` is what to do in place of forwarding (a reset, when it blocks).
     fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage<Self::Request>>;
     /// The family's last step for a packet of established flow `id`.
-    fn established(
-        &mut self,
-        id: FlowId,
-        direction: Direction,
-        segment: Option<TcpSegment>,
-    ) -> Stage<Self::Request>;
+    fn established(&mut self, id: FlowId, direction: Direction) -> Stage<Self::Request>;
 }
 
 /// Tracks `packet`, whose key hashes to `hash` and which the table answered `found` for;
@@ -132,7 +127,7 @@ pub(crate) fn track<P: TrackedPacket>(
                 }
                 ContentState::Inspecting => {}
             }
-            packet.established(id, direction, segment)
+            packet.established(id, direction)
         }
         Probe::Vacant(_)
             if !segment.as_ref().is_some_and(TcpSegment::is_bare_syn) && !packet.checksum_ok() =>
