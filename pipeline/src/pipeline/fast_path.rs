@@ -34,11 +34,12 @@ use std::net::Ipv4Addr;
 
 use crate::flow::{reply_key, Direction, FlowKey, FlowKey6};
 use crate::packet::PacketBuf;
+use crate::pipeline::config::{Interface, RouterConfig};
 use crate::pipeline::stage::{FlowProbe, Ingress, Route, MAX_BURST};
 use crate::pipeline::Pipeline;
-use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment, Track};
+use crate::state::conntrack::{FlowHash, FlowId, FlowTable, Probe, TableKey, TcpSegment, Track};
 use crate::state::flow_data::{
-    settled, FeatureHosts6, FeaturePlan, Features, Nat44Shortcut, Shortcut,
+    settled, ContentState, FeatureHosts6, FeaturePlan, Features, Nat44Shortcut, Shortcut,
 };
 use crate::state::nat::rewrite::{self, ChecksumDeltas};
 use crate::verdict::{DropReason, Verdict};
@@ -54,6 +55,40 @@ fn side(direction: Direction) -> usize {
         Direction::Original => 0,
         Direction::Reply => 1,
     }
+}
+
+/// The interface a shortcut's packet leaves by (`egress`), and the packet's Ethernet frame,
+/// if the frame is one a shortcut may carry at L2: addressed to the MAC of the interface it
+/// came in by. Both families' fast paths check this first of the packet itself.
+#[inline(always)]
+fn addressed_to_ingress<'r, 'f>(
+    router: &'r RouterConfig,
+    pkt: &'f PacketBuf,
+    ingress: Ingress,
+    egress: u16,
+) -> Option<(&'r Interface, EthernetFrame<&'f [u8]>)> {
+    let iface = router.interfaces.get(usize::from(ingress.port))?;
+    let egress = router.interfaces.get(usize::from(egress))?;
+    let frame = EthernetFrame::new_checked(pkt.bytes()).ok()?;
+    (frame.dst_addr() == iface.mac).then_some((egress, frame))
+}
+
+/// Commits a packet a shortcut covers to it, in either family's table: trims the frame to
+/// `frame_len` (its IP length) and tracks the packet as the full path would; false if the
+/// tracker finds it invalid.
+#[inline(always)]
+fn track_covered<D: Copy, K: TableKey>(
+    (flows, flow, direction): (&mut FlowTable<D, K>, FlowId, Direction),
+    pkt: &mut PacketBuf,
+    frame_len: usize,
+    segment: Option<&TcpSegment>,
+    now_ns: u64,
+) -> bool {
+    pkt.set_len(frame_len);
+    !matches!(
+        flows.track(flow, direction, segment, now_ns),
+        Track::Invalid(_)
+    )
 }
 
 /// The flow key of an IPv4 frame, if it has one (not a fragment, not malformed): what the
@@ -339,6 +374,20 @@ impl Pipeline {
         self.process_full(pkt, ingress, Some(&probe), now_ns)
     }
 
+    /// Whether `shortcut` may carry a packet received by `ingress`: made under the current
+    /// router config for that ingress, its flow (content verdict and admitting rules, as
+    /// `(content, generation)`) settled. Both families check this first.
+    #[inline(always)]
+    fn shortcut_current<F>(
+        &self,
+        shortcut: &Shortcut<F>,
+        (content, generation): (ContentState, u32),
+        ingress: Ingress,
+    ) -> bool {
+        shortcut.serves(self.router_epoch, ingress.port, ingress.handed_off)
+            && settled(content, generation, self.router.stateful.generation)
+    }
+
     /// The fast path: Some(verdict) if the packet's flow direction has a current shortcut
     /// and the packet is one it covers; None otherwise, with the table as it was (at most
     /// the shortcut's next-hop MAC refreshed from a newer neighbour view).
@@ -353,10 +402,7 @@ impl Pipeline {
     ) -> Option<Verdict> {
         let data = self.stateful.flows.data(flow);
         let mut shortcut = data.shortcuts[side(direction)];
-        let generation = self.router.stateful.generation;
-        if !shortcut.serves(self.router_epoch, ingress.port, ingress.handed_off)
-            || !settled(data.content, data.generation, generation)
-        {
+        if !self.shortcut_current(&shortcut, (data.content, data.generation), ingress) {
             return None;
         }
         if shortcut.neighbor_epoch != self.neighbor_epoch {
@@ -368,15 +414,8 @@ impl Pipeline {
             shortcut.neighbor_epoch = self.neighbor_epoch;
             self.stateful.flows.data_mut(flow).shortcuts[side(direction)] = shortcut;
         }
-        let router = &*self.router;
-        let iface = router.interfaces.get(usize::from(ingress.port))?;
-        let egress = router.interfaces.get(usize::from(shortcut.egress))?;
-        let egress_mac = egress.mac;
-        let frame = EthernetFrame::new_checked(pkt.bytes()).ok()?;
-        if frame.dst_addr() != iface.mac {
-            return None;
-        }
-        let src_mac = frame.src_addr();
+        let (egress, frame) = addressed_to_ingress(&self.router, pkt, ingress, shortcut.egress)?;
+        let (egress_mac, src_mac) = (egress.mac, frame.src_addr());
         // What `Ipv4Packet::new_checked` and `verify_checksum` would accept, for a header
         // without options (version 4, IHL 5: byte 0 is 0x45), read in one go.
         let header: &[u8; ipv4::HEADER_LEN] = pkt
@@ -409,12 +448,8 @@ impl Pipeline {
 
         // The packet is the shortcut's: from here on this path decides, as the full one would.
         let frame_len = ethernet::HEADER_LEN + usize::from(datagram_len);
-        pkt.set_len(frame_len);
-        if let Track::Invalid(_) =
-            self.stateful
-                .flows
-                .track(flow, direction, segment.as_ref(), now_ns)
-        {
+        let tracked = (&mut self.stateful.flows, flow, direction);
+        if !track_covered(tracked, pkt, frame_len, segment.as_ref(), now_ns) {
             return Some(Verdict::Drop(DropReason::ConntrackInvalid));
         }
         let target = self
@@ -458,11 +493,9 @@ impl Pipeline {
     ) -> Option<Verdict> {
         let data = self.stateful6.flows.data(flow);
         let shortcut = &data.shortcuts[side(direction)];
-        let generation = self.router.stateful.generation;
         // An IPv6 shortcut from an older neighbour view is remade by the full path.
-        if !shortcut.serves(self.router_epoch, ingress.port, ingress.handed_off)
-            || shortcut.neighbor_epoch != self.neighbor_epoch
-            || !settled(data.content, data.generation, generation)
+        if shortcut.neighbor_epoch != self.neighbor_epoch
+            || !self.shortcut_current(shortcut, (data.content, data.generation), ingress)
         {
             return None;
         }
@@ -470,14 +503,8 @@ impl Pipeline {
         // features' hosts are read again only where there are features.
         let (egress_port, next_hop_mac) = (shortcut.egress, shortcut.next_hop_mac);
         let plan = shortcut.features;
-        let router = &*self.router;
-        let iface = router.interfaces.get(usize::from(ingress.port))?;
-        let egress = router.interfaces.get(usize::from(egress_port))?;
+        let (egress, frame) = addressed_to_ingress(&self.router, pkt, ingress, egress_port)?;
         let egress_mac = egress.mac;
-        let frame = EthernetFrame::new_checked(pkt.bytes()).ok()?;
-        if frame.dst_addr() != iface.mac {
-            return None;
-        }
         let ip = Ipv6Packet::new_checked(frame.payload()).ok()?;
         let packet_len = ipv6::HEADER_LEN + usize::from(ip.payload_len());
         if ip.hop_limit() <= 1 || packet_len > usize::from(egress.mtu) {
@@ -510,12 +537,8 @@ impl Pipeline {
 
         // The packet is the shortcut's: from here on this path decides, as the full one would.
         let frame_len = ethernet::HEADER_LEN + packet_len;
-        pkt.set_len(frame_len);
-        if let Track::Invalid(_) =
-            self.stateful6
-                .flows
-                .track(flow, direction, segment.as_ref(), now_ns)
-        {
+        let tracked = (&mut self.stateful6.flows, flow, direction);
+        if !track_covered(tracked, pkt, frame_len, segment.as_ref(), now_ns) {
             return Some(self.ipv6_fast_path_drop(DropReason::ConntrackInvalid));
         }
         Ipv6Packet::new_unchecked(&mut pkt.bytes_mut()[ethernet::HEADER_LEN..])
@@ -574,17 +597,8 @@ impl Pipeline {
                 source_mac: source_mac.0,
             };
         }
-        let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
-        self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
-            router_epoch: self.router_epoch,
-            neighbor_epoch: self.neighbor_epoch,
-            ingress: ingress.port,
-            egress,
-            next_hop_mac: next_hop_mac.0,
-            received_here: !ingress.handed_off,
-            features: features.plan,
-            family: (),
-        };
+        let shortcut = self.shortcut_from(pkt, ingress, egress, features.plan, ());
+        self.stateful6.flows.data_mut(flow).shortcuts[side(direction)] = shortcut;
     }
 
     /// After the full path transmitted a packet of an established flow by `route` (its L2
@@ -604,19 +618,34 @@ impl Pipeline {
             .flows
             .key(flow, direction.opposite())
             .reversed();
-        let next_hop_mac = EthernetFrame::new_unchecked(pkt.bytes()).dst_addr();
-        self.stateful.flows.data_mut(flow).shortcuts[side(direction)] = Shortcut {
+        let family = Nat44Shortcut {
+            next_hop: u32::from(route.next_hop),
+            deltas: ChecksumDeltas::new(&received, &target),
+        };
+        let shortcut = self.shortcut_from(pkt, ingress, route.egress, features, family);
+        self.stateful.flows.data_mut(flow).shortcuts[side(direction)] = shortcut;
+    }
+
+    /// Either family's shortcut for the direction of a packet the full path just sent to
+    /// `egress` (its L2 header written: the next hop's MAC is its destination), stamped
+    /// with the epochs it depends on.
+    fn shortcut_from<F>(
+        &self,
+        pkt: &PacketBuf,
+        ingress: Ingress,
+        egress: u16,
+        features: FeaturePlan,
+        family: F,
+    ) -> Shortcut<F> {
+        Shortcut {
             router_epoch: self.router_epoch,
             neighbor_epoch: self.neighbor_epoch,
             ingress: ingress.port,
-            egress: route.egress,
-            next_hop_mac: next_hop_mac.0,
+            egress,
+            next_hop_mac: EthernetFrame::new_unchecked(pkt.bytes()).dst_addr().0,
             received_here: !ingress.handed_off,
             features,
-            family: Nat44Shortcut {
-                next_hop: u32::from(route.next_hop),
-                deltas: ChecksumDeltas::new(&received, &target),
-            },
-        };
+            family,
+        }
     }
 }
