@@ -588,10 +588,6 @@ impl TrackedPacket for Tracked4<'_, '_> {
     type Data = FlowData;
     type Request = Request;
 
-    fn key(&self) -> &FlowKey {
-        &self.key
-    }
-
     #[inline]
     fn flows(&mut self) -> &mut FlowTable<FlowData> {
         &mut self.stage.flows
@@ -636,11 +632,6 @@ impl TrackedPacket for Tracked4<'_, '_> {
     #[inline]
     fn recheck(&mut self, id: FlowId) -> Option<Verdict> {
         self.stage.recheck(self.router, id)
-    }
-
-    #[inline]
-    fn content(&mut self, id: FlowId) -> ContentState {
-        self.stage.flows.data(id).content
     }
 
     fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage> {

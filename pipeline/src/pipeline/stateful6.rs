@@ -314,10 +314,6 @@ impl TrackedPacket for Tracked6<'_> {
     type Data = FlowData6;
     type Request = Request6;
 
-    fn key(&self) -> &FlowKey6 {
-        &self.key
-    }
-
     #[inline]
     fn flows(&mut self) -> &mut FlowTable<FlowData6, FlowKey6> {
         &mut self.stage.flows
@@ -344,11 +340,6 @@ impl TrackedPacket for Tracked6<'_> {
     #[inline]
     fn recheck(&mut self, id: FlowId) -> Option<Verdict> {
         self.stage.recheck(self.router, id)
-    }
-
-    #[inline]
-    fn content(&mut self, id: FlowId) -> ContentState {
-        self.stage.flows.data(id).content
     }
 
     /// The device is the one that opened the flow, by its IPv4 address where it had one,

@@ -25,7 +25,7 @@ use crate::flow::Direction;
 use crate::pipeline::stage::Stage;
 use crate::state::conntrack::{FlowHash, FlowId, FlowTable, Probe, TableKey, TcpSegment};
 use crate::state::conntrack::{Track, Vacancy};
-use crate::state::flow_data::ContentState;
+use crate::state::flow_data::{ContentState, TrackedFlow};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::TcpPacket;
 
@@ -33,12 +33,10 @@ use crate::wire::TcpPacket;
 /// packet and what the family parsed of it.
 pub(crate) trait TrackedPacket {
     type Key: TableKey;
-    type Data: Copy;
+    type Data: Copy + TrackedFlow;
     /// What the family's stage may ask the pipeline for (`Stage`'s `R`).
     type Request;
 
-    /// The packet's flow key, as received.
-    fn key(&self) -> &Self::Key;
     fn flows(&mut self) -> &mut FlowTable<Self::Data, Self::Key>;
     /// The packet's upper-layer checksum is right (or need not be checked).
     fn checksum_ok(&self) -> bool;
@@ -62,8 +60,6 @@ pub(crate) trait TrackedPacket {
     }
     /// After a reload, checks flow `id` once against the new rules: `Some`, the flow ended.
     fn recheck(&mut self, id: FlowId) -> Option<Verdict>;
-    /// Flow `id`'s content verdict.
-    fn content(&mut self, id: FlowId) -> ContentState;
     /// Feeds the client's payload of flow `id`, whose content is being judged, to the
     /// inspector: `Some` is what to do in place of forwarding (a reset, when it blocks).
     fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage<Self::Request>>;
@@ -83,15 +79,16 @@ pub(crate) fn track<P: TrackedPacket>(
 ) -> Stage<P::Request> {
     let checksum_dropped = || Stage::Done(Verdict::Drop(DropReason::L4Checksum));
     match found {
-        Probe::Found(id, _)
+        Probe::Found(id, direction)
             if segment.as_ref().is_some_and(TcpSegment::is_bare_syn)
                 && packet.flows().is_closed(id) =>
         {
             if !packet.checksum_ok() {
                 return checksum_dropped();
             }
+            // The tuple this packet carries, which the flow held until it ends here.
+            let key = packet.flows().key(id, direction);
             packet.end_flow(id);
-            let key = *packet.key();
             let Probe::Vacant(vacancy) = packet.flows().probe(&key, hash) else {
                 // Not reached: the flow that held the key has just ended.
                 return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
@@ -115,7 +112,7 @@ pub(crate) fn track<P: TrackedPacket>(
             if let Some(verdict) = packet.recheck(id) {
                 return Stage::Done(verdict);
             }
-            match packet.content(id) {
+            match packet.flows().data(id).content() {
                 ContentState::Allowed => {}
                 ContentState::Blocked => {
                     return Stage::Done(Verdict::Drop(DropReason::ContentBlocked))

@@ -195,6 +195,27 @@ pub(crate) struct Nat44Shortcut {
     pub(crate) deltas: ChecksumDeltas,
 }
 
+/// What the stateful stage's one body (`crate::pipeline::track`) reads of either family's
+/// flow data.
+pub(crate) trait TrackedFlow {
+    /// Where the flow's content verdict stands.
+    fn content(&self) -> ContentState;
+}
+
+impl TrackedFlow for FlowData {
+    #[inline]
+    fn content(&self) -> ContentState {
+        self.content
+    }
+}
+
+impl TrackedFlow for FlowData6 {
+    #[inline]
+    fn content(&self) -> ContentState {
+        self.content
+    }
+}
+
 /// What an IPv6 flow keeps besides its tuples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FlowData6 {
