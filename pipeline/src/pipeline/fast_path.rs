@@ -29,6 +29,12 @@
 //! checked per packet, the hop limit decremented (IPv6 has no header checksum), nothing
 //! translated. A shortcut from an older neighbour view is not refreshed but remade by the
 //! full path. `pipeline/tests/forward6.rs` holds both paths to the same verdicts and bytes.
+//!
+//! What the two families' fast paths share is written once and inlined into both: whether
+//! the shortcut is current (`shortcut_current`), the L2 check (`addressed_to_ingress`), the
+//! tracker's step (`track_covered`) and the making of a shortcut (`shortcut_from`). The
+//! header checks, the rewrite and the features' hosts stay each family's own. One body
+//! generic over the family was tried and cost 15 to 20 instructions an established packet.
 
 use std::net::Ipv4Addr;
 
