@@ -18,4 +18,5 @@
 #include <rte_eth_bond_8023ad.h>
 #include <rte_eth_ring.h>
 #include <rte_pdump.h>
+#include <rte_pcapng.h>
 #include "shim.h"

@@ -16,6 +16,8 @@ use super::floor::IoFloor;
 use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREAM6, UPSTREAM_MAC};
 use super::{is_tcp, syns_in, Row, SynFlood, IN_FLIGHT, SYN_FLOOD_MIN_PAIRS, SYN_FLOOD_ROUND};
 use crate::compile::publish::publish_router;
+use crate::dataplane::armed::Arming;
+use crate::dataplane::drop_tap::{DropCaptureRequest, DropCaptureSender, DropTap, ReasonSet};
 use crate::dataplane::egress::Egress;
 use crate::dataplane::handoff::HandoffLinks;
 use crate::dataplane::port_layout::PortLayout;
@@ -89,6 +91,8 @@ pub(super) struct Lab {
     pub loops: Loops,
     /// One per worker (one for the floor).
     counters: Vec<Arc<WorkerCounters>>,
+    /// Each worker's end of `gateway ctl capture --drops`, as the ctl thread holds them.
+    drop_captures: Vec<DropCaptureSender>,
     pool: Arc<Mempool>,
     pub traffic: Traffic,
     lan_in: Vec<Mbuf>,
@@ -176,6 +180,7 @@ impl Lab {
             ))
         };
         let mut counters = Vec::new();
+        let mut drop_captures = Vec::new();
         let mut meters = Vec::new();
         let mut qos_stats = Vec::new();
         // Each worker owns about its share of the flows (by LAN host); the same headroom over
@@ -236,6 +241,8 @@ impl Lab {
                     let (to_control, _unread) =
                         MbufRing::create(eal, &format!("bench{lab}_control{index}"), 1024, any)?;
                     let (rx, egress) = take_queues(&mut ports, usize::from(index))?;
+                    let (drop_capture, drop_tap) = DropTap::pair(index);
+                    drop_captures.push(drop_capture);
                     let worker = Worker {
                         index,
                         rx,
@@ -258,7 +265,7 @@ impl Lab {
                         // As the gateway runs, with ctl's one check per loop; nobody asks.
                         ctl: Some(crate::dataplane::ctl_link::CtlLink::pair().1),
                         trace: Some(crate::dataplane::trace_link::TraceLink::pair(index).1),
-                        drop_tap: Some(crate::dataplane::drop_tap::DropTap::pair(index).1),
+                        drop_tap: Some(drop_tap),
                     };
                     worker_loops.push(WorkerLoop::new(worker, pipeline));
                     counters.push(worker_counters);
@@ -270,6 +277,7 @@ impl Lab {
         Ok(Lab {
             loops,
             counters,
+            drop_captures,
             pool: pool.clone(),
             traffic,
             lan_in: Vec::with_capacity(IN_FLIGHT),
@@ -289,6 +297,34 @@ impl Lab {
             cookie_answers: 0,
             _ports: ports,
         })
+    }
+
+    /// Arms every worker's drop capture for `reasons`, as `gateway ctl capture --drops`
+    /// does, with no end of its own: it stays armed until the returned flag is set (the
+    /// workers disarm at their next loop). What they capture waits in the returned channel.
+    pub fn arm_drop_capture(
+        &self,
+        reasons: ReasonSet,
+    ) -> anyhow::Result<(
+        crossbeam_channel::Receiver<crate::dataplane::drop_tap::DroppedPacket>,
+        Arc<AtomicBool>,
+    )> {
+        let (records, captured) = crossbeam_channel::bounded(1024);
+        let done = Arc::new(AtomicBool::new(false));
+        for requests in &self.drop_captures {
+            let arming = Arming {
+                count: usize::MAX,
+                records: records.clone(),
+                done: done.clone(),
+            };
+            if requests
+                .try_send(DropCaptureRequest { reasons, arming })
+                .is_err()
+            {
+                anyhow::bail!("a bench worker's drop capture was armed already");
+            }
+        }
+        Ok((captured, done))
     }
 
     /// The worker loops (none for the floor).

@@ -18,6 +18,7 @@
 //! limit the flood soon reaches. The flood must leave the established flows at
 //! least 95% of their packet rate per worker cycle, and refuse none of their packets.
 
+mod capture;
 mod floor;
 mod lab;
 mod series;
@@ -258,6 +259,8 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     let plain = Arc::new(router_config(&lab.traffic, None)?);
     let featured = Arc::new(router_config(&lab.traffic, Some(&features()?))?);
     let established = lab.steady("nat44+spi, established flows", seconds, 0)?;
+    let drop_capture_armed = capture::drop_capture_armed(&mut lab, seconds)?;
+    let pdump_copy = capture::PdumpCopy::measure(eal, &mut lab)?;
     lab.publish(&featured);
     let established_features = lab.steady("+ all features, established", seconds, 0)?;
     let shaping = Arc::new(router_config(&lab.traffic, Some(&shaper_features()?))?);
@@ -329,6 +332,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     // The shaper in place of the policer, every other feature on: the shaper row less the
     // all-features row.
     let shaper_cycles = established_shaper.cycles_per_packet() - rows[2].cycles_per_packet();
+    let drop_capture_cycles = drop_capture_armed.cycles_per_packet() - rows[1].cycles_per_packet();
     if options.json {
         let rows_json: Vec<String> = rows
             .iter()
@@ -345,7 +349,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
         }
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},\"vlan_software_cycles_per_packet\":{vlan_cycles:.1},\"pppoe_cycles_per_packet\":{pppoe_cycles:.1},\"pppoe_distribute_packets_per_second\":{pppoe_distribute:.0},\"shaper_cycles_established\":{:.1},\"ipv6_cycles_above_floor\":{:.1},{},{},{}{series}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},\"vlan_software_cycles_per_packet\":{vlan_cycles:.1},\"pppoe_cycles_per_packet\":{pppoe_cycles:.1},\"pppoe_distribute_packets_per_second\":{pppoe_distribute:.0},\"shaper_cycles_established\":{:.1},\"ipv6_cycles_above_floor\":{:.1},\"drop_capture_armed_cycles_established\":{drop_capture_cycles:.1},{},{},{},{}{series}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
@@ -358,6 +362,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             syn_flood_json(&flood),
             ctl_walk.json(hz),
             trace_idle.json(),
+            pdump_copy.json(),
         );
         return syn_flood_verdict(&flood);
     }
@@ -420,6 +425,11 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         "PPPoE session framing: {pppoe_cycles:.1} cycles/packet (the session checked and its 8 bytes taken off on receipt, put on to transmit; bursts of {BURST_SIZE}); one worker taking a session's downstream off its one queue and handing it to the flows' owners: {:.2} M packets/s (the I/O floor, the framing and a handoff per packet)",
         pppoe_distribute / 1e6
     );
+    println!(
+        "ctl capture --drops, armed: {drop_capture_cycles:+.1} cycles/packet established (every frame copied as it arrives, up to {} bytes; none of the run's packets dropped for the armed reason)",
+        crate::dataplane::drop_tap::SNAPLEN
+    );
+    println!("{}", pdump_copy.summary());
     println!("{}", syn_flood_summary(&flood));
     println!("{}", ctl_walk.summary(hz));
     println!("{}", trace_idle.summary());

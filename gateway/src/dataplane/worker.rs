@@ -420,6 +420,11 @@ impl WorkerLoop {
         &self.pipeline
     }
 
+    /// Whether a drop capture (`gateway ctl capture --drops`) is armed on this worker.
+    pub fn drop_capture_armed(&self) -> bool {
+        self.worker.drop_tap.as_ref().is_some_and(DropTap::is_armed)
+    }
+
     /// The loop's clock now, as its pipeline sees time.
     pub fn now_ns(&self) -> u64 {
         self.clock.now_ns()

@@ -100,6 +100,11 @@ impl Mbuf {
         }
     }
 
+    /// The raw mbuf, for a DPDK call that only reads it while `self` is borrowed.
+    pub(crate) fn as_raw(&self) -> *const dpdk_sys::rte_mbuf {
+        self.ptr.as_ptr()
+    }
+
     /// Gives up ownership without freeing; the receiver (a driver, a ring) now owns it.
     pub(crate) fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
         let ptr = self.ptr.as_ptr();

@@ -22,7 +22,7 @@ pub use ids::{LcoreId, PortId, RxQueueId, SocketId, TxQueueId};
 pub use lcore::{launch, launch_watched, LaunchedWork};
 pub use mbuf::{Mbuf, MbufBatch, BURST_SIZE};
 pub use mempool::Mempool;
-pub use pdump::Pdump;
+pub use pdump::{pcapng_copy, Pdump};
 pub use port::{
     link_status, Port, PortConfig, PortInfo, PortMonitor, PortRings, PortStats, RingDevice,
     RxQueue, TxQueue, QUEUE_STAT_COUNTERS,

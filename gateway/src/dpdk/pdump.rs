@@ -4,6 +4,8 @@
 
 use super::eal::{Eal, EalHold};
 use super::error::{DpdkError, Result};
+use super::mbuf::Mbuf;
+use super::mempool::Mempool;
 
 /// `rte_pdump` serving capture requests, from [`Pdump::init`] until dropped.
 pub struct Pdump {
@@ -32,4 +34,37 @@ impl Drop for Pdump {
             tracing::warn!(error = %DpdkError::from_errno("rte_pdump_uninit", ret), "pdump");
         }
     }
+}
+
+/// What `rte_pdump`'s callback makes of each packet it captures for `dpdk-dumpcap` (pcapng
+/// captures): a copy of at most `snaplen` bytes of `mbuf` into `pool`, wrapped in pcapng's
+/// enhanced packet block with the port, queue and direction (`rte_pcapng_copy`). None when
+/// the pool is empty. `gateway bench` times it: what a captured packet costs the worker.
+pub fn pcapng_copy(
+    mbuf: &Mbuf,
+    pool: &Mempool,
+    (port, queue): (u16, u32),
+    received: bool,
+    snaplen: u32,
+) -> Option<Mbuf> {
+    let direction = if received {
+        dpdk_sys::RTE_PCAPNG_DIRECTION_IN
+    } else {
+        dpdk_sys::RTE_PCAPNG_DIRECTION_OUT
+    };
+    // SAFETY: `mbuf` is a valid mbuf we own for the call, only read; `pool` is alive. The
+    // copy is a new, direct mbuf (chain) from `pool` that nobody else holds, or NULL.
+    let copy = unsafe {
+        dpdk_sys::rte_pcapng_copy(
+            port,
+            queue,
+            mbuf.as_raw(),
+            pool.as_ptr(),
+            snaplen,
+            super::rdtsc(),
+            direction,
+        )
+    };
+    // SAFETY: non-NULL, the copy is ours alone.
+    (!copy.is_null()).then(|| unsafe { Mbuf::from_raw(copy) })
 }
