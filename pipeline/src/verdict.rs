@@ -269,6 +269,43 @@ drop_reasons! {
     NoBuffer => "no_buffer",
 }
 
+/// A set of drop reasons, one bit each: what a drop capture or the drop log asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReasonSet(u128);
+
+const _: () = assert!(DropReason::COUNT <= 128, "a ReasonSet has a bit per reason");
+
+impl ReasonSet {
+    /// The set `labels` name, as the metrics' `reason` label writes them; Err: the first
+    /// label that is no reason's.
+    pub fn from_labels<'a>(
+        labels: impl IntoIterator<Item = &'a str>,
+    ) -> Result<ReasonSet, &'a str> {
+        let mut set = ReasonSet::default();
+        for label in labels {
+            let reason = DropReason::ALL
+                .iter()
+                .find(|reason| reason.label() == label)
+                .ok_or(label)?;
+            set.insert(*reason);
+        }
+        Ok(set)
+    }
+
+    pub fn insert(&mut self, reason: DropReason) {
+        self.0 |= 1 << reason as u8;
+    }
+
+    #[inline]
+    pub fn contains(self, reason: DropReason) -> bool {
+        self.0 & (1 << reason as u8) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
 /// Why the flow tracker refused a packet: it did not fit its flow, or could not start one.
 /// Each is counted in the tracker's statistics and is one label value of the
 /// `gateway_conntrack_invalid_packets_total{reason=...}` metric (the packet itself is dropped

@@ -5,11 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use pipeline::verdict::ReasonSet;
 use pipeline::DropReason;
 
 use super::lab::Lab;
 use super::Row;
-use crate::dataplane::drop_tap::ReasonSet;
 use crate::dpdk::{self, Eal, MbufBatch, MbufRing, Mempool, SocketId, BURST_SIZE};
 
 /// The established row again with every worker's drop capture armed (`gateway ctl capture

@@ -17,7 +17,7 @@ use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREA
 use super::{is_tcp, syns_in, Row, SynFlood, IN_FLIGHT, SYN_FLOOD_MIN_PAIRS, SYN_FLOOD_ROUND};
 use crate::compile::publish::publish_router;
 use crate::dataplane::armed::Arming;
-use crate::dataplane::drop_tap::{DropCaptureRequest, DropCaptureSender, DropTap, ReasonSet};
+use crate::dataplane::drop_tap::{DropCaptureRequest, DropCaptureSender, DropTap};
 use crate::dataplane::egress::Egress;
 use crate::dataplane::handoff::HandoffLinks;
 use crate::dataplane::port_layout::PortLayout;
@@ -28,6 +28,7 @@ use crate::dpdk::{
     self, Eal, Mbuf, MbufBatch, MbufRing, Mempool, Port, PortConfig, RingConsumer, RingProducer,
     RxQueueId, SocketId, TxQueueId,
 };
+use pipeline::verdict::ReasonSet;
 
 /// What the lab runs between the generator's rounds.
 pub(super) enum Loops {

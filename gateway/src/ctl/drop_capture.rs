@@ -15,13 +15,11 @@ use pcap_file::pcapng::blocks::interface_description::{
 };
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
-use pipeline::DropReason;
+use pipeline::verdict::ReasonSet;
 use serde_json::{json, Value};
 
 use crate::dataplane::armed::arm_and_collect;
-use crate::dataplane::drop_tap::{
-    DropCaptureRequest, DropCaptureSender, DroppedPacket, ReasonSet, SNAPLEN,
-};
+use crate::dataplane::drop_tap::{DropCaptureRequest, DropCaptureSender, DroppedPacket, SNAPLEN};
 
 /// The most packets one drop capture takes (about 4 MB of answer), and the longest it waits.
 pub const MAX_PACKETS: usize = 1000;
@@ -30,19 +28,12 @@ pub const MAX_TIMEOUT_MS: u64 = 60_000;
 /// The reasons `labels` name (as `gateway ctl show drops` and the metrics' `reason` label
 /// write them), or what is wrong with them.
 pub fn reasons(labels: &[String]) -> Result<ReasonSet, String> {
-    let mut set = ReasonSet::default();
-    for label in labels {
-        let reason = DropReason::ALL
-            .iter()
-            .find(|reason| reason.label() == label)
-            .ok_or_else(|| {
-                format!(
-                    "drops: no drop reason {label:?} (the reasons are the `reason` labels of \
-                     gateway_dropped_packets_total, e.g. conntrack_invalid, firewall_drop)"
-                )
-            })?;
-        set.insert(*reason);
-    }
+    let set = ReasonSet::from_labels(labels.iter().map(String::as_str)).map_err(|label| {
+        format!(
+            "drops: no drop reason {label:?} (the reasons are the `reason` labels of \
+             gateway_dropped_packets_total, e.g. conntrack_invalid, firewall_drop)"
+        )
+    })?;
     if set.is_empty() {
         return Err("drops: name at least one drop reason".into());
     }
@@ -192,6 +183,7 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pipeline::DropReason;
 
     #[test]
     fn reasons_are_named_by_their_metric_labels_and_an_unknown_one_is_refused() {

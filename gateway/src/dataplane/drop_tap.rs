@@ -12,33 +12,12 @@
 
 use super::armed::{Armed, ArmedRequest, Arming};
 use super::mailbox::MailboxSender;
-use pipeline::verdict::DropReason;
+use pipeline::verdict::{DropReason, ReasonSet};
 use pipeline::{Ingress, PacketBuf, Verdict, MAX_BURST};
 
 /// The most bytes of a dropped frame a capture keeps: a whole frame of the mbufs' default
 /// data room.
 pub const SNAPLEN: usize = 2048;
-
-/// A set of drop reasons, one bit each.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReasonSet(u128);
-
-const _: () = assert!(DropReason::COUNT <= 128, "a ReasonSet has a bit per reason");
-
-impl ReasonSet {
-    pub fn insert(&mut self, reason: DropReason) {
-        self.0 |= 1 << reason as u8;
-    }
-
-    #[inline]
-    pub fn contains(self, reason: DropReason) -> bool {
-        self.0 & (1 << reason as u8) != 0
-    }
-
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-}
 
 /// What the ctl thread asks: the next `count` packets this worker drops for one of `reasons`.
 pub struct DropCaptureRequest {
