@@ -5,6 +5,7 @@
 //! [`crate::flow`] and [`crate::wire`]; knows nothing of the features or the pipeline.
 
 pub mod conntrack;
+pub mod drop_log;
 pub mod event_log;
 pub mod firewall;
 pub mod firewall_log;
