@@ -64,9 +64,16 @@ impl DropSampler {
 
 /// What a dropped frame says of its flow, as far as it can be read: the IP protocol, the
 /// source and the destination, with their ports for TCP and UDP (0 where there are none, or
-/// in a later fragment or behind IPv6 extension headers). None for a frame that is not IP or
-/// whose IP header is cut short.
-pub fn dropped_flow(frame: &[u8]) -> Option<(u8, (IpAddr, u16), (IpAddr, u16))> {
+/// in a later fragment or behind IPv6 extension headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DroppedFlow {
+    pub protocol: u8,
+    pub src: (IpAddr, u16),
+    pub dst: (IpAddr, u16),
+}
+
+/// The flow of a dropped frame; None for one that is not IP or whose IP header is cut short.
+pub fn dropped_flow(frame: &[u8]) -> Option<DroppedFlow> {
     let frame = EthernetFrame::new_checked(frame).ok()?;
     let (protocol, (src, dst), ports) = match frame.ethertype() {
         ethernet::ethertype::IPV4 => {
@@ -90,7 +97,11 @@ pub fn dropped_flow(frame: &[u8]) -> Option<(u8, (IpAddr, u16), (IpAddr, u16))> 
         }
         _ => return None,
     };
-    Some((protocol, (src, ports.0), (dst, ports.1)))
+    Some(DroppedFlow {
+        protocol,
+        src: (src, ports.0),
+        dst: (dst, ports.1),
+    })
 }
 
 /// A TCP or UDP header's ports (the numbers are the same in both families' headers), or
@@ -139,13 +150,13 @@ mod tests {
         frame[30..34].copy_from_slice(&[192, 168, 10, 2]);
         frame[34..36].copy_from_slice(&5353u16.to_be_bytes());
         frame[36..38].copy_from_slice(&9u16.to_be_bytes());
-        let (protocol, src, dst) = dropped_flow(&frame).unwrap();
-        assert_eq!(protocol, ipv4::protocol::UDP);
-        assert_eq!(src, ("10.0.0.2".parse().unwrap(), 5353));
-        assert_eq!(dst, ("192.168.10.2".parse().unwrap(), 9));
+        let flow = dropped_flow(&frame).unwrap();
+        assert_eq!(flow.protocol, ipv4::protocol::UDP);
+        assert_eq!(flow.src, ("10.0.0.2".parse().unwrap(), 5353));
+        assert_eq!(flow.dst, ("192.168.10.2".parse().unwrap(), 9));
         // A later fragment has no ports to read.
         frame[20..22].copy_from_slice(&100u16.to_be_bytes());
-        assert_eq!(dropped_flow(&frame).unwrap().1 .1, 0);
+        assert_eq!(dropped_flow(&frame).unwrap().src.1, 0);
         // Not IP: nothing.
         frame[12..14].copy_from_slice(&ethernet::ethertype::ARP.to_be_bytes());
         assert!(dropped_flow(&frame).is_none());
