@@ -568,6 +568,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("firewall.policy[].from", Applied, "\"local\"", None),
     ("firewall.policy[].to", Applied, "\"inside\"", None),
     ("firewall.policy[].action", Applied, "\"drop\"", None),
+    ("firewall.policy[].log", Applied, "true", None),
     ("firewall.rules[].name", Applied, "\"other\"", None),
     ("firewall.pinholes[].interface", Applied, "\"lan\"", None),
     ("firewall.pinholes[].protocol", Applied, "\"udp\"", None),
@@ -840,6 +841,7 @@ queue_events = 4096
 from = "wan"
 to = "local"
 action = "accept"
+log = false
 [[firewall.rules]]
 name = "ssh"
 from = "wan"

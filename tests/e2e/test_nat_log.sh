@@ -3,8 +3,8 @@
 # collector (nfcapd, read back with nfdump): one create and one delete per mapping of a short
 # UDP exchange through masquerade, and none for a second flow that shares the mapping; then, with
 # nat.port_block_size, one block line each way for a host's three mappings. The firewall log
-# ([firewall.log]) to the same rsyslog: a logged drop rule's decisions, one message each, and a
-# logged port forward's.
+# ([firewall.log]) to the same rsyslog: a logged drop rule's decisions, one message each, a
+# logged port forward's and a logged zone pair's default's.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -60,6 +60,10 @@ printf '\n[nat.log]\nsyslog_udp = "127.0.0.1:%s"\nfacility = 17\nipfix_udp = "12
 sed -i '/^to_port = 5201$/a log = true' "$WORK/gateway.toml"
 grep -A1 '^to_port = 5201$' "$WORK/gateway.toml" | grep -q '^log = true$' ||
     fail "configs/lab.toml's port forward (to_port = 5201) could not be marked log = true"
+# The zone pair wan -> local's default (drop) logged as well.
+sed -i 's/{ from = "wan", to = "local", action = "drop" }/{ from = "wan", to = "local", action = "drop", log = true }/' "$WORK/gateway.toml"
+grep -qF '{ from = "wan", to = "local", action = "drop", log = true }' "$WORK/gateway.toml" ||
+    fail "configs/lab.toml's policy wan -> local could not be marked log = true"
 cat >>"$WORK/gateway.toml" <<TOML
 
 [firewall.log]
@@ -150,7 +154,7 @@ lines = [l for l in open(sys.argv[1]).read().splitlines() if " FIREWALL " in l]
 assert lines, "no FIREWALL message"
 pattern = re.compile(
     r'^<148>1 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S+ gateway \d+ FIREWALL '
-    r'\[fw@32473 rule="no-discard-service" action="drop" in="lan" out="wan" protocol="tcp" '
+    r'\[fw@32473 rule="no-discard-service" action="drop" from="lan" to="wan" in="lan" out="wan" protocol="tcp" '
     r'src="192\.168\.10\.2:40009" dst="10\.0\.0\.2:9"\] firewall drop by no-discard-service: '
     r'tcp 192\.168\.10\.2:40009 -> 10\.0\.0\.2:9$')
 assert all(pattern.match(l) for l in lines), lines
@@ -175,7 +179,7 @@ s = socket.socket()
 s.settimeout(1.5)
 s.bind(("10.0.0.2", 40010))
 s.connect_ex(("10.0.0.1", 5201))' || true
-forward_line='FIREWALL [fw@32473 rule="forward tcp 5201 -> 192.168.10.2:5201" action="accept" in="wan" out="lan" protocol="tcp" src="10.0.0.2:40010" dst="10.0.0.1:5201" forwarded_to="192.168.10.2:5201"]'
+forward_line='FIREWALL [fw@32473 rule="forward tcp 5201 -> 192.168.10.2:5201" action="accept" from="wan" to="lan" in="wan" out="lan" protocol="tcp" src="10.0.0.2:40010" dst="10.0.0.1:5201" forwarded_to="192.168.10.2:5201"]'
 for _ in $(seq 1 30); do
     grep -qF "$forward_line" "$WORK/nat.log" 2>/dev/null && break
     sleep 0.1
@@ -183,6 +187,23 @@ done
 grep -qF "$forward_line" "$WORK/nat.log" ||
     fail "no firewall log message for the logged forward's connection: $(grep FIREWALL "$WORK/nat.log" | tail -n 3)"
 pass "the logged port forward's decision reached rsyslog under the forward's name, with where it sent the connection"
+
+# The logged zone pair: the WAN host's connection to a port of the gateway that no rule opens
+# is the pair wan -> local's default's decision (drop), logged under the pair's name.
+wan python3 -c '
+import socket
+s = socket.socket()
+s.settimeout(1.5)
+s.bind(("10.0.0.2", 40011))
+assert s.connect_ex(("10.0.0.1", 40012)) != 0' || fail "the WAN host reached 10.0.0.1:40012 past the pair's drop"
+policy_line='FIREWALL [fw@32473 rule="policy wan->local" action="drop" from="wan" to="local" in="wan" out="local" protocol="tcp" src="10.0.0.2:40011" dst="10.0.0.1:40012"]'
+for _ in $(seq 1 30); do
+    grep -qF "$policy_line" "$WORK/nat.log" 2>/dev/null && break
+    sleep 0.1
+done
+grep -qF "$policy_line" "$WORK/nat.log" ||
+    fail "no firewall log message for the logged pair's drop: $(grep FIREWALL "$WORK/nat.log" | tail -n 3)"
+pass "the logged zone pair's default decision reached rsyslog under the pair's name"
 
 # nfcapd writes its file out when it stops; nfdump reads the NAT events back.
 kill -TERM "$NFCAPD"

@@ -32,12 +32,13 @@ pub struct FirewallConfig {
     /// IPv6 services on inside hosts that flows from an interface may open, whatever the
     /// zone policy says: the IPv6 form of a port forward (there is no NAT66).
     pub pinholes: Vec<PinholeConfig>,
-    /// Where the decisions of rules marked `log = true` go (`crate::telemetry::firewall_log`).
+    /// Where the decisions of rules, forwards and pairs marked `log = true` go
+    /// (`crate::telemetry::firewall_log`).
     pub log: FirewallLogConfig,
 }
 
-/// `[firewall.log]`: the decisions of rules marked `log = true`, one RFC 5424 syslog message
-/// each, within a budget per worker.
+/// `[firewall.log]`: the decisions of rules (port forwards, zone pairs) marked `log = true`,
+/// one RFC 5424 syslog message each, within a budget per worker.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct FirewallLogConfig {
@@ -97,6 +98,10 @@ pub struct PolicyConfig {
     pub from: String,
     pub to: String,
     pub action: FirewallAction,
+    /// Log each first packet this pair's default decides, no rule matching it
+    /// (`[firewall.log]`), as `policy FROM->TO`.
+    #[serde(default)]
+    pub log: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
