@@ -627,6 +627,12 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "\"/run/other-log\"",
         None,
     ),
+    (
+        "firewall.log.json_file",
+        Restart,
+        "\"/var/log/other-firewall.jsonl\"",
+        None,
+    ),
     ("firewall.log.facility", Restart, "17", None),
     ("firewall.log.per_sec", Restart, "50", None),
     ("firewall.log.burst", Restart, "50", None),
@@ -833,6 +839,7 @@ recheck_established = false
 [firewall.log]
 syslog_udp = "127.0.0.1:515"
 syslog_unix = "/dev/log"
+json_file = "/var/log/gateway-firewall.jsonl"
 facility = 16
 per_sec = 100
 burst = 100

@@ -1,20 +1,23 @@
 //! The firewall log (`[firewall.log]`): each first packet a rule (a port forward, a zone
 //! pair) marked `log = true` decides, IPv4's and IPv6's, as one RFC 5424 syslog message, over
-//! UDP (RFC 5426) or a Unix socket (`/dev/log`).
+//! UDP (RFC 5426) or a Unix socket (`/dev/log`), and/or as one JSON object a line appended to
+//! a file (`json_file`).
 //!
 //! The workers queue decisions within a budget each (`pipeline::state::firewall_log`); this
 //! thread drains every queue every [`DRAIN_INTERVAL`] and sends them, as the NAT log does
 //! (`crate::telemetry::nat_log`, whose transport and syslog header it shares). Over the budget, a full
 //! queue or a failed send: counted, never a worker held up.
 
+use std::fs::File;
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 
 use pipeline::state::firewall::{Action, ZoneId};
 use pipeline::state::firewall_log::{FirewallEvent, FirewallLog};
 use pipeline::RouterConfig;
+use serde::Serialize;
 
 use crate::config::FirewallLogConfig;
 use crate::dataplane::published::Published;
@@ -86,6 +89,13 @@ fn zone_names(router: &RouterConfig) -> Vec<Option<Arc<str>>> {
         .collect()
 }
 
+/// The JSON lines file (`json_file`), kept open in append mode.
+struct JsonFile {
+    file: File,
+    /// The lines of one drain, written at once.
+    lines: Vec<u8>,
+}
+
 /// Starts the thread for the workers' queues `logs`, when `config` names a destination.
 /// `interfaces`: the interfaces' names, in port order; `router`: the published router
 /// config, whose zone names the entries carry.
@@ -107,7 +117,14 @@ pub fn spawn(
         })?;
         transports.push(SyslogTransport::Unix(socket, path.clone()));
     }
-    if transports.is_empty() {
+    let mut json = match &config.json_file {
+        Some(path) => Some(JsonFile {
+            file: open_json_file(path)?,
+            lines: Vec::with_capacity(64 * 1024),
+        }),
+        None => None,
+    };
+    if transports.is_empty() && json.is_none() {
         return Ok(None);
     }
     let header = Header {
@@ -129,16 +146,98 @@ pub fn spawn(
             return;
         }
         zones.refresh(&mut labels);
+        if let Some(json) = json.as_mut() {
+            json.lines.clear();
+        }
         for (unix, event) in &batch {
             let timestamp = crate::telemetry::timestamp::rfc3339(*unix);
-            message.clear();
-            format_event(&mut message, &header, &timestamp, event, &labels);
-            for transport in &transports {
-                stats.count(&transport.send(&message), 1);
+            if !transports.is_empty() {
+                message.clear();
+                format_event(&mut message, &header, &timestamp, event, &labels);
+                for transport in &transports {
+                    stats.count(&transport.send(&message), 1);
+                }
             }
+            if let Some(json) = json.as_mut() {
+                json_line(&mut json.lines, &timestamp, event, &labels);
+            }
+        }
+        // One write a drain: the file has every line of it, or the lines are counted failed.
+        if let Some(json) = json.as_mut() {
+            let written = json
+                .file
+                .write_all(&json.lines)
+                .and_then(|()| json.file.flush());
+            stats.count(&written.map(|()| json.lines.len()), batch.len());
         }
     };
     FirewallLogger::spawn("firewall-log", FirewallLogStats::new(logs), send).map(Some)
+}
+
+/// `path`, opened to append to (made if missing): kept open, so a rotation must copy and
+/// truncate it (logrotate's `copytruncate`), which appending follows.
+fn open_json_file(path: &std::path::Path) -> Result<File, EventLogError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| EventLogError::File {
+            field: "firewall.log.json_file",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// One JSON lines entry: its keys in this order, `forwarded_to` and `origin` only where set.
+#[derive(Serialize)]
+struct JsonEntry<'a> {
+    time: &'a str,
+    rule: &'a str,
+    action: &'static str,
+    from: &'a str,
+    to: &'a str,
+    #[serde(rename = "in")]
+    ingress: &'a str,
+    #[serde(rename = "out")]
+    egress: &'a str,
+    protocol: String,
+    src: IpAddr,
+    src_port: u16,
+    dst: IpAddr,
+    dst_port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forwarded_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<&'static str>,
+}
+
+/// `{"time":"2026-12-05T11:00:00.000Z","rule":"no-discard","action":"drop","from":"lan",
+/// "to":"wan","in":"lan","out":"wan","protocol":"tcp","src":"192.168.10.2","src_port":40000,
+/// "dst":"10.0.0.2","dst_port":9}` and a newline, appended to `out`: the syslog message's
+/// parameters, the addresses bare and the ports apart.
+fn json_line(out: &mut Vec<u8>, timestamp: &str, event: &FirewallEvent, labels: &Labels) {
+    let entry = JsonEntry {
+        time: timestamp,
+        rule: &event.rule,
+        action: event.action.name(),
+        from: labels.zone(event.from),
+        to: labels.zone(event.to),
+        ingress: labels.interface(event.ingress),
+        egress: event.egress.map_or("local", |port| labels.interface(port)),
+        protocol: protocol_name(event.protocol),
+        src: event.src.0,
+        src_port: event.src.1,
+        dst: event.dst.0,
+        dst_port: event.dst.1,
+        forwarded_to: event
+            .forwarded_to
+            .map(|(address, port)| format!("{address}:{port}")),
+        origin: event.from_kernel.then_some("kernel"),
+    };
+    // Strings and numbers only: serializing into memory cannot fail.
+    if serde_json::to_writer(&mut *out, &entry).is_ok() {
+        out.push(b'\n');
+    }
 }
 
 /// Syslog severity (RFC 5424 6.2.1): warning (4) for a drop or reject, notice (5) for an
@@ -208,7 +307,7 @@ fn sd_escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn header() -> Header {
         Header {
@@ -310,5 +409,52 @@ mod tests {
             message.contains("from=\"?\" to=\"local\" in=\"lan\" out=\"local\""),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_decision_is_one_json_line() {
+        let mut lines = Vec::new();
+        let timestamp = "2026-12-05T11:00:00.000Z";
+        json_line(&mut lines, timestamp, &drop_to_discard(), &labels());
+        let forwarded = FirewallEvent {
+            rule: Arc::from("forward tcp 8080 -> 192.168.10.5:80"),
+            action: Action::Accept,
+            from: ZoneId(1),
+            to: ZoneId(0),
+            src: (IpAddr::V6(Ipv6Addr::LOCALHOST), 1),
+            forwarded_to: Some((Ipv4Addr::new(192, 168, 10, 5), 80)),
+            from_kernel: true,
+            ..drop_to_discard()
+        };
+        json_line(&mut lines, timestamp, &forwarded, &labels());
+        let text = String::from_utf8(lines).unwrap();
+        let lines: Vec<&str> = text.split_terminator('\n').collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(
+            lines[0],
+            r#"{"time":"2026-12-05T11:00:00.000Z","rule":"no \"discard\"","action":"drop","from":"lan","to":"wan","in":"lan","out":"wan","protocol":"tcp","src":"192.168.10.2","src_port":40000,"dst":"10.0.0.2","dst_port":9}"#
+        );
+        let second: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(second["src"], "::1");
+        assert_eq!(second["from"], "wan");
+        assert_eq!(second["forwarded_to"], "192.168.10.5:80");
+        assert_eq!(second["origin"], "kernel");
+    }
+
+    #[test]
+    fn a_json_file_is_appended_to_and_a_missing_directory_names_the_field() {
+        let dir = std::env::temp_dir().join(format!("gw-fwlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("firewall.jsonl");
+        std::fs::write(&path, "kept\n").unwrap();
+        open_json_file(&path).unwrap().write_all(b"more\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "kept\nmore\n");
+        let err = open_json_file(&dir.join("missing/firewall.jsonl")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("firewall.log.json_file: opening "),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
