@@ -568,6 +568,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("firewall.policy[].from", Applied, "\"local\"", None),
     ("firewall.policy[].to", Applied, "\"inside\"", None),
     ("firewall.policy[].action", Applied, "\"drop\"", None),
+    ("firewall.policy[].log", Applied, "true", None),
     ("firewall.rules[].name", Applied, "\"other\"", None),
     ("firewall.pinholes[].interface", Applied, "\"lan\"", None),
     ("firewall.pinholes[].protocol", Applied, "\"udp\"", None),
@@ -624,6 +625,12 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "firewall.log.syslog_unix",
         Restart,
         "\"/run/other-log\"",
+        None,
+    ),
+    (
+        "firewall.log.json_file",
+        Restart,
+        "\"/var/log/other-firewall.jsonl\"",
         None,
     ),
     ("firewall.log.facility", Restart, "17", None),
@@ -832,6 +839,7 @@ recheck_established = false
 [firewall.log]
 syslog_udp = "127.0.0.1:515"
 syslog_unix = "/dev/log"
+json_file = "/var/log/gateway-firewall.jsonl"
 facility = 16
 per_sec = 100
 burst = 100
@@ -840,6 +848,7 @@ queue_events = 4096
 from = "wan"
 to = "local"
 action = "accept"
+log = false
 [[firewall.rules]]
 name = "ssh"
 from = "wan"

@@ -395,6 +395,95 @@ fn rules_without_ipv4_prefixes_apply_to_ipv6() {
     assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
 }
 
+/// IPv6 decisions reach the firewall log as IPv4's do: a logged rule's, and a logged pair's
+/// default's; what neither decides (an unlogged pair's accept, a reply) is not logged.
+#[test]
+fn logged_rules_and_pairs_log_ipv6_decisions() {
+    use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
+    let rule = Rule {
+        name: "no-dns-over-tcp".into(),
+        from: None,
+        to: None,
+        src: None,
+        dst: None,
+        src6: None,
+        dst6: None,
+        protocol: Some(6),
+        src_ports: None,
+        dst_ports: Some(53..=53),
+        icmp_type: None,
+        action: Action::Reject,
+    };
+    let mut router = config_with_rules(true, vec![rule]);
+    let rule_name: Arc<str> = Arc::from("no-dns-over-tcp");
+    let pair_name: Arc<str> = Arc::from("policy wan->lan");
+    let firewall = &mut router.stateful.firewall;
+    firewall.attach_logged(vec![Some(rule_name.clone())]);
+    firewall.attach_pair_logged(vec![((WAN_ZONE, LAN_ZONE), Some(pair_name.clone()))]);
+    let log = Arc::new(FirewallLog::new(16));
+    let setup = WorkerSetup {
+        firewall_log: Some(FirewallLogger::new(log.clone(), 100, 100)),
+        ..WorkerSetup::default()
+    };
+    let mut gw = Pipeline::for_worker(
+        Arc::new(router),
+        Arc::new(neighbors()),
+        Arc::new(WorkerCounters::default()),
+        setup,
+    )
+    .unwrap();
+    // UDP 53 out: the pair lan -> wan accepts, unlogged; its reply is established.
+    let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let mut reply = Vec::new();
+    PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+        .ipv6(REMOTE6.octets(), HOST6.octets(), 60)
+        .udp(53, 40000)
+        .write(&mut reply, &[1; 8])
+        .unwrap();
+    let (verdict, _) = run(&mut gw, &reply, on(WAN), 1);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    // TCP 53 out: the logged rule rejects it.
+    let mut tcp = Vec::new();
+    PacketBuilder::ethernet2(HOST_MAC, LAN_MAC)
+        .ipv6(HOST6.octets(), REMOTE6.octets(), 64)
+        .tcp(40001, 53, 1, 64240)
+        .syn()
+        .write(&mut tcp, &[])
+        .unwrap();
+    run(&mut gw, &tcp, on(LAN), 2);
+    // UDP in to another port: the pair wan -> lan's default drops it, logged.
+    let mut inbound = Vec::new();
+    PacketBuilder::ethernet2(UPSTREAM_MAC, WAN_MAC)
+        .ipv6(REMOTE6.octets(), HOST6.octets(), 60)
+        .udp(40002, 54)
+        .write(&mut inbound, &[1; 8])
+        .unwrap();
+    let (verdict, _) = run(&mut gw, &inbound, on(WAN), 3);
+    assert_eq!(verdict, Verdict::Drop(DropReason::FirewallDrop));
+
+    let mut events = Vec::new();
+    log.drain(|event| events.push(event));
+    let seen: Vec<_> = events
+        .iter()
+        .map(|event| (event.rule.clone(), event.action, event.from, event.to))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (rule_name, Action::Reject, LAN_ZONE, WAN_ZONE),
+            (pair_name, Action::Drop, WAN_ZONE, LAN_ZONE),
+        ]
+    );
+    assert_eq!(events[0].src, (HOST6.into(), 40001));
+    assert_eq!(events[0].dst, (REMOTE6.into(), 53));
+    assert_eq!((events[0].ingress, events[0].egress), (LAN, Some(WAN)));
+    assert_eq!(events[1].src, (REMOTE6.into(), 40002));
+    assert_eq!(events[1].dst, (HOST6.into(), 54));
+    assert_eq!(events[1].protocol, 17);
+    assert_eq!(log.lost(), 0);
+}
+
 #[test]
 fn routers_raise_icmpv6_errors_from_the_ingress_link() {
     let mut gw = gateway();

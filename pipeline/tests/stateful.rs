@@ -961,6 +961,47 @@ fn a_forward_counts_the_flows_it_decides_and_a_rule_that_matches_one_counts_it_i
     assert_eq!(rules[0].last_matched(), Some(1_700_000_009));
 }
 
+/// A logged zone pair logs what its default decides, and only that: not a port forward's
+/// decision on a flow between the same zones, nor another pair's.
+#[test]
+fn a_logged_pair_logs_its_defaults_decisions_only() {
+    use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
+    use std::net::IpAddr;
+    let mut router = config(1500, Vec::new(), 0, false);
+    let to_gateway: Arc<str> = Arc::from("policy wan->local");
+    router.stateful.firewall.attach_pair_logged(vec![
+        ((WAN_ZONE, ZoneId::LOCAL), Some(to_gateway.clone())),
+        ((WAN_ZONE, LAN_ZONE), Some(Arc::from("policy wan->lan"))),
+    ]);
+    let log = Arc::new(FirewallLog::new(16));
+    let setup = WorkerSetup {
+        firewall_log: Some(FirewallLogger::new(log.clone(), 100, 100)),
+        ..WorkerSetup::default()
+    };
+    let mut gw = Gateway::with(Arc::new(router), setup);
+    // The forward decides a flow from WAN to LAN: the forward's decision, not the pair's.
+    let forwarded = tcp(WAN, (REMOTE, 5555), (WAN_ADDR, 8080), seg(SYN, 300, 0), &[]);
+    gw.forward(&forwarded, WAN, 0, LAN, (REMOTE, 5555), (SERVER, 80));
+    // LAN to WAN: that pair is not logged.
+    let out = tcp(LAN, (HOST, 40000), (REMOTE, 443), seg(SYN, C_ISN, 0), &[]);
+    let (verdict, _) = gw.process(&out, LAN, 1);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    // WAN to the gateway's port 22: the pair wan -> local's default drops it, logged.
+    let to_ssh = tcp(WAN, (REMOTE, 5556), (WAN_ADDR, 22), seg(SYN, 1, 0), &[]);
+    gw.expect_drop(&to_ssh, WAN, 2, DropReason::FirewallDrop);
+
+    let mut events = Vec::new();
+    log.drain(|event| events.push(event));
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0];
+    assert_eq!(event.rule, to_gateway);
+    assert_eq!(event.action, Action::Drop);
+    assert_eq!((event.from, event.to), (WAN_ZONE, ZoneId::LOCAL));
+    assert_eq!((event.ingress, event.egress), (WAN, None));
+    assert_eq!(event.src, (IpAddr::from(REMOTE), 5556));
+    assert_eq!(event.dst, (IpAddr::from(WAN_ADDR), 22));
+}
+
 // --- 4. Hairpin ----------------------------------------------------------------------------
 
 #[test]

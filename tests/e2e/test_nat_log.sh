@@ -3,8 +3,8 @@
 # collector (nfcapd, read back with nfdump): one create and one delete per mapping of a short
 # UDP exchange through masquerade, and none for a second flow that shares the mapping; then, with
 # nat.port_block_size, one block line each way for a host's three mappings. The firewall log
-# ([firewall.log]) to the same rsyslog: a logged drop rule's decisions, one message each, and a
-# logged port forward's.
+# ([firewall.log]) to the same rsyslog and to a JSON lines file: a logged drop rule's decisions,
+# one message each, a logged port forward's and a logged zone pair's default's.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -60,10 +60,15 @@ printf '\n[nat.log]\nsyslog_udp = "127.0.0.1:%s"\nfacility = 17\nipfix_udp = "12
 sed -i '/^to_port = 5201$/a log = true' "$WORK/gateway.toml"
 grep -A1 '^to_port = 5201$' "$WORK/gateway.toml" | grep -q '^log = true$' ||
     fail "configs/lab.toml's port forward (to_port = 5201) could not be marked log = true"
+# The zone pair wan -> local's default (drop) logged as well.
+sed -i 's/{ from = "wan", to = "local", action = "drop" }/{ from = "wan", to = "local", action = "drop", log = true }/' "$WORK/gateway.toml"
+grep -qF '{ from = "wan", to = "local", action = "drop", log = true }' "$WORK/gateway.toml" ||
+    fail "configs/lab.toml's policy wan -> local could not be marked log = true"
 cat >>"$WORK/gateway.toml" <<TOML
 
 [firewall.log]
 syslog_udp = "127.0.0.1:$SYSLOG_PORT"
+json_file = "$WORK/firewall.jsonl"
 facility = 18
 
 [[firewall.rules]]
@@ -150,22 +155,35 @@ lines = [l for l in open(sys.argv[1]).read().splitlines() if " FIREWALL " in l]
 assert lines, "no FIREWALL message"
 pattern = re.compile(
     r'^<148>1 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S+ gateway \d+ FIREWALL '
-    r'\[fw@32473 rule="no-discard-service" action="drop" in="lan" out="wan" protocol="tcp" '
+    r'\[fw@32473 rule="no-discard-service" action="drop" from="lan" to="wan" in="lan" out="wan" protocol="tcp" '
     r'src="192\.168\.10\.2:40009" dst="10\.0\.0\.2:9"\] firewall drop by no-discard-service: '
     r'tcp 192\.168\.10\.2:40009 -> 10\.0\.0\.2:9$')
 assert all(pattern.match(l) for l in lines), lines
 PY
-# One message per decision: the counts agree once rsyslog has written what was sent.
+# One message per decision: the counts agree once rsyslog has written what was sent (sent
+# counts each decision once per destination: rsyslog and the JSON lines file).
 for _ in $(seq 1 30); do
     logged=$(grep -c ' FIREWALL ' "$WORK/nat.log")
     fw_sent=$(metric 'gateway_firewall_log_events_total{result="sent"')
     hits=$(metric 'gateway_firewall_rule_hits_total{action="drop",rule="no-discard-service"}')
-    ((fw_sent == logged && hits == logged)) && break
+    ((fw_sent == 2 * logged && hits == logged)) && break
     sleep 0.1
 done
-((logged > 0 && fw_sent == logged && hits == logged)) ||
-    fail "firewall_log_events_total sent $fw_sent, rule hits $hits, rsyslog lines $logged: not one message per decision"
+((logged > 0 && fw_sent == 2 * logged && hits == logged)) ||
+    fail "firewall_log_events_total sent $fw_sent, rule hits $hits, rsyslog lines $logged: not one message (and one JSON line) per decision"
 pass "rsyslog got $logged firewall log messages (RFC 5424, facility local2, warning) for the logged drop rule, one per decision it counted"
+python3 - "$WORK/firewall.jsonl" "$logged" <<'PY' || fail "the JSON lines file is not the rule's drops: $(cat "$WORK/firewall.jsonl")"
+import json, sys
+entries = [json.loads(line) for line in open(sys.argv[1]).read().splitlines()]
+assert len(entries) == int(sys.argv[2]), entries
+for entry in entries:
+    time = entry.pop("time")
+    assert time.endswith("Z") and len(time) == 24, time
+    assert entry == {"rule": "no-discard-service", "action": "drop", "from": "lan", "to": "wan",
+                     "in": "lan", "out": "wan", "protocol": "tcp", "src": "192.168.10.2",
+                     "src_port": 40009, "dst": "10.0.0.2", "dst_port": 9}, entry
+PY
+pass "the JSON lines file got the same $logged decisions, one object a line"
 
 # The logged port forward: the WAN host's connection to the forwarded port (no rule matches
 # it) is the forward's decision, logged under the forward's name with where it went.
@@ -175,7 +193,7 @@ s = socket.socket()
 s.settimeout(1.5)
 s.bind(("10.0.0.2", 40010))
 s.connect_ex(("10.0.0.1", 5201))' || true
-forward_line='FIREWALL [fw@32473 rule="forward tcp 5201 -> 192.168.10.2:5201" action="accept" in="wan" out="lan" protocol="tcp" src="10.0.0.2:40010" dst="10.0.0.1:5201" forwarded_to="192.168.10.2:5201"]'
+forward_line='FIREWALL [fw@32473 rule="forward tcp 5201 -> 192.168.10.2:5201" action="accept" from="wan" to="lan" in="wan" out="lan" protocol="tcp" src="10.0.0.2:40010" dst="10.0.0.1:5201" forwarded_to="192.168.10.2:5201"]'
 for _ in $(seq 1 30); do
     grep -qF "$forward_line" "$WORK/nat.log" 2>/dev/null && break
     sleep 0.1
@@ -183,6 +201,25 @@ done
 grep -qF "$forward_line" "$WORK/nat.log" ||
     fail "no firewall log message for the logged forward's connection: $(grep FIREWALL "$WORK/nat.log" | tail -n 3)"
 pass "the logged port forward's decision reached rsyslog under the forward's name, with where it sent the connection"
+
+# The logged zone pair: the WAN host's connection to a port of the gateway that no rule opens
+# is the pair wan -> local's default's decision (drop), logged under the pair's name.
+wan python3 -c '
+import socket
+s = socket.socket()
+s.settimeout(1.5)
+s.bind(("10.0.0.2", 40011))
+assert s.connect_ex(("10.0.0.1", 40012)) != 0' || fail "the WAN host reached 10.0.0.1:40012 past the pair's drop"
+policy_line='FIREWALL [fw@32473 rule="policy wan->local" action="drop" from="wan" to="local" in="wan" out="local" protocol="tcp" src="10.0.0.2:40011" dst="10.0.0.1:40012"]'
+for _ in $(seq 1 30); do
+    grep -qF "$policy_line" "$WORK/nat.log" 2>/dev/null && break
+    sleep 0.1
+done
+grep -qF "$policy_line" "$WORK/nat.log" ||
+    fail "no firewall log message for the logged pair's drop: $(grep FIREWALL "$WORK/nat.log" | tail -n 3)"
+grep -qF '"rule":"policy wan->local","action":"drop","from":"wan","to":"local"' "$WORK/firewall.jsonl" ||
+    fail "no JSON line for the logged pair's drop: $(tail -n 3 "$WORK/firewall.jsonl")"
+pass "the logged zone pair's default decision reached rsyslog and the JSON lines file under the pair's name"
 
 # nfcapd writes its file out when it stops; nfdump reads the NAT events back.
 kill -TERM "$NFCAPD"

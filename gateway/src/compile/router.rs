@@ -468,11 +468,15 @@ fn stateful(config: &GatewayConfig) -> Result<Stateful, CompileError> {
             .set(from, from, Action::Accept)
             .set(from, ZoneId::LOCAL, Action::Accept);
     }
+    // Each entry's pair, with the name its default's decisions are logged under if so.
+    let mut logged_pairs = Vec::with_capacity(config.firewall.policy.len());
     for (i, entry) in config.firewall.policy.iter().enumerate() {
         let from =
             zone(&entry.from).map_err(CompileError::at(format!("firewall.policy[{i}].from")))?;
         let to = zone(&entry.to).map_err(CompileError::at(format!("firewall.policy[{i}].to")))?;
         policy = policy.set(from, to, action(entry.action));
+        let name = || std::sync::Arc::from(format!("policy {}->{}", entry.from, entry.to));
+        logged_pairs.push(((from, to), entry.log.then(name)));
     }
     let rules = config
         .firewall
@@ -506,6 +510,7 @@ fn stateful(config: &GatewayConfig) -> Result<Stateful, CompileError> {
         })
         .collect::<Result<_, CompileError>>()?;
     let mut firewall = RuleSet::compile(rules, policy).map_err(CompileError::Firewall)?;
+    firewall.attach_pair_logged(logged_pairs);
     // Logged under the name its counter has (`name#2` for a name's second rule).
     let names = crate::compile::rule_hits::counter_names(firewall.rules());
     firewall.attach_logged(

@@ -32,12 +32,13 @@ pub struct FirewallConfig {
     /// IPv6 services on inside hosts that flows from an interface may open, whatever the
     /// zone policy says: the IPv6 form of a port forward (there is no NAT66).
     pub pinholes: Vec<PinholeConfig>,
-    /// Where the decisions of rules marked `log = true` go (`crate::telemetry::firewall_log`).
+    /// Where the decisions of rules, forwards and pairs marked `log = true` go
+    /// (`crate::telemetry::firewall_log`).
     pub log: FirewallLogConfig,
 }
 
-/// `[firewall.log]`: the decisions of rules marked `log = true`, one RFC 5424 syslog message
-/// each, within a budget per worker.
+/// `[firewall.log]`: the decisions of rules (port forwards, zone pairs) marked `log = true`,
+/// one RFC 5424 syslog message and/or one JSON line each, within a budget per worker.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct FirewallLogConfig {
@@ -45,6 +46,9 @@ pub struct FirewallLogConfig {
     pub syslog_udp: Option<SocketAddr>,
     /// Send each decision as one datagram to this Unix socket (`/dev/log`: the host's syslog).
     pub syslog_unix: Option<PathBuf>,
+    /// Append each decision to this file as one JSON object per line (an absolute path),
+    /// written by the log's thread.
+    pub json_file: Option<PathBuf>,
     /// The syslog facility: 16 (local0) to 23 (local7), or any of 0-23.
     pub facility: u8,
     /// Decisions each worker may log per second, and at once: a flood of logged drops costs
@@ -61,6 +65,7 @@ impl Default for FirewallLogConfig {
         FirewallLogConfig {
             syslog_udp: None,
             syslog_unix: None,
+            json_file: None,
             facility: 16,
             per_sec: 100,
             burst: 100,
@@ -71,7 +76,7 @@ impl Default for FirewallLogConfig {
 
 impl FirewallLogConfig {
     pub fn enabled(&self) -> bool {
-        self.syslog_udp.is_some() || self.syslog_unix.is_some()
+        self.syslog_udp.is_some() || self.syslog_unix.is_some() || self.json_file.is_some()
     }
 }
 
@@ -97,6 +102,10 @@ pub struct PolicyConfig {
     pub from: String,
     pub to: String,
     pub action: FirewallAction,
+    /// Log each first packet this pair's default decides, no rule matching it
+    /// (`[firewall.log]`), as `policy FROM->TO`.
+    #[serde(default)]
+    pub log: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -551,6 +551,23 @@ fn a_logged_rule_needs_a_firewall_log_destination() {
     assert!(err.starts_with("nat.port_forwards[0].log:"), "{err}");
     let sent = format!("{LAB}{forward}\n[firewall.log]\nsyslog_udp = \"127.0.0.1:514\"\n");
     assert!(parse(&sent).unwrap().nat.port_forwards[0].log);
+    // A logged zone pair as well.
+    let lab = format!(
+        "{LAB}\n[[firewall.policy]]\nfrom = \"wan\"\nto = \"lan\"\naction = \"drop\"\nlog = true\n"
+    );
+    let err = parse(&lab).unwrap_err().to_string();
+    assert!(err.starts_with("firewall.policy[0].log:"), "{err}");
+    let logged = format!("{lab}\n[firewall.log]\nsyslog_udp = \"127.0.0.1:514\"\n");
+    assert!(parse(&logged).unwrap().firewall.policy[0].log);
+    // A JSON lines file is a destination of its own.
+    let to_file =
+        format!("{lab}\n[firewall.log]\njson_file = \"/var/log/gateway-firewall.jsonl\"\n");
+    let config = parse(&to_file).unwrap();
+    assert!(config.firewall.policy.iter().any(|pair| pair.log));
+    assert!(config.firewall.log.enabled());
+    let relative = to_file.replace("\"/var/log/", "\"var/log/");
+    let err = parse(&relative).unwrap_err().to_string();
+    assert!(err.starts_with("firewall.log.json_file:"), "{err}");
     for (line, field) in [
         ("per_sec = 0", "firewall.log.per_sec:"),
         ("facility = 24", "firewall.log.facility:"),

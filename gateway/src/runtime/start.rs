@@ -146,6 +146,7 @@ impl<'a> Gateway<'a> {
             &config.firewall.log,
             firewall_logs,
             interface_names,
+            router_published.clone(),
         )?;
         let metrics = Metrics::new(Sources {
             interfaces: config.interfaces.iter().map(|i| i.name.clone()).collect(),

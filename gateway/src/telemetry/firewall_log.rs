@@ -1,19 +1,26 @@
-//! The firewall log (`[firewall.log]`): each first packet a rule marked `log = true` decides,
-//! as one RFC 5424 syslog message, over UDP (RFC 5426) or a Unix socket (`/dev/log`).
+//! The firewall log (`[firewall.log]`): each first packet a rule (a port forward, a zone
+//! pair) marked `log = true` decides, IPv4's and IPv6's, as one RFC 5424 syslog message, over
+//! UDP (RFC 5426) or a Unix socket (`/dev/log`), and/or as one JSON object a line appended to
+//! a file (`json_file`).
 //!
 //! The workers queue decisions within a budget each (`pipeline::state::firewall_log`); this
 //! thread drains every queue every [`DRAIN_INTERVAL`] and sends them, as the NAT log does
 //! (`crate::telemetry::nat_log`, whose transport and syslog header it shares). Over the budget, a full
 //! queue or a failed send: counted, never a worker held up.
 
+use std::fs::File;
 use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 
-use pipeline::state::firewall::Action;
+use pipeline::state::firewall::{Action, ZoneId};
 use pipeline::state::firewall_log::{FirewallEvent, FirewallLog};
+use pipeline::RouterConfig;
+use serde::Serialize;
 
 use crate::config::FirewallLogConfig;
+use crate::dataplane::published::Published;
 use crate::telemetry::nat_log::syslog::{self, Header};
 use crate::telemetry::nat_log::{
     udp_socket_for, EventLogError, EventLogStats, LogThread, SyslogTransport,
@@ -29,12 +36,74 @@ pub type FirewallLogStats = EventLogStats<FirewallEvent>;
 /// The firewall log's thread.
 pub type FirewallLogger = LogThread<FirewallEvent>;
 
+/// What an event's numbers are called: its interfaces' names, in port order (restart-only,
+/// so they stay true), and its zones' (`local` for the gateway), by zone id.
+struct Labels {
+    interfaces: Vec<String>,
+    zones: Vec<Option<Arc<str>>>,
+}
+
+impl Labels {
+    fn interface(&self, port: u16) -> &str {
+        self.interfaces
+            .get(usize::from(port))
+            .map_or("?", String::as_str)
+    }
+
+    fn zone(&self, zone: ZoneId) -> &str {
+        match self.zones.get(usize::from(zone.0)) {
+            Some(Some(name)) => name,
+            _ if zone == ZoneId::LOCAL => "local",
+            _ => "?",
+        }
+    }
+}
+
+/// The zones' names as the published router config labels its pairs (the metrics' and
+/// `ctl show rules`' `from`/`to`), taken again whenever a reload publishes another: a reload
+/// may rename a zone, or give an interface another. An event queued just before a reload and
+/// sent just after (within [`DRAIN_INTERVAL`]) is named by the new config.
+struct ZoneNames {
+    router: Arc<Published<RouterConfig>>,
+    seen: u64,
+}
+
+impl ZoneNames {
+    fn new(router: Arc<Published<RouterConfig>>, labels: &mut Labels) -> Self {
+        let (current, seen) = router.load();
+        labels.zones = zone_names(&current);
+        ZoneNames { router, seen }
+    }
+
+    fn refresh(&mut self, labels: &mut Labels) {
+        if let Some(current) = self.router.changed_since(&mut self.seen) {
+            labels.zones = zone_names(&current);
+        }
+    }
+}
+
+/// Each zone id's name in `router`, where it has one.
+fn zone_names(router: &RouterConfig) -> Vec<Option<Arc<str>>> {
+    (0..=u8::MAX)
+        .map(|id| router.stateful.firewall.zone_name(ZoneId(id)).cloned())
+        .collect()
+}
+
+/// The JSON lines file (`json_file`), kept open in append mode.
+struct JsonFile {
+    file: File,
+    /// The lines of one drain, written at once.
+    lines: Vec<u8>,
+}
+
 /// Starts the thread for the workers' queues `logs`, when `config` names a destination.
-/// `interfaces`: the interfaces' names, in port order (restart-only, so they stay true).
+/// `interfaces`: the interfaces' names, in port order; `router`: the published router
+/// config, whose zone names the entries carry.
 pub fn spawn(
     config: &FirewallLogConfig,
     logs: Vec<Arc<FirewallLog>>,
     interfaces: Vec<String>,
+    router: Arc<Published<RouterConfig>>,
 ) -> Result<Option<FirewallLogger>, EventLogError> {
     let mut transports = Vec::new();
     if let Some(to) = config.syslog_udp {
@@ -48,7 +117,14 @@ pub fn spawn(
         })?;
         transports.push(SyslogTransport::Unix(socket, path.clone()));
     }
-    if transports.is_empty() {
+    let mut json = match &config.json_file {
+        Some(path) => Some(JsonFile {
+            file: open_json_file(path)?,
+            lines: Vec::with_capacity(64 * 1024),
+        }),
+        None => None,
+    };
+    if transports.is_empty() && json.is_none() {
         return Ok(None);
     }
     let header = Header {
@@ -57,20 +133,111 @@ pub fn spawn(
         hostname: syslog::hostname(),
         pid: std::process::id(),
     };
+    let mut labels = Labels {
+        interfaces,
+        zones: Vec::new(),
+    };
+    let mut zones = ZoneNames::new(router, &mut labels);
     let mut batch = Vec::new();
     let mut message = Vec::with_capacity(512);
     let send = move |stats: &FirewallLogStats| {
         stats.drain_dated(&mut batch, |event| event.at_ns);
+        if batch.is_empty() {
+            return;
+        }
+        zones.refresh(&mut labels);
+        if let Some(json) = json.as_mut() {
+            json.lines.clear();
+        }
         for (unix, event) in &batch {
-            message.clear();
             let timestamp = crate::telemetry::timestamp::rfc3339(*unix);
-            format_event(&mut message, &header, &timestamp, event, &interfaces);
-            for transport in &transports {
-                stats.count(&transport.send(&message), 1);
+            if !transports.is_empty() {
+                message.clear();
+                format_event(&mut message, &header, &timestamp, event, &labels);
+                for transport in &transports {
+                    stats.count(&transport.send(&message), 1);
+                }
             }
+            if let Some(json) = json.as_mut() {
+                json_line(&mut json.lines, &timestamp, event, &labels);
+            }
+        }
+        // One write a drain: the file has every line of it, or the lines are counted failed.
+        if let Some(json) = json.as_mut() {
+            let written = json
+                .file
+                .write_all(&json.lines)
+                .and_then(|()| json.file.flush());
+            stats.count(&written.map(|()| json.lines.len()), batch.len());
         }
     };
     FirewallLogger::spawn("firewall-log", FirewallLogStats::new(logs), send).map(Some)
+}
+
+/// `path`, opened to append to (made if missing): kept open, so a rotation must copy and
+/// truncate it (logrotate's `copytruncate`), which appending follows.
+fn open_json_file(path: &std::path::Path) -> Result<File, EventLogError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| EventLogError::File {
+            field: "firewall.log.json_file",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// One JSON lines entry: its keys in this order, `forwarded_to` and `origin` only where set.
+#[derive(Serialize)]
+struct JsonEntry<'a> {
+    time: &'a str,
+    rule: &'a str,
+    action: &'static str,
+    from: &'a str,
+    to: &'a str,
+    #[serde(rename = "in")]
+    ingress: &'a str,
+    #[serde(rename = "out")]
+    egress: &'a str,
+    protocol: String,
+    src: IpAddr,
+    src_port: u16,
+    dst: IpAddr,
+    dst_port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forwarded_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<&'static str>,
+}
+
+/// `{"time":"2026-12-05T11:00:00.000Z","rule":"no-discard","action":"drop","from":"lan",
+/// "to":"wan","in":"lan","out":"wan","protocol":"tcp","src":"192.168.10.2","src_port":40000,
+/// "dst":"10.0.0.2","dst_port":9}` and a newline, appended to `out`: the syslog message's
+/// parameters, the addresses bare and the ports apart.
+fn json_line(out: &mut Vec<u8>, timestamp: &str, event: &FirewallEvent, labels: &Labels) {
+    let entry = JsonEntry {
+        time: timestamp,
+        rule: &event.rule,
+        action: event.action.name(),
+        from: labels.zone(event.from),
+        to: labels.zone(event.to),
+        ingress: labels.interface(event.ingress),
+        egress: event.egress.map_or("local", |port| labels.interface(port)),
+        protocol: protocol_name(event.protocol),
+        src: event.src.0,
+        src_port: event.src.1,
+        dst: event.dst.0,
+        dst_port: event.dst.1,
+        forwarded_to: event
+            .forwarded_to
+            .map(|(address, port)| format!("{address}:{port}")),
+        origin: event.from_kernel.then_some("kernel"),
+    };
+    // Strings and numbers only: serializing into memory cannot fail.
+    if serde_json::to_writer(&mut *out, &entry).is_ok() {
+        out.push(b'\n');
+    }
 }
 
 /// Syslog severity (RFC 5424 6.2.1): warning (4) for a drop or reject, notice (5) for an
@@ -83,37 +250,34 @@ fn severity(action: Action) -> u8 {
 }
 
 /// `<132>1 2026-12-05T11:00:00.000Z gw gateway 42 FIREWALL [fw@32473 rule="no-discard"
-/// action="drop" in="lan" out="wan" protocol="tcp" src="192.168.10.2:40000"
-/// dst="10.0.0.2:9"] firewall drop by no-discard: tcp 192.168.10.2:40000 -> 10.0.0.2:9`
-/// (one line). `out="local"` for traffic to the gateway; a port forward adds
-/// `forwarded_to="192.168.10.5:80"`; what the gateway's kernel opened, `origin="kernel"`.
+/// action="drop" from="lan" to="wan" in="lan" out="wan" protocol="tcp"
+/// src="192.168.10.2:40000" dst="10.0.0.2:9"] firewall drop by no-discard: tcp
+/// 192.168.10.2:40000 -> 10.0.0.2:9` (one line; IPv6 addresses in brackets,
+/// `[2001:db8::1]:443`). `out="local"` (and `to="local"`) for traffic to the gateway; a port
+/// forward adds `forwarded_to="192.168.10.5:80"`; what the gateway's kernel opened,
+/// `origin="kernel"`.
 fn format_event(
     out: &mut Vec<u8>,
     header: &Header,
     timestamp: &str,
     event: &FirewallEvent,
-    interfaces: &[String],
+    labels: &Labels,
 ) {
-    let name = |port: u16| {
-        interfaces
-            .get(usize::from(port))
-            .map_or("?", String::as_str)
-    };
     let action = event.action.name();
     let protocol = protocol_name(event.protocol);
-    let (src, dst) = (
-        format!("{}:{}", event.src.0, event.src.1),
-        format!("{}:{}", event.dst.0, event.dst.1),
-    );
+    // A socket address writes an IPv6 address in brackets before its port.
+    let (src, dst) = (SocketAddr::from(event.src), SocketAddr::from(event.dst));
     let _ = write!(
         out,
-        "<{}>1 {timestamp} {} gateway {} FIREWALL [{SD_ID} rule=\"{}\" action=\"{action}\" in=\"{}\" out=\"{}\" protocol=\"{protocol}\" src=\"{src}\" dst=\"{dst}\"",
+        "<{}>1 {timestamp} {} gateway {} FIREWALL [{SD_ID} rule=\"{}\" action=\"{action}\" from=\"{}\" to=\"{}\" in=\"{}\" out=\"{}\" protocol=\"{protocol}\" src=\"{src}\" dst=\"{dst}\"",
         header.priority + severity(event.action),
         header.hostname,
         header.pid,
         sd_escape(&event.rule),
-        name(event.ingress),
-        event.egress.map_or("local", name),
+        sd_escape(labels.zone(event.from)),
+        sd_escape(labels.zone(event.to)),
+        labels.interface(event.ingress),
+        event.egress.map_or("local", |port| labels.interface(port)),
     );
     if let Some((address, port)) = event.forwarded_to {
         let _ = write!(out, " forwarded_to=\"{address}:{port}\"");
@@ -143,39 +307,154 @@ fn sd_escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
-    #[test]
-    fn a_decision_is_one_rfc5424_message() {
-        let header = Header {
+    fn header() -> Header {
+        Header {
             priority: 16 * 8,
             hostname: "gw".into(),
             pid: 42,
-        };
-        let event = FirewallEvent {
+        }
+    }
+
+    fn labels() -> Labels {
+        let mut zones = vec![None; 256];
+        zones[0] = Some(Arc::from("lan"));
+        zones[1] = Some(Arc::from("wan"));
+        zones[usize::from(ZoneId::LOCAL.0)] = Some(Arc::from("local"));
+        Labels {
+            interfaces: vec!["lan".to_string(), "wan".to_string()],
+            zones,
+        }
+    }
+
+    fn drop_to_discard() -> FirewallEvent {
+        FirewallEvent {
             at_ns: 0,
             rule: Arc::from("no \"discard\""),
             action: Action::Drop,
+            from: ZoneId(0),
+            to: ZoneId(1),
             ingress: 0,
             egress: Some(1),
             protocol: 6,
-            src: (Ipv4Addr::new(192, 168, 10, 2), 40000),
-            dst: (Ipv4Addr::new(10, 0, 0, 2), 9),
+            src: (IpAddr::V4(Ipv4Addr::new(192, 168, 10, 2)), 40000),
+            dst: (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 9),
             forwarded_to: None,
             from_kernel: false,
-        };
+        }
+    }
+
+    fn message(event: &FirewallEvent, labels: &Labels) -> String {
         let mut message = Vec::new();
-        let interfaces = ["lan".to_string(), "wan".to_string()];
-        format_event(
-            &mut message,
-            &header,
-            "2026-12-05T11:00:00.000Z",
-            &event,
-            &interfaces,
-        );
+        let timestamp = "2026-12-05T11:00:00.000Z";
+        format_event(&mut message, &header(), timestamp, event, labels);
+        String::from_utf8(message).unwrap()
+    }
+
+    #[test]
+    fn a_decision_is_one_rfc5424_message() {
         assert_eq!(
-            String::from_utf8(message).unwrap(),
-            "<132>1 2026-12-05T11:00:00.000Z gw gateway 42 FIREWALL [fw@32473 rule=\"no \\\"discard\\\"\" action=\"drop\" in=\"lan\" out=\"wan\" protocol=\"tcp\" src=\"192.168.10.2:40000\" dst=\"10.0.0.2:9\"] firewall drop by no \"discard\": tcp 192.168.10.2:40000 -> 10.0.0.2:9"
+            message(&drop_to_discard(), &labels()),
+            "<132>1 2026-12-05T11:00:00.000Z gw gateway 42 FIREWALL [fw@32473 rule=\"no \\\"discard\\\"\" action=\"drop\" from=\"lan\" to=\"wan\" in=\"lan\" out=\"wan\" protocol=\"tcp\" src=\"192.168.10.2:40000\" dst=\"10.0.0.2:9\"] firewall drop by no \"discard\": tcp 192.168.10.2:40000 -> 10.0.0.2:9"
         );
+    }
+
+    #[test]
+    fn an_ipv6_decision_brackets_its_addresses() {
+        let event = FirewallEvent {
+            rule: Arc::from("policy wan->lan"),
+            from: ZoneId(1),
+            to: ZoneId(0),
+            ingress: 1,
+            egress: Some(0),
+            protocol: 17,
+            src: (
+                IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2)),
+                5000,
+            ),
+            dst: (
+                IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1)),
+                443,
+            ),
+            ..drop_to_discard()
+        };
+        let message = message(&event, &labels());
+        assert!(
+            message.contains(
+                "rule=\"policy wan->lan\" action=\"drop\" from=\"wan\" to=\"lan\" in=\"wan\" out=\"lan\" protocol=\"udp\" src=\"[2001:db8::2]:5000\" dst=\"[2001:db8:1::1]:443\"]"
+            ),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("udp [2001:db8::2]:5000 -> [2001:db8:1::1]:443"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_gateway_and_an_unnamed_zone_have_names_too() {
+        let event = FirewallEvent {
+            from: ZoneId(7),
+            to: ZoneId::LOCAL,
+            egress: None,
+            ..drop_to_discard()
+        };
+        let unnamed = Labels {
+            zones: Vec::new(),
+            ..labels()
+        };
+        let message = message(&event, &unnamed);
+        assert!(
+            message.contains("from=\"?\" to=\"local\" in=\"lan\" out=\"local\""),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_decision_is_one_json_line() {
+        let mut lines = Vec::new();
+        let timestamp = "2026-12-05T11:00:00.000Z";
+        json_line(&mut lines, timestamp, &drop_to_discard(), &labels());
+        let forwarded = FirewallEvent {
+            rule: Arc::from("forward tcp 8080 -> 192.168.10.5:80"),
+            action: Action::Accept,
+            from: ZoneId(1),
+            to: ZoneId(0),
+            src: (IpAddr::V6(Ipv6Addr::LOCALHOST), 1),
+            forwarded_to: Some((Ipv4Addr::new(192, 168, 10, 5), 80)),
+            from_kernel: true,
+            ..drop_to_discard()
+        };
+        json_line(&mut lines, timestamp, &forwarded, &labels());
+        let text = String::from_utf8(lines).unwrap();
+        let lines: Vec<&str> = text.split_terminator('\n').collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(
+            lines[0],
+            r#"{"time":"2026-12-05T11:00:00.000Z","rule":"no \"discard\"","action":"drop","from":"lan","to":"wan","in":"lan","out":"wan","protocol":"tcp","src":"192.168.10.2","src_port":40000,"dst":"10.0.0.2","dst_port":9}"#
+        );
+        let second: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(second["src"], "::1");
+        assert_eq!(second["from"], "wan");
+        assert_eq!(second["forwarded_to"], "192.168.10.5:80");
+        assert_eq!(second["origin"], "kernel");
+    }
+
+    #[test]
+    fn a_json_file_is_appended_to_and_a_missing_directory_names_the_field() {
+        let dir = std::env::temp_dir().join(format!("gw-fwlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("firewall.jsonl");
+        std::fs::write(&path, "kept\n").unwrap();
+        open_json_file(&path).unwrap().write_all(b"more\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "kept\nmore\n");
+        let err = open_json_file(&dir.join("missing/firewall.jsonl")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("firewall.log.json_file: opening "),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -108,9 +108,16 @@ impl Pipeline {
         }
         let client = self.content_client6(pkt, ingress.port, now_ns);
         let ip = Ipv6Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let stage =
-            self.stateful6
-                .process(&self.router, &ip, &ext, ingress, egress, client, now_ns);
+        let firewall_log = self.stateful.firewall_log.as_mut();
+        let stage = self.stateful6.process(
+            &self.router,
+            &ip,
+            &ext,
+            (ingress, egress),
+            client,
+            firewall_log,
+            now_ns,
+        );
         let established = match stage {
             Stage::Forward(_) => None,
             Stage::Established {

@@ -202,6 +202,7 @@ impl StatefulStage {
             ingress: port,
             egress: Some(port),
             forwarded_to: None,
+            pinholed: false,
             from_kernel: true,
         };
         self.decided(stateful, rule, &key, decision, now_ns);

@@ -19,7 +19,7 @@ use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage, Wall
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
-use crate::state::firewall_log::{Decision, FirewallLogger};
+use crate::state::firewall_log::{count_and_log, Decision, FirewallLogger};
 use crate::state::flow_data::{release, Binding, ContentState, FlowData, SynProxy};
 use crate::state::nat::{self, AllocError, NatPool, Ownership};
 use crate::state::syn_cookie::CookieJar;
@@ -68,7 +68,7 @@ impl StatefulStage {
 
     /// Rule `rule` (None: the zone pair's default, or the port forward the decision names)
     /// decided flow `key`'s first packet: its hit counter (or the pair's, or the forward's)
-    /// counts it, and its decision is logged if the rule (or the forward) says so.
+    /// counts it, and its decision is logged if the rule (the forward, the pair) says so.
     #[inline]
     pub(crate) fn decided(
         &mut self,
@@ -78,22 +78,17 @@ impl StatefulStage {
         decision: Decision,
         now_ns: u64,
     ) {
-        // A forward without a matching rule is the forward's decision, not the pair's.
-        let by_pair = decision.forwarded_to.is_none();
         let when = (self.worker, self.unix_seconds(now_ns));
-        stateful
-            .firewall
-            .count_decision(rule, (decision.from, decision.to), by_pair, when);
-        let logged = match (rule, decision.forwarded_to) {
-            (None, Some((forward, _))) => {
-                stateful.firewall.count_forward(forward, when);
-                stateful.firewall.forward_logged(forward)
-            }
-            _ => stateful.firewall.logged(rule),
-        };
-        if let (Some(name), Some(logger)) = (logged, self.firewall_log.as_mut()) {
-            logger.record(name, key, decision, now_ns);
-        }
+        let logger = self.firewall_log.as_mut();
+        count_and_log(
+            &stateful.firewall,
+            logger,
+            rule,
+            key,
+            decision,
+            when,
+            now_ns,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -342,6 +337,7 @@ impl StatefulStage {
             ingress: ingress.port,
             egress: Some(route.port),
             forwarded_to: forward,
+            pinholed: false,
             from_kernel: false,
         };
         self.decided(stateful, rule, &key, decision, now_ns);

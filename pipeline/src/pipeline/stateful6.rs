@@ -27,6 +27,7 @@ use crate::pipeline::stage::{Ingress, Request6, Stage6, WallClock};
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
+use crate::state::firewall_log::{count_and_log, Decision, FirewallLogger};
 use crate::state::flow_data::{ContentState, FeatureHosts6, FlowData6};
 use crate::state::nat::Ownership;
 use crate::verdict::{DropReason, Verdict};
@@ -85,16 +86,17 @@ impl StatefulStage6 {
 
     /// Tracks an IPv6 packet routed from `ingress` to `egress`: `ip` is the packet (fixed
     /// header on, its length checked), `ext` its extension headers' walk, `client` the LAN
-    /// device it comes from where the content policy applies.
+    /// device it comes from where the content policy applies. `firewall_log`: the worker's
+    /// firewall log, the IPv4 stage's, lent so that both families share one budget.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn process(
         &mut self,
         router: &RouterConfig,
         ip: &Ipv6Packet<&[u8]>,
         ext: &Extensions,
-        ingress: Ingress,
-        egress: u16,
+        (ingress, egress): (Ingress, u16),
         client: Option<Client6>,
+        firewall_log: Option<&mut FirewallLogger>,
         now_ns: u64,
     ) -> Stage6 {
         let zones = (zone(router, ingress.port), zone(router, egress));
@@ -126,9 +128,11 @@ impl StatefulStage6 {
             upper,
             ip,
             ingress,
+            egress,
             key,
             zones,
             client,
+            firewall_log,
             now_ns,
         };
         track(&mut packet, hash, found, segment, now_ns)
@@ -140,11 +144,11 @@ impl StatefulStage6 {
     fn new_flow(
         &mut self,
         router: &RouterConfig,
-        ingress: Ingress,
+        (ingress, egress): (Ingress, u16),
         vacancy: Vacancy<FlowKey6>,
         (from, to): (ZoneId, ZoneId),
         (segment, ext, upper): (Option<TcpSegment>, &Extensions, &[u8]),
-        client: Option<Client6>,
+        (client, firewall_log): (Option<Client6>, Option<&mut FirewallLogger>),
         now_ns: u64,
     ) -> Stage6 {
         let key = *vacancy.key();
@@ -156,12 +160,27 @@ impl StatefulStage6 {
                 .any(|pinhole| pinhole.admits(ingress.port, &key))
         };
         let (action, rule) = admit6(router, from, to, &key, pinholed);
-        // A pinhole's accept is the pinhole's decision, not the pair's.
-        let by_pair = action == stateful.firewall.policy().default_for(from, to);
+        let decision = Decision {
+            action,
+            from,
+            to,
+            ingress: ingress.port,
+            egress: Some(egress),
+            forwarded_to: None,
+            // A pinhole's accept is the pinhole's decision, not the pair's.
+            pinholed: rule.is_none() && action != stateful.firewall.policy().default_for(from, to),
+            from_kernel: false,
+        };
         let when = (self.worker, self.wall_clock.unix_seconds(now_ns));
-        stateful
-            .firewall
-            .count_decision(rule, (from, to), by_pair, when);
+        count_and_log(
+            &stateful.firewall,
+            firewall_log,
+            rule,
+            &key,
+            decision,
+            when,
+            now_ns,
+        );
         match action {
             Action::Accept => {}
             Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
@@ -303,9 +322,11 @@ struct Tracked6<'a> {
     /// The upper-layer header and payload.
     upper: &'a [u8],
     ingress: Ingress,
+    egress: u16,
     key: FlowKey6,
     zones: (ZoneId, ZoneId),
     client: Option<Client6>,
+    firewall_log: Option<&'a mut FirewallLogger>,
     now_ns: u64,
 }
 
@@ -332,9 +353,11 @@ impl TrackedPacket for Tracked6<'_> {
             return Stage6::Done(Verdict::Drop(DropReason::L4Checksum));
         }
         let packet = (segment, self.ext, self.upper);
-        let (router, ingress, zones, client) = (self.router, self.ingress, self.zones, self.client);
+        let (router, zones, client) = (self.router, self.zones, self.client);
+        let ports = (self.ingress, self.egress);
+        let logged = (client, self.firewall_log.as_deref_mut());
         self.stage
-            .new_flow(router, ingress, vacancy, zones, packet, client, self.now_ns)
+            .new_flow(router, ports, vacancy, zones, packet, logged, self.now_ns)
     }
 
     #[inline]

@@ -634,6 +634,9 @@ pub struct RuleSet {
     /// cell's counter (a pair's, by its zones' classes).
     pairs: Vec<PairHits>,
     pair_cells: Vec<Option<Arc<RuleHits>>>,
+    /// Each cell's name to log its zone pair's default decisions under (`policy wan->lan`),
+    /// by its zones' classes; empty: none is (`attach_pair_logged`).
+    pair_logged: Vec<Option<Arc<str>>>,
     /// Each port forward's counter of the first packets it decided (no rule matched: a
     /// forward is open), in the router config's forward order; empty: not counted
     /// (`attach_forward_hits`).
@@ -642,6 +645,10 @@ pub struct RuleSet {
     /// is (`attach_forward_logged`).
     forward_logged: Vec<Option<Arc<str>>>,
 }
+
+/// A zone pair (from, to) and the name its default's decisions are logged under, if they are
+/// (`RuleSet::attach_pair_logged`).
+pub type LoggedPair = ((ZoneId, ZoneId), Option<Arc<str>>);
 
 /// A zone pair's counter of the first packets its default decided (no rule matched),
 /// labelled with the zones' names.
@@ -748,6 +755,7 @@ impl RuleSet {
             logged: Vec::new(),
             pairs: Vec::new(),
             pair_cells: Vec::new(),
+            pair_logged: Vec::new(),
             forward_hits: Vec::new(),
             forward_logged: Vec::new(),
         })
@@ -825,6 +833,46 @@ impl RuleSet {
     /// The counted zone pairs, as attached.
     pub fn pair_hits(&self) -> &[PairHits] {
         &self.pairs
+    }
+
+    /// The name zone `zone` has in the attached pairs' labels (`local` for the gateway),
+    /// for what names zones off the workers (the firewall log's thread); None if no pair is
+    /// attached. A scan of the pairs: not for a worker.
+    pub fn zone_name(&self, zone: ZoneId) -> Option<&Arc<str>> {
+        self.pairs.iter().find_map(|pair| {
+            [&pair.from, &pair.to]
+                .into_iter()
+                .find(|(id, _)| *id == zone)
+                .map(|(_, name)| name)
+        })
+    }
+
+    /// Marks the zone pairs whose default decisions are logged (`log = true` on a
+    /// `[firewall.policy]` entry), each with the name to log them under; a later entry for a
+    /// pair replaces an earlier one, as it does in the policy. A pair whose zones the rules
+    /// and policy do not name shares its cell with other pairs, so it is left unlogged rather
+    /// than log theirs (the policy names the zones of each of its entries).
+    pub fn attach_pair_logged(&mut self, logged: Vec<LoggedPair>) {
+        let named = |zone: ZoneId| self.zone_class[usize::from(zone.0)] != 0;
+        let mut cells = vec![None; self.classes * self.classes];
+        let mut any = false;
+        for ((from, to), name) in logged {
+            if !(named(from) && named(to)) {
+                continue;
+            }
+            if let Some(cell) = cells.get_mut(self.cell_of(from, to)) {
+                any |= name.is_some();
+                *cell = name;
+            }
+        }
+        self.pair_logged = if any { cells } else { Vec::new() };
+    }
+
+    /// The name to log the zone pair `from -> to`'s default decisions under, if they are
+    /// logged.
+    #[inline]
+    pub fn pair_logged(&self, (from, to): (ZoneId, ZoneId)) -> Option<&Arc<str>> {
+        self.pair_logged.get(self.cell_of(from, to))?.as_ref()
     }
 
     #[inline]
@@ -1221,6 +1269,48 @@ mod tests {
                 .sum::<u64>(),
             3
         );
+    }
+
+    #[test]
+    fn a_logged_pair_names_its_own_cell_only() {
+        let policy = Policy::new(Action::Drop)
+            .set(LAN, WAN, Action::Accept)
+            .set(WAN, LAN, Action::Drop)
+            .set(WAN, ZoneId::LOCAL, Action::Drop);
+        let mut rules = RuleSet::compile(Vec::new(), policy).unwrap();
+        assert_eq!(rules.pair_logged((WAN, LAN)), None, "none attached");
+        let name: Arc<str> = Arc::from("policy wan->lan");
+        rules.attach_pair_logged(vec![
+            ((WAN, LAN), Some(name.clone())),
+            ((LAN, WAN), None),
+            // Zones nothing names share a cell with every such pair: never logged.
+            ((UNNAMED, LAN), Some(Arc::from("policy unnamed->lan"))),
+        ]);
+        assert_eq!(rules.pair_logged((WAN, LAN)), Some(&name));
+        assert_eq!(rules.pair_logged((LAN, WAN)), None);
+        assert_eq!(rules.pair_logged((WAN, ZoneId::LOCAL)), None);
+        assert_eq!(rules.pair_logged((UNNAMED, LAN)), None);
+        assert_eq!(rules.pair_logged((DMZ, LAN)), None);
+        // A later entry for the pair replaces the earlier one, as in the policy.
+        rules.attach_pair_logged(vec![((WAN, LAN), Some(name)), ((WAN, LAN), None)]);
+        assert_eq!(rules.pair_logged((WAN, LAN)), None);
+    }
+
+    #[test]
+    fn a_zone_is_named_as_its_pairs_label_it() {
+        let mut rules = RuleSet::compile(Vec::new(), Policy::new(Action::Drop)).unwrap();
+        assert_eq!(rules.zone_name(LAN), None, "no pair attached");
+        rules.attach_pair_hits(vec![PairHits {
+            from: (ZoneId::LOCAL, Arc::from("local")),
+            to: (LAN, Arc::from("lan")),
+            hits: Arc::new(RuleHits::new(1)),
+        }]);
+        assert_eq!(rules.zone_name(LAN).map(|name| &**name), Some("lan"));
+        assert_eq!(
+            rules.zone_name(ZoneId::LOCAL).map(|name| &**name),
+            Some("local")
+        );
+        assert_eq!(rules.zone_name(WAN), None);
     }
 
     #[test]

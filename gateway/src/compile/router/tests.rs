@@ -86,6 +86,54 @@ policy = [{ from = "lan", to = "wan", action = "accept" }]
     );
 }
 
+/// A policy entry with `log = true` logs its pair's default decisions under `policy FROM->TO`;
+/// the other pairs' do not.
+#[test]
+fn a_logged_policy_entry_names_its_pair() {
+    let config = GatewayConfig::from_text(
+        std::path::Path::new("logged-pairs.toml"),
+        r#"
+[workers]
+lcores = [1]
+[[interfaces]]
+name = "lan"
+device = "net_ring0"
+address = "192.168.1.1/24"
+[[interfaces]]
+name = "wan"
+device = "net_ring1"
+address = "10.0.0.1/24"
+[nat]
+masquerade = ["wan"]
+[firewall]
+policy = [
+    { from = "lan", to = "wan", action = "accept", log = true },
+    { from = "wan", to = "local", action = "drop", log = true },
+    { from = "wan", to = "lan", action = "drop" },
+]
+[firewall.log]
+syslog_udp = "127.0.0.1:514"
+"#,
+    )
+    .unwrap();
+    let router = router_config(&config, &[[2, 0, 0, 0, 0, 1]; 2]).unwrap();
+    let firewall = &router.stateful.firewall;
+    let (lan, wan) = (ZoneId(0), ZoneId(1));
+    let logged = |from, to| {
+        firewall
+            .pair_logged((from, to))
+            .map(|name| name.to_string())
+    };
+    assert_eq!(logged(lan, wan).as_deref(), Some("policy lan->wan"));
+    assert_eq!(
+        logged(wan, ZoneId::LOCAL).as_deref(),
+        Some("policy wan->local")
+    );
+    assert_eq!(logged(wan, lan), None);
+    assert_eq!(logged(lan, ZoneId::LOCAL), None);
+    assert_eq!(logged(ZoneId::LOCAL, wan), None);
+}
+
 /// CompileError prints what the anyhow chain it replaced printed: a field over a message,
 /// and a context over a std error, each with `{:#}` (through anyhow, as main.rs prints)
 /// and with ErrorChain (as reload/load.rs does), and `{}` alone.

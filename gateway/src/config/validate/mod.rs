@@ -473,17 +473,27 @@ impl GatewayConfig {
                 "must be positive (to log nothing, leave log = true off the rules)",
             ));
         }
+        if let Some(path) = &log.json_file {
+            if !path.is_absolute() {
+                return Err(invalid(
+                    "firewall.log.json_file",
+                    "must be an absolute path (the gateway may run from any directory)",
+                ));
+            }
+        }
         let logged_rule = self.firewall.rules.iter().position(|rule| rule.log);
         let logged_forward = self.nat.port_forwards.iter().position(|fwd| fwd.log);
-        let field = match (logged_rule, logged_forward) {
-            (Some(i), _) => format!("firewall.rules[{i}].log"),
-            (None, Some(i)) => format!("nat.port_forwards[{i}].log"),
-            (None, None) => return Ok(()),
+        let logged_pair = self.firewall.policy.iter().position(|pair| pair.log);
+        let field = match (logged_rule, logged_forward, logged_pair) {
+            (Some(i), _, _) => format!("firewall.rules[{i}].log"),
+            (None, Some(i), _) => format!("nat.port_forwards[{i}].log"),
+            (None, None, Some(i)) => format!("firewall.policy[{i}].log"),
+            (None, None, None) => return Ok(()),
         };
         if !log.enabled() {
             return Err(invalid(
                 field,
-                "no [firewall.log] destination: set firewall.log.syslog_udp or syslog_unix",
+                "no [firewall.log] destination: set firewall.log.syslog_udp, syslog_unix or json_file",
             ));
         }
         Ok(())

@@ -275,7 +275,7 @@ impl Metrics {
             firewall_log_events: counter_vec(
                 &registry,
                 "firewall_log_events_total",
-                "Firewall log events (decisions of rules with log = true) by result: sent, send_failed, lost (over a worker's firewall.log budget, or its queue full).",
+                "Firewall log events (decisions of rules, port forwards and zone pairs with log = true) by result: sent (once per destination: syslog, the JSON lines file), send_failed, lost (over a worker's firewall.log budget, or its queue full).",
                 &["result"],
             ),
             qos_bytes: counter_vec(

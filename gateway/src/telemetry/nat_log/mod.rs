@@ -150,6 +150,13 @@ pub enum EventLogError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{field}: opening {} to append", path.display())]
+    File {
+        field: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The NAT log's thread.
