@@ -637,6 +637,14 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("firewall.log.per_sec", Restart, "50", None),
     ("firewall.log.burst", Restart, "50", None),
     ("firewall.log.queue_events", Restart, "1024", None),
+    (
+        "firewall.log.drops",
+        Restart,
+        "[\"conntrack_invalid\"]",
+        None,
+    ),
+    ("firewall.log.drops_sample", Restart, "10", None),
+    ("firewall.log.drops_per_sec", Restart, "5", None),
     ("firewall.recheck_established", Applied, "true", None),
     ("metrics.listen", Restart, "\"127.0.0.1:9200\"", None),
     (

@@ -1002,6 +1002,75 @@ fn a_logged_pair_logs_its_defaults_decisions_only() {
     assert_eq!(event.dst, (IpAddr::from(WAN_ADDR), 22));
 }
 
+/// The drop log samples a burst's drops for the asked reasons, one in N, each with its flow
+/// as the dropped frame gives it and the zone it came from; what passes, and drops for other
+/// reasons, are not logged.
+#[test]
+fn the_drop_log_samples_the_asked_reasons_drops_from_a_burst() {
+    use pipeline::state::drop_log::DropSampler;
+    use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
+    use pipeline::verdict::ReasonSet;
+    use std::net::IpAddr;
+    let mut reasons = ReasonSet::default();
+    reasons.insert(DropReason::FirewallDrop);
+    let log = Arc::new(FirewallLog::new(16));
+    let logger = FirewallLogger::new(log.clone(), 100, 100);
+    let setup = WorkerSetup {
+        firewall_log: Some(logger.with_drops(DropSampler::new(reasons, 2, 100, 100))),
+        ..WorkerSetup::default()
+    };
+    let mut gw = Gateway::with(Arc::new(config(1500, Vec::new(), 0, false)), setup);
+    // Four UDP datagrams from the WAN to the gateway's port 22 (the wan -> local default
+    // drops them), a LAN host's datagram out (it passes), and one to a MAC not the WAN's.
+    let mut burst: Vec<(Vec<u8>, u16)> = (0..4)
+        .map(|i| (udp(WAN, (REMOTE, 6000 + i), (WAN_ADDR, 22), &[0; 8]), WAN))
+        .collect();
+    burst.push((udp(LAN, (HOST, 40000), (REMOTE, 53), &[0; 8]), LAN));
+    let mut foreign = udp(WAN, (REMOTE, 7000), (WAN_ADDR, 22), &[0; 8]);
+    foreign[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0x99]);
+    burst.push((foreign, WAN));
+    let mut rooms = vec![[GARBAGE; ROOM]; burst.len()];
+    let mut packets: Vec<PacketBuf> = rooms
+        .iter_mut()
+        .zip(&burst)
+        .map(|(room, (frame, _))| {
+            room[..frame.len()].copy_from_slice(frame);
+            PacketBuf::new(room, frame.len())
+        })
+        .collect();
+    let ingress: Vec<Ingress> = burst
+        .iter()
+        .map(|&(_, port)| Ingress {
+            port,
+            handed_off: false,
+        })
+        .collect();
+    let mut verdicts = vec![Verdict::Drop(DropReason::NotOurMac); burst.len()];
+    gw.pipeline
+        .process_burst(&mut packets, &ingress, 60, &mut verdicts, |_| {});
+    assert_eq!(verdicts[..4], [Verdict::Drop(DropReason::FirewallDrop); 4]);
+    assert_eq!(verdicts[4], Verdict::Transmit { port: WAN });
+    assert_eq!(verdicts[5], Verdict::Drop(DropReason::NotOurMac));
+
+    let mut events = Vec::new();
+    log.drain(|event| events.push(event));
+    let sources: Vec<_> = events.iter().map(|event| event.src).collect();
+    assert_eq!(
+        sources,
+        [(IpAddr::from(REMOTE), 6000), (IpAddr::from(REMOTE), 6002)],
+        "one in two of the firewall's drops, and nothing else: {events:?}"
+    );
+    let event = &events[0];
+    assert_eq!(event.dropped, Some(DropReason::FirewallDrop));
+    assert_eq!(&*event.rule, "firewall_drop");
+    assert_eq!(
+        (event.action, event.from, event.ingress),
+        (Action::Drop, WAN_ZONE, WAN)
+    );
+    assert_eq!(event.dst, (IpAddr::from(WAN_ADDR), 22));
+    assert_eq!(event.protocol, 17);
+}
+
 // --- 4. Hairpin ----------------------------------------------------------------------------
 
 #[test]

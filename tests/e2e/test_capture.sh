@@ -3,7 +3,8 @@
 # and dpdk-dumpcap (a secondary process, attached by the file prefix) captures a ping through
 # the gateway on the LAN port into pcapng, which tshark reads with both directions; `gateway
 # ctl capture` does the same through the ctl socket with a filter, writing only what matches;
-# `gateway ctl capture --drops` writes the packets the workers dropped for a reason.
+# `gateway ctl capture --drops` writes the packets the workers dropped for a reason, and the
+# drop log (`[firewall.log] drops`) writes the same drops as JSON lines.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 PREFIX=gateway-e2e-pdump
@@ -23,6 +24,8 @@ lab_config 19150 | sed -e "s/^file_prefix = .*/file_prefix = \"$PREFIX\"/" \
     -e 's/^hugepages = .*/hugepages = "required"/' -e 's/^pdump = .*/pdump = true/' >"$WORK/gateway.toml"
 grep -q '^pdump = true' "$WORK/gateway.toml" || fail "configs/lab.toml has no eal.pdump line to turn on"
 printf '\n[ctl]\nsocket = "%s"\n' "$WORK/run/ctl.sock" >>"$WORK/gateway.toml"
+printf '\n[firewall.log]\njson_file = "%s"\ndrops = ["firewall_drop"]\n' "$WORK/firewall.jsonl" \
+    >>"$WORK/gateway.toml"
 ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
 start_gateway "$WORK/gateway.toml"
 grep -q "rte_pdump up" "$WORK/gateway.log" || fail "the gateway did not log rte_pdump up"
@@ -95,6 +98,21 @@ dropped=$(grep -c '^10.0.0.2;192.168.10.2;7777;dropped: firewall_drop (worker ' 
 ((total == 3 && dropped == 3)) ||
     fail "gateway ctl capture --drops firewall_drop --count 3 wrote $total packets, $dropped of them the WAN host's dropped UDP with its reason: $(head -n 5 "$WORK/drops.txt")"
 pass "gateway ctl capture --drops firewall_drop: the 3 dropped packets as they arrived, each with its reason, and none of the pings that passed"
+
+# The drop log saw the same drops (each of them: drops_sample = 1, within 10 a second), one
+# JSON line each with the reason, the zone and interface they came from, and the flow.
+logged=0
+for _ in $(seq 1 30); do
+    logged=$(grep -c '"reason":"firewall_drop","action":"drop","from":"wan","in":"wan","protocol":"udp","src":"10.0.0.2","src_port":[0-9]*,"dst":"192.168.10.2","dst_port":7777}' \
+        "$WORK/firewall.jsonl" 2>/dev/null || true)
+    [ "$logged" -ge 3 ] && break
+    sleep 0.1
+done
+[ "$logged" -ge 3 ] ||
+    fail "the drop log wrote $logged lines for the WAN host's dropped UDP, not 3 or more: $(head -n 5 "$WORK/firewall.jsonl" 2>/dev/null)"
+grep -q '"dst":"10.0.0.2"' "$WORK/firewall.jsonl" &&
+    fail "the drop log logged a packet of the pings that passed: $(grep '"dst":"10.0.0.2"' "$WORK/firewall.jsonl" | head -n 2)"
+pass "the drop log (firewall.log.drops = [\"firewall_drop\"]) wrote $logged of the dropped datagrams as JSON lines, with reason, zone and flow, and none of the pings"
 ctl capture --drops no_such_reason -w "$WORK/x.pcapng" >"$WORK/ctl-err.log" 2>&1 &&
     fail "gateway ctl capture --drops of an unknown reason succeeded"
 grep -q 'drops: no drop reason "no_such_reason"' "$WORK/ctl-err.log" ||

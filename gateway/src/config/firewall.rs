@@ -1,6 +1,7 @@
 //! `[firewall]`: zones' policies, rules, pinholes and the firewall log.
 
 use super::*;
+use pipeline::verdict::ReasonSet;
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -58,6 +59,14 @@ pub struct FirewallLogConfig {
     /// Decisions each worker may hold between two sends (every 100 ms); beyond, lost and
     /// counted.
     pub queue_events: usize,
+    /// The drop log: packets dropped for these reasons (the `reason` labels of
+    /// `gateway_dropped_packets_total`) are logged too, sampled; empty: none.
+    pub drops: Vec<String>,
+    /// One in this many of a worker's drops for those reasons is logged (1: each).
+    pub drops_sample: u32,
+    /// Sampled drops each worker may log per second (and at once), apart from the rules'
+    /// budget, so that a flood of drops cannot crowd out their decisions.
+    pub drops_per_sec: u32,
 }
 
 impl Default for FirewallLogConfig {
@@ -70,6 +79,9 @@ impl Default for FirewallLogConfig {
             per_sec: 100,
             burst: 100,
             queue_events: 4096,
+            drops: Vec::new(),
+            drops_sample: 1,
+            drops_per_sec: 10,
         }
     }
 }
@@ -77,6 +89,12 @@ impl Default for FirewallLogConfig {
 impl FirewallLogConfig {
     pub fn enabled(&self) -> bool {
         self.syslog_udp.is_some() || self.syslog_unix.is_some() || self.json_file.is_some()
+    }
+
+    /// The drop log's reasons, as validation accepted them (an unknown label is refused
+    /// there): none where there is no drop log.
+    pub fn drop_reasons(&self) -> ReasonSet {
+        ReasonSet::from_labels(self.drops.iter().map(String::as_str)).unwrap_or_default()
     }
 }
 

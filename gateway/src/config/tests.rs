@@ -579,6 +579,40 @@ fn a_logged_rule_needs_a_firewall_log_destination() {
 }
 
 #[test]
+fn the_drop_log_names_known_reasons_and_needs_a_destination() {
+    let drops = "\n[firewall.log]\ndrops = [\"conntrack_invalid\", \"no_such_reason\"]\n";
+    let err = parse(&format!("{LAB}{drops}")).unwrap_err().to_string();
+    assert!(err.starts_with("firewall.log.drops[1]:"), "{err}");
+    assert!(
+        err.contains("\"no_such_reason\" is no drop reason"),
+        "{err}"
+    );
+    let known = drops.replace(", \"no_such_reason\"", "");
+    let err = parse(&format!("{LAB}{known}")).unwrap_err().to_string();
+    assert!(err.starts_with("firewall.log.drops:"), "{err}");
+    let sent = format!("{LAB}{known}syslog_udp = \"127.0.0.1:514\"\n");
+    let config = parse(&sent).unwrap();
+    let reasons = config.firewall.log.drop_reasons();
+    assert!(reasons.contains(pipeline::DropReason::ConntrackInvalid));
+    assert!(!reasons.contains(pipeline::DropReason::FirewallDrop));
+    assert_eq!(
+        (
+            config.firewall.log.drops_sample,
+            config.firewall.log.drops_per_sec
+        ),
+        (1, 10),
+        "each asked drop, at most 10 a second per worker, unless told otherwise"
+    );
+    for (line, field) in [
+        ("drops_sample = 0", "firewall.log.drops_sample:"),
+        ("drops_per_sec = 0", "firewall.log.drops_per_sec:"),
+    ] {
+        let err = parse(&format!("{sent}{line}\n")).unwrap_err().to_string();
+        assert!(err.starts_with(field), "{line}: {err}");
+    }
+}
+
+#[test]
 fn pdump_needs_hugepages_and_leaves_in_memory() {
     let off = format!("{LAB}\n[eal]\npdump = true\nhugepages = \"off\"\n");
     let err = parse(&off).unwrap_err().to_string();

@@ -1,6 +1,7 @@
 //! Start-up's workers: each worker's rings, pipeline (with the snapshot's flows restored),
 //! queues and links, launched on its lcore and watched.
 
+use pipeline::state::drop_log::DropSampler;
 use pipeline::state::nat::NatLog;
 
 use super::*;
@@ -122,11 +123,19 @@ pub(crate) fn start_workers(
         if log_config.enabled() {
             let log = Arc::new(FirewallLog::new(log_config.queue_events));
             firewall_logs.push(log.clone());
-            setup.firewall_log = Some(FirewallLogger::new(
-                log,
-                log_config.per_sec,
-                log_config.burst,
-            ));
+            let logger = FirewallLogger::new(log, log_config.per_sec, log_config.burst);
+            let drop_reasons = log_config.drop_reasons();
+            setup.firewall_log = Some(if drop_reasons.is_empty() {
+                logger
+            } else {
+                let per_sec = log_config.drops_per_sec;
+                logger.with_drops(DropSampler::new(
+                    drop_reasons,
+                    log_config.drops_sample,
+                    per_sec,
+                    per_sec,
+                ))
+            });
         }
         let pipeline =
             Pipeline::for_worker(router.load().0, neighbors.load().0, counters.clone(), setup)

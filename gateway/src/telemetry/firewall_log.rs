@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use pipeline::state::firewall::{Action, ZoneId};
 use pipeline::state::firewall_log::{FirewallEvent, FirewallLog};
-use pipeline::RouterConfig;
+use pipeline::{DropReason, RouterConfig};
 use serde::Serialize;
 
 use crate::config::FirewallLogConfig;
@@ -189,17 +189,23 @@ fn open_json_file(path: &std::path::Path) -> Result<File, EventLogError> {
 }
 
 /// One JSON lines entry: its keys in this order, `forwarded_to` and `origin` only where set.
+/// A sampled drop has `reason` in place of `rule`, and no `to` or `out` (where the packet
+/// was going was not decided).
 #[derive(Serialize)]
 struct JsonEntry<'a> {
     time: &'a str,
-    rule: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
     action: &'static str,
     from: &'a str,
-    to: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to: Option<&'a str>,
     #[serde(rename = "in")]
     ingress: &'a str,
-    #[serde(rename = "out")]
-    egress: &'a str,
+    #[serde(rename = "out", skip_serializing_if = "Option::is_none")]
+    egress: Option<&'a str>,
     protocol: String,
     src: IpAddr,
     src_port: u16,
@@ -216,14 +222,16 @@ struct JsonEntry<'a> {
 /// "dst":"10.0.0.2","dst_port":9}` and a newline, appended to `out`: the syslog message's
 /// parameters, the addresses bare and the ports apart.
 fn json_line(out: &mut Vec<u8>, timestamp: &str, event: &FirewallEvent, labels: &Labels) {
+    let decided = event.dropped.is_none();
     let entry = JsonEntry {
         time: timestamp,
-        rule: &event.rule,
+        rule: decided.then_some(&*event.rule),
+        reason: event.dropped.map(DropReason::label),
         action: event.action.name(),
         from: labels.zone(event.from),
-        to: labels.zone(event.to),
+        to: decided.then(|| labels.zone(event.to)),
         ingress: labels.interface(event.ingress),
-        egress: event.egress.map_or("local", |port| labels.interface(port)),
+        egress: decided.then(|| event.egress.map_or("local", |port| labels.interface(port))),
         protocol: protocol_name(event.protocol),
         src: event.src.0,
         src_port: event.src.1,
@@ -267,6 +275,20 @@ fn format_event(
     let protocol = protocol_name(event.protocol);
     // A socket address writes an IPv6 address in brackets before its port.
     let (src, dst) = (SocketAddr::from(event.src), SocketAddr::from(event.dst));
+    if let Some(reason) = event.dropped {
+        let _ = write!(
+            out,
+            "<{}>1 {timestamp} {} gateway {} FIREWALL [{SD_ID} reason=\"{}\" action=\"drop\" from=\"{}\" in=\"{}\" protocol=\"{protocol}\" src=\"{src}\" dst=\"{dst}\"] dropped ({}): {protocol} {src} -> {dst}",
+            header.priority + severity(Action::Drop),
+            header.hostname,
+            header.pid,
+            reason.label(),
+            sd_escape(labels.zone(event.from)),
+            labels.interface(event.ingress),
+            reason.label(),
+        );
+        return;
+    }
     let _ = write!(
         out,
         "<{}>1 {timestamp} {} gateway {} FIREWALL [{SD_ID} rule=\"{}\" action=\"{action}\" from=\"{}\" to=\"{}\" in=\"{}\" out=\"{}\" protocol=\"{protocol}\" src=\"{src}\" dst=\"{dst}\"",
@@ -342,6 +364,7 @@ mod tests {
             dst: (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 9),
             forwarded_to: None,
             from_kernel: false,
+            dropped: None,
         }
     }
 
@@ -439,6 +462,31 @@ mod tests {
         assert_eq!(second["from"], "wan");
         assert_eq!(second["forwarded_to"], "192.168.10.5:80");
         assert_eq!(second["origin"], "kernel");
+    }
+
+    /// A sampled drop names its reason where a decision names its rule, and has no `to` or
+    /// `out`: where the packet was going was not decided.
+    #[test]
+    fn a_sampled_drop_names_its_reason() {
+        let dropped = FirewallEvent {
+            rule: Arc::from("conntrack_invalid"),
+            from: ZoneId(1),
+            to: ZoneId(1),
+            ingress: 1,
+            egress: None,
+            dropped: Some(DropReason::ConntrackInvalid),
+            ..drop_to_discard()
+        };
+        assert_eq!(
+            message(&dropped, &labels()),
+            "<132>1 2026-12-05T11:00:00.000Z gw gateway 42 FIREWALL [fw@32473 reason=\"conntrack_invalid\" action=\"drop\" from=\"wan\" in=\"wan\" protocol=\"tcp\" src=\"192.168.10.2:40000\" dst=\"10.0.0.2:9\"] dropped (conntrack_invalid): tcp 192.168.10.2:40000 -> 10.0.0.2:9"
+        );
+        let mut line = Vec::new();
+        json_line(&mut line, "2026-12-05T11:00:00.000Z", &dropped, &labels());
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            "{\"time\":\"2026-12-05T11:00:00.000Z\",\"reason\":\"conntrack_invalid\",\"action\":\"drop\",\"from\":\"wan\",\"in\":\"wan\",\"protocol\":\"tcp\",\"src\":\"192.168.10.2\",\"src_port\":40000,\"dst\":\"10.0.0.2\",\"dst_port\":9}\n"
+        );
     }
 
     #[test]

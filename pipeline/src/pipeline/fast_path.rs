@@ -44,6 +44,8 @@ use crate::pipeline::config::{Interface, RouterConfig};
 use crate::pipeline::stage::{FlowProbe, Ingress, Route, MAX_BURST};
 use crate::pipeline::Pipeline;
 use crate::state::conntrack::{FlowHash, FlowId, FlowTable, Probe, TableKey, TcpSegment, Track};
+use crate::state::firewall::ZoneId;
+use crate::state::firewall_log::FirewallLogger;
 use crate::state::flow_data::{
     settled, ContentState, FeatureHosts6, FeaturePlan, Features, Nat44Shortcut, Shortcut,
 };
@@ -95,6 +97,24 @@ fn track_covered<D: Copy, K: TableKey>(
         flows.track(flow, direction, segment, now_ns),
         Track::Invalid(_)
     )
+}
+
+/// Hands the drop log each of a burst's dropped packets, with the zone it arrived from.
+#[cold]
+fn log_drops(
+    logger: &mut FirewallLogger,
+    router: &RouterConfig,
+    (packets, ingress): (&[PacketBuf], &[Ingress]),
+    verdicts: &[Verdict],
+    now_ns: u64,
+) {
+    for ((packet, ingress), verdict) in packets.iter().zip(ingress).zip(verdicts) {
+        if let Verdict::Drop(reason) = *verdict {
+            let zone = router.stateful.zones.get(usize::from(ingress.port));
+            let zone = zone.copied().unwrap_or(ZoneId::LOCAL);
+            logger.dropped(reason, packet.bytes(), (ingress.port, zone), now_ns);
+        }
+    }
 }
 
 /// The flow key of an IPv4 frame, if it has one (not a fragment, not malformed): what the
@@ -291,6 +311,22 @@ impl Pipeline {
                 None => self.process_keyed(pkt, ingress[i], keys[i].as_ref(), now_ns),
             };
             self.keep_shape_request(i);
+        }
+        // The drop log (`[firewall.log] drops`) looks at the burst's verdicts once they are
+        // all known; without it, a burst pays this one test.
+        if let Some(logger) = self
+            .stateful
+            .firewall_log
+            .as_mut()
+            .filter(|logger| logger.logs_drops())
+        {
+            log_drops(
+                logger,
+                &self.router,
+                (&packets[..count], &ingress[..count]),
+                &verdicts[..count],
+                now_ns,
+            );
         }
     }
 

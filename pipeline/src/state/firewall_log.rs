@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use crate::flow::{FlowKey, FlowKey6};
 use crate::ratelimit::TokenBucket;
+use crate::state::drop_log::{dropped_flow, DropSampler, Sampled};
 use crate::state::event_log::EventLog;
 use crate::state::firewall::{Action, RuleSet, ZoneId};
+use crate::verdict::DropReason;
 
 /// One decision of a logged rule, port forward or zone pair.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,16 +40,30 @@ pub struct FirewallEvent {
     pub forwarded_to: Option<(Ipv4Addr, u16)>,
     /// From the gateway's own kernel (the `local` zone).
     pub from_kernel: bool,
+    /// A drop the drop log sampled (`[firewall.log] drops`), not a rule's decision: `rule`
+    /// is then the reason's label, both zones are the ingress interface's (where the packet
+    /// was going was not decided), and the flow is what the dropped frame says of itself.
+    pub dropped: Option<DropReason>,
 }
 
 /// One worker's queue of firewall events.
 pub type FirewallLog = EventLog<FirewallEvent>;
 
-/// A worker's end of the firewall log: the queue and the worker's budget for it.
+/// A worker's end of the firewall log: the queue and the worker's budget for it, and the
+/// drop log's sampler where drops are logged too.
 #[derive(Clone, Debug)]
 pub struct FirewallLogger {
     log: Arc<FirewallLog>,
     budget: TokenBucket,
+    drops: Option<DropLog>,
+}
+
+/// The drop log's part of a worker's logger: the sampler, and each reason's label as the
+/// events name it (made once, so that an event shares it).
+#[derive(Clone, Debug)]
+struct DropLog {
+    sampler: DropSampler,
+    labels: Vec<Arc<str>>,
 }
 
 /// Where and how a decision was made, beside the flow: for [`FirewallLogger::record`] and
@@ -144,7 +160,81 @@ impl FirewallLogger {
         FirewallLogger {
             log,
             budget: TokenBucket::new(per_sec, burst),
+            drops: None,
         }
+    }
+
+    /// Logs the drops `sampler` samples too, within its own budget.
+    pub fn with_drops(mut self, sampler: DropSampler) -> Self {
+        let labels = DropReason::ALL
+            .iter()
+            .map(|reason| Arc::from(reason.label()))
+            .collect();
+        self.drops = Some(DropLog { sampler, labels });
+        self
+    }
+
+    /// Whether drops are logged: else a burst's verdicts are not looked at.
+    #[inline]
+    pub fn logs_drops(&self) -> bool {
+        self.drops.is_some()
+    }
+
+    /// A packet dropped for `reason`, as `frame` holds it, received by port `ingress` of
+    /// zone `zone`: queued if the drop log asks for the reason and samples this one (within
+    /// its budget; over it, counted lost). A frame that is not IP is not logged: it has no
+    /// flow to name (`gateway ctl capture --drops` shows it).
+    #[inline]
+    pub fn dropped(
+        &mut self,
+        reason: DropReason,
+        frame: &[u8],
+        (ingress, zone): (u16, ZoneId),
+        now_ns: u64,
+    ) {
+        if self
+            .drops
+            .as_ref()
+            .is_some_and(|drops| drops.sampler.wants(reason))
+        {
+            self.record_drop(reason, frame, (ingress, zone), now_ns);
+        }
+    }
+
+    #[cold]
+    fn record_drop(
+        &mut self,
+        reason: DropReason,
+        frame: &[u8],
+        (ingress, zone): (u16, ZoneId),
+        now_ns: u64,
+    ) {
+        let Some(drops) = self.drops.as_mut() else {
+            return;
+        };
+        match drops.sampler.sample(now_ns) {
+            Sampled::Skipped => return,
+            Sampled::OverBudget => return self.log.count_lost(),
+            Sampled::Logged => {}
+        }
+        let Some(flow) = dropped_flow(frame) else {
+            return;
+        };
+        self.log.push(FirewallEvent {
+            at_ns: self.log.now_ns(),
+            rule: drops.labels[reason as usize].clone(),
+            action: Action::Drop,
+            from: zone,
+            to: zone,
+            ingress,
+            egress: None,
+            protocol: flow.protocol,
+            src: flow.src,
+            dst: flow.dst,
+            forwarded_to: None,
+            from_kernel: false,
+            dropped: Some(reason),
+        });
     }
 
     pub fn log(&self) -> &Arc<FirewallLog> {
@@ -179,6 +269,7 @@ impl FirewallLogger {
             dst,
             forwarded_to: decision.forwarded_to.map(|(_, target)| target),
             from_kernel: decision.from_kernel,
+            dropped: None,
         });
     }
 }

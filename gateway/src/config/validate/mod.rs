@@ -8,6 +8,7 @@ mod warnings;
 pub(crate) use interfaces::*;
 
 use super::*;
+use pipeline::verdict::ReasonSet;
 
 /// Neighbour confirmations older than this are not worth trusting, and the nanoseconds stay
 /// far from wrapping.
@@ -473,6 +474,27 @@ impl GatewayConfig {
                 "must be positive (to log nothing, leave log = true off the rules)",
             ));
         }
+        if let Err(label) = ReasonSet::from_labels(log.drops.iter().map(String::as_str)) {
+            let i = log.drops.iter().position(|drop| drop == label).unwrap_or(0);
+            return Err(invalid(
+                format!("firewall.log.drops[{i}]"),
+                format!(
+                    "{label:?} is no drop reason (the `reason` labels of \
+                     gateway_dropped_packets_total, e.g. conntrack_invalid, firewall_drop)"
+                ),
+            ));
+        }
+        if log.drops_sample == 0 || log.drops_per_sec == 0 {
+            let field = if log.drops_sample == 0 {
+                "drops_sample"
+            } else {
+                "drops_per_sec"
+            };
+            return Err(invalid(
+                format!("firewall.log.{field}"),
+                "must be positive (to log no drops, leave firewall.log.drops empty)",
+            ));
+        }
         if let Some(path) = &log.json_file {
             if !path.is_absolute() {
                 return Err(invalid(
@@ -484,11 +506,13 @@ impl GatewayConfig {
         let logged_rule = self.firewall.rules.iter().position(|rule| rule.log);
         let logged_forward = self.nat.port_forwards.iter().position(|fwd| fwd.log);
         let logged_pair = self.firewall.policy.iter().position(|pair| pair.log);
-        let field = match (logged_rule, logged_forward, logged_pair) {
-            (Some(i), _, _) => format!("firewall.rules[{i}].log"),
-            (None, Some(i), _) => format!("nat.port_forwards[{i}].log"),
-            (None, None, Some(i)) => format!("firewall.policy[{i}].log"),
-            (None, None, None) => return Ok(()),
+        let logged_drops = !log.drops.is_empty();
+        let field = match (logged_rule, logged_forward, logged_pair, logged_drops) {
+            (Some(i), _, _, _) => format!("firewall.rules[{i}].log"),
+            (None, Some(i), _, _) => format!("nat.port_forwards[{i}].log"),
+            (None, None, Some(i), _) => format!("firewall.policy[{i}].log"),
+            (None, None, None, true) => "firewall.log.drops".to_string(),
+            (None, None, None, false) => return Ok(()),
         };
         if !log.enabled() {
             return Err(invalid(
