@@ -1002,6 +1002,59 @@ fn a_logged_pair_logs_its_defaults_decisions_only() {
     assert_eq!(event.dst, (IpAddr::from(WAN_ADDR), 22));
 }
 
+/// A logged rule's accept of a masqueraded flow carries the source it leaves with, after the
+/// translation; its drop of another carries none.
+#[test]
+fn a_logged_accept_carries_its_masqueraded_source() {
+    use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
+    use std::net::IpAddr;
+    let web = Rule {
+        from: Some(LAN_ZONE),
+        protocol: Some(6),
+        dst_ports: Some(443..=443),
+        ..rule("web-out", Action::Accept)
+    };
+    let discard = Rule {
+        from: Some(LAN_ZONE),
+        protocol: Some(6),
+        dst_ports: Some(9..=9),
+        ..rule("no-discard", Action::Drop)
+    };
+    let mut router = config(1500, vec![web, discard], 0, false);
+    router.stateful.firewall.attach_logged(vec![
+        Some(Arc::from("web-out")),
+        Some(Arc::from("no-discard")),
+    ]);
+    let log = Arc::new(FirewallLog::new(16));
+    let setup = WorkerSetup {
+        firewall_log: Some(FirewallLogger::new(log.clone(), 100, 100)),
+        ..WorkerSetup::default()
+    };
+    let mut gw = Gateway::with(Arc::new(router), setup);
+    let out = tcp(LAN, (HOST, 40000), (REMOTE, 443), seg(SYN, C_ISN, 0), &[]);
+    let (verdict, sent) = gw.process(&out, LAN, 1);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    let ((address, port), _) = endpoints(&sent);
+    let left_with = (std::net::Ipv4Addr::from(address), port);
+    let discard = tcp(LAN, (HOST, 40001), (REMOTE, 9), seg(SYN, C_ISN, 0), &[]);
+    gw.expect_drop(&discard, LAN, 2, DropReason::FirewallDrop);
+
+    let mut events = Vec::new();
+    log.drain(|event| events.push(event));
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        (&*events[0].rule, events[0].action),
+        ("web-out", Action::Accept)
+    );
+    assert_eq!(events[0].src, (IpAddr::from(HOST), 40000), "as it arrived");
+    assert_eq!(events[0].translated_src, Some(left_with), "as it left");
+    assert_eq!(address, WAN_ADDR);
+    assert_eq!(
+        (&*events[1].rule, events[1].translated_src),
+        ("no-discard", None)
+    );
+}
+
 /// The drop log samples a burst's drops for the asked reasons, one in N, each with its flow
 /// as the dropped frame gives it and the zone it came from; what passes, and drops for other
 /// reasons, are not logged.

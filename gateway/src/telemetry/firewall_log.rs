@@ -188,7 +188,8 @@ fn open_json_file(path: &std::path::Path) -> Result<File, EventLogError> {
         })
 }
 
-/// One JSON lines entry: its keys in this order, `forwarded_to` and `origin` only where set.
+/// One JSON lines entry: its keys in this order, `forwarded_to`, `translated_src` and
+/// `origin` only where set.
 /// A sampled drop has `reason` in place of `rule`, and no `to` or `out` (where the packet
 /// was going was not decided).
 #[derive(Serialize)]
@@ -213,6 +214,8 @@ struct JsonEntry<'a> {
     dst_port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     forwarded_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    translated_src: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     origin: Option<&'static str>,
 }
@@ -240,6 +243,9 @@ fn json_line(out: &mut Vec<u8>, timestamp: &str, event: &FirewallEvent, labels: 
         forwarded_to: event
             .forwarded_to
             .map(|(address, port)| format!("{address}:{port}")),
+        translated_src: event
+            .translated_src
+            .map(|(address, port)| format!("{address}:{port}")),
         origin: event.from_kernel.then_some("kernel"),
     };
     // Strings and numbers only: serializing into memory cannot fail.
@@ -262,7 +268,8 @@ fn severity(action: Action) -> u8 {
 /// src="192.168.10.2:40000" dst="10.0.0.2:9"] firewall drop by no-discard: tcp
 /// 192.168.10.2:40000 -> 10.0.0.2:9` (one line; IPv6 addresses in brackets,
 /// `[2001:db8::1]:443`). `out="local"` (and `to="local"`) for traffic to the gateway; a port
-/// forward adds `forwarded_to="192.168.10.5:80"`; what the gateway's kernel opened,
+/// forward adds `forwarded_to="192.168.10.5:80"`, an accept masquerade translates
+/// `translated_src="203.0.113.5:1024"` (the source it leaves with); what the gateway's kernel opened,
 /// `origin="kernel"`.
 fn format_event(
     out: &mut Vec<u8>,
@@ -303,6 +310,9 @@ fn format_event(
     );
     if let Some((address, port)) = event.forwarded_to {
         let _ = write!(out, " forwarded_to=\"{address}:{port}\"");
+    }
+    if let Some((address, port)) = event.translated_src {
+        let _ = write!(out, " translated_src=\"{address}:{port}\"");
     }
     if event.from_kernel {
         let _ = write!(out, " origin=\"kernel\"");
@@ -363,6 +373,7 @@ mod tests {
             src: (IpAddr::V4(Ipv4Addr::new(192, 168, 10, 2)), 40000),
             dst: (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 9),
             forwarded_to: None,
+            translated_src: None,
             from_kernel: false,
             dropped: None,
         }
@@ -446,6 +457,7 @@ mod tests {
             to: ZoneId(0),
             src: (IpAddr::V6(Ipv6Addr::LOCALHOST), 1),
             forwarded_to: Some((Ipv4Addr::new(192, 168, 10, 5), 80)),
+            translated_src: Some((Ipv4Addr::new(10, 0, 0, 1), 1024)),
             from_kernel: true,
             ..drop_to_discard()
         };
@@ -461,6 +473,7 @@ mod tests {
         assert_eq!(second["src"], "::1");
         assert_eq!(second["from"], "wan");
         assert_eq!(second["forwarded_to"], "192.168.10.5:80");
+        assert_eq!(second["translated_src"], "10.0.0.1:1024");
         assert_eq!(second["origin"], "kernel");
     }
 

@@ -8,6 +8,7 @@
 //! they arrive on: see [`flow_owner`]. A packet that lands elsewhere is handed to its owner.
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use crate::counters::WorkerCounters;
 use crate::features::content::{self, ContentInspector, ContentPolicy, DnsAction};
@@ -19,7 +20,7 @@ use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage, Wall
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
-use crate::state::firewall_log::{count_and_log, Decision, FirewallLogger};
+use crate::state::firewall_log::{count_and_log, count_decision, Decision, FirewallLogger};
 use crate::state::flow_data::{release, Binding, ContentState, FlowData, SynProxy};
 use crate::state::nat::{self, AllocError, NatPool, Ownership};
 use crate::state::syn_cookie::CookieJar;
@@ -89,6 +90,21 @@ impl StatefulStage {
             when,
             now_ns,
         );
+    }
+
+    /// Queues a decision counted already (`logged`: the name it is logged under, if it is),
+    /// with the source masquerade gave the flow where it did.
+    fn log_decision(
+        &mut self,
+        logged: Option<&Arc<str>>,
+        key: &FlowKey,
+        decision: Decision,
+        translated_src: Option<(Ipv4Addr, u16)>,
+        now_ns: u64,
+    ) {
+        if let (Some(name), Some(logger)) = (logged, self.firewall_log.as_mut()) {
+            logger.record_translated(name, key, decision, translated_src, now_ns);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -340,7 +356,17 @@ impl StatefulStage {
             pinholed: false,
             from_kernel: false,
         };
-        self.decided(stateful, rule, &key, decision, now_ns);
+        let when = (self.worker, self.unix_seconds(now_ns));
+        let logged = count_decision(&stateful.firewall, rule, &decision, when);
+        // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
+        // port must see replies come back through the gateway, so its source becomes ours.
+        let hairpin = dnat.is_some() && !stateful.masquerade[usize::from(ingress.port)];
+        // An accept whose source masquerade translates is logged once it is, with the
+        // source the flow leaves with; the rest now.
+        let translates = action == Action::Accept && (stateful.masquerade[egress] || hairpin);
+        if !translates {
+            self.log_decision(logged, &key, decision, None, now_ns);
+        }
         match action {
             Action::Accept => {}
             Action::Drop => return Stage::Done(Verdict::Drop(DropReason::FirewallDrop)),
@@ -382,9 +408,6 @@ impl StatefulStage {
                 }
             }
         }
-        // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
-        // port must see replies come back through the gateway, so its source becomes ours.
-        let hairpin = dnat.is_some() && !stateful.masquerade[usize::from(ingress.port)];
         if stateful.masquerade[egress] && !interfaces[egress].has_address() {
             return Stage::Done(Verdict::Drop(DropReason::InterfaceUnaddressed));
         }
@@ -399,6 +422,9 @@ impl StatefulStage {
             Ok(translated) => translated,
             Err(reason) => return Stage::Done(Verdict::Drop(reason)),
         };
+        if translates {
+            self.log_decision(logged, &key, decision, Some(source), now_ns);
+        }
         let StatefulStage { flows, nat, .. } = self;
         let reply = reply_key(key.protocol, (dst, dst_port), source);
         let data = FlowData {

@@ -38,6 +38,9 @@ pub struct FirewallEvent {
     /// Where a port forward sends it (the rules judge the flow after this translation).
     /// IPv4 only: a port forward is NAT44, and IPv6 has no NAT66 to forward with.
     pub forwarded_to: Option<(Ipv4Addr, u16)>,
+    /// The source an accepted flow leaves with, where masquerade (or a hairpin through a
+    /// forward) translates it. IPv4 only, as NAT44 is.
+    pub translated_src: Option<(Ipv4Addr, u16)>,
     /// From the gateway's own kernel (the `local` zone).
     pub from_kernel: bool,
     /// A drop the drop log sampled (`[firewall.log] drops`), not a rule's decision: `rule`
@@ -120,11 +123,26 @@ pub fn count_and_log(
     when: (u16, i64),
     now_ns: u64,
 ) {
+    if let (Some(name), Some(logger)) = (count_decision(firewall, rule, &decision, when), logger) {
+        logger.record(name, key, decision, now_ns);
+    }
+}
+
+/// [`count_and_log`]'s first half: counts the decision where it belongs and returns the name
+/// it is logged under, if it is logged, for a caller that logs it later (once masquerade has
+/// translated the flow's source).
+#[inline]
+pub fn count_decision<'r>(
+    firewall: &'r RuleSet,
+    rule: Option<usize>,
+    decision: &Decision,
+    when: (u16, i64),
+) -> Option<&'r Arc<str>> {
     // A forward or a pinhole without a matching rule is its own decision, not the pair's.
     let by_pair = decision.forwarded_to.is_none() && !decision.pinholed;
     let pair = (decision.from, decision.to);
     firewall.count_decision(rule, pair, by_pair, when);
-    let logged = match (rule, decision.forwarded_to) {
+    match (rule, decision.forwarded_to) {
         (Some(_), _) => firewall.logged(rule),
         (None, Some((forward, _))) => {
             firewall.count_forward(forward, when);
@@ -132,9 +150,6 @@ pub fn count_and_log(
         }
         (None, None) if by_pair => firewall.pair_logged(pair),
         (None, None) => None,
-    };
-    if let (Some(name), Some(logger)) = (logged, logger) {
-        logger.record(name, key, decision, now_ns);
     }
 }
 
@@ -232,6 +247,7 @@ impl FirewallLogger {
             src: flow.src,
             dst: flow.dst,
             forwarded_to: None,
+            translated_src: None,
             from_kernel: false,
             dropped: Some(reason),
         });
@@ -251,6 +267,20 @@ impl FirewallLogger {
         decision: Decision,
         now_ns: u64,
     ) {
+        self.record_translated(rule, key, decision, None, now_ns);
+    }
+
+    /// [`record`](Self::record) for an accepted flow whose source masquerade translated to
+    /// `translated_src`.
+    #[cold]
+    pub fn record_translated(
+        &mut self,
+        rule: &Arc<str>,
+        key: &impl LoggedFlow,
+        decision: Decision,
+        translated_src: Option<(Ipv4Addr, u16)>,
+        now_ns: u64,
+    ) {
         if !self.budget.try_take(now_ns) {
             self.log.count_lost();
             return;
@@ -268,6 +298,7 @@ impl FirewallLogger {
             src,
             dst,
             forwarded_to: decision.forwarded_to.map(|(_, target)| target),
+            translated_src,
             from_kernel: decision.from_kernel,
             dropped: None,
         });
