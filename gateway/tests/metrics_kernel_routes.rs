@@ -77,6 +77,7 @@ fn the_refused_kernel_routes_of_the_router_in_force_are_counted_by_reason() {
         firewall_log: None,
         pppoe: None,
         router: Some(published.clone()),
+        rule_series: 1000,
     });
     // Both series from the start, at 0: an alert can test the value, not its presence.
     let text = metrics.render();

@@ -49,6 +49,7 @@ impl Server {
             firewall_log: None,
             pppoe: None,
             router: None,
+            rule_series: 1000,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

@@ -647,6 +647,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("firewall.log.drops_per_sec", Restart, "5", None),
     ("firewall.recheck_established", Applied, "true", None),
     ("metrics.listen", Restart, "\"127.0.0.1:9200\"", None),
+    ("metrics.rule_series", Restart, "10", None),
     (
         "metrics.web_config",
         Restart,

@@ -152,6 +152,10 @@ pub struct MetricsConfig {
     /// A Prometheus exporter-toolkit web-config file (YAML): TLS and basic auth for the
     /// endpoint (`crate::config::web`). None: plain HTTP, no auth.
     pub web_config: Option<PathBuf>,
+    /// How many firewall rules, in rule order, have series of their own in the rule-hit
+    /// metrics; the rest are summed, per action, under `rule="(other rules)"`: a list of
+    /// many thousand rules cannot swell every scrape.
+    pub rule_series: usize,
 }
 
 impl Default for MetricsConfig {
@@ -159,6 +163,7 @@ impl Default for MetricsConfig {
         MetricsConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT)),
             web_config: None,
+            rule_series: 1000,
         }
     }
 }

@@ -167,6 +167,7 @@ impl<'a> Gateway<'a> {
             firewall_log: firewall_logger.as_ref().map(|logger| logger.stats.clone()),
             pppoe: pppoe_status,
             router: Some(router_published.clone()),
+            rule_series: config.metrics.rule_series,
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));
         let metrics_thread = match metrics::serve(

@@ -99,7 +99,7 @@ mod tests {
     fn config_listening_on(listen: SocketAddr) -> MetricsConfig {
         MetricsConfig {
             listen,
-            web_config: None,
+            ..MetricsConfig::default()
         }
     }
 

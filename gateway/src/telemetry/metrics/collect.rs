@@ -2,6 +2,10 @@
 //! (`Metrics::collect`), and rendering it as Prometheus text.
 
 use super::*;
+use pipeline::state::firewall::Action;
+
+/// The `rule` label of what the rules past `metrics.rule_series` decided, summed.
+pub const OTHER_RULES: &str = "(other rules)";
 
 /// A log's events by result: sent, send_failed, lost.
 pub(crate) fn export_log_stats<E>(
@@ -225,7 +229,19 @@ impl Metrics {
             let names = crate::compile::rule_hits::counter_names(firewall.rules());
             self.firewall_rule_hits.reset();
             self.firewall_rule_last_match.reset();
-            for ((name, rule), hits) in names.iter().zip(firewall.rules()).zip(firewall.hits()) {
+            let rules = names.iter().zip(firewall.rules()).zip(firewall.hits());
+            // Past the first `rule_series` rules, one series per action for all the rest.
+            let mut others = Vec::<(Action, u64)>::new();
+            let mut others_last = None;
+            for (index, ((name, rule), hits)) in rules.enumerate() {
+                if index >= self.sources.rule_series {
+                    match others.iter_mut().find(|(action, _)| *action == rule.action) {
+                        Some((_, total)) => *total += hits.total(),
+                        None => others.push((rule.action, hits.total())),
+                    }
+                    others_last = others_last.max(hits.last_matched());
+                    continue;
+                }
                 self.firewall_rule_hits
                     .with_label_values(&[name.as_str(), rule.action.name()])
                     .inc_by(hits.total());
@@ -234,6 +250,16 @@ impl Metrics {
                         .with_label_values(&[name.as_str()])
                         .set(last as i64);
                 }
+            }
+            for (action, total) in others {
+                self.firewall_rule_hits
+                    .with_label_values(&[OTHER_RULES, action.name()])
+                    .inc_by(total);
+            }
+            if let Some(last) = others_last {
+                self.firewall_rule_last_match
+                    .with_label_values(&[OTHER_RULES])
+                    .set(last as i64);
             }
             self.firewall_default_hits.reset();
             self.firewall_default_last_match.reset();

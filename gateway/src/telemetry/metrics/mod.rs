@@ -126,8 +126,10 @@ pub struct Sources {
     pub firewall_log: Option<Arc<crate::telemetry::firewall_log::FirewallLogStats>>,
     /// The PPPoE sessions, when an interface runs one.
     pub pppoe: Option<Arc<crate::control::pppoe_clients::PppoeStatus>>,
-    /// The router config in force, whose refused kernel routes are exported.
+    /// The router config in force, whose refused kernel routes and rule hits are exported.
     pub router: Option<Arc<Published<pipeline::RouterConfig>>>,
+    /// How many rules have hit series of their own (`metrics.rule_series`).
+    pub rule_series: usize,
 }
 
 /// A counter family whose value per label set is read from a source of type `T`.
