@@ -13,13 +13,7 @@ use std::time::{Duration, Instant};
 mod common;
 use common::*;
 
-use gateway::dataplane::published::Published;
-use gateway::reload::status::ReloadStatus;
-use gateway::telemetry::bond_watch::BondWatch;
-use gateway::telemetry::metrics::{
-    self, MeterExport, MeterSource, Metrics, Sources, HEADER_READ_TIMEOUT,
-};
-use pipeline::WorkerCounters;
+use gateway::telemetry::metrics::{self, Metrics, HEADER_READ_TIMEOUT};
 
 /// A running metrics server; stops it when dropped.
 struct Server {
@@ -30,27 +24,7 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let metrics = Metrics::new(Sources {
-            interfaces: Vec::new(),
-            meter: MeterSource {
-                workers: Vec::new(),
-                export: Arc::new(Published::new(Arc::new(MeterExport::default()))),
-            },
-            qos: Vec::new(),
-            ports: Default::default(),
-            pool: None,
-            bonds: Arc::new(BondWatch::default()),
-            workers: vec![Arc::new(WorkerCounters::default())],
-            control: Arc::new(WorkerCounters::default()),
-            reload: Arc::new(ReloadStatus::new()),
-            heartbeats: Vec::new(),
-            snapshot: Default::default(),
-            nat_log: None,
-            firewall_log: None,
-            pppoe: None,
-            router: None,
-            rule_series: 1000,
-        });
+        let metrics = Metrics::new(common::sources(None));
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let (addr, thread) = metrics::serve_on(loopback, metrics, stop.clone()).expect("serve");

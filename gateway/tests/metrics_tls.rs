@@ -18,13 +18,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use gateway::config::web::{self as web_config, WebConfig};
-use gateway::dataplane::published::Published;
-use gateway::reload::status::ReloadStatus;
-use gateway::telemetry::bond_watch::BondWatch;
-use gateway::telemetry::metrics::{
-    self, MeterExport, MeterSource, Metrics, Sources, TLS_HANDSHAKE_TIMEOUT,
-};
-use pipeline::WorkerCounters;
+use gateway::telemetry::metrics::{self, Metrics, TLS_HANDSHAKE_TIMEOUT};
 use rcgen::{
     BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
@@ -127,27 +121,7 @@ struct Server {
 
 impl Server {
     fn start(web: WebConfig) -> Server {
-        let metrics = Metrics::new(Sources {
-            interfaces: Vec::new(),
-            meter: MeterSource {
-                workers: Vec::new(),
-                export: Arc::new(Published::new(Arc::new(MeterExport::default()))),
-            },
-            qos: Vec::new(),
-            ports: Default::default(),
-            pool: None,
-            bonds: Arc::new(BondWatch::default()),
-            workers: vec![Arc::new(WorkerCounters::default())],
-            control: Arc::new(WorkerCounters::default()),
-            reload: Arc::new(ReloadStatus::new()),
-            heartbeats: Vec::new(),
-            snapshot: Default::default(),
-            nat_log: None,
-            firewall_log: None,
-            pppoe: None,
-            router: None,
-            rule_series: 1000,
-        });
+        let metrics = Metrics::new(common::sources(None));
         let stop = Arc::new(AtomicBool::new(false));
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let (addr, thread) =

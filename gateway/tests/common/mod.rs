@@ -1,4 +1,5 @@
-//! What the metrics server's tests under hostile clients share, plain HTTP and TLS alike:
+//! What the metrics tests share: the sources of a gateway with no ports or workers' traffic
+//! (`sources`); and, for the server's tests under hostile clients, plain HTTP and TLS alike,
 //! idle connections, clients that trickle a request's first bytes for ever, and scrapes
 //! timed while they do.
 // Each test crate uses its own part of this module.
@@ -10,7 +11,37 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway::telemetry::metrics::MAX_CONNECTIONS;
+use gateway::dataplane::published::Published;
+use gateway::reload::status::ReloadStatus;
+use gateway::telemetry::bond_watch::BondWatch;
+use gateway::telemetry::metrics::{MeterExport, MeterSource, Sources, MAX_CONNECTIONS};
+use pipeline::{RouterConfig, WorkerCounters};
+
+/// The metrics' sources of a gateway with no ports, one idle worker and, where given, the
+/// router config in force; `metrics.rule_series` at its default.
+pub fn sources(router: Option<Arc<Published<RouterConfig>>>) -> Sources {
+    Sources {
+        interfaces: Vec::new(),
+        meter: MeterSource {
+            workers: Vec::new(),
+            export: Arc::new(Published::new(Arc::new(MeterExport::default()))),
+        },
+        qos: Vec::new(),
+        ports: Default::default(),
+        pool: None,
+        bonds: Arc::new(BondWatch::default()),
+        workers: vec![Arc::new(WorkerCounters::default())],
+        control: Arc::new(WorkerCounters::default()),
+        reload: Arc::new(ReloadStatus::new()),
+        heartbeats: Vec::new(),
+        snapshot: Default::default(),
+        nat_log: None,
+        firewall_log: None,
+        pppoe: None,
+        router,
+        rule_series: 1000,
+    }
+}
 
 pub fn threads_of_this_process() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
