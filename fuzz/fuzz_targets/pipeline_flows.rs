@@ -145,20 +145,7 @@ fn forwards() -> Vec<PortForward> {
 }
 
 fn rule(name: &str, action: Action) -> Rule {
-    Rule {
-        name: name.to_string(),
-        from: None,
-        to: None,
-        src: None,
-        dst: None,
-        src6: None,
-        dst6: None,
-        protocol: None,
-        src_ports: None,
-        dst_ports: None,
-        icmp_type: None,
-        action,
-    }
+    Rule::matching_all(name, action)
 }
 
 /// The router config of each reload variant. The forwards, addresses and masquerade flags

@@ -86,18 +86,9 @@ fn the_refused_kernel_routes_of_the_router_in_force_are_counted_by_reason() {
 
 fn rule(name: &str, action: Action, port: u16) -> Rule {
     Rule {
-        name: name.to_string(),
-        from: None,
-        to: None,
-        src: None,
-        dst: None,
-        src6: None,
-        dst6: None,
         protocol: Some(6),
-        src_ports: None,
         dst_ports: Some(port..=port),
-        icmp_type: None,
-        action,
+        ..Rule::matching_all(name, action)
     }
 }
 

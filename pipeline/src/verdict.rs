@@ -275,18 +275,55 @@ pub struct ReasonSet(u128);
 
 const _: () = assert!(DropReason::COUNT <= 128, "a ReasonSet has a bit per reason");
 
+impl DropReason {
+    /// The reasons only the gateway decides, before the pipeline (a VLAN or PPPoE frame, a
+    /// chained mbuf), after it (a full queue or ring, the shaper) or on the control thread
+    /// (a neighbour that never answered): a burst's verdicts never carry them, so the drop
+    /// log and the drop capture cannot see them. `pipeline/tests/verdict_reasons.rs` holds
+    /// the list to the pipeline's source.
+    pub const OUTSIDE_PIPELINE: &'static [DropReason] = &[
+        DropReason::VlanDoubleTagged,
+        DropReason::PppoeMalformed,
+        DropReason::PppoeSession,
+        DropReason::PppoeForeignSource,
+        DropReason::PppoeNotPppoe,
+        DropReason::PppoeDown,
+        DropReason::QosCodel,
+        DropReason::QosQueueFull,
+        DropReason::MultiSegment,
+        DropReason::NeighborUnreachable,
+        DropReason::NeighborEvicted,
+        DropReason::ControlRingFull,
+        DropReason::ControlTxRingFull,
+        DropReason::HandoffRingFull,
+        DropReason::PuntRingFull,
+        DropReason::TwinTxFull,
+        DropReason::KernelRingFull,
+        DropReason::TxQueueFull,
+    ];
+
+    /// Whether the pipeline's verdicts can carry this reason (see [`Self::OUTSIDE_PIPELINE`]).
+    pub fn decided_by_pipeline(self) -> bool {
+        !DropReason::OUTSIDE_PIPELINE.contains(&self)
+    }
+}
+
 impl ReasonSet {
-    /// The set `labels` name, as the metrics' `reason` label writes them; Err: the first
-    /// label that is no reason's.
+    /// The set `labels` name, as the metrics' `reason` label writes them, of reasons the
+    /// pipeline decides; Err: the first label that is no reason's, or one of
+    /// [`DropReason::OUTSIDE_PIPELINE`]'s (with the reason).
     pub fn from_labels<'a>(
         labels: impl IntoIterator<Item = &'a str>,
-    ) -> Result<ReasonSet, &'a str> {
+    ) -> Result<ReasonSet, (&'a str, Option<DropReason>)> {
         let mut set = ReasonSet::default();
         for label in labels {
             let reason = DropReason::ALL
                 .iter()
                 .find(|reason| reason.label() == label)
-                .ok_or(label)?;
+                .ok_or((label, None))?;
+            if !reason.decided_by_pipeline() {
+                return Err((label, Some(*reason)));
+            }
             set.insert(*reason);
         }
         Ok(set)

@@ -401,18 +401,9 @@ fn rules_without_ipv4_prefixes_apply_to_ipv6() {
 fn logged_rules_and_pairs_log_ipv6_decisions() {
     use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
     let rule = Rule {
-        name: "no-dns-over-tcp".into(),
-        from: None,
-        to: None,
-        src: None,
-        dst: None,
-        src6: None,
-        dst6: None,
         protocol: Some(6),
-        src_ports: None,
         dst_ports: Some(53..=53),
-        icmp_type: None,
-        action: Action::Reject,
+        ..Rule::matching_all("no-dns-over-tcp", Action::Reject)
     };
     let mut router = config_with_rules(true, vec![rule]);
     let rule_name: Arc<str> = Arc::from("no-dns-over-tcp");

@@ -115,7 +115,7 @@ grep -q '"dst":"10.0.0.2"' "$WORK/firewall.jsonl" &&
 pass "the drop log (firewall.log.drops = [\"firewall_drop\"]) wrote $logged of the dropped datagrams as JSON lines, with reason, zone and flow, and none of the pings"
 ctl capture --drops no_such_reason -w "$WORK/x.pcapng" >"$WORK/ctl-err.log" 2>&1 &&
     fail "gateway ctl capture --drops of an unknown reason succeeded"
-grep -q 'drops: no drop reason "no_such_reason"' "$WORK/ctl-err.log" ||
+grep -q 'drops: "no_such_reason" is no drop reason' "$WORK/ctl-err.log" ||
     fail "gateway ctl capture --drops of an unknown reason does not say so: $(cat "$WORK/ctl-err.log")"
 pass "gateway ctl capture --drops names an unknown reason"
 

@@ -72,9 +72,12 @@ impl PdumpCopy {
         let (mut packets, mut cycles) = (0, 0);
         for _ in 0..Self::ROUNDS {
             let start = dpdk::rdtsc();
+            // As the callback does: one timestamp for the burst.
+            let received_at = (true, dpdk::rdtsc());
             for mbuf in burst.iter_mut() {
-                let copy = dpdk::pcapng_copy(mbuf, &capture_pool, (0, 0), true, Self::SNAPLEN)
-                    .ok_or_else(|| anyhow::anyhow!("the capture pool ran out"))?;
+                let copy =
+                    dpdk::pcapng_copy(mbuf, &capture_pool, (0, 0), received_at, Self::SNAPLEN)
+                        .ok_or_else(|| anyhow::anyhow!("the capture pool ran out"))?;
                 // Not reached: the batch holds a burst, and takes one.
                 let _ = copies.push(copy);
             }

@@ -2,6 +2,7 @@
 
 use super::*;
 use pipeline::verdict::ReasonSet;
+use pipeline::DropReason;
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -95,6 +96,22 @@ impl FirewallLogConfig {
     /// there): none where there is no drop log.
     pub fn drop_reasons(&self) -> ReasonSet {
         ReasonSet::from_labels(self.drops.iter().map(String::as_str)).unwrap_or_default()
+    }
+}
+
+/// Why `label` cannot name drops to log or capture (what [`ReasonSet::from_labels`] refused):
+/// no reason has it, or the pipeline never decides `outside`.
+pub fn drop_label_refusal(label: &str, outside: Option<DropReason>) -> String {
+    match outside {
+        None => format!(
+            "{label:?} is no drop reason (the `reason` labels of \
+             gateway_dropped_packets_total, e.g. conntrack_invalid, firewall_drop)"
+        ),
+        Some(_) => format!(
+            "{label:?} drops are decided outside the pipeline (a VLAN or PPPoE frame, a \
+             full queue or ring, the shaper, the control thread), where neither the drop \
+             log nor the drop capture sees them: gateway ctl show drops counts them"
+        ),
     }
 }
 

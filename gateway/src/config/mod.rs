@@ -140,6 +140,10 @@ impl Default for StateConfig {
     }
 }
 
+/// The `rule` label of what the rules past `metrics.rule_series` decided, summed: no rule
+/// may be named so.
+pub const OTHER_RULES: &str = "(other rules)";
+
 /// The metrics' default port, from Prometheus's exporter range.
 pub const DEFAULT_METRICS_PORT: u16 = 9469;
 

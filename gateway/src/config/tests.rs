@@ -579,6 +579,14 @@ fn a_logged_rule_needs_a_firewall_log_destination() {
 }
 
 #[test]
+fn no_rule_takes_the_metrics_label_of_the_rules_past_the_series_limit() {
+    let rule = "\n[[firewall.rules]]\nname = \"(other rules)\"\naction = \"drop\"\n";
+    let err = parse(&format!("{LAB}{rule}")).unwrap_err().to_string();
+    assert!(err.starts_with("firewall.rules[0].name:"), "{err}");
+    assert!(parse(&format!("{LAB}{}", rule.replace("(other rules)", "others"))).is_ok());
+}
+
+#[test]
 fn the_drop_log_names_known_reasons_and_needs_a_destination() {
     let drops = "\n[firewall.log]\ndrops = [\"conntrack_invalid\", \"no_such_reason\"]\n";
     let err = parse(&format!("{LAB}{drops}")).unwrap_err().to_string();
@@ -603,9 +611,20 @@ fn the_drop_log_names_known_reasons_and_needs_a_destination() {
         (1, 10),
         "each asked drop, at most 10 a second per worker, unless told otherwise"
     );
+    // A reason only the gateway decides, outside the pipeline: no drop log sees it.
+    let outside = known.replace(
+        "\"conntrack_invalid\"",
+        "\"firewall_drop\", \"tx_queue_full\"",
+    );
+    let err = parse(&format!("{LAB}{outside}syslog_udp = \"127.0.0.1:514\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("firewall.log.drops[1]:"), "{err}");
+    assert!(err.contains("decided outside the pipeline"), "{err}");
     for (line, field) in [
         ("drops_sample = 0", "firewall.log.drops_sample:"),
         ("drops_per_sec = 0", "firewall.log.drops_per_sec:"),
+        ("drops_per_sec = 5000", "firewall.log.drops_per_sec:"),
     ] {
         let err = parse(&format!("{sent}{line}\n")).unwrap_err().to_string();
         assert!(err.starts_with(field), "{line}: {err}");

@@ -28,12 +28,11 @@ pub const MAX_TIMEOUT_MS: u64 = 60_000;
 /// The reasons `labels` name (as `gateway ctl show drops` and the metrics' `reason` label
 /// write them), or what is wrong with them.
 pub fn reasons(labels: &[String]) -> Result<ReasonSet, String> {
-    let set = ReasonSet::from_labels(labels.iter().map(String::as_str)).map_err(|label| {
-        format!(
-            "drops: no drop reason {label:?} (the reasons are the `reason` labels of \
-             gateway_dropped_packets_total, e.g. conntrack_invalid, firewall_drop)"
-        )
-    })?;
+    let set =
+        ReasonSet::from_labels(labels.iter().map(String::as_str)).map_err(|(label, outside)| {
+            let refusal = crate::config::drop_label_refusal(label, outside);
+            format!("drops: {refusal}")
+        })?;
     if set.is_empty() {
         return Err("drops: name at least one drop reason".into());
     }
@@ -193,7 +192,7 @@ mod tests {
         assert!(!set.contains(DropReason::L4Checksum));
         let error = reasons(&["conntrack_invalidd".into()]).unwrap_err();
         assert!(
-            error.starts_with("drops: no drop reason \"conntrack_invalidd\""),
+            error.starts_with("drops: \"conntrack_invalidd\" is no drop reason"),
             "{error}"
         );
         assert!(reasons(&[]).is_err());

@@ -38,13 +38,14 @@ impl Drop for Pdump {
 
 /// What `rte_pdump`'s callback makes of each packet it captures for `dpdk-dumpcap` (pcapng
 /// captures): a copy of at most `snaplen` bytes of `mbuf` into `pool`, wrapped in pcapng's
-/// enhanced packet block with the port, queue and direction (`rte_pcapng_copy`). None when
-/// the pool is empty. `gateway bench` times it: what a captured packet costs the worker.
+/// enhanced packet block with the port, queue, direction and `tsc` (the callback reads the
+/// TSC once a burst) (`rte_pcapng_copy`, DPDK 22.11's form). None when the pool is empty.
+/// `gateway bench` times it: what a captured packet costs the worker.
 pub fn pcapng_copy(
     mbuf: &Mbuf,
     pool: &Mempool,
     (port, queue): (u16, u32),
-    received: bool,
+    (received, tsc): (bool, u64),
     snaplen: u32,
 ) -> Option<Mbuf> {
     let direction = if received {
@@ -61,7 +62,7 @@ pub fn pcapng_copy(
             mbuf.as_raw(),
             pool.as_ptr(),
             snaplen,
-            super::rdtsc(),
+            tsc,
             direction,
         )
     };

@@ -361,10 +361,9 @@ impl StatefulStage {
         // Masquerade toward an outside interface; hairpin: a LAN host reaching a forwarded
         // port must see replies come back through the gateway, so its source becomes ours.
         let hairpin = dnat.is_some() && !stateful.masquerade[usize::from(ingress.port)];
-        // An accept whose source masquerade translates is logged once it is, with the
-        // source the flow leaves with; the rest now.
-        let translates = action == Action::Accept && (stateful.masquerade[egress] || hairpin);
-        if !translates {
+        // An accept is logged once its flow is admitted, with the source masquerade gave
+        // it; a drop or reject now.
+        if action != Action::Accept {
             self.log_decision(logged, &key, decision, None, now_ns);
         }
         match action {
@@ -422,9 +421,7 @@ impl StatefulStage {
             Ok(translated) => translated,
             Err(reason) => return Stage::Done(Verdict::Drop(reason)),
         };
-        if translates {
-            self.log_decision(logged, &key, decision, Some(source), now_ns);
-        }
+        let translated_src = (stateful.masquerade[egress] || hairpin).then_some(source);
         let StatefulStage { flows, nat, .. } = self;
         let reply = reply_key(key.protocol, (dst, dst_port), source);
         let data = FlowData {
@@ -450,6 +447,7 @@ impl StatefulStage {
             // A recycled slot must not inherit an earlier flow's half-read stream.
             self.inspector.forget(id.as_u32());
         }
+        self.log_decision(logged, &key, decision, translated_src, now_ns);
         if syn_proxy != SynProxy::Off {
             counters.syn_cookies_accepted.inc();
         }

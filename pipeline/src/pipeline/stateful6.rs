@@ -27,7 +27,7 @@ use crate::pipeline::stage::{Ingress, Request6, Stage6, WallClock};
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
-use crate::state::firewall_log::{count_and_log, Decision, FirewallLogger};
+use crate::state::firewall_log::{count_decision, Decision, FirewallLogger};
 use crate::state::flow_data::{ContentState, FeatureHosts6, FlowData6};
 use crate::state::nat::Ownership;
 use crate::verdict::{DropReason, Verdict};
@@ -172,20 +172,22 @@ impl StatefulStage6 {
             from_kernel: false,
         };
         let when = (self.worker, self.wall_clock.unix_seconds(now_ns));
-        count_and_log(
-            &stateful.firewall,
-            firewall_log,
-            rule,
-            &key,
-            decision,
-            when,
-            now_ns,
-        );
+        let logged = count_decision(&stateful.firewall, rule, &decision, when);
+        // An accept is logged once its flow is admitted (as IPv4's are); the rest now.
+        let log = |logger: Option<&mut FirewallLogger>| {
+            if let (Some(name), Some(logger)) = (logged, logger) {
+                logger.record(name, &key, decision, now_ns);
+            }
+        };
         match action {
             Action::Accept => {}
-            Action::Drop => return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop)),
+            Action::Drop => {
+                log(firewall_log);
+                return Stage6::Done(Verdict::Drop(DropReason::FirewallDrop));
+            }
             Action::Reject => {
-                return Stage6::Request(Request6::IcmpError(Icmpv6Error::AdminProhibited))
+                log(firewall_log);
+                return Stage6::Request(Request6::IcmpError(Icmpv6Error::AdminProhibited));
             }
         }
         let mut content = ContentState::Allowed;
@@ -219,6 +221,7 @@ impl StatefulStage6 {
             Ok(id) => {
                 // A recycled slot must not inherit an earlier flow's half-read stream.
                 self.inspector.forget(id.as_u32());
+                log(firewall_log);
                 Stage6::Forward(None)
             }
             Err(error) => Stage6::Done(Verdict::Drop(error.drop_reason())),

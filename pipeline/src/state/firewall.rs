@@ -120,6 +120,25 @@ fn any_or_eq<T: PartialEq>(wanted: Option<T>, actual: T) -> bool {
 }
 
 impl Rule {
+    /// A rule named `name` that matches every flow and decides `action`: what a rule's
+    /// match fields narrow.
+    pub fn matching_all(name: &str, action: Action) -> Rule {
+        Rule {
+            name: name.to_string(),
+            from: None,
+            to: None,
+            src: None,
+            dst: None,
+            src6: None,
+            dst6: None,
+            protocol: None,
+            src_ports: None,
+            dst_ports: None,
+            icmp_type: None,
+            action,
+        }
+    }
+
     /// The reference semantics, written field by field with no index. The compiled
     /// [`RuleSet`] must agree with a first-match scan over this; it is public so that tools
     /// and tests can explain a decision without trusting the index.
@@ -1093,20 +1112,7 @@ mod tests {
     const UNNAMED: ZoneId = ZoneId(9);
 
     fn rule(name: &str, action: Action) -> Rule {
-        Rule {
-            name: name.to_string(),
-            from: None,
-            to: None,
-            src: None,
-            dst: None,
-            src6: None,
-            dst6: None,
-            protocol: None,
-            src_ports: None,
-            dst_ports: None,
-            icmp_type: None,
-            action,
-        }
+        Rule::matching_all(name, action)
     }
 
     fn key(protocol: u8, src: [u8; 4], src_port: u16, dst: [u8; 4], dst_port: u16) -> FlowKey {

@@ -227,14 +227,15 @@ impl FirewallLogger {
         let Some(drops) = self.drops.as_mut() else {
             return;
         };
+        // Read first: a frame with no flow to name takes no turn of the sample, nor budget.
+        let Some(flow) = dropped_flow(frame) else {
+            return;
+        };
         match drops.sampler.sample(now_ns) {
             Sampled::Skipped => return,
             Sampled::OverBudget => return self.log.count_lost(),
             Sampled::Logged => {}
         }
-        let Some(flow) = dropped_flow(frame) else {
-            return;
-        };
         self.log.push(FirewallEvent {
             at_ns: self.log.now_ns(),
             rule: drops.labels[reason as usize].clone(),
@@ -355,18 +356,9 @@ mod tests {
         let (lan, wan) = (ZoneId(0), ZoneId(1));
         let policy = Policy::new(Action::Accept).set(wan, lan, Action::Drop);
         let rule = Rule {
-            name: "to-wan-9".into(),
-            from: None,
-            to: None,
-            src: None,
-            dst: None,
-            src6: None,
-            dst6: None,
             protocol: Some(6),
-            src_ports: None,
             dst_ports: Some(9..=9),
-            icmp_type: None,
-            action: Action::Drop,
+            ..Rule::matching_all("to-wan-9", Action::Drop)
         };
         let mut rules = RuleSet::compile(vec![rule], policy).unwrap();
         let hits = Arc::new(RuleHits::new(1));

@@ -300,6 +300,12 @@ impl GatewayConfig {
             }
         }
         for (i, rule) in self.firewall.rules.iter().enumerate() {
+            if rule.name == OTHER_RULES {
+                return Err(invalid(
+                    format!("firewall.rules[{i}].name"),
+                    format!("{OTHER_RULES:?} is the metrics' label for the rules past metrics.rule_series"),
+                ));
+            }
             for (what, zone) in [("from", &rule.from), ("to", &rule.to)] {
                 if let Some(zone) = zone.as_deref().filter(|zone| !known_zone(zone)) {
                     return Err(invalid(

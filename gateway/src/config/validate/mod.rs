@@ -474,13 +474,23 @@ impl GatewayConfig {
                 "must be positive (to log nothing, leave log = true off the rules)",
             ));
         }
-        if let Err(label) = ReasonSet::from_labels(log.drops.iter().map(String::as_str)) {
+        if let Err((label, outside)) = ReasonSet::from_labels(log.drops.iter().map(String::as_str))
+        {
             let i = log.drops.iter().position(|drop| drop == label).unwrap_or(0);
             return Err(invalid(
                 format!("firewall.log.drops[{i}]"),
+                super::drop_label_refusal(label, outside),
+            ));
+        }
+        // The drops share each worker's queue with the rules' decisions: a tenth of what it
+        // holds between two sends at the most, so that the rest stays theirs.
+        if log.drops_per_sec as usize > log.queue_events {
+            return Err(invalid(
+                "firewall.log.drops_per_sec",
                 format!(
-                    "{label:?} is no drop reason (the `reason` labels of \
-                     gateway_dropped_packets_total, e.g. conntrack_invalid, firewall_drop)"
+                    "at most firewall.log.queue_events ({}): each worker's queue, shared with \
+                     the rules' decisions, holds that many between two sends (every 100 ms)",
+                    log.queue_events
                 ),
             ));
         }

@@ -2,10 +2,8 @@
 //! (`Metrics::collect`), and rendering it as Prometheus text.
 
 use super::*;
+use crate::config::OTHER_RULES;
 use pipeline::state::firewall::Action;
-
-/// The `rule` label of what the rules past `metrics.rule_series` decided, summed.
-pub const OTHER_RULES: &str = "(other rules)";
 
 /// A log's events by result: sent, send_failed, lost.
 pub(crate) fn export_log_stats<E>(
