@@ -330,18 +330,10 @@ fn a_pinhole_lets_one_service_in_from_the_sources_it_names() {
 #[test]
 fn rules_without_ipv4_prefixes_apply_to_ipv6() {
     let rule = |name: &str, protocol, port: u16, src, action| Rule {
-        name: name.into(),
-        from: None,
-        to: None,
         src,
-        dst: None,
-        src6: None,
-        dst6: None,
         protocol: Some(protocol),
-        src_ports: None,
         dst_ports: Some(port..=port),
-        icmp_type: None,
-        action,
+        ..Rule::matching_all(name, action)
     };
     let rules = vec![
         // Only for an IPv4 source: never an IPv6 flow's.
@@ -1593,18 +1585,10 @@ fn established_ipv6_flows_take_the_fast_path() {
 #[test]
 fn rules_with_ipv6_prefixes_decide_the_flows_in_them() {
     let rule = Rule {
-        name: "host-to-99".into(),
-        from: None,
-        to: None,
-        src: None,
-        dst: None,
         src6: Some((HOST6, 128)),
         dst6: Some((Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 0), 48)),
         protocol: Some(17),
-        src_ports: None,
-        dst_ports: None,
-        icmp_type: None,
-        action: Action::Drop,
+        ..Rule::matching_all("host-to-99", Action::Drop)
     };
     let mut gw = worker(config_with_rules(true, vec![rule]), neighbors(), 0, 1);
     let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);

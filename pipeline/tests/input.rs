@@ -43,18 +43,10 @@ type Endpoint = ([u8; 4], u16);
 
 fn deny_remote() -> Rule {
     Rule {
-        name: "no-remote".to_string(),
         from: Some(LAN_ZONE),
         to: Some(WAN_ZONE),
-        src: None,
         dst: Some((ip(REMOTE), 32)),
-        src6: None,
-        dst6: None,
-        protocol: None,
-        src_ports: None,
-        dst_ports: None,
-        icmp_type: None,
-        action: Action::Drop,
+        ..Rule::matching_all("no-remote", Action::Drop)
     }
 }
 

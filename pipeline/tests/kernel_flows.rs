@@ -281,18 +281,11 @@ fn the_kernels_port_is_kept_unless_a_lan_host_holds_it() {
 fn the_kernels_answers_to_what_a_rule_lets_in_open_no_flow() {
     let wan = ZoneId(1);
     let service = Rule {
-        name: "wireguard".into(),
         from: Some(wan),
         to: Some(ZoneId::LOCAL),
-        src: None,
-        dst: None,
-        src6: None,
-        dst6: None,
         protocol: Some(17),
-        src_ports: None,
         dst_ports: Some(51820..=51820),
-        icmp_type: None,
-        action: Action::Accept,
+        ..Rule::matching_all("wireguard", Action::Accept)
     };
     let mut gw = pipeline(router_with_rules(vec![service]));
     let answer = udp((WAN_MAC, ISP_MAC), (WAN_ADDR, 51820), (ISP, 40000));

@@ -24,18 +24,11 @@ const REMOTE: [u8; 4] = [203, 0, 113, 5];
 
 fn allow(name: &str, from: ZoneId, protocol: u8, port: u16) -> Rule {
     Rule {
-        name: name.to_string(),
         from: Some(from),
         to: Some(ZoneId::LOCAL),
-        src: None,
-        dst: None,
-        src6: None,
-        dst6: None,
         protocol: Some(protocol),
-        src_ports: None,
         dst_ports: Some(port..=port),
-        icmp_type: None,
-        action: Action::Accept,
+        ..Rule::matching_all(name, Action::Accept)
     }
 }
 

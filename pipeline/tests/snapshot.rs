@@ -604,18 +604,9 @@ fn flows_the_config_no_longer_makes_are_skipped_and_their_ports_stay_free() {
 
     // A rule now drops UDP from the LAN.
     let no_udp = Rule {
-        name: "no-udp".into(),
         from: Some(ZoneId(0)),
-        to: None,
-        src: None,
-        dst: None,
-        src6: None,
-        dst6: None,
         protocol: Some(17),
-        src_ports: None,
-        dst_ports: None,
-        icmp_type: None,
-        action: Action::Drop,
+        ..Rule::matching_all("no-udp", Action::Drop)
     };
     let mut strict = Gateway::new(Arc::new(router(true, WAN_ADDR, vec![no_udp])), 1, WAN_ADDR);
     let report = strict.restore(snapshot.clone(), 0);

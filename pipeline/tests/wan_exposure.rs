@@ -196,18 +196,12 @@ const ELSEWHERE: [u8; 4] = [203, 0, 113, 5];
 /// forward's translation: toward 192.168.10.3 port 80.
 fn office_only(action: Action) -> Vec<Rule> {
     let web = Rule {
-        name: "web-from-office".to_string(),
         from: Some(ZoneId(1)),
-        to: None,
         src: Some((Ipv4Addr::new(198, 51, 100, 0), 24)),
         dst: Some((Ipv4Addr::from(SERVER), 32)),
-        src6: None,
-        dst6: None,
         protocol: Some(6),
-        src_ports: None,
         dst_ports: Some(80..=80),
-        icmp_type: None,
-        action: Action::Accept,
+        ..Rule::matching_all("web-from-office", Action::Accept)
     };
     let others = Rule {
         name: "web-from-elsewhere".to_string(),
