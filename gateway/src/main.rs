@@ -186,6 +186,8 @@ enum Show {
     Interfaces,
     /// The routing table (connected, static and kernel routes).
     Routes,
+    /// The uplinks ([[uplinks]]): next hop, share, state and health checks.
+    Uplinks,
     /// The resolved neighbours (ARP).
     Neighbors,
     /// The running config (version, SHA-256) and what the latest reloads changed.
@@ -295,6 +297,7 @@ fn ctl(socket: &std::path::Path, json: bool, command: CtlCommand) -> anyhow::Res
             Show::Workers => Request::ShowWorkers,
             Show::Interfaces => Request::ShowInterfaces,
             Show::Routes => Request::ShowRoutes,
+            Show::Uplinks => Request::ShowUplinks,
             Show::Neighbors => Request::ShowNeighbors,
             Show::Config => Request::ShowConfig,
             Show::Rules => Request::ShowRules,

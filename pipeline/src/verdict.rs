@@ -262,6 +262,10 @@ drop_reasons! {
     /// A packet of a flow masqueraded to an address the gateway no longer has (the DHCP
     /// lease moved): the flow is ended, so that new ones take the new address.
     NatAddressGone => "nat_address_gone",
+    /// A packet of a flow kept on an uplink that went down (`routing.on_uplink_down =
+    /// "end"`: the flow is ended, a TCP client reset), or a new flow whose policy's uplink is
+    /// down with no fallback (`[[routing.policy]]`).
+    UplinkDown => "uplink_down",
     /// The NIC's TX queue refused the packet.
     TxQueueFull => "tx_queue_full",
     /// No packet buffer was free to build a reply or a fragment, or a buffer had no

@@ -9,6 +9,7 @@ use pipeline::pipeline::config::{
     Ipv6Interface, Pinhole6, PortForward, RouterAdvertConfig, RouterError, Stateful, StaticRoute6,
 };
 use pipeline::pipeline::local::ipv6::MAX_ADVERTISED_PREFIXES;
+use pipeline::pipeline::uplinks::{Uplink, UplinkHash, UplinkPolicy, Uplinks};
 use pipeline::state::conntrack::{ConntrackConfig as TableConfig, Timeouts};
 use pipeline::state::firewall::{Action, FirewallError, Policy, Rule, RuleSet, ZoneId};
 use pipeline::state::nat::NatPoolError;
@@ -22,8 +23,8 @@ use pipeline::features::parental::{days, DeviceMatch, Policy as ParentalPolicy, 
 
 use crate::config::{
     DnsActionConfig, FirewallAction, GatewayConfig, InterfaceConfig, KeywordBlockConfig,
-    L4Protocol, ParentalConfig, PortRange, QosSettings, RulePrefix, RuleProtocol,
-    SourceValidationConfig,
+    L4Protocol, OnUplinkDown, ParentalConfig, PortRange, QosSettings, RulePrefix, RuleProtocol,
+    SourceValidationConfig, UplinkHashConfig,
 };
 use crate::control::netlink::KernelView;
 
@@ -243,6 +244,8 @@ pub fn router_config_with_kernel(
         icmp,
     )
     .map_err(CompileError::Routes)?
+    .with_uplinks(uplinks(config, kernel))
+    .map_err(CompileError::Routes)?
     .with_source_validation(&source_validation)?
     .with_tcp_mss(&tcp_mss)?
     .with_pppoe(&pppoe)?
@@ -257,6 +260,77 @@ pub fn router_config_with_kernel(
         .with_qos(qos_config(&config.qos))
         .with_traffic_meter(config.traffic_meter.enabled)
         .with_punt(crate::compile::twins::punt_config(config))?)
+}
+
+/// `[[uplinks]]` and `[routing]` as the pipeline takes them: each uplink's next hop (its
+/// `via`, else the default route its DHCP client or PPPoE session learnt) and whether it is
+/// up (its interface has an address, and its health checks have not failed).
+fn uplinks(config: &GatewayConfig, kernel: &KernelView) -> Uplinks {
+    let port_of = |name: &str| {
+        config
+            .interfaces
+            .iter()
+            .position(|iface| iface.name == name)
+    };
+    let uplinks = config
+        .uplinks
+        .iter()
+        .enumerate()
+        .filter_map(|(index, uplink)| {
+            // Validation resolved every name.
+            let port = port_of(&uplink.interface)?;
+            let learnt = kernel
+                .routes
+                .iter()
+                .find(|route| route.len == 0 && usize::from(route.port) == port)
+                .and_then(|route| route.via);
+            let addressed = match config.interfaces[port].address.cidr() {
+                Some(_) => true,
+                None => kernel.address(port).is_some(),
+            };
+            let failed = kernel.uplinks_failed.get(index).copied().unwrap_or(false);
+            Some(Uplink {
+                port: port as u16,
+                gateway: uplink.via.or(learnt),
+                weight: uplink.weight,
+                priority: uplink.priority,
+                up: addressed && !failed,
+            })
+        })
+        .collect();
+    let zone_names = config.zone_names();
+    let policies = config
+        .routing
+        .policy
+        .iter()
+        .filter_map(|policy| {
+            let uplink = config
+                .uplinks
+                .iter()
+                .position(|uplink| uplink.interface == policy.uplink)?;
+            let from_zone = match &policy.from_zone {
+                Some(name) => Some(ZoneId(zone_names.iter().position(|z| z == name)? as u8)),
+                None => None,
+            };
+            Some(UplinkPolicy {
+                source: policy.source.map(|cidr| (cidr.addr, cidr.len)),
+                destination: policy.destination.map(|cidr| (cidr.addr, cidr.len)),
+                from_zone,
+                protocol: policy.protocol.map(rule_protocol),
+                ports: policy.port.map(range),
+                uplink,
+                fallback: policy.fallback,
+            })
+        })
+        .collect();
+    let hash = match config.routing.hash {
+        UplinkHashConfig::Source => UplinkHash::Source,
+        UplinkHashConfig::Flow => UplinkHash::Flow,
+    };
+    let mut built = Uplinks::new(config.interfaces.len(), uplinks, hash, policies);
+    built.end_flows_on_down = config.routing.on_uplink_down == OnUplinkDown::End;
+    built.reset_on_down = config.routing.resets_tcp();
+    built
 }
 
 /// Whether two prefixes overlap: one holds the other.
@@ -497,11 +571,7 @@ fn stateful(config: &GatewayConfig) -> Result<Stateful, CompileError> {
                 dst: v4_prefix(rule.destination),
                 src6: v6_prefix(rule.source),
                 dst6: v6_prefix(rule.destination),
-                protocol: rule.protocol.map(|p| match p {
-                    RuleProtocol::Tcp => ipv4::protocol::TCP,
-                    RuleProtocol::Udp => ipv4::protocol::UDP,
-                    RuleProtocol::Icmp => ipv4::protocol::ICMP,
-                }),
+                protocol: rule.protocol.map(rule_protocol),
                 src_ports: rule.source_ports.map(range),
                 dst_ports: rule.destination_ports.map(range),
                 icmp_type: rule.icmp_type,
@@ -591,6 +661,14 @@ fn action(action: FirewallAction) -> Action {
         FirewallAction::Accept => Action::Accept,
         FirewallAction::Drop => Action::Drop,
         FirewallAction::Reject => Action::Reject,
+    }
+}
+
+fn rule_protocol(protocol: RuleProtocol) -> u8 {
+    match protocol {
+        RuleProtocol::Tcp => ipv4::protocol::TCP,
+        RuleProtocol::Udp => ipv4::protocol::UDP,
+        RuleProtocol::Icmp => ipv4::protocol::ICMP,
     }
 }
 
@@ -814,3 +892,5 @@ mod kernel_ipv6_tests;
 
 #[cfg(test)]
 mod kernel_route_bound_tests;
+#[cfg(test)]
+mod uplink_tests;

@@ -13,6 +13,7 @@ mod platform;
 mod protocols;
 pub mod store;
 pub mod twins;
+mod uplinks;
 mod validate;
 pub mod web;
 
@@ -24,6 +25,7 @@ pub use nat::*;
 pub use parse::*;
 pub use platform::*;
 pub use protocols::*;
+pub use uplinks::*;
 pub(crate) use validate::*;
 
 use std::collections::HashSet;
@@ -58,6 +60,12 @@ pub struct GatewayConfig {
     pub conntrack: ConntrackConfig,
     #[serde(default)]
     pub nat: NatConfig,
+    /// Several masqueraded uplinks (multi-WAN), with their health checks.
+    #[serde(default)]
+    pub uplinks: Vec<UplinkConfig>,
+    /// How new flows share the uplinks, and the policy rules that keep flows on one.
+    #[serde(default)]
+    pub routing: RoutingConfig,
     #[serde(default)]
     pub firewall: FirewallConfig,
     #[serde(default)]

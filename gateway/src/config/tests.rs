@@ -110,22 +110,138 @@ fn errors_name_the_field() {
     assert!(err.starts_with("workers.lcores[0]:"), "{err}");
 }
 
+/// Two ISPs: WAN1 (10.0.0.0/24) and WAN2 (10.1.0.0/24), both masqueraded, WAN2 with a twin
+/// for its health checks; `extra` is appended.
+fn two_uplinks(extra: &str) -> String {
+    format!(
+        r#"
+        [workers]
+        lcores = [1]
+        [[interfaces]]
+        name = "lan"
+        device = "net_ring0"
+        address = "192.168.10.1/24"
+        [[interfaces]]
+        name = "wan1"
+        device = "net_ring1"
+        address = "10.0.0.1/24"
+        [[interfaces]]
+        name = "wan2"
+        device = "net_ring2"
+        address = "10.1.0.1/24"
+        kernel_twin = true
+        [nat]
+        masquerade = ["wan1", "wan2"]
+        [[uplinks]]
+        interface = "wan1"
+        via = "10.0.0.2"
+        weight = 2
+        [[uplinks]]
+        interface = "wan2"
+        via = "10.1.0.2"
+        priority = 1
+        [uplinks.health]
+        targets = ["198.51.100.1", "198.51.100.2"]
+        {extra}
+        "#
+    )
+}
+
 #[test]
-fn one_interface_masquerades() {
-    let two = LAB.replace(
+fn several_interfaces_masquerade_as_uplinks() {
+    let config = parse(&two_uplinks("")).unwrap();
+    assert_eq!(config.nat.masquerade, ["wan1", "wan2"]);
+    assert_eq!(config.uplinks.len(), 2);
+    let health = config.uplinks[1].health.as_ref().unwrap();
+    assert_eq!((health.interval_ms, health.down, health.up), (1000, 3, 3));
+    assert_eq!(config.routing.on_uplink_down, OnUplinkDown::End);
+    assert!(config.routing.resets_tcp());
+    let twice = LAB.replace(
         "via = \"10.0.0.2\"",
-        "via = \"10.0.0.2\"\n[nat]\nmasquerade = [\"wan\", \"lan\"]",
+        "via = \"10.0.0.2\"\n[nat]\nmasquerade = [\"wan\", \"wan\"]",
     );
-    let err = parse(&two).unwrap_err().to_string();
-    assert!(
-        err.starts_with("nat.masquerade[1]:") && err.contains("not supported"),
-        "{err}"
+    let err = parse(&twice).unwrap_err().to_string();
+    assert!(err.starts_with("nat.masquerade[1]:"), "{err}");
+}
+
+#[test]
+fn uplink_errors_name_the_field() {
+    let cases = [
+        (
+            two_uplinks("").replace(
+                "masquerade = [\"wan1\", \"wan2\"]",
+                "masquerade = [\"wan1\"]",
+            ),
+            "uplinks[1].interface:",
+            "not in nat.masquerade",
+        ),
+        (
+            two_uplinks("").replace("via = \"10.1.0.2\"", "via = \"10.0.0.3\""),
+            "uplinks[1].via:",
+            "subnet",
+        ),
+        (
+            two_uplinks("").replace("weight = 2", "weight = 0"),
+            "uplinks[0].weight:",
+            "1 to 1000",
+        ),
+        (
+            two_uplinks("").replace("        kernel_twin = true\n", ""),
+            "uplinks[1].health:",
+            "kernel_twin",
+        ),
+        (
+            two_uplinks("probe = \"tcp\""),
+            "uplinks[1].health.port:",
+            "needs the port",
+        ),
+        (
+            two_uplinks("reliability = 3"),
+            "uplinks[1].health.reliability:",
+            "number of targets",
+        ),
+        (
+            two_uplinks("timeout_ms = 5000"),
+            "uplinks[1].health.timeout_ms:",
+            "interval_ms",
+        ),
+        (
+            two_uplinks("[[routes]]\ndestination = \"0.0.0.0/0\"\nvia = \"10.0.0.2\""),
+            "routes[0].destination:",
+            "uplinks",
+        ),
+        (
+            two_uplinks("[[routing.policy]]\nsource = \"192.168.10.7/32\"\nuplink = \"lan\""),
+            "routing.policy[0].uplink:",
+            "not one of [[uplinks]]",
+        ),
+        (
+            two_uplinks("[[routing.policy]]\nport = \"443\"\nuplink = \"wan2\""),
+            "routing.policy[0].port:",
+            "protocol",
+        ),
+        (
+            two_uplinks("[[routing.policy]]\nfrom_zone = \"dmz\"\nuplink = \"wan2\""),
+            "routing.policy[0].from_zone:",
+            "dmz",
+        ),
+    ];
+    for (text, field, reason) in cases {
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(
+            err.starts_with(field) && err.contains(reason),
+            "{field}: {err}"
+        );
+    }
+    let policy = two_uplinks(
+        "[routing]\nhash = \"flow\"\non_uplink_down = \"keep\"\n\
+         [[routing.policy]]\nsource = \"192.168.10.7/32\"\nprotocol = \"tcp\"\n\
+         port = \"443\"\nuplink = \"wan2\"\nfallback = false",
     );
-    let one = LAB.replace(
-        "via = \"10.0.0.2\"",
-        "via = \"10.0.0.2\"\n[nat]\nmasquerade = [\"wan\"]",
-    );
-    parse(&one).unwrap();
+    let config = parse(&policy).unwrap();
+    assert_eq!(config.routing.hash, UplinkHashConfig::Flow);
+    assert_eq!(config.routing.on_uplink_down, OnUplinkDown::Keep);
+    assert!(!config.routing.policy[0].fallback);
 }
 
 #[test]

@@ -5,3 +5,4 @@ pub mod netlink;
 pub mod plane;
 pub mod pppoe_clients;
 pub mod twins;
+pub mod uplink_health;

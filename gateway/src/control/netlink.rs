@@ -86,6 +86,10 @@ pub struct KernelView {
     pub leases6: Vec<Vec<PrefixLease>>,
     /// IPv6 routes on the twins, best first for each prefix.
     pub routes6: Vec<KernelRoute6>,
+    /// Not the kernel's: per `[[uplinks]]` entry (empty: none), whether its health checks
+    /// failed (`crate::control::uplink_health`), merged in by the control thread beside the
+    /// kernel's and the PPPoE sessions' views, since it too changes the router config.
+    pub uplinks_failed: Vec<bool>,
 }
 
 impl KernelView {
@@ -244,6 +248,7 @@ fn view_at<'a>(
         addresses6: vec![Vec::new(); followed.twins.len()],
         leases6: vec![Vec::new(); followed.twins.len()],
         routes6: Vec::new(),
+        uplinks_failed: Vec::new(),
     };
     for (index, addr, len) in addresses {
         let Some(port) = port_of(index) else { continue };

@@ -65,6 +65,7 @@ pub fn print(request: &Request, answer: &Value, json: bool) -> anyhow::Result<()
         Request::ShowWorkers => print_workers(answer),
         Request::ShowInterfaces => print_interfaces(answer),
         Request::ShowRoutes => print_routes(answer),
+        Request::ShowUplinks => print_uplinks(answer),
         Request::ShowNeighbors => print_neighbors(answer),
         Request::ShowConfig => print_config(answer),
         Request::ShowRules => print_rules(answer),
@@ -241,6 +242,28 @@ fn print_routes(answer: &Value) {
             cell(&route["prefix"]),
             cell(&route["interface"]),
             cell(&route["via"])
+        );
+    }
+}
+
+fn print_uplinks(answer: &Value) {
+    println!(
+        "{:<10} {:<16} {:>6} {:>8} {:<12} {:>9} {:>9} {:>9} {:>8}",
+        "uplink", "via", "weight", "priority", "state", "answered", "lost", "rtt_ms", "changes"
+    );
+    for uplink in answer["uplinks"].as_array().into_iter().flatten() {
+        let health = &uplink["health"];
+        println!(
+            "{:<10} {:<16} {:>6} {:>8} {:<12} {:>9} {:>9} {:>9} {:>8}",
+            cell(&uplink["interface"]),
+            cell(&uplink["via"]),
+            cell(&uplink["weight"]),
+            cell(&uplink["priority"]),
+            cell(&uplink["state"]),
+            cell(&health["answered"]),
+            cell(&health["lost"]),
+            cell(&health["last_rtt_ms"]),
+            cell(&health["changes"]),
         );
     }
 }

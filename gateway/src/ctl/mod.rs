@@ -41,6 +41,9 @@ pub enum Request {
     ShowInterfaces,
     /// The routing table the workers use (connected, static and kernel routes).
     ShowRoutes,
+    /// The uplinks: next hop, weight, priority, whether each takes new flows and why, and
+    /// what its health checks found.
+    ShowUplinks,
     /// The resolved neighbours (ARP) the workers send to.
     ShowNeighbors,
     /// The running config's version and digest, and what the latest reloads changed.

@@ -70,6 +70,8 @@ pub struct Sources {
     pub config_requests: crossbeam_channel::Sender<ConfigRequest>,
     /// The EAL's file prefix, for DPDK's capture tools, when `eal.pdump` is on.
     pub pdump_file_prefix: Option<String>,
+    /// What the uplinks' health checks found.
+    pub uplink_health: Arc<crate::control::uplink_health::UplinkHealth>,
 }
 
 /// The ctl socket could not be set up, or a connection failed.
@@ -223,6 +225,7 @@ fn handle(request: &Request, sources: &Sources) -> Result<Value, String> {
         Request::ShowWorkers => Ok(show_workers(sources)),
         Request::ShowInterfaces => Ok(show_interfaces(sources)),
         Request::ShowRoutes => Ok(show_routes(sources)),
+        Request::ShowUplinks => Ok(show_uplinks(sources)),
         Request::ShowNeighbors => Ok(show_neighbors(sources)),
         Request::ShowConfig => {
             let mut shown = sources.config.to_json();
@@ -612,6 +615,49 @@ fn show_routes(sources: &Sources) -> Value {
     });
     let routes: Vec<Value> = routes.chain(routes6).collect();
     json!({ "routes": routes })
+}
+
+/// Each uplink as the workers run it (next hop, share, whether it takes new flows) with
+/// what its health checks found. The state says why an uplink takes no new flows:
+/// "failed" (its checks), "unaddressed" (no lease or session), "no next hop".
+fn show_uplinks(sources: &Sources) -> Value {
+    let (router, _) = sources.router.load();
+    let uplinks: Vec<Value> = (router.uplinks.uplinks().iter())
+        .zip(&sources.uplink_health.uplinks)
+        .map(|(uplink, health)| {
+            let interface = &router.interfaces[usize::from(uplink.port)];
+            let state = if health.failed() {
+                "failed"
+            } else if !interface.has_address() {
+                "unaddressed"
+            } else if uplink.gateway.is_none() {
+                "no next hop"
+            } else {
+                "up"
+            };
+            let checks = health.checked.then(|| {
+                json!({
+                    "answered": health.answered(),
+                    "lost": health.lost(),
+                    "last_rtt_ms": health.last_rtt().map(|rtt| rtt.as_secs_f64() * 1e3),
+                    "failed_rounds_in_a_row": health.failed_rounds(),
+                    "passed_rounds_in_a_row": health.passed_rounds(),
+                    "changes": health.changes(),
+                })
+            });
+            json!({
+                "interface": interface_name(sources, uplink.port),
+                "address": interface.has_address().then(|| interface.addr.to_string()),
+                "via": uplink.gateway.map(|gateway| gateway.to_string()),
+                "weight": uplink.weight,
+                "priority": uplink.priority,
+                "state": state,
+                "usable": uplink.up && uplink.gateway.is_some(),
+                "health": checks,
+            })
+        })
+        .collect();
+    json!({ "uplinks": uplinks })
 }
 
 fn show_neighbors(sources: &Sources) -> Value {

@@ -72,6 +72,11 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.traffic_meter.capacity != new.traffic_meter.capacity {
         fields.push("traffic_meter.capacity".to_string());
     }
+    // Each checked uplink's prober thread starts with the gateway; weights, priorities, next
+    // hops and `[routing]` apply on reload.
+    if uplink_shape(running) != uplink_shape(new) {
+        fields.push("uplinks (interfaces, health)".to_string());
+    }
     if running.interfaces.len() != new.interfaces.len() {
         fields.push("interfaces (count)".to_string());
     } else {
@@ -123,6 +128,13 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     fields
 }
 
+/// The uplinks as their probers see them: which interfaces, in which order, probed how.
+fn uplink_shape(config: &GatewayConfig) -> Vec<(&str, Option<&crate::config::HealthConfig>)> {
+    (config.uplinks.iter())
+        .map(|uplink| (uplink.interface.as_str(), uplink.health.as_ref()))
+        .collect()
+}
+
 /// What an interface's twin does with IPv6: (autoconfigure, delegated_prefix).
 pub(crate) fn twin_ipv6(iface: &crate::config::InterfaceConfig) -> Option<(bool, bool)> {
     let ipv6 = iface.ipv6.as_ref()?;
@@ -149,6 +161,12 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.nat.port_block_size = running.nat.port_block_size;
     merged.nat.port_range = running.nat.port_range;
     merged.nat.masquerade = running.nat.masquerade.clone();
+    // Other uplinks (or probed otherwise) wait for a restart, and the policy rules that may
+    // name them with them.
+    if uplink_shape(running) != uplink_shape(&merged) {
+        merged.uplinks = running.uplinks.clone();
+        merged.routing = running.routing.clone();
+    }
     merged.neighbors = running.neighbors.clone();
     merged.kernel_twins.inside_by_default = running.kernel_twins.inside_by_default;
     merged.kernel_twins.netns = running.kernel_twins.netns.clone();

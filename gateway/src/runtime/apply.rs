@@ -114,8 +114,13 @@ pub(crate) fn apply_reload(
 }
 
 /// The router's dynamic half: the twins' addresses and routes from netlink, and the PPPoE
-/// sessions' (an interface has one or the other; the sessions' routes go first).
-pub(crate) fn merged_view(netlink: &KernelView, pppoe: &PppoeView) -> KernelView {
+/// sessions' (an interface has one or the other; the sessions' routes go first), with the
+/// uplinks' health checks' verdicts.
+pub(crate) fn merged_view(
+    netlink: &KernelView,
+    pppoe: &PppoeView,
+    uplinks_failed: Vec<bool>,
+) -> KernelView {
     let interfaces = netlink.addresses.len().max(pppoe.addresses.len());
     KernelView {
         addresses: (0..interfaces)
@@ -135,6 +140,7 @@ pub(crate) fn merged_view(netlink: &KernelView, pppoe: &PppoeView) -> KernelView
         addresses6: netlink.addresses6.clone(),
         leases6: netlink.leases6.clone(),
         routes6: netlink.routes6.clone(),
+        uplinks_failed,
     }
 }
 

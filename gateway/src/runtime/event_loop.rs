@@ -17,6 +17,7 @@ impl<'a> Gateway<'a> {
             kernel_for_loads,
             netlink_view,
             pppoe_view,
+            uplink_health,
             control,
             router_published,
             reload_status,
@@ -63,7 +64,7 @@ impl<'a> Gateway<'a> {
             };
             if let Some(view) = control.take_pppoe_view() {
                 *pppoe_view = view;
-                let merged = merged_view(netlink_view, pppoe_view);
+                let merged = merged_view(netlink_view, pppoe_view, uplink_health.failed());
                 apply_kernel(
                     running,
                     macs,
@@ -111,9 +112,11 @@ impl<'a> Gateway<'a> {
                     }
                     policed_rates = qos_rates(router_published);
                 }
-                Some(ControlEvent::Kernel(view)) => {
-                    *netlink_view = view;
-                    let merged = merged_view(netlink_view, pppoe_view);
+                Some(ControlEvent::Kernel(_) | ControlEvent::UplinkHealth) => {
+                    if let Some(ControlEvent::Kernel(view)) = event {
+                        *netlink_view = view;
+                    }
+                    let merged = merged_view(netlink_view, pppoe_view, uplink_health.failed());
                     apply_kernel(
                         running,
                         macs,

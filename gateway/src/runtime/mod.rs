@@ -80,6 +80,9 @@ enum ControlEvent {
     Loaded(Box<reload::LoadResult>),
     /// The kernel's addresses or routes on the twins changed (`crate::control::netlink`).
     Kernel(KernelView),
+    /// An uplink's health checks took it down or brought it back
+    /// (`crate::control::uplink_health`; the state is in `Gateway::uplink_health`).
+    UplinkHealth,
 }
 
 /// The environment variable that makes start-up fail on purpose once every worker runs, for
@@ -178,6 +181,9 @@ struct Gateway<'a> {
     metrics_failed: bool,
     meter_export: Arc<Published<MeterExport>>,
     netlink_thread: Option<std::thread::JoinHandle<()>>,
+    /// What the uplinks' health checks found, and their threads.
+    uplink_health: Arc<crate::control::uplink_health::UplinkHealth>,
+    uplink_threads: Vec<std::thread::JoinHandle<()>>,
     /// The config in force: the last reload applied (kernel updates are compiled onto it).
     running: GatewayConfig,
     /// What the kernel and the PPPoE sessions say, merged, for the config-load thread, which

@@ -137,6 +137,21 @@ impl<'a> Gateway<'a> {
         } else {
             None
         };
+        let uplink_health = Arc::new(crate::control::uplink_health::UplinkHealth::for_config(
+            config,
+        ));
+        let uplink_threads = {
+            let events = events.clone();
+            let changed = move |_, _| {
+                let _ = events.send(ControlEvent::UplinkHealth);
+            };
+            crate::control::uplink_health::spawn(
+                config,
+                uplink_health.clone(),
+                stop.clone(),
+                changed,
+            )?
+        };
         let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
             &config.traffic_meter,
         ))));
@@ -167,6 +182,7 @@ impl<'a> Gateway<'a> {
             firewall_log: firewall_logger.as_ref().map(|logger| logger.stats.clone()),
             pppoe: pppoe_status,
             router: Some(router_published.clone()),
+            uplinks: (!config.uplinks.is_empty()).then(|| uplink_health.clone()),
             rule_series: config.metrics.rule_series,
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));
@@ -201,6 +217,7 @@ impl<'a> Gateway<'a> {
                 kept_configs: kept_configs.clone(),
                 config_requests: config_request_sender,
                 pdump_file_prefix: config.eal.pdump.then(|| config.eal.file_prefix.clone()),
+                uplink_health: uplink_health.clone(),
             },
         )
         .map_err(|err| tracing::warn!("no ctl socket: {:#}", anyhow::Error::from(err)))
@@ -242,6 +259,8 @@ impl<'a> Gateway<'a> {
             metrics_failed,
             meter_export,
             netlink_thread,
+            uplink_health,
+            uplink_threads,
             running,
             kernel_for_loads,
             netlink_view: KernelView::default(),

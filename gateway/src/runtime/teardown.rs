@@ -21,6 +21,8 @@ impl<'a> Gateway<'a> {
             metrics_failed,
             meter_export: _meter_export,
             netlink_thread,
+            uplink_health: _uplink_health,
+            uplink_threads,
             running: _running,
             kernel_for_loads: _kernel_for_loads,
             netlink_view: _netlink_view,
@@ -56,6 +58,9 @@ impl<'a> Gateway<'a> {
             server.stop();
         }
         if let Some(thread) = netlink_thread {
+            let _ = thread.join();
+        }
+        for thread in uplink_threads {
             let _ = thread.join();
         }
         let mut failures = running_workers.stop_and_join();

@@ -39,6 +39,7 @@ pub fn sources(router: Option<Arc<Published<RouterConfig>>>) -> Sources {
         firewall_log: None,
         pppoe: None,
         router,
+        uplinks: None,
         rule_series: 1000,
     }
 }

@@ -87,6 +87,10 @@ pub struct RouteTable {
     tbl8: Vec<[u16; TBL8_GROUP_ENTRIES]>,
     next_hops: Vec<NextHop>,
     routes: Vec<Route>,
+    /// The default route's entry, its own even where another route has the same next hop,
+    /// so that a lookup can tell the default route (which the uplinks share) from the
+    /// others; NO_ROUTE without one.
+    default_entry: u16,
 }
 
 impl fmt::Debug for RouteTable {
@@ -130,9 +134,11 @@ impl RouteTable {
         let mut next_hops: Vec<NextHop> = Vec::new();
         let mut next_hop_entries: HashMap<NextHop, u16> = HashMap::new();
 
+        let mut default_entry = NO_ROUTE;
         for route in &by_length {
-            let entry = match next_hop_entries.get(&route.next_hop) {
-                Some(&entry) => entry,
+            let shared = next_hop_entries.get(&route.next_hop).copied();
+            let entry = match shared.filter(|_| route.len != 0) {
+                Some(entry) => entry,
                 None => {
                     if next_hops.len() >= MAX_NEXT_HOPS {
                         return Err(RouteError::TooManyNextHops);
@@ -140,7 +146,11 @@ impl RouteTable {
                     next_hops.push(route.next_hop);
                     let entry =
                         u16::try_from(next_hops.len()).map_err(|_| RouteError::TooManyNextHops)?;
-                    next_hop_entries.insert(route.next_hop, entry);
+                    if route.len == 0 {
+                        default_entry = entry;
+                    } else {
+                        next_hop_entries.insert(route.next_hop, entry);
+                    }
                     entry
                 }
             };
@@ -177,11 +187,25 @@ impl RouteTable {
             tbl8,
             next_hops,
             routes: routes.to_vec(),
+            default_entry,
         })
     }
 
     #[inline]
     pub fn lookup(&self, dst: Ipv4Addr) -> Option<NextHop> {
+        self.lookup_entry(dst).0
+    }
+
+    /// As [`lookup`](Self::lookup), saying whether the match is the default route (0/0)
+    /// rather than a longer prefix: what the uplinks share is the default route's traffic.
+    #[inline]
+    pub fn lookup_from_default(&self, dst: Ipv4Addr) -> Option<(NextHop, bool)> {
+        let (next_hop, entry) = self.lookup_entry(dst);
+        next_hop.map(|next_hop| (next_hop, entry == self.default_entry))
+    }
+
+    #[inline]
+    fn lookup_entry(&self, dst: Ipv4Addr) -> (Option<NextHop>, u16) {
         let addr = u32::from(dst);
         let mut entry = self.tbl24[(addr >> 8) as usize];
         if entry & TBL8_FLAG != 0 {
@@ -191,9 +215,11 @@ impl RouteTable {
                 .map_or(NO_ROUTE, |group| group[(addr & 0xff) as usize]);
         }
         // NO_ROUTE wraps to usize::MAX and misses, so "no route" needs no branch of its own.
-        self.next_hops
+        let next_hop = self
+            .next_hops
             .get(usize::from(entry).wrapping_sub(1))
-            .copied()
+            .copied();
+        (next_hop, entry)
     }
 
     /// Where [`lookup`](Self::lookup) of `dst` reads first (its `tbl24` entry), for a
@@ -272,6 +298,32 @@ mod tests {
         for addr in [[0, 0, 0, 0], [10, 0, 0, 1], [255, 255, 255, 255]] {
             assert_eq!(table.lookup(ip(addr)), Some(hop(7)));
         }
+    }
+
+    #[test]
+    fn the_default_route_is_told_from_a_route_with_its_next_hop() {
+        let table = RouteTable::build(&[
+            route([198, 51, 100, 0], 24, hop(7)),
+            route([0, 0, 0, 0], 0, hop(7)),
+            route([10, 0, 0, 0], 8, hop(3)),
+        ])
+        .unwrap();
+        assert_eq!(
+            table.lookup_from_default(ip([1, 1, 1, 1])),
+            Some((hop(7), true))
+        );
+        let specific = table.lookup_from_default(ip([198, 51, 100, 9]));
+        assert_eq!(specific, Some((hop(7), false)));
+        assert_eq!(
+            table.lookup_from_default(ip([10, 2, 3, 4])),
+            Some((hop(3), false))
+        );
+        let without = RouteTable::build(&[route([10, 0, 0, 0], 8, hop(3))]).unwrap();
+        assert_eq!(
+            without.lookup_from_default(ip([10, 2, 3, 4])),
+            Some((hop(3), false))
+        );
+        assert_eq!(without.lookup_from_default(ip([11, 2, 3, 4])), None);
     }
 
     #[test]

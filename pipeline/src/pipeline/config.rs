@@ -12,6 +12,7 @@ use crate::features::qos::QosConfig;
 use crate::flow::{FlowKey, FlowKey6};
 use crate::l3::route::{NextHop, Route, RouteError, RouteTable};
 use crate::l3::route6::{NextHop6, Route6, RouteError6, RouteTable6};
+use crate::pipeline::uplinks::Uplinks;
 use crate::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use crate::verdict::{DropReason, Verdict};
 use crate::wire::ipv6::{is_link_local, prefix_of, solicited_node, ALL_NODES, ALL_ROUTERS};
@@ -374,6 +375,9 @@ pub struct RouterConfig {
     pub kernel_allow: KernelRouteAllow,
     /// The kernel routes (IPv4, then IPv6) not installed, and why; in the kernel's order.
     pub refused_kernel_routes: Vec<RefusedRoute>,
+    /// Several masqueraded uplinks sharing the default route's flows; empty: the routing
+    /// table alone decides.
+    pub uplinks: Uplinks,
 }
 
 /// A static IPv6 route, its interface resolved (a link-local next hop is only meaningful
@@ -690,7 +694,41 @@ impl RouterConfig {
             own6: Vec::new(),
             kernel_allow: allow,
             refused_kernel_routes: refused,
+            uplinks: Uplinks::default(),
         })
+    }
+
+    /// Shares the default route's new flows among `uplinks` (see
+    /// [`crate::pipeline::uplinks`]). The default route becomes the uplinks' (by the best
+    /// uplink, for what no uplink takes), in place of any other; their interfaces validate
+    /// sources loosely, as one with the default route does: replies from anywhere come back
+    /// by each of them. Call before [`with_source_validation`](Self::with_source_validation),
+    /// which the operator's word on an interface overrides this with.
+    pub fn with_uplinks(mut self, uplinks: Uplinks) -> Result<RouterConfig, RouterError> {
+        for uplink in uplinks.uplinks() {
+            let port = usize::from(uplink.port);
+            if port >= self.interfaces.len() {
+                return Err(RouterError::StatefulMismatch);
+            }
+            self.source_validation[port] = SourceValidation::Loose;
+        }
+        if !uplinks.is_empty() {
+            let mut routes: Vec<Route> = (self.routes.routes().iter())
+                .filter(|route| route.len != 0)
+                .copied()
+                .collect();
+            if let Some(next_hop) = uplinks.default_next_hop() {
+                routes.push(Route {
+                    prefix: Ipv4Addr::UNSPECIFIED,
+                    len: 0,
+                    next_hop,
+                });
+            }
+            self.has_default_route = routes.iter().any(|route| route.len == 0);
+            self.routes = RouteTable::build(&routes).map_err(RouterError::Route)?;
+        }
+        self.uplinks = uplinks;
+        Ok(self)
     }
 
     /// Gives the interfaces marked in `punt.twins` a kernel twin to punt to.

@@ -119,7 +119,8 @@ impl Pipeline {
             now_ns,
         );
         let established = match stage {
-            Stage::Forward(_) => None,
+            // IPv6 is not masqueraded, so no uplink keeps its flows.
+            Stage::Forward(_) | Stage::Pinned { .. } => None,
             Stage::Established {
                 flow, direction, ..
             } => Some((flow, direction)),

@@ -118,7 +118,9 @@ impl StatefulStage {
             return Some(None);
         }
         let endpoint = (key.src, key.src_port);
-        let new = pool.lookup_internal(key.protocol, endpoint).is_none();
+        let new = pool
+            .lookup_internal(key.protocol, endpoint, key.src)
+            .is_none();
         pool.restore(key.protocol, endpoint, endpoint).ok()?;
         if new {
             // As `allocate` logs a new binding (`restore` is the state snapshot's, unlogged).
@@ -214,7 +216,8 @@ impl StatefulStage {
         } else if let Some(binding) = self.kept_kernel_source(&key) {
             ((key.src, key.src_port), binding)
         } else {
-            match self.masquerade_source(&key, None) {
+            let address = router.interfaces[usize::from(port)].addr;
+            match self.masquerade_source(&key, Some(address), None) {
                 Ok(source) => source,
                 Err(reason) => return Stage::Done(Verdict::Drop(reason)),
             }
@@ -229,6 +232,7 @@ impl StatefulStage {
             generation: stateful.generation,
             content: ContentState::Allowed,
             syn_proxy: SynProxy::Off,
+            uplink: None,
             shortcuts: Default::default(),
         };
         let StatefulStage { flows, nat, .. } = self;

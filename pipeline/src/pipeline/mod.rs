@@ -40,6 +40,7 @@ pub mod config;
 pub mod local;
 pub mod operator;
 mod tables;
+pub mod uplinks;
 
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;

@@ -18,6 +18,7 @@ use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage, WallClock};
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
+use crate::pipeline::uplinks::UplinkChoice;
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::firewall_log::{count_and_log, count_decision, Decision, FirewallLogger};
@@ -230,6 +231,16 @@ impl StatefulStage {
         if data.generation == stateful.generation {
             return None;
         }
+        // Kept on an uplink that went down (or was removed): ended, so that its host's next
+        // connection takes an uplink that is up.
+        if data
+            .uplink
+            .is_some_and(|(port, _)| router.uplinks.ends_flow_on(port))
+        {
+            let data = self.flows.remove(id);
+            release(&mut self.nat, &data);
+            return Some(Verdict::Drop(DropReason::UplinkDown));
+        }
         // Masqueraded to an address the gateway no longer has (its DHCP lease moved):
         // nothing would come back to it, and new flows take the new address.
         if let Some((_, external, _)) = data.binding {
@@ -332,8 +343,37 @@ impl StatefulStage {
             return Stage::Done(verdict);
         }
         let (dst, dst_port) = dnat.unwrap_or((key.dst, key.dst_port));
-        let Some(route) = router.routes.lookup(dst) else {
+        let Some((route, from_default)) = router.routes.lookup_from_default(dst) else {
             return Stage::Request(Request::IcmpError(IcmpError::NoRoute));
+        };
+        // With several uplinks, an inside host's flow toward the default route takes the
+        // uplink their choice gives it, for its life.
+        let uplinks = &router.uplinks;
+        let (route, uplink) = if from_default && from_inside && !uplinks.is_empty() {
+            match uplinks.choose(&key, from) {
+                UplinkChoice::Uplink(index) => {
+                    let port = uplinks.port(index);
+                    let route = uplinks.next_hop(port).unwrap_or(route);
+                    (route, Some((port, Direction::Original)))
+                }
+                UplinkChoice::None { refused: true } => {
+                    return Stage::Done(Verdict::Drop(DropReason::UplinkDown))
+                }
+                UplinkChoice::None { refused: false } => (route, None),
+            }
+        } else {
+            // Come in by an uplink from beyond it: answered by the same uplink, whose
+            // address the outside host talks to, not by the default route's.
+            let answered_by = uplinks.on_port(ingress.port).filter(|_| {
+                router
+                    .routes
+                    .lookup_from_default(key.src)
+                    .is_some_and(|(_, from_default)| from_default)
+            });
+            (
+                route,
+                answered_by.map(|uplink| (uplink.port, Direction::Reply)),
+            )
         };
         let egress = usize::from(route.port);
         let to = stateful.zones[egress];
@@ -411,9 +451,9 @@ impl StatefulStage {
             return Stage::Done(Verdict::Drop(DropReason::InterfaceUnaddressed));
         }
         let translated = if stateful.masquerade[egress] {
-            self.masquerade_source(&key, None)
+            self.masquerade_source(&key, Some(interfaces[egress].addr), None)
         } else if hairpin {
-            self.masquerade_source(&key, Some(interfaces[egress].addr))
+            self.masquerade_source(&key, None, Some(interfaces[egress].addr))
         } else {
             Ok(((key.src, key.src_port), None))
         };
@@ -433,6 +473,7 @@ impl StatefulStage {
             generation: stateful.generation,
             content,
             syn_proxy,
+            uplink,
             shortcuts: Default::default(),
         };
         let inserted =
@@ -451,30 +492,46 @@ impl StatefulStage {
         if syn_proxy != SynProxy::Off {
             counters.syn_cookies_accepted.inc();
         }
-        translate(pkt, &key, &reply.reversed())
+        match (translate(pkt, &key, &reply.reversed()), uplink) {
+            (Stage::Forward(translation), Some((_, Direction::Original))) => Stage::Pinned {
+                translation,
+                next_hop: route,
+            },
+            (stage, _) => stage,
+        }
     }
 
-    /// The source a masqueraded flow `key` leaves with, and the NAT binding that holds it: an
-    /// address and port of the pool (`fixed`: that address instead, for hairpin), or for a
-    /// protocol without ports (GRE, ESP) the pool's address paired with the host.
+    /// The source a masqueraded flow `key` leaves with, and the NAT binding that holds it: a
+    /// port of the pool on `address`, the address of the interface it leaves by (with several
+    /// uplinks, each masquerades to its own), or for a protocol without ports (GRE, ESP) that
+    /// address alone. Hairpin passes `address` None and `shown`, the LAN interface's address
+    /// the flow is shown with: its port is taken on the pool's first address, whichever
+    /// uplink its host's other flows use, so that no two hairpinned flows share a port on
+    /// the address they are shown with.
     pub(crate) fn masquerade_source(
         &mut self,
         key: &FlowKey,
-        fixed: Option<Ipv4Addr>,
+        address: Option<Ipv4Addr>,
+        shown: Option<Ipv4Addr>,
     ) -> Result<((Ipv4Addr, u16), Option<Binding>), DropReason> {
         let Some(pool) = self.nat.as_mut() else {
             return Err(DropReason::NatPortsExhausted);
         };
+        let Some(address) = address.or_else(|| pool.addresses().first().copied()) else {
+            return Err(DropReason::NatPortsExhausted);
+        };
         if !has_ports(key.protocol) {
-            return Ok(((fixed.unwrap_or(pool.paired_address(key.src)), 0), None));
+            return Ok(((shown.unwrap_or(address), 0), None));
         }
-        match pool.allocate_checked(key.protocol, (key.src, key.src_port)) {
+        match pool.allocate_at(key.protocol, (key.src, key.src_port), address) {
             Ok((external, port)) => Ok((
-                (fixed.unwrap_or(external), port),
+                (shown.unwrap_or(external), port),
                 Some((key.protocol, external, port)),
             )),
             Err(AllocError::HostLimit) => Err(DropReason::HostNatPortLimit),
             Err(AllocError::Exhausted) => Err(DropReason::NatPortsExhausted),
+            // The interface's address is not yet the pool's (a lease just taken).
+            Err(AllocError::UnknownAddress) => Err(DropReason::NatAddressGone),
         }
     }
 
@@ -650,8 +707,29 @@ impl TrackedPacket for Tracked4<'_, '_> {
     }
 
     #[inline]
-    fn recheck(&mut self, id: FlowId) -> Option<Verdict> {
-        self.stage.recheck(self.router, id)
+    fn recheck(
+        &mut self,
+        id: FlowId,
+        direction: Direction,
+        segment: Option<TcpSegment>,
+    ) -> Option<Stage> {
+        let verdict = self.stage.recheck(self.router, id)?;
+        // The LAN client of a flow whose uplink went down is told at once, so that it
+        // reconnects (by another uplink) rather than wait out its timeouts.
+        let from_client = direction == Direction::Original;
+        if let (Verdict::Drop(DropReason::UplinkDown), Some(segment), true, true) = (
+            verdict,
+            segment,
+            from_client,
+            self.router.uplinks.reset_on_down,
+        ) {
+            return Some(Stage::Request(Request::Reset {
+                key: self.key,
+                segment,
+                reason: DropReason::UplinkDown,
+            }));
+        }
+        Some(Stage::Done(verdict))
     }
 
     fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage> {

@@ -23,7 +23,7 @@ use crate::features::content::{self, ContentInspector, ContentPolicy, Device};
 use crate::flow::{Direction, FlowKey6, KeyError};
 use crate::l3::icmpv6_error::Icmpv6Error;
 use crate::pipeline::config::RouterConfig;
-use crate::pipeline::stage::{Ingress, Request6, Stage6, WallClock};
+use crate::pipeline::stage::{Ingress, Request6, Stage, Stage6, WallClock};
 use crate::pipeline::track::{inspect_segment, track, TrackedPacket};
 use crate::state::conntrack::{FlowId, FlowTable, TcpSegment, Vacancy};
 use crate::state::firewall::{Action, ZoneId};
@@ -364,8 +364,8 @@ impl TrackedPacket for Tracked6<'_> {
     }
 
     #[inline]
-    fn recheck(&mut self, id: FlowId) -> Option<Verdict> {
-        self.stage.recheck(self.router, id)
+    fn recheck(&mut self, id: FlowId, _: Direction, _: Option<TcpSegment>) -> Option<Stage6> {
+        self.stage.recheck(self.router, id).map(Stage::Done)
     }
 
     /// The device is the one that opened the flow, by its IPv4 address where it had one,

@@ -58,8 +58,14 @@ pub(crate) trait TrackedPacket {
     ) -> Result<Option<TcpSegment>, Stage<Self::Request>> {
         Ok(segment)
     }
-    /// After a reload, checks flow `id` once against the new rules: `Some`, the flow ended.
-    fn recheck(&mut self, id: FlowId) -> Option<Verdict>;
+    /// After a reload (or an uplink's change), checks flow `id` once against the new
+    /// config: `Some`, the flow ended, and what becomes of this packet of its `direction`.
+    fn recheck(
+        &mut self,
+        id: FlowId,
+        direction: Direction,
+        segment: Option<TcpSegment>,
+    ) -> Option<Stage<Self::Request>>;
     /// Feeds the client's payload of flow `id`, whose content is being judged, to the
     /// inspector: `Some` is what to do in place of forwarding (a reset, when it blocks).
     fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage<Self::Request>>;
@@ -109,8 +115,8 @@ pub(crate) fn track<P: TrackedPacket>(
             {
                 return Stage::Done(Verdict::Drop(DropReason::ConntrackInvalid));
             }
-            if let Some(verdict) = packet.recheck(id) {
-                return Stage::Done(verdict);
+            if let Some(stage) = packet.recheck(id, direction, segment) {
+                return stage;
             }
             match packet.flows().data(id).content() {
                 ContentState::Allowed => {}

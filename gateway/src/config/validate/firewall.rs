@@ -170,17 +170,10 @@ impl GatewayConfig {
                     format!("no interface named {name:?}"),
                 ));
             }
-            // One pool pairs each LAN host with one external address whatever interface its
-            // flows leave by: with two uplinks, flows out of one would carry the other's
-            // address, which its ISP drops.
-            if i > 0 && self.nat.masquerade[..i].iter().any(|other| other != name) {
+            if self.nat.masquerade[..i].contains(name) {
                 return Err(invalid(
                     format!("nat.masquerade[{i}]"),
-                    format!(
-                        "a second masqueraded interface ({name:?} beside {:?}) is not supported: \
-                         masquerade translates to one uplink's address",
-                        self.nat.masquerade[0]
-                    ),
+                    format!("{name:?} is listed twice"),
                 ));
             }
         }

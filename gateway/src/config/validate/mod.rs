@@ -350,6 +350,7 @@ impl GatewayConfig {
         }
         self.validate_stateful()?;
         twins::validate(self)?;
+        self.validate_uplinks()?;
         if self.qos.enabled && (self.qos.uplink_mbps == 0 || self.qos.downlink_mbps == 0) {
             return Err(invalid(
                 "qos",

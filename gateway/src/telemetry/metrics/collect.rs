@@ -312,6 +312,9 @@ impl Metrics {
         if let Some(pppoe) = &self.sources.pppoe {
             self.pppoe.sync(pppoe);
         }
+        if let (Some(health), Some(router)) = (&self.sources.uplinks, &self.sources.router) {
+            self.uplinks.sync(health, &router.load().0);
+        }
         if let Some(nat_log) = &self.sources.nat_log {
             export_log_stats(&self.nat_log_events, nat_log);
         }

@@ -275,6 +275,11 @@ pub fn metric_names() -> Vec<String> {
         "pppoe_control_packets_total",
         "pppoe_refused_control_packets_total",
         "pppoe_lcp_echoes_total",
+        "uplink_usable",
+        "uplink_health_failed",
+        "uplink_probes_total",
+        "uplink_probe_rtt_seconds",
+        "uplink_state_changes_total",
     ];
     let tables = PORT_COUNTERS
         .iter()

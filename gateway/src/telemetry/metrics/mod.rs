@@ -10,6 +10,7 @@ mod families;
 mod http;
 mod pppoe;
 mod registry;
+mod uplinks;
 
 use collect::*;
 pub use families::*;
@@ -128,6 +129,8 @@ pub struct Sources {
     pub pppoe: Option<Arc<crate::control::pppoe_clients::PppoeStatus>>,
     /// The router config in force, whose refused kernel routes and rule hits are exported.
     pub router: Option<Arc<Published<pipeline::RouterConfig>>>,
+    /// What the uplinks' health checks found, when there are uplinks.
+    pub uplinks: Option<Arc<crate::control::uplink_health::UplinkHealth>>,
     /// How many rules have hit series of their own (`metrics.rule_series`).
     pub rule_series: usize,
 }
@@ -197,6 +200,16 @@ pub struct Metrics {
     member_collecting: IntGaugeVec,
     member_distributing: IntGaugeVec,
     pppoe: PppoeMetrics,
+    uplinks: UplinkMetrics,
+}
+
+/// `gateway_uplink_*`: each uplink's state and health checks.
+struct UplinkMetrics {
+    usable: IntGaugeVec,
+    failed: IntGaugeVec,
+    probes: IntCounterVec,
+    rtt: prometheus::GaugeVec,
+    changes: IntCounterVec,
 }
 
 /// `gateway_pppoe_*`: each PPPoE interface's session.

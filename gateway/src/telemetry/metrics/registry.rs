@@ -377,6 +377,7 @@ impl Metrics {
                 &["bond", "member", "side"],
             ),
             pppoe: PppoeMetrics::new(&registry),
+            uplinks: UplinkMetrics::new(&registry),
             registry,
             sources,
         }

@@ -34,7 +34,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::flow::{has_ports, reply_key};
+use crate::flow::{has_ports, reply_key, Direction};
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stateful::{admit, flow_owner};
 use crate::state::conntrack::ExportedFlow;
@@ -353,9 +353,31 @@ impl Pipeline {
             return Err(Skip::Config);
         }
         let (dst, dst_port) = dnat.unwrap_or((key.dst, key.dst_port));
-        // The flow's first packet came in where the route back to its source leaves.
-        let ingress = router.routes.lookup(key.src).ok_or(Skip::Config)?.port;
-        let egress = router.routes.lookup(dst).ok_or(Skip::Config)?.port;
+        // A forward's flow that came in by an uplink came in there (and is answered by it);
+        // any other's first packet came in where the route back to its source leaves.
+        let came_by_uplink = router
+            .local_port(key.dst)
+            .filter(|&port| data.forwarded && router.uplinks.on_port(port).is_some());
+        let ingress = match came_by_uplink {
+            Some(port) => port,
+            None => router.routes.lookup(key.src).ok_or(Skip::Config)?.port,
+        };
+        let (route, from_default) = router.routes.lookup_from_default(dst).ok_or(Skip::Config)?;
+        // With several uplinks, a flow toward the default route left by the one whose address
+        // it was masqueraded to, and keeps it.
+        let left_by_uplink = from_default
+            .then(|| {
+                // A protocol without ports holds no binding: its reply names the address.
+                let portless = (!has_ports(key.protocol)).then_some(flow.reply.dst);
+                let external = data.binding.map(|(_, address, _)| address).or(portless)?;
+                let port = router.local_port(external)?;
+                router.uplinks.on_port(port).map(|uplink| uplink.port)
+            })
+            .flatten();
+        let egress = left_by_uplink.unwrap_or(route.port);
+        let uplink = left_by_uplink
+            .map(|port| (port, Direction::Original))
+            .or(came_by_uplink.map(|port| (port, Direction::Reply)));
         let zone = |port: u16| stateful.zones.get(usize::from(port)).copied();
         let masquerades = |port: u16| stateful.masquerade.get(usize::from(port)) == Some(&true);
         let (Some(from), Some(to)) = (zone(ingress), zone(egress)) else {
@@ -403,6 +425,7 @@ impl Pipeline {
             from_zone: from.0,
             to_zone: to.0,
             generation: stateful.generation,
+            uplink,
             ..data
         })
     }

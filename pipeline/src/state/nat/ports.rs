@@ -59,8 +59,9 @@ pub const DEFAULT_PORTS: RangeInclusive<u16> = 1024..=65535;
 /// Keeps the indexes (`2 * capacity` slots) and binding numbers comfortably within `u32`.
 pub const MAX_BINDINGS: usize = 1 << 24;
 
-/// Bindings record the address as a 16-bit index.
-pub const MAX_ADDRESSES: usize = 1 << 16;
+/// Bindings record the address as an index, which the internal-endpoint key holds in its
+/// top 14 bits.
+pub const MAX_ADDRESSES: usize = 1 << 14;
 
 /// TCP, UDP and ICMP query identifiers: the three namespaces a binding can live in.
 const PROTOCOLS: usize = 3;
@@ -237,6 +238,8 @@ pub enum AllocError {
     Exhausted,
     /// The internal host holds its limit of bindings.
     HostLimit,
+    /// The address asked for is not one of the pool's.
+    UnknownAddress,
 }
 
 /// Why [`NatPool::restore`] refused a binding.
@@ -287,6 +290,7 @@ impl Binding {
     fn internal_key(&self) -> u64 {
         internal_key(
             usize::from(self.protocol),
+            self.address,
             self.internal_ip,
             self.internal_port,
         )
@@ -298,8 +302,11 @@ impl Binding {
 }
 
 /// Distinct keys map to distinct integers, so a key comparison is an integer comparison.
-fn internal_key(protocol: usize, ip: u32, port: u16) -> u64 {
-    (protocol as u64) << 48 | u64::from(ip) << 16 | u64::from(port)
+/// The external address is part of the internal endpoint's key: an endpoint whose flows
+/// leave by two uplinks holds a binding on each uplink's address (endpoint-independent
+/// mapping per address, the most that two addresses allow).
+fn internal_key(protocol: usize, address: u16, ip: u32, port: u16) -> u64 {
+    u64::from(address) << 50 | (protocol as u64) << 48 | u64::from(ip) << 16 | u64::from(port)
 }
 
 fn external_key(protocol: usize, address: u16, port: u16) -> u64 {
@@ -695,7 +702,25 @@ impl NatPool {
         protocol: u8,
         internal: (Ipv4Addr, u16),
     ) -> Result<(Ipv4Addr, u16), AllocError> {
-        self.allocate_new(protocol, internal)
+        let address = self.paired_index(internal.0);
+        self.allocate_new(protocol, internal, address)
+            .map_err(|refused| refused.unwrap_or(AllocError::Exhausted))
+    }
+
+    /// As [`allocate_checked`](Self::allocate_checked), on external address `address`
+    /// rather than the one paired with the host: the address of the uplink the flow leaves
+    /// by, where several masquerade.
+    pub fn allocate_at(
+        &mut self,
+        protocol: u8,
+        internal: (Ipv4Addr, u16),
+        address: Ipv4Addr,
+    ) -> Result<(Ipv4Addr, u16), AllocError> {
+        let address = self
+            .addresses
+            .binary_search(&address)
+            .map_err(|_| AllocError::UnknownAddress)?;
+        self.allocate_new(protocol, internal, address)
             .map_err(|refused| refused.unwrap_or(AllocError::Exhausted))
     }
 
@@ -704,11 +729,12 @@ impl NatPool {
         &mut self,
         protocol: u8,
         internal: (Ipv4Addr, u16),
+        address: usize,
     ) -> Result<(Ipv4Addr, u16), Option<AllocError>> {
         let ip_protocol = protocol;
         let protocol = protocol_index(protocol).ok_or(None)?;
         let (ip, port) = (u32::from(internal.0), internal.1);
-        let key = internal_key(protocol, ip, port);
+        let key = internal_key(protocol, address as u16, ip, port);
         let internal_slot = match self
             .by_internal
             .find(key, &self.bindings, Binding::internal_key)
@@ -731,7 +757,6 @@ impl NatPool {
             }
         }
 
-        let address = self.paired_index(internal.0);
         let group = protocol * self.addresses.len() + address;
         let (slot, preserved, block) = if self.blocks.is_some() {
             let (block, slot, new) = self.block_slot(group, address, internal.0, port)?;
@@ -912,7 +937,7 @@ impl NatPool {
             .ok_or(RestoreError::NotOurs)?;
         let (ip, port) = (u32::from(internal.0), internal.1);
         let internal_slot = match self.by_internal.find(
-            internal_key(protocol, ip, port),
+            internal_key(protocol, address as u16, ip, port),
             &self.bindings,
             Binding::internal_key,
         ) {
@@ -1015,13 +1040,16 @@ impl NatPool {
         }
     }
 
-    /// The external endpoint `internal` is bound to, without taking a reference.
+    /// The external endpoint `internal` is bound to on external address `address`, without
+    /// taking a reference.
     pub fn lookup_internal(
         &self,
         protocol: u8,
         internal: (Ipv4Addr, u16),
+        address: Ipv4Addr,
     ) -> Option<(Ipv4Addr, u16)> {
-        let key = internal_key(protocol_index(protocol)?, internal.0.into(), internal.1);
+        let (protocol, address) = self.external_group(protocol, address)?;
+        let key = internal_key(protocol, address as u16, internal.0.into(), internal.1);
         match self
             .by_internal
             .find(key, &self.bindings, Binding::internal_key)
@@ -1412,14 +1440,14 @@ mod tests {
         assert_eq!(p.in_use(), 1);
         assert_eq!(p.available(), p.capacity() - 1);
         assert_eq!(p.lookup_external(UDP, external), Some(internal));
-        assert_eq!(p.lookup_internal(UDP, internal), Some(external));
+        assert_eq!(p.lookup_internal(UDP, internal, EXT), Some(external));
         assert_eq!(p.lookup_external(TCP, external), None);
 
         assert!(p.release(UDP, external));
         assert_eq!(p.lookup_external(UDP, external), Some(internal));
         assert!(p.release(UDP, external));
         assert_eq!(p.lookup_external(UDP, external), None);
-        assert_eq!(p.lookup_internal(UDP, internal), None);
+        assert_eq!(p.lookup_internal(UDP, internal, EXT), None);
         assert_eq!((p.in_use(), p.available()), (0, p.capacity()));
         assert!(!p.release(UDP, external));
         assert!(!p.release(UDP, (Ipv4Addr::new(1, 2, 3, 4), 5555)));
@@ -1551,6 +1579,29 @@ mod tests {
             4096,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn an_endpoint_leaving_by_two_uplinks_holds_a_binding_on_each_address() {
+        let mut p = two_address_pool();
+        let second = Ipv4Addr::new(203, 0, 113, 2);
+        let internal = (host(1), 1050);
+        let on_first = p.allocate_at(UDP, internal, EXT).unwrap();
+        let on_second = p.allocate_at(UDP, internal, second).unwrap();
+        assert_eq!((on_first, on_second), ((EXT, 1050), (second, 1050)));
+        // Endpoint-independent per address: another flow on the first shares its binding.
+        assert_eq!(p.allocate_at(UDP, internal, EXT), Ok(on_first));
+        assert_eq!(p.in_use(), 2);
+        assert_eq!(p.lookup_internal(UDP, internal, second), Some(on_second));
+        assert_eq!(p.lookup_external(UDP, on_second), Some(internal));
+        let elsewhere = Ipv4Addr::new(198, 51, 100, 1);
+        assert_eq!(
+            p.allocate_at(UDP, internal, elsewhere),
+            Err(AllocError::UnknownAddress)
+        );
+        assert!(p.release(UDP, on_second));
+        assert_eq!(p.lookup_internal(UDP, internal, second), None);
+        assert_eq!(p.lookup_internal(UDP, internal, EXT), Some(on_first));
     }
 
     #[test]
@@ -1771,7 +1822,10 @@ mod tests {
         let full = p.available();
         p.restore(TCP, (host(1), 5000), (other, 1050)).unwrap();
         assert_eq!(p.lookup_external(TCP, (other, 1050)), Some((host(1), 5000)));
-        assert_eq!(p.lookup_internal(TCP, (host(1), 5000)), Some((other, 1050)));
+        assert_eq!(
+            p.lookup_internal(TCP, (host(1), 5000), other),
+            Some((other, 1050))
+        );
         assert_eq!((p.in_use(), p.available()), (1, full - 1));
         // A second flow of the same binding takes another reference...
         p.restore(TCP, (host(1), 5000), (other, 1050)).unwrap();
@@ -1789,8 +1843,11 @@ mod tests {
                 assert_ne!(endpoint, (other, 1050));
             }
         }
-        // EIM: a new flow of the restored endpoint shares its binding.
-        assert_eq!(p.allocate(TCP, (host(1), 5000)), Some((other, 1050)));
+        // EIM: a new flow of the restored endpoint on its address shares its binding.
+        assert_eq!(
+            p.allocate_at(TCP, (host(1), 5000), other),
+            Ok((other, 1050))
+        );
         assert!(p.release(TCP, (other, 1050)));
         assert!(p.release(TCP, (other, 1050)));
         assert_eq!(p.lookup_external(TCP, (other, 1050)), Some((host(1), 5000)));
