@@ -4,7 +4,8 @@
 //! is down, the flows kept on a failed uplink end at their next packet (a TCP client gets a
 //! reset), and the primary takes new flows again when it is back while the old ones stay; a
 //! policy rule keeps one host on one uplink, and falls back or refuses as told; a port
-//! forward's flow is answered by the uplink it came in by.
+//! forward's flow is answered by the uplink it came in by; a packet held for its next hop's
+//! MAC is routed to the same uplink again from its addresses alone.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -229,6 +230,10 @@ fn hosts_share_the_uplinks_by_weight_and_their_replies_come_back() {
         let sent = process(&mut gateway, &out, LAN);
         let uplink = uplink_of(&sent);
         *by_uplink.entry(uplink).or_default() += 1;
+        // A packet held for its next hop's MAC is routed again by the control thread from
+        // its addresses alone: to the same uplink.
+        let again = gateway.router().route_from(sent.src.0, REMOTE).unwrap();
+        assert_eq!(again.port, uplink);
         // The host's next flow keeps its uplink, and so its public address.
         let again = frame(
             LAN,

@@ -345,8 +345,8 @@ impl ControlPlane {
             }
             return;
         }
-        // Routed by a worker, waiting for its next hop's MAC.
-        let Some(route) = router.routes.lookup(dst) else {
+        // Routed by a worker, waiting for its next hop's MAC: routed again the same way.
+        let Some(route) = router.route_from(ip.src_addr(), dst) else {
             return self.counters.record_drop(DropReason::NoRoute);
         };
         let next_hop = route.resolve(dst);

@@ -1061,6 +1061,24 @@ impl RouterConfig {
 
     /// The port whose address is `ip`, if `ip` is one of the gateway's own.
     #[inline]
+    /// Where a datagram from `src` to `dst` whose headers are final goes, for the control
+    /// thread's packets held for a next hop's MAC (a worker's route is not carried with
+    /// them): one leaving with an uplink's address toward the default route leaves by that
+    /// uplink, the one its flow keeps (a flow is masqueraded to its uplink's address, and a
+    /// forward's replies leave from the address they came in on: see
+    /// [`crate::pipeline::uplinks`]); anything else by the routing table.
+    pub fn route_from(&self, src: Ipv4Addr, dst: Ipv4Addr) -> Option<NextHop> {
+        let (route, from_default) = self.routes.lookup_from_default(dst)?;
+        let kept = || {
+            let port = self.local_port(src)?;
+            self.uplinks.next_hop(port)
+        };
+        match from_default && !self.uplinks.is_empty() {
+            true => Some(kept().unwrap_or(route)),
+            false => Some(route),
+        }
+    }
+
     pub fn local_port(&self, ip: Ipv4Addr) -> Option<u16> {
         self.interfaces
             .iter()
