@@ -53,6 +53,8 @@ printf '%-46s %s\n' "established IPv6 through the firewall (UDP)" "$(per_packet 
 printf '%-46s %s\n' "new UDP flow through masquerade" "$(per_packet new 1 "$PACKETS")"
 printf "%-46s %s\n" "spoofed SYN at a forward, answered by cookie" "$(per_packet syn 1 "$PACKETS")"
 printf '%-46s %s\n' "another worker's packet, handed off (decision)" "$(per_packet handoff 1 "$PACKETS")"
+printf '%-46s %s\n' "established, two uplinks (weights 2:1)" "$(per_packet uplinks 0 "$PACKETS")"
+printf '%-46s %s\n' "new UDP flow, two uplinks (the choice)" "$(per_packet uplinks-new 1 "$PACKETS")"
 # The shaper's queueing alone (pipeline::features::shaper, as the worker holds it per WAN link): a
 # saturated link, 1,000 hosts with a flow each, 64-byte packets in and out in bursts of 32;
 # then the same offered to a link ten times faster, where each leaves at once.

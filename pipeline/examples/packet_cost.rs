@@ -12,6 +12,10 @@
 //!   and parental control decide a flow once, at its set-up).
 //! - `ipv6`: no other packets (EVERY is ignored); the established flows are IPv6 UDP flows
 //!   through the stateful firewall (no NAT66), out and reply, as `forward6` takes them.
+//! - `uplinks`: no other packets (EVERY is ignored); the established flows leave by two
+//!   uplinks (weights 2:1, each masquerading to its own address, replies on each), as
+//!   `pipeline::pipeline::uplinks` shares them.
+//! - `uplinks-new`: as `new`, with the two uplinks: what choosing a flow's uplink adds.
 //!
 //! `scripts/instructions.sh` runs it under `valgrind --tool=callgrind` at two lengths and
 //! reports the difference over the packets between them: instructions per packet, free of
@@ -25,6 +29,7 @@ use etherparse::PacketBuilder;
 use pipeline::features::meter::HostMeter;
 use pipeline::features::qos::{Class, ClassRule, QosConfig, QosMode};
 use pipeline::pipeline::config::{Ipv6Interface, PortForward, Stateful, StaticRoute6};
+use pipeline::pipeline::uplinks::{Uplink, UplinkHash, Uplinks};
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::ipv6::link_local;
@@ -39,6 +44,11 @@ const WAN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const UPSTREAM_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xff, 0x01];
 const WAN_ADDR: [u8; 4] = [100, 64, 0, 1];
 const UPSTREAM: [u8; 4] = [100, 64, 0, 2];
+// The second uplink, with the `uplinks` kinds.
+const WAN2_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x03];
+const UPSTREAM2_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xff, 0x02];
+const WAN2_ADDR: [u8; 4] = [100, 64, 1, 1];
+const UPSTREAM2: [u8; 4] = [100, 64, 1, 2];
 const HOSTS: u32 = 1000;
 const FORWARDED_PORT: u16 = 8080;
 
@@ -49,6 +59,8 @@ enum Kind {
     Handoff,
     Features,
     Ipv6,
+    Uplinks,
+    UplinksNew,
 }
 
 impl Kind {
@@ -56,7 +68,12 @@ impl Kind {
     fn ingress(self) -> u16 {
         match self {
             Kind::Syn => 1,
-            Kind::NewFlow | Kind::Handoff | Kind::Features | Kind::Ipv6 => 0,
+            Kind::NewFlow
+            | Kind::Handoff
+            | Kind::Features
+            | Kind::Ipv6
+            | Kind::Uplinks
+            | Kind::UplinksNew => 0,
         }
     }
 }
@@ -99,7 +116,7 @@ const GATEWAY6_LAN: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 1)
 const GATEWAY6_WAN: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
 const UPSTREAM6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2);
 
-/// `router(false)` with IPv6 on both interfaces and an IPv6 default route via the upstream.
+/// `router(false, false)` with IPv6 on both interfaces and an IPv6 default route via the upstream.
 fn router6() -> Arc<RouterConfig> {
     let side = |mac, addr| {
         Some(Ipv6Interface {
@@ -115,7 +132,7 @@ fn router6() -> Arc<RouterConfig> {
         via: UPSTREAM6,
         port: 1,
     };
-    let router = Arc::try_unwrap(router(false)).expect("a new config");
+    let router = Arc::try_unwrap(router(false, false)).expect("a new config");
     Arc::new(
         router
             .with_ipv6(
@@ -185,7 +202,9 @@ fn run_ipv6(flows: u32, packets: u64) {
         assert!(matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
     }
     let start = Instant::now();
-    let (forwarded, _) = measure(&mut pipeline, &outbound, &replies, (&[], 0), packets, 0);
+    let reply_ports = vec![1; replies.len()];
+    let replies = (&replies[..], &reply_ports[..]);
+    let (forwarded, _) = measure(&mut pipeline, &outbound, replies, (&[], 0), packets, 0);
     let elapsed = start.elapsed();
     println!(
         "{packets} IPv6 packets, {forwarded} forwarded, {:.1} ns/packet",
@@ -194,8 +213,8 @@ fn run_ipv6(flows: u32, packets: u64) {
     assert_eq!(forwarded, packets, "every IPv6 packet forwarded");
 }
 
-fn router(features: bool) -> Arc<RouterConfig> {
-    let interfaces = vec![
+fn router(features: bool, uplinks: bool) -> Arc<RouterConfig> {
+    let mut interfaces = vec![
         Interface {
             mac: EthernetAddress(LAN_MAC),
             addr: Ipv4Addr::new(10, 0, 0, 1),
@@ -214,11 +233,36 @@ fn router(features: bool) -> Arc<RouterConfig> {
         len: 0,
         via: Ipv4Addr::from(UPSTREAM),
     };
+    if uplinks {
+        interfaces.push(Interface {
+            mac: EthernetAddress(WAN2_MAC),
+            addr: Ipv4Addr::from(WAN2_ADDR),
+            prefix_len: 24,
+            mtu: 1500,
+        });
+    }
     let policy = Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept);
+    let (mut zones, mut masquerade) = (vec![ZoneId(0), ZoneId(1)], vec![false, true]);
+    if uplinks {
+        zones.push(ZoneId(1));
+        masquerade.push(true);
+    }
+    let shared = |port, gateway: [u8; 4], weight| Uplink {
+        port,
+        gateway: Some(Ipv4Addr::from(gateway)),
+        weight,
+        priority: 0,
+        up: true,
+    };
+    let uplinks = match uplinks {
+        true => vec![shared(1, UPSTREAM, 2), shared(2, UPSTREAM2, 1)],
+        false => Vec::new(),
+    };
+    let ports = interfaces.len();
     let stateful = Stateful {
         content: None,
-        zones: vec![ZoneId(0), ZoneId(1)],
-        masquerade: vec![false, true],
+        zones,
+        masquerade,
         firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
         port_forwards: vec![PortForward {
             interface: 1,
@@ -234,6 +278,8 @@ fn router(features: bool) -> Arc<RouterConfig> {
         RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())
             .unwrap()
             .with_stateful(stateful)
+            .unwrap()
+            .with_uplinks(Uplinks::new(ports, uplinks, UplinkHash::Source, Vec::new()))
             .unwrap()
             .with_qos(features.then(qos))
             .with_traffic_meter(features),
@@ -274,7 +320,8 @@ fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16, room: &mut [u8])
 }
 
 fn main() {
-    const USAGE: &str = "usage: packet_cost FLOWS PACKETS syn|new|handoff|features|ipv6 EVERY";
+    const USAGE: &str =
+        "usage: packet_cost FLOWS PACKETS syn|new|handoff|features|ipv6|uplinks|uplinks-new EVERY";
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [flows, packets, kind, every] = &args[..] else {
         panic!("{USAGE}");
@@ -287,25 +334,33 @@ fn main() {
         "handoff" => Kind::Handoff,
         "features" => Kind::Features,
         "ipv6" => Kind::Ipv6,
+        "uplinks" => Kind::Uplinks,
+        "uplinks-new" => Kind::UplinksNew,
         _ => panic!("{USAGE}"),
     };
     if matches!(kind, Kind::Ipv6) {
         return run_ipv6(flows as u32, packets);
     }
     let features = matches!(kind, Kind::Features);
-    let every = if features { 0 } else { every };
+    let uplinks = matches!(kind, Kind::Uplinks | Kind::UplinksNew);
+    let every = if features || matches!(kind, Kind::Uplinks) {
+        0
+    } else {
+        every
+    };
     let flows = flows as u32;
     let neighbors = NeighborView::new(
         (0..HOSTS)
             .map(|h| (host(h), EthernetAddress(host_mac(h))))
-            .chain([(Ipv4Addr::from(UPSTREAM), EthernetAddress(UPSTREAM_MAC))]),
+            .chain([(Ipv4Addr::from(UPSTREAM), EthernetAddress(UPSTREAM_MAC))])
+            .chain([(Ipv4Addr::from(UPSTREAM2), EthernetAddress(UPSTREAM2_MAC))]),
     );
     // As `gateway bench` sizes it, with room for the new flows too.
     let extras = packets.checked_div(every).unwrap_or(0) as usize;
     let capacity = (flows as usize + extras + (flows as usize + extras) / 2).next_power_of_two();
     let counters = Arc::new(WorkerCounters::default());
     let mut pipeline = Pipeline::for_worker(
-        router(features),
+        router(features, uplinks),
         Arc::new(neighbors),
         counters.clone(),
         WorkerSetup {
@@ -345,27 +400,33 @@ fn main() {
             udp(host_mac(h), LAN_MAC, host(h), remote(f), (5000, 443))
         })
         .collect();
-    // The external port of each host's one binding, from its first translated packet.
-    let mut external = vec![0u16; HOSTS as usize];
+    // The uplink, address and external port of each host's one binding, from its first
+    // translated packet.
+    let mut external = vec![(1u16, Ipv4Addr::UNSPECIFIED, 0u16); HOSTS as usize];
     for (f, frame) in outbound.iter().enumerate() {
-        assert!(matches!(
-            process(&mut pipeline, frame, 0, &mut room),
-            Verdict::Transmit { .. }
-        ));
-        external[host_of(f as u32) as usize] = u16::from_be_bytes([room[34], room[35]]);
+        let Verdict::Transmit { port } = process(&mut pipeline, frame, 0, &mut room) else {
+            panic!("flow {f} was not forwarded");
+        };
+        let address = Ipv4Addr::new(room[26], room[27], room[28], room[29]);
+        let external_port = u16::from_be_bytes([room[34], room[35]]);
+        external[host_of(f as u32) as usize] = (port, address, external_port);
     }
-    let replies: Vec<Vec<u8>> = (0..flows)
+    // Each reply on the uplink its flow left by.
+    let (replies, reply_ports): (Vec<Vec<u8>>, Vec<u16>) = (0..flows)
         .map(|f| {
-            let port = external[host_of(f) as usize];
-            udp(
-                UPSTREAM_MAC,
-                WAN_MAC,
-                remote(f),
-                Ipv4Addr::from(WAN_ADDR),
-                (443, port),
-            )
+            let (uplink, address, port) = external[host_of(f) as usize];
+            let (upstream_mac, wan_mac) = match uplink {
+                1 => (UPSTREAM_MAC, WAN_MAC),
+                _ => (UPSTREAM2_MAC, WAN2_MAC),
+            };
+            let reply = udp(upstream_mac, wan_mac, remote(f), address, (443, port));
+            (reply, uplink)
         })
-        .collect();
+        .unzip();
+    if uplinks {
+        let second = reply_ports.iter().filter(|&&port| port == 2).count();
+        println!("{second} of {flows} flows on the second uplink");
+    }
     let extras: Vec<Vec<u8>> = (0..extras as u32)
         .map(|i| {
             let x = i.wrapping_mul(0x9e37_79b9) ^ (i >> 7);
@@ -376,7 +437,7 @@ fn main() {
                     x,
                 ),
                 // Host i % HOSTS, a source port of its own per flow.
-                Kind::NewFlow => udp(
+                Kind::NewFlow | Kind::UplinksNew => udp(
                     host_mac(i % HOSTS),
                     LAN_MAC,
                     host(i % HOSTS),
@@ -388,7 +449,9 @@ fn main() {
                     let h = theirs[i as usize % theirs.len()];
                     udp(host_mac(h), LAN_MAC, host(h), remote(x), (5000, 443))
                 }
-                Kind::Features | Kind::Ipv6 => unreachable!("no packets of its own (EVERY is 0)"),
+                Kind::Features | Kind::Ipv6 | Kind::Uplinks => {
+                    unreachable!("no packets of its own (EVERY is 0)")
+                }
             }
         })
         .collect();
@@ -396,7 +459,7 @@ fn main() {
     let (forwarded, extras_sent) = measure(
         &mut pipeline,
         &outbound,
-        &replies,
+        (&replies, &reply_ports),
         (&extras, kind.ingress()),
         packets,
         every,
@@ -418,7 +481,7 @@ fn main() {
 fn measure(
     pipeline: &mut Pipeline,
     outbound: &[Vec<u8>],
-    replies: &[Vec<u8>],
+    (replies, reply_ports): (&[Vec<u8>], &[u16]),
     (extras, ingress): (&[Vec<u8>], u16),
     packets: u64,
     every: u64,
@@ -435,7 +498,7 @@ fn measure(
             if i % 2 == 0 {
                 process(pipeline, &outbound[flow], 0, &mut room)
             } else {
-                process(pipeline, &replies[flow], 1, &mut room)
+                process(pipeline, &replies[flow], reply_ports[flow], &mut room)
             }
         };
         forwarded += u64::from(matches!(verdict, Verdict::Transmit { .. }));

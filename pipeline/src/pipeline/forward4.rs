@@ -5,13 +5,10 @@
 
 use std::net::Ipv4Addr;
 
-use crate::flow::Direction;
 use crate::l3::icmp_error::{may_answer_with_icmp_error, IcmpError};
-use crate::l3::route::NextHop;
 use crate::packet::PacketBuf;
 use crate::pipeline::stage::{FlowProbe, Ingress, Route, Stage, Translation};
 use crate::pipeline::Pipeline;
-use crate::state::conntrack::FlowId;
 use crate::verdict::{ControlWork, DropReason, Verdict};
 use crate::wire::{ethernet, icmp, ipv4, tcp, EthernetFrame, IcmpPacket, Ipv4Packet, Ipv4Repr};
 
@@ -110,27 +107,19 @@ impl Pipeline {
         let stage =
             self.stateful
                 .process(&self.router, &self.counters, pkt, ingress, probe, now_ns);
-        let (translation, established, pinned) = match stage {
-            Stage::Forward(translation) => (translation, None, None),
-            Stage::Pinned {
-                translation,
-                next_hop,
-            } => (translation, None, Some(next_hop)),
+        let (translation, established) = match stage {
+            Stage::Forward(translation) => (translation, None),
             Stage::Established {
                 translation,
                 flow,
                 direction,
-            } => {
-                let pinned = self.kept_uplink(flow, direction);
-                (translation, Some((flow, direction)), pinned)
-            }
+            } => (translation, Some((flow, direction))),
             Stage::Done(verdict) => return verdict,
             Stage::Request(request) => return self.serve_request(request, pkt, ingress, now_ns),
         };
         let src_mac = EthernetFrame::new_unchecked(pkt.bytes()).src_addr();
         let mut shortcut = None;
-        let sent = self.route_and_send(pkt, ingress.port, now_ns, translation, pinned);
-        let verdict = match sent {
+        let verdict = match self.route_and_send(pkt, ingress.port, now_ns, translation) {
             Ok((Verdict::Transmit { port }, next_hop)) => {
                 shortcut = established.map(|(flow, direction)| (flow, direction, port, next_hop));
                 Verdict::Transmit { port }
@@ -152,20 +141,10 @@ impl Pipeline {
         verdict
     }
 
-    /// Where a packet of flow `flow` going `direction` leaves, when the flow keeps an uplink
-    /// that way: that uplink's next hop as it is now. None: the routing table decides.
-    #[inline]
-    fn kept_uplink(&self, flow: FlowId, direction: Direction) -> Option<NextHop> {
-        let (port, outward) = self.stateful.flows.data(flow).uplink?;
-        if direction != outward {
-            return None;
-        }
-        self.router.uplinks.next_hop(port)
-    }
-
     /// Routes a datagram whose headers are final, decrements its TTL and writes its L2 header.
-    /// `translation` is how the stateful stage rewrote it, undone for an ICMP error about it;
-    /// `pinned`, the uplink its flow keeps, in place of the routing table's answer.
+    /// `translation` is how the stateful stage rewrote it, undone for an ICMP error about it.
+    /// With uplinks, a datagram leaving with an uplink's address goes by that uplink
+    /// ([`RouterConfig::route_from`](crate::pipeline::config::RouterConfig::route_from)).
     /// Ok: the datagram itself goes on (or waits for its next hop's MAC), and the next hop it
     /// goes to; Err: it was dropped or turned into an ICMP error about it.
     fn route_and_send(
@@ -174,17 +153,17 @@ impl Pipeline {
         ingress: u16,
         now_ns: u64,
         translation: Option<Translation>,
-        pinned: Option<NextHop>,
     ) -> Result<(Verdict, Ipv4Addr), Verdict> {
         let ip = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]);
-        let (dst, ttl, dont_frag) = (ip.dst_addr(), ip.ttl(), ip.dont_frag());
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let (ttl, dont_frag) = (ip.ttl(), ip.dont_frag());
         let datagram_len = usize::from(ip.total_len());
         if ttl <= 1 {
             // Only reachable for translated replies addressed to the gateway; an error about
             // a translated packet would confuse its sender, so none is sent.
             return Err(Verdict::Drop(DropReason::TtlExpired));
         }
-        let Some(next_hop) = pinned.or_else(|| self.router.routes.lookup(dst)) else {
+        let Some(next_hop) = self.router.route_from(src, dst) else {
             let error = IcmpError::NoRoute;
             return Err(self.icmp_error_untranslated(pkt, ingress, now_ns, translation, error));
         };

@@ -119,8 +119,7 @@ impl Pipeline {
             now_ns,
         );
         let established = match stage {
-            // IPv6 is not masqueraded, so no uplink keeps its flows.
-            Stage::Forward(_) | Stage::Pinned { .. } => None,
+            Stage::Forward(_) => None,
             Stage::Established {
                 flow, direction, ..
             } => Some((flow, direction)),

@@ -232,7 +232,6 @@ impl StatefulStage {
             generation: stateful.generation,
             content: ContentState::Allowed,
             syn_proxy: SynProxy::Off,
-            uplink: None,
             shortcuts: Default::default(),
         };
         let StatefulStage { flows, nat, .. } = self;

@@ -10,7 +10,6 @@ use std::net::Ipv4Addr;
 use crate::flow::{Direction, FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpError;
 use crate::l3::icmpv6_error::Icmpv6Error;
-use crate::l3::route::NextHop;
 use crate::packet::PacketBuf;
 use crate::state::conntrack::{FlowHash, FlowId, Probe, TcpSegment};
 use crate::state::nat::{self, Ownership};
@@ -85,13 +84,6 @@ pub(crate) enum Stage<R = Request> {
         translation: Option<Translation>,
         flow: FlowId,
         direction: Direction,
-    },
-    /// As `Forward`, for the first packet of a flow kept on an uplink
-    /// ([`crate::pipeline::uplinks`]): it leaves by `next_hop`, not by the routing table
-    /// (later packets find the uplink in their flow).
-    Pinned {
-        translation: Option<Translation>,
-        next_hop: NextHop,
     },
     Done(Verdict),
     /// What the stage needs the pipeline to do with the packet, which owns the budgets and

@@ -14,6 +14,7 @@ use crate::counters::WorkerCounters;
 use crate::features::content::{self, ContentInspector, ContentPolicy, DnsAction};
 use crate::flow::{has_ports, reply_key, Direction, FlowKey, KeyError};
 use crate::l3::icmp_error::IcmpError;
+use crate::l3::route::NextHop;
 use crate::packet::PacketBuf;
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stage::{translate, FlowProbe, Ingress, Request, Stage, WallClock};
@@ -231,11 +232,10 @@ impl StatefulStage {
         if data.generation == stateful.generation {
             return None;
         }
-        // Kept on an uplink that went down (or was removed): ended, so that its host's next
+        // On an uplink that went down (or was removed): ended, so that its host's next
         // connection takes an uplink that is up.
-        if data
-            .uplink
-            .is_some_and(|(port, _)| router.uplinks.ends_flow_on(port))
+        if !router.uplinks.is_empty()
+            && on_failed_uplink(router, self.flows.key(id, Direction::Original), &data)
         {
             let data = self.flows.remove(id);
             release(&mut self.nat, &data);
@@ -346,34 +346,15 @@ impl StatefulStage {
         let Some((route, from_default)) = router.routes.lookup_from_default(dst) else {
             return Stage::Request(Request::IcmpError(IcmpError::NoRoute));
         };
-        // With several uplinks, an inside host's flow toward the default route takes the
-        // uplink their choice gives it, for its life.
-        let uplinks = &router.uplinks;
-        let (route, uplink) = if from_default && from_inside && !uplinks.is_empty() {
-            match uplinks.choose(&key, from) {
-                UplinkChoice::Uplink(index) => {
-                    let port = uplinks.port(index);
-                    let route = uplinks.next_hop(port).unwrap_or(route);
-                    (route, Some((port, Direction::Original)))
-                }
-                UplinkChoice::None { refused: true } => {
-                    return Stage::Done(Verdict::Drop(DropReason::UplinkDown))
-                }
-                UplinkChoice::None { refused: false } => (route, None),
-            }
-        } else {
-            // Come in by an uplink from beyond it: answered by the same uplink, whose
-            // address the outside host talks to, not by the default route's.
-            let answered_by = uplinks.on_port(ingress.port).filter(|_| {
-                router
-                    .routes
-                    .lookup_from_default(key.src)
-                    .is_some_and(|(_, from_default)| from_default)
-            });
-            (
-                route,
-                answered_by.map(|uplink| (uplink.port, Direction::Reply)),
-            )
+        // With several uplinks, an inside host's flow toward the default route leaves by the
+        // uplink their choice gives it: masqueraded to that uplink's address, which keeps it
+        // there for its life (`RouterConfig::route_from`).
+        let route = match from_default && from_inside && !router.uplinks.is_empty() {
+            true => match uplink_route(router, &key, from) {
+                Some(uplink) => uplink.unwrap_or(route),
+                None => return Stage::Done(Verdict::Drop(DropReason::UplinkDown)),
+            },
+            false => route,
         };
         let egress = usize::from(route.port);
         let to = stateful.zones[egress];
@@ -473,7 +454,6 @@ impl StatefulStage {
             generation: stateful.generation,
             content,
             syn_proxy,
-            uplink,
             shortcuts: Default::default(),
         };
         let inserted =
@@ -492,13 +472,7 @@ impl StatefulStage {
         if syn_proxy != SynProxy::Off {
             counters.syn_cookies_accepted.inc();
         }
-        match (translate(pkt, &key, &reply.reversed()), uplink) {
-            (Stage::Forward(translation), Some((_, Direction::Original))) => Stage::Pinned {
-                translation,
-                next_hop: route,
-            },
-            (stage, _) => stage,
-        }
+        translate(pkt, &key, &reply.reversed())
     }
 
     /// The source a masqueraded flow `key` leaves with, and the NAT binding that holds it: a
@@ -742,6 +716,32 @@ impl TrackedPacket for Tracked4<'_, '_> {
         let packet = (self.router, self.counters, &mut *self.pkt, self.ingress);
         self.stage.established(packet, &self.key, (id, direction))
     }
+}
+
+/// The next hop of the uplink a new flow `key` from zone `from` toward the default route
+/// leaves by ([`crate::pipeline::uplinks`]): `Some(None)` when no uplink takes it (the
+/// routing table's default route then does), None when its policy refuses it.
+fn uplink_route(router: &RouterConfig, key: &FlowKey, from: ZoneId) -> Option<Option<NextHop>> {
+    let uplinks = &router.uplinks;
+    match uplinks.choose(key, from) {
+        UplinkChoice::Uplink(index) => Some(uplinks.next_hop(uplinks.port(index))),
+        UplinkChoice::None { refused: true } => None,
+        UplinkChoice::None { refused: false } => Some(None),
+    }
+}
+
+/// Whether a flow (`original`, `data`) meets the outside on an uplink that is to end its
+/// flows now (down or removed, `routing.on_uplink_down = "end"`): the uplink whose address
+/// it was masqueraded to, or, for a port forward's flow, the one whose address it came to.
+fn on_failed_uplink(router: &RouterConfig, original: FlowKey, data: &FlowData) -> bool {
+    let address = match (data.binding, data.forwarded) {
+        (Some((_, external, _)), _) => external,
+        (None, true) => original.dst,
+        (None, false) => return false,
+    };
+    router.local_port(address).is_some_and(|port| {
+        router.uplinks.on_port(port).is_some() && router.uplinks.ends_flow_on(port)
+    })
 }
 
 /// The firewall's reject: a TCP RST for TCP (never in answer to a RST, which the pipeline

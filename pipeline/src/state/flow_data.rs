@@ -6,7 +6,6 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::flow::Direction;
 use crate::state::nat::rewrite::ChecksumDeltas;
 use crate::state::nat::NatPool;
 
@@ -30,13 +29,6 @@ pub struct FlowData {
     /// Opened through the SYN proxy (a SYN cookie), whose sequence numbers the gateway
     /// splices: see `crate::pipeline::syn_proxy`.
     pub(crate) syn_proxy: SynProxy,
-    /// Where the flow meets the outside, with several uplinks (`crate::pipeline::uplinks`):
-    /// the uplink's interface and the direction whose packets leave by it, for the flow's
-    /// life. Original: an inside host's flow toward the default route, on the uplink chosen
-    /// for it; Reply: a flow that came in by that uplink (a port forward), answered by it.
-    /// Not in the snapshot: a restore derives it from the flow's addresses.
-    #[serde(skip)]
-    pub(crate) uplink: Option<(u16, Direction)>,
     /// Per direction (original, reply): what forwarding decided for the last packet, so
     /// the next ones can skip the checks that decision depended on (the fast path's [`Shortcut`]).
     /// A cache, rebuilt by the next packet: not part of the snapshot.

@@ -34,7 +34,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::flow::{has_ports, reply_key, Direction};
+use crate::flow::{has_ports, reply_key};
 use crate::pipeline::config::RouterConfig;
 use crate::pipeline::stateful::{admit, flow_owner};
 use crate::state::conntrack::ExportedFlow;
@@ -375,9 +375,6 @@ impl Pipeline {
             })
             .flatten();
         let egress = left_by_uplink.unwrap_or(route.port);
-        let uplink = left_by_uplink
-            .map(|port| (port, Direction::Original))
-            .or(came_by_uplink.map(|port| (port, Direction::Reply)));
         let zone = |port: u16| stateful.zones.get(usize::from(port)).copied();
         let masquerades = |port: u16| stateful.masquerade.get(usize::from(port)) == Some(&true);
         let (Some(from), Some(to)) = (zone(ingress), zone(egress)) else {
@@ -425,7 +422,6 @@ impl Pipeline {
             from_zone: from.0,
             to_zone: to.0,
             generation: stateful.generation,
-            uplink,
             ..data
         })
     }
