@@ -55,6 +55,7 @@ const STRING_CANDIDATES: &[&str] = &[
     "::/0",
     "fe80::1",
     "wan",
+    "icmp",
 ];
 
 /// What one walk shares: the leaves seen, the string candidate chosen per path, and the last
@@ -554,7 +555,53 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ("conntrack.half_open", Restart, "500", None),
     ("conntrack.hosts", Restart, "100", None),
     ("conntrack.host_prefix6", Restart, "56", None),
-    ("nat.masquerade", Restart, "[\"lan\"]", None),
+    (
+        "nat.masquerade",
+        Restart,
+        "[\"lan\", \"wan2\", \"wan3\"]",
+        None,
+    ),
+    (
+        "uplinks[].interface",
+        Restart,
+        "\"wan\"",
+        Some("uplinks[1].interface"),
+    ),
+    ("uplinks[].via", Applied, "\"10.1.0.3\"", None),
+    ("uplinks[].weight", Applied, "5", None),
+    ("uplinks[].priority", Applied, "2", None),
+    (
+        "uplinks[].health.targets",
+        Restart,
+        "[\"198.51.100.9\"]",
+        None,
+    ),
+    ("uplinks[].health.probe", Restart, "\"icmp\"", None),
+    ("uplinks[].health.interval_ms", Restart, "2000", None),
+    ("uplinks[].health.timeout_ms", Restart, "500", None),
+    ("uplinks[].health.reliability", Restart, "2", None),
+    ("uplinks[].health.down", Restart, "5", None),
+    ("uplinks[].health.up", Restart, "5", None),
+    ("routing.hash", Applied, "\"flow\"", None),
+    ("routing.on_uplink_down", Applied, "\"keep\"", None),
+    ("routing.reset_tcp", Applied, "false", None),
+    (
+        "routing.policy[].source",
+        Applied,
+        "\"192.168.10.8/32\"",
+        None,
+    ),
+    (
+        "routing.policy[].destination",
+        Applied,
+        "\"198.51.100.0/25\"",
+        None,
+    ),
+    ("routing.policy[].from_zone", Applied, "\"wan3\"", None),
+    ("routing.policy[].protocol", Applied, "\"udp\"", None),
+    ("routing.policy[].port", Applied, "\"444\"", None),
+    ("routing.policy[].uplink", Applied, "\"wan3\"", None),
+    ("routing.policy[].fallback", Applied, "false", None),
     ("nat.port_range", Restart, "\"2000-3000\"", None),
     ("nat.binding_capacity", Restart, "1000", None),
     ("nat.host_ports", Restart, "100", None),
@@ -795,6 +842,48 @@ lcp_echo_interval_secs = 10
 lcp_echo_failures = 3
 default_route = true
 
+# Two more uplinks beside the PPPoE session.
+[[interfaces]]
+name = "wan2"
+device = "net_ring5"
+address = "10.1.0.1/24"
+kernel_twin = true
+
+[[interfaces]]
+name = "wan3"
+device = "net_ring6"
+address = "10.2.0.1/24"
+
+[[uplinks]]
+interface = "wan2"
+via = "10.1.0.2"
+weight = 2
+priority = 0
+[uplinks.health]
+targets = ["198.51.100.1", "198.51.100.2"]
+probe = "tcp:80"
+interval_ms = 1000
+timeout_ms = 1000
+reliability = 1
+down = 3
+up = 3
+
+[[uplinks]]
+interface = "wan3"
+
+[routing]
+hash = "source"
+on_uplink_down = "end"
+reset_tcp = true
+[[routing.policy]]
+source = "192.168.10.7/32"
+destination = "198.51.100.0/24"
+from_zone = "guest"
+protocol = "tcp"
+port = "443"
+uplink = "wan2"
+fallback = true
+
 # The PPPoE session brings the default route.
 [[routes]]
 destination = "10.99.0.0/16"
@@ -824,7 +913,7 @@ half_open = 1000
 host_prefix6 = 64
 
 [nat]
-masquerade = ["wan"]
+masquerade = ["wan", "wan2", "wan3"]
 port_range = "1024-65535"
 binding_capacity = 65536
 host_ports = 4096

@@ -156,6 +156,9 @@ fn several_interfaces_masquerade_as_uplinks() {
     assert_eq!((health.interval_ms, health.down, health.up), (1000, 3, 3));
     assert_eq!(config.routing.on_uplink_down, OnUplinkDown::End);
     assert!(config.routing.resets_tcp());
+    let tcp = parse(&two_uplinks("probe = \"tcp:443\"")).unwrap();
+    let probe = tcp.uplinks[1].health.as_ref().map(|health| health.probe);
+    assert_eq!(probe, Some(ProbeKind::Tcp(443)));
     let twice = LAB.replace(
         "via = \"10.0.0.2\"",
         "via = \"10.0.0.2\"\n[nat]\nmasquerade = [\"wan\", \"wan\"]",
@@ -192,8 +195,13 @@ fn uplink_errors_name_the_field() {
         ),
         (
             two_uplinks("probe = \"tcp\""),
-            "uplinks[1].health.port:",
-            "needs the port",
+            "uplinks[1].health.probe:",
+            "\"tcp:PORT\"",
+        ),
+        (
+            two_uplinks("probe = \"tcp:0\""),
+            "uplinks[1].health.probe:",
+            "1-65535",
         ),
         (
             two_uplinks("reliability = 3"),

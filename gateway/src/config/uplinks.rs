@@ -38,12 +38,10 @@ fn default_weight() -> u32 {
 pub struct HealthConfig {
     /// Hosts beyond the ISP to probe (a public resolver, the ISP's router).
     pub targets: Vec<Ipv4Addr>,
-    /// "icmp" (echo request) or "tcp" (a connection to `port`).
+    /// "icmp" (an echo request) or "tcp:PORT" (a connection to that port; a refusal counts
+    /// as an answer: the target was reached).
     #[serde(default)]
     pub probe: ProbeKind,
-    /// The TCP port, for `probe = "tcp"`.
-    #[serde(default)]
-    pub port: Option<u16>,
     /// A round of probes (one per target) every this many milliseconds.
     #[serde(default = "default_interval_ms")]
     pub interval_ms: u64,
@@ -77,12 +75,34 @@ fn default_rounds() -> u32 {
     3
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProbeKind {
     #[default]
     Icmp,
-    Tcp,
+    Tcp(u16),
+}
+
+impl std::str::FromStr for ProbeKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "icmp" {
+            return Ok(ProbeKind::Icmp);
+        }
+        let port = text
+            .strip_prefix("tcp:")
+            .and_then(|port| port.parse::<u16>().ok())
+            .filter(|&port| port != 0);
+        port.map(ProbeKind::Tcp)
+            .ok_or_else(|| format!("{text:?}: \"icmp\" or \"tcp:PORT\" (a port 1-65535)"))
+    }
+}
+
+impl<'de> Deserialize<'de> for ProbeKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// `[routing]`: how new flows toward the default route share the uplinks.
@@ -218,18 +238,6 @@ impl GatewayConfig {
                             health.targets.len()
                         ),
                     ));
-                }
-                match (health.probe, health.port) {
-                    (ProbeKind::Tcp, None | Some(0)) => {
-                        return Err(invalid(
-                            field("port"),
-                            "a TCP probe needs the port it connects to",
-                        ))
-                    }
-                    (ProbeKind::Icmp, Some(_)) => {
-                        return Err(invalid(field("port"), "only a TCP probe has a port"))
-                    }
-                    _ => {}
                 }
                 if !(100..=60_000).contains(&health.interval_ms) {
                     return Err(invalid(field("interval_ms"), "must be 100 to 60000"));

@@ -251,7 +251,7 @@ fn run(check: &Check, stats: &UplinkStats, stop: &AtomicBool, changed: impl Fn(u
         sequence = sequence.wrapping_add(1);
         let answered = match health.probe {
             ProbeKind::Icmp => echo_round(check, sequence, timeout, stats),
-            ProbeKind::Tcp => connect_round(check, timeout, stats),
+            ProbeKind::Tcp(port) => connect_round(check, port, timeout, stats),
         };
         let lost = health.targets.len() - answered;
         stats.answered.fetch_add(answered as u64, Ordering::Relaxed);
@@ -386,10 +386,7 @@ fn echo_reply_from(datagram: &[u8], id: u16, sequence: u16) -> Option<Ipv4Addr> 
 
 /// A TCP connection to each target's port, bound to the twin: how many answered. A refusal
 /// (a reset) is an answer: the target was reached through this uplink.
-fn connect_round(check: &Check, timeout: Duration, stats: &UplinkStats) -> usize {
-    let Some(port) = check.health.port else {
-        return 0;
-    };
+fn connect_round(check: &Check, port: u16, timeout: Duration, stats: &UplinkStats) -> usize {
     let mut answered = 0;
     for target in &check.health.targets {
         let started = Instant::now();
@@ -420,7 +417,6 @@ mod tests {
         HealthConfig {
             targets: vec![Ipv4Addr::new(192, 0, 2, 1)],
             probe: ProbeKind::Icmp,
-            port: None,
             interval_ms: 1000,
             timeout_ms: 1000,
             reliability: 1,
