@@ -47,6 +47,41 @@ pub struct UplinkHealth {
     pub uplinks: Vec<UplinkStats>,
 }
 
+/// Whether each uplink's port has carrier, as the control thread samples links: an uplink
+/// whose link is down takes no new flows, whatever its probes said last.
+#[derive(Debug, Default)]
+pub struct UplinkLinks {
+    /// Per uplink, its interface's port (a VLAN's, its parent's).
+    ports: Vec<usize>,
+    down: Vec<bool>,
+}
+
+impl UplinkLinks {
+    pub fn new(ports: Vec<usize>) -> UplinkLinks {
+        let down = vec![false; ports.len()];
+        UplinkLinks { ports, down }
+    }
+
+    /// Takes the links as `link_up(port)` says they are now: true when any uplink's
+    /// changed (the router config is to be compiled again).
+    pub fn sample(&mut self, link_up: impl Fn(usize) -> bool) -> bool {
+        let mut changed = false;
+        for (port, down) in self.ports.iter().zip(&mut self.down) {
+            let now = !link_up(*port);
+            if now != *down {
+                *down = now;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Per uplink, whether its link is down.
+    pub fn down(&self) -> &[bool] {
+        &self.down
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct UplinkStats {
     /// The uplink's interface.
@@ -107,9 +142,12 @@ impl UplinkHealth {
         }
     }
 
-    /// Per uplink, whether its checks failed: the router config's input.
-    pub fn failed(&self) -> Vec<bool> {
-        self.uplinks.iter().map(UplinkStats::failed).collect()
+    /// Per uplink, whether its checks failed or its link is down: the router config's input.
+    pub fn failed(&self, links: &UplinkLinks) -> Vec<bool> {
+        let link_down = |i: usize| links.down().get(i).copied().unwrap_or(false);
+        (self.uplinks.iter().enumerate())
+            .map(|(i, stats)| stats.failed() || link_down(i))
+            .collect()
     }
 }
 
@@ -448,6 +486,23 @@ mod tests {
             assert_eq!(record_round(&stats, &settings, passed), change, "round {i}");
         }
         assert!(!stats.failed());
+    }
+
+    #[test]
+    fn an_uplink_without_carrier_counts_as_failed() {
+        let health = UplinkHealth {
+            uplinks: vec![UplinkStats::default(), UplinkStats::default()],
+        };
+        // Uplink 0 on port 1, uplink 1 on port 2.
+        let mut links = UplinkLinks::new(vec![1, 2]);
+        assert!(!links.sample(|_| true), "all up: nothing changed");
+        assert_eq!(health.failed(&links), [false, false]);
+        assert!(links.sample(|port| port != 2));
+        assert_eq!(health.failed(&links), [false, true]);
+        assert!(!links.sample(|port| port != 2), "still down: no change");
+        health.uplinks[0].failed.store(true, Ordering::Relaxed);
+        assert!(links.sample(|_| true));
+        assert_eq!(health.failed(&links), [true, false]);
     }
 
     #[test]

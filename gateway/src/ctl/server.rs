@@ -619,14 +619,20 @@ fn show_routes(sources: &Sources) -> Value {
 
 /// Each uplink as the workers run it (next hop, share, whether it takes new flows) with
 /// what its health checks found. The state says why an uplink takes no new flows:
-/// "failed" (its checks), "unaddressed" (no lease or session), "no next hop".
+/// "no carrier" (its port's link is down), "failed" (its checks), "unaddressed" (no lease or
+/// session), "no next hop".
 fn show_uplinks(sources: &Sources) -> Value {
     let (router, _) = sources.router.load();
     let uplinks: Vec<Value> = (router.uplinks.uplinks().iter())
         .zip(&sources.uplink_health.uplinks)
         .map(|(uplink, health)| {
             let interface = &router.interfaces[usize::from(uplink.port)];
-            let state = if health.failed() {
+            let carrier = (sources.interface_links.get(usize::from(uplink.port)))
+                .and_then(|link| sources.ports.ports.get(usize::from(link.port)))
+                .is_none_or(|port| port.link().0);
+            let state = if !carrier {
+                "no carrier"
+            } else if health.failed() {
                 "failed"
             } else if !interface.has_address() {
                 "unaddressed"

@@ -18,6 +18,7 @@ impl<'a> Gateway<'a> {
             netlink_view,
             pppoe_view,
             uplink_health,
+            uplink_links,
             control,
             router_published,
             reload_status,
@@ -48,10 +49,13 @@ impl<'a> Gateway<'a> {
                 next_qos_rebalance += Duration::from_millis(5);
             }
             let now = std::time::Instant::now();
+            let mut uplink_link_changed = false;
             if now >= next_link_sample {
                 port_watch.sample_links();
                 bond_watch.sample();
                 next_link_sample = now + port_watch::LINK_INTERVAL;
+                let link_up = |port: usize| port_watch.ports.get(port).is_none_or(|p| p.link().0);
+                uplink_link_changed = uplink_links.sample(link_up);
             }
             if now >= next_stats_poll {
                 port_watch.poll_stats();
@@ -62,9 +66,15 @@ impl<'a> Gateway<'a> {
                 0 => control_events.recv_timeout(Duration::from_micros(200)).ok(),
                 _ => control_events.try_recv().ok(),
             };
-            if let Some(view) = control.take_pppoe_view() {
-                *pppoe_view = view;
-                let merged = merged_view(netlink_view, pppoe_view, uplink_health.failed());
+            // A PPPoE session's view changed, or an uplink's carrier came or went (as a health
+            // check's verdict would): the router config is compiled again.
+            let pppoe = control.take_pppoe_view();
+            if pppoe.is_some() || uplink_link_changed {
+                if let Some(view) = pppoe {
+                    *pppoe_view = view;
+                }
+                let merged =
+                    merged_view(netlink_view, pppoe_view, uplink_health.failed(uplink_links));
                 apply_kernel(
                     running,
                     macs,
@@ -116,7 +126,8 @@ impl<'a> Gateway<'a> {
                     if let Some(ControlEvent::Kernel(view)) = event {
                         *netlink_view = view;
                     }
-                    let merged = merged_view(netlink_view, pppoe_view, uplink_health.failed());
+                    let merged =
+                        merged_view(netlink_view, pppoe_view, uplink_health.failed(uplink_links));
                     apply_kernel(
                         running,
                         macs,

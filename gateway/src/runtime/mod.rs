@@ -183,6 +183,7 @@ struct Gateway<'a> {
     netlink_thread: Option<std::thread::JoinHandle<()>>,
     /// What the uplinks' health checks found, and their threads.
     uplink_health: Arc<crate::control::uplink_health::UplinkHealth>,
+    uplink_links: crate::control::uplink_health::UplinkLinks,
     uplink_threads: Vec<std::thread::JoinHandle<()>>,
     /// The config in force: the last reload applied (kernel updates are compiled onto it).
     running: GatewayConfig,

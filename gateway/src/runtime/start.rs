@@ -140,6 +140,15 @@ impl<'a> Gateway<'a> {
         let uplink_health = Arc::new(crate::control::uplink_health::UplinkHealth::for_config(
             config,
         ));
+        let uplink_links = crate::control::uplink_health::UplinkLinks::new(
+            (config.uplinks.iter())
+                .filter_map(|uplink| {
+                    let iface =
+                        (config.interfaces.iter()).position(|i| i.name == uplink.interface)?;
+                    layout.links().get(iface).map(|link| usize::from(link.port))
+                })
+                .collect(),
+        );
         let uplink_threads = {
             let events = events.clone();
             let changed = move |_, _| {
@@ -260,6 +269,7 @@ impl<'a> Gateway<'a> {
             meter_export,
             netlink_thread,
             uplink_health,
+            uplink_links,
             uplink_threads,
             running,
             kernel_for_loads,

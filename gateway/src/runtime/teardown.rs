@@ -22,6 +22,7 @@ impl<'a> Gateway<'a> {
             meter_export: _meter_export,
             netlink_thread,
             uplink_health: _uplink_health,
+            uplink_links: _uplink_links,
             uplink_threads,
             running: _running,
             kernel_for_loads: _kernel_for_loads,
