@@ -226,7 +226,7 @@ done
 
 # 2. ISP1 stops answering the probes (its namespace does not forward: the echo dies there).
 isp1 ip addr del 198.51.100.1/32 dev lo
-took=$(wait_state wan1 failed 5)
+took=$(wait_state wan1 failed 8)
 pass "WAN1 down $took s after its probes stopped being answered (interval 0.5 s x down 3)"
 [[ $(metric 'gateway_uplink_health_failed{uplink="wan1"}') == 1 ]] || fail "gateway_uplink_health_failed{uplink=\"wan1\"} is not 1"
 [[ $(metric 'gateway_uplink_usable{uplink="wan1"}') == 0 ]] || fail "gateway_uplink_usable{uplink=\"wan1\"} is not 0"
@@ -247,7 +247,7 @@ pass "its TCP connection through WAN1 was reset (uplink_down)"
 
 # 3. ISP1 answers again.
 isp1 ip addr add 198.51.100.1/32 dev lo
-took=$(wait_state wan1 up 5)
+took=$(wait_state wan1 up 8)
 pass "WAN1 up again $took s after its probes were answered (up 2)"
 [[ $(ask "$victim") == "isp1 10.0.0.1" ]] || fail "$victim's new flow did not return to WAN1: $(ask "$victim")"
 [[ $(ask "$victim" 45000) == "isp2 172.16.20.1" ]] || fail "the flow opened by WAN2 moved: $(ask "$victim" 45000)"
@@ -255,7 +255,7 @@ pass "new flows return to WAN1, the flow opened by WAN2 stays there"
 
 # 4. ISP2 stops answering: the policy's host falls back to WAN1.
 isp2 ip addr del 198.51.100.1/32 dev lo
-wait_state wan2 failed 5 >/dev/null
+wait_state wan2 failed 8 >/dev/null
 [[ $(ask 192.168.10.7) == "isp1 10.0.0.1" ]] || fail "the policy's host did not fall back to WAN1: $(ask 192.168.10.7)"
 pass "with WAN2 down, the policy's host falls back to WAN1"
 assert_no_conntrack_invalid
