@@ -567,7 +567,13 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "\"wan\"",
         Some("uplinks[1].interface"),
     ),
-    ("uplinks[].via", Applied, "\"10.1.0.3\"", None),
+    // A checked uplink's via is its probes' routing table too: restart-only there.
+    (
+        "uplinks[].via",
+        Applied,
+        "\"10.2.0.3\"",
+        Some("uplinks[1].via"),
+    ),
     ("uplinks[].weight", Applied, "5", None),
     ("uplinks[].priority", Applied, "2", None),
     (
@@ -577,7 +583,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         None,
     ),
     ("uplinks[].health.probe", Restart, "\"icmp\"", None),
-    ("uplinks[].health.interval_ms", Restart, "2000", None),
+    ("uplinks[].health.interval_ms", Restart, "4000", None),
     ("uplinks[].health.timeout_ms", Restart, "500", None),
     ("uplinks[].health.reliability", Restart, "2", None),
     ("uplinks[].health.down", Restart, "5", None),
@@ -862,7 +868,7 @@ priority = 0
 [uplinks.health]
 targets = ["198.51.100.1", "198.51.100.2"]
 probe = "tcp:80"
-interval_ms = 1000
+interval_ms = 3000
 timeout_ms = 1000
 reliability = 1
 down = 3

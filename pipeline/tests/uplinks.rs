@@ -155,6 +155,11 @@ fn frame(ingress: u16, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), tcp: Option<T
             .ack(5001)
             .write(&mut frame, b"data")
             .unwrap(),
+        Some(Tcp::ServerData) => builder
+            .tcp(src.1, dst.1, 5001, 65535)
+            .ack(1005)
+            .write(&mut frame, b"more")
+            .unwrap(),
     };
     frame
 }
@@ -163,7 +168,9 @@ fn frame(ingress: u16, src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), tcp: Option<T
 enum Tcp {
     Syn,
     SynAck,
+    /// The client's first data, and the server's.
     Ack,
+    ServerData,
 }
 
 struct Sent {
@@ -282,6 +289,19 @@ fn a_backup_takes_over_while_the_primary_is_down_and_the_old_flows_end() {
     let ack = frame(LAN, client, (REMOTE, 443), Some(Tcp::Ack));
     assert_eq!(uplink_of(&process(&mut gateway, &ack, LAN)), WAN1);
 
+    // A second connection through the primary, for the server's side of a failover.
+    let download = (host(3), 40000);
+    let syn3 = process(
+        &mut gateway,
+        &frame(LAN, download, (REMOTE, 443), Some(Tcp::Syn)),
+        LAN,
+    );
+    assert_eq!(uplink_of(&syn3), WAN1);
+    let synack3 = frame(WAN1, (REMOTE, 443), syn3.src, Some(Tcp::SynAck));
+    process(&mut gateway, &synack3, WAN1);
+    let ack3 = frame(LAN, download, (REMOTE, 443), Some(Tcp::Ack));
+    assert_eq!(uplink_of(&process(&mut gateway, &ack3, LAN)), WAN1);
+
     // The primary fails: the client's next segment ends its flow with a reset toward it,
     // and its next connection leaves by the backup.
     gateway.set_router(states(false));
@@ -290,6 +310,14 @@ fn a_backup_takes_over_while_the_primary_is_down_and_the_old_flows_end() {
     assert!(ended.rst, "the LAN client is reset");
     assert_eq!(ended.dst, client);
     assert_eq!(gateway.counters().dropped(DropReason::UplinkDown), 1);
+    // The server's segment ends the other flow: its client is reset all the same, from the
+    // server's endpoint.
+    let data = frame(WAN1, (REMOTE, 443), syn3.src, Some(Tcp::ServerData));
+    let reset = process(&mut gateway, &data, WAN1);
+    assert_eq!(reset.verdict, Verdict::Transmit { port: LAN });
+    assert!(reset.rst, "the download's client is reset");
+    assert_eq!((reset.src, reset.dst), ((REMOTE, 443), download));
+    assert_eq!(gateway.counters().dropped(DropReason::UplinkDown), 2);
     let retry = process(
         &mut gateway,
         &frame(LAN, client, (REMOTE, 443), Some(Tcp::Syn)),

@@ -156,7 +156,7 @@ fn several_interfaces_masquerade_as_uplinks() {
     assert_eq!((health.interval_ms, health.down, health.up), (1000, 3, 3));
     assert_eq!(config.routing.on_uplink_down, OnUplinkDown::End);
     assert!(config.routing.resets_tcp());
-    let tcp = parse(&two_uplinks("probe = \"tcp:443\"")).unwrap();
+    let tcp = parse(&two_uplinks("probe = \"tcp:443\"\ninterval_ms = 2000")).unwrap();
     let probe = tcp.uplinks[1].health.as_ref().map(|health| health.probe);
     assert_eq!(probe, Some(ProbeKind::Tcp(443)));
     let twice = LAB.replace(
@@ -202,6 +202,16 @@ fn uplink_errors_name_the_field() {
             two_uplinks("probe = \"tcp:0\""),
             "uplinks[1].health.probe:",
             "1-65535",
+        ),
+        (
+            two_uplinks("").replace("\"198.51.100.2\"]", "\"198.51.100.1\"]"),
+            "uplinks[1].health.targets[1]:",
+            "listed twice",
+        ),
+        (
+            two_uplinks("probe = \"tcp:443\"\ninterval_ms = 1500"),
+            "uplinks[1].health.timeout_ms:",
+            "one after another",
         ),
         (
             two_uplinks("reliability = 3"),

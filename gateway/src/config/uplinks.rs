@@ -230,6 +230,14 @@ impl GatewayConfig {
                 if health.targets.is_empty() {
                     return Err(invalid(field("targets"), "at least one host to probe"));
                 }
+                if let Some(j) = (1..health.targets.len())
+                    .find(|&j| health.targets[..j].contains(&health.targets[j]))
+                {
+                    return Err(invalid(
+                        format!("uplinks[{i}].health.targets[{j}]"),
+                        format!("{} is listed twice", health.targets[j]),
+                    ));
+                }
                 if health.reliability == 0 || health.reliability > health.targets.len() {
                     return Err(invalid(
                         field("reliability"),
@@ -246,6 +254,17 @@ impl GatewayConfig {
                     return Err(invalid(
                         field("timeout_ms"),
                         "must be at least 10 and at most interval_ms",
+                    ));
+                }
+                // TCP probes connect one target after another.
+                let round_ms = health.timeout_ms * health.targets.len() as u64;
+                if matches!(health.probe, ProbeKind::Tcp(_)) && round_ms > health.interval_ms {
+                    return Err(invalid(
+                        field("timeout_ms"),
+                        format!(
+                            "with a TCP probe, timeout_ms x targets ({round_ms}) must fit interval_ms ({}): the targets are tried one after another",
+                            health.interval_ms
+                        ),
                     ));
                 }
                 if !(1..=100).contains(&health.down) {

@@ -165,6 +165,13 @@ pub enum HealthError {
         #[source]
         source: std::io::Error,
     },
+    #[error("uplinks[{index}].health: entering the twins' namespace {netns:?}")]
+    Netns {
+        index: usize,
+        netns: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// One checked uplink, as its thread needs it.
@@ -207,22 +214,41 @@ pub fn spawn(
         };
         let (health, stop, changed, netns) =
             (health.clone(), stop.clone(), changed.clone(), netns.clone());
+        // The thread says whether it entered the namespace: an uplink that cannot be
+        // checked refuses the start rather than stay "up" unchecked.
+        let (entered_tx, entered_rx) = crossbeam_channel::bounded(1);
         let thread = std::thread::Builder::new()
             .name(format!("uplink-{index}"))
             .spawn(move || {
-                if let Some(netns) = &netns {
-                    if let Err(err) = enter(netns) {
-                        tracing::error!(
-                            uplink = index,
-                            "health checks not run: entering {netns:?}: {err}"
-                        );
-                        return;
-                    }
+                let entered = match &netns {
+                    Some(netns) => enter(netns).map_err(|source| HealthError::Netns {
+                        index,
+                        netns: netns.clone(),
+                        source,
+                    }),
+                    None => Ok(()),
+                };
+                let ok = entered.is_ok();
+                let _ = entered_tx.send(entered);
+                if ok {
+                    run(&check, &health.uplinks[check.index], &stop, changed);
                 }
-                run(&check, &health.uplinks[check.index], &stop, changed);
             })
             .map_err(|source| HealthError::Thread { index, source })?;
-        threads.push(thread);
+        match entered_rx.recv() {
+            Ok(Ok(())) => threads.push(thread),
+            Ok(Err(err)) => {
+                let _ = thread.join();
+                return Err(err);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(HealthError::Thread {
+                    index,
+                    source: std::io::Error::other("it ended before entering the namespace"),
+                });
+            }
+        }
     }
     Ok(threads)
 }
@@ -367,7 +393,9 @@ fn echo_round(check: &Check, sequence: u16, timeout: Duration, stats: &UplinkSta
     let mut answered = vec![false; targets.len()];
     let mut datagram = [0u8; 1500];
     while let Some(left) = timeout.checked_sub(sent_at.elapsed()) {
-        if answered.iter().all(|&a| a) || left.is_zero() {
+        // Under a millisecond left is none: a read timeout that small rounds to zero, which
+        // the kernel takes for no timeout at all.
+        if answered.iter().all(|&a| a) || left < Duration::from_millis(1) {
             break;
         }
         if socket.set_read_timeout(Some(left)).is_err() {

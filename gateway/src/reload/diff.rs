@@ -128,10 +128,21 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     fields
 }
 
-/// The uplinks as their probers see them: which interfaces, in which order, probed how.
-fn uplink_shape(config: &GatewayConfig) -> Vec<(&str, Option<&crate::config::HealthConfig>)> {
+/// The uplinks as their probers see them: which interfaces, in which order, probed how, and
+/// for a checked one its `via` (the twin's routing table its probes take is written with
+/// the prober).
+type UplinkShape<'a> = (
+    &'a str,
+    Option<&'a crate::config::HealthConfig>,
+    Option<std::net::Ipv4Addr>,
+);
+
+fn uplink_shape(config: &GatewayConfig) -> Vec<UplinkShape<'_>> {
     (config.uplinks.iter())
-        .map(|uplink| (uplink.interface.as_str(), uplink.health.as_ref()))
+        .map(|uplink| {
+            let via = uplink.health.as_ref().and(uplink.via);
+            (uplink.interface.as_str(), uplink.health.as_ref(), via)
+        })
         .collect()
 }
 

@@ -142,10 +142,13 @@ impl<'a> Gateway<'a> {
         ));
         let uplink_links = crate::control::uplink_health::UplinkLinks::new(
             (config.uplinks.iter())
-                .filter_map(|uplink| {
-                    let iface =
-                        (config.interfaces.iter()).position(|i| i.name == uplink.interface)?;
-                    layout.links().get(iface).map(|link| usize::from(link.port))
+                // One per uplink, in order (validation resolved every name; a port that is no
+                // port reads as up).
+                .map(|uplink| {
+                    (config.interfaces.iter())
+                        .position(|i| i.name == uplink.interface)
+                        .and_then(|iface| layout.links().get(iface))
+                        .map_or(usize::MAX, |link| usize::from(link.port))
                 })
                 .collect(),
         );

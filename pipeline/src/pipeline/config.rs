@@ -1059,14 +1059,14 @@ impl RouterConfig {
             .collect()
     }
 
-    /// The port whose address is `ip`, if `ip` is one of the gateway's own.
+    /// Where a datagram from `src` to `dst` whose headers are final goes: one leaving with an
+    /// uplink's address toward the default route leaves by that uplink, the one its flow
+    /// keeps (a flow is masqueraded to its uplink's address, and a forward's replies, the
+    /// gateway's resets and ICMP errors leave from the address they answer: see
+    /// [`crate::pipeline::uplinks`]); anything else by the routing table. The workers route
+    /// by it, and so does the control thread for the packets it held for a next hop's MAC
+    /// (a worker's route is not carried with them).
     #[inline]
-    /// Where a datagram from `src` to `dst` whose headers are final goes, for the control
-    /// thread's packets held for a next hop's MAC (a worker's route is not carried with
-    /// them): one leaving with an uplink's address toward the default route leaves by that
-    /// uplink, the one its flow keeps (a flow is masqueraded to its uplink's address, and a
-    /// forward's replies leave from the address they came in on: see
-    /// [`crate::pipeline::uplinks`]); anything else by the routing table.
     pub fn route_from(&self, src: Ipv4Addr, dst: Ipv4Addr) -> Option<NextHop> {
         let (route, from_default) = self.routes.lookup_from_default(dst)?;
         let kept = || {
@@ -1079,6 +1079,8 @@ impl RouterConfig {
         }
     }
 
+    /// The port whose address is `ip`, if `ip` is one of the gateway's own.
+    #[inline]
     pub fn local_port(&self, ip: Ipv4Addr) -> Option<u16> {
         self.interfaces
             .iter()

@@ -266,7 +266,9 @@ impl Pipeline {
         if quote_len < min_quote {
             return Verdict::Drop(reason);
         }
-        let Some(route) = self.router.routes.lookup(sender) else {
+        let source = self.router.interfaces[usize::from(ingress)].addr;
+        // From the ingress's address, so by its uplink where it is one.
+        let Some(route) = self.router.route_from(source, sender) else {
             return Verdict::Drop(reason);
         };
         if !self.icmp_errors.try_take(error.budget(), now_ns) {
@@ -274,7 +276,6 @@ impl Pipeline {
             return Verdict::Drop(reason);
         }
         let new_len = ICMP_ERROR_HEADERS + quote_len;
-        let source = self.router.interfaces[usize::from(ingress)].addr;
 
         let room = pkt.room_mut();
         room.copy_within(
@@ -314,9 +315,11 @@ impl Pipeline {
         }
     }
 
-    /// Sends a packet the gateway generated in place (a TCP reset) back toward `dst`.
+    /// Sends a packet the gateway generated in place (a TCP reset, the SYN proxy's segments)
+    /// toward `dst`: from an uplink's address, by that uplink.
     pub(crate) fn send_generated(&mut self, pkt: &mut PacketBuf, dst: Ipv4Addr) -> Option<Verdict> {
-        let route = self.router.routes.lookup(dst)?;
+        let src = Ipv4Packet::new_unchecked(&pkt.bytes()[ethernet::HEADER_LEN..]).src_addr();
+        let route = self.router.route_from(src, dst)?;
         let port = route.port;
         Some(match self.resolve_l2(pkt, port, route.resolve(dst)) {
             None => Verdict::Transmit { port },

@@ -31,6 +31,11 @@ impl Pipeline {
                 segment,
                 reason,
             } => self.reset_client(pkt, &key, &segment, reason, now_ns),
+            Request::ResetReceiver {
+                key,
+                segment,
+                reason,
+            } => self.reset_receiver(pkt, &key, &segment, reason, now_ns),
             Request::SynCookie(answer) => self.send_cookie(pkt, &answer),
             Request::Splice(splice) => self.send_splice(pkt, &splice),
         }
@@ -61,6 +66,34 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// Answers the server's `segment` of flow `key` with a reset to the flow's client
+    /// (`Request::ResetReceiver`), rate-limited as the other resets.
+    fn reset_receiver(
+        &mut self,
+        pkt: &mut PacketBuf,
+        key: &FlowKey,
+        segment: &TcpSegment,
+        reason: DropReason,
+        now_ns: u64,
+    ) -> Verdict {
+        if !self.may_reset(pkt, segment, RESET_LEN, now_ns) {
+            return Verdict::Drop(reason);
+        }
+        let reset = TcpSegment {
+            flags: tcp::flags::RST,
+            seq: segment.seq,
+            ..TcpSegment::default()
+        };
+        write_segment_between(pkt, key.destination(), key.source(), &reset, &[]);
+        match self.send_generated(pkt, key.src) {
+            Some(verdict) => {
+                self.counters.record_drop(reason);
+                verdict
+            }
+            None => Verdict::Drop(reason),
+        }
+    }
+
     /// Sends the answer the IPv6 stateful stage asked for in place of the packet.
     #[cold]
     pub(crate) fn serve_request6(

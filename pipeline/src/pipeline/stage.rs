@@ -103,6 +103,15 @@ pub(crate) enum Request {
         segment: TcpSegment,
         reason: DropReason,
     },
+    /// The TCP `segment` the server of flow `key` (the flow's tuple as its client sent it)
+    /// sent when the flow ended: its client gets the reset, from the server's address and
+    /// port at the segment's sequence number, where the client expects the server's next
+    /// byte; the segment itself counts as dropped for `reason`.
+    ResetReceiver {
+        key: FlowKey,
+        segment: TcpSegment,
+        reason: DropReason,
+    },
     /// A SYN toward a port forward answered by the SYN proxy with a cookie.
     SynCookie(CookieAnswer),
     /// A server's SYN-ACK to a proxied client, answered by the proxy for the client.

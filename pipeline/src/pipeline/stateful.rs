@@ -235,7 +235,14 @@ impl StatefulStage {
         // On an uplink that went down (or was removed): ended, so that its host's next
         // connection takes an uplink that is up.
         if !router.uplinks.is_empty()
-            && on_failed_uplink(router, self.flows.key(id, Direction::Original), &data)
+            && on_failed_uplink(
+                router,
+                (
+                    self.flows.key(id, Direction::Original),
+                    self.flows.key(id, Direction::Reply),
+                ),
+                &data,
+            )
         {
             let data = self.flows.remove(id);
             release(&mut self.nat, &data);
@@ -687,23 +694,39 @@ impl TrackedPacket for Tracked4<'_, '_> {
         direction: Direction,
         segment: Option<TcpSegment>,
     ) -> Option<Stage> {
+        let uplinks = &self.router.uplinks;
+        // The flow's own tuple, should its uplink's failure end it on the server's segment:
+        // read before the flow goes, and only then.
+        let client = (direction == Direction::Reply
+            && segment.is_some()
+            && uplinks.reset_on_down
+            && !uplinks.is_empty()
+            && self.stage.flows.data(id).generation != self.router.stateful.generation)
+            .then(|| self.stage.flows.key(id, Direction::Original));
         let verdict = self.stage.recheck(self.router, id)?;
-        // The LAN client of a flow whose uplink went down is told at once, so that it
-        // reconnects (by another uplink) rather than wait out its timeouts.
-        let from_client = direction == Direction::Original;
-        if let (Verdict::Drop(DropReason::UplinkDown), Some(segment), true, true) = (
-            verdict,
-            segment,
-            from_client,
-            self.router.uplinks.reset_on_down,
-        ) {
-            return Some(Stage::Request(Request::Reset {
+        // The LAN client of a flow whose uplink went down is told at once, whichever end
+        // sent the packet that ended it, so that it reconnects (by another uplink) rather
+        // than wait out its timeouts.
+        let (Verdict::Drop(DropReason::UplinkDown), Some(segment), true) =
+            (verdict, segment, uplinks.reset_on_down)
+        else {
+            return Some(Stage::Done(verdict));
+        };
+        let reason = DropReason::UplinkDown;
+        let request = match (direction, client) {
+            (Direction::Original, _) => Request::Reset {
                 key: self.key,
                 segment,
-                reason: DropReason::UplinkDown,
-            }));
-        }
-        Some(Stage::Done(verdict))
+                reason,
+            },
+            (Direction::Reply, Some(client)) => Request::ResetReceiver {
+                key: client,
+                segment,
+                reason,
+            },
+            (Direction::Reply, None) => return Some(Stage::Done(verdict)),
+        };
+        Some(Stage::Request(request))
     }
 
     fn inspect(&mut self, id: FlowId, segment: Option<TcpSegment>) -> Option<Stage> {
@@ -730,14 +753,25 @@ fn uplink_route(router: &RouterConfig, key: &FlowKey, from: ZoneId) -> Option<Op
     }
 }
 
-/// Whether a flow (`original`, `data`) meets the outside on an uplink that is to end its
-/// flows now (down or removed, `routing.on_uplink_down = "end"`): the uplink whose address
-/// it was masqueraded to, or, for a port forward's flow, the one whose address it came to.
-fn on_failed_uplink(router: &RouterConfig, original: FlowKey, data: &FlowData) -> bool {
+/// Whether a flow (`original`, `reply`, `data`) meets the outside on an uplink that is to
+/// end its flows now (down, with `routing.on_uplink_down = "end"`): the uplink whose address
+/// it was masqueraded to (its binding's, or for GRE and ESP its reply's destination), or, for
+/// a port forward's flow from outside, the one whose address it came to. Not a hairpinned
+/// flow (a forward's, with a binding), which never crosses an uplink, nor one the gateway's
+/// own kernel opened: that is how its health checks probe a down uplink.
+fn on_failed_uplink(
+    router: &RouterConfig,
+    (original, reply): (FlowKey, FlowKey),
+    data: &FlowData,
+) -> bool {
+    if data.from_zone == ZoneId::LOCAL.0 {
+        return false;
+    }
     let address = match (data.binding, data.forwarded) {
-        (Some((_, external, _)), _) => external,
+        (Some(_), true) => return false,
+        (Some((_, external, _)), false) => external,
         (None, true) => original.dst,
-        (None, false) => return false,
+        (None, false) => reply.dst,
     };
     router.local_port(address).is_some_and(|port| {
         router.uplinks.on_port(port).is_some() && router.uplinks.ends_flow_on(port)

@@ -410,8 +410,9 @@ impl Pipeline {
                 }
                 (fixed.unwrap_or(external), port)
             }
-            (Some(fixed), Some(pool), None) if !has_ports(key.protocol) => {
-                (fixed.unwrap_or(pool.paired_address(key.src)), 0)
+            // Masqueraded to the address of the interface it leaves by, as `new_flow` does.
+            (Some(fixed), Some(_), None) if !has_ports(key.protocol) => {
+                (fixed.unwrap_or(interfaces[usize::from(egress)].addr), 0)
             }
             _ => return Err(Skip::Config),
         };
