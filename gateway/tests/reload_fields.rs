@@ -568,6 +568,7 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         Some("uplinks[1].interface"),
     ),
     // A checked uplink's via is its probes' routing table too: restart-only there.
+    ("uplinks[].via", Restart, "\"10.1.0.3\"", None),
     (
         "uplinks[].via",
         Applied,

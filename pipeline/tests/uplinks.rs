@@ -180,6 +180,9 @@ struct Sent {
     src: (Ipv4Addr, u16),
     dst: (Ipv4Addr, u16),
     rst: bool,
+    /// TCP's sequence and acknowledgement numbers, and whether ACK is set.
+    seq: u32,
+    ack: Option<u32>,
 }
 
 fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16) -> Sent {
@@ -192,10 +195,17 @@ fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16) -> Sent {
     let Some(NetSlice::Ipv4(ip)) = sliced.net else {
         panic!("not IPv4")
     };
-    let (ports, rst) = match sliced.transport {
-        Some(TransportSlice::Udp(udp)) => ((udp.source_port(), udp.destination_port()), false),
-        Some(TransportSlice::Tcp(tcp)) => ((tcp.source_port(), tcp.destination_port()), tcp.rst()),
-        _ => ((0, 0), false),
+    let (ports, rst, seq, ack) = match sliced.transport {
+        Some(TransportSlice::Udp(udp)) => {
+            ((udp.source_port(), udp.destination_port()), false, 0, None)
+        }
+        Some(TransportSlice::Tcp(tcp)) => (
+            (tcp.source_port(), tcp.destination_port()),
+            tcp.rst(),
+            tcp.sequence_number(),
+            tcp.ack().then(|| tcp.acknowledgment_number()),
+        ),
+        _ => ((0, 0), false, 0, None),
     };
     Sent {
         verdict,
@@ -203,6 +213,8 @@ fn process(pipeline: &mut Pipeline, frame: &[u8], ingress: u16) -> Sent {
         src: (ip.header().source_addr(), ports.0),
         dst: (ip.header().destination_addr(), ports.1),
         rst,
+        seq,
+        ack,
     }
 }
 
@@ -302,9 +314,26 @@ fn a_backup_takes_over_while_the_primary_is_down_and_the_old_flows_end() {
     let ack3 = frame(LAN, download, (REMOTE, 443), Some(Tcp::Ack));
     assert_eq!(uplink_of(&process(&mut gateway, &ack3, LAN)), WAN1);
 
+    // A LAN host at the forward on WAN2's address, hairpinned: its port is taken on the
+    // pool's first address (WAN1's), yet it never crosses an uplink.
+    let hairpin_client = (host(4), 40000);
+    let to_forward = frame(LAN, hairpin_client, (WAN2_ADDR, 8080), Some(Tcp::Syn));
+    let hairpin = process(&mut gateway, &to_forward, LAN);
+    assert_eq!(hairpin.verdict, Verdict::Transmit { port: LAN });
+    assert_eq!(hairpin.dst, (SERVER, 80));
+    let server_answer = frame(LAN, (SERVER, 80), hairpin.src, Some(Tcp::SynAck));
+    assert_eq!(
+        process(&mut gateway, &server_answer, LAN).verdict,
+        Verdict::Transmit { port: LAN }
+    );
+    let hairpin_ack = frame(LAN, hairpin_client, (WAN2_ADDR, 8080), Some(Tcp::Ack));
+
     // The primary fails: the client's next segment ends its flow with a reset toward it,
     // and its next connection leaves by the backup.
     gateway.set_router(states(false));
+    let still = process(&mut gateway, &hairpin_ack, LAN);
+    assert_eq!(still.verdict, Verdict::Transmit { port: LAN });
+    assert!(!still.rst, "the hairpinned flow is not ended");
     let ended = process(&mut gateway, &ack, LAN);
     assert_eq!(ended.verdict, Verdict::Transmit { port: LAN });
     assert!(ended.rst, "the LAN client is reset");
@@ -317,6 +346,9 @@ fn a_backup_takes_over_while_the_primary_is_down_and_the_old_flows_end() {
     assert_eq!(reset.verdict, Verdict::Transmit { port: LAN });
     assert!(reset.rst, "the download's client is reset");
     assert_eq!((reset.src, reset.dst), ((REMOTE, 443), download));
+    // Where the client expects the server's next byte, acknowledging what the server did.
+    assert_eq!((reset.seq, reset.ack), (5001, Some(1005)));
+    assert_eq!(reset.next_hop_mac, HOST_MAC);
     assert_eq!(gateway.counters().dropped(DropReason::UplinkDown), 2);
     let retry = process(
         &mut gateway,

@@ -75,7 +75,7 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     // Each checked uplink's prober thread starts with the gateway; weights, priorities, next
     // hops and `[routing]` apply on reload.
     if uplink_shape(running) != uplink_shape(new) {
-        fields.push("uplinks[].interface/health".to_string());
+        fields.push("uplinks[].interface/health/via".to_string());
     }
     if running.interfaces.len() != new.interfaces.len() {
         fields.push("interfaces (count)".to_string());

@@ -79,9 +79,17 @@ impl Pipeline {
         if !self.may_reset(pkt, segment, RESET_LEN, now_ns) {
             return Verdict::Drop(reason);
         }
+        // At the server's sequence number, where the client expects its next byte; with the
+        // server's acknowledgement too where it has one, which a client still in SYN-SENT
+        // requires of a reset (RFC 9293 3.10.7.3).
+        let (flags, ack) = match segment.flags & tcp::flags::ACK {
+            0 => (tcp::flags::RST, 0),
+            _ => (tcp::flags::RST | tcp::flags::ACK, segment.ack),
+        };
         let reset = TcpSegment {
-            flags: tcp::flags::RST,
+            flags,
             seq: segment.seq,
+            ack,
             ..TcpSegment::default()
         };
         write_segment_between(pkt, key.destination(), key.source(), &reset, &[]);

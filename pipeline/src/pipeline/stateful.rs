@@ -697,10 +697,10 @@ impl TrackedPacket for Tracked4<'_, '_> {
         let uplinks = &self.router.uplinks;
         // The flow's own tuple, should its uplink's failure end it on the server's segment:
         // read before the flow goes, and only then.
-        let client = (direction == Direction::Reply
+        let client = (!uplinks.is_empty()
+            && direction == Direction::Reply
             && segment.is_some()
             && uplinks.reset_on_down
-            && !uplinks.is_empty()
             && self.stage.flows.data(id).generation != self.router.stateful.generation)
             .then(|| self.stage.flows.key(id, Direction::Original));
         let verdict = self.stage.recheck(self.router, id)?;
