@@ -239,16 +239,12 @@ fn topology() -> impl Strategy<Value = Topology> {
                 proptest::collection::vec((0..n as u16, 0..n as u16, host_byte()), 0..=2),
             )
         })
-        .prop_map(|(mut masquerade, default_port, static_port, forwards)| {
-            // At most one masqueraded interface, as the gateway's config allows
-            // (`nat.masquerade`): with two, the NAT pool pairs hosts with two addresses and
-            // hands out each port once per address, while a hairpinned flow's source becomes
-            // the egress interface's own address, so two hairpinned flows from hosts paired
-            // with different addresses could get the same port there and collide (found by
-            // this test on 2026-12-04: its reply tuple existed, a conntrack_invalid drop).
-            if let Some(first) = masquerade.iter().position(|&on| on) {
-                masquerade[first + 1..].fill(false);
-            }
+        .prop_map(|(masquerade, default_port, static_port, forwards)| {
+            // Any number of masqueraded interfaces, as `nat.masquerade` allows: each flow is
+            // masqueraded to the address of the interface it leaves by, and a hairpinned
+            // flow takes its port on the pool's first address, so that no two hairpinned
+            // flows share a port on the address they are shown with (with paired pooling
+            // they could: found by this test on 2026-12-04, when one interface was the limit).
             Topology {
                 masquerade,
                 default_port,
