@@ -2,6 +2,8 @@
 //! a packet, which need the pipeline's ICMP budgets and routing. The IPv6 stage's TCP reset
 //! is here too.
 
+use std::net::Ipv4Addr;
+
 use crate::flow::{FlowEnds, FlowKey, FlowKey6};
 use crate::l3::icmp_error::IcmpBudget;
 use crate::packet::PacketBuf;
@@ -55,17 +57,9 @@ impl Pipeline {
             return Verdict::Drop(reason);
         }
         write_reset(pkt, key, segment);
-        match self.send_generated(pkt, key.src) {
-            Some(verdict) => {
-                self.counters.record_drop(reason);
-                verdict
-            }
-            None => Verdict::Drop(reason),
-        }
+        self.send_reset(pkt, key.src, reason)
     }
-}
 
-impl Pipeline {
     /// Answers the server's `segment` of flow `key` with a reset to the flow's client
     /// (`Request::ResetReceiver`), rate-limited as the other resets.
     fn reset_receiver(
@@ -93,7 +87,13 @@ impl Pipeline {
             ..TcpSegment::default()
         };
         write_segment_between(pkt, key.destination(), key.source(), &reset, &[]);
-        match self.send_generated(pkt, key.src) {
+        self.send_reset(pkt, key.src, reason)
+    }
+
+    /// Sends a reset written in place toward `client`; the packet it answers counts as
+    /// dropped for `reason`.
+    fn send_reset(&mut self, pkt: &mut PacketBuf, client: Ipv4Addr, reason: DropReason) -> Verdict {
+        match self.send_generated(pkt, client) {
             Some(verdict) => {
                 self.counters.record_drop(reason);
                 verdict
@@ -101,7 +101,9 @@ impl Pipeline {
             None => Verdict::Drop(reason),
         }
     }
+}
 
+impl Pipeline {
     /// Sends the answer the IPv6 stateful stage asked for in place of the packet.
     #[cold]
     pub(crate) fn serve_request6(

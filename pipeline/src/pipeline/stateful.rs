@@ -773,9 +773,9 @@ fn on_failed_uplink(
         (None, true) => original.dst,
         (None, false) => reply.dst,
     };
-    router.local_port(address).is_some_and(|port| {
-        router.uplinks.on_port(port).is_some() && router.uplinks.ends_flow_on(port)
-    })
+    router
+        .local_port(address)
+        .is_some_and(|port| router.uplinks.ends_flow_on(port))
 }
 
 /// The firewall's reject: a TCP RST for TCP (never in answer to a RST, which the pipeline

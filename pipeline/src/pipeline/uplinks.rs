@@ -235,11 +235,11 @@ impl Uplinks {
         uplink.gateway.map(|_| uplink.next_hop())
     }
 
-    /// Whether a flow kept on the uplink of interface `port` is to be ended now: that uplink
-    /// is down (or gone), and the operator ends such flows.
+    /// Whether a flow kept on the uplink of interface `port` is to be ended now: that
+    /// interface is an uplink, it is down, and the operator ends such flows.
     #[inline]
     pub fn ends_flow_on(&self, port: u16) -> bool {
-        self.end_flows_on_down && !self.on_port(port).is_some_and(Uplink::usable)
+        self.end_flows_on_down && self.on_port(port).is_some_and(|uplink| !uplink.usable())
     }
 
     /// The uplink a new flow `key` from zone `from`, whose route is the default route,

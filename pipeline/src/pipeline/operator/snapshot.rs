@@ -371,7 +371,7 @@ impl Pipeline {
                 let portless = (!has_ports(key.protocol)).then_some(flow.reply.dst);
                 let external = data.binding.map(|(_, address, _)| address).or(portless)?;
                 let port = router.local_port(external)?;
-                router.uplinks.on_port(port).map(|uplink| uplink.port)
+                router.uplinks.on_port(port).is_some().then_some(port)
             })
             .flatten();
         let egress = left_by_uplink.unwrap_or(route.port);
