@@ -13,7 +13,10 @@ use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, NeighborView, Pipeline, RouterConfig, WorkerCounters, WorkerSetup};
 
 use super::floor::IoFloor;
-use super::traffic::{router_config, rss_queue, Traffic, HOSTS, UPSTREAM, UPSTREAM6, UPSTREAM_MAC};
+use super::traffic::{
+    router_config, rss_queue, SecondUplink, Traffic, HOSTS, UPSTREAM, UPSTREAM2, UPSTREAM2_MAC,
+    UPSTREAM6, UPSTREAM_MAC,
+};
 use super::{is_tcp, syns_in, Row, SynFlood, IN_FLIGHT, SYN_FLOOD_MIN_PAIRS, SYN_FLOOD_ROUND};
 use crate::compile::publish::publish_router;
 use crate::dataplane::armed::Arming;
@@ -59,27 +62,33 @@ pub(super) enum LabKind {
     Workers(u16),
     /// One worker, and IPv6 traffic through the stateful firewall (no NAT66).
     Ipv6,
+    /// One worker and a second WAN port: two uplinks sharing the default route (`shared`),
+    /// or the first alone with the second idle.
+    Uplinks { shared: bool },
 }
 
-/// One queue of LAN and WAN, as a worker has queue `w` of every port in the gateway: here
-/// a pair of net_ring ports per queue, whose rings the generator holds the other ends of.
-struct QueueRings {
-    lan_rx: RingProducer,
-    wan_rx: RingProducer,
-    lan_tx: RingConsumer,
-    wan_tx: RingConsumer,
-}
-
-impl QueueRings {
-    /// The LAN port's RX ring, or the WAN port's.
-    fn rx(&mut self, lan: bool) -> &mut RingProducer {
-        if lan {
-            &mut self.lan_rx
-        } else {
-            &mut self.wan_rx
+impl LabKind {
+    /// The lab's ports: LAN, WAN, and the second WAN port of the uplinks' labs.
+    fn port_names(self) -> &'static [&'static str] {
+        match self {
+            LabKind::Uplinks { .. } => &["lan", "wan", "wan2"],
+            LabKind::Floor | LabKind::Workers(_) | LabKind::Ipv6 => &["lan", "wan"],
         }
     }
 }
+
+/// One queue of every port, as a worker has queue `w` of every port in the gateway: here a
+/// net_ring port per port and queue, whose rings the generator holds the other ends of.
+/// Both indexed by port: LAN first, then the WAN ports.
+struct QueueRings {
+    rx: Vec<RingProducer>,
+    tx: Vec<RingConsumer>,
+}
+
+/// The LAN port's number in every lab; the WAN ports follow it.
+const LAN: usize = 0;
+/// The WAN port with the port forward, which the SYN flood's spoofed SYNs are sent to.
+const FORWARDING_WAN: usize = 1;
 
 /// Labs made in this process: their rings and ports need names of their own.
 static LABS: AtomicU32 = AtomicU32::new(0);
@@ -96,8 +105,8 @@ pub(super) struct Lab {
     drop_captures: Vec<DropCaptureSender>,
     pool: Arc<Mempool>,
     pub traffic: Traffic,
-    lan_in: Vec<Mbuf>,
-    wan_in: Vec<Mbuf>,
+    /// Per port: generated packets waiting to be injected into its RX rings.
+    inputs: Vec<Vec<Mbuf>>,
     queues: Vec<QueueRings>,
     /// Per queue: what `inject` has picked for it and not yet enqueued.
     staging: Vec<MbufBatch>,
@@ -115,6 +124,8 @@ pub(super) struct Lab {
     /// SYNs the gateway answered itself, with a SYN cookie back to the WAN (the SYN proxy,
     /// while the half-open table is full): the TCP frames it sends to the WAN.
     pub cookie_answers: u64,
+    /// Per port: packets the loops sent out of it during the timed runs.
+    pub sent_by_port: Vec<u64>,
     /// The ports own the rings they use, and stay open while the loops' queues live.
     _ports: Vec<Port>,
 }
@@ -124,9 +135,11 @@ impl Lab {
         let any = SocketId::ANY;
         let lab = LABS.fetch_add(1, Ordering::Relaxed);
         let queue_count = match kind {
-            LabKind::Floor | LabKind::Ipv6 => 1,
+            LabKind::Floor | LabKind::Ipv6 | LabKind::Uplinks { .. } => 1,
             LabKind::Workers(workers) => workers.max(1),
         };
+        let port_names = kind.port_names();
+        let port_count = port_names.len();
         let config = PortConfig {
             rx_descriptors: 1024,
             tx_descriptors: 1024,
@@ -135,21 +148,17 @@ impl Lab {
         let mut queues = Vec::new();
         let mut ports = Vec::new();
         for queue in 0..queue_count {
-            let name = |what: &str| format!("bench{lab}_{what}{queue}");
-            let (lan_rx, lan_rx_pmd) = MbufRing::create(eal, &name("lan_rx"), 4096, any)?;
-            let (lan_tx_pmd, lan_tx) = MbufRing::create(eal, &name("lan_tx"), 4096, any)?;
-            let (wan_rx, wan_rx_pmd) = MbufRing::create(eal, &name("wan_rx"), 4096, any)?;
-            let (wan_tx_pmd, wan_tx) = MbufRing::create(eal, &name("wan_tx"), 4096, any)?;
-            let lan_device = Port::from_rings(eal, &name("lan"), lan_rx_pmd, lan_tx_pmd)?;
-            let wan_device = Port::from_rings(eal, &name("wan"), wan_rx_pmd, wan_tx_pmd)?;
-            ports.push(Port::start_rings(eal, lan_device, "lan", &config, pool)?);
-            ports.push(Port::start_rings(eal, wan_device, "wan", &config, pool)?);
-            queues.push(QueueRings {
-                lan_rx,
-                wan_rx,
-                lan_tx,
-                wan_tx,
-            });
+            let (mut rx, mut tx) = (Vec::new(), Vec::new());
+            for &port in port_names {
+                let name = |what: &str| format!("bench{lab}_{port}{what}{queue}");
+                let (rx_ring, rx_pmd) = MbufRing::create(eal, &name("_rx"), 4096, any)?;
+                let (tx_pmd, tx_ring) = MbufRing::create(eal, &name("_tx"), 4096, any)?;
+                let device = Port::from_rings(eal, &name(""), rx_pmd, tx_pmd)?;
+                ports.push(Port::start_rings(eal, device, port, &config, pool)?);
+                rx.push(rx_ring);
+                tx.push(tx_ring);
+            }
+            queues.push(QueueRings { rx, tx });
         }
         // The first queue's MACs are the interfaces' (a NIC has one MAC for all its queues;
         // the ring PMD does not filter by it).
@@ -159,26 +168,25 @@ impl Lab {
             flows,
         );
         traffic.ipv6 = kind == LabKind::Ipv6;
+        if let LabKind::Uplinks { shared } = kind {
+            traffic.second_uplink = Some(SecondUplink {
+                mac: EthernetAddress(ports[2].mac_address()?),
+                shared,
+            });
+        }
         let router_cfg = Arc::new(router_config(&traffic, None)?);
         let router = Arc::new(Published::new(router_cfg.clone()));
+        let layout = PortLayout::ports_only(port_count as u16);
         let take_queues = |ports: &mut [Port], queue: usize| -> anyhow::Result<_> {
-            let [lan, wan] = &mut ports[2 * queue..2 * queue + 2] else {
-                unreachable!("two ports per queue");
-            };
-            Ok((
-                vec![
-                    lan.take_rx_queue(RxQueueId(0))?,
-                    wan.take_rx_queue(RxQueueId(0))?,
-                ],
-                Egress::new(
-                    vec![
-                        lan.take_tx_queue(TxQueueId(0))?,
-                        wan.take_tx_queue(TxQueueId(0))?,
-                    ],
-                    PortLayout::ports_only(2).links().to_vec(),
-                    PortLayout::ports_only(2).sessions().clone(),
-                ),
-            ))
+            let queue_ports = &mut ports[port_count * queue..port_count * (queue + 1)];
+            let rx = (queue_ports.iter_mut())
+                .map(|port| port.take_rx_queue(RxQueueId(0)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let tx = (queue_ports.iter_mut())
+                .map(|port| port.take_tx_queue(TxQueueId(0)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let egress = Egress::new(tx, layout.links().to_vec(), layout.sessions().clone());
+            Ok((rx, egress))
         };
         let mut counters = Vec::new();
         let mut drop_captures = Vec::new();
@@ -195,12 +203,12 @@ impl Lab {
                 counters.push(floor_counters.clone());
                 Loops::Floor(Box::new(IoFloor::new(rx, egress, floor_counters)))
             }
-            LabKind::Workers(_) | LabKind::Ipv6 => {
+            LabKind::Workers(_) | LabKind::Ipv6 | LabKind::Uplinks { .. } => {
                 let neighbors = Arc::new(
                     NeighborView::new(
                         (0..HOSTS)
                             .map(|h| (Traffic::host(h), Traffic::host_mac(h)))
-                            .chain([(UPSTREAM, UPSTREAM_MAC)]),
+                            .chain([(UPSTREAM, UPSTREAM_MAC), (UPSTREAM2, UPSTREAM2_MAC)]),
                     )
                     .with_ipv6(
                         (0..HOSTS)
@@ -247,7 +255,7 @@ impl Lab {
                     let worker = Worker {
                         index,
                         rx,
-                        layout: PortLayout::ports_only(2),
+                        layout: layout.clone(),
                         handoff: links.next().context("a worker's handoff links")?,
                         egress,
                         shapers: LinkShapers::new(
@@ -281,8 +289,9 @@ impl Lab {
             drop_captures,
             pool: pool.clone(),
             traffic,
-            lan_in: Vec::with_capacity(IN_FLIGHT),
-            wan_in: Vec::with_capacity(IN_FLIGHT),
+            inputs: (0..port_count)
+                .map(|_| Vec::with_capacity(IN_FLIGHT))
+                .collect(),
             staging: queues.iter().map(|_| MbufBatch::new()).collect(),
             queues,
             router,
@@ -291,11 +300,14 @@ impl Lab {
             qos_stats,
             capacity: match kind {
                 LabKind::Floor => 0,
-                LabKind::Workers(_) | LabKind::Ipv6 => capacity * usize::from(queue_count),
+                LabKind::Workers(_) | LabKind::Ipv6 | LabKind::Uplinks { .. } => {
+                    capacity * usize::from(queue_count)
+                }
             },
             poll_cycles: 0,
             forwarded_syns: 0,
             cookie_answers: 0,
+            sent_by_port: vec![0; port_count],
             _ports: ports,
         })
     }
@@ -423,12 +435,7 @@ impl Lab {
     /// into the one RSS would pick for it.
     pub fn inject(&mut self) {
         let queues = self.queues.len();
-        for lan in [true, false] {
-            let pending = if lan {
-                &mut self.lan_in
-            } else {
-                &mut self.wan_in
-            };
+        for (port, pending) in self.inputs.iter_mut().enumerate() {
             while let Some(mbuf) = pending.pop() {
                 let queue = if queues == 1 {
                     0
@@ -439,7 +446,7 @@ impl Lab {
                 let Err(mbuf) = staged.push(mbuf) else {
                     continue;
                 };
-                self.queues[queue].rx(lan).enqueue(staged);
+                self.queues[queue].rx[port].enqueue(staged);
                 if !staged.is_empty() {
                     // The ring is full: keep the rest for the next round.
                     pending.push(mbuf);
@@ -448,7 +455,7 @@ impl Lab {
                 let _ = staged.push(mbuf);
             }
             for (staged, rings) in self.staging.iter_mut().zip(&mut self.queues) {
-                rings.rx(lan).enqueue(staged);
+                rings.rx[port].enqueue(staged);
                 pending.extend(staged.drain());
             }
         }
@@ -456,9 +463,7 @@ impl Lab {
 
     /// Whether every RX ring is empty.
     fn rx_rings_empty(&self) -> bool {
-        self.queues
-            .iter()
-            .all(|rings| rings.lan_rx.is_empty() && rings.wan_rx.is_empty())
+        (self.queues.iter()).all(|rings| rings.rx.iter().all(RingProducer::is_empty))
     }
 
     /// Polls until the RX rings are empty, discarding whatever the loops send.
@@ -476,13 +481,15 @@ impl Lab {
     pub fn discard_output(&mut self) {
         let mut batch = MbufBatch::new();
         for rings in &mut self.queues {
-            while rings.lan_tx.dequeue(&mut batch) > 0 {
-                self.forwarded_syns += syns_in(&batch);
-                batch.free_all();
-            }
-            while rings.wan_tx.dequeue(&mut batch) > 0 {
-                self.cookie_answers += syns_in(&batch);
-                batch.free_all();
+            for (port, tx) in rings.tx.iter_mut().enumerate() {
+                while tx.dequeue(&mut batch) > 0 {
+                    // TCP to the LAN is the flood's forwarded SYNs; to the WAN, cookies.
+                    match port {
+                        LAN => self.forwarded_syns += syns_in(&batch),
+                        _ => self.cookie_answers += syns_in(&batch),
+                    }
+                    batch.free_all();
+                }
             }
         }
     }
@@ -613,85 +620,88 @@ impl Lab {
             let mut mbuf = self.alloc()?;
             let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
             mbuf.set_len(len)?;
-            self.lan_in.push(mbuf);
+            self.inputs[LAN].push(mbuf);
         }
         let rx_before = self.rx_packets();
         let handoffs_before = self.handoffs_sent();
         let cycles_before = self.poll_cycles;
         let deadline = Instant::now() + duration;
         let mut batch = MbufBatch::new();
+        let ports = self.inputs.len();
         while Instant::now() < deadline {
             for _ in 0..64 {
                 self.inject();
                 self.poll();
                 for rings in &mut self.queues {
-                    while rings.wan_tx.dequeue(&mut batch) > 0 {
-                        for mut mbuf in batch.drain() {
-                            // A SYN answered with a cookie comes back this way: like a
-                            // forwarded SYN from the LAN, it makes the next outbound packet.
-                            if is_tcp(mbuf.data()) {
-                                self.cookie_answers += 1;
-                                let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
-                                if mbuf.set_len(len).is_ok() {
-                                    self.lan_in.push(mbuf);
+                    // The WAN ports first, then the LAN.
+                    for port in (1..ports).chain([LAN]) {
+                        while rings.tx[port].dequeue(&mut batch) > 0 {
+                            self.sent_by_port[port] += batch.len() as u64;
+                            if port == LAN {
+                                self.forwarded_syns += syns_in(&batch);
+                            }
+                            for mut mbuf in batch.drain() {
+                                // What reached the LAN makes the next outbound packet, as
+                                // does a SYN answered with a cookie (the only TCP sent to
+                                // the WAN).
+                                if port == LAN || is_tcp(mbuf.data()) {
+                                    self.cookie_answers += u64::from(port != LAN);
+                                    let len =
+                                        self.traffic.next_outbound(mbuf.room_mut(), new_percent);
+                                    if mbuf.set_len(len).is_ok() {
+                                        self.inputs[LAN].push(mbuf);
+                                    }
+                                    continue;
                                 }
-                                continue;
-                            }
-                            // A SYN takes the place of a reply, not of an outbound packet:
-                            // both enter by the WAN and leave by the LAN, so each ring keeps
-                            // the inflow it had without the flood, and replies stay one
-                            // burst behind their outbound packets in both kinds of round.
-                            if self.traffic.syn_due(syn_percent) {
-                                let len = self.traffic.spoofed_syn(mbuf.room_mut());
-                                if mbuf.set_len(len).is_ok() {
-                                    self.wan_in.push(mbuf);
-                                    syns += 1;
+                                // A SYN takes the place of a reply, not of an outbound
+                                // packet: both enter by the WAN and leave by the LAN, so each
+                                // ring keeps the inflow it had without the flood, and replies
+                                // stay one burst behind their outbound packets in both kinds
+                                // of round.
+                                if self.traffic.syn_due(syn_percent) {
+                                    let len = self.traffic.spoofed_syn(mbuf.room_mut());
+                                    if mbuf.set_len(len).is_ok() {
+                                        self.inputs[FORWARDING_WAN].push(mbuf);
+                                        syns += 1;
+                                    }
+                                    continue;
                                 }
-                                continue;
-                            }
-                            if self.traffic.reflect(mbuf.data_mut()) {
-                                self.wan_in.push(mbuf);
-                            }
-                        }
-                    }
-                    while rings.lan_tx.dequeue(&mut batch) > 0 {
-                        self.forwarded_syns += syns_in(&batch);
-                        for mut mbuf in batch.drain() {
-                            let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
-                            if mbuf.set_len(len).is_ok() {
-                                self.lan_in.push(mbuf);
+                                if let Some(back) = self.traffic.reflect(mbuf.data_mut()) {
+                                    self.inputs[usize::from(back)].push(mbuf);
+                                }
                             }
                         }
                     }
                 }
                 // Lost packets (drops) are replaced so the load stays constant; never so many
                 // that the pool runs dry (packets waiting in the rings count too).
-                while self.lan_in.len() + self.wan_in.len() < IN_FLIGHT / 4
+                while self.inputs.iter().map(Vec::len).sum::<usize>() < IN_FLIGHT / 4
                     && self.pool.in_use() < most_in_use
                 {
                     let mut mbuf = self.alloc()?;
                     let len = self.traffic.next_outbound(mbuf.room_mut(), new_percent);
                     mbuf.set_len(len)?;
-                    self.lan_in.push(mbuf);
+                    self.inputs[LAN].push(mbuf);
                 }
             }
         }
         let packets = self.rx_packets() - rx_before;
         let cycles = self.poll_cycles - cycles_before;
         let handoffs = self.handoffs_sent() - handoffs_before;
-        let wan_backlog = self.queues.iter().map(|rings| rings.wan_rx.len()).sum();
+        let wan_backlog = (self.queues.iter())
+            .flat_map(|rings| &rings.rx[1..])
+            .map(RingProducer::len)
+            .sum();
         // SYNs generated but never injected were not sent. (Those injected but still in the
         // WAN ring are counted and not received: `wan_backlog`, printed, says how many
         // packets that can be at most.)
-        syns -= self
-            .wan_in
+        syns -= self.inputs[FORWARDING_WAN]
             .iter()
             .filter(|mbuf| is_tcp(mbuf.data()))
             .count() as u64;
         // Drain what is in flight before the next run, so that runs start alike and short
         // ones do not pile leftovers up until the pool runs dry.
-        self.lan_in.clear();
-        self.wan_in.clear();
+        self.inputs.iter_mut().for_each(Vec::clear);
         self.drain();
         Ok(Row {
             name,
@@ -714,7 +724,7 @@ impl Lab {
                 let mut mbuf = self.alloc()?;
                 let len = self.traffic.outbound(mbuf.room_mut(), created);
                 mbuf.set_len(len)?;
-                self.lan_in.push(mbuf);
+                self.inputs[LAN].push(mbuf);
                 created += 1;
             }
             self.inject();

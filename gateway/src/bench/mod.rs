@@ -12,6 +12,9 @@
 //! the traffic meter, keyword block, parental control), published to the worker the way a
 //! reload publishes them: the difference is the features' cost per packet.
 //!
+//! Two labs with a second WAN port (`uplinks`) compare two uplinks sharing the default route
+//! with one: the established flows' cost and a new flow's.
+//!
 //! Last, a SYN flood, on a table of its own holding the established flows alone: rounds of
 //! the established flows alternate with rounds where a share of the replies from the WAN is
 //! replaced by SYNs from random (spoofed) sources toward a TCP port forward, at a half-open
@@ -23,6 +26,7 @@ mod floor;
 mod lab;
 mod series;
 mod traffic;
+mod uplinks;
 
 use std::mem::size_of;
 use std::sync::Arc;
@@ -303,6 +307,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     let drops = lab.dropped_total();
     drop(lab);
     let ipv6 = ipv6_established(eal, &pool, options.flows, seconds)?;
+    let uplinks = uplinks::UplinksCost::measure(eal, &pool, options.flows, seconds)?;
     let flood = syn_flood_on_own_lab(eal, &pool, options, seconds)?;
     // Each point of a series on a lab of its own, the one before it dropped (4M flows take
     // 1.3 GB).
@@ -349,7 +354,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
         }
         println!(
-            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},\"vlan_software_cycles_per_packet\":{vlan_cycles:.1},\"pppoe_cycles_per_packet\":{pppoe_cycles:.1},\"pppoe_distribute_packets_per_second\":{pppoe_distribute:.0},\"shaper_cycles_established\":{:.1},\"ipv6_cycles_above_floor\":{:.1},\"drop_capture_armed_cycles_established\":{drop_capture_cycles:.1},{},{},{},{}{series}}}",
+            "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},\"vlan_software_cycles_per_packet\":{vlan_cycles:.1},\"pppoe_cycles_per_packet\":{pppoe_cycles:.1},\"pppoe_distribute_packets_per_second\":{pppoe_distribute:.0},\"shaper_cycles_established\":{:.1},\"ipv6_cycles_above_floor\":{:.1},\"drop_capture_armed_cycles_established\":{drop_capture_cycles:.1},{},{},{},{},{}{series}}}",
             options.flows,
             options.new_percent,
             rows_json.join(","),
@@ -363,6 +368,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
             ctl_walk.json(hz),
             trace_idle.json(),
             pdump_copy.json(),
+            uplinks.json(&rows[0]),
         );
         return syn_flood_verdict(&flood);
     }
@@ -376,7 +382,14 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         "{:<34} {:>12} {:>8} {:>10} {:>12}",
         "run", "packets", "Mpps", "ns/pkt", "cycles/pkt"
     );
-    for row in rows.iter().chain([&flood.baseline, &flood.flood, &ipv6]) {
+    let more_rows = [
+        &flood.baseline,
+        &flood.flood,
+        &ipv6,
+        &uplinks.one,
+        &uplinks.two,
+    ];
+    for row in rows.iter().chain(more_rows) {
         let cpp = row.cycles_per_packet();
         println!(
             "{:<34} {:>12} {:>8.2} {:>10.1} {:>12.1}",
@@ -402,6 +415,7 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         (ipv6.cycles_per_packet() - rows[0].cycles_per_packet())
             / (rows[1].cycles_per_packet() - rows[0].cycles_per_packet())
     );
+    println!("{}", uplinks.summary(&rows[0]));
     println!(
         "QoS as a shaper instead of the policer ({}, every host's share above its load): {shaper_cycles:+.1} cycles/packet established",
         established_shaper.name

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use pipeline::pipeline::config::{Ipv6Interface, PortForward, Stateful, StaticRoute6};
+use pipeline::pipeline::uplinks::{Uplink, UplinkHash, Uplinks};
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::{checksum, tcp, EthernetAddress, TcpPacket};
 use pipeline::{IcmpLimits, Interface, RouterConfig, StaticRoute};
@@ -29,6 +30,10 @@ const LAN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const WAN_ADDR: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 1);
 pub(super) const UPSTREAM: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
 pub(super) const UPSTREAM_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0xff, 0x01]);
+/// The second uplink's address and its ISP's router, in the labs that have one.
+const WAN2_ADDR: Ipv4Addr = Ipv4Addr::new(100, 65, 0, 1);
+pub(super) const UPSTREAM2: Ipv4Addr = Ipv4Addr::new(100, 65, 0, 2);
+pub(super) const UPSTREAM2_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0xff, 0x02]);
 /// The WAN port forwarded (TCP) to LAN host 0's port 80, the SYN flood's target.
 const FORWARDED_PORT: u16 = 8080;
 /// Ethernet, IPv4 and a bare TCP header.
@@ -95,6 +100,9 @@ pub(super) fn router_config(
     traffic: &Traffic,
     features: Option<&Features>,
 ) -> anyhow::Result<RouterConfig> {
+    if let Some(second) = &traffic.second_uplink {
+        return uplinks_router_config(traffic, second);
+    }
     let interfaces = vec![
         Interface {
             mac: traffic.lan_mac,
@@ -163,6 +171,64 @@ pub(super) fn router_config(
     )?)
 }
 
+/// The router of the labs with a second WAN port (port 2, masqueraded like the first): with
+/// `second.shared`, the two ports are uplinks of equal weight sharing the default route by
+/// source (`[[uplinks]]`, `routing.hash = "source"`); without, the default route leaves by
+/// the first alone, as a gateway with one uplink and a spare port. The FIB is the default
+/// route alone, so that every flow's first packet goes through the uplink choice; its
+/// `tbl24` is as full (a /0 fills every entry) and its lookups read the same scattered
+/// lines as the full FIB's.
+fn uplinks_router_config(traffic: &Traffic, second: &SecondUplink) -> anyhow::Result<RouterConfig> {
+    let side = |mac, addr, prefix_len| Interface {
+        mac,
+        addr,
+        prefix_len,
+        mtu: 1500,
+    };
+    let interfaces = vec![
+        side(traffic.lan_mac, LAN_ADDR, 16),
+        side(traffic.wan_mac, WAN_ADDR, 24),
+        side(second.mac, WAN2_ADDR, 24),
+    ];
+    let (lan, wan) = (ZoneId(0), ZoneId(1));
+    let policy = Policy::new(Action::Drop).set(lan, wan, Action::Accept);
+    let stateful = Stateful {
+        zones: vec![lan, wan, wan],
+        masquerade: vec![false, true, true],
+        firewall: RuleSet::compile(Vec::new(), policy)?,
+        port_forwards: Vec::new(),
+        recheck_established: false,
+        generation: 0,
+        content: None,
+    };
+    let default_route = StaticRoute {
+        destination: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+        via: UPSTREAM,
+    };
+    let router = RouterConfig::new(interfaces, &[default_route], IcmpLimits::default())?
+        .with_stateful(stateful)?;
+    if !second.shared {
+        return Ok(router);
+    }
+    let uplink = |port, gateway| Uplink {
+        port,
+        gateway: Some(gateway),
+        weight: 1,
+        priority: 0,
+        up: true,
+    };
+    let uplinks = vec![uplink(1, UPSTREAM), uplink(2, UPSTREAM2)];
+    Ok(router.with_uplinks(Uplinks::new(3, uplinks, UplinkHash::Source, Vec::new()))?)
+}
+
+/// A lab's second WAN port.
+pub(super) struct SecondUplink {
+    pub mac: EthernetAddress,
+    /// Whether it shares the default route with the first (two uplinks), or stands idle.
+    pub shared: bool,
+}
+
 /// Flow `f`'s remote IPv6 address: its own, in 2001:db8:8000::/33.
 pub(super) fn remote6(flow: u32) -> Ipv6Addr {
     Ipv6Addr::from(0x2001_0db8_8000_0000_0000_0000_0000_0000u128 | u128::from(flow) << 16 | 1)
@@ -227,6 +293,8 @@ pub(super) struct Traffic {
     pub wan_mac: EthernetAddress,
     /// IPv6 flows instead of IPv4's.
     pub ipv6: bool,
+    /// A second WAN port (port 2), in the uplinks' labs.
+    pub second_uplink: Option<SecondUplink>,
     flows: u32,
     next_new: u32,
     /// Outbound packets generated: which of them open new flows.
@@ -244,6 +312,7 @@ impl Traffic {
             lan_mac,
             wan_mac,
             ipv6: false,
+            second_uplink: None,
             flows,
             next_new: flows,
             next_packet: 0,
@@ -355,17 +424,25 @@ impl Traffic {
         SYN_FRAME_LEN
     }
 
-    /// Turns a packet the gateway sent upstream into the remote end's reply. False for
-    /// anything that is not UDP from our WAN address.
-    pub fn reflect(&self, frame: &mut [u8]) -> bool {
+    /// Turns a packet the gateway sent upstream into the remote end's reply, and says which
+    /// port it comes back by: the WAN port whose address it was sent from (1, or 2 for the
+    /// second uplink's). None for anything that is not UDP from one of them.
+    pub fn reflect(&self, frame: &mut [u8]) -> Option<u16> {
         if self.ipv6 {
-            return self.reflect6(frame);
+            return self.reflect6(frame).then_some(1);
         }
-        if frame.len() < FRAME_LEN || frame[23] != 17 || frame[26..30] != WAN_ADDR.octets() {
-            return false;
+        if frame.len() < FRAME_LEN || frame[23] != 17 {
+            return None;
         }
-        frame[0..6].copy_from_slice(&self.wan_mac.0);
-        frame[6..12].copy_from_slice(&UPSTREAM_MAC.0);
+        let (port, mac, upstream_mac) = match &frame[26..30] {
+            from if from == WAN_ADDR.octets() => (1, self.wan_mac, UPSTREAM_MAC),
+            from if from == WAN2_ADDR.octets() => {
+                (2, self.second_uplink.as_ref()?.mac, UPSTREAM2_MAC)
+            }
+            _ => return None,
+        };
+        frame[0..6].copy_from_slice(&mac.0);
+        frame[6..12].copy_from_slice(&upstream_mac.0);
         let (src, dst) = (
             Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
             Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]),
@@ -375,7 +452,7 @@ impl Traffic {
             u16::from_be_bytes([frame[36], frame[37]]),
         );
         write_ipv4_udp(&mut frame[14..], dst, src, dport, sport);
-        true
+        Some(port)
     }
 }
 
@@ -488,7 +565,7 @@ mod tests {
             let ip = pipeline::wire::Ipv6Packet::new_checked(&frame[14..len]).unwrap();
             assert_eq!(ip.src_addr(), Traffic::host6(flow % HOSTS));
             assert_eq!(ip.dst_addr(), remote6(flow));
-            assert!(traffic.reflect(&mut frame[..len]));
+            assert_eq!(traffic.reflect(&mut frame[..len]), Some(1));
             assert!(udp_ok(&frame[..len]), "flow {flow} back");
             let ip = pipeline::wire::Ipv6Packet::new_checked(&frame[14..len]).unwrap();
             assert_eq!(
@@ -497,8 +574,45 @@ mod tests {
             );
             assert_eq!(&frame[..12], &[wan_mac.0, UPSTREAM_MAC.0].concat()[..]);
             // A reply is not reflected again.
-            assert!(!traffic.reflect(&mut frame[..len]));
+            assert_eq!(traffic.reflect(&mut frame[..len]), None);
         }
+    }
+
+    /// The uplinks' labs: each flow's packets leave by the uplink its source address is on,
+    /// and the reply made of a packet comes back by the port it left.
+    #[test]
+    fn two_uplinks_route_by_their_address_and_replies_come_back_by_their_port() {
+        let mut traffic = Traffic::new(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            1000,
+        );
+        let wan2_mac = EthernetAddress([2, 0, 0, 0, 0, 3]);
+        let mut frame = [0u8; 128];
+        let len = traffic.outbound(&mut frame, 7);
+        // As masqueraded to the second uplink's address.
+        write_ipv4_udp(&mut frame[14..], WAN2_ADDR, remote(7), 1024, 443);
+        assert_eq!(traffic.reflect(&mut frame[..len].to_vec()), None);
+        for shared in [false, true] {
+            traffic.second_uplink = Some(SecondUplink {
+                mac: wan2_mac,
+                shared,
+            });
+            let router = router_config(&traffic, None).unwrap();
+            let hop = router.route_from(WAN2_ADDR, remote(7)).unwrap();
+            let expected = if shared {
+                (2, UPSTREAM2)
+            } else {
+                (1, UPSTREAM)
+            };
+            assert_eq!((hop.port, hop.gateway), (expected.0, Some(expected.1)));
+            let hop = router.route_from(WAN_ADDR, remote(7)).unwrap();
+            assert_eq!((hop.port, hop.gateway), (1, Some(UPSTREAM)));
+        }
+        let mut reply = frame[..len].to_vec();
+        assert_eq!(traffic.reflect(&mut reply), Some(2));
+        assert_eq!(&reply[..12], &[wan2_mac.0, UPSTREAM2_MAC.0].concat()[..]);
+        assert_eq!(&reply[30..34], &WAN2_ADDR.octets());
     }
 
     #[test]
