@@ -4,12 +4,19 @@
 //! fresh workers, perhaps of another count. What the restored workers do with a connection's
 //! next packets in both directions must be what the old ones did, to the byte; corrupt
 //! snapshots must be refused whole.
+//!
+//! Session sync (an HA pair) streams the same records: the same connections, walked out of
+//! one gateway's tables a slice at a time, sealed, opened and installed into a standby, must
+//! be carried on by the standby as the first would have carried them.
 
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::operator::session_sync::{
+    Refusal, SealError, SyncKey, SyncReceiver, SyncSender, FLOWS_PER_MESSAGE, MAX_MESSAGE,
+};
 use pipeline::pipeline::operator::snapshot::{
     self, RestoreReport, SavedFlow, Skip, Snapshot, SnapshotError,
 };
@@ -193,6 +200,40 @@ impl Gateway {
         );
         for (worker, flows) in self.workers.iter_mut().zip(per_worker) {
             report.add(&worker.restore_flows(&flows, 0));
+        }
+        report
+    }
+
+    /// Every worker's flows, walked out of its table `slice` slots at a time, as a worker
+    /// does for session sync.
+    fn walk(&self, slice: usize, now_ns: u64) -> Vec<SavedFlow> {
+        let mut flows = Vec::new();
+        for worker in &self.workers {
+            let mut from = 0;
+            loop {
+                from = worker.export_flow_slots(from, slice, now_ns, |flow| flows.push(flow));
+                if from == 0 {
+                    break;
+                }
+            }
+        }
+        flows
+    }
+
+    /// Installs opened sync messages' flows, each into the worker that owns it here (those
+    /// no worker owns, split by this worker count, are counted by worker 0).
+    fn install(&mut self, flows: &[SavedFlow], now_ns: u64, lease_ns: u64) -> RestoreReport {
+        let router = self.workers[0].router().clone();
+        let count = self.workers.len() as u16;
+        let mut report = RestoreReport::default();
+        for flow in flows {
+            let worker = snapshot::owner(&router, count, flow).unwrap_or(0);
+            let installed = self.workers[usize::from(worker)].install_synced(
+                std::slice::from_ref(flow),
+                now_ns,
+                lease_ns,
+            );
+            report.add(&installed);
         }
         report
     }
@@ -672,4 +713,197 @@ fn a_restored_binding_is_kept_for_its_host_and_never_handed_to_another() {
     let (_, after) = new.process(&frame, LAN, 3 * SECOND);
     assert_eq!(source(&after), (reply.dst.octets(), reply.dst_port));
     assert_eq!(before, after);
+}
+
+/// The pair's key in these tests.
+fn sync_key() -> SyncKey {
+    SyncKey::new(b"the pair's shared secret").unwrap()
+}
+
+/// Flows sealed into messages of at most [`FLOWS_PER_MESSAGE`] flows.
+fn seal_all(sender: &mut SyncSender, flows: &[SavedFlow]) -> Vec<Vec<u8>> {
+    flows
+        .chunks(FLOWS_PER_MESSAGE)
+        .map(|chunk| sender.seal(chunk).unwrap())
+        .collect()
+}
+
+/// A lease far longer than the tests' clocks run.
+const LONG_LEASE: u64 = 3600 * SECOND;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Walked out a slice at a time, sealed, opened and installed into a standby of another
+    /// worker count: every connection whose directions meet on one of the standby's workers
+    /// is carried on exactly as the first gateway carries it, the rest are counted as
+    /// ownership skips. Every message stays within one datagram.
+    #[test]
+    fn a_standby_carries_the_synced_connections_on(
+        conns in prop::collection::vec(conn(), 1..20),
+        active_workers in 1..=4u16,
+        standby_workers in 1..=4u16,
+        slice in 1..300usize,
+    ) {
+        let conns = distinct(conns);
+        let mut active = Gateway::new(home(), active_workers, WAN_ADDR);
+        let checks: Vec<_> = conns.iter().map(|conn| conn.open(&mut active, SECOND)).collect();
+        let walked = active.walk(slice, 2 * SECOND);
+        prop_assert_eq!(walked.len(), conns.len());
+        let mut sender = SyncSender::new(sync_key(), 1_700_000_000_000);
+        let messages = seal_all(&mut sender, &walked);
+        let mut receiver = SyncReceiver::new(sync_key());
+        let mut opened = Vec::new();
+        for message in &messages {
+            prop_assert!(message.len() <= MAX_MESSAGE, "{} bytes", message.len());
+            opened.extend(receiver.open(message).unwrap());
+        }
+        prop_assert_eq!(&opened, &walked);
+
+        let mut standby = Gateway::new(home(), standby_workers, WAN_ADDR);
+        let report = standby.install(&opened, SECOND, LONG_LEASE);
+        let split = report.skipped(Skip::Ownership);
+        prop_assert_eq!(report.restored + split, conns.len() as u64, "{:?}", report);
+        if standby_workers == active_workers {
+            prop_assert_eq!(split, 0);
+        }
+        let mut carried = 0;
+        for (conn, packets) in conns.iter().zip(checks) {
+            let results: Vec<_> = packets
+                .iter()
+                .map(|(frame, port)| (active.process(frame, *port, 3 * SECOND), standby.process(frame, *port, 3 * SECOND)))
+                .collect();
+            if results.iter().all(|(active, standby)| active == standby) {
+                carried += 1;
+                let transmitted = results
+                    .iter()
+                    .all(|((verdict, _), _)| matches!(verdict, Verdict::Transmit { .. }));
+                prop_assert!(transmitted, "{:?}: {:?}", conn, results);
+            } else {
+                prop_assert!(conn.masqueraded(), "{:?} was not carried on: {:?}", conn, results);
+            }
+        }
+        prop_assert_eq!(carried, report.restored);
+    }
+}
+
+/// The standby's copy lags the connection: by takeover its sequence numbers have moved on
+/// far beyond the windows the copy holds, and it passes all the same (picked up
+/// mid-stream), where the first gateway's own tracking refuses so wide a jump.
+#[test]
+fn a_synced_tcp_connection_passes_however_far_its_sequence_numbers_moved() {
+    let conn = Conn::Forward { port: 40100 };
+    let mut active = Gateway::new(home(), 1, WAN_ADDR);
+    conn.open(&mut active, SECOND);
+    let mut standby = Gateway::new(home(), 1, WAN_ADDR);
+    assert_eq!(
+        standby
+            .install(&active.walk(64, 2 * SECOND), SECOND, LONG_LEASE)
+            .restored,
+        1
+    );
+    let moved_on = 50_000_000;
+    let client = (REMOTE, 40100);
+    let later = tcp(
+        WAN,
+        client,
+        (WAN_ADDR, 8080),
+        ACK | PSH,
+        C_ISN + 101 + moved_on,
+        S_ISN + 51 + moved_on,
+        10,
+    );
+    let (verdict, _) = active.process(&later, WAN, 3 * SECOND);
+    assert!(!matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+    let (verdict, out) = standby.process(&later, WAN, 3 * SECOND);
+    assert!(matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+    let sliced = SlicedPacket::from_ethernet(&out).unwrap();
+    let Some(NetSlice::Ipv4(ipv4)) = sliced.net else {
+        panic!("not IPv4")
+    };
+    assert_eq!(ipv4.header().destination(), SERVER);
+}
+
+/// No removal is ever sent: a flow the active gateway no longer refreshes runs out on the
+/// standby at its lease, and its NAT port is free again; a refresh replaces the copy and
+/// extends it.
+#[test]
+fn a_synced_flow_lives_its_lease_unless_refreshed() {
+    let conn = Conn::Masquerade {
+        host: 3,
+        port: 40200,
+    };
+    let mut active = Gateway::new(home(), 1, WAN_ADDR);
+    let checks = conn.open(&mut active, SECOND);
+    let lease = 5 * SECOND;
+    let mut standby = Gateway::new(home(), 1, WAN_ADDR);
+    let walked = active.walk(64, 2 * SECOND);
+    assert_eq!(standby.install(&walked, SECOND, lease).restored, 1);
+    assert_eq!((standby.flows(), standby.nat_ports_in_use()), (1, 1));
+    // Refreshed at 5 s: the copy is replaced (one flow, one port), its lease from then on.
+    assert_eq!(standby.install(&walked, 5 * SECOND, lease).restored, 1);
+    assert_eq!((standby.flows(), standby.nat_ports_in_use()), (1, 1));
+    // At 9 s, past the first lease (6 s), within the refreshed one (10 s).
+    standby.workers[0].housekeeping(9 * SECOND, usize::MAX);
+    assert_eq!((standby.flows(), standby.nat_ports_in_use()), (1, 1));
+    let (reply, port) = &checks[1];
+    let (verdict, _) = standby.process(reply, *port, 9 * SECOND);
+    assert!(matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+    // Forwarding it refreshed it as the standby's own; no packet for longer than the
+    // lease after that, and nothing refreshes it: the reply finds no flow.
+    let mut standby = Gateway::new(home(), 1, WAN_ADDR);
+    assert_eq!(standby.install(&walked, SECOND, lease).restored, 1);
+    let expired = SECOND + lease + SECOND;
+    standby.workers[0].housekeeping(expired, usize::MAX);
+    assert_eq!((standby.flows(), standby.nat_ports_in_use()), (0, 0));
+    let (verdict, _) = standby.process(reply, *port, expired);
+    assert!(!matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+}
+
+/// A message with flows that comes again, or altered, or from the peer's earlier run, is
+/// refused before anything is installed; so are more flows than one message takes.
+#[test]
+fn forged_and_replayed_sync_messages_install_nothing() {
+    let conns: Vec<Conn> = (0..9)
+        .map(|n| Conn::Masquerade {
+            host: n,
+            port: 41000 + u16::from(n),
+        })
+        .collect();
+    let mut active = Gateway::new(home(), 1, WAN_ADDR);
+    for conn in &conns {
+        conn.open(&mut active, SECOND);
+    }
+    let walked = active.walk(1024, 2 * SECOND);
+    let mut earlier_run = SyncSender::new(sync_key(), 1_000);
+    let from_earlier_run = earlier_run.seal(&walked[..1]).unwrap();
+    let mut sender = SyncSender::new(sync_key(), 2_000);
+    assert_eq!(
+        sender.seal(&walked),
+        Err(SealError::TooManyFlows { count: 9 })
+    );
+    // Eight TCP flows with bindings, the largest records: within one datagram.
+    let full = sender.seal(&walked[..FLOWS_PER_MESSAGE]).unwrap();
+    assert!(full.len() <= MAX_MESSAGE, "{} bytes", full.len());
+    let mut receiver = SyncReceiver::new(sync_key());
+    assert_eq!(receiver.open(&full).unwrap().len(), FLOWS_PER_MESSAGE);
+    assert_eq!(receiver.open(&full), Err(Refusal::Replayed));
+    assert_eq!(receiver.open(&from_earlier_run), Err(Refusal::StaleEpoch));
+    let mut forged = sender.seal(&walked[8..]).unwrap();
+    // The flow's NAT port, somewhere in the payload: any byte changed breaks the tag.
+    forged[40] ^= 0x40;
+    assert_eq!(receiver.open(&forged), Err(Refusal::BadTag));
+    let mut stranger = SyncSender::new(SyncKey::new(b"somebody else's key").unwrap(), 3_000);
+    assert_eq!(
+        receiver.open(&stranger.seal(&walked[8..]).unwrap()),
+        Err(Refusal::BadTag)
+    );
+    assert_eq!(receiver.accepted(), 1);
+    assert_eq!(
+        Refusal::ALL
+            .iter()
+            .map(|&r| receiver.refused(r))
+            .sum::<u64>(),
+        4
+    );
 }

@@ -234,7 +234,7 @@ impl RestoreReport {
         }
     }
 
-    fn skip(&mut self, reason: Skip) {
+    pub(super) fn skip(&mut self, reason: Skip) {
         self.skipped[reason as usize] += 1;
     }
 }
@@ -302,7 +302,7 @@ impl Pipeline {
         report
     }
 
-    fn restore_flow(&mut self, flow: &SavedFlow, now_ns: u64) -> Result<(), Skip> {
+    pub(super) fn restore_flow(&mut self, flow: &SavedFlow, now_ns: u64) -> Result<(), Skip> {
         if flow.remaining_ns == 0 {
             return Err(Skip::Expired);
         }

@@ -244,6 +244,14 @@ impl TcpConn {
         Err(InvalidReason::NotSyn)
     }
 
+    /// This connection in liberal mode, as if picked up mid-stream.
+    pub(super) fn picked_up(self) -> TcpConn {
+        TcpConn {
+            liberal: true,
+            ..self
+        }
+    }
+
     fn from_syn(segment: &TcpSegment) -> TcpConn {
         TcpConn {
             sides: [Side::from_syn(segment), Side::default()],

@@ -42,6 +42,14 @@ impl TcpTracking {
     pub fn state(&self) -> TcpState {
         self.0.state()
     }
+
+    /// The same connection, judged from now on as one picked up mid-stream: every segment
+    /// with plausible flags accepted, its windows not checked. For a copy that lags the
+    /// connection (a session synced from the peer of an HA pair, whose sequence numbers have
+    /// moved on since).
+    pub fn picked_up(self) -> TcpTracking {
+        TcpTracking(self.0.picked_up())
+    }
 }
 
 impl<D> ExportedFlow<D> {
