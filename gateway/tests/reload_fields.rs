@@ -429,6 +429,16 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
     ),
     ("state.directory", Restart, "\"/tmp/other\"", None),
     ("state.snapshot", Restart, "false", None),
+    ("ha.sync.listen", Restart, "\"127.0.0.1:7442\"", None),
+    ("ha.sync.peer", Restart, "\"127.0.0.1:7443\"", None),
+    (
+        "ha.sync.key_file",
+        Restart,
+        "\"/etc/gateway/other.key\"",
+        None,
+    ),
+    ("ha.sync.refresh_ms", Restart, "5000", None),
+    ("ha.sync.lease_ms", Restart, "60000", None),
     ("interfaces[].source_validation", Applied, "\"off\"", None),
     ("interfaces[].tcp_mss", Applied, "1400", None),
     (
@@ -996,6 +1006,13 @@ route_allow = ["0.0.0.0/0", "::/0"]
 [state]
 directory = "/var/lib/gateway"
 snapshot = true
+
+[ha.sync]
+listen = "127.0.0.1:7440"
+peer = "127.0.0.1:7441"
+key_file = "/etc/gateway/ha-sync.key"
+refresh_ms = 10000
+lease_ms = 30000
 
 [traffic_meter]
 enabled = true

@@ -275,6 +275,7 @@ impl Lab {
                         ctl: Some(crate::dataplane::ctl_link::CtlLink::pair().1),
                         trace: Some(crate::dataplane::trace_link::TraceLink::pair(index).1),
                         drop_tap: Some(drop_tap),
+                        sync: None,
                     };
                     worker_loops.push(WorkerLoop::new(worker, pipeline));
                     counters.push(worker_counters);

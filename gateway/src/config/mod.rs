@@ -4,6 +4,7 @@
 mod addresses;
 mod features;
 mod firewall;
+mod ha;
 pub mod history;
 pub mod host;
 mod interfaces;
@@ -20,6 +21,7 @@ pub mod web;
 pub use addresses::*;
 pub use features::*;
 pub use firewall::*;
+pub use ha::*;
 pub use interfaces::*;
 pub use nat::*;
 pub use parse::*;
@@ -87,6 +89,9 @@ pub struct GatewayConfig {
     pub ctl: CtlConfig,
     #[serde(default)]
     pub reload: ReloadConfig,
+    /// The other box of an active/standby pair: session sync.
+    #[serde(default)]
+    pub ha: HaConfig,
 }
 
 /// How a changed config reaches the running gateway (README, Reload).

@@ -1293,3 +1293,72 @@ fn state_directory_defaults_and_must_be_an_absolute_directory() {
     std::fs::remove_file(&file).ok();
     assert!(err.ends_with("exists and is not a directory"), "{err}");
 }
+
+/// `[ha.sync]`: a config with one, and each mistake refused naming its field.
+#[test]
+fn session_sync_settings_are_checked_and_name_the_field() {
+    let sync = |extra: &str| {
+        format!(
+            "{LAB}\n[ha.sync]\nlisten = \"192.0.2.1:7440\"\npeer = \"192.0.2.2:7440\"\nkey_file = \"/etc/gateway/ha-sync.key\"\n{extra}"
+        )
+    };
+    let config = parse(&sync("")).unwrap();
+    let settings = config.ha.sync.as_ref().unwrap();
+    assert_eq!((settings.refresh_ms, settings.lease_ms()), (10_000, 30_000));
+    let longer = parse(&sync("refresh_ms = 20000")).unwrap();
+    assert_eq!(longer.ha.sync.unwrap().lease_ms(), 60_000);
+    let cases = [
+        (
+            sync("").replace("192.0.2.2:7440", "192.0.2.1:7440"),
+            "ha.sync.peer:",
+            "own end",
+        ),
+        (
+            sync("").replace("192.0.2.2:7440", "0.0.0.0:7440"),
+            "ha.sync.peer:",
+            "names no peer",
+        ),
+        (sync("refresh_ms = 50"), "ha.sync.refresh_ms:", "100-600000"),
+        (
+            sync("refresh_ms = 5000\nlease_ms = 4000"),
+            "ha.sync.lease_ms:",
+            "shorter than ha.sync.refresh_ms",
+        ),
+    ];
+    for (text, field, reason) in cases {
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.starts_with(field) && err.contains(reason), "{err}");
+    }
+}
+
+/// The key file is read at start: a missing one, and one too short, are refused naming the
+/// field; whitespace at its end is not part of the key.
+#[test]
+fn the_session_sync_key_file_must_hold_a_long_enough_key() {
+    let dir = std::env::temp_dir().join(format!("gw-ha-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let settings = |key_file: PathBuf| SessionSyncConfig {
+        listen: "192.0.2.1:7440".parse().unwrap(),
+        peer: "192.0.2.2:7440".parse().unwrap(),
+        key_file,
+        refresh_ms: 10_000,
+        lease_ms: None,
+    };
+    let missing = settings(dir.join("absent.key")).read_key().err().unwrap();
+    assert!(
+        missing.to_string().starts_with("ha.sync.key_file:"),
+        "{missing}"
+    );
+    let short = dir.join("short.key");
+    // Fifteen bytes and a newline: the newline does not count.
+    std::fs::write(&short, "fifteen-bytes!!\n").unwrap();
+    let err = settings(short).read_key().err().unwrap().to_string();
+    assert!(
+        err.starts_with("ha.sync.key_file:") && err.contains("15 bytes"),
+        "{err}"
+    );
+    let good = dir.join("good.key");
+    std::fs::write(&good, "sixteen-bytes!!!\n").unwrap();
+    assert!(settings(good).read_key().is_ok());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -16,5 +16,6 @@ pub mod pppoe_frames;
 pub mod published;
 pub mod punt;
 pub mod shaping;
+pub mod sync_link;
 pub mod trace_link;
 pub mod worker;

@@ -21,6 +21,7 @@ use crate::dataplane::port_layout::PortLayout;
 use crate::dataplane::published::Published;
 use crate::dataplane::punt::PuntLink;
 use crate::dataplane::shaping::{Exit, Leaving, LinkShapers};
+use crate::dataplane::sync_link::SyncLink;
 use crate::dataplane::trace_link::TraceLink;
 use crate::dpdk::{self, Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer, RxQueue};
 
@@ -96,6 +97,8 @@ pub struct Worker {
     pub trace: Option<TraceLink>,
     /// `gateway ctl capture --drops`; None where no ctl socket listens.
     pub drop_tap: Option<DropTap>,
+    /// Session sync with the peer of an HA pair (`[ha.sync]`); None without one.
+    pub sync: Option<SyncLink>,
 }
 
 impl Worker {
@@ -483,6 +486,9 @@ impl WorkerLoop {
         }
         if let Some(tap) = worker.drop_tap.as_mut() {
             tap.poll();
+        }
+        if let Some(sync) = worker.sync.as_mut() {
+            sync.poll(pipeline, now_ns);
         }
         worker.process_from_kernel(pipeline, &mut self.rx, now_ns);
         worker.transmit_from_control(&mut self.rx);

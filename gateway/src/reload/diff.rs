@@ -64,6 +64,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
     if running.reload != new.reload {
         fields.push("reload".to_string());
     }
+    // The sync link's socket, key and workers' sweep are set up at start.
+    if running.ha != new.ha {
+        fields.push("ha".to_string());
+    }
     // The snapshot is read at start and written where the running gateway started.
     if running.state != new.state {
         fields.push("state".to_string());
@@ -163,6 +167,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.ctl = running.ctl.clone();
     merged.reload = running.reload.clone();
     merged.state = running.state.clone();
+    merged.ha = running.ha.clone();
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack = running.conntrack.clone();
     merged.nat.binding_capacity = running.nat.binding_capacity;

@@ -185,6 +185,8 @@ struct Gateway<'a> {
     uplink_health: Arc<crate::control::uplink_health::UplinkHealth>,
     uplink_links: crate::control::uplink_health::UplinkLinks,
     uplink_threads: Vec<std::thread::JoinHandle<()>>,
+    /// Session sync with the peer (`[ha.sync]`): its thread stops when dropped.
+    session_sync: Option<crate::control::session_sync::SessionSyncThread>,
     /// The config in force: the last reload applied (kernel updates are compiled onto it).
     running: GatewayConfig,
     /// What the kernel and the PPPoE sessions say, merged, for the config-load thread, which

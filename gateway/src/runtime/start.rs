@@ -70,6 +70,7 @@ impl<'a> Gateway<'a> {
             drop_captures,
             nat_logs,
             firewall_logs,
+            sync_queues,
         } = start_workers(
             WorkerStart {
                 eal,
@@ -164,6 +165,14 @@ impl<'a> Gateway<'a> {
                 changed,
             )?
         };
+        let session_sync = match &config.ha.sync {
+            Some(sync) => Some(crate::control::session_sync::spawn(
+                sync,
+                sync_queues,
+                router_published.clone(),
+            )?),
+            None => None,
+        };
         let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(
             &config.traffic_meter,
         ))));
@@ -195,6 +204,9 @@ impl<'a> Gateway<'a> {
             pppoe: pppoe_status,
             router: Some(router_published.clone()),
             uplinks: (!config.uplinks.is_empty()).then(|| uplink_health.clone()),
+            session_sync: session_sync
+                .as_ref()
+                .map(|sync| (sync.stats.clone(), sync.workers.clone())),
             rule_series: config.metrics.rule_series,
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));
@@ -274,6 +286,7 @@ impl<'a> Gateway<'a> {
             uplink_health,
             uplink_links,
             uplink_threads,
+            session_sync,
             running,
             kernel_for_loads,
             netlink_view: KernelView::default(),

@@ -24,6 +24,7 @@ impl<'a> Gateway<'a> {
             uplink_health: _uplink_health,
             uplink_links: _uplink_links,
             uplink_threads,
+            session_sync,
             running: _running,
             kernel_for_loads: _kernel_for_loads,
             netlink_view: _netlink_view,
@@ -65,6 +66,8 @@ impl<'a> Gateway<'a> {
             let _ = thread.join();
         }
         let mut failures = running_workers.stop_and_join();
+        // After the workers: the peer keeps its copies until their lease runs out.
+        drop(session_sync);
         drop(nat_logger);
         drop(firewall_logger);
         drop(loader);

@@ -7,6 +7,7 @@ use pipeline::state::nat::NatLog;
 use super::*;
 use crate::dataplane::ctl_link::QuerySender;
 use crate::dataplane::drop_tap::DropCaptureSender;
+use crate::dataplane::sync_link::{SyncLink, SyncQueues};
 use crate::dataplane::trace_link::TraceSender;
 use crate::dpdk::{RingConsumer, RingProducer};
 
@@ -44,6 +45,8 @@ pub(crate) struct WorkersUp {
     pub(crate) drop_captures: Vec<DropCaptureSender>,
     pub(crate) nat_logs: Vec<Arc<NatLog>>,
     pub(crate) firewall_logs: Vec<Arc<FirewallLog>>,
+    /// Each worker's session sync queues, with `[ha.sync]`.
+    pub(crate) sync_queues: Vec<Arc<SyncQueues>>,
 }
 
 /// Starts a worker on each lcore of `workers.lcores`: queue i of every port is worker i's, and
@@ -90,6 +93,7 @@ pub(crate) fn start_workers(
     let mut drop_captures = Vec::new();
     let mut nat_logs = Vec::new();
     let mut firewall_logs = Vec::new();
+    let mut sync_queues = Vec::new();
     for (index, &lcore) in worker_lcores.iter().enumerate() {
         let (to_control, from_worker) = MbufRing::create(
             eal,
@@ -204,6 +208,12 @@ pub(crate) fn start_workers(
                 drop_captures.push(requests);
                 tap
             }),
+            sync: config.ha.sync.as_ref().map(|sync| {
+                let (queues, link) =
+                    SyncLink::pair(sync.refresh_ms * 1_000_000, sync.lease_ms() * 1_000_000);
+                sync_queues.push(queues);
+                link
+            }),
         };
         let heartbeat = Arc::new(Heartbeat::new());
         heartbeats.push(heartbeat.clone());
@@ -253,5 +263,6 @@ pub(crate) fn start_workers(
         drop_captures,
         nat_logs,
         firewall_logs,
+        sync_queues,
     })
 }

@@ -40,6 +40,7 @@ pub fn sources(router: Option<Arc<Published<RouterConfig>>>) -> Sources {
         pppoe: None,
         router,
         uplinks: None,
+        session_sync: None,
         rule_series: 1000,
     }
 }

@@ -315,6 +315,9 @@ impl Metrics {
         if let (Some(health), Some(router)) = (&self.sources.uplinks, &self.sources.router) {
             self.uplinks.sync(health, &router.load().0);
         }
+        if let Some((stats, workers)) = &self.sources.session_sync {
+            self.session_sync.sync(stats, workers);
+        }
         if let Some(nat_log) = &self.sources.nat_log {
             export_log_stats(&self.nat_log_events, nat_log);
         }

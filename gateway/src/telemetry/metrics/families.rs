@@ -280,6 +280,12 @@ pub fn metric_names() -> Vec<String> {
         "uplink_probes_total",
         "uplink_probe_rtt_seconds",
         "uplink_state_changes_total",
+        "session_sync_messages_total",
+        "session_sync_flows_total",
+        "session_sync_sweeps_total",
+        "session_sync_skipped_flows_total",
+        "session_sync_refused_messages_total",
+        "session_sync_peer_silence_seconds",
     ];
     let tables = PORT_COUNTERS
         .iter()

@@ -10,6 +10,7 @@ mod families;
 mod http;
 mod pppoe;
 mod registry;
+mod session_sync;
 mod uplinks;
 
 use collect::*;
@@ -131,6 +132,11 @@ pub struct Sources {
     pub router: Option<Arc<Published<pipeline::RouterConfig>>>,
     /// What the uplinks' health checks found, when there are uplinks.
     pub uplinks: Option<Arc<crate::control::uplink_health::UplinkHealth>>,
+    /// Session sync's counters and each worker's queues, with `[ha.sync]`.
+    pub session_sync: Option<(
+        Arc<crate::control::session_sync::SessionSyncStats>,
+        Vec<Arc<crate::dataplane::sync_link::SyncQueues>>,
+    )>,
     /// How many rules have hit series of their own (`metrics.rule_series`).
     pub rule_series: usize,
 }
@@ -201,6 +207,17 @@ pub struct Metrics {
     member_distributing: IntGaugeVec,
     pppoe: PppoeMetrics,
     uplinks: UplinkMetrics,
+    session_sync: SessionSyncMetrics,
+}
+
+/// `gateway_session_sync_*`: the sync link to the peer of an HA pair.
+struct SessionSyncMetrics {
+    messages: IntCounterVec,
+    flows: IntCounterVec,
+    sweeps: IntCounterVec,
+    skipped: IntCounterVec,
+    refused: IntCounterVec,
+    silence: prometheus::Gauge,
 }
 
 /// `gateway_uplink_*`: each uplink's state and health checks.

@@ -378,6 +378,7 @@ impl Metrics {
             ),
             pppoe: PppoeMetrics::new(&registry),
             uplinks: UplinkMetrics::new(&registry),
+            session_sync: SessionSyncMetrics::new(&registry),
             registry,
             sources,
         }

@@ -1,0 +1,108 @@
+//! Session sync's metrics: messages and flows each way, what was refused or not installed,
+//! and how long the peer has been silent.
+
+use std::sync::atomic::Ordering;
+
+use pipeline::pipeline::operator::session_sync::Refusal;
+use pipeline::pipeline::operator::snapshot::Skip;
+
+use super::*;
+use crate::control::session_sync::SessionSyncStats;
+use crate::dataplane::sync_link::SyncQueues;
+
+impl SessionSyncMetrics {
+    pub(crate) fn new(registry: &Registry) -> Self {
+        SessionSyncMetrics {
+            messages: counter_vec(
+                registry,
+                "session_sync_messages_total",
+                "Session sync messages, by direction: sent, send_failed, received (signed by the pair's key, fresh and well-formed).",
+                &["direction"],
+            ),
+            flows: counter_vec(
+                registry,
+                "session_sync_flows_total",
+                "Flows through session sync, by event: exported (handed out by the workers' sweeps), export_lost (their queue was full), sent, received, install_lost (a worker's queue was full), installed.",
+                &["event"],
+            ),
+            sweeps: counter_vec(
+                registry,
+                "session_sync_sweeps_total",
+                "Whole sweeps of the workers' flow tables for the peer.",
+                &[],
+            ),
+            skipped: counter_vec(
+                registry,
+                "session_sync_skipped_flows_total",
+                "The peer's flows not installed, by reason (the state snapshot's: expired, ownership, config, nat_port, table).",
+                &["reason"],
+            ),
+            refused: counter_vec(
+                registry,
+                "session_sync_refused_messages_total",
+                "Session sync messages refused, by reason: truncated, foreign, version, bad_tag, stale_epoch, replayed, malformed.",
+                &["reason"],
+            ),
+            silence: prometheus::Gauge::new(
+                "session_sync_peer_silence_seconds",
+                "Seconds since the peer's last accepted message; -1 before the first.",
+            )
+            .expect("valid metric definition"),
+        }
+        .registered(registry)
+    }
+
+    fn registered(self, registry: &Registry) -> Self {
+        registry
+            .register(Box::new(self.silence.clone()))
+            .expect("metric names are unique");
+        self
+    }
+
+    pub(crate) fn sync(&self, stats: &SessionSyncStats, workers: &[Arc<SyncQueues>]) {
+        let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        let sum = |field: fn(&SyncQueues) -> &std::sync::atomic::AtomicU64| {
+            workers
+                .iter()
+                .map(|queues| read(field(queues)))
+                .sum::<u64>()
+        };
+        sync_counter(&self.messages, &["sent"], read(&stats.messages_sent));
+        sync_counter(&self.messages, &["send_failed"], read(&stats.send_errors));
+        sync_counter(
+            &self.messages,
+            &["received"],
+            read(&stats.messages_received),
+        );
+        let flows = [
+            ("exported", sum(|q| &q.stats.exported)),
+            ("export_lost", sum(|q| &q.stats.export_lost)),
+            ("sent", read(&stats.flows_sent)),
+            ("received", read(&stats.flows_received)),
+            ("install_lost", read(&stats.install_lost)),
+            ("installed", sum(|q| &q.stats.installed)),
+        ];
+        for (event, count) in flows {
+            sync_counter(&self.flows, &[event], count);
+        }
+        sync_counter(&self.sweeps, &[], sum(|q| &q.stats.sweeps));
+        for (index, reason) in Skip::ALL.iter().enumerate() {
+            let skipped = workers
+                .iter()
+                .map(|queues| read(&queues.stats.skipped[index]))
+                .sum();
+            sync_counter(&self.skipped, &[reason.label()], skipped);
+        }
+        for (counter, reason) in stats.refused.iter().zip(Refusal::ALL) {
+            sync_counter(&self.refused, &[reason.label()], read(counter));
+        }
+        let last = read(&stats.last_received_unix_ms);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as u64);
+        self.silence.set(match last {
+            0 => -1.0,
+            last => now.saturating_sub(last) as f64 / 1000.0,
+        });
+    }
+}
