@@ -752,7 +752,7 @@ proptest! {
         prop_assert_eq!(walked.len(), conns.len());
         let mut sender = SyncSender::new(sync_key(), 1_700_000_000_000);
         let messages = seal_all(&mut sender, &walked);
-        let mut receiver = SyncReceiver::new(sync_key());
+        let mut receiver = SyncReceiver::new(sync_key(), 42);
         let mut opened = Vec::new();
         for message in &messages {
             prop_assert!(message.len() <= MAX_MESSAGE, "{} bytes", message.len());
@@ -885,7 +885,7 @@ fn forged_and_replayed_sync_messages_install_nothing() {
     // Eight TCP flows with bindings, the largest records: within one datagram.
     let full = sender.seal(&walked[..FLOWS_PER_MESSAGE]).unwrap();
     assert!(full.len() <= MAX_MESSAGE, "{} bytes", full.len());
-    let mut receiver = SyncReceiver::new(sync_key());
+    let mut receiver = SyncReceiver::new(sync_key(), 42);
     assert_eq!(receiver.open(&full).unwrap().len(), FLOWS_PER_MESSAGE);
     assert_eq!(receiver.open(&full), Err(Refusal::Replayed));
     assert_eq!(receiver.open(&from_earlier_run), Err(Refusal::StaleEpoch));
@@ -906,4 +906,46 @@ fn forged_and_replayed_sync_messages_install_nothing() {
             .sum::<u64>(),
         4
     );
+}
+
+/// Both boxes sweep and install. The standby's copies are not sent back; a copy of a flow
+/// the receiving box forwards itself is refused (as a duplicate) and leaves that flow as it
+/// was; once the standby forwards a packet of a copy, the flow is its own: it is swept to
+/// the peer from then on and the peer's copies no longer touch it.
+#[test]
+fn sync_runs_both_ways_without_echo_and_a_forwarded_copy_becomes_its_own() {
+    let conn = Conn::Forward { port: 40300 };
+    let mut active = Gateway::new(home(), 1, WAN_ADDR);
+    let checks = conn.open(&mut active, SECOND);
+    let mut standby = Gateway::new(home(), 1, WAN_ADDR);
+    let walked = active.walk(64, 2 * SECOND);
+    assert_eq!(standby.install(&walked, SECOND, LONG_LEASE).restored, 1);
+    // The standby holds a copy, and sends none of it back.
+    assert!(standby.walk(64, 2 * SECOND).is_empty());
+    // The active box's own flow, offered back to it, is refused and left alone: its windows
+    // are still judged (a wide jump refused), which a picked-up copy would not do.
+    let report = active.install(&walked, 2 * SECOND, LONG_LEASE);
+    assert_eq!(
+        (report.restored, report.skipped(Skip::Table)),
+        (0, 1),
+        "{report:?}"
+    );
+    let jump = tcp(
+        WAN,
+        (REMOTE, 40300),
+        (WAN_ADDR, 8080),
+        ACK | PSH,
+        C_ISN + 101 + 50_000_000,
+        S_ISN + 51,
+        10,
+    );
+    let (verdict, _) = active.process(&jump, WAN, 3 * SECOND);
+    assert!(!matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+    // The standby forwards the connection's next packet: the flow is its own now.
+    let (frame, port) = &checks[0];
+    let (verdict, _) = standby.process(frame, *port, 3 * SECOND);
+    assert!(matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+    assert_eq!(standby.walk(64, 4 * SECOND).len(), 1);
+    let report = standby.install(&walked, 4 * SECOND, LONG_LEASE);
+    assert_eq!(report.skipped(Skip::Table), 1, "{report:?}");
 }

@@ -3,8 +3,9 @@
 # flows over loopback to gateway B, a standby with the same config on null ports (no
 # traffic), which installs them. An iperf3 session through masquerade and one through the
 # port forward must be in B's flow table with A's translation, tuple for tuple; both sides'
-# metrics must count them. Then a replayed message, a forged one and a foreign datagram sent
-# to B must be refused, counted by reason, and install nothing.
+# metrics must count them, and B, holding copies only, must send none back. Then a replayed
+# message, a forged one and a foreign datagram sent to B must be refused and counted by
+# reason, and A's own message sent back to A refused as reflected.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -97,14 +98,18 @@ received=$(metric 'gateway_session_sync_messages_total{direction="received"}')
 ((installed >= 2 && received >= 1)) || fail "B installed $installed flows from $received messages"
 refused=$(metric 'gateway_session_sync_refused_messages_total')
 ((refused == 0)) || fail "B refused $refused of A's messages"
-pass "A sent $sent flows; B took $received messages and installed $installed flows, refusing none"
+# B holds copies only, and sends no copy back.
+echoed=$(metric 'gateway_session_sync_flows_total{event="sent"}')
+((echoed == 0)) || fail "B sent $echoed flows back to A"
+pass "A sent $sent flows; B took $received messages and installed $installed flows, refusing none and sending none back"
 
 # A message of A's as it crossed the loopback, sent again (replayed), with a byte of its
-# payload changed (forged), and a datagram that is no sync message (foreign).
+# payload changed (forged), a datagram that is no sync message (foreign), and the message
+# sent back to A itself (reflected: both boxes hold the key).
 tshark -i lo -f "udp dst port $B_SYNC" -c 1 -w "$WORK/sync.pcap" -a duration:10 >/dev/null 2>&1 ||
     fail "no sync message crossed the loopback"
 # Debian's python, with scapy (the python3 on PATH may be a shim).
-/usr/bin/python3 - "$WORK/sync.pcap" "$B_SYNC" <<'PY'
+/usr/bin/python3 - "$WORK/sync.pcap" "$B_SYNC" "$A_SYNC" <<'PY'
 import socket, sys
 from scapy.all import rdpcap, UDP
 captured = rdpcap(sys.argv[1])
@@ -118,6 +123,7 @@ forged = bytearray(message)
 forged[40] ^= 0x01
 out.sendto(bytes(forged), peer)
 out.sendto(b"not a sync message, but long enough to be read as one" * 2, peer)
+out.sendto(message, ("127.0.0.1", int(sys.argv[3])))
 PY
 counted() {
     local reason
@@ -128,4 +134,7 @@ counted() {
 poll_until 10 counted || fail "B did not count the replayed, forged and foreign messages: $(curl -sf "$B_METRICS" | grep session_sync_refused)"
 pass "B refused a replayed, a forged and a foreign message, each counted by its reason"
 METRICS=$A_METRICS
+poll_until 10 test "$(metric 'gateway_session_sync_refused_messages_total{reason="reflected"}')" -ge 1 ||
+    fail "A did not refuse its own message sent back to it: $(curl -sf "$A_METRICS" | grep session_sync_refused)"
+pass "A refused its own message sent back to it (reflected)"
 assert_no_conntrack_invalid

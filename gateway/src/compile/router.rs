@@ -101,6 +101,16 @@ impl CompileError {
 /// Each built config gets a new generation, so flows can tell which rules admitted them.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
+/// The next config's generation: never the marker of a copy synced from an HA peer (once
+/// in 2^32 configs, the counter steps over it).
+fn next_generation() -> u32 {
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+    if generation == pipeline::state::flow_data::SYNCED_COPY {
+        return GENERATION.fetch_add(1, Ordering::Relaxed);
+    }
+    generation
+}
+
 /// What start builds from a validated config, short of the devices: the compiled router
 /// config (routes, firewall, forwards, QoS, category files and hours) and every worker's NAT
 /// pool. `gateway check-config` runs it, so that a file it calls ok also starts. The
@@ -638,7 +648,7 @@ fn stateful(config: &GatewayConfig) -> Result<Stateful, CompileError> {
         firewall,
         port_forwards,
         recheck_established: config.firewall.recheck_established,
-        generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+        generation: next_generation(),
     })
 }
 

@@ -23,7 +23,7 @@ pub struct SessionSyncConfig {
     /// The peer's end.
     pub peer: SocketAddr,
     /// A file holding the pair's shared key: at least 16 bytes (trailing whitespace is not
-    /// part of it), readable by root alone. Read at start.
+    /// part of it), readable by its owner alone (mode 600). Read at start.
     pub key_file: PathBuf,
     /// Every flow is sent again this often (a sweep of every worker's table spread over the
     /// period). Shorter: a new flow reaches the peer sooner, for more traffic on the link.
@@ -44,6 +44,8 @@ fn default_refresh_ms() -> u64 {
 const REFRESH_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
 /// The shortest default lease.
 const MIN_DEFAULT_LEASE_MS: u64 = 30_000;
+/// The longest lease: a day (a flow the sender closed lingers on the peer as long).
+const MAX_LEASE_MS: u64 = 86_400_000;
 
 impl SessionSyncConfig {
     /// The lease in force: as configured, else three refresh periods and at least 30 s.
@@ -52,20 +54,36 @@ impl SessionSyncConfig {
             .unwrap_or((3 * self.refresh_ms).max(MIN_DEFAULT_LEASE_MS))
     }
 
-    /// The shared key from `key_file`.
+    /// The shared key from `key_file`, which nobody but its owner may read.
     pub fn read_key(
         &self,
     ) -> Result<pipeline::pipeline::operator::session_sync::SyncKey, ConfigError> {
+        use std::os::unix::fs::PermissionsExt;
+
         use crate::config::validate::invalid;
         let field = "ha.sync.key_file";
+        let path = self.key_file.display();
+        let mode = std::fs::metadata(&self.key_file)
+            .map_err(|err| invalid(field, format!("{path}: {err}")))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(invalid(
+                field,
+                format!(
+                    "{path} is readable by others than its owner (mode {:o}): chmod 600 it",
+                    mode & 0o777
+                ),
+            ));
+        }
         let text = std::fs::read(&self.key_file)
-            .map_err(|err| invalid(field, format!("{}: {err}", self.key_file.display())))?;
+            .map_err(|err| invalid(field, format!("{path}: {err}")))?;
         let end = text
             .iter()
             .rposition(|byte| !byte.is_ascii_whitespace())
             .map_or(0, |last| last + 1);
         pipeline::pipeline::operator::session_sync::SyncKey::new(&text[..end])
-            .map_err(|err| invalid(field, format!("{}: {err}", self.key_file.display())))
+            .map_err(|err| invalid(field, format!("{path}: {err}")))
     }
 }
 
@@ -110,6 +128,12 @@ impl GatewayConfig {
                     sync.lease_ms(),
                     sync.refresh_ms
                 ),
+            ));
+        }
+        if sync.lease_ms() > MAX_LEASE_MS {
+            return Err(invalid(
+                "ha.sync.lease_ms",
+                format!("{} is more than a day ({MAX_LEASE_MS})", sync.lease_ms()),
             ));
         }
         if sync.key_file.as_os_str().is_empty() {

@@ -1320,6 +1320,11 @@ fn session_sync_settings_are_checked_and_name_the_field() {
         ),
         (sync("refresh_ms = 50"), "ha.sync.refresh_ms:", "100-600000"),
         (
+            sync("lease_ms = 90000000"),
+            "ha.sync.lease_ms:",
+            "more than a day",
+        ),
+        (
             sync("refresh_ms = 5000\nlease_ms = 4000"),
             "ha.sync.lease_ms:",
             "shorter than ha.sync.refresh_ms",
@@ -1349,16 +1354,28 @@ fn the_session_sync_key_file_must_hold_a_long_enough_key() {
         missing.to_string().starts_with("ha.sync.key_file:"),
         "{missing}"
     );
+    let private = |path: &Path, text: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
     let short = dir.join("short.key");
     // Fifteen bytes and a newline: the newline does not count.
-    std::fs::write(&short, "fifteen-bytes!!\n").unwrap();
+    private(&short, "fifteen-bytes!!\n");
     let err = settings(short).read_key().err().unwrap().to_string();
     assert!(
         err.starts_with("ha.sync.key_file:") && err.contains("15 bytes"),
         "{err}"
     );
     let good = dir.join("good.key");
-    std::fs::write(&good, "sixteen-bytes!!!\n").unwrap();
-    assert!(settings(good).read_key().is_ok());
+    private(&good, "sixteen-bytes!!!\n");
+    assert!(settings(good.clone()).read_key().is_ok());
+    // The same key, readable by others: refused.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let err = settings(good).read_key().err().unwrap().to_string();
+    assert!(err.contains("mode 644"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -6,6 +6,7 @@
 //! twins or a reload, and the workers only ever meet its bounded queues.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -24,6 +25,11 @@ use crate::dataplane::sync_link::SyncQueues;
 /// How long the thread waits for the peer's next datagram before it looks at the workers'
 /// queues again: the most a flow waits in them once handed out.
 const WAIT: Duration = Duration::from_millis(10);
+/// Datagrams taken per round at most, so that a flood of them delays the sending (and a
+/// stop) by no more than this many.
+const RECEIVED_PER_ROUND: usize = 256;
+/// The file in `state.directory` that keeps the last epoch this box sent with.
+const EPOCH_FILE: &str = "ha-sync.epoch";
 
 /// What the sync link did, for metrics.
 #[derive(Debug, Default)]
@@ -39,6 +45,8 @@ pub struct SessionSyncStats {
     pub send_errors: AtomicU64,
     /// Messages refused, indexed like [`Refusal::ALL`].
     pub refused: [AtomicU64; Refusal::COUNT],
+    /// Datagrams from another address than the peer's, not read.
+    pub strangers: AtomicU64,
     /// When the last accepted message came, in Unix milliseconds; 0 before the first.
     pub last_received_unix_ms: AtomicU64,
 }
@@ -67,50 +75,90 @@ fn unix_ms() -> u64 {
         .map_or(0, |since| since.as_millis() as u64)
 }
 
-/// Reads the key, binds `listen` and starts the thread; `router` is the config in force,
-/// which decides each received flow's owner.
-pub fn spawn(
-    config: &SessionSyncConfig,
-    workers: Vec<Arc<SyncQueues>>,
-    router: Arc<Published<RouterConfig>>,
-) -> anyhow::Result<SessionSyncThread> {
+/// The epoch to send with: this run's start in Unix milliseconds, but always above the last
+/// run's (kept in `state_dir`), so that a clock stepped back at a restart does not make the
+/// peer refuse this box's messages as an earlier run's.
+fn next_epoch(state_dir: &Path) -> u64 {
+    let file = state_dir.join(EPOCH_FILE);
+    let last = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let epoch = unix_ms().max(last.saturating_add(1));
+    let kept = std::fs::create_dir_all(state_dir)
+        .and_then(|()| std::fs::write(&file, format!("{epoch}\n")));
+    if let Err(err) = kept {
+        tracing::warn!(
+            "session sync: the epoch could not be kept in {}: {err}",
+            file.display()
+        );
+    }
+    epoch
+}
+
+/// The sync link set up before the workers start: the key read, the socket bound, the
+/// epoch chosen. A mistake here stops the start with the field named.
+pub struct SessionSyncBound {
+    socket: UdpSocket,
+    peer: SocketAddr,
+    sender: SyncSender,
+    receiver: SyncReceiver,
+}
+
+/// Reads the key and binds `listen`.
+pub fn bind(config: &SessionSyncConfig, state_dir: &Path) -> anyhow::Result<SessionSyncBound> {
     let key = config.read_key()?;
     let socket = UdpSocket::bind(config.listen)
         .with_context(|| format!("ha.sync.listen: binding {}", config.listen))?;
     socket.set_read_timeout(Some(WAIT))?;
-    // Its start time: a restarted gateway's messages come from a later epoch, and the
-    // peer refuses replays of the earlier run's.
-    let sender = SyncSender::new(key.clone(), unix_ms());
-    let link = Link {
-        socket,
-        peer: config.peer,
-        sender,
-        receiver: SyncReceiver::new(key),
-        workers: workers.clone(),
-        router,
-        stats: Arc::new(SessionSyncStats::default()),
-    };
-    let stats = link.stats.clone();
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = stop.clone();
+    let epoch = next_epoch(state_dir);
     tracing::info!(
         listen = %config.listen,
         peer = %config.peer,
         refresh_ms = config.refresh_ms,
         lease_ms = config.lease_ms(),
-        epoch = link.sender.epoch(),
+        epoch,
         "session sync with the peer"
     );
-    let handle = std::thread::Builder::new()
-        .name("session-sync".into())
-        .spawn(move || link.run(&running))
-        .context("starting the session sync thread")?;
-    Ok(SessionSyncThread {
-        stats,
-        workers,
-        stop,
-        handle: Some(handle),
+    Ok(SessionSyncBound {
+        socket,
+        peer: config.peer,
+        sender: SyncSender::new(key.clone(), epoch),
+        receiver: SyncReceiver::new(key, epoch),
     })
+}
+
+impl SessionSyncBound {
+    /// Starts the thread over the workers' queues; `router` is the config in force, which
+    /// decides each received flow's owner.
+    pub fn spawn(
+        self,
+        workers: Vec<Arc<SyncQueues>>,
+        router: Arc<Published<RouterConfig>>,
+    ) -> anyhow::Result<SessionSyncThread> {
+        let link = Link {
+            socket: self.socket,
+            peer: self.peer,
+            sender: self.sender,
+            receiver: self.receiver,
+            workers: workers.clone(),
+            router,
+            stats: Arc::new(SessionSyncStats::default()),
+        };
+        let stats = link.stats.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let running = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("session-sync".into())
+            .spawn(move || link.run(&running))
+            .context("starting the session sync thread")?;
+        Ok(SessionSyncThread {
+            stats,
+            workers,
+            stop,
+            handle: Some(handle),
+        })
+    }
 }
 
 struct Link {
@@ -139,12 +187,20 @@ impl Link {
             if !batch.is_empty() {
                 self.send(&mut batch);
             }
-            // Waits up to WAIT for the first datagram, then takes what else has come.
-            while let Ok((len, _)) = self.socket.recv_from(&mut datagram) {
+            // Each receive waits up to WAIT when nothing has come: the round's pause.
+            for _ in 0..RECEIVED_PER_ROUND {
+                let Ok((len, from)) = self.socket.recv_from(&mut datagram) else {
+                    break;
+                };
+                if from.ip() != self.peer.ip() {
+                    self.stats.strangers.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 self.receive(&datagram[..len]);
-                let _ = self.socket.set_nonblocking(true);
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
             }
-            let _ = self.socket.set_nonblocking(false);
         }
     }
 

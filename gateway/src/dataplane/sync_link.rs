@@ -55,6 +55,8 @@ pub struct SyncLink {
     next_due_ns: u64,
     /// When the current sweep began.
     sweep_start_ns: u64,
+    /// Whether the first sweep has begun (the worker's clock is read at its first poll).
+    started: bool,
 }
 
 impl SyncLink {
@@ -72,6 +74,7 @@ impl SyncLink {
             cursor: 0,
             next_due_ns: 0,
             sweep_start_ns: 0,
+            started: false,
         };
         (queues, link)
     }
@@ -89,6 +92,12 @@ impl SyncLink {
 
     #[cold]
     fn export_chunk(&mut self, pipeline: &Pipeline, now_ns: u64) {
+        if !self.started {
+            // The first sweep is paced from now, like the rest.
+            self.started = true;
+            self.sweep_start_ns = now_ns;
+            self.next_due_ns = now_ns;
+        }
         let stats = &self.queues.stats;
         let mut exported = 0;
         let mut lost = 0;

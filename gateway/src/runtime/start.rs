@@ -45,6 +45,14 @@ impl<'a> Gateway<'a> {
         let twins = Twins::start(eal, config, &macs, &pool)?;
         let mut punt_rings = Vec::new();
         let mut kernel_rings = Vec::new();
+        // Before the workers: a key or address mistake stops the start with nothing running.
+        let session_sync_bound = match &config.ha.sync {
+            Some(sync) => Some(crate::control::session_sync::bind(
+                sync,
+                &config.state.directory,
+            )?),
+            None => None,
+        };
         // The ports' counters and links, read by the control thread, the metrics and the ctl
         // thread through one watch; taken before the queues leave for the workers.
         let port_watch = Arc::new(PortWatch {
@@ -165,12 +173,8 @@ impl<'a> Gateway<'a> {
                 changed,
             )?
         };
-        let session_sync = match &config.ha.sync {
-            Some(sync) => Some(crate::control::session_sync::spawn(
-                sync,
-                sync_queues,
-                router_published.clone(),
-            )?),
+        let session_sync = match session_sync_bound {
+            Some(bound) => Some(bound.spawn(sync_queues, router_published.clone())?),
             None => None,
         };
         let meter_export = Arc::new(Published::new(Arc::new(MeterExport::from(

@@ -225,7 +225,8 @@ impl StatefulStage {
     }
 
     /// After a reload with `recheck_established`, a flow admitted under older rules is
-    /// checked once against the new ones.
+    /// checked once against the new ones; so is a copy synced from the HA peer, at the
+    /// first packet this box forwards of it, which then becomes this box's own.
     pub(crate) fn recheck(&mut self, router: &RouterConfig, id: FlowId) -> Option<Verdict> {
         let stateful = &router.stateful;
         let data = *self.flows.data(id);
@@ -263,7 +264,7 @@ impl StatefulStage {
         }
         if !stateful.recheck_established {
             // Checked once per config: a later config that rechecks has a new generation.
-            self.flows.data_mut(id).generation = stateful.generation;
+            self.keep_rechecked(id, stateful.generation);
             return None;
         }
         let original = self.flows.key(id, Direction::Original);
@@ -285,12 +286,26 @@ impl StatefulStage {
             data.icmp_type,
         );
         if action == Action::Accept {
-            self.flows.data_mut(id).generation = stateful.generation;
+            self.keep_rechecked(id, stateful.generation);
             return None;
         }
         let data = self.flows.remove(id);
         release(&mut self.nat, &data);
         Some(Verdict::Drop(DropReason::FirewallRecheck))
+    }
+
+    /// A flow the recheck kept, now of `generation`. A synced copy becomes this box's own
+    /// here: its binding enters this box's NAT log, whose deletion the log will show too.
+    fn keep_rechecked(&mut self, id: FlowId, generation: u32) {
+        let data = self.flows.data_mut(id);
+        let adopted = data.is_synced_copy();
+        data.generation = generation;
+        if let (true, Some((protocol, address, port)), Some(pool)) =
+            (adopted, data.binding, self.nat.as_ref())
+        {
+            let original = self.flows.key(id, Direction::Original);
+            pool.log_created(protocol, (original.src, original.src_port), (address, port));
+        }
     }
 
     /// Ends a flow before its time, as an expiry would: its NAT binding released, its content

@@ -40,7 +40,7 @@ impl SessionSyncMetrics {
             refused: counter_vec(
                 registry,
                 "session_sync_refused_messages_total",
-                "Session sync messages refused, by reason: truncated, foreign, version, bad_tag, stale_epoch, replayed, malformed.",
+                "Session sync datagrams refused, by reason: truncated, foreign, version, bad_tag, stale_epoch, reflected, replayed, malformed, and stranger (not from the peer's address, not read).",
                 &["reason"],
             ),
             silence: prometheus::Gauge::new(
@@ -96,6 +96,7 @@ impl SessionSyncMetrics {
         for (counter, reason) in stats.refused.iter().zip(Refusal::ALL) {
             sync_counter(&self.refused, &[reason.label()], read(counter));
         }
+        sync_counter(&self.refused, &["stranger"], read(&stats.strangers));
         let last = read(&stats.last_received_unix_ms);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

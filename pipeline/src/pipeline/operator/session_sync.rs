@@ -31,7 +31,8 @@
 //! | last 32 | HMAC-SHA256 of everything before it, under the pair's shared key |
 //!
 //! [`SyncReceiver::open`] checks the tag before it reads anything else it would act on,
-//! then refuses an epoch older than the one it follows (a replay of an earlier run), and a
+//! then refuses its own epoch (its own message sent back to it: both boxes hold the key),
+//! an epoch older than the one it follows (a replay of an earlier run), and a
 //! sequence number it has seen or that lags the highest by [`REPLAY_WINDOW`] or more (UDP
 //! may reorder, within the window), and a payload that does not decode to well-formed
 //! flows. Every refusal is counted by [`Refusal`].
@@ -40,6 +41,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use super::snapshot::{owner, RestoreReport, SavedFlow, Skip, FORMAT_VERSION};
+use crate::flow::Direction;
 use crate::Pipeline;
 
 /// The first bytes of every sync message.
@@ -164,6 +166,9 @@ pub enum Refusal {
     BadTag,
     /// From an earlier epoch than the one followed: a replay from an earlier run.
     StaleEpoch,
+    /// From this box's own epoch: one of its own messages sent back to it. (Both boxes share
+    /// the key, so only the epoch tells a reflection from the peer's.)
+    Reflected,
     /// A sequence number already seen, or too far behind the highest.
     Replayed,
     /// Signed, but its payload is not well-formed flows.
@@ -171,12 +176,13 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::Truncated,
         Refusal::Foreign,
         Refusal::Version,
         Refusal::BadTag,
         Refusal::StaleEpoch,
+        Refusal::Reflected,
         Refusal::Replayed,
         Refusal::Malformed,
     ];
@@ -190,6 +196,7 @@ impl Refusal {
             Refusal::Version => "version",
             Refusal::BadTag => "bad_tag",
             Refusal::StaleEpoch => "stale_epoch",
+            Refusal::Reflected => "reflected",
             Refusal::Replayed => "replayed",
             Refusal::Malformed => "malformed",
         }
@@ -206,6 +213,8 @@ impl Refusal {
 /// The receiving end: the key, the epoch followed and the sequence numbers seen in it.
 pub struct SyncReceiver {
     key: SyncKey,
+    /// This box's own sending epoch, never the peer's.
+    own_epoch: u64,
     /// The epoch followed, once a message has been taken.
     epoch: Option<u64>,
     highest: u64,
@@ -216,9 +225,11 @@ pub struct SyncReceiver {
 }
 
 impl SyncReceiver {
-    pub fn new(key: SyncKey) -> SyncReceiver {
+    /// `own_epoch`: the epoch this box's [`SyncSender`] sends with.
+    pub fn new(key: SyncKey, own_epoch: u64) -> SyncReceiver {
         SyncReceiver {
             key,
+            own_epoch,
             epoch: None,
             highest: 0,
             seen: 0,
@@ -271,6 +282,9 @@ impl SyncReceiver {
 
     /// Whether `(epoch, seq)` may be taken: not from an older epoch, not seen, not too old.
     fn fresh(&self, epoch: u64, seq: u64) -> Result<(), Refusal> {
+        if epoch == self.own_epoch {
+            return Err(Refusal::Reflected);
+        }
         let Some(followed) = self.epoch else {
             return Ok(());
         };
@@ -340,9 +354,12 @@ impl Pipeline {
         let slots = self.flow_slots();
         let end = from.saturating_add(count).min(slots);
         for slot in from..end {
+            // The peer's own copies are not sent back to it.
             if let Some((_, mut flow)) = self.stateful.flows.exported_at(slot, now_ns) {
-                flow.data.shortcuts = Default::default();
-                out(flow);
+                if !flow.data.is_synced_copy() {
+                    flow.data.shortcuts = Default::default();
+                    out(flow);
+                }
             }
         }
         if end >= slots {
@@ -354,10 +371,12 @@ impl Pipeline {
 
     /// Installs flows the peer synced, this worker's own (by the owner derived for this
     /// worker count) among them, each with at most `lease_ns` to live unless refreshed or
-    /// forwarded, TCP judged as picked up mid-stream. A flow already here with the same
-    /// tuples is replaced by the peer's copy (a refresh). Each is checked against this
-    /// box's config as a snapshot's flows are, and a flow that does not fit is skipped and
-    /// counted.
+    /// forwarded, TCP judged as picked up mid-stream, marked as a copy
+    /// ([`SYNCED_COPY`](crate::state::flow_data::SYNCED_COPY)). A copy already here is
+    /// refreshed in place (its tracker and time; its binding is the same, as its tuples
+    /// are); a flow this box forwards itself is never touched (skipped as `table`, a
+    /// duplicate). Each is checked against this box's config as a snapshot's flows are,
+    /// and a flow that does not fit is skipped and counted.
     pub fn install_synced(
         &mut self,
         flows: &[SavedFlow],
@@ -384,13 +403,19 @@ impl Pipeline {
             tcp: flow.tcp.map(|tcp| tcp.picked_up()),
             ..*flow
         };
-        let flows = &self.stateful.flows;
-        if let Some((id, crate::flow::Direction::Original)) = flows.lookup(&flow.original) {
-            if flows.key(id, crate::flow::Direction::Reply) == flow.reply {
-                self.stateful.end_flow(id);
-            }
+        let flows = &mut self.stateful.flows;
+        let Some((id, direction)) = flows.lookup(&flow.original) else {
+            return self.restore_flow(&leased, now_ns, true);
+        };
+        let same =
+            direction == Direction::Original && flows.key(id, Direction::Reply) == flow.reply;
+        if !same || !flows.data(id).is_synced_copy() {
+            return Err(Skip::Table);
         }
-        self.restore_flow(&leased, now_ns)
+        // Still a flow this box's config makes (a reload may have changed that).
+        self.fits_config(&leased)?;
+        let flows = &mut self.stateful.flows;
+        flows.refresh(id, &leased, now_ns).map_err(|_| Skip::Table)
     }
 }
 
@@ -413,7 +438,7 @@ mod tests {
     #[test]
     fn a_message_opens_once_and_replays_and_forgeries_are_refused() {
         let mut sender = SyncSender::new(key(), 1000);
-        let mut receiver = SyncReceiver::new(key());
+        let mut receiver = SyncReceiver::new(key(), 1);
         let first = sender.seal(&[]).unwrap();
         assert_eq!(receiver.open(&first), Ok(Vec::new()));
         assert_eq!(receiver.open(&first), Err(Refusal::Replayed));
@@ -449,7 +474,7 @@ mod tests {
     fn reordering_within_the_window_is_taken_and_older_epochs_are_refused() {
         let mut sender = SyncSender::new(key(), 1000);
         let messages: Vec<Vec<u8>> = (0..100).map(|_| sender.seal(&[]).unwrap()).collect();
-        let mut receiver = SyncReceiver::new(key());
+        let mut receiver = SyncReceiver::new(key(), 1);
         // 90 first, then 40 (50 behind, in the window), then 20 (70 behind: too old).
         assert!(receiver.open(&messages[89]).is_ok());
         assert!(receiver.open(&messages[39]).is_ok());
@@ -462,5 +487,11 @@ mod tests {
         assert!(receiver.open(&restarted.seal(&[]).unwrap()).is_ok());
         assert_eq!(receiver.epoch(), Some(2000));
         assert_eq!(receiver.open(&messages[98]), Err(Refusal::StaleEpoch));
+        // Its own message, sent back to it.
+        let mut own = SyncSender::new(key(), 1);
+        assert_eq!(
+            receiver.open(&own.seal(&[]).unwrap()),
+            Err(Refusal::Reflected)
+        );
     }
 }

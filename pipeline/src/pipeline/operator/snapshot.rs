@@ -293,7 +293,7 @@ impl Pipeline {
     pub fn restore_flows(&mut self, flows: &[SavedFlow], now_ns: u64) -> RestoreReport {
         let mut report = RestoreReport::default();
         for flow in flows {
-            match self.restore_flow(flow, now_ns) {
+            match self.restore_flow(flow, now_ns, false) {
                 Ok(()) => report.restored += 1,
                 Err(reason) => report.skip(reason),
             }
@@ -302,14 +302,26 @@ impl Pipeline {
         report
     }
 
-    pub(super) fn restore_flow(&mut self, flow: &SavedFlow, now_ns: u64) -> Result<(), Skip> {
+    /// One flow put back, if it fits; a copy synced from the HA peer (`synced_copy`) is
+    /// marked as one ([`SYNCED_COPY`]).
+    ///
+    /// [`SYNCED_COPY`]: crate::state::flow_data::SYNCED_COPY
+    pub(super) fn restore_flow(
+        &mut self,
+        flow: &SavedFlow,
+        now_ns: u64,
+        synced_copy: bool,
+    ) -> Result<(), Skip> {
         if flow.remaining_ns == 0 {
             return Err(Skip::Expired);
         }
         if owner(&self.router, self.stateful.ownership.workers(), flow)? != self.stateful.worker {
             return Err(Skip::Ownership);
         }
-        let data = self.fits_config(flow)?;
+        let mut data = self.fits_config(flow)?;
+        if synced_copy {
+            data.generation = crate::state::flow_data::SYNCED_COPY;
+        }
         if let (Some((protocol, address, port)), Some(pool)) =
             (data.binding, self.stateful.nat.as_mut())
         {
@@ -334,7 +346,7 @@ impl Pipeline {
     /// The flow's data as the current config would have made it (zones, rules generation),
     /// if the current config makes the same flow: what `new_flow` decides for its first
     /// packet must give the same reply tuple, with the NAT binding it holds.
-    fn fits_config(&self, flow: &SavedFlow) -> Result<FlowData, Skip> {
+    pub(super) fn fits_config(&self, flow: &SavedFlow) -> Result<FlowData, Skip> {
         let router = &*self.router;
         let stateful = &router.stateful;
         let interfaces = &router.interfaces;

@@ -826,6 +826,16 @@ impl NatPool {
     /// Drops one flow's hold on the binding of `external`; the last release frees the port.
     /// Returns false (and changes nothing) if there is no such binding.
     pub fn release(&mut self, protocol: u8, external: (Ipv4Addr, u16)) -> bool {
+        self.release_logged(protocol, external, true)
+    }
+
+    /// [`release`](Self::release) without a NAT log event: for a binding whose creation was
+    /// not logged here (a flow synced from the peer of an HA pair, which logged it).
+    pub fn release_unlogged(&mut self, protocol: u8, external: (Ipv4Addr, u16)) -> bool {
+        self.release_logged(protocol, external, false)
+    }
+
+    fn release_logged(&mut self, protocol: u8, external: (Ipv4Addr, u16), logged: bool) -> bool {
         let ip_protocol = protocol;
         let Some((protocol, address)) = self.external_group(protocol, external.0) else {
             return false;
@@ -871,18 +881,19 @@ impl NatPool {
         }
         let freed = &self.bindings[binding];
         let internal = (Ipv4Addr::from(freed.internal_ip), freed.internal_port);
+        let log = self.log.as_ref().filter(|_| logged);
         match (self.blocks.as_mut(), slot) {
             (Some(blocks), Some(slot)) => {
                 let block = blocks.block_of(address, slot);
                 if blocks.release(block) {
-                    if let (Some(log), Some(blocks)) = (&self.log, &self.blocks) {
+                    if let (Some(log), Some(blocks)) = (log, &self.blocks) {
                         let ports = self.block_ports(blocks, block);
                         log.record_block(NatEventKind::BlockDelete, internal.0, external.0, ports);
                     }
                 }
             }
             _ => {
-                if let Some(log) = &self.log {
+                if let Some(log) = log {
                     log.record(NatEventKind::Delete, ip_protocol, internal, external);
                 }
             }

@@ -117,6 +117,58 @@ impl<D: Copy> FlowTable<D> {
             .then(|| (FlowId(slot as u32), self.exported(slot, now_ns)))
     }
 
+    /// Brings flow `id` up to `flow`, a later export of the same flow (its tuples are the
+    /// caller's to check): its tracker, reply and assured facts, and its deadline as
+    /// [`import`](Self::import) sets one; its data is left as it is. The half-open list and
+    /// the host's half-open count follow its state, as `track` keeps them.
+    pub fn refresh(
+        &mut self,
+        id: FlowId,
+        flow: &ExportedFlow<D>,
+        now_ns: u64,
+    ) -> Result<(), ImportError> {
+        if !flow.is_well_formed() {
+            return Err(ImportError::Malformed);
+        }
+        let slot = id.index();
+        let current = &mut self.flows[slot];
+        if current.is_free() {
+            return Err(ImportError::Malformed);
+        }
+        let was_half_open = current.is_half_open();
+        current.tracker = match flow.tcp {
+            Some(TcpTracking(conn)) => Tracker::Tcp(conn),
+            None => Tracker::Stateless,
+        };
+        current.replied = flow.replied;
+        current.assured = flow.assured;
+        let remaining = flow
+            .remaining_ns
+            .min(current.timeout(&self.config.timeouts));
+        current.deadline_ns = now_ns.saturating_add(remaining);
+        let is_half_open = current.is_half_open();
+        if is_half_open != was_half_open {
+            let (host, charged) = (
+                self.index
+                    .opener(&current.original, self.config.host_prefix6),
+                current.charged,
+            );
+            let change = [0, 1];
+            if is_half_open {
+                self.half_open.push(slot);
+                if charged {
+                    self.hosts.force(host, change);
+                }
+            } else {
+                self.half_open.remove(slot);
+                if charged {
+                    self.hosts.credit(host, change);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn exported(&self, slot: usize, now_ns: u64) -> ExportedFlow<D> {
         let flow = &self.flows[slot];
         ExportedFlow {
