@@ -1,7 +1,7 @@
 //! Session sync's receiving end, as a hostile network or a hostile peer drives it. The first
 //! byte picks what the rest is: 0, a datagram as it arrives (mostly refused before anything
 //! is decoded: the tag); otherwise, a payload the fuzzer cannot sign, signed here with the
-//! pair's key, so that the decoder, the well-formedness checks and the install behind them
+//! peer's key, so that the decoder, the well-formedness checks and the install behind them
 //! are reached. Every accepted flow is installed into a worker of a home gateway (a LAN, a
 //! masqueraded WAN, a port forward) twice over, the second a refresh.
 //!
@@ -13,10 +13,9 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
-use hmac::{Hmac, KeyInit, Mac};
 use libfuzzer_sys::fuzz_target;
 use pipeline::pipeline::config::{PortForward, Stateful};
-use pipeline::pipeline::operator::session_sync::{SyncKey, SyncReceiver, SYNC_MAGIC, SYNC_VERSION};
+use pipeline::pipeline::operator::session_sync::{SyncKey, SyncReceiver, SyncSender};
 use pipeline::state::conntrack::ConntrackConfig;
 use pipeline::state::firewall::{Action, Policy, RuleSet, ZoneId};
 use pipeline::wire::EthernetAddress;
@@ -25,7 +24,8 @@ use pipeline::{
     WorkerSetup,
 };
 
-const KEY: &[u8] = b"the fuzzed pair's shared key";
+const SECRET: &[u8] = b"the fuzzed pair's shared secret";
+const PEER: &str = "192.0.2.2:7440";
 const SECOND: u64 = 1_000_000_000;
 const LEASE: u64 = 30 * SECOND;
 
@@ -72,28 +72,16 @@ fn home() -> Arc<RouterConfig> {
     .clone()
 }
 
-/// `payload` as a message of epoch 1, sequence 1, signed with the pair's key.
-fn signed(payload: &[u8]) -> Vec<u8> {
-    let mut message = Vec::new();
-    message.extend_from_slice(&SYNC_MAGIC);
-    message.extend_from_slice(&SYNC_VERSION.to_le_bytes());
-    message.extend_from_slice(&1u64.to_le_bytes());
-    message.extend_from_slice(&1u64.to_le_bytes());
-    message.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    message.extend_from_slice(payload);
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(KEY).expect("any key length");
-    mac.update(&message);
-    message.extend_from_slice(&mac.finalize().into_bytes());
-    message
-}
-
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let message = if mode == 0 { rest.to_vec() } else { signed(rest) };
-    // Its own epoch is not the signed messages' (1).
-    let mut receiver = SyncReceiver::new(SyncKey::new(KEY).expect("a long key"), 0);
+    let key = || SyncKey::for_sender(SECRET, PEER).expect("a long secret");
+    let message = match mode {
+        0 => rest.to_vec(),
+        _ => SyncSender::new(key(), 1).seal_payload(rest),
+    };
+    let mut receiver = SyncReceiver::new(key());
     let Ok(flows) = receiver.open(&message) else {
         return;
     };

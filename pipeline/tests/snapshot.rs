@@ -715,9 +715,9 @@ fn a_restored_binding_is_kept_for_its_host_and_never_handed_to_another() {
     assert_eq!(before, after);
 }
 
-/// The pair's key in these tests.
+/// The active box's sending key in these tests.
 fn sync_key() -> SyncKey {
-    SyncKey::new(b"the pair's shared secret").unwrap()
+    SyncKey::for_sender(b"the pair's shared secret", "192.0.2.1:7440").unwrap()
 }
 
 /// Flows sealed into messages of at most [`FLOWS_PER_MESSAGE`] flows.
@@ -752,7 +752,7 @@ proptest! {
         prop_assert_eq!(walked.len(), conns.len());
         let mut sender = SyncSender::new(sync_key(), 1_700_000_000_000);
         let messages = seal_all(&mut sender, &walked);
-        let mut receiver = SyncReceiver::new(sync_key(), 42);
+        let mut receiver = SyncReceiver::new(sync_key());
         let mut opened = Vec::new();
         for message in &messages {
             prop_assert!(message.len() <= MAX_MESSAGE, "{} bytes", message.len());
@@ -885,7 +885,7 @@ fn forged_and_replayed_sync_messages_install_nothing() {
     // Eight TCP flows with bindings, the largest records: within one datagram.
     let full = sender.seal(&walked[..FLOWS_PER_MESSAGE]).unwrap();
     assert!(full.len() <= MAX_MESSAGE, "{} bytes", full.len());
-    let mut receiver = SyncReceiver::new(sync_key(), 42);
+    let mut receiver = SyncReceiver::new(sync_key());
     assert_eq!(receiver.open(&full).unwrap().len(), FLOWS_PER_MESSAGE);
     assert_eq!(receiver.open(&full), Err(Refusal::Replayed));
     assert_eq!(receiver.open(&from_earlier_run), Err(Refusal::StaleEpoch));
@@ -893,7 +893,8 @@ fn forged_and_replayed_sync_messages_install_nothing() {
     // The flow's NAT port, somewhere in the payload: any byte changed breaks the tag.
     forged[40] ^= 0x40;
     assert_eq!(receiver.open(&forged), Err(Refusal::BadTag));
-    let mut stranger = SyncSender::new(SyncKey::new(b"somebody else's key").unwrap(), 3_000);
+    let strange_key = SyncKey::for_sender(b"somebody else's key", "192.0.2.1:7440").unwrap();
+    let mut stranger = SyncSender::new(strange_key, 3_000);
     assert_eq!(
         receiver.open(&stranger.seal(&walked[8..]).unwrap()),
         Err(Refusal::BadTag)
@@ -948,4 +949,25 @@ fn sync_runs_both_ways_without_echo_and_a_forwarded_copy_becomes_its_own() {
     assert_eq!(standby.walk(64, 4 * SECOND).len(), 1);
     let report = standby.install(&walked, 4 * SECOND, LONG_LEASE);
     assert_eq!(report.skipped(Skip::Table), 1, "{report:?}");
+}
+
+/// A standby's state snapshot keeps its copies as copies: restored, they are still not
+/// sent back, and the peer's next copy refreshes them.
+#[test]
+fn a_snapshot_of_a_standby_restores_its_copies_as_copies() {
+    let conn = Conn::Udp {
+        host: 4,
+        port: 40400,
+    };
+    let mut active = Gateway::new(home(), 1, WAN_ADDR);
+    conn.open(&mut active, SECOND);
+    let walked = active.walk(64, 2 * SECOND);
+    let mut standby = Gateway::new(home(), 1, WAN_ADDR);
+    assert_eq!(standby.install(&walked, SECOND, LONG_LEASE).restored, 1);
+    let mut restarted = Gateway::new(home(), 1, WAN_ADDR);
+    assert_eq!(restarted.restore(standby.export(2 * SECOND), 0).restored, 1);
+    assert!(restarted.walk(64, SECOND).is_empty());
+    let report = restarted.install(&walked, 2 * SECOND, LONG_LEASE);
+    assert_eq!(report.restored, 1, "{report:?}");
+    assert_eq!(restarted.flows(), 1);
 }

@@ -5,7 +5,7 @@
 # port forward must be in B's flow table with A's translation, tuple for tuple; both sides'
 # metrics must count them, and B, holding copies only, must send none back. Then a replayed
 # message, a forged one and a foreign datagram sent to B must be refused and counted by
-# reason, and A's own message sent back to A refused as reflected.
+# reason, and A's own message sent back to A refused (each direction has its own key).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
@@ -105,7 +105,7 @@ pass "A sent $sent flows; B took $received messages and installed $installed flo
 
 # A message of A's as it crossed the loopback, sent again (replayed), with a byte of its
 # payload changed (forged), a datagram that is no sync message (foreign), and the message
-# sent back to A itself (reflected: both boxes hold the key).
+# sent back to A itself (which A's key for B's messages does not verify).
 tshark -i lo -f "udp dst port $B_SYNC" -c 1 -w "$WORK/sync.pcap" -a duration:10 >/dev/null 2>&1 ||
     fail "no sync message crossed the loopback"
 # Debian's python, with scapy (the python3 on PATH may be a shim).
@@ -134,7 +134,7 @@ counted() {
 poll_until 10 counted || fail "B did not count the replayed, forged and foreign messages: $(curl -sf "$B_METRICS" | grep session_sync_refused)"
 pass "B refused a replayed, a forged and a foreign message, each counted by its reason"
 METRICS=$A_METRICS
-poll_until 10 test "$(metric 'gateway_session_sync_refused_messages_total{reason="reflected"}')" -ge 1 ||
+poll_until 10 test "$(metric 'gateway_session_sync_refused_messages_total{reason="bad_tag"}')" -ge 1 ||
     fail "A did not refuse its own message sent back to it: $(curl -sf "$A_METRICS" | grep session_sync_refused)"
-pass "A refused its own message sent back to it (reflected)"
+pass "A refused its own message sent back to it (bad_tag: each direction has its own key)"
 assert_no_conntrack_invalid

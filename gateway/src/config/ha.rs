@@ -2,6 +2,8 @@
 //! to the peer and installs the peer's (`crate::control::session_sync`; what is installed
 //! and for how long: `pipeline::pipeline::operator::session_sync`).
 
+use pipeline::pipeline::operator::session_sync::SyncKey;
+
 use super::*;
 
 /// `[ha]`.
@@ -54,10 +56,9 @@ impl SessionSyncConfig {
             .unwrap_or((3 * self.refresh_ms).max(MIN_DEFAULT_LEASE_MS))
     }
 
-    /// The shared key from `key_file`, which nobody but its owner may read.
-    pub fn read_key(
-        &self,
-    ) -> Result<pipeline::pipeline::operator::session_sync::SyncKey, ConfigError> {
+    /// The two keys (this box's sending key, the peer's) derived from the shared secret in
+    /// `key_file`, which nobody but its owner may read.
+    pub fn read_keys(&self) -> Result<(SyncKey, SyncKey), ConfigError> {
         use std::os::unix::fs::PermissionsExt;
 
         use crate::config::validate::invalid;
@@ -82,8 +83,11 @@ impl SessionSyncConfig {
             .iter()
             .rposition(|byte| !byte.is_ascii_whitespace())
             .map_or(0, |last| last + 1);
-        pipeline::pipeline::operator::session_sync::SyncKey::new(&text[..end])
-            .map_err(|err| invalid(field, format!("{path}: {err}")))
+        let key = |sender: SocketAddr| {
+            SyncKey::for_sender(&text[..end], &sender.to_string())
+                .map_err(|err| invalid(field, format!("{path}: {err}")))
+        };
+        Ok((key(self.listen)?, key(self.peer)?))
     }
 }
 
@@ -94,6 +98,15 @@ impl GatewayConfig {
         let Some(sync) = &self.ha.sync else {
             return Ok(());
         };
+        if sync.listen.ip().is_unspecified() || sync.listen.port() == 0 {
+            return Err(invalid(
+                "ha.sync.listen",
+                format!(
+                    "{} is no address of this box's own: each direction's key is derived from the sender's address as both boxes write it (the peer's ha.sync.peer)",
+                    sync.listen
+                ),
+            ));
+        }
         if sync.listen == sync.peer {
             return Err(invalid(
                 "ha.sync.peer",

@@ -1320,6 +1320,11 @@ fn session_sync_settings_are_checked_and_name_the_field() {
         ),
         (sync("refresh_ms = 50"), "ha.sync.refresh_ms:", "100-600000"),
         (
+            sync("").replace("192.0.2.1:7440", "0.0.0.0:7440"),
+            "ha.sync.listen:",
+            "no address of this box's own",
+        ),
+        (
             sync("lease_ms = 90000000"),
             "ha.sync.lease_ms:",
             "more than a day",
@@ -1349,7 +1354,7 @@ fn the_session_sync_key_file_must_hold_a_long_enough_key() {
         refresh_ms: 10_000,
         lease_ms: None,
     };
-    let missing = settings(dir.join("absent.key")).read_key().err().unwrap();
+    let missing = settings(dir.join("absent.key")).read_keys().err().unwrap();
     assert!(
         missing.to_string().starts_with("ha.sync.key_file:"),
         "{missing}"
@@ -1362,20 +1367,20 @@ fn the_session_sync_key_file_must_hold_a_long_enough_key() {
     let short = dir.join("short.key");
     // Fifteen bytes and a newline: the newline does not count.
     private(&short, "fifteen-bytes!!\n");
-    let err = settings(short).read_key().err().unwrap().to_string();
+    let err = settings(short).read_keys().err().unwrap().to_string();
     assert!(
         err.starts_with("ha.sync.key_file:") && err.contains("15 bytes"),
         "{err}"
     );
     let good = dir.join("good.key");
     private(&good, "sixteen-bytes!!!\n");
-    assert!(settings(good.clone()).read_key().is_ok());
+    assert!(settings(good.clone()).read_keys().is_ok());
     // The same key, readable by others: refused.
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let err = settings(good).read_key().err().unwrap().to_string();
+    let err = settings(good).read_keys().err().unwrap().to_string();
     assert!(err.contains("mode 644"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use pipeline::pipeline::operator::session_sync::{
@@ -28,6 +28,8 @@ const WAIT: Duration = Duration::from_millis(10);
 /// Datagrams taken per round at most, so that a flood of them delays the sending (and a
 /// stop) by no more than this many.
 const RECEIVED_PER_ROUND: usize = 256;
+/// And no longer than this: a peer sending slowly must not keep the round waiting on it.
+const ROUND: Duration = Duration::from_millis(20);
 /// The file in `state.directory` that keeps the last epoch this box sent with.
 const EPOCH_FILE: &str = "ha-sync.epoch";
 
@@ -107,7 +109,7 @@ pub struct SessionSyncBound {
 
 /// Reads the key and binds `listen`.
 pub fn bind(config: &SessionSyncConfig, state_dir: &Path) -> anyhow::Result<SessionSyncBound> {
-    let key = config.read_key()?;
+    let (own_key, peer_key) = config.read_keys()?;
     let socket = UdpSocket::bind(config.listen)
         .with_context(|| format!("ha.sync.listen: binding {}", config.listen))?;
     socket.set_read_timeout(Some(WAIT))?;
@@ -123,8 +125,8 @@ pub fn bind(config: &SessionSyncConfig, state_dir: &Path) -> anyhow::Result<Sess
     Ok(SessionSyncBound {
         socket,
         peer: config.peer,
-        sender: SyncSender::new(key.clone(), epoch),
-        receiver: SyncReceiver::new(key, epoch),
+        sender: SyncSender::new(own_key, epoch),
+        receiver: SyncReceiver::new(peer_key),
     })
 }
 
@@ -187,17 +189,19 @@ impl Link {
             if !batch.is_empty() {
                 self.send(&mut batch);
             }
-            // Each receive waits up to WAIT when nothing has come: the round's pause.
+            // Each receive waits up to WAIT when nothing has come: the round's pause. A round
+            // ends after RECEIVED_PER_ROUND datagrams or ROUND, whichever comes first.
+            let round_end = Instant::now() + ROUND;
             for _ in 0..RECEIVED_PER_ROUND {
                 let Ok((len, from)) = self.socket.recv_from(&mut datagram) else {
                     break;
                 };
-                if from.ip() != self.peer.ip() {
+                if from.ip() == self.peer.ip() {
+                    self.receive(&datagram[..len]);
+                } else {
                     self.stats.strangers.fetch_add(1, Ordering::Relaxed);
-                    continue;
                 }
-                self.receive(&datagram[..len]);
-                if stop.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) || Instant::now() >= round_end {
                     break;
                 }
             }

@@ -40,7 +40,7 @@ impl SessionSyncMetrics {
             refused: counter_vec(
                 registry,
                 "session_sync_refused_messages_total",
-                "Session sync datagrams refused, by reason: truncated, foreign, version, bad_tag, stale_epoch, reflected, replayed, malformed, and stranger (not from the peer's address, not read).",
+                "Session sync datagrams refused, by reason: truncated, foreign, version, bad_tag (forged, another key, or this box's own message sent back), stale_epoch, replayed, malformed, and stranger (not from the peer's address, not read).",
                 &["reason"],
             ),
             silence: prometheus::Gauge::new(

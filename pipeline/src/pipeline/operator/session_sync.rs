@@ -28,11 +28,14 @@
 //! | 20..28  | the message's sequence number in that epoch, little-endian, from 1 |
 //! | 28..32  | the payload's length, little-endian |
 //! | 32..    | the flows, postcard-encoded as the snapshot's records |
-//! | last 32 | HMAC-SHA256 of everything before it, under the pair's shared key |
+//! | last 32 | HMAC-SHA256 of everything before it, under the sender's key |
+//!
+//! Each direction has its own key, derived from the pair's shared secret and the sender's
+//! address ([`SyncKey::for_sender`]): a box's own messages, of this run or any earlier one,
+//! never pass for its peer's when sent back to it.
 //!
 //! [`SyncReceiver::open`] checks the tag before it reads anything else it would act on,
-//! then refuses its own epoch (its own message sent back to it: both boxes hold the key),
-//! an epoch older than the one it follows (a replay of an earlier run), and a
+//! then refuses an epoch older than the one it follows (a replay of an earlier run), and a
 //! sequence number it has seen or that lags the highest by [`REPLAY_WINDOW`] or more (UDP
 //! may reorder, within the window), and a payload that does not decode to well-formed
 //! flows. Every refusal is counted by [`Refusal`].
@@ -42,6 +45,7 @@ use sha2::Sha256;
 
 use super::snapshot::{owner, RestoreReport, SavedFlow, Skip, FORMAT_VERSION};
 use crate::flow::Direction;
+use crate::state::flow_data::SYNCED_COPY;
 use crate::Pipeline;
 
 /// The first bytes of every sync message.
@@ -65,7 +69,7 @@ pub const MIN_KEY_LEN: usize = 16;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The pair's shared key, ready to sign and check.
+/// The key one box signs with and its peer checks with, ready to use.
 #[derive(Clone)]
 pub struct SyncKey(HmacSha256);
 
@@ -77,14 +81,22 @@ pub enum KeyError {
 }
 
 impl SyncKey {
-    pub fn new(secret: &[u8]) -> Result<SyncKey, KeyError> {
+    /// The key for what `sender` sends (its sync address, written the same on both boxes:
+    /// one's `listen` is the other's `peer`): HMAC-SHA256 of the sender under the pair's
+    /// shared secret.
+    pub fn for_sender(secret: &[u8], sender: &str) -> Result<SyncKey, KeyError> {
         if secret.len() < MIN_KEY_LEN {
             return Err(KeyError::TooShort { len: secret.len() });
         }
+        let too_short = |_| KeyError::TooShort { len: secret.len() };
         // HMAC takes a key of any length; the length is checked above.
-        let mac = HmacSha256::new_from_slice(secret)
-            .map_err(|_| KeyError::TooShort { len: secret.len() })?;
-        Ok(SyncKey(mac))
+        let mut derive = HmacSha256::new_from_slice(secret).map_err(too_short)?;
+        derive.update(b"gateway session sync, sent by ");
+        derive.update(sender.as_bytes());
+        let derived = derive.finalize().into_bytes();
+        Ok(SyncKey(
+            HmacSha256::new_from_slice(&derived).map_err(too_short)?,
+        ))
     }
 
     fn tag(&self, signed: &[u8]) -> [u8; TAG_LEN] {
@@ -139,17 +151,23 @@ impl SyncSender {
             return Err(SealError::TooManyFlows { count: flows.len() });
         }
         let payload = postcard::to_allocvec(flows).map_err(|_| SealError::Encode)?;
+        Ok(self.seal_payload(&payload))
+    }
+
+    /// A message of an already encoded payload, signed, with the next sequence number:
+    /// [`seal`](Self::seal)'s second half, and how the fuzz target signs payloads of its own.
+    pub fn seal_payload(&mut self, payload: &[u8]) -> Vec<u8> {
         let mut message = Vec::with_capacity(HEADER_LEN + payload.len() + TAG_LEN);
         message.extend_from_slice(&SYNC_MAGIC);
         message.extend_from_slice(&SYNC_VERSION.to_le_bytes());
         message.extend_from_slice(&self.epoch.to_le_bytes());
         message.extend_from_slice(&self.next_seq.to_le_bytes());
         message.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        message.extend_from_slice(&payload);
+        message.extend_from_slice(payload);
         let tag = self.key.tag(&message);
         message.extend_from_slice(&tag);
         self.next_seq += 1;
-        Ok(message)
+        message
     }
 }
 
@@ -166,9 +184,6 @@ pub enum Refusal {
     BadTag,
     /// From an earlier epoch than the one followed: a replay from an earlier run.
     StaleEpoch,
-    /// From this box's own epoch: one of its own messages sent back to it. (Both boxes share
-    /// the key, so only the epoch tells a reflection from the peer's.)
-    Reflected,
     /// A sequence number already seen, or too far behind the highest.
     Replayed,
     /// Signed, but its payload is not well-formed flows.
@@ -176,13 +191,12 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 7] = [
         Refusal::Truncated,
         Refusal::Foreign,
         Refusal::Version,
         Refusal::BadTag,
         Refusal::StaleEpoch,
-        Refusal::Reflected,
         Refusal::Replayed,
         Refusal::Malformed,
     ];
@@ -196,7 +210,6 @@ impl Refusal {
             Refusal::Version => "version",
             Refusal::BadTag => "bad_tag",
             Refusal::StaleEpoch => "stale_epoch",
-            Refusal::Reflected => "reflected",
             Refusal::Replayed => "replayed",
             Refusal::Malformed => "malformed",
         }
@@ -213,8 +226,6 @@ impl Refusal {
 /// The receiving end: the key, the epoch followed and the sequence numbers seen in it.
 pub struct SyncReceiver {
     key: SyncKey,
-    /// This box's own sending epoch, never the peer's.
-    own_epoch: u64,
     /// The epoch followed, once a message has been taken.
     epoch: Option<u64>,
     highest: u64,
@@ -225,11 +236,10 @@ pub struct SyncReceiver {
 }
 
 impl SyncReceiver {
-    /// `own_epoch`: the epoch this box's [`SyncSender`] sends with.
-    pub fn new(key: SyncKey, own_epoch: u64) -> SyncReceiver {
+    /// `key`: the peer's sending key ([`SyncKey::for_sender`] of the peer's address).
+    pub fn new(key: SyncKey) -> SyncReceiver {
         SyncReceiver {
             key,
-            own_epoch,
             epoch: None,
             highest: 0,
             seen: 0,
@@ -282,9 +292,6 @@ impl SyncReceiver {
 
     /// Whether `(epoch, seq)` may be taken: not from an older epoch, not seen, not too old.
     fn fresh(&self, epoch: u64, seq: u64) -> Result<(), Refusal> {
-        if epoch == self.own_epoch {
-            return Err(Refusal::Reflected);
-        }
         let Some(followed) = self.epoch else {
             return Ok(());
         };
@@ -371,11 +378,10 @@ impl Pipeline {
 
     /// Installs flows the peer synced, this worker's own (by the owner derived for this
     /// worker count) among them, each with at most `lease_ns` to live unless refreshed or
-    /// forwarded, TCP judged as picked up mid-stream, marked as a copy
-    /// ([`SYNCED_COPY`](crate::state::flow_data::SYNCED_COPY)). A copy already here is
-    /// refreshed in place (its tracker and time; its binding is the same, as its tuples
-    /// are); a flow this box forwards itself is never touched (skipped as `table`, a
-    /// duplicate). Each is checked against this box's config as a snapshot's flows are,
+    /// forwarded, TCP judged as picked up mid-stream, marked as a copy ([`SYNCED_COPY`]). A
+    /// copy already here is refreshed in place (its tracker, time and data; its binding is
+    /// the same, as its tuples are); a flow this box forwards itself is never touched
+    /// (skipped as `table`, a duplicate). Each is checked against this box's config as a snapshot's flows are,
     /// and a flow that does not fit is skipped and counted.
     pub fn install_synced(
         &mut self,
@@ -412,10 +418,20 @@ impl Pipeline {
         if !same || !flows.data(id).is_synced_copy() {
             return Err(Skip::Table);
         }
-        // Still a flow this box's config makes (a reload may have changed that).
-        self.fits_config(&leased)?;
+        // Still a flow this box's config makes (a reload may have changed that), with what
+        // the peer decided since (the content verdict, the SYN proxy's splice, the zones);
+        // its tuples, and so its binding, are the same.
+        let mut data = self.fits_config(&leased)?;
         let flows = &mut self.stateful.flows;
-        flows.refresh(id, &leased, now_ns).map_err(|_| Skip::Table)
+        if data.binding != flows.data(id).binding {
+            return Err(Skip::NatPort);
+        }
+        data.generation = SYNCED_COPY;
+        flows
+            .refresh(id, &leased, now_ns)
+            .map_err(|_| Skip::Table)?;
+        *flows.data_mut(id) = data;
+        Ok(())
     }
 }
 
@@ -424,13 +440,13 @@ mod tests {
     use super::*;
 
     fn key() -> SyncKey {
-        SyncKey::new(b"a shared key of the pair").unwrap()
+        SyncKey::for_sender(b"a shared key of the pair", "192.0.2.1:7440").unwrap()
     }
 
     #[test]
     fn short_keys_are_refused() {
         assert_eq!(
-            SyncKey::new(b"short").err(),
+            SyncKey::for_sender(b"short", "192.0.2.1:7440").err(),
             Some(KeyError::TooShort { len: 5 })
         );
     }
@@ -438,12 +454,13 @@ mod tests {
     #[test]
     fn a_message_opens_once_and_replays_and_forgeries_are_refused() {
         let mut sender = SyncSender::new(key(), 1000);
-        let mut receiver = SyncReceiver::new(key(), 1);
+        let mut receiver = SyncReceiver::new(key());
         let first = sender.seal(&[]).unwrap();
         assert_eq!(receiver.open(&first), Ok(Vec::new()));
         assert_eq!(receiver.open(&first), Err(Refusal::Replayed));
         // Another key's message, and one bit changed anywhere.
-        let mut other = SyncSender::new(SyncKey::new(b"not the pair's key!!").unwrap(), 1000);
+        let other_key = SyncKey::for_sender(b"not the pair's key!!", "192.0.2.1:7440").unwrap();
+        let mut other = SyncSender::new(other_key, 1000);
         assert_eq!(
             receiver.open(&other.seal(&[]).unwrap()),
             Err(Refusal::BadTag)
@@ -474,7 +491,7 @@ mod tests {
     fn reordering_within_the_window_is_taken_and_older_epochs_are_refused() {
         let mut sender = SyncSender::new(key(), 1000);
         let messages: Vec<Vec<u8>> = (0..100).map(|_| sender.seal(&[]).unwrap()).collect();
-        let mut receiver = SyncReceiver::new(key(), 1);
+        let mut receiver = SyncReceiver::new(key());
         // 90 first, then 40 (50 behind, in the window), then 20 (70 behind: too old).
         assert!(receiver.open(&messages[89]).is_ok());
         assert!(receiver.open(&messages[39]).is_ok());
@@ -487,11 +504,9 @@ mod tests {
         assert!(receiver.open(&restarted.seal(&[]).unwrap()).is_ok());
         assert_eq!(receiver.epoch(), Some(2000));
         assert_eq!(receiver.open(&messages[98]), Err(Refusal::StaleEpoch));
-        // Its own message, sent back to it.
-        let mut own = SyncSender::new(key(), 1);
-        assert_eq!(
-            receiver.open(&own.seal(&[]).unwrap()),
-            Err(Refusal::Reflected)
-        );
+        // The receiver's own messages (the other direction's key), sent back to it.
+        let own_key = SyncKey::for_sender(b"a shared key of the pair", "192.0.2.2:7440").unwrap();
+        let mut own = SyncSender::new(own_key, 3000);
+        assert_eq!(receiver.open(&own.seal(&[]).unwrap()), Err(Refusal::BadTag));
     }
 }

@@ -293,7 +293,8 @@ impl Pipeline {
     pub fn restore_flows(&mut self, flows: &[SavedFlow], now_ns: u64) -> RestoreReport {
         let mut report = RestoreReport::default();
         for flow in flows {
-            match self.restore_flow(flow, now_ns, false) {
+            // A copy synced from the HA peer (its generation says so) stays one.
+            match self.restore_flow(flow, now_ns, flow.data.is_synced_copy()) {
                 Ok(()) => report.restored += 1,
                 Err(reason) => report.skip(reason),
             }
