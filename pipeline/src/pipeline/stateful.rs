@@ -296,6 +296,8 @@ impl StatefulStage {
 
     /// A flow the recheck kept, now of `generation`. A synced copy becomes this box's own
     /// here: its binding enters this box's NAT log, whose deletion the log will show too.
+    #[cold]
+    #[inline(never)]
     fn keep_rechecked(&mut self, id: FlowId, generation: u32) {
         let data = self.flows.data_mut(id);
         let adopted = data.is_synced_copy();
