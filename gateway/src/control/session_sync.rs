@@ -71,7 +71,8 @@ impl Drop for SessionSyncThread {
     }
 }
 
-fn unix_ms() -> u64 {
+/// Now, in Unix milliseconds: the clock of `last_received_unix_ms` and of the epochs.
+pub fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)

@@ -7,7 +7,7 @@ use pipeline::pipeline::operator::session_sync::Refusal;
 use pipeline::pipeline::operator::snapshot::Skip;
 
 use super::*;
-use crate::control::session_sync::SessionSyncStats;
+use crate::control::session_sync::{unix_ms, SessionSyncStats};
 use crate::dataplane::sync_link::SyncQueues;
 
 impl SessionSyncMetrics {
@@ -98,9 +98,7 @@ impl SessionSyncMetrics {
         }
         sync_counter(&self.refused, &["stranger"], read(&stats.strangers));
         let last = read(&stats.last_received_unix_ms);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis() as u64);
+        let now = unix_ms();
         self.silence.set(match last {
             0 => -1.0,
             last => now.saturating_sub(last) as f64 / 1000.0,
