@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
           ethtool procps iputils-ping python3 curl prometheus nftables openvswitch-switch
           dnsmasq-base isc-dhcp-client frr rsyslog nfdump python3-scapy kea-dhcp6-server radvd
-          tshark)
+          tshark keepalived)
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 missing=()
 for pkg in "${packages[@]}"; do

@@ -30,6 +30,7 @@ fn router(kernel: &[KernelRoute], allow: KernelRouteAllow) -> Arc<RouterConfig> 
         addr: Ipv4Addr::from(addr),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     };
     let interfaces = vec![iface([192, 168, 10, 1], 1), iface([10, 0, 0, 1], 2)];
     let config = RouterConfig::with_bounded_kernel_routes(

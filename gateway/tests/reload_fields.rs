@@ -417,6 +417,12 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "\"lan-twin\"",
         None,
     ),
+    (
+        "interfaces[].virtual_address",
+        Restart,
+        "\"10.1.0.253\"",
+        Some("interfaces[4].virtual_address"),
+    ),
     ("kernel_twins.inside_by_default", Restart, "true", None),
     ("kernel_twins.netns", Restart, "\"gateway\"", None),
     ("kernel_twins.punt_per_sec", Applied, "5", None),
@@ -865,6 +871,7 @@ name = "wan2"
 device = "net_ring5"
 address = "10.1.0.1/24"
 kernel_twin = true
+virtual_address = "10.1.0.254"
 
 [[interfaces]]
 name = "wan3"

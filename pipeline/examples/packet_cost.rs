@@ -220,12 +220,14 @@ fn router(features: bool, uplinks: bool) -> Arc<RouterConfig> {
             addr: Ipv4Addr::new(10, 0, 0, 1),
             prefix_len: 16,
             mtu: 1500,
+            virtual_addr: None,
         },
         Interface {
             mac: EthernetAddress(WAN_MAC),
             addr: Ipv4Addr::from(WAN_ADDR),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         },
     ];
     let default_route = StaticRoute {
@@ -239,6 +241,7 @@ fn router(features: bool, uplinks: bool) -> Arc<RouterConfig> {
             addr: Ipv4Addr::from(WAN2_ADDR),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         });
     }
     let policy = Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept);

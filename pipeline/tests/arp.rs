@@ -41,6 +41,7 @@ fn lan() -> Interface {
         addr: ip(LAN_ADDR),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     }
 }
 
@@ -50,6 +51,7 @@ fn wan() -> Interface {
         addr: ip(WAN_ADDR),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     }
 }
 
@@ -125,6 +127,8 @@ struct Control {
     table: NeighborTable<u32>,
     released: Vec<(u32, EthernetAddress)>,
     evicted: Vec<u32>,
+    /// This box's twin holds the interfaces' virtual addresses (VRRP master).
+    holds_virtual: bool,
 }
 
 impl Control {
@@ -133,6 +137,7 @@ impl Control {
             table: NeighborTable::new(NeighborConfig::default()),
             released: Vec::new(),
             evicted: Vec::new(),
+            holds_virtual: false,
         }
     }
 
@@ -143,7 +148,7 @@ impl Control {
         let (released, evicted) = (&mut self.released, &mut self.evicted);
         let handled = control::handle_arp(
             &mut pkt,
-            iface,
+            (iface, self.holds_virtual),
             &mut self.table,
             now_ns,
             |held, mac| released.push((held, mac)),
@@ -283,6 +288,52 @@ fn only_host_addresses_of_the_ingress_subnet_are_neighbours() {
     ));
     assert!(control::is_neighbor_address(&lan(), ip(HOST)));
     assert!(!control::is_neighbor_address(&lan(), ip(UPSTREAM)));
+}
+
+/// An HA pair's shared address on the LAN (keepalived's VRRP address on the twins).
+const VIRTUAL: [u8; 4] = [192, 168, 10, 254];
+const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x99];
+
+fn lan_of_pair() -> Interface {
+    Interface {
+        virtual_addr: Some(ip(VIRTUAL)),
+        ..lan()
+    }
+}
+
+#[test]
+fn the_virtual_address_is_answered_only_while_held_and_the_peers_claim_binds_nothing() {
+    let mut control = Control::new();
+    // Backup: a host asking for the virtual address gets no answer from us (the master
+    // answers it).
+    let (handled, _) = control.receive(&request(HOST_MAC, HOST, VIRTUAL), &lan_of_pair(), 0);
+    assert!(
+        !handled.replied,
+        "the backup answered for the virtual address"
+    );
+    // The master's gratuitous ARP for it binds nothing here, in either form.
+    for frame in gratuitous(PEER_MAC, VIRTUAL) {
+        let (handled, _) = control.receive(&frame, &lan_of_pair(), 0);
+        assert_eq!(handled, dropped(DropReason::ArpNotForUs));
+    }
+    assert_eq!(control.mac_of(VIRTUAL), None);
+    // Master: answered from the virtual address, with the port's MAC.
+    control.holds_virtual = true;
+    let (handled, reply) = control.receive(&request(HOST_MAC, HOST, VIRTUAL), &lan_of_pair(), 1);
+    assert!(handled.replied && handled.dropped.is_none(), "{handled:?}");
+    let (ether, arp) = parse_arp(&reply);
+    assert_eq!(ether.destination, HOST_MAC);
+    assert_eq!(arp.source_hardware_addr, EthernetAddress(LAN_MAC));
+    assert_eq!(arp.source_protocol_addr, ip(VIRTUAL));
+    assert_eq!(arp.target_protocol_addr, ip(HOST));
+    // And defended: another MAC claiming it while we hold it is a conflict.
+    let [claim, _] = gratuitous(PEER_MAC, VIRTUAL);
+    let (handled, _) = control.receive(&claim, &lan_of_pair(), 2);
+    assert_eq!(handled, dropped(DropReason::ArpClaimsOurAddress));
+    // The interface's own address is answered either way.
+    control.holds_virtual = false;
+    let (handled, _) = control.receive(&request(HOST_MAC, HOST, LAN_ADDR), &lan_of_pair(), 3);
+    assert!(handled.replied);
 }
 
 #[test]

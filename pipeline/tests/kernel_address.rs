@@ -37,6 +37,7 @@ fn lan() -> Interface {
         addr: Ipv4Addr::new(192, 168, 10, 1),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     }
 }
 
@@ -56,6 +57,7 @@ fn router_with(
         addr,
         prefix_len,
         mtu: 1500,
+        virtual_addr: None,
     };
     let policy = Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept);
     let stateful = Stateful {

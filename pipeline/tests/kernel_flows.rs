@@ -44,6 +44,7 @@ fn router_and_rules(extra: &[(ZoneId, ZoneId, Action)], rules: Vec<Rule>) -> Arc
         addr: Ipv4Addr::from(addr),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     };
     let (lan, wan) = (ZoneId(0), ZoneId(1));
     let defaults = [

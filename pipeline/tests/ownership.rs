@@ -109,6 +109,7 @@ impl Topology {
                 addr: iface_addr(i),
                 prefix_len: 24,
                 mtu: 1500,
+                virtual_addr: None,
             })
             .collect();
         let routes = [

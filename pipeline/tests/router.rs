@@ -55,6 +55,7 @@ fn lan() -> Interface {
         addr: ip(LAN_ADDR),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn wan(mtu: u16) -> Interface {
         addr: ip(WAN_ADDR),
         prefix_len: 24,
         mtu,
+        virtual_addr: None,
     }
 }
 
@@ -812,6 +814,7 @@ fn point_to_point_peer_is_not_a_broadcast() {
         addr: Ipv4Addr::new(10, 0, 0, 0),
         prefix_len: 31,
         mtu: 1500,
+        virtual_addr: None,
     };
     let to_remote = StaticRoute {
         destination: Ipv4Addr::new(172, 16, 0, 0),
@@ -932,7 +935,9 @@ fn arp_requests_and_announcements() {
     assert_eq!(&frame[14..22], &[0, 1, 8, 0, 6, 4, 0, 1]);
     assert_eq!(&frame[42..], &[0; 18], "padding zeroed over garbage");
 
-    let (written, frame) = with_room(&[], |pkt| control::write_gratuitous_arp(pkt, &lan()));
+    let (written, frame) = with_room(&[], |pkt| {
+        control::write_gratuitous_arp(pkt, &lan(), lan().addr)
+    });
     assert!(written);
     assert_eq!(frame.len(), 60);
     let (eth, repr) = parse_arp(&frame);
@@ -1039,7 +1044,7 @@ proptest! {
         for iface in [lan(), wan(1500)] {
             let mut table = NeighborTable::<()>::new(NeighborConfig::default());
             let (_, out) = with_room(&frame, |pkt| {
-                control::handle_arp(pkt, &iface, &mut table, now_ns, |_, _| (), |_| ())
+                control::handle_arp(pkt, (&iface, false), &mut table, now_ns, |_, _| (), |_| ())
             });
             prop_assert!(out.len() <= ROOM);
             let (_, out) = with_room(&frame, |pkt| control::echo_reply(pkt, &iface));

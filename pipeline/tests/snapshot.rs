@@ -54,12 +54,14 @@ fn router(forward: bool, wan_addr: [u8; 4], rules: Vec<Rule>) -> RouterConfig {
             addr: ip([192, 168, 10, 1]),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         },
         Interface {
             mac: EthernetAddress(WAN_MAC),
             addr: ip(wan_addr),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         },
     ];
     let default_route = StaticRoute {

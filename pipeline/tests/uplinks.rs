@@ -46,6 +46,7 @@ fn interface(port: u16, addr: Ipv4Addr) -> Interface {
         addr,
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     }
 }
 

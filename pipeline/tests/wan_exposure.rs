@@ -39,12 +39,14 @@ fn router_with(
             addr: Ipv4Addr::new(192, 168, 10, 1),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         },
         Interface {
             mac: EthernetAddress(WAN_MAC),
             addr: Ipv4Addr::new(10, 0, 0, 1),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         },
     ];
     let default_route = StaticRoute {

@@ -109,12 +109,14 @@ pub(super) fn router_config(
             addr: LAN_ADDR,
             prefix_len: 16,
             mtu: 1500,
+            virtual_addr: None,
         },
         Interface {
             mac: traffic.wan_mac,
             addr: WAN_ADDR,
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         },
     ];
     let (lan, wan) = (ZoneId(0), ZoneId(1));
@@ -184,6 +186,7 @@ fn uplinks_router_config(traffic: &Traffic, second: &SecondUplink) -> anyhow::Re
         addr,
         prefix_len,
         mtu: 1500,
+        virtual_addr: None,
     };
     let interfaces = vec![
         side(traffic.lan_mac, LAN_ADDR, 16),

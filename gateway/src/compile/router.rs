@@ -206,6 +206,7 @@ pub fn router_config_with_kernel(
                 addr,
                 prefix_len,
                 mtu: link_mtu(iface, kernel, index),
+                virtual_addr: iface.virtual_address,
             }
         })
         .collect();
@@ -679,6 +680,7 @@ fn rule_protocol(protocol: RuleProtocol) -> u8 {
         RuleProtocol::Tcp => ipv4::protocol::TCP,
         RuleProtocol::Udp => ipv4::protocol::UDP,
         RuleProtocol::Icmp => ipv4::protocol::ICMP,
+        RuleProtocol::Vrrp => ipv4::protocol::VRRP,
     }
 }
 

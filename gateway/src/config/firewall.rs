@@ -10,6 +10,8 @@ pub enum RuleProtocol {
     Tcp,
     Udp,
     Icmp,
+    /// VRRP (IP protocol 112): keepalived's adverts between the twins of an HA pair.
+    Vrrp,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]

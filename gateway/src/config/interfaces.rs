@@ -81,6 +81,14 @@ pub struct InterfaceConfig {
     /// `unsupported_ethertype`).
     #[serde(default)]
     pub ipv6: Option<Ipv6InterfaceConfig>,
+    /// The address this interface shares with the other box of an HA pair, e.g.
+    /// "192.168.1.254": keepalived (VRRP) on the twin adds it on the master and removes it
+    /// on the backup; the gateway answers ARP for it (and announces it by gratuitous ARP)
+    /// only while its twin holds it, masquerades to it and takes port forwards on it either
+    /// way, so that both boxes translate alike and the backup's synced flows carry on. A host
+    /// of the interface's subnet, not its address; needs a kernel twin.
+    #[serde(default)]
+    pub virtual_address: Option<Ipv4Addr>,
 }
 
 /// `[interfaces.ipv6]`: the gateway answers Neighbor Discovery and echo on these addresses,

@@ -86,6 +86,10 @@ pub struct KernelView {
     pub leases6: Vec<Vec<PrefixLease>>,
     /// IPv6 routes on the twins, best first for each prefix.
     pub routes6: Vec<KernelRoute6>,
+    /// Per interface (empty: none known): whether its twin holds the interface's
+    /// `virtual_address`, as keepalived adds it on becoming VRRP master and removes it on
+    /// becoming backup. The control thread answers ARP for it only while it does.
+    pub virtual_held: Vec<bool>,
     /// Not the kernel's: per `[[uplinks]]` entry (empty: none), whether its health checks
     /// failed (`crate::control::uplink_health`), merged in by the control thread beside the
     /// kernel's and the PPPoE sessions' views, since it too changes the router config.
@@ -112,6 +116,11 @@ impl KernelView {
             .iter()
             .find(|lease| (lease.prefix, lease.len) == (prefix, len))
             .copied()
+    }
+
+    /// Whether interface `index`'s twin holds its virtual address.
+    pub fn holds_virtual(&self, index: usize) -> bool {
+        self.virtual_held.get(index) == Some(&true)
     }
 
     /// The MTU interface `index` negotiated, if its link did.
@@ -163,6 +172,8 @@ pub struct Followed {
     pub ipv6: Vec<bool>,
     /// Per interface: it sends Router Advertisements, which carry its leases' lifetimes.
     pub advertises6: Vec<bool>,
+    /// Per interface: the address it shares with an HA peer (`virtual_address`).
+    pub virtual_addrs: Vec<Option<Ipv4Addr>>,
 }
 
 impl Followed {
@@ -183,6 +194,11 @@ impl Followed {
                 .interfaces
                 .iter()
                 .map(|i| i.ipv6.as_ref().is_some_and(|v6| v6.router_advertisements))
+                .collect(),
+            virtual_addrs: config
+                .interfaces
+                .iter()
+                .map(|i| i.virtual_address)
                 .collect(),
         }
     }
@@ -248,11 +264,14 @@ fn view_at<'a>(
         addresses6: vec![Vec::new(); followed.twins.len()],
         leases6: vec![Vec::new(); followed.twins.len()],
         routes6: Vec::new(),
+        virtual_held: vec![false; followed.twins.len()],
         uplinks_failed: Vec::new(),
     };
     for (index, addr, len) in addresses {
         let Some(port) = port_of(index) else { continue };
-        if followed.dhcp[port] && view.addresses[port].is_none() {
+        if followed.virtual_addrs.get(port) == Some(&Some(addr)) {
+            view.virtual_held[port] = true;
+        } else if followed.dhcp[port] && view.addresses[port].is_none() {
             view.addresses[port] = Some((addr, len));
         }
     }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use pipeline::l3::neigh::{
     ArpProbe, ArpSource, Learn, Lookup, NeighborConfig, NeighborProbe, NeighborState, NeighborTable,
 };
-use pipeline::pipeline::local::arp::{echo_reply, handle_arp, is_arp, write_arp_probe};
+use pipeline::pipeline::local::arp::{
+    echo_reply, handle_arp, is_arp, write_arp_probe, write_gratuitous_arp,
+};
 use pipeline::pipeline::local::ipv6::{
     self as ipv6_local, mld_record, scoped, AdvertSchedule, Answer, Sighting,
     MAX_ADVERTISED_PREFIXES,
@@ -90,6 +92,9 @@ pub struct ControlPlane {
     /// Per interface: the IPv6 addresses whose groups it last reported joining (MLD), so
     /// that addresses learnt later (a delegated prefix) are reported as they come.
     reported_addresses: Vec<Vec<(Ipv6Addr, u8)>>,
+    /// Per interface: its twin holds the interface's virtual address (this box is the HA
+    /// pair's VRRP master there), as netlink last said.
+    virtual_held: Vec<bool>,
 }
 
 impl ControlPlane {
@@ -129,6 +134,7 @@ impl ControlPlane {
             solicited_adverts: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
             mld_reports: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
             reported_addresses: Vec::new(),
+            virtual_held: Vec::new(),
         }
     }
 
@@ -188,6 +194,46 @@ impl ControlPlane {
     pub fn with_twins(mut self, twins: Twins) -> Self {
         self.twins = twins;
         self
+    }
+
+    /// Follows which virtual addresses this box's twins hold (keepalived's VRRP state, read
+    /// by netlink): ARP is answered for those only, and each newly held one is announced by
+    /// gratuitous ARP, so that hosts and the upstream router send to this box at once after
+    /// a takeover (keepalived's own announcements follow from the twin).
+    pub fn follow_virtual_addresses(&mut self, held: &[bool]) {
+        let (router, _) = self.router.load();
+        for (port, iface) in router.interfaces.iter().enumerate() {
+            let Some(address) = iface.virtual_addr else {
+                continue;
+            };
+            let was = self.virtual_held.get(port) == Some(&true);
+            match (was, held.get(port) == Some(&true)) {
+                (false, true) => {
+                    tracing::info!(port, %address, "HA: this box holds the virtual address now (VRRP master): answering and announcing it");
+                    self.send_gratuitous_arp(&router, port as u16, address);
+                }
+                (true, false) => {
+                    tracing::info!(port, %address, "HA: the virtual address left this box's twin (VRRP backup): no longer answered");
+                }
+                _ => {}
+            }
+        }
+        self.virtual_held = held.to_vec();
+        self.flush();
+    }
+
+    fn send_gratuitous_arp(&mut self, router: &RouterConfig, port: u16, address: Ipv4Addr) {
+        let Some(mut mbuf) = Mbuf::alloc(&self.pool) else {
+            return self.counters.record_drop(DropReason::NoBuffer);
+        };
+        let mut pkt = PacketBuf::new(mbuf.room_mut(), 0);
+        let iface = &router.interfaces[usize::from(port)];
+        if write_gratuitous_arp(&mut pkt, iface, address) {
+            let len = pkt.len();
+            if mbuf.set_len(len).is_ok() {
+                self.send(port, mbuf);
+            }
+        }
     }
 
     /// Announces every interface's address, so neighbours refresh stale caches at once.
@@ -426,9 +472,10 @@ impl ControlPlane {
         let mut released = Vec::new();
         let counters = &self.counters;
         let now_ns = self.clock.now_ns();
+        let holds_virtual = self.virtual_held.get(usize::from(ingress)) == Some(&true);
         let handled = handle_arp(
             &mut pkt,
-            iface,
+            (iface, holds_virtual),
             &mut self.table,
             now_ns,
             |held, mac| released.push((held, mac)),

@@ -140,6 +140,7 @@ pub(crate) fn merged_view(
         addresses6: netlink.addresses6.clone(),
         leases6: netlink.leases6.clone(),
         routes6: netlink.routes6.clone(),
+        virtual_held: netlink.virtual_held.clone(),
         uplinks_failed,
     }
 }

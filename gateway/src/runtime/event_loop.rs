@@ -135,6 +135,7 @@ impl<'a> Gateway<'a> {
                         router_published,
                         (qos_stats, rule_hits),
                     );
+                    control.follow_virtual_addresses(&netlink_view.virtual_held);
                     *kernel_for_loads
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner) = merged;

@@ -26,9 +26,29 @@ pub struct Interface {
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
     pub mtu: u16,
+    /// The address this interface shares with the other box of an HA pair (the config's
+    /// `virtual_address`, held by keepalived on the twin of whichever box is master): one of
+    /// the gateway's own addresses for forwarding (local delivery, port forwards, a flow's
+    /// owner) and the one masquerade translates to, so that both boxes translate a flow
+    /// alike and the standby's synced copies hold. Answering ARP for it is the control
+    /// thread's part, and only while this box's twin holds it.
+    pub virtual_addr: Option<Ipv4Addr>,
 }
 
 impl Interface {
+    /// Whether `ip` is one of this interface's addresses: its own, or its virtual one.
+    #[inline]
+    pub fn is_own(&self, ip: Ipv4Addr) -> bool {
+        self.has_address() && (ip == self.addr || Some(ip) == self.virtual_addr)
+    }
+
+    /// The address flows leaving here are masqueraded to: the virtual one where there is
+    /// one, which survives a takeover; else the interface's.
+    #[inline]
+    pub fn masquerade_addr(&self) -> Ipv4Addr {
+        self.virtual_addr.unwrap_or(self.addr)
+    }
+
     /// Whether `ip` is this interface's subnet's directed broadcast address. /31 and /32
     /// subnets have none (RFC 3021): the all-ones address there is a host, the
     /// point-to-point peer or the interface itself.
@@ -311,7 +331,7 @@ impl Stateful {
                 && forward.ports.contains(&port)
                 && interfaces
                     .get(usize::from(forward.interface))
-                    .is_some_and(|iface| iface.addr == dst)
+                    .is_some_and(|iface| iface.is_own(dst))
         })
     }
 
@@ -1049,13 +1069,14 @@ impl RouterConfig {
         Ok(self)
     }
 
-    /// The addresses flows are masqueraded to: those of the masquerading interfaces.
+    /// The addresses flows are masqueraded to: those of the masquerading interfaces, and
+    /// their virtual ones (the kernel's own connections keep the interface's address).
     pub fn nat_addresses(&self) -> Vec<Ipv4Addr> {
         self.interfaces
             .iter()
             .zip(&self.stateful.masquerade)
             .filter(|(iface, &masquerade)| masquerade && iface.has_address())
-            .map(|(iface, _)| iface.addr)
+            .flat_map(|(iface, _)| std::iter::once(iface.addr).chain(iface.virtual_addr))
             .collect()
     }
 
@@ -1084,7 +1105,7 @@ impl RouterConfig {
     pub fn local_port(&self, ip: Ipv4Addr) -> Option<u16> {
         self.interfaces
             .iter()
-            .position(|iface| iface.addr == ip && iface.has_address())
+            .position(|iface| iface.is_own(ip))
             .map(|port| port as u16)
     }
 }
@@ -1149,6 +1170,7 @@ mod tests {
             addr: Ipv4Addr::from(addr),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         };
         vec![iface([192, 168, 77, 1], 1), iface([10, 0, 0, 1], 2)]
     }

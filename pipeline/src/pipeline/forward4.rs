@@ -62,7 +62,7 @@ impl Pipeline {
         if is_martian(src)
             || is_martian(dst)
             || self.router.interfaces.iter().any(|iface| {
-                iface.addr == src
+                iface.is_own(src)
                     || iface.is_directed_broadcast(src)
                     || iface.is_directed_broadcast(dst)
             })

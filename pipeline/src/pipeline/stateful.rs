@@ -456,9 +456,9 @@ impl StatefulStage {
             return Stage::Done(Verdict::Drop(DropReason::InterfaceUnaddressed));
         }
         let translated = if stateful.masquerade[egress] {
-            self.masquerade_source(&key, Some(interfaces[egress].addr), None)
+            self.masquerade_source(&key, Some(interfaces[egress].masquerade_addr()), None)
         } else if hairpin {
-            self.masquerade_source(&key, None, Some(interfaces[egress].addr))
+            self.masquerade_source(&key, None, Some(interfaces[egress].masquerade_addr()))
         } else {
             Ok(((key.src, key.src_port), None))
         };

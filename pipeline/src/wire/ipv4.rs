@@ -11,6 +11,8 @@ pub mod protocol {
     pub const ICMP: u8 = 1;
     pub const TCP: u8 = 6;
     pub const UDP: u8 = 17;
+    /// VRRP (RFC 9568): the adverts of an HA pair's keepalived.
+    pub const VRRP: u8 = 112;
 }
 
 mod field {

@@ -40,12 +40,14 @@ pub fn interfaces(wan_mtu: u16) -> Vec<Interface> {
             addr: ip(LAN_ADDR),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         },
         Interface {
             mac: EthernetAddress(WAN_MAC),
             addr: ip(WAN_ADDR),
             prefix_len: 24,
             mtu: wan_mtu,
+            virtual_addr: None,
         },
     ]
 }

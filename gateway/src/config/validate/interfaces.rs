@@ -249,6 +249,45 @@ impl GatewayConfig {
         Ok(())
     }
 
+    /// Interface `i`'s `virtual_address`: a host of its own, static subnet other than its
+    /// address, on an interface with a twin (where keepalived holds it).
+    pub(crate) fn validate_virtual_address(
+        &self,
+        i: usize,
+        address: Ipv4Addr,
+    ) -> Result<(), ConfigError> {
+        let iface = &self.interfaces[i];
+        let field = format!("interfaces[{i}].virtual_address");
+        let Some(cidr) = iface.address.cidr() else {
+            return Err(invalid(
+                field,
+                format!(
+                    "needs a static address (this one is {:?}): both boxes of a pair must know the subnet",
+                    iface.address
+                ),
+            ));
+        };
+        let host_bits = u32::from(address) & !cidr.mask();
+        if u32::from(address) & cidr.mask() != u32::from(cidr.addr) & cidr.mask() {
+            return Err(invalid(field, format!("{address} is outside {cidr}")));
+        }
+        if address == cidr.addr || host_bits == 0 || host_bits == !cidr.mask() {
+            return Err(invalid(
+                field,
+                format!(
+                    "{address} must be a host of {cidr} other than the interface's own address"
+                ),
+            ));
+        }
+        if crate::config::twins::twin_names(self)[i].is_none() {
+            return Err(invalid(
+                field,
+                "needs a kernel twin (kernel_twin = true), where keepalived holds the address",
+            ));
+        }
+        Ok(())
+    }
+
     /// The index of the interface whose connected subnet holds `ip`.
     /// Interface `i`, a VLAN subinterface: its parent is a port or bond interface, its id
     /// is in range and no other subinterface of that parent has it, its MTU fits the

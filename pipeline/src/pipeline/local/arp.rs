@@ -73,9 +73,13 @@ impl ArpHandled {
 /// The sender must be a host of `iface`'s own connected subnet: the port an ARP packet came
 /// in on is where its sender is, so a host on one port can never bind another port's
 /// addresses (a LAN guest claiming a WAN host's address or the upstream router's).
+///
+/// `holds_virtual`: this box's twin holds `iface`'s virtual address (VRRP master), which is
+/// then answered and defended as the interface's own. Held by the HA peer instead, it is
+/// nobody's neighbour here: the peer's announcements of it bind nothing.
 pub fn handle_arp<P>(
     pkt: &mut PacketBuf,
-    iface: &Interface,
+    (iface, holds_virtual): (&Interface, bool),
     table: &mut NeighborTable<P>,
     now_ns: u64,
     mut on_released: impl FnMut(P, EthernetAddress),
@@ -84,8 +88,10 @@ pub fn handle_arp<P>(
     let Some(arp) = parse_arp(pkt.bytes()) else {
         return ArpHandled::dropped(DropReason::MalformedArp);
     };
+    let held = iface.virtual_addr.filter(|_| holds_virtual);
+    let ours = |ip: Ipv4Addr| ip == iface.addr || Some(ip) == held;
     let source = match arp.operation {
-        ArpOperation::Request if arp.target_protocol_addr == iface.addr => ArpSource::RequestForUs,
+        ArpOperation::Request if ours(arp.target_protocol_addr) => ArpSource::RequestForUs,
         ArpOperation::Reply
             if arp.target_protocol_addr == iface.addr && arp.target_hardware_addr == iface.mac =>
         {
@@ -99,7 +105,10 @@ pub fn handle_arp<P>(
         // Address probes (RFC 5227) and nonsense: no binding, and a reply would go nowhere.
         return ArpHandled::dropped(DropReason::ArpNotForUs);
     }
-    if ip == iface.addr {
+    if Some(ip) == iface.virtual_addr && held.is_none() {
+        return ArpHandled::dropped(DropReason::ArpNotForUs);
+    }
+    if ours(ip) {
         return ArpHandled::dropped(if mac == iface.mac {
             // Our own gratuitous ARP, seen again.
             DropReason::ArpNotForUs
@@ -140,7 +149,7 @@ pub fn handle_arp<P>(
         let reply = ArpRepr {
             operation: ArpOperation::Reply,
             source_hardware_addr: iface.mac,
-            source_protocol_addr: iface.addr,
+            source_protocol_addr: arp.target_protocol_addr,
             target_hardware_addr: mac,
             target_protocol_addr: ip,
         };
@@ -189,9 +198,18 @@ pub fn write_arp_probe(
     write_arp(pkt, &request, eth_dst).is_some()
 }
 
-/// A gratuitous ARP announcing `iface`'s address, so neighbours update their caches at start.
-pub fn write_gratuitous_arp(pkt: &mut PacketBuf, iface: &Interface) -> bool {
-    write_arp_request(pkt, iface, iface.addr)
+/// A gratuitous ARP announcing that `address` (`iface`'s own, or its virtual one on taking it
+/// over) is at `iface`'s MAC, so neighbours update their caches at once: a request for the
+/// address, from it (RFC 5227 3).
+pub fn write_gratuitous_arp(pkt: &mut PacketBuf, iface: &Interface, address: Ipv4Addr) -> bool {
+    let announcement = ArpRepr {
+        operation: ArpOperation::Request,
+        source_hardware_addr: iface.mac,
+        source_protocol_addr: address,
+        target_hardware_addr: EthernetAddress([0; 6]),
+        target_protocol_addr: address,
+    };
+    write_arp(pkt, &announcement, EthernetAddress::BROADCAST).is_some()
 }
 
 fn write_arp(pkt: &mut PacketBuf, repr: &ArpRepr, eth_dst: EthernetAddress) -> Option<()> {
@@ -292,6 +310,7 @@ mod tests {
             addr: Ipv4Addr::new(192, 168, 10, 1),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         };
         let len = frame.len();
         let mut pkt = PacketBuf::new(&mut frame, len);

@@ -800,6 +800,7 @@ mod tests {
             addr: Ipv4Addr::new(192, 168, 1, 1),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         }
     }
 

@@ -5,7 +5,8 @@
 //! gateway's own addresses that the dataplane does not serve itself (it answers ARP and echo
 //! requests, and port forwards are not the gateway's) goes to the twin of the interface it
 //! arrived on, once the `local` zone's rules admit it, so that Linux daemons (dnsmasq, sshd)
-//! can serve it. So does broadcast DHCP, which the martian check would otherwise refuse.
+//! can serve it. So do broadcast DHCP and link-local multicast (VRRP, OSPF), which the martian
+//! check would otherwise refuse.
 //!
 //! Nothing else ever takes this path: both checks sit on branches forwarding has already
 //! left (a destination that is one of ours, a martian address), so routed packets pay
@@ -68,10 +69,12 @@ impl Pipeline {
         (dst.is_broadcast() || !elsewhere).then_some(Verdict::Punt { port: ingress.port })
     }
 
-    /// A datagram the martian check refused. Broadcast DHCP (UDP to port 67 or 68, to the
-    /// limited broadcast address; a client without an address sends from 0.0.0.0) on an
-    /// interface with a twin is the one kind the kernel must see, if the rules from the
-    /// interface's zone to `local` admit it. None: the martian drop stands.
+    /// A datagram the martian check refused. Two kinds on an interface with a twin are for
+    /// the kernel, if the rules from the interface's zone to `local` admit them: broadcast
+    /// DHCP (UDP to port 67 or 68, to the limited broadcast address; a client without an
+    /// address sends from 0.0.0.0), and link-local multicast (224.0.0.0/24, RFC 5771, never
+    /// forwarded: VRRP's adverts between the twins of an HA pair, OSPF's hellos) from a
+    /// neighbour on the interface's own subnet. None: the martian drop stands.
     #[cold]
     pub(crate) fn punt_broadcast<T: AsRef<[u8]>>(
         &mut self,
@@ -80,14 +83,20 @@ impl Pipeline {
         now_ns: u64,
     ) -> Option<Verdict> {
         let router = self.router.clone();
-        if !router.punt.has_twin(ingress.port)
-            || ip.protocol() != ipv4::protocol::UDP
-            || !ip.dst_addr().is_broadcast()
-        {
+        if !router.punt.has_twin(ingress.port) {
             return None;
         }
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let key = FlowKey::from_ipv4(ip).ok()?;
-        if !matches!(key.dst_port, DHCP_SERVER_PORT | DHCP_CLIENT_PORT) {
+        let dhcp = ip.protocol() == ipv4::protocol::UDP
+            && dst.is_broadcast()
+            && matches!(key.dst_port, DHCP_SERVER_PORT | DHCP_CLIENT_PORT);
+        let neighbor = router
+            .interfaces
+            .get(usize::from(ingress.port))
+            .is_some_and(|iface| iface.contains(src) && !iface.is_own(src));
+        let link_local_multicast = dst.octets()[..3] == [224, 0, 0] && neighbor;
+        if !dhcp && !link_local_multicast {
             return None;
         }
         let from = *router.stateful.zones.get(usize::from(ingress.port))?;
@@ -119,9 +128,10 @@ pub fn arp_for_twin(frame: &[u8], iface: &Interface) -> bool {
 /// Why a frame the kernel sent on `iface`'s twin must stay off the wire, if it must. Only
 /// the kernel's own traffic leaves by a twin, so that nothing reaches the wire, and another
 /// zone, without the dataplane's checks:
-/// - an ARP reply from the gateway's own address (`kernel_arp_reply`): the dataplane answers
-///   requests for it itself, after its checks (a sender it refuses to bind gets no answer),
-///   which the kernel's answer would bypass; its requests and probes go out;
+/// - an ARP reply from the gateway's own address or its virtual one (`kernel_arp_reply`):
+///   the dataplane answers requests for them itself, after its checks (a sender it refuses
+///   to bind gets no answer), which the kernel's answer would bypass; its requests, probes
+///   and gratuitous ARP (keepalived's, on taking the virtual address over) go out;
 /// - anything not from the kernel's own addresses (`twin_foreign_source`): IPv4 from an
 ///   address of ours (a host may reach any of them by any interface; or from 0.0.0.0 to a
 ///   DHCP server, a client without a lease), IPv6 from an address of ours, a link-local one
@@ -144,9 +154,13 @@ pub fn kernel_frame_refused(
                 return foreign;
             };
             let sender = arp.sender_protocol_addr();
-            if arp.operation() == ArpOperation::Reply && sender == iface.addr {
+            // keepalived announces the virtual address it takes over by gratuitous ARP,
+            // a request or a reply about itself.
+            let gratuitous = arp.target_protocol_addr() == sender;
+            let own = sender == iface.addr || Some(sender) == iface.virtual_addr;
+            if arp.operation() == ArpOperation::Reply && own && !gratuitous {
                 Some(DropReason::KernelArpReply)
-            } else if sender == iface.addr || sender.is_unspecified() {
+            } else if own || sender.is_unspecified() {
                 None
             } else {
                 foreign
@@ -268,6 +282,7 @@ mod tests {
             addr: OURS,
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         }
     }
 

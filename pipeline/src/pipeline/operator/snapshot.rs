@@ -409,7 +409,7 @@ impl Pipeline {
         let snat_address = if masquerades(egress) {
             Some(None)
         } else if hairpin {
-            Some(Some(interfaces[usize::from(egress)].addr))
+            Some(Some(interfaces[usize::from(egress)].masquerade_addr()))
         } else {
             None
         };
@@ -424,9 +424,10 @@ impl Pipeline {
                 (fixed.unwrap_or(external), port)
             }
             // Masqueraded to the address of the interface it leaves by, as `new_flow` does.
-            (Some(fixed), Some(_), None) if !has_ports(key.protocol) => {
-                (fixed.unwrap_or(interfaces[usize::from(egress)].addr), 0)
-            }
+            (Some(fixed), Some(_), None) if !has_ports(key.protocol) => (
+                fixed.unwrap_or(interfaces[usize::from(egress)].masquerade_addr()),
+                0,
+            ),
             _ => return Err(Skip::Config),
         };
         if reply_key(key.protocol, (dst, dst_port), source) != flow.reply {
