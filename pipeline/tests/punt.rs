@@ -34,6 +34,16 @@ fn allow(name: &str, from: ZoneId, protocol: u8, port: u16) -> Rule {
 
 /// The gateway with `twins` (per port) and `rules`; `lan_local` is the lan->local policy.
 fn gateway(twins: [bool; 2], rules: Vec<Rule>, lan_local: Action, budget: (u32, u32)) -> Gw {
+    gateway_on(interfaces(1500), twins, rules, lan_local, budget)
+}
+
+fn gateway_on(
+    interfaces: Vec<pipeline::pipeline::config::Interface>,
+    twins: [bool; 2],
+    rules: Vec<Rule>,
+    lan_local: Action,
+    budget: (u32, u32),
+) -> Gw {
     let policy = Policy::new(Action::Drop)
         .set(LAN_ZONE, WAN_ZONE, Action::Accept)
         .set(LAN_ZONE, ZoneId::LOCAL, lan_local);
@@ -52,7 +62,7 @@ fn gateway(twins: [bool; 2], rules: Vec<Rule>, lan_local: Action, budget: (u32, 
         recheck_established: false,
         generation: 0,
     };
-    let config = RouterConfig::new(interfaces(1500), &[default_route()], IcmpLimits::default())
+    let config = RouterConfig::new(interfaces, &[default_route()], IcmpLimits::default())
         .unwrap()
         .with_stateful(stateful)
         .unwrap()
@@ -85,12 +95,17 @@ struct Gw {
 impl Gw {
     /// The verdict, and whether the frame came out as it went in.
     fn process(&mut self, frame: &[u8], ingress: u16, now_ns: u64) -> (Verdict, bool) {
+        let (verdict, out) = self.process_out(frame, ingress, now_ns);
+        (verdict, out == frame)
+    }
+
+    /// The verdict, and the frame as it came out.
+    fn process_out(&mut self, frame: &[u8], ingress: u16, now_ns: u64) -> (Verdict, Vec<u8>) {
         let mut room = [0xa5; 2048];
         room[..frame.len()].copy_from_slice(frame);
         let mut pkt = PacketBuf::new(&mut room, frame.len());
         let verdict = self.pipeline.process(&mut pkt, ingress, now_ns);
-        let unchanged = pkt.bytes() == frame;
-        (verdict, unchanged)
+        (verdict, pkt.bytes().to_vec())
     }
 }
 
@@ -313,4 +328,113 @@ fn a_flood_at_the_lan_address_is_held_to_the_punt_budget_and_forwarding_goes_on(
         ) as u32;
     }
     assert_eq!(later, 3, "refilled at 10/s but capped at the burst of 3");
+}
+
+/// One box of an HA pair: the LAN's and the WAN's virtual addresses (keepalived's, shared with
+/// the peer box), twins on both interfaces, and `rules`.
+const LAN_VIRTUAL: [u8; 4] = [192, 168, 10, 254];
+const WAN_VIRTUAL: [u8; 4] = [10, 0, 0, 254];
+/// The peer box's own addresses.
+const PEER_LAN: [u8; 4] = [192, 168, 10, 3];
+const PEER_WAN: [u8; 4] = [10, 0, 0, 3];
+const PEER_MAC: [u8; 6] = [0x02, 0xcc, 0, 0, 0, 3];
+
+fn pair_box(rules: Vec<Rule>) -> Gw {
+    let mut interfaces = interfaces(1500);
+    interfaces[usize::from(LAN)].virtual_addr = Some(ip(LAN_VIRTUAL));
+    interfaces[usize::from(WAN)].virtual_addr = Some(ip(WAN_VIRTUAL));
+    let budget = (PuntConfig::DEFAULT_PER_SEC, PuntConfig::DEFAULT_BURST);
+    gateway_on(interfaces, [true, true], rules, Action::Accept, budget)
+}
+
+/// The source and destination addresses of an IPv4 frame.
+fn addresses(frame: &[u8]) -> ([u8; 4], [u8; 4]) {
+    let ip = &frame[ETH_LEN..];
+    (
+        ip[12..16].try_into().unwrap(),
+        ip[16..20].try_into().unwrap(),
+    )
+}
+
+#[test]
+fn a_box_of_a_pair_masquerades_to_the_virtual_address_and_forwards_on_it() {
+    let mut gw = pair_box(Vec::new());
+    // Outbound: translated to the WAN's virtual address, which the peer would use too.
+    let out = tcp_syn(HOST_MAC, LAN_MAC, HOST, REMOTE, 443);
+    let (verdict, frame) = gw.process_out(&out, LAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(addresses(&frame), (WAN_VIRTUAL, REMOTE));
+    // The port forward answers on the virtual address.
+    let forwarded = tcp_syn(UPSTREAM_MAC, WAN_MAC, REMOTE, WAN_VIRTUAL, 8080);
+    let (verdict, frame) = gw.process_out(&forwarded, WAN, 0);
+    assert_eq!(verdict, Verdict::Transmit { port: LAN });
+    assert_eq!(addresses(&frame), (REMOTE, HOST));
+    // It is one of the gateway's addresses: the kernel's from the LAN, the WAN's policy's
+    // from outside; and no host may send from it.
+    let to_twin = tcp_syn(HOST_MAC, LAN_MAC, HOST, LAN_VIRTUAL, 22);
+    assert_eq!(gw.process(&to_twin, LAN, 0).0, Verdict::Punt { port: LAN });
+    let from_wan = tcp_syn(UPSTREAM_MAC, WAN_MAC, REMOTE, WAN_VIRTUAL, 22);
+    assert_eq!(
+        gw.process(&from_wan, WAN, 0).0,
+        Verdict::Drop(DropReason::FirewallDrop)
+    );
+    let spoofed = tcp_syn(HOST_MAC, LAN_MAC, LAN_VIRTUAL, REMOTE, 443);
+    assert_eq!(
+        gw.process(&spoofed, LAN, 0).0,
+        Verdict::Drop(DropReason::MartianAddress)
+    );
+}
+
+/// A VRRP advert (IP protocol 112, TTL 255) from `src` to 224.0.0.18, or to `dst`.
+fn vrrp(src: [u8; 4], dst: [u8; 4], dst_mac: [u8; 6]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, dst_mac)
+        .ipv4(src, dst, 255)
+        .write(
+            &mut frame,
+            etherparse::IpNumber(112),
+            &[0x31, 51, 100, 1, 0, 30, 0, 0],
+        )
+        .unwrap();
+    frame
+}
+
+#[test]
+fn link_local_multicast_from_a_neighbour_reaches_the_twin_as_the_local_rules_say() {
+    const VRRP_GROUP: [u8; 4] = [224, 0, 0, 18];
+    const VRRP_MAC: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 18];
+    let vrrp_rule = Rule {
+        from: Some(WAN_ZONE),
+        to: Some(ZoneId::LOCAL),
+        protocol: Some(112),
+        ..Rule::matching_all("vrrp-from-the-peer", Action::Accept)
+    };
+    // The LAN's policy to local accepts; the WAN's drops unless the rule says otherwise.
+    let mut gw = pair_box(Vec::new());
+    let (verdict, unchanged) = gw.process(&vrrp(PEER_LAN, VRRP_GROUP, VRRP_MAC), LAN, 0);
+    assert_eq!(verdict, Verdict::Punt { port: LAN });
+    assert!(unchanged, "keepalived checks the advert as sent (TTL 255)");
+    assert_eq!(
+        gw.process(&vrrp(PEER_WAN, VRRP_GROUP, VRRP_MAC), WAN, 0).0,
+        Verdict::Drop(DropReason::FirewallDrop)
+    );
+    let mut gw = pair_box(vec![vrrp_rule]);
+    let advert = vrrp(PEER_WAN, VRRP_GROUP, VRRP_MAC);
+    assert_eq!(gw.process(&advert, WAN, 0).0, Verdict::Punt { port: WAN });
+    // Only from a neighbour on the interface's subnet, never from ourselves or from afar,
+    // only to 224.0.0.0/24, and only where there is a twin.
+    let martian = Verdict::Drop(DropReason::MartianAddress);
+    for (src, dst, port) in [
+        (REMOTE, VRRP_GROUP, WAN),
+        (PEER_LAN, VRRP_GROUP, WAN),
+        (WAN_VIRTUAL, VRRP_GROUP, WAN),
+        (WAN_ADDR, VRRP_GROUP, WAN),
+        (PEER_WAN, [239, 1, 1, 1], WAN),
+    ] {
+        let frame = vrrp(src, dst, VRRP_MAC);
+        assert_eq!(gw.process(&frame, port, 0).0, martian, "{src:?} -> {dst:?}");
+    }
+    let mut no_twin = gateway([false, false], Vec::new(), Action::Accept, (100, 100));
+    let advert = vrrp(PEER_LAN, VRRP_GROUP, VRRP_MAC);
+    assert_eq!(no_twin.process(&advert, LAN, 0).0, martian);
 }

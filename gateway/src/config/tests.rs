@@ -110,6 +110,50 @@ fn errors_name_the_field() {
     assert!(err.starts_with("workers.lcores[0]:"), "{err}");
 }
 
+#[test]
+fn a_virtual_address_is_a_host_of_its_twinned_interfaces_static_subnet() {
+    let with = |address: &str, vip: &str, twin: bool| {
+        LAB.replace(
+            "address = \"10.0.0.1/24\"",
+            &format!("address = \"{address}\"\nvirtual_address = \"{vip}\"\nkernel_twin = {twin}"),
+        )
+    };
+    let config = parse(&with("10.0.0.3/24", "10.0.0.1", true)).unwrap();
+    assert_eq!(
+        config.interfaces[1].virtual_address,
+        Some("10.0.0.1".parse().unwrap())
+    );
+    for (address, vip, twin, why) in [
+        ("10.0.0.3/24", "10.0.1.1", true, "outside"),
+        (
+            "10.0.0.3/24",
+            "10.0.0.3",
+            true,
+            "other than the interface's own",
+        ),
+        (
+            "10.0.0.3/24",
+            "10.0.0.0",
+            true,
+            "other than the interface's own",
+        ),
+        (
+            "10.0.0.3/24",
+            "10.0.0.255",
+            true,
+            "other than the interface's own",
+        ),
+        ("10.0.0.3/24", "10.0.0.1", false, "needs a kernel twin"),
+        ("dhcp", "10.0.0.1", true, "needs a static address"),
+    ] {
+        let err = parse(&with(address, vip, twin)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("interfaces[1].virtual_address:") && err.contains(why),
+            "{address} {vip} twin {twin}: {err}"
+        );
+    }
+}
+
 /// Two ISPs: WAN1 (10.0.0.0/24) and WAN2 (10.1.0.0/24), both masqueraded, WAN2 with a twin
 /// for its health checks; `extra` is appended.
 fn two_uplinks(extra: &str) -> String {

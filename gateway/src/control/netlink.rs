@@ -118,11 +118,6 @@ impl KernelView {
             .copied()
     }
 
-    /// Whether interface `index`'s twin holds its virtual address.
-    pub fn holds_virtual(&self, index: usize) -> bool {
-        self.virtual_held.get(index) == Some(&true)
-    }
-
     /// The MTU interface `index` negotiated, if its link did.
     pub fn mtu(&self, index: usize) -> Option<u16> {
         self.mtus.get(index).copied().flatten()

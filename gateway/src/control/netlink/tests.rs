@@ -8,6 +8,7 @@ fn followed() -> Followed {
         dhcp: vec![false, true, false],
         ipv6: vec![true, true, false],
         advertises6: vec![true, false, false],
+        virtual_addrs: vec![None; 3],
     }
 }
 
@@ -81,6 +82,39 @@ fn a_lease_on_the_wan_twin_is_its_address_and_the_lans_own_address_is_not_taken(
     // No lease yet: no address.
     let view = view_from_messages(&followed(), &messages[..5]);
     assert_eq!(view.address(1), None);
+}
+
+#[test]
+fn a_virtual_address_on_a_twin_is_held_and_never_taken_for_its_lease() {
+    let followed = Followed {
+        virtual_addrs: vec![
+            Some(Ipv4Addr::new(192, 168, 10, 254)),
+            Some(Ipv4Addr::new(10, 0, 0, 254)),
+            None,
+        ],
+        ..followed()
+    };
+    let own = [
+        link(7, "lan"),
+        link(9, "wan"),
+        address(7, [192, 168, 10, 1], 24),
+    ];
+    let view = view_from_messages(&followed, &own);
+    assert_eq!(view.virtual_held, [false, false, false]);
+    // keepalived, master, adds both; on the "dhcp" WAN the virtual address comes before the
+    // lease in the dump, and is still not taken for it.
+    let master = [
+        &own[..],
+        &[
+            address(7, [192, 168, 10, 254], 24),
+            address(9, [10, 0, 0, 254], 24),
+            address(9, [10, 0, 0, 50], 24),
+        ],
+    ]
+    .concat();
+    let view = view_from_messages(&followed, &master);
+    assert_eq!(view.virtual_held, [true, true, false]);
+    assert_eq!(view.address(1), Some((Ipv4Addr::new(10, 0, 0, 50), 24)));
 }
 
 #[test]

@@ -419,6 +419,39 @@ mod tests {
     }
 
     #[test]
+    fn keepalived_announces_the_virtual_address_but_the_kernel_never_answers_for_it() {
+        const VIRTUAL: Ipv4Addr = Ipv4Addr::new(192, 168, 10, 254);
+        let iface = Interface {
+            virtual_addr: Some(VIRTUAL),
+            ..iface()
+        };
+        let router = RouterConfig::new(
+            vec![iface.clone()],
+            &[],
+            crate::pipeline::config::IcmpLimits::default(),
+        )
+        .unwrap();
+        let refused = |frame: &[u8]| kernel_frame_refused(frame, &iface, &router);
+        // Gratuitous ARP, as a request or a reply about itself, goes out (a takeover).
+        for operation in [ArpOperation::Request, ArpOperation::Reply] {
+            let gratuitous = arp(operation, (OUR_MAC, VIRTUAL), VIRTUAL);
+            assert_eq!(refused(&gratuitous), None, "{operation:?}");
+        }
+        // An answer to a host stays off the wire: the dataplane answers, while it holds it.
+        assert_eq!(
+            refused(&arp(ArpOperation::Reply, (OUR_MAC, VIRTUAL), HOST)),
+            Some(DropReason::KernelArpReply)
+        );
+        // Datagrams from it (a service on the twin reached at the virtual address) go.
+        assert_eq!(refused(&udp_from_kernel(VIRTUAL, HOST, 53)), None);
+        // Another address of the subnet, announced by the twin, is not ours to announce.
+        assert_eq!(
+            refused(&arp(ArpOperation::Request, (OUR_MAC, OTHER), OTHER)),
+            Some(DropReason::TwinForeignSource)
+        );
+    }
+
+    #[test]
     fn twins_get_neighbor_solicitations_and_advertisements_only() {
         let icmpv6 = |type_u8: u8| {
             let mut frame = Vec::new();
