@@ -52,8 +52,9 @@ pass "hadolint accepts the Dockerfile ($(hadolint --version | grep -o '[0-9][0-9
 # (nftables: the Linux router that make lab-bench compares against; openvswitch-switch: the
 # independent LACP partner of the bond test; dnsmasq-base, isc-dhcp-client: the kernel twins' test;
 # frr: the BGP test; python3-scapy: the PPPoE test ISP; kea-dhcp6-server, radvd: the IPv6 test
-# ISP. dhcpcd is installed by deps.sh apart from this list, under its release's name.)
-LAB_ONLY="dpdk-dev iperf3 iproute2 ethtool procps iputils-ping python3 prometheus nftables openvswitch-switch dnsmasq-base isc-dhcp-client frr rsyslog nfdump python3-scapy kea-dhcp6-server radvd tshark"
+# ISP; keepalived: the HA pair's test, on the host beside the gateway in production. dhcpcd
+# is installed by deps.sh apart from this list, under its release's name.)
+LAB_ONLY="dpdk-dev iperf3 iproute2 ethtool procps iputils-ping python3 prometheus nftables openvswitch-switch dnsmasq-base isc-dhcp-client frr rsyslog nfdump python3-scapy kea-dhcp6-server radvd tshark keepalived"
 # The build packages both paths must install (README: Requirements).
 BUILD="libdpdk-dev clang libclang-dev pkg-config build-essential"
 ldd_out=
@@ -692,3 +693,32 @@ for path in $(grep -oP '(?<![\w./-])(deploy|configs|scripts|docs|tests|gateway)/
 done
 [[ -z $missing ]] || fail "docs/deploy-x550.md names files that do not exist:$missing"
 pass "docs/deploy-x550.md names only files that exist"
+
+# The HA pair's keepalived: its config passes keepalived's own check where the twins it names
+# exist (a namespace of two stand-ins), and its unit passes systemd's.
+if command -v keepalived >/dev/null; then
+    kit_ns=gwkit-twins
+    ip netns del "$kit_ns" 2>/dev/null || true
+    ip netns add "$kit_ns"
+    ip -n "$kit_ns" link add lan type veth peer name wan
+    ip netns exec "$kit_ns" keepalived --config-test --use-file=deploy/keepalived/gateway-pair.conf \
+        >"$WORK/keepalived.txt" 2>&1 || {
+        ip netns del "$kit_ns"
+        fail "keepalived --config-test refuses deploy/keepalived/gateway-pair.conf: $(cat "$WORK/keepalived.txt")"
+    }
+    ip netns del "$kit_ns"
+    grep -q 'virtual_address' deploy/keepalived/gateway-pair.conf ||
+        fail "deploy/keepalived/gateway-pair.conf does not say which config field its addresses are"
+    pass "keepalived accepts deploy/keepalived/gateway-pair.conf"
+else
+    fail "keepalived is not installed (make deps installs it)"
+fi
+if command -v systemd-analyze >/dev/null; then
+    systemd-analyze verify deploy/systemd/gateway-keepalived.service >"$WORK/verify.txt" 2>&1 ||
+        fail "systemd-analyze verify gateway-keepalived.service: $(cat "$WORK/verify.txt")"
+    # gateway.service, which it requires, is not installed here: that is all it may say.
+    if grep -v 'gateway.service' "$WORK/verify.txt" | grep -q .; then
+        fail "systemd-analyze verify gateway-keepalived.service: $(cat "$WORK/verify.txt")"
+    fi
+    pass "systemd-analyze verify accepts deploy/systemd/gateway-keepalived.service"
+fi
