@@ -423,6 +423,12 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         "\"10.1.0.253\"",
         Some("interfaces[4].virtual_address"),
     ),
+    (
+        "interfaces[].nat_address",
+        Restart,
+        "\"198.51.100.7\"",
+        Some("interfaces[5].nat_address"),
+    ),
     ("kernel_twins.inside_by_default", Restart, "true", None),
     ("kernel_twins.netns", Restart, "\"gateway\"", None),
     ("kernel_twins.punt_per_sec", Applied, "5", None),
@@ -877,6 +883,7 @@ virtual_address = "10.1.0.254"
 name = "wan3"
 device = "net_ring6"
 address = "10.2.0.1/24"
+nat_address = "198.51.100.6"
 
 [[uplinks]]
 interface = "wan2"

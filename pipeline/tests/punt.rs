@@ -385,11 +385,12 @@ fn a_box_of_a_pair_masquerades_to_the_virtual_address_and_forwards_on_it() {
     );
 }
 
-/// A VRRP advert (IP protocol 112, TTL 255) from `src` to 224.0.0.18, or to `dst`.
-fn vrrp(src: [u8; 4], dst: [u8; 4], dst_mac: [u8; 6]) -> Vec<u8> {
+/// A VRRP advert (IP protocol 112) from `src` to `dst` with `ttl`.
+fn vrrp(src: [u8; 4], dst: [u8; 4], ttl: u8) -> Vec<u8> {
+    const VRRP_MAC: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 18];
     let mut frame = Vec::new();
-    PacketBuilder::ethernet2(PEER_MAC, dst_mac)
-        .ipv4(src, dst, 255)
+    PacketBuilder::ethernet2(PEER_MAC, VRRP_MAC)
+        .ipv4(src, dst, ttl)
         .write(
             &mut frame,
             etherparse::IpNumber(112),
@@ -399,42 +400,69 @@ fn vrrp(src: [u8; 4], dst: [u8; 4], dst_mac: [u8; 6]) -> Vec<u8> {
     frame
 }
 
-#[test]
-fn link_local_multicast_from_a_neighbour_reaches_the_twin_as_the_local_rules_say() {
-    const VRRP_GROUP: [u8; 4] = [224, 0, 0, 18];
-    const VRRP_MAC: [u8; 6] = [0x01, 0x00, 0x5e, 0, 0, 18];
-    let vrrp_rule = Rule {
-        from: Some(WAN_ZONE),
+fn vrrp_rule(from: ZoneId) -> Rule {
+    Rule {
+        from: Some(from),
         to: Some(ZoneId::LOCAL),
         protocol: Some(112),
         ..Rule::matching_all("vrrp-from-the-peer", Action::Accept)
-    };
-    // The LAN's policy to local accepts; the WAN's drops unless the rule says otherwise.
-    let mut gw = pair_box(Vec::new());
-    let (verdict, unchanged) = gw.process(&vrrp(PEER_LAN, VRRP_GROUP, VRRP_MAC), LAN, 0);
-    assert_eq!(verdict, Verdict::Punt { port: LAN });
-    assert!(unchanged, "keepalived checks the advert as sent (TTL 255)");
-    assert_eq!(
-        gw.process(&vrrp(PEER_WAN, VRRP_GROUP, VRRP_MAC), WAN, 0).0,
-        Verdict::Drop(DropReason::FirewallDrop)
-    );
-    let mut gw = pair_box(vec![vrrp_rule]);
-    let advert = vrrp(PEER_WAN, VRRP_GROUP, VRRP_MAC);
-    assert_eq!(gw.process(&advert, WAN, 0).0, Verdict::Punt { port: WAN });
-    // Only from a neighbour on the interface's subnet, never from ourselves or from afar,
-    // only to 224.0.0.0/24, and only where there is a twin.
-    let martian = Verdict::Drop(DropReason::MartianAddress);
-    for (src, dst, port) in [
-        (REMOTE, VRRP_GROUP, WAN),
-        (PEER_LAN, VRRP_GROUP, WAN),
-        (WAN_VIRTUAL, VRRP_GROUP, WAN),
-        (WAN_ADDR, VRRP_GROUP, WAN),
-        (PEER_WAN, [239, 1, 1, 1], WAN),
-    ] {
-        let frame = vrrp(src, dst, VRRP_MAC);
-        assert_eq!(gw.process(&frame, port, 0).0, martian, "{src:?} -> {dst:?}");
     }
-    let mut no_twin = gateway([false, false], Vec::new(), Action::Accept, (100, 100));
-    let advert = vrrp(PEER_LAN, VRRP_GROUP, VRRP_MAC);
-    assert_eq!(no_twin.process(&advert, LAN, 0).0, martian);
+}
+
+#[test]
+fn vrrp_adverts_from_a_neighbour_reach_the_twin_by_a_rule_and_no_other_multicast_does() {
+    const GROUP: [u8; 4] = [224, 0, 0, 18];
+    let martian = Verdict::Drop(DropReason::MartianAddress);
+    // Without a rule, not even the LAN's policy to local (accept) lets an advert in.
+    let mut gw = pair_box(Vec::new());
+    for (src, port) in [(PEER_LAN, LAN), (PEER_WAN, WAN)] {
+        let advert = vrrp(src, GROUP, 255);
+        assert_eq!(
+            gw.process(&advert, port, 0).0,
+            Verdict::Drop(DropReason::FirewallDrop)
+        );
+    }
+    let mut gw = pair_box(vec![vrrp_rule(LAN_ZONE), vrrp_rule(WAN_ZONE)]);
+    for (src, port) in [(PEER_LAN, LAN), (PEER_WAN, WAN)] {
+        let (verdict, unchanged) = gw.process(&vrrp(src, GROUP, 255), port, 0);
+        assert_eq!(verdict, Verdict::Punt { port });
+        assert!(unchanged, "keepalived checks the advert as sent (TTL 255)");
+    }
+    // Only from a neighbour on the interface's subnet, never from ourselves or from afar,
+    // only with TTL 255 and to VRRP's group, and only where there is a twin.
+    for (src, dst, ttl) in [
+        (REMOTE, GROUP, 255),
+        (PEER_LAN, GROUP, 255),
+        (WAN_VIRTUAL, GROUP, 255),
+        (WAN_ADDR, GROUP, 255),
+        (PEER_WAN, GROUP, 254),
+        (PEER_WAN, [224, 0, 0, 5], 255),
+        (PEER_WAN, [239, 1, 1, 1], 255),
+    ] {
+        let frame = vrrp(src, dst, ttl);
+        assert_eq!(
+            gw.process(&frame, WAN, 0).0,
+            martian,
+            "{src:?} -> {dst:?} ttl {ttl}"
+        );
+    }
+    // mDNS from a LAN host stays off the kernel, whatever the LAN's policy to local says.
+    let mdns = udp(
+        HOST_MAC,
+        [0x01, 0x00, 0x5e, 0, 0, 0xfb],
+        HOST,
+        [224, 0, 0, 251],
+        (5353, 5353),
+    );
+    assert_eq!(gw.process(&mdns, LAN, 0).0, martian);
+    let mut no_twin = gateway(
+        [false, false],
+        vec![vrrp_rule(LAN_ZONE)],
+        Action::Accept,
+        (100, 100),
+    );
+    assert_eq!(
+        no_twin.process(&vrrp(PEER_LAN, GROUP, 255), LAN, 0).0,
+        martian
+    );
 }

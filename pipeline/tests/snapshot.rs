@@ -862,6 +862,42 @@ fn a_synced_flow_lives_its_lease_unless_refreshed() {
     assert!(!matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
 }
 
+/// A takeover renews the copies: no refresh will come for them from the dead peer, and a
+/// connection idle through the takeover must still be there when it speaks again, as long
+/// after as its state's timeout allows.
+#[test]
+fn a_takeover_renews_copies_past_their_lease() {
+    let conn = Conn::Masquerade {
+        host: 3,
+        port: 40300,
+    };
+    let mut active = Gateway::new(home(), 2, WAN_ADDR);
+    let checks = conn.open(&mut active, SECOND);
+    let lease = 5 * SECOND;
+    let mut standby = Gateway::new(home(), 2, WAN_ADDR);
+    let walked = active.walk(64, 2 * SECOND);
+    assert_eq!(standby.install(&walked, SECOND, lease).restored, 1);
+    // The takeover at 3 s, renewed a few slots at a time as the workers do.
+    for worker in &mut standby.workers {
+        let mut from = 0;
+        loop {
+            from = worker.renew_synced_copies(from, 7, 3 * SECOND);
+            if from == 0 {
+                break;
+            }
+        }
+    }
+    // A minute later, far past the lease (6 s): the copy is there, and forwards.
+    let idle = 63 * SECOND;
+    for worker in &mut standby.workers {
+        worker.housekeeping(idle, usize::MAX);
+    }
+    assert_eq!((standby.flows(), standby.nat_ports_in_use()), (1, 1));
+    let (reply, port) = &checks[1];
+    let (verdict, _) = standby.process(reply, *port, idle);
+    assert!(matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+}
+
 /// A message with flows that comes again, or altered, or from the peer's earlier run, is
 /// refused before anything is installed; so are more flows than one message takes.
 #[test]

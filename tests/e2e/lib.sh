@@ -172,6 +172,59 @@ remove_netns() {
 lan() { ip netns exec gwlab-lan "$@"; }
 wan() { ip netns exec gwlab-wan "$@"; }
 
+# two_box_lab_up LAN_GATEWAY WAN_GATEWAY: the lab for two gateways, A and B (an HA pair, or
+# two boxes scaled out): a LAN and a WAN segment (Linux bridges br-lan and br-wan in the
+# namespace gwha-sw), the LAN host gwlab-lan (192.168.10.2/24, its default route via
+# LAN_GATEWAY) and the WAN host gwlab-wan (10.0.0.2/24, via WAN_GATEWAY) on them, and each
+# box's two ports on them: the root-namespace veth ends gwha-{a,b}-{lan,wan}, for
+# net_af_packet. The namespaces gwha-a and gwha-b are there for each box's twins.
+two_box_lab_up() {
+    "$ROOT/scripts/lab.sh" down
+    local ns segment box
+    for ns in gwha-a gwha-b gwha-sw; do
+        remove_netns "$ns"
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+    done
+    for segment in lan wan; do
+        ip -n gwha-sw link add "br-$segment" type bridge forward_delay 0 stp_state 0
+        ip -n gwha-sw link set "br-$segment" up
+    done
+    two_box_host gwlab-lan lan 192.168.10.2/24 "$1"
+    two_box_host gwlab-wan wan 10.0.0.2/24 "$2"
+    for box in a b; do
+        for segment in lan wan; do
+            ip link add "gwha-$box-$segment" type veth peer name "$box-$segment" netns gwha-sw
+            ip -n gwha-sw link set "$box-$segment" master "br-$segment" up
+            sysctl -qw "net.ipv6.conf.gwha-$box-$segment.disable_ipv6=1"
+            ip link set "gwha-$box-$segment" up
+            ethtool -K "gwha-$box-$segment" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+        done
+    done
+}
+
+# two_box_host NS SEGMENT ADDRESS GATEWAY: a host on SEGMENT of two_box_lab_up.
+two_box_host() {
+    ip netns del "$1" 2>/dev/null || true
+    ip netns add "$1"
+    ip link add "h-$2" netns gwha-sw type veth peer name eth0 netns "$1"
+    ip -n gwha-sw link set "h-$2" master "br-$2" up
+    ip netns exec "$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+    ip -n "$1" link set lo up
+    ip -n "$1" addr add "$3" dev eth0
+    ip -n "$1" link set eth0 up
+    ip netns exec "$1" ethtool -K eth0 tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
+    ip -n "$1" route add default via "$4"
+}
+
+# two_box_lab_down: what two_box_lab_up made, and what runs in it (cleanup removes the hosts).
+two_box_lab_down() {
+    local ns
+    for ns in gwha-a gwha-b gwha-sw; do
+        remove_netns "$ns"
+    done
+}
+
 # lan_joins_ipv6 PREFIX: the LAN host turns IPv6 on as a host joining the link does (DAD, a
 # Router Solicitation, SLAAC from the advertisement); waits for its global address in
 # PREFIX (e.g. 2001:db8:10:) past its own DAD, and for a default route via a link-local
@@ -246,4 +299,28 @@ esac
 exit 0
 SH
     chmod +x "$1"
+}
+
+# frr_start NAME NS CONFIG: FRR's zebra and bgpd in NS, everything in $FRR_DIR/NAME (a
+# directory the frr user can reach, which the test makes and removes). zebra gets
+# an empty config (the integrated file is bgpd's, zebra would only complain about it).
+frr_start() {
+    local dir=$FRR_DIR/$1 ns=$2
+    mkdir -p "$dir"
+    cp "$3" "$dir/frr.conf"
+    : >"$dir/zebra.conf"
+    chown -R frr:frr "$dir"
+    ip netns exec "$ns" /usr/lib/frr/zebra -d -f "$dir/zebra.conf" -i "$dir/zebra.pid" \
+        -z "$dir/zserv.api" --vty_socket "$dir" -P 0 --log "file:$dir/zebra.log" \
+        >>"$dir/zebra.log" 2>&1 ||
+        fail "zebra ($1) did not start: $(tail -n 5 "$dir/zebra.log" 2>/dev/null)"
+    ip netns exec "$ns" /usr/lib/frr/bgpd -d -f "$dir/frr.conf" -i "$dir/bgpd.pid" \
+        -z "$dir/zserv.api" --vty_socket "$dir" -P 0 --log "file:$dir/bgpd.log" \
+        >>"$dir/bgpd.log" 2>&1 ||
+        fail "bgpd ($1) did not start: $(tail -n 5 "$dir/bgpd.log" 2>/dev/null)"
+}
+vty() { # NAME vtysh-args...
+    local name=$1
+    shift
+    vtysh --vty_socket "$FRR_DIR/$name" "$@"
 }

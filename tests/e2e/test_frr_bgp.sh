@@ -81,28 +81,6 @@ with_e2e_workers "$WORK/bgp.toml"
 METRICS=http://127.0.0.1:19134/metrics
 start_gateway "$WORK/bgp.toml"
 
-# frr_start NAME NS CONFIG: zebra and bgpd in NS, everything in $FRR_DIR/NAME. zebra gets
-# an empty config (the integrated file is bgpd's, zebra would only complain about it).
-frr_start() {
-    local dir=$FRR_DIR/$1 ns=$2
-    mkdir -p "$dir"
-    cp "$3" "$dir/frr.conf"
-    : >"$dir/zebra.conf"
-    chown -R frr:frr "$dir"
-    ip netns exec "$ns" /usr/lib/frr/zebra -d -f "$dir/zebra.conf" -i "$dir/zebra.pid" \
-        -z "$dir/zserv.api" --vty_socket "$dir" -P 0 --log "file:$dir/zebra.log" \
-        >>"$dir/zebra.log" 2>&1 ||
-        fail "zebra ($1) did not start: $(tail -n 5 "$dir/zebra.log" 2>/dev/null)"
-    ip netns exec "$ns" /usr/lib/frr/bgpd -d -f "$dir/frr.conf" -i "$dir/bgpd.pid" \
-        -z "$dir/zserv.api" --vty_socket "$dir" -P 0 --log "file:$dir/bgpd.log" \
-        >>"$dir/bgpd.log" 2>&1 ||
-        fail "bgpd ($1) did not start: $(tail -n 5 "$dir/bgpd.log" 2>/dev/null)"
-}
-vty() { # NAME vtysh-args...
-    local name=$1
-    shift
-    vtysh --vty_socket "$FRR_DIR/$name" "$@"
-}
 # session_state: the gateway's bgpd's view of its session with the ISP.
 session_state() {
     vty gateway -c 'show bgp ipv4 unicast summary json' 2>/dev/null | python3 -c '

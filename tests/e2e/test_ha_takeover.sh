@@ -16,57 +16,17 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
-SWITCH=gwha-sw
 A_PID=
 B_PID=
 finish() {
     [[ -n $A_PID ]] && kill -KILL "$A_PID" 2>/dev/null
     [[ -n $B_PID ]] && kill -TERM "$B_PID" 2>/dev/null && wait "$B_PID" 2>/dev/null
-    for ns in gwha-a gwha-b "$SWITCH"; do
-        remove_netns "$ns"
-    done
+    two_box_lab_down
     cleanup
 }
 trap finish EXIT
 
-# The shared segments: two bridges in a namespace of their own; a host on each, and each
-# gateway's two ports (root-namespace ends of veths, for net_af_packet).
-"$ROOT/scripts/lab.sh" down
-for ns in gwha-a gwha-b "$SWITCH"; do
-    remove_netns "$ns"
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-done
-sw() { ip netns exec "$SWITCH" "$@"; }
-quiet() { ethtool -K "$1" tso off gso off gro off tx off rx off >/dev/null 2>&1 || true; }
-for segment in lan wan; do
-    sw ip link add "br-$segment" type bridge forward_delay 0 stp_state 0
-    sw ip link set "br-$segment" up
-done
-# host NS SEGMENT ADDRESS GATEWAY
-host() {
-    ip netns del "$1" 2>/dev/null || true
-    ip netns add "$1"
-    ip link add "h-$2" netns "$SWITCH" type veth peer name eth0 netns "$1"
-    sw ip link set "h-$2" master "br-$2" up
-    ip netns exec "$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-    ip -n "$1" link set lo up
-    ip -n "$1" addr add "$3" dev eth0
-    ip -n "$1" link set eth0 up
-    ip netns exec "$1" ethtool -K eth0 tso off gso off gro off tx off rx off >/dev/null 2>&1 || true
-    ip -n "$1" route add default via "$4"
-}
-host gwlab-lan lan 192.168.10.2/24 192.168.10.1
-host gwlab-wan wan 10.0.0.2/24 10.0.0.1
-for box in a b; do
-    for segment in lan wan; do
-        ip link add "gwha-$box-$segment" type veth peer name "$box-$segment" netns "$SWITCH"
-        sw ip link set "$box-$segment" master "br-$segment" up
-        sysctl -qw "net.ipv6.conf.gwha-$box-$segment.disable_ipv6=1"
-        ip link set "gwha-$box-$segment" up
-        quiet "gwha-$box-$segment"
-    done
-done
+two_box_lab_up 192.168.10.1 10.0.0.1
 
 head -c 32 /dev/urandom | base64 >"$WORK/sync.key"
 chmod 600 "$WORK/sync.key"
@@ -124,12 +84,21 @@ policy = [
     { from = "wan", to = "local", action = "drop" },
 ]
 
-# keepalived's adverts from the peer's twin on the WAN (the LAN's pass the policy above).
+# keepalived's adverts from the peer's twins (a policy to local never admits them).
 [[firewall.rules]]
-name = "vrrp-from-the-peer"
+name = "vrrp-from-the-peer-on-the-lan"
+from = "lan"
+to = "local"
+protocol = "vrrp"
+source = "192.168.10.$((7 - octet))/32"
+action = "accept"
+
+[[firewall.rules]]
+name = "vrrp-from-the-peer-on-the-wan"
 from = "wan"
 to = "local"
 protocol = "vrrp"
+source = "10.0.0.$((7 - octet))/32"
 action = "accept"
 
 [kernel_twins]
@@ -157,8 +126,8 @@ with_e2e_workers "$WORK/a.toml"
 with_e2e_workers "$WORK/b.toml"
 "$GATEWAY" check-config --config "$WORK/a.toml" >/dev/null || fail "A's config: $("$GATEWAY" check-config --config "$WORK/a.toml" 2>&1)"
 
-# keepalived_config PRIORITY: VRRPv3 every 0.3 s, so a backup declares the master dead after
-# 3 x 0.3 s and its skew; the two addresses move together (a sync group).
+# keepalived_config PRIORITY: VRRPv3 every 0.5 s, so a backup declares the master dead after
+# 3 x 0.5 s and its skew (about 1.8 s); the two addresses move together (a sync group).
 keepalived_config() {
     cat <<CONF
 global_defs {
@@ -176,7 +145,7 @@ vrrp_instance lan {
     interface lan
     virtual_router_id 51
     priority $1
-    advert_int 0.3
+    advert_int 0.5
     virtual_ipaddress {
         192.168.10.1/24
     }
@@ -186,7 +155,7 @@ vrrp_instance wan {
     interface wan
     virtual_router_id 52
     priority $1
-    advert_int 0.3
+    advert_int 0.5
     virtual_ipaddress {
         10.0.0.1/24
     }
@@ -198,6 +167,7 @@ keepalived_config 100 >"$WORK/keepalived-b.conf"
 # start_box BOX: the gateway (its PID in BOX_PID), then keepalived on its twins.
 start_box() {
     local box=$1
+    : >"$WORK/$box.log"
     GATEWAY__STATE__DIRECTORY=$WORK/state-$box "$GATEWAY" run --config "$WORK/$box.toml" >"$WORK/$box.log" 2>&1 &
     local pid=$!
     poll_until 20 grep -q "gateway running" "$WORK/$box.log" || {
@@ -241,9 +211,9 @@ wan iperf3 -s -p 5202 -1 -i 1 --forceflush --timestamps='%s ' >"$WORK/masquerade
 lan iperf3 -s -p 5201 -1 -i 1 --forceflush --timestamps='%s ' >"$WORK/forward.log" 2>&1 &
 poll_until 10 listening gwlab-wan 5202 && poll_until 10 listening gwlab-lan 5201 ||
     fail "the iperf3 servers did not listen"
-lan iperf3 -c 10.0.0.2 -p 5202 -t 25 -b 4M >"$WORK/masquerade-client.log" 2>&1 &
+lan iperf3 -c 10.0.0.2 -p 5202 -t 40 -b 4M >"$WORK/masquerade-client.log" 2>&1 &
 MASQUERADE_CLIENT=$!
-wan iperf3 -c 10.0.0.1 -p 5201 -t 25 -b 4M >"$WORK/forward-client.log" 2>&1 &
+wan iperf3 -c 10.0.0.1 -p 5201 -t 40 -b 4M >"$WORK/forward-client.log" 2>&1 &
 FORWARD_CLIENT=$!
 
 ctl() { "$GATEWAY" ctl --socket "$WORK/run/$1.sock" show flows --protocol tcp --json; }
@@ -267,6 +237,11 @@ a_flows=$(wc -l <"$WORK/a.flows")
 pass "B holds copies of A's $a_flows session flows (control and data connections of both sessions)"
 
 sleep 2
+# B must have stayed backup all along (a missed advert under load would have made it master
+# before the kill, and the takeover below would prove nothing).
+if grep -q "Entering MASTER STATE" "$WORK/keepalived-b.log"; then
+    fail "B's keepalived became master while A was alive: $(grep -i state "$WORK/keepalived-b.log" | tail -n 5)"
+fi
 killed_at=$(date +%s.%N)
 kill -KILL "$A_PID"
 wait "$A_PID" 2>/dev/null || true
@@ -309,7 +284,10 @@ sessions b >"$WORK/b-after.flows" || fail "B's flows could not be read"
     fail "B has $(wc -l <"$WORK/b-after.flows") session flows where A had $a_flows: $(cat "$WORK/b-after.flows")"
 pass "B, the new master, carries the sessions on the $a_flows flows A had, tuple for tuple"
 
+# The clients end 40 s after they started, well within these 45 s.
 for client in "$MASQUERADE_CLIENT:masquerade" "$FORWARD_CLIENT:forward"; do
+    poll_until 45 bash -c "! kill -0 ${client%%:*} 2>/dev/null" ||
+        fail "the ${client#*:} session's client did not end: $(tail -n 5 "$WORK/${client#*:}-client.log"); server: $(tail -n 5 "$WORK/${client#*:}.log"); B's drops: $(curl -sf http://127.0.0.1:19151/metrics | grep '^gateway_dropped_packets_total' | grep -v ' 0$' | tr '\n' ' ')"
     wait "${client%%:*}" || fail "the ${client#*:} session's client failed: $(tail -n 5 "$WORK/${client#*:}-client.log")"
 done
 pass "both iperf3 sessions ran to their end without a reconnect"

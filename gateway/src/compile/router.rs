@@ -206,7 +206,7 @@ pub fn router_config_with_kernel(
                 addr,
                 prefix_len,
                 mtu: link_mtu(iface, kernel, index),
-                virtual_addr: iface.virtual_address,
+                virtual_addr: iface.virtual_address.or(iface.nat_address),
             }
         })
         .collect();

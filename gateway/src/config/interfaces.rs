@@ -89,6 +89,14 @@ pub struct InterfaceConfig {
     /// of the interface's subnet, not its address; needs a kernel twin.
     #[serde(default)]
     pub virtual_address: Option<Ipv4Addr>,
+    /// The address masquerade translates flows leaving here to, instead of the interface's:
+    /// a public address routed to this box (announced by BGP from the twin, or a static
+    /// route upstream), as each box of an active/active scale-out needs one of its own so
+    /// that replies come back to the box that translated them. One of the gateway's own
+    /// (port forwards take it too); never answered by ARP, being on no subnet of the
+    /// gateway's. Needs the interface in `nat.masquerade`; not with `virtual_address`.
+    #[serde(default)]
+    pub nat_address: Option<Ipv4Addr>,
 }
 
 /// `[interfaces.ipv6]`: the gateway answers Neighbor Discovery and echo on these addresses,

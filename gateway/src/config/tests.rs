@@ -154,6 +154,37 @@ fn a_virtual_address_is_a_host_of_its_twinned_interfaces_static_subnet() {
     }
 }
 
+#[test]
+fn a_nat_address_is_routed_to_a_masquerading_interface_and_on_no_link() {
+    let with = |nat: &str, masquerade: &str| {
+        format!(
+            "{}\n[nat]\nmasquerade = [{masquerade}]\n",
+            LAB.replace(
+                "address = \"10.0.0.1/24\"",
+                &format!("address = \"10.0.0.1/24\"\nnat_address = \"{nat}\""),
+            )
+        )
+    };
+    let config = parse(&with("100.64.0.3", "\"wan\"")).unwrap();
+    assert_eq!(
+        config.interfaces[1].nat_address,
+        Some("100.64.0.3".parse().unwrap())
+    );
+    for (nat, masquerade, why) in [
+        ("100.64.0.3", "", "not in nat.masquerade"),
+        ("10.0.0.7", "\"wan\"", "on interfaces[1]'s subnet"),
+        ("192.168.10.7", "\"wan\"", "on interfaces[0]'s subnet"),
+        ("224.0.0.9", "\"wan\"", "not a unicast host address"),
+        ("0.0.0.0", "\"wan\"", "not a unicast host address"),
+    ] {
+        let err = parse(&with(nat, masquerade)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("interfaces[1].nat_address:") && err.contains(why),
+            "{nat} masquerade [{masquerade}]: {err}"
+        );
+    }
+}
+
 /// Two ISPs: WAN1 (10.0.0.0/24) and WAN2 (10.1.0.0/24), both masqueraded, WAN2 with a twin
 /// for its health checks; `extra` is appended.
 fn two_uplinks(extra: &str) -> String {

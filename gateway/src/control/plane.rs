@@ -7,6 +7,7 @@
 mod ipv6;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pipeline::l3::neigh::{
@@ -28,6 +29,7 @@ use crate::control::twins::Twins;
 use crate::dataplane::clock::Clock;
 use crate::dataplane::egress::split_into_fragments;
 use crate::dataplane::published::Published;
+use crate::dataplane::sync_link::SyncQueues;
 use crate::dpdk::{Mbuf, MbufBatch, Mempool, RingConsumer, RingProducer};
 
 /// How often the neighbour table is swept and stale entries re-probed.
@@ -95,6 +97,8 @@ pub struct ControlPlane {
     /// Per interface: its twin holds the interface's virtual address (this box is the HA
     /// pair's VRRP master there), as netlink last said.
     virtual_held: Vec<bool>,
+    /// The workers' ends of session sync (none without `[ha.sync]`): told of each takeover.
+    sync_queues: Vec<Arc<SyncQueues>>,
 }
 
 impl ControlPlane {
@@ -135,7 +139,15 @@ impl ControlPlane {
             mld_reports: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
             reported_addresses: Vec::new(),
             virtual_held: Vec::new(),
+            sync_queues: Vec::new(),
         }
+    }
+
+    /// Hands the control thread the workers' ends of session sync, whose copies it has
+    /// renewed when this box takes the pair's virtual addresses over.
+    pub fn with_session_sync(mut self, sync_queues: Vec<Arc<SyncQueues>>) -> Self {
+        self.sync_queues = sync_queues;
+        self
     }
 
     /// Hands the control thread the PPPoE clients, and starts their discovery.
@@ -199,9 +211,11 @@ impl ControlPlane {
     /// Follows which virtual addresses this box's twins hold (keepalived's VRRP state, read
     /// by netlink): ARP is answered for those only, and each newly held one is announced by
     /// gratuitous ARP, so that hosts and the upstream router send to this box at once after
-    /// a takeover (keepalived's own announcements follow from the twin).
+    /// a takeover (keepalived's own announcements follow from the twin). On a takeover the
+    /// workers renew the flows the peer synced, whose leases it will no longer refresh.
     pub fn follow_virtual_addresses(&mut self, held: &[bool]) {
         let (router, _) = self.router.load();
+        let mut took_over = false;
         for (port, iface) in router.interfaces.iter().enumerate() {
             let Some(address) = iface.virtual_addr else {
                 continue;
@@ -211,6 +225,7 @@ impl ControlPlane {
                 (false, true) => {
                     tracing::info!(port, %address, "HA: this box holds the virtual address now (VRRP master): answering and announcing it");
                     self.send_gratuitous_arp(&router, port as u16, address);
+                    took_over = true;
                 }
                 (true, false) => {
                     tracing::info!(port, %address, "HA: the virtual address left this box's twin (VRRP backup): no longer answered");
@@ -220,6 +235,11 @@ impl ControlPlane {
         }
         self.virtual_held = held.to_vec();
         self.flush();
+        if took_over {
+            for queues in &self.sync_queues {
+                queues.takeovers.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn send_gratuitous_arp(&mut self, router: &RouterConfig, port: u16, address: Ipv4Addr) {

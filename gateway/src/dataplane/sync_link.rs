@@ -4,7 +4,7 @@
 //! Both queues are bounded and allocated at start: a full one loses the flow (counted) and
 //! never blocks the worker, and the next sweep sends the flow again.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrayvec::ArrayVec;
@@ -19,6 +19,9 @@ pub const QUEUE_FLOWS: usize = 16_384;
 const CHUNK_SLOTS: usize = 64;
 /// The peer's flows installed per loop at most, so a burst of them delays packets little.
 const INSTALLS_PER_LOOP: usize = 32;
+/// Slots renewed per loop after a takeover: a 2M-slot table (a million flows) in 512 loops,
+/// each a few microseconds longer.
+const RENEW_SLOTS: usize = 4096;
 
 /// What a worker did for the sync, for metrics.
 #[derive(Debug, Default)]
@@ -42,6 +45,10 @@ pub struct SyncQueues {
     /// The peer's flows that this worker owns, to install.
     pub inbound: ArrayQueue<SavedFlow>,
     pub stats: SyncWorkerStats,
+    /// How many times this box took the pair's virtual addresses over (the control thread
+    /// counts, `crate::control::plane::ControlPlane::follow_virtual_addresses`): each time,
+    /// the worker renews its copies, whose leases the dead peer will not refresh.
+    pub takeovers: AtomicU32,
 }
 
 /// The worker's end.
@@ -57,6 +64,10 @@ pub struct SyncLink {
     sweep_start_ns: u64,
     /// Whether the first sweep has begun (the worker's clock is read at its first poll).
     started: bool,
+    /// The takeovers whose renewal of the copies is done.
+    renewed_takeovers: u32,
+    /// The next slot to renew, while a renewal runs.
+    renew_cursor: usize,
 }
 
 impl SyncLink {
@@ -66,6 +77,7 @@ impl SyncLink {
             outbound: ArrayQueue::new(QUEUE_FLOWS),
             inbound: ArrayQueue::new(QUEUE_FLOWS),
             stats: SyncWorkerStats::default(),
+            takeovers: AtomicU32::new(0),
         });
         let link = SyncLink {
             queues: queues.clone(),
@@ -75,6 +87,8 @@ impl SyncLink {
             next_due_ns: 0,
             sweep_start_ns: 0,
             started: false,
+            renewed_takeovers: 0,
+            renew_cursor: 0,
         };
         (queues, link)
     }
@@ -87,6 +101,18 @@ impl SyncLink {
         }
         if !self.queues.inbound.is_empty() {
             self.install(pipeline, now_ns);
+        }
+        let takeovers = self.queues.takeovers.load(Ordering::Relaxed);
+        if takeovers != self.renewed_takeovers {
+            self.renew(pipeline, now_ns, takeovers);
+        }
+    }
+
+    #[cold]
+    fn renew(&mut self, pipeline: &mut Pipeline, now_ns: u64, takeovers: u32) {
+        self.renew_cursor = pipeline.renew_synced_copies(self.renew_cursor, RENEW_SLOTS, now_ns);
+        if self.renew_cursor == 0 {
+            self.renewed_takeovers = takeovers;
         }
     }
 

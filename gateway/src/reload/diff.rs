@@ -117,9 +117,10 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
             if old.kernel_twin != new.kernel_twin || old.kernel_twin_name != new.kernel_twin_name {
                 fields.push(format!("interfaces[{i}].kernel_twin"));
             }
-            // Masqueraded flows hold bindings on it, and netlink follows it from the start.
-            if old.virtual_address != new.virtual_address {
-                fields.push(format!("interfaces[{i}].virtual_address"));
+            // Masqueraded flows hold bindings on them, and netlink follows the virtual one
+            // from the start.
+            if old.virtual_address != new.virtual_address || old.nat_address != new.nat_address {
+                fields.push(format!("interfaces[{i}].virtual_address/nat_address"));
             }
             // A port takes all multicast (Neighbor Discovery's groups) only if it starts with
             // IPv6; what the table says applies on reload.
@@ -216,6 +217,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
             new.kernel_twin = old.kernel_twin;
             new.kernel_twin_name = old.kernel_twin_name.clone();
             new.virtual_address = old.virtual_address;
+            new.nat_address = old.nat_address;
             if new.ipv6.is_some() != old.ipv6.is_some() {
                 new.ipv6 = old.ipv6.clone();
             }

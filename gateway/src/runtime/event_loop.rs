@@ -123,18 +123,29 @@ impl<'a> Gateway<'a> {
                     policed_rates = qos_rates(router_published);
                 }
                 Some(ControlEvent::Kernel(_) | ControlEvent::UplinkHealth) => {
+                    // A takeover or a handover alone (keepalived moving a virtual address)
+                    // changes nothing the workers route by: no new rules generation, so no
+                    // flow loses its shortcut at the moment traffic moves to this box.
+                    let mut router_changed = true;
                     if let Some(ControlEvent::Kernel(view)) = event {
+                        let held_aside = KernelView {
+                            virtual_held: view.virtual_held.clone(),
+                            ..netlink_view.clone()
+                        };
+                        router_changed = held_aside != view;
                         *netlink_view = view;
                     }
                     let merged =
                         merged_view(netlink_view, pppoe_view, uplink_health.failed(uplink_links));
-                    apply_kernel(
-                        running,
-                        macs,
-                        &merged,
-                        router_published,
-                        (qos_stats, rule_hits),
-                    );
+                    if router_changed {
+                        apply_kernel(
+                            running,
+                            macs,
+                            &merged,
+                            router_published,
+                            (qos_stats, rule_hits),
+                        );
+                    }
                     control.follow_virtual_addresses(&netlink_view.virtual_held);
                     *kernel_for_loads
                         .lock()

@@ -122,7 +122,8 @@ impl<'a> Gateway<'a> {
             control_counters.clone(),
             neighbor_config,
         )
-        .with_twins(twins.with_rings(punt_rings, kernel_rings));
+        .with_twins(twins.with_rings(punt_rings, kernel_rings))
+        .with_session_sync(sync_queues.clone());
         let pppoe = PppoeLinks::new(config, &macs, layout.sessions().clone(), pppoe_seed());
         let pppoe_status = (!pppoe.is_empty()).then(|| pppoe.status());
         let mut control = control.with_pppoe(pppoe);

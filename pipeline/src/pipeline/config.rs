@@ -26,12 +26,14 @@ pub struct Interface {
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
     pub mtu: u16,
-    /// The address this interface shares with the other box of an HA pair (the config's
-    /// `virtual_address`, held by keepalived on the twin of whichever box is master): one of
+    /// An address of the interface's beyond its own, which masquerade translates to: one of
     /// the gateway's own addresses for forwarding (local delivery, port forwards, a flow's
-    /// owner) and the one masquerade translates to, so that both boxes translate a flow
-    /// alike and the standby's synced copies hold. Answering ARP for it is the control
-    /// thread's part, and only while this box's twin holds it.
+    /// owner). Either the address this interface shares with the other box of an HA pair
+    /// (the config's `virtual_address`, held by keepalived on the twin of whichever box is
+    /// master, so that both boxes translate a flow alike and the standby's synced copies
+    /// hold; answering ARP for it is the control thread's part, and only while this box's
+    /// twin holds it), or a NAT address routed to this box (`nat_address`, on no link, so
+    /// never answered by ARP).
     pub virtual_addr: Option<Ipv4Addr>,
 }
 
@@ -1078,6 +1080,17 @@ impl RouterConfig {
             .filter(|(iface, &masquerade)| masquerade && iface.has_address())
             .flat_map(|(iface, _)| std::iter::once(iface.addr).chain(iface.virtual_addr))
             .collect()
+    }
+
+    /// The pool address every hairpinned flow takes its port on: the first masquerading
+    /// interface's masquerade address, its virtual one in an HA pair, so that both boxes of
+    /// the pair bind a hairpinned flow alike and the standby's copy of it holds.
+    pub fn hairpin_nat_address(&self) -> Option<Ipv4Addr> {
+        self.interfaces
+            .iter()
+            .zip(&self.stateful.masquerade)
+            .find(|(iface, &masquerade)| masquerade && iface.has_address())
+            .map(|(iface, _)| iface.masquerade_addr())
     }
 
     /// Where a datagram from `src` to `dst` whose headers are final goes: one leaving with an

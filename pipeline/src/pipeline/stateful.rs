@@ -458,7 +458,8 @@ impl StatefulStage {
         let translated = if stateful.masquerade[egress] {
             self.masquerade_source(&key, Some(interfaces[egress].masquerade_addr()), None)
         } else if hairpin {
-            self.masquerade_source(&key, None, Some(interfaces[egress].masquerade_addr()))
+            let on = router.hairpin_nat_address();
+            self.masquerade_source(&key, on, Some(interfaces[egress].masquerade_addr()))
         } else {
             Ok(((key.src, key.src_port), None))
         };
@@ -502,10 +503,10 @@ impl StatefulStage {
     /// The source a masqueraded flow `key` leaves with, and the NAT binding that holds it: a
     /// port of the pool on `address`, the address of the interface it leaves by (with several
     /// uplinks, each masquerades to its own), or for a protocol without ports (GRE, ESP) that
-    /// address alone. Hairpin passes `address` None and `shown`, the LAN interface's address
-    /// the flow is shown with: its port is taken on the pool's first address, whichever
-    /// uplink its host's other flows use, so that no two hairpinned flows share a port on
-    /// the address they are shown with.
+    /// address alone. Hairpin passes `shown`, the LAN interface's address the flow is shown
+    /// with, and [`RouterConfig::hairpin_nat_address`] (None: the pool's first address): its
+    /// port is taken there, whichever uplink its host's other flows use, so that no two
+    /// hairpinned flows share a port on the address they are shown with.
     pub(crate) fn masquerade_source(
         &mut self,
         key: &FlowKey,

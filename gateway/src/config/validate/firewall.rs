@@ -201,7 +201,9 @@ impl GatewayConfig {
             let Some(subnet) = &self.interfaces[target_iface].address.cidr() else {
                 continue;
             };
-            if forward.to == subnet.addr {
+            if forward.to == subnet.addr
+                || Some(forward.to) == self.interfaces[target_iface].virtual_address
+            {
                 return Err(invalid(
                     field("to"),
                     format!("{} is the gateway's own address", forward.to),

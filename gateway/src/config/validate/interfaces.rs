@@ -288,6 +288,67 @@ impl GatewayConfig {
         Ok(())
     }
 
+    /// Interface `i`'s `nat_address`: a unicast address on none of the gateway's subnets
+    /// (routed to the box, never on a link of its), on a masquerading interface, alone.
+    pub(crate) fn validate_nat_address(
+        &self,
+        i: usize,
+        address: Ipv4Addr,
+    ) -> Result<(), ConfigError> {
+        let iface = &self.interfaces[i];
+        let field = format!("interfaces[{i}].nat_address");
+        if !self.nat.masquerade.contains(&iface.name) {
+            return Err(invalid(
+                field,
+                format!(
+                    "{:?} is not in nat.masquerade: nothing would be translated to it",
+                    iface.name
+                ),
+            ));
+        }
+        if iface.virtual_address.is_some() {
+            return Err(invalid(
+                field,
+                "not with virtual_address (an HA pair masquerades to its virtual address)",
+            ));
+        }
+        if address.is_unspecified()
+            || address.is_loopback()
+            || address.is_multicast()
+            || address.is_broadcast()
+            || address.octets()[0] == 0
+        {
+            return Err(invalid(
+                field,
+                format!("{address} is not a unicast host address"),
+            ));
+        }
+        let on_link = self.interfaces.iter().enumerate().find(|(_, other)| {
+            other.address.cidr().is_some_and(|cidr| {
+                u32::from(address) & cidr.mask() == u32::from(cidr.addr) & cidr.mask()
+            })
+        });
+        if let Some((j, other)) = on_link {
+            return Err(invalid(
+                field,
+                format!(
+                    "{address} is on interfaces[{j}]'s subnet ({}): a NAT address is routed to the gateway, on none of its links",
+                    other.address
+                ),
+            ));
+        }
+        if let Some(j) = self.interfaces[..i]
+            .iter()
+            .position(|other| other.nat_address == Some(address))
+        {
+            return Err(invalid(
+                field,
+                format!("{address} is interfaces[{j}]'s too"),
+            ));
+        }
+        Ok(())
+    }
+
     /// The index of the interface whose connected subnet holds `ip`.
     /// Interface `i`, a VLAN subinterface: its parent is a port or bond interface, its id
     /// is in range and no other subinterface of that parent has it, its MTU fits the

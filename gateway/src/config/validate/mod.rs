@@ -285,6 +285,9 @@ impl GatewayConfig {
             if let Some(virtual_address) = iface.virtual_address {
                 self.validate_virtual_address(i, virtual_address)?;
             }
+            if let Some(nat_address) = iface.nat_address {
+                self.validate_nat_address(i, nat_address)?;
+            }
             if let Some(ipv6) = &iface.ipv6 {
                 validate_ipv6(i, ipv6, &self.interfaces[..i])?;
             }

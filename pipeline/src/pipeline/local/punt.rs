@@ -5,8 +5,8 @@
 //! gateway's own addresses that the dataplane does not serve itself (it answers ARP and echo
 //! requests, and port forwards are not the gateway's) goes to the twin of the interface it
 //! arrived on, once the `local` zone's rules admit it, so that Linux daemons (dnsmasq, sshd)
-//! can serve it. So do broadcast DHCP and link-local multicast (VRRP, OSPF), which the martian
-//! check would otherwise refuse.
+//! can serve it. So do broadcast DHCP and an HA pair's VRRP adverts, which the martian check
+//! would otherwise refuse.
 //!
 //! Nothing else ever takes this path: both checks sit on branches forwarding has already
 //! left (a destination that is one of ours, a martian address), so routed packets pay
@@ -70,11 +70,14 @@ impl Pipeline {
     }
 
     /// A datagram the martian check refused. Two kinds on an interface with a twin are for
-    /// the kernel, if the rules from the interface's zone to `local` admit them: broadcast
-    /// DHCP (UDP to port 67 or 68, to the limited broadcast address; a client without an
-    /// address sends from 0.0.0.0), and link-local multicast (224.0.0.0/24, RFC 5771, never
-    /// forwarded: VRRP's adverts between the twins of an HA pair, OSPF's hellos) from a
-    /// neighbour on the interface's own subnet. None: the martian drop stands.
+    /// the kernel: broadcast DHCP (UDP to port 67 or 68, to the limited broadcast address;
+    /// a client without an address sends from 0.0.0.0), if the rules from the interface's
+    /// zone to `local` admit it; and VRRP adverts between the twins of an HA pair (IP
+    /// protocol 112 to 224.0.0.18 with TTL 255, RFC 9568 5.1.1.3, from a neighbour on the
+    /// interface's own subnet), only where a rule admits them by name: a zone's policy to
+    /// `local` does not, so nothing else of the link-local multicast a LAN chatters
+    /// (mDNS, LLMNR, IGMP) reaches the kernel or spends the punt budget. None: the
+    /// martian drop stands.
     #[cold]
     pub(crate) fn punt_broadcast<T: AsRef<[u8]>>(
         &mut self,
@@ -95,8 +98,11 @@ impl Pipeline {
             .interfaces
             .get(usize::from(ingress.port))
             .is_some_and(|iface| iface.contains(src) && !iface.is_own(src));
-        let link_local_multicast = dst.octets()[..3] == [224, 0, 0] && neighbor;
-        if !dhcp && !link_local_multicast {
+        let vrrp = ip.protocol() == ipv4::protocol::VRRP
+            && dst == VRRP_GROUP
+            && ip.ttl() == VRRP_TTL
+            && neighbor;
+        if !dhcp && !vrrp {
             return None;
         }
         let from = *router.stateful.zones.get(usize::from(ingress.port))?;
@@ -104,6 +110,11 @@ impl Pipeline {
             .stateful
             .firewall
             .evaluate(from, ZoneId::LOCAL, &key, None);
+        // VRRP by a rule only: a zone's policy to `local` does not admit it.
+        let action = match (vrrp, rule) {
+            (true, None) => Action::Drop,
+            _ => action,
+        };
         let decision = Decision::to_gateway(action, from, ingress.port);
         self.stateful
             .decided(&router.stateful, rule, &key, decision, now_ns);
@@ -113,6 +124,11 @@ impl Pipeline {
         })
     }
 }
+
+/// VRRP's group (RFC 9568 5.1.1.2) and the TTL its adverts must carry, so that none came
+/// from beyond the link.
+const VRRP_GROUP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(224, 0, 0, 18);
+const VRRP_TTL: u8 = 255;
 
 /// Whether an ARP frame received on `iface` concerns the gateway's address there (a request
 /// for it, a reply to it), so that the kernel twin gets a copy: Linux then learns its
@@ -156,9 +172,10 @@ pub fn kernel_frame_refused(
             let sender = arp.sender_protocol_addr();
             // keepalived announces the virtual address it takes over by gratuitous ARP,
             // a request or a reply about itself.
-            let gratuitous = arp.target_protocol_addr() == sender;
+            let announces_virtual =
+                Some(sender) == iface.virtual_addr && arp.target_protocol_addr() == sender;
             let own = sender == iface.addr || Some(sender) == iface.virtual_addr;
-            if arp.operation() == ArpOperation::Reply && own && !gratuitous {
+            if arp.operation() == ArpOperation::Reply && own && !announces_virtual {
                 Some(DropReason::KernelArpReply)
             } else if own || sender.is_unspecified() {
                 None

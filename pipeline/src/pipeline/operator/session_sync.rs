@@ -376,6 +376,30 @@ impl Pipeline {
         }
     }
 
+    /// After this box took over from its peer (its twin took the pair's virtual address):
+    /// the copies in the `count` arena slots from `from` get the time their state's timeout
+    /// gives instead of what is left of their lease, which no refresh from the peer will
+    /// renew now, so that a connection idle through the takeover (an iperf3 control
+    /// connection, an idle SSH session) is still there when it speaks again. Returns where
+    /// the next slice starts: 0 again after the last slot.
+    pub fn renew_synced_copies(&mut self, from: usize, count: usize, now_ns: u64) -> usize {
+        let slots = self.flow_slots();
+        let end = from.saturating_add(count).min(slots);
+        let flows = &mut self.stateful.flows;
+        for slot in from..end {
+            if let Some(id) = flows.live_at(slot, now_ns) {
+                if flows.data(id).is_synced_copy() {
+                    flows.renew(id, now_ns);
+                }
+            }
+        }
+        if end >= slots {
+            0
+        } else {
+            end
+        }
+    }
+
     /// Installs flows the peer synced, this worker's own (by the owner derived for this
     /// worker count) among them, each with at most `lease_ns` to live unless refreshed or
     /// forwarded, TCP judged as picked up mid-stream, marked as a copy ([`SYNCED_COPY`]). A

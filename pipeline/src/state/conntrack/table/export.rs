@@ -117,6 +117,20 @@ impl<D: Copy> FlowTable<D> {
             .then(|| (FlowId(slot as u32), self.exported(slot, now_ns)))
     }
 
+    /// The live flow in `slot`, if there is one.
+    pub fn live_at(&self, slot: usize, now_ns: u64) -> Option<FlowId> {
+        let flow = self.flows.get(slot)?;
+        (!flow.is_free() && now_ns < flow.deadline_ns).then_some(FlowId(slot as u32))
+    }
+
+    /// Gives flow `id` the time its state's timeout gives, as if a packet of it passed now
+    /// (not less than it has): for a synced copy whose lease no refresh will renew.
+    pub fn renew(&mut self, id: FlowId, now_ns: u64) {
+        let flow = &mut self.flows[id.index()];
+        let renewed = now_ns.saturating_add(flow.timeout(&self.config.timeouts));
+        flow.deadline_ns = flow.deadline_ns.max(renewed);
+    }
+
     /// Brings flow `id` up to `flow`, a later export of the same flow (its tuples are the
     /// caller's to check): its tracker, reply and assured facts, and its deadline as
     /// [`import`](Self::import) sets one; its data is left as it is. The half-open list and
