@@ -877,11 +877,24 @@ fn a_takeover_renews_copies_past_their_lease() {
     let mut standby = Gateway::new(home(), 2, WAN_ADDR);
     let walked = active.walk(64, 2 * SECOND);
     assert_eq!(standby.install(&walked, SECOND, lease).restored, 1);
+    // A copy with less than 2 s left at the takeover (not refreshed since long enough
+    // before it: the peer ended it) is left to run out; this one has 3 s left at 3 s.
+    let stale = Conn::Masquerade {
+        host: 4,
+        port: 40301,
+    };
+    let stale_checks = stale.open(&mut active, SECOND);
+    let walked_stale: Vec<_> = active
+        .walk(64, 2 * SECOND)
+        .into_iter()
+        .filter(|flow| !walked.contains(flow))
+        .collect();
+    assert_eq!(standby.install(&walked_stale, 0, 4 * SECOND).restored, 1);
     // The takeover at 3 s, renewed a few slots at a time as the workers do.
     for worker in &mut standby.workers {
         let mut from = 0;
         loop {
-            from = worker.renew_synced_copies(from, 7, 3 * SECOND);
+            from = worker.renew_synced_copies(from, 7, 3 * SECOND, 2 * SECOND);
             if from == 0 {
                 break;
             }
@@ -896,6 +909,9 @@ fn a_takeover_renews_copies_past_their_lease() {
     let (reply, port) = &checks[1];
     let (verdict, _) = standby.process(reply, *port, idle);
     assert!(matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
+    let (reply, port) = &stale_checks[1];
+    let (verdict, _) = standby.process(reply, *port, idle);
+    assert!(!matches!(verdict, Verdict::Transmit { .. }), "{verdict:?}");
 }
 
 /// A message with flows that comes again, or altered, or from the peer's earlier run, is

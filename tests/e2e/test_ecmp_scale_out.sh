@@ -21,7 +21,6 @@ source "$ROOT/scripts/lablib.sh"
 A_PID=
 B_PID=
 FRR_DIR=$(mktemp -d /tmp/gateway-e2e-frr.XXXXXX)
-chown frr:frr "$FRR_DIR"
 finish() {
     for pid in $A_PID $B_PID; do
         kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
@@ -31,6 +30,11 @@ finish() {
     rm -rf "$FRR_DIR"
 }
 trap finish EXIT
+for tool in /usr/lib/frr/zebra /usr/lib/frr/bgpd vtysh; do
+    command -v "$tool" >/dev/null || fail "$tool is missing: make deps installs frr"
+done
+# FRR's daemons drop to the frr user: their directory must be reachable by it.
+chown frr:frr "$FRR_DIR"
 
 two_box_lab_up 192.168.10.3 10.0.0.3
 # The LAN host's default route over both boxes, hashed by addresses and ports.
@@ -109,6 +113,7 @@ router bgp $2
  no bgp ebgp-requires-policy
  no bgp network import-check
  neighbor 10.0.0.2 remote-as 64496
+ neighbor 10.0.0.2 timers connect 2
  address-family ipv4 unicast
   network 100.64.0.$3/32
   network 192.168.10.0/24

@@ -19,9 +19,13 @@ pub const QUEUE_FLOWS: usize = 16_384;
 const CHUNK_SLOTS: usize = 64;
 /// The peer's flows installed per loop at most, so a burst of them delays packets little.
 const INSTALLS_PER_LOOP: usize = 32;
-/// Slots renewed per loop after a takeover: a 2M-slot table (a million flows) in 512 loops,
-/// each a few microseconds longer.
-const RENEW_SLOTS: usize = 4096;
+/// Slots renewed per loop after a takeover (some 90 KB of the table read): a 2M-slot table
+/// (a million flows) in 4,096 loops, which a worker runs through in milliseconds.
+const RENEW_SLOTS: usize = 512;
+/// How long before a takeover the peer's last refresh of a copy may have been, beyond one
+/// refresh period, for the copy to be renewed: keepalived's detection of a dead master
+/// (three adverts and the skew, about 3.6 s at its default of one a second) and margin.
+const TAKEOVER_DETECTION_NS: u64 = 5_000_000_000;
 
 /// What a worker did for the sync, for metrics.
 #[derive(Debug, Default)]
@@ -110,7 +114,13 @@ impl SyncLink {
 
     #[cold]
     fn renew(&mut self, pipeline: &mut Pipeline, now_ns: u64, takeovers: u32) {
-        self.renew_cursor = pipeline.renew_synced_copies(self.renew_cursor, RENEW_SLOTS, now_ns);
+        // A copy the peer refreshed within a refresh period and the detection before now has
+        // at least this much of its lease left.
+        let min_left_ns = self
+            .lease_ns
+            .saturating_sub(self.refresh_ns + TAKEOVER_DETECTION_NS);
+        self.renew_cursor =
+            pipeline.renew_synced_copies(self.renew_cursor, RENEW_SLOTS, now_ns, min_left_ns);
         if self.renew_cursor == 0 {
             self.renewed_takeovers = takeovers;
         }

@@ -132,7 +132,7 @@ impl<'a> Gateway<'a> {
                             virtual_held: view.virtual_held.clone(),
                             ..netlink_view.clone()
                         };
-                        router_changed = held_aside != view;
+                        router_changed = !held_aside.same_as(&view);
                         *netlink_view = view;
                     }
                     let merged =

@@ -377,18 +377,28 @@ impl Pipeline {
     }
 
     /// After this box took over from its peer (its twin took the pair's virtual address):
-    /// the copies in the `count` arena slots from `from` get the time their state's timeout
-    /// gives instead of what is left of their lease, which no refresh from the peer will
-    /// renew now, so that a connection idle through the takeover (an iperf3 control
-    /// connection, an idle SSH session) is still there when it speaks again. Returns where
-    /// the next slice starts: 0 again after the last slot.
-    pub fn renew_synced_copies(&mut self, from: usize, count: usize, now_ns: u64) -> usize {
+    /// the copies in the `count` arena slots from `from` that have at least `min_left_ns` to
+    /// live get the time their state's timeout gives instead of what is left of their lease,
+    /// which no refresh from the peer will renew now, so that a connection idle through the
+    /// takeover (an iperf3 control connection, an idle SSH session) is still there when it
+    /// speaks again. `min_left_ns` picks the copies the peer still refreshed in its last
+    /// sweeps and whose time the lease cut short: one the peer stopped refreshing (ended
+    /// there) or whose own time was shorter runs out as it would have. Returns where the
+    /// next slice starts: 0 again after the last slot.
+    pub fn renew_synced_copies(
+        &mut self,
+        from: usize,
+        count: usize,
+        now_ns: u64,
+        min_left_ns: u64,
+    ) -> usize {
         let slots = self.flow_slots();
         let end = from.saturating_add(count).min(slots);
         let flows = &mut self.stateful.flows;
         for slot in from..end {
             if let Some(id) = flows.live_at(slot, now_ns) {
-                if flows.data(id).is_synced_copy() {
+                let recent = flows.deadline_ns(id).saturating_sub(now_ns) >= min_left_ns;
+                if recent && flows.data(id).is_synced_copy() {
                     flows.renew(id, now_ns);
                 }
             }
