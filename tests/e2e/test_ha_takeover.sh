@@ -254,6 +254,9 @@ took=$(python3 -c "import time; print(f'{time.time() - $killed_at:.1f}')")
 python3 -c "import sys; sys.exit(0 if $took <= 3.0 else 1)" || fail "B took the virtual addresses $took s after the kill (more than 3 s)"
 poll_until 5 grep -q "HA: this box holds the virtual address now" "$WORK/b.log" ||
     fail "B's gateway did not follow its keepalived: $(grep HA "$WORK/b.log")"
+METRICS=http://127.0.0.1:19151/metrics
+poll_until 5 test "$(metric gateway_session_sync_takeovers_total)" -ge 1 ||
+    fail "B counted no takeover (gateway_session_sync_takeovers_total)"
 pass "A killed (SIGKILL): B's keepalived took both virtual addresses within $took s, and B's gateway answers for them"
 
 # resumed LOG: the first second after the kill, counted from the end of a one-second interval

@@ -218,6 +218,7 @@ struct SessionSyncMetrics {
     skipped: IntCounterVec,
     refused: IntCounterVec,
     silence: prometheus::Gauge,
+    takeovers: IntCounterVec,
 }
 
 /// `gateway_uplink_*`: each uplink's state and health checks.

@@ -43,6 +43,12 @@ impl SessionSyncMetrics {
                 "Session sync datagrams refused, by reason: truncated, foreign, version, bad_tag (forged, another key, or this box's own message sent back), stale_epoch, replayed, malformed, and stranger (not from the peer's address, not read).",
                 &["reason"],
             ),
+            takeovers: counter_vec(
+                registry,
+                "session_sync_takeovers_total",
+                "Times this box took the pair's virtual addresses over (its twin gained one), each renewing the synced flows the peer was still refreshing.",
+                &[],
+            ),
             silence: prometheus::Gauge::new(
                 "session_sync_peer_silence_seconds",
                 "Seconds since the peer's last accepted message; -1 before the first.",
@@ -97,6 +103,10 @@ impl SessionSyncMetrics {
             sync_counter(&self.refused, &[reason.label()], read(counter));
         }
         sync_counter(&self.refused, &["stranger"], read(&stats.strangers));
+        let takeovers = workers
+            .first()
+            .map_or(0, |queues| queues.takeovers.load(Ordering::Relaxed));
+        sync_counter(&self.takeovers, &[], u64::from(takeovers));
         let last = read(&stats.last_received_unix_ms);
         let now = unix_ms();
         self.silence.set(match last {
