@@ -199,6 +199,13 @@ sleep 2
 holds_none b || fail "B took a virtual address while A is master: $(tail -n 5 "$WORK/keepalived-b.log")"
 poll_until 5 grep -q "HA: this box holds the virtual address now" "$WORK/a.log" ||
     fail "A's gateway did not follow its keepalived: $(grep HA "$WORK/a.log")"
+held_metric() { # BOX: the sum of BOX's gateway_ha_virtual_address_held series
+    local port=19150
+    [[ $1 == b ]] && port=19151
+    METRICS=http://127.0.0.1:$port/metrics metric gateway_ha_virtual_address_held
+}
+[[ $(held_metric a) == 2 && $(held_metric b) == 0 ]] ||
+    fail "gateway_ha_virtual_address_held: A $(held_metric a), B $(held_metric b) (want 2 and 0)"
 pass "A is VRRP master (its twins hold 192.168.10.1 and 10.0.0.1), B stays backup on A's adverts"
 
 # The LAN host reaches its gateway's virtual address; the answer comes from A's MAC.
@@ -257,6 +264,7 @@ poll_until 5 grep -q "HA: this box holds the virtual address now" "$WORK/b.log" 
 METRICS=http://127.0.0.1:19151/metrics
 poll_until 5 test "$(metric gateway_session_sync_takeovers_total)" -ge 1 ||
     fail "B counted no takeover (gateway_session_sync_takeovers_total)"
+[[ $(held_metric b) == 2 ]] || fail "B's gateway_ha_virtual_address_held: $(held_metric b) (want 2)"
 pass "A killed (SIGKILL): B's keepalived took both virtual addresses within $took s, and B's gateway answers for them"
 
 # resumed LOG: the first second after the kill, counted from the end of a one-second interval

@@ -8,3 +8,4 @@ pub mod pppoe_clients;
 pub mod session_sync;
 pub mod twins;
 pub mod uplink_health;
+pub mod virtual_addresses;

@@ -26,6 +26,7 @@ use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters
 
 use crate::control::pppoe_clients::{PppoeLinks, PppoeView};
 use crate::control::twins::Twins;
+use crate::control::virtual_addresses::VirtualHeld;
 use crate::dataplane::clock::Clock;
 use crate::dataplane::egress::split_into_fragments;
 use crate::dataplane::published::Published;
@@ -94,9 +95,9 @@ pub struct ControlPlane {
     /// Per interface: the IPv6 addresses whose groups it last reported joining (MLD), so
     /// that addresses learnt later (a delegated prefix) are reported as they come.
     reported_addresses: Vec<Vec<(Ipv6Addr, u8)>>,
-    /// Per interface: its twin holds the interface's virtual address (this box is the HA
-    /// pair's VRRP master there), as netlink last said.
-    virtual_held: Vec<bool>,
+    /// Per interface: whether its twin holds the interface's virtual address (this box is
+    /// the HA pair's VRRP master there), as netlink last said; shared with the metrics.
+    virtual_held: Arc<VirtualHeld>,
     /// The workers' ends of session sync (none without `[ha.sync]`): told of each takeover.
     sync_queues: Vec<Arc<SyncQueues>>,
 }
@@ -138,9 +139,15 @@ impl ControlPlane {
             solicited_adverts: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
             mld_reports: TokenBucket::new(SOLICITED_ADVERTS_PER_SEC, SOLICITED_ADVERTS_BURST),
             reported_addresses: Vec::new(),
-            virtual_held: Vec::new(),
+            virtual_held: Arc::default(),
             sync_queues: Vec::new(),
         }
+    }
+
+    /// Hands the control thread the record of the virtual addresses held, which it keeps.
+    pub fn with_virtual_held(mut self, virtual_held: Arc<VirtualHeld>) -> Self {
+        self.virtual_held = virtual_held;
+        self
     }
 
     /// Hands the control thread the workers' ends of session sync, whose copies it has
@@ -220,8 +227,8 @@ impl ControlPlane {
             let Some(address) = iface.virtual_addr else {
                 continue;
             };
-            let was = self.virtual_held.get(port) == Some(&true);
-            match (was, held.get(port) == Some(&true)) {
+            let now = held.get(port) == Some(&true);
+            match (self.virtual_held.set(port, now), now) {
                 (false, true) => {
                     tracing::info!(port, %address, "HA: this box holds the virtual address now (VRRP master): answering and announcing it");
                     self.send_gratuitous_arp(&router, port as u16, address);
@@ -233,7 +240,6 @@ impl ControlPlane {
                 _ => {}
             }
         }
-        self.virtual_held = held.to_vec();
         self.flush();
         if took_over {
             for queues in &self.sync_queues {
@@ -492,7 +498,7 @@ impl ControlPlane {
         let mut released = Vec::new();
         let counters = &self.counters;
         let now_ns = self.clock.now_ns();
-        let holds_virtual = self.virtual_held.get(usize::from(ingress)) == Some(&true);
+        let holds_virtual = self.virtual_held.is_held(usize::from(ingress));
         let handled = handle_arp(
             &mut pkt,
             (iface, holds_virtual),

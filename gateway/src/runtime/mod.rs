@@ -45,6 +45,7 @@ use crate::control::netlink::{Followed, KernelView};
 use crate::control::plane::ControlPlane;
 use crate::control::pppoe_clients::{PppoeLinks, PppoeView};
 use crate::control::twins::Twins;
+use crate::control::virtual_addresses::VirtualHeld;
 use crate::ctl::config_apply::AwaitingConfirmation;
 use crate::ctl::ConfigRequest;
 use crate::dataplane::egress::Egress;

@@ -113,6 +113,7 @@ impl<'a> Gateway<'a> {
         };
         let router_published = router.clone();
         let neighbors_published = neighbors.clone();
+        let virtual_held = Arc::new(VirtualHeld::from_config(config));
         let control = ControlPlane::new(
             control_to_worker,
             from_workers,
@@ -123,7 +124,8 @@ impl<'a> Gateway<'a> {
             neighbor_config,
         )
         .with_twins(twins.with_rings(punt_rings, kernel_rings))
-        .with_session_sync(sync_queues.clone());
+        .with_session_sync(sync_queues.clone())
+        .with_virtual_held(virtual_held.clone());
         let pppoe = PppoeLinks::new(config, &macs, layout.sessions().clone(), pppoe_seed());
         let pppoe_status = (!pppoe.is_empty()).then(|| pppoe.status());
         let mut control = control.with_pppoe(pppoe);
@@ -212,6 +214,7 @@ impl<'a> Gateway<'a> {
             session_sync: session_sync
                 .as_ref()
                 .map(|sync| (sync.stats.clone(), sync.workers.clone())),
+            virtual_held: virtual_held.any().then_some(virtual_held),
             rule_series: config.metrics.rule_series,
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));

@@ -41,6 +41,7 @@ pub fn sources(router: Option<Arc<Published<RouterConfig>>>) -> Sources {
         router,
         uplinks: None,
         session_sync: None,
+        virtual_held: None,
         rule_series: 1000,
     }
 }

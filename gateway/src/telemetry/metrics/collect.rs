@@ -315,6 +315,9 @@ impl Metrics {
         if let (Some(health), Some(router)) = (&self.sources.uplinks, &self.sources.router) {
             self.uplinks.sync(health, &router.load().0);
         }
+        if let Some(held) = &self.sources.virtual_held {
+            self.session_sync.sync_held(held, &self.sources.interfaces);
+        }
         if let Some((stats, workers)) = &self.sources.session_sync {
             self.session_sync.sync(stats, workers);
         }

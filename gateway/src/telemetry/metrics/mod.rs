@@ -137,6 +137,8 @@ pub struct Sources {
         Arc<crate::control::session_sync::SessionSyncStats>,
         Vec<Arc<crate::dataplane::sync_link::SyncQueues>>,
     )>,
+    /// Which of the interfaces' virtual addresses this box holds, where any has one.
+    pub virtual_held: Option<Arc<crate::control::virtual_addresses::VirtualHeld>>,
     /// How many rules have hit series of their own (`metrics.rule_series`).
     pub rule_series: usize,
 }
@@ -219,6 +221,8 @@ struct SessionSyncMetrics {
     refused: IntCounterVec,
     silence: prometheus::Gauge,
     takeovers: IntCounterVec,
+    /// `gateway_ha_virtual_address_held{interface}`.
+    virtual_held: IntGaugeVec,
 }
 
 /// `gateway_uplink_*`: each uplink's state and health checks.

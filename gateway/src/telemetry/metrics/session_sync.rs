@@ -1,5 +1,6 @@
-//! Session sync's metrics: messages and flows each way, what was refused or not installed,
-//! and how long the peer has been silent.
+//! The HA pair's metrics: session sync's messages and flows each way, what was refused or
+//! not installed, how long the peer has been silent, the takeovers, and which virtual
+//! addresses this box holds.
 
 use std::sync::atomic::Ordering;
 
@@ -43,6 +44,12 @@ impl SessionSyncMetrics {
                 "Session sync datagrams refused, by reason: truncated, foreign, version, bad_tag (forged, another key, or this box's own message sent back), stale_epoch, replayed, malformed, and stranger (not from the peer's address, not read).",
                 &["reason"],
             ),
+            virtual_held: gauge_vec(
+                registry,
+                "ha_virtual_address_held",
+                "1 while this box's twin holds the interface's virtual_address (keepalived made it the HA pair's VRRP master there), else 0; both boxes at 1 is a split brain.",
+                &["interface"],
+            ),
             takeovers: counter_vec(
                 registry,
                 "session_sync_takeovers_total",
@@ -63,6 +70,21 @@ impl SessionSyncMetrics {
             .register(Box::new(self.silence.clone()))
             .expect("metric names are unique");
         self
+    }
+
+    /// Which virtual addresses this box holds.
+    pub(crate) fn sync_held(
+        &self,
+        held: &crate::control::virtual_addresses::VirtualHeld,
+        interfaces: &[String],
+    ) {
+        for (port, is_held) in held.interfaces() {
+            if let Some(name) = interfaces.get(port) {
+                self.virtual_held
+                    .with_label_values(&[name])
+                    .set(i64::from(is_held));
+            }
+        }
     }
 
     pub(crate) fn sync(&self, stats: &SessionSyncStats, workers: &[Arc<SyncQueues>]) {
