@@ -25,6 +25,8 @@ use pipeline::{Interface, PacketBuf};
 
 const OUR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const OUR_ADDR: [u8; 4] = [192, 168, 10, 1];
+/// The interface's virtual address (an HA pair's), answered only while held.
+const VIRTUAL: [u8; 4] = [192, 168, 10, 254];
 const GARBAGE: u8 = 0xa5;
 
 fn iface() -> Interface {
@@ -33,6 +35,7 @@ fn iface() -> Interface {
         addr: Ipv4Addr::from(OUR_ADDR),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: Some(Ipv4Addr::from(VIRTUAL)),
     }
 }
 
@@ -52,8 +55,20 @@ fn arp(input: &mut Bytes, room: &mut [u8]) -> usize {
         [0x01, 0, 0x5e, 0, 0, 1],
         [0; 6],
     ]);
-    let sender_ip = input.pick(&[[192, 168, 10, 2], [0, 0, 0, 0], [10, 0, 0, 2], OUR_ADDR]);
-    let target_ip = input.pick(&[OUR_ADDR, OUR_ADDR, [192, 168, 10, 7], [10, 0, 0, 1]]);
+    let sender_ip = input.pick(&[
+        [192, 168, 10, 2],
+        [0, 0, 0, 0],
+        [10, 0, 0, 2],
+        OUR_ADDR,
+        VIRTUAL,
+    ]);
+    let target_ip = input.pick(&[
+        OUR_ADDR,
+        OUR_ADDR,
+        [192, 168, 10, 7],
+        [10, 0, 0, 1],
+        VIRTUAL,
+    ]);
     let op = input.pick(&[1u16, 1, 2, 3, 0]);
     let mut frame = [0u8; 60];
     frame[0..6].copy_from_slice(&input.pick(&[[0xff; 6], OUR_MAC]));
@@ -84,7 +99,15 @@ fn check_arp(input: &mut Bytes) {
         capacity: 8,
         ..NeighborConfig::default()
     });
-    let outcome = handle_arp(&mut pkt, &iface(), &mut table, 0, |_, _| {}, |_| {});
+    let holds_virtual = input.bool();
+    let outcome = handle_arp(
+        &mut pkt,
+        (&iface(), holds_virtual),
+        &mut table,
+        0,
+        |_, _| {},
+        |_| {},
+    );
     let after_len = pkt.len();
     // Whatever was learnt is a unicast host on our own subnet.
     for (ip, mac, _) in table.iter() {
@@ -101,7 +124,8 @@ fn check_arp(input: &mut Bytes) {
             assert_eq!(&frame[12..14], &[0x08, 0x06]);
             assert_eq!(word(frame, 20), 2, "a reply");
             assert_eq!(&frame[22..28], &OUR_MAC);
-            assert_eq!(&frame[28..32], &OUR_ADDR);
+            // From the address asked for: ours, or the virtual one while held.
+            assert_eq!(&frame[28..32], &before[38..42]);
             // To the requester, about the requester.
             assert_eq!(&frame[0..6], &before[22..28]);
             assert_eq!(&frame[32..38], &before[22..28]);
@@ -111,10 +135,9 @@ fn check_arp(input: &mut Bytes) {
                 1,
                 "replied to something that is not a request"
             );
-            assert_eq!(
-                &before[38..42],
-                &OUR_ADDR,
-                "replied to a request for another address"
+            assert!(
+                before[38..42] == OUR_ADDR || (holds_virtual && before[38..42] == VIRTUAL),
+                "replied to a request for another address (virtual held: {holds_virtual})"
             );
             assert_eq!(table.len(), 1, "a request for us is learnt");
         }
@@ -128,7 +151,7 @@ fn check_arp(input: &mut Bytes) {
     let written = if input.bool() {
         write_arp_request(&mut pkt, &iface(), target)
     } else {
-        write_gratuitous_arp(&mut pkt, &iface())
+        write_gratuitous_arp(&mut pkt, &iface(), Ipv4Addr::from(OUR_ADDR))
     };
     assert_eq!(
         written,

@@ -62,6 +62,7 @@ fn iface() -> Interface {
         addr: Ipv4Addr::new(192, 168, 10, 1),
         prefix_len: 24,
         mtu: 1500,
+        virtual_addr: None,
     }
 }
 
@@ -286,9 +287,15 @@ fuzz_target!(|data: &[u8]| {
             assert!(v6.advertise.is_some());
             let advert = v6.advertise.as_ref().unwrap();
             let mut out = vec![GARBAGE; room_len + 64];
-            if let Some(len) =
-                write_router_advert(&mut out[..room_len], &iface(), &v6, advert, (&[], 1_000), to, mac)
-            {
+            if let Some(len) = write_router_advert(
+                &mut out[..room_len],
+                &iface(),
+                &v6,
+                advert,
+                (&[], 1_000),
+                to,
+                mac,
+            ) {
                 check_advert(&out[..len], &v6, advert.router_lifetime_secs);
             }
             assert!(
@@ -382,6 +389,7 @@ fn forwarder() -> Pipeline {
             addr: Ipv4Addr::new(10, 0, 0, 1),
             prefix_len: 24,
             mtu: 1280,
+            virtual_addr: None,
         },
     ];
     let policy = Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept);

@@ -238,6 +238,7 @@ fn config(variant: usize) -> RouterConfig {
             addr: ip(GATEWAY_ADDRS[usize::from(port)]),
             prefix_len,
             mtu,
+            virtual_addr: None,
         })
         .to_vec();
     let routes = [

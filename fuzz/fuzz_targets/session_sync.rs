@@ -37,6 +37,7 @@ fn home() -> Arc<RouterConfig> {
             addr: Ipv4Addr::from(addr),
             prefix_len: 24,
             mtu: 1500,
+            virtual_addr: None,
         };
         let policy = Policy::new(Action::Drop)
             .set(ZoneId(0), ZoneId(1), Action::Accept)
@@ -111,6 +112,14 @@ fuzz_target!(|data: &[u8]| {
     worker.install_synced(&flows, 2 * SECOND, LEASE);
     assert!(counters.conntrack_entries.get() <= installed.max(flows.len() as u64));
     worker.housekeeping(2 * SECOND + LEASE + SECOND, usize::MAX);
-    assert_eq!(counters.conntrack_entries.get(), 0, "a flow outlived its lease");
-    assert_eq!(counters.nat_ports_in_use.get(), 0, "a NAT port was not given back");
+    assert_eq!(
+        counters.conntrack_entries.get(),
+        0,
+        "a flow outlived its lease"
+    );
+    assert_eq!(
+        counters.nat_ports_in_use.get(),
+        0,
+        "a NAT port was not given back"
+    );
 });
