@@ -409,6 +409,7 @@ fn forwarder() -> Pipeline {
             zones: vec![ZoneId(0), ZoneId(1)],
             masquerade: vec![false, false],
             firewall: RuleSet::compile(Vec::new(), policy).expect("the policy compiles"),
+            port_mappings: Default::default(),
             port_forwards: Vec::new(),
             recheck_established: false,
             generation: 0,

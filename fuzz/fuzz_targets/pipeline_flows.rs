@@ -33,7 +33,7 @@ use gateway_fuzz::{
 use libfuzzer_sys::fuzz_target;
 use pipeline::features::content::{ContentPolicy, DnsAction};
 use pipeline::features::qos::{QosConfig, QosMode};
-use pipeline::pipeline::config::{PortForward, Stateful};
+use pipeline::pipeline::config::{PortForward, PortMappings, Stateful};
 use pipeline::state::conntrack::{ConntrackConfig, Timeouts};
 use pipeline::state::firewall::{Action, Policy, Rule, RuleSet, ZoneId};
 use pipeline::state::nat::Ownership;
@@ -82,8 +82,8 @@ const HOSTS: [([u8; 4], u16); 15] = [
     ([172, 16, 0, 1], DMZ),
 ];
 const CLIENT_PORTS: [u16; 8] = [40000, 40001, 1024, 1100, 53, 8080, 1030, 0];
-const SERVER_PORTS: [u16; 14] = [
-    80, 443, 53, 8080, 5000, 5002, 1100, 2222, 22, 5201, 123, 1050, 0, 6000,
+const SERVER_PORTS: [u16; 16] = [
+    80, 443, 53, 8080, 5000, 5002, 1100, 2222, 22, 5201, 123, 1050, 0, 6000, 1200, 9000,
 ];
 
 fn mac_of(ip: [u8; 4]) -> [u8; 6] {
@@ -108,6 +108,20 @@ fn timeouts() -> Timeouts {
         icmp_ns: 60 * SECOND,
         other_ns: 300 * SECOND,
     }
+}
+
+/// Mappings as PCP or NAT-PMP makes them (one port each), one inside the NAT range.
+fn mappings() -> Vec<PortForward> {
+    [(UDP, 1200, [192, 168, 10, 4], 1200), (TCP, 9000, [192, 168, 10, 3], 22)]
+        .into_iter()
+        .map(|(protocol, port, to, to_port)| PortForward {
+            interface: WAN,
+            protocol,
+            ports: port..=port,
+            to: ip(to),
+            to_port,
+        })
+        .collect()
 }
 
 fn forwards() -> Vec<PortForward> {
@@ -264,6 +278,7 @@ fn config(variant: usize) -> RouterConfig {
             zones: vec![lan, wan, dmz],
             masquerade: vec![false, true, false],
             firewall: RuleSet::compile(rules, policy).expect("the fuzz rules compile"),
+            port_mappings: PortMappings::new(mappings()),
             port_forwards: forwards(),
             recheck_established: recheck,
             generation: variant as u32,

@@ -57,6 +57,7 @@ fn home() -> Arc<RouterConfig> {
             zones: vec![ZoneId(0), ZoneId(1)],
             masquerade: vec![false, true],
             firewall: RuleSet::compile(Vec::new(), policy).expect("valid rules"),
+            port_mappings: Default::default(),
             port_forwards: vec![PortForward {
                 interface: 1,
                 protocol: 6,

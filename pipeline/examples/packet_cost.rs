@@ -267,6 +267,7 @@ fn router(features: bool, uplinks: bool) -> Arc<RouterConfig> {
         zones,
         masquerade,
         firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: vec![PortForward {
             interface: 1,
             protocol: 6,

@@ -7,8 +7,8 @@
 //!
 //! 0. [`wire`] (packet formats), and the vocabulary every stage shares: [`packet`],
 //!    [`verdict`], [`counters`], [`hash`], [`ratelimit`];
-//! 1. [`flow`] (the 5-tuple), [`l3`] (FIB, neighbours, fragmentation) and [`pppoe`] (the
-//!    PPPoE client's state machine);
+//! 1. [`flow`] (the 5-tuple), [`l3`] (FIB, neighbours, fragmentation), [`pppoe`] (the
+//!    PPPoE client's state machine) and [`portmap`] (PCP and NAT-PMP mappings);
 //! 2. [`state`] (conntrack, NAT, per-host limits, firewall rules, what a flow keeps);
 //! 3. [`features`] (QoS, meters, content blocking, parental control);
 //! 4. [`pipeline`] (the [`Pipeline`] and its stages, the router config).
@@ -21,6 +21,7 @@ pub mod hash;
 pub mod l3;
 pub mod packet;
 pub mod pipeline;
+pub mod portmap;
 pub mod pppoe;
 pub mod ratelimit;
 pub mod state;

@@ -62,6 +62,7 @@ fn config_with_content(
         zones: vec![LAN_ZONE, WAN_ZONE],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(rules, policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,

@@ -65,6 +65,7 @@ fn config(
         zones: vec![LAN_ZONE, WAN_ZONE],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(rules, policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,

@@ -65,6 +65,7 @@ fn router_with(
         zones: vec![ZoneId(0), ZoneId(1)],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: lease.map_or(0, |(addr, _)| u32::from(addr)),

@@ -65,6 +65,7 @@ fn router_and_rules(extra: &[(ZoneId, ZoneId, Action)], rules: Vec<Rule>) -> Arc
         zones: vec![lan, wan],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(rules, policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,

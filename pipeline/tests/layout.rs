@@ -4,7 +4,7 @@
 //! | layer | modules                                                                 |
 //! |-------|-------------------------------------------------------------------------|
 //! | 0     | `wire/`, and the shared vocabulary `packet`, `verdict`, `counters`, `hash`, `ratelimit` |
-//! | 1     | `flow` (the 5-tuple), `l3/` (FIB, neighbours, fragmentation), `pppoe/` (the PPPoE client) |
+//! | 1     | `flow` (the 5-tuple), `l3/` (FIB, neighbours, fragmentation), `pppoe/` (the PPPoE client), `portmap/` (PCP, NAT-PMP) |
 //! | 2     | `state/` (conntrack, NAT, per-host limits, firewall rules, flow data)   |
 //! | 3     | `features/` (QoS, meters, content blocking, parental control)            |
 //! | 4     | `pipeline/` (the `Pipeline`, its stages, the router config)              |
@@ -37,7 +37,7 @@ use import_graph::{rust_files, Import};
 fn layer_of_module(name: &str) -> Option<u8> {
     Some(match name {
         "wire" | "packet" | "verdict" | "counters" | "hash" | "ratelimit" => 0,
-        "flow" | "l3" | "pppoe" => 1,
+        "flow" | "l3" | "pppoe" | "portmap" => 1,
         "state" => 2,
         "features" => 3,
         "pipeline" => 4,
@@ -46,7 +46,7 @@ fn layer_of_module(name: &str) -> Option<u8> {
 }
 
 /// Top-level modules that are directories of modules: their children are the graph's nodes.
-const GROUPS: [&str; 5] = ["l3", "pppoe", "state", "features", "pipeline"];
+const GROUPS: [&str; 6] = ["l3", "pppoe", "portmap", "state", "features", "pipeline"];
 
 /// The node a path (`state::nat::rewrite::fold`, `verdict::DropReason`) belongs to:
 /// `state::nat`, `verdict`.

@@ -152,6 +152,7 @@ impl Topology {
             zones: (0..n).map(|i| ZoneId(i as u8)).collect(),
             masquerade: self.masquerade.clone(),
             firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
+            port_mappings: Default::default(),
             port_forwards,
             recheck_established: false,
             generation: 0,

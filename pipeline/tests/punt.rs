@@ -52,6 +52,7 @@ fn gateway_on(
         zones: vec![LAN_ZONE, WAN_ZONE],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(rules, policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: vec![PortForward {
             interface: WAN,
             protocol: 6,

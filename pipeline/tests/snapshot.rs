@@ -90,6 +90,7 @@ fn router(forward: bool, wan_addr: [u8; 4], rules: Vec<Rule>) -> RouterConfig {
             zones: vec![ZoneId(0), ZoneId(1)],
             masquerade: vec![false, true],
             firewall: RuleSet::compile(rules, policy).unwrap(),
+            port_mappings: Default::default(),
             port_forwards,
             recheck_established: false,
             generation: 0,

@@ -86,6 +86,7 @@ fn stateful(rules: Vec<Rule>, generation: u32, recheck_established: bool) -> Sta
         zones: vec![LAN_ZONE, WAN_ZONE],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(rules, policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: vec![
             PortForward {
                 interface: WAN,

@@ -85,6 +85,7 @@ fn router(uplinks: Vec<Uplink>, policies: Vec<UplinkPolicy>) -> Arc<RouterConfig
         zones: vec![ZoneId(0), ZoneId(1), ZoneId(2)],
         masquerade: vec![false, true, true],
         firewall: RuleSet::compile(Vec::new(), policy).unwrap(),
+        port_mappings: Default::default(),
         port_forwards: vec![PortForward {
             interface: WAN2,
             protocol: protocol::TCP,

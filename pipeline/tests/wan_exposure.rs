@@ -63,6 +63,7 @@ fn router_with(
             Policy::new(Action::Drop).set(ZoneId(0), ZoneId(1), Action::Accept),
         )
         .unwrap(),
+        port_mappings: Default::default(),
         port_forwards: vec![PortForward {
             interface: WAN,
             protocol: 6,

@@ -129,6 +129,7 @@ pub(super) fn router_config(
         zones: vec![lan, wan],
         masquerade: vec![false, true],
         firewall: RuleSet::compile(Vec::new(), policy)?,
+        port_mappings: Default::default(),
         port_forwards: vec![PortForward {
             interface: 1,
             protocol: 6,
@@ -199,6 +200,7 @@ fn uplinks_router_config(traffic: &Traffic, second: &SecondUplink) -> anyhow::Re
         zones: vec![lan, wan, wan],
         masquerade: vec![false, true, true],
         firewall: RuleSet::compile(Vec::new(), policy)?,
+        port_mappings: Default::default(),
         port_forwards: Vec::new(),
         recheck_established: false,
         generation: 0,

@@ -266,8 +266,13 @@ pub fn router_config_with_kernel(
         &kernel.routes6,
     )?
     .with_pinholes6(pinholes6(config))?;
+    // The mappings hosts asked for (PCP, NAT-PMP) go with the operator's forwards.
+    let stateful = Stateful {
+        port_mappings: kernel.port_mappings.clone(),
+        ..stateful(config)?
+    };
     Ok(router
-        .with_stateful(stateful(config)?)?
+        .with_stateful(stateful)?
         .with_qos(qos_config(&config.qos))
         .with_traffic_meter(config.traffic_meter.enabled)
         .with_punt(crate::compile::twins::punt_config(config))?)
@@ -647,6 +652,7 @@ fn stateful(config: &GatewayConfig) -> Result<Stateful, CompileError> {
         zones,
         masquerade,
         firewall,
+        port_mappings: Default::default(),
         port_forwards,
         recheck_established: config.firewall.recheck_established,
         generation: next_generation(),

@@ -11,6 +11,7 @@ mod interfaces;
 mod nat;
 mod parse;
 mod platform;
+mod port_mapping;
 mod protocols;
 pub mod store;
 pub mod twins;
@@ -26,6 +27,7 @@ pub use interfaces::*;
 pub use nat::*;
 pub use parse::*;
 pub use platform::*;
+pub use port_mapping::*;
 pub use protocols::*;
 pub use uplinks::*;
 pub(crate) use validate::*;
@@ -92,6 +94,9 @@ pub struct GatewayConfig {
     /// The other box of an active/standby pair: session sync.
     #[serde(default)]
     pub ha: HaConfig,
+    /// PCP and NAT-PMP for the hosts of some zones; off by default.
+    #[serde(default)]
+    pub port_mapping: PortMappingConfig,
 }
 
 /// How a changed config reaches the running gateway (README, Reload).

@@ -4,6 +4,7 @@
 
 pub mod netlink;
 pub mod plane;
+pub mod port_mapping;
 pub mod pppoe_clients;
 pub mod session_sync;
 pub mod twins;

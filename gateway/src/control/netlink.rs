@@ -94,6 +94,9 @@ pub struct KernelView {
     /// failed (`crate::control::uplink_health`), merged in by the control thread beside the
     /// kernel's and the PPPoE sessions' views, since it too changes the router config.
     pub uplinks_failed: Vec<bool>,
+    /// Not the kernel's either: the mappings LAN hosts asked for by PCP or NAT-PMP
+    /// (`crate::control::port_mapping`), merged in by the control thread the same way.
+    pub port_mappings: pipeline::pipeline::config::PortMappings,
 }
 
 impl KernelView {
@@ -261,6 +264,7 @@ fn view_at<'a>(
         routes6: Vec::new(),
         virtual_held: vec![false; followed.twins.len()],
         uplinks_failed: Vec::new(),
+        port_mappings: Default::default(),
     };
     for (index, addr, len) in addresses {
         let Some(port) = port_of(index) else { continue };
@@ -617,22 +621,28 @@ pub fn spawn(
     }
 }
 
+/// Moves the calling thread into the twins' namespace `netns` (`kernel_twins.netns`); the
+/// rest of the gateway stays where it is.
+pub(crate) fn enter_namespace(netns: &str) -> Result<(), NetlinkError> {
+    let path = format!("/run/netns/{netns}");
+    let file = std::fs::File::open(&path).map_err(|source| NetlinkError::OpenNetns {
+        path: path.clone(),
+        source,
+    })?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|source| {
+        NetlinkError::EnterNetns {
+            netns: netns.to_string(),
+            source,
+        }
+    })
+}
+
 /// Two rtnetlink sockets in the twins' namespace: one subscribed to the notifications, one
 /// for dumps (so that a dump's answer never interleaves with notifications). The thread
 /// enters the namespace; the rest of the gateway stays where it is.
 fn open(netns: Option<&str>) -> Result<(Socket, Socket), NetlinkError> {
     if let Some(netns) = netns {
-        let path = format!("/run/netns/{netns}");
-        let file = std::fs::File::open(&path).map_err(|source| NetlinkError::OpenNetns {
-            path: path.clone(),
-            source,
-        })?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|source| {
-            NetlinkError::EnterNetns {
-                netns: netns.to_string(),
-                source,
-            }
-        })?;
+        enter_namespace(netns)?;
     }
     let mut events = Socket::new(NETLINK_ROUTE).map_err(socket("opening an rtnetlink socket"))?;
     events

@@ -475,6 +475,33 @@ fn print_nat(answer: &Value) {
         cell(&answer["listed"]),
         cell(&answer["matched"])
     );
+    let mappings = answer["port_mappings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if mappings.is_empty() {
+        return;
+    }
+    println!();
+    println!("port mappings (PCP, NAT-PMP):");
+    println!(
+        "{:<5} {:<8} {:<22} {:>8} {:>10}",
+        "proto", "origin", "inside", "outside", "expires_in"
+    );
+    for mapping in &mappings {
+        println!(
+            "{:<5} {:<8} {:<22} {:>8} {:>9}s",
+            cell(&mapping["protocol"]),
+            cell(&mapping["origin"]),
+            format!(
+                "{}:{}",
+                cell(&mapping["internal"]),
+                cell(&mapping["internal_port"])
+            ),
+            cell(&mapping["external_port"]),
+            cell(&mapping["expires_in_s"])
+        );
+    }
 }
 
 fn print_trace(answer: &Value) {

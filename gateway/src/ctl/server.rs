@@ -72,6 +72,8 @@ pub struct Sources {
     pub pdump_file_prefix: Option<String>,
     /// What the uplinks' health checks found.
     pub uplink_health: Arc<crate::control::uplink_health::UplinkHealth>,
+    /// The mappings hosts hold by PCP and NAT-PMP (none while `[port_mapping]` is off).
+    pub port_mapping: Option<Arc<crate::control::port_mapping::PortMappingStatus>>,
 }
 
 /// The ctl socket could not be set up, or a connection failed.
@@ -759,7 +761,33 @@ fn show_nat(
         "ports_available": available,
         "hosts": hosts,
         "bindings": bindings,
+        "port_mappings": port_mappings(host, sources),
     }))
+}
+
+/// The mappings hosts asked for (of `host`, or all), each with its origin and the seconds
+/// left of its lifetime.
+fn port_mappings(host: Option<std::net::Ipv4Addr>, sources: &Sources) -> Vec<Value> {
+    let Some(status) = &sources.port_mapping else {
+        return Vec::new();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let mappings = status
+        .mappings
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    mappings
+        .iter()
+        .filter(|mapping| host.is_none_or(|host| mapping.internal == host))
+        .map(|mapping| {
+            let mut entry = crate::control::port_mapping::mapping_json(mapping);
+            entry["expires_in_s"] = json!(mapping.expires_at.saturating_sub(now));
+            entry
+        })
+        .collect()
 }
 
 fn trace(

@@ -65,6 +65,9 @@ pub fn restart_required(running: &GatewayConfig, new: &GatewayConfig) -> Vec<Str
         fields.push("reload".to_string());
     }
     // The sync link's socket, key and workers' sweep are set up at start.
+    if running.port_mapping != new.port_mapping {
+        fields.push("port_mapping".to_string());
+    }
     if running.ha != new.ha {
         fields.push("ha".to_string());
     }
@@ -173,6 +176,7 @@ pub fn merge_for_reload(running: &GatewayConfig, new: GatewayConfig) -> GatewayC
     merged.reload = running.reload.clone();
     merged.state = running.state.clone();
     merged.ha = running.ha.clone();
+    merged.port_mapping = running.port_mapping.clone();
     merged.traffic_meter.capacity = running.traffic_meter.capacity;
     merged.conntrack = running.conntrack.clone();
     merged.nat.binding_capacity = running.nat.binding_capacity;

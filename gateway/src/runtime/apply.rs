@@ -120,6 +120,7 @@ pub(crate) fn merged_view(
     netlink: &KernelView,
     pppoe: &PppoeView,
     uplinks_failed: Vec<bool>,
+    port_mappings: &PortMappings,
 ) -> KernelView {
     let interfaces = netlink.addresses.len().max(pppoe.addresses.len());
     KernelView {
@@ -142,6 +143,7 @@ pub(crate) fn merged_view(
         routes6: netlink.routes6.clone(),
         virtual_held: netlink.virtual_held.clone(),
         uplinks_failed,
+        port_mappings: port_mappings.clone(),
     }
 }
 

@@ -17,6 +17,7 @@ impl<'a> Gateway<'a> {
             kernel_for_loads,
             netlink_view,
             pppoe_view,
+            port_mappings,
             uplink_health,
             uplink_links,
             control,
@@ -68,23 +69,33 @@ impl<'a> Gateway<'a> {
             };
             // A PPPoE session's view changed, or an uplink's carrier came or went (as a health
             // check's verdict would): the router config is compiled again.
+            // Merges the views, compiles the router config with them when `recompile`, and
+            // keeps the merge for the reloads.
+            let apply_views = |netlink_view: &KernelView,
+                               pppoe_view: &PppoeView,
+                               port_mappings: &PortMappings,
+                               recompile: bool| {
+                let failed = uplink_health.failed(uplink_links);
+                let merged = merged_view(netlink_view, pppoe_view, failed, port_mappings);
+                if recompile {
+                    apply_kernel(
+                        running,
+                        macs,
+                        &merged,
+                        router_published,
+                        (qos_stats, rule_hits),
+                    );
+                }
+                *kernel_for_loads
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = merged;
+            };
             let pppoe = control.take_pppoe_view();
             if pppoe.is_some() || uplink_link_changed {
                 if let Some(view) = pppoe {
                     *pppoe_view = view;
                 }
-                let merged =
-                    merged_view(netlink_view, pppoe_view, uplink_health.failed(uplink_links));
-                apply_kernel(
-                    running,
-                    macs,
-                    &merged,
-                    router_published,
-                    (qos_stats, rule_hits),
-                );
-                *kernel_for_loads
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = merged;
+                apply_views(netlink_view, pppoe_view, port_mappings, true);
                 policed_rates = qos_rates(router_published);
             }
             while let Ok(request) = config_requests.try_recv() {
@@ -135,22 +146,13 @@ impl<'a> Gateway<'a> {
                         router_changed = !held_aside.same_as(&view);
                         *netlink_view = view;
                     }
-                    let merged =
-                        merged_view(netlink_view, pppoe_view, uplink_health.failed(uplink_links));
-                    if router_changed {
-                        apply_kernel(
-                            running,
-                            macs,
-                            &merged,
-                            router_published,
-                            (qos_stats, rule_hits),
-                        );
-                    }
+                    apply_views(netlink_view, pppoe_view, port_mappings, router_changed);
                     control.follow_virtual_addresses(&netlink_view.virtual_held);
-                    *kernel_for_loads
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner) = merged;
                     policed_rates = qos_rates(router_published);
+                }
+                Some(ControlEvent::PortMappings(mappings)) => {
+                    *port_mappings = mappings;
+                    apply_views(netlink_view, pppoe_view, port_mappings, true);
                 }
                 Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
                     if panic.is_none() && stop.load(Ordering::Relaxed) {

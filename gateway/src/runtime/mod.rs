@@ -26,6 +26,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::{Receiver, Sender};
 use pipeline::features::meter::HostMeter;
 use pipeline::l3::neigh::NeighborConfig;
+use pipeline::pipeline::config::PortMappings;
 use pipeline::pipeline::operator::snapshot::SavedFlow;
 use pipeline::state::firewall_log::{FirewallLog, FirewallLogger};
 use pipeline::state::nat::Ownership;
@@ -84,6 +85,8 @@ enum ControlEvent {
     /// An uplink's health checks took it down or brought it back
     /// (`crate::control::uplink_health`; the state is in `Gateway::uplink_health`).
     UplinkHealth,
+    /// The port mappings hosts hold changed (`crate::control::port_mapping`): all of them.
+    PortMappings(PortMappings),
 }
 
 /// The environment variable that makes start-up fail on purpose once every worker runs, for
@@ -182,6 +185,8 @@ struct Gateway<'a> {
     metrics_failed: bool,
     meter_export: Arc<Published<MeterExport>>,
     netlink_thread: Option<std::thread::JoinHandle<()>>,
+    /// The PCP and NAT-PMP server (`[port_mapping]`), and what it shows metrics and ctl.
+    port_mapping_thread: Option<std::thread::JoinHandle<()>>,
     /// What the uplinks' health checks found, and their threads.
     uplink_health: Arc<crate::control::uplink_health::UplinkHealth>,
     uplink_links: crate::control::uplink_health::UplinkLinks,
@@ -196,6 +201,8 @@ struct Gateway<'a> {
     /// The two halves of it: netlink sends whole views, which would overwrite the sessions'.
     netlink_view: KernelView,
     pppoe_view: PppoeView,
+    /// The mappings the port mapping server last sent (none while it is off).
+    port_mappings: PortMappings,
     control: ControlPlane,
     router_published: Arc<Published<pipeline::RouterConfig>>,
     reload_status: Arc<ReloadStatus>,

@@ -149,6 +149,27 @@ impl<'a> Gateway<'a> {
         } else {
             None
         };
+        // PCP and NAT-PMP, on the served twins' addresses; the mappings come back as events.
+        let (port_mapping_thread, port_mapping_status) =
+            match crate::control::port_mapping::Setup::from_config(config) {
+                Some(setup) => {
+                    let status =
+                        Arc::new(crate::control::port_mapping::PortMappingStatus::default());
+                    let events = events.clone();
+                    let publish = move |mappings| {
+                        let _ = events.send(ControlEvent::PortMappings(mappings));
+                    };
+                    let thread = crate::control::port_mapping::spawn(
+                        setup,
+                        router_published.clone(),
+                        status.clone(),
+                        stop.clone(),
+                        publish,
+                    )?;
+                    (Some(thread), Some(status))
+                }
+                None => (None, None),
+            };
         let uplink_health = Arc::new(crate::control::uplink_health::UplinkHealth::for_config(
             config,
         ));
@@ -215,6 +236,7 @@ impl<'a> Gateway<'a> {
                 .as_ref()
                 .map(|sync| (sync.stats.clone(), sync.workers.clone())),
             virtual_held: virtual_held.any().then_some(virtual_held),
+            port_mapping: port_mapping_status.clone(),
             rule_series: config.metrics.rule_series,
         });
         let metrics_stop = Arc::new(AtomicBool::new(false));
@@ -250,6 +272,7 @@ impl<'a> Gateway<'a> {
                 config_requests: config_request_sender,
                 pdump_file_prefix: config.eal.pdump.then(|| config.eal.file_prefix.clone()),
                 uplink_health: uplink_health.clone(),
+                port_mapping: port_mapping_status.clone(),
             },
         )
         .map_err(|err| tracing::warn!("no ctl socket: {:#}", anyhow::Error::from(err)))
@@ -291,6 +314,7 @@ impl<'a> Gateway<'a> {
             metrics_failed,
             meter_export,
             netlink_thread,
+            port_mapping_thread,
             uplink_health,
             uplink_links,
             uplink_threads,
@@ -299,6 +323,7 @@ impl<'a> Gateway<'a> {
             kernel_for_loads,
             netlink_view: KernelView::default(),
             pppoe_view: PppoeView::default(),
+            port_mappings: PortMappings::default(),
             control,
             router_published,
             reload_status,

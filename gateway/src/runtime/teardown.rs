@@ -21,6 +21,7 @@ impl<'a> Gateway<'a> {
             metrics_failed,
             meter_export: _meter_export,
             netlink_thread,
+            port_mapping_thread,
             uplink_health: _uplink_health,
             uplink_links: _uplink_links,
             uplink_threads,
@@ -29,6 +30,7 @@ impl<'a> Gateway<'a> {
             kernel_for_loads: _kernel_for_loads,
             netlink_view: _netlink_view,
             pppoe_view: _pppoe_view,
+            port_mappings: _port_mappings,
             mut control,
             router_published: _router_published,
             reload_status: _reload_status,
@@ -60,6 +62,9 @@ impl<'a> Gateway<'a> {
             server.stop();
         }
         if let Some(thread) = netlink_thread {
+            let _ = thread.join();
+        }
+        if let Some(thread) = port_mapping_thread {
             let _ = thread.join();
         }
         for thread in uplink_threads {

@@ -42,6 +42,7 @@ pub fn sources(router: Option<Arc<Published<RouterConfig>>>) -> Sources {
         uplinks: None,
         session_sync: None,
         virtual_held: None,
+        port_mapping: None,
         rule_series: 1000,
     }
 }

@@ -282,7 +282,10 @@ pub struct Stateful {
     /// Whether flows leaving each interface are masqueraded to its address.
     pub masquerade: Vec<bool>,
     pub firewall: RuleSet,
+    /// The operator's forwards (`nat.port_forwards`), checked first, in order.
     pub port_forwards: Vec<PortForward>,
+    /// The forwards LAN hosts asked for by PCP or NAT-PMP (`crate::portmap`), after them.
+    pub port_mappings: PortMappings,
     /// Re-check established flows against the rules after a reload, dropping those now denied.
     pub recheck_established: bool,
     /// Changes with every reload, so flows can tell they were admitted under older rules.
@@ -300,6 +303,7 @@ impl Stateful {
             firewall: RuleSet::compile(Vec::new(), Policy::new(Action::Accept))
                 .expect("an empty rule set compiles"),
             port_forwards: Vec::new(),
+            port_mappings: PortMappings::default(),
             recheck_established: false,
             generation: 0,
             content: None,
@@ -316,7 +320,32 @@ impl Stateful {
         port: u16,
     ) -> Option<&PortForward> {
         let index = self.port_forward_index(interfaces, protocol, dst, port)?;
-        self.port_forwards.get(index)
+        self.forward_at(index)
+    }
+
+    /// The forward at `index` as [`port_forward_index`](Self::port_forward_index) counts:
+    /// the operator's, then the mappings.
+    #[inline]
+    pub fn forward_at(&self, index: usize) -> Option<&PortForward> {
+        match index.checked_sub(self.port_forwards.len()) {
+            None => self.port_forwards.get(index),
+            Some(mapping) => self.port_mappings.forwards.get(mapping),
+        }
+    }
+
+    /// Whether any forward, on any interface, takes `protocol` `port`.
+    pub fn forwards_port(&self, protocol: u8, port: u16) -> bool {
+        self.port_forwards
+            .iter()
+            .any(|f| f.protocol == protocol && f.ports.contains(&port))
+            || self.port_mappings.find(protocol, port).is_some()
+    }
+
+    /// Every forward: the operator's, then the mappings.
+    pub fn all_port_forwards(&self) -> impl Iterator<Item = &PortForward> {
+        self.port_forwards
+            .iter()
+            .chain(&self.port_mappings.forwards)
     }
 
     /// [`port_forward`](Self::port_forward)'s place in `port_forwards`.
@@ -328,13 +357,18 @@ impl Stateful {
         dst: Ipv4Addr,
         port: u16,
     ) -> Option<usize> {
-        self.port_forwards.iter().position(|forward| {
+        let hits = |forward: &PortForward| {
             forward.protocol == protocol
                 && forward.ports.contains(&port)
                 && interfaces
                     .get(usize::from(forward.interface))
                     .is_some_and(|iface| iface.is_own(dst))
-        })
+        };
+        if let Some(index) = self.port_forwards.iter().position(hits) {
+            return Some(index);
+        }
+        let mapping = self.port_mappings.find(protocol, port)?;
+        hits(&self.port_mappings.forwards[mapping]).then_some(self.port_forwards.len() + mapping)
     }
 
     /// Where a port forward sends a new flow with `key`: the target's address and port.
@@ -351,8 +385,44 @@ impl Stateful {
         key: &FlowKey,
     ) -> Option<(usize, (Ipv4Addr, u16))> {
         let index = self.port_forward_index(interfaces, key.protocol, key.dst, key.dst_port)?;
-        let forward = self.port_forwards.get(index)?;
+        let forward = self.forward_at(index)?;
         Some((index, (forward.to, forward.translate(key.dst_port))))
+    }
+}
+
+/// The forwards of one port each that LAN hosts asked for (PCP, NAT-PMP), kept sorted by
+/// protocol and port so that a new flow at the gateway's address finds its mapping by a
+/// binary search, however many there are (a flood of SYNs at random ports costs each a
+/// search, not a scan). One mapping per protocol and port: the table that made them
+/// (`crate::portmap::MappingTable`) hands out each external port once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortMappings {
+    forwards: Vec<PortForward>,
+}
+
+impl PortMappings {
+    /// From forwards of one port each; a second forward of a protocol and port is dropped.
+    pub fn new(mut forwards: Vec<PortForward>) -> Self {
+        forwards.retain(|forward| forward.ports.start() == forward.ports.end());
+        forwards.sort_by_key(|forward| (forward.protocol, *forward.ports.start()));
+        forwards.dedup_by_key(|forward| (forward.protocol, *forward.ports.start()));
+        PortMappings { forwards }
+    }
+
+    pub fn forwards(&self) -> &[PortForward] {
+        &self.forwards
+    }
+
+    #[inline]
+    fn find(&self, protocol: u8, port: u16) -> Option<usize> {
+        if self.forwards.is_empty() {
+            return None;
+        }
+        self.forwards
+            .binary_search_by_key(&(protocol, port), |forward| {
+                (forward.protocol, *forward.ports.start())
+            })
+            .ok()
     }
 }
 
@@ -1061,8 +1131,7 @@ impl RouterConfig {
             return Err(RouterError::StatefulMismatch);
         }
         if stateful
-            .port_forwards
-            .iter()
+            .all_port_forwards()
             .any(|f| usize::from(f.interface) >= n || f.ports.is_empty())
         {
             return Err(RouterError::StatefulMismatch);

@@ -350,13 +350,10 @@ impl Pipeline {
         let Some(nat) = self.stateful.nat.as_mut() else {
             return;
         };
-        let forwards = &self.router.stateful.port_forwards;
-        for forward in &old.stateful.port_forwards {
+        let stateful = &self.router.stateful;
+        for forward in old.stateful.all_port_forwards() {
             for port in forward.ports.clone() {
-                let still_forwarded = forwards
-                    .iter()
-                    .any(|f| f.protocol == forward.protocol && f.ports.contains(&port));
-                if !still_forwarded {
+                if !stateful.forwards_port(forward.protocol, port) {
                     nat.unreserve(forward.protocol, port);
                 }
             }
@@ -368,7 +365,7 @@ impl Pipeline {
         let Some(nat) = self.stateful.nat.as_mut() else {
             return;
         };
-        for forward in &self.router.stateful.port_forwards {
+        for forward in self.router.stateful.all_port_forwards() {
             for port in forward.ports.clone() {
                 nat.reserve(forward.protocol, port);
             }

@@ -415,6 +415,7 @@ impl GatewayConfig {
         }
         self.validate_state()?;
         self.validate_ha()?;
+        self.validate_port_mapping()?;
         self.validate_nat_log()?;
         self.validate_firewall_log()?;
         if self.neighbors.locktime_ms >= self.neighbors.reachable_secs.saturating_mul(1000) {

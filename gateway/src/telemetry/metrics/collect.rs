@@ -318,6 +318,9 @@ impl Metrics {
         if let Some(held) = &self.sources.virtual_held {
             self.session_sync.sync_held(held, &self.sources.interfaces);
         }
+        if let Some(status) = &self.sources.port_mapping {
+            self.port_mapping.sync(status);
+        }
         if let Some((stats, workers)) = &self.sources.session_sync {
             self.session_sync.sync(stats, workers);
         }

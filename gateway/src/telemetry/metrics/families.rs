@@ -286,6 +286,8 @@ pub fn metric_names() -> Vec<String> {
         "session_sync_skipped_flows_total",
         "session_sync_refused_messages_total",
         "session_sync_peer_silence_seconds",
+        "port_mappings",
+        "port_mapping_requests_total",
     ];
     let tables = PORT_COUNTERS
         .iter()

@@ -8,6 +8,7 @@
 mod collect;
 mod families;
 mod http;
+mod port_mapping;
 mod pppoe;
 mod registry;
 mod session_sync;
@@ -139,6 +140,8 @@ pub struct Sources {
     )>,
     /// Which of the interfaces' virtual addresses this box holds, where any has one.
     pub virtual_held: Option<Arc<crate::control::virtual_addresses::VirtualHeld>>,
+    /// The port mapping server's mappings and requests (none while `[port_mapping]` is off).
+    pub port_mapping: Option<Arc<crate::control::port_mapping::PortMappingStatus>>,
     /// How many rules have hit series of their own (`metrics.rule_series`).
     pub rule_series: usize,
 }
@@ -210,6 +213,7 @@ pub struct Metrics {
     pppoe: PppoeMetrics,
     uplinks: UplinkMetrics,
     session_sync: SessionSyncMetrics,
+    port_mapping: PortMappingMetrics,
 }
 
 /// `gateway_session_sync_*`: the sync link to the peer of an HA pair.
@@ -223,6 +227,12 @@ struct SessionSyncMetrics {
     takeovers: IntCounterVec,
     /// `gateway_ha_virtual_address_held{interface}`.
     virtual_held: IntGaugeVec,
+}
+
+/// `gateway_port_mapping*`: PCP and NAT-PMP.
+struct PortMappingMetrics {
+    mappings: IntGaugeVec,
+    requests: IntCounterVec,
 }
 
 /// `gateway_uplink_*`: each uplink's state and health checks.

@@ -379,6 +379,7 @@ impl Metrics {
             pppoe: PppoeMetrics::new(&registry),
             uplinks: UplinkMetrics::new(&registry),
             session_sync: SessionSyncMetrics::new(&registry),
+            port_mapping: PortMappingMetrics::new(&registry),
             registry,
             sources,
         }
