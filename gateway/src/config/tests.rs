@@ -1459,3 +1459,93 @@ fn the_session_sync_key_file_must_hold_a_long_enough_key() {
     assert!(err.contains("mode 644"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The LAB with a twin on the LAN, the WAN masqueraded, and `[port_mapping]` as `table`.
+fn port_mapping(table: &str) -> String {
+    format!(
+        "{}\n[nat]\nmasquerade = [\"wan\"]\n[port_mapping]\n{table}\n",
+        LAB.replace(
+            "address = \"192.168.10.1/24\"",
+            "address = \"192.168.10.1/24\"\nkernel_twin = true",
+        )
+    )
+}
+
+#[test]
+fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
+    let off = parse(LAB).unwrap();
+    assert!(!off.port_mapping.enabled());
+    assert_eq!(off.port_mapping_external(), None);
+    let on = parse(&port_mapping("zones = [\"lan\"]")).unwrap();
+    assert_eq!(on.port_mapping_interfaces(), vec![0]);
+    assert_eq!(on.port_mapping_external(), Some(1));
+    let limits = on.port_mapping.limits();
+    assert_eq!((limits.per_host, limits.total), (100, 1024));
+    assert_eq!(limits.lifetime, 120..=86_400);
+    assert_eq!(limits.external_ports, 1024..=65535);
+    for (table, field, why) in [
+        (
+            "zones = [\"dmz\"]",
+            "port_mapping.zones[0]",
+            "no interface is in zone",
+        ),
+        (
+            "zones = [\"wan\"]",
+            "interfaces[1].kernel_twin",
+            "needs a kernel twin",
+        ),
+        (
+            "zones = [\"lan\"]\nexternal_interface = \"lan\"",
+            "port_mapping.external_interface",
+            "does not masquerade",
+        ),
+        (
+            "zones = [\"lan\"]\nexternal_interface = \"isp\"",
+            "port_mapping.external_interface",
+            "no interface named",
+        ),
+        (
+            "zones = [\"lan\"]\nper_host = 0",
+            "port_mapping.per_host",
+            "at least 1",
+        ),
+        (
+            "zones = [\"lan\"]\nper_host = 20\ntotal = 10",
+            "port_mapping.per_host",
+            "at most port_mapping.total",
+        ),
+        (
+            "zones = [\"lan\"]\ntotal = 70000",
+            "port_mapping.total",
+            "at most 65536",
+        ),
+        (
+            "zones = [\"lan\"]\nmin_lifetime_s = 600\nmax_lifetime_s = 60",
+            "port_mapping.min_lifetime_s",
+            "at most port_mapping.max_lifetime_s",
+        ),
+        (
+            "zones = [\"lan\"]\nmax_lifetime_s = 700000",
+            "port_mapping.max_lifetime_s",
+            "a week",
+        ),
+        (
+            "zones = [\"lan\"]\nport = 5351",
+            "port_mapping",
+            "unknown field",
+        ),
+    ] {
+        let err = format!("{:#}", parse(&port_mapping(table)).unwrap_err());
+        assert!(err.contains(field) && err.contains(why), "{table}: {err}");
+    }
+    // The WAN in a served zone: served and mapped to at once.
+    let wan_twin = port_mapping("zones = [\"lan\", \"wan\"]").replace(
+        "address = \"10.0.0.1/24\"",
+        "address = \"10.0.0.1/24\"\nkernel_twin = true",
+    );
+    let err = parse(&wan_twin).unwrap_err().to_string();
+    assert!(
+        err.starts_with("port_mapping.external_interface:") && err.contains("in a zone"),
+        "{err}"
+    );
+}

@@ -42,6 +42,9 @@ const REQUESTS_BURST: u32 = 400;
 /// How long a refusal stands before the client should ask again (the lifetime field of an
 /// error response, RFC 6887 7.4).
 const ERROR_LIFETIME_S: u32 = 30;
+/// How long a change may take to reach the router config before the answers go anyway
+/// (the control thread compiles it between its polls: milliseconds).
+const PUBLISH_WAIT: Duration = Duration::from_millis(500);
 /// Expiry and the external address are checked this often.
 const TICK: Duration = Duration::from_secs(1);
 /// Where the mappings are kept in the state directory.
@@ -249,16 +252,21 @@ impl<P: Fn(PortMappings)> Server<P> {
                     .collect()
             };
             let mut changed = false;
+            let mut answers = Vec::new();
             let ready = ready.into_iter().enumerate().filter(|&(_, ready)| ready);
             for (served, _) in ready {
                 while let Ok((len, from)) = self.sockets[served].recv_from(&mut buf) {
                     if let SocketAddr::V4(from) = from {
-                        changed |= self.handle(served, &buf[..len], from);
+                        changed |= self.handle(served, &buf[..len], from, &mut answers);
                     }
                 }
             }
             if changed {
-                self.changed();
+                self.changed(true);
+            }
+            // A client told "mapped" may be reached through the mapping at once.
+            for (served, answer, to) in answers {
+                let _ = self.sockets[served].send_to(&answer, to);
             }
         }
     }
@@ -276,7 +284,7 @@ impl<P: Fn(PortMappings)> Server<P> {
             );
         }
         if !gone.is_empty() {
-            self.changed();
+            self.changed(false);
         }
         let address = self.external_address();
         if address != self.announced && address.is_some() {
@@ -311,8 +319,15 @@ impl<P: Fn(PortMappings)> Server<P> {
         tracing::info!(external = %address, "port mapping: external address announced");
     }
 
-    /// Answers one datagram; returns whether the table changed.
-    fn handle(&mut self, served: usize, bytes: &[u8], from: SocketAddrV4) -> bool {
+    /// Answers one datagram (the answer goes to `answers`, sent once the workers have the
+    /// table); returns whether the table changed.
+    fn handle(
+        &mut self,
+        served: usize,
+        bytes: &[u8],
+        from: SocketAddrV4,
+        answers: &mut Vec<(usize, Vec<u8>, SocketAddrV4)>,
+    ) -> bool {
         let (router, _) = self.router.load();
         let (index, _) = self.setup.served[served];
         let origin = match bytes.first() {
@@ -346,7 +361,7 @@ impl<P: Fn(PortMappings)> Server<P> {
             self.status.count(origin, result);
         }
         if len > 0 {
-            let _ = self.sockets[served].send_to(&out[..len], from);
+            answers.push((served, out[..len].to_vec(), from));
         }
         let changed = self.table.mappings() != before.as_slice();
         if changed {
@@ -581,13 +596,23 @@ impl<P: Fn(PortMappings)> Server<P> {
         }
     }
 
-    /// The table changed: the router config takes the new set, the status and the state
-    /// file follow.
-    fn changed(&mut self) {
+    /// The table changed: the router config takes the new set (waited for when
+    /// `answers_wait`, so that the answers sent next hold), the status and the state file
+    /// follow.
+    fn changed(&mut self, answers_wait: bool) {
         let forwards = (self.table.mappings().iter())
             .map(|mapping| forward(self.setup.external, mapping))
             .collect();
-        (self.publish)(PortMappings::new(forwards));
+        let mappings = PortMappings::new(forwards);
+        (self.publish)(mappings.clone());
+        let deadline = Instant::now() + PUBLISH_WAIT;
+        while answers_wait && self.router.load().0.stateful.port_mappings != mappings {
+            if Instant::now() >= deadline {
+                tracing::warn!("port mappings not in the router config after {PUBLISH_WAIT:?}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         *self
             .status
             .mappings
@@ -641,7 +666,8 @@ impl<P: Fn(PortMappings)> Server<P> {
         let restored = self.table.mappings().len();
         if restored > 0 {
             self.epoch_start = saved["epoch_start"].as_u64().unwrap_or(now).min(now);
-            self.changed();
+            // Before the control thread serves: nobody waits on it.
+            self.changed(false);
         }
         tracing::info!(
             restored,
