@@ -4,13 +4,16 @@
 # it, and it expires; a PCP client (tests/e2e/pcp_client.py) maps a TCP port the WAN host
 # then reaches; refused: another host's address (THIRD_PARTY), a forged client address, a
 # static forward's port (with PREFER_FAILURE; without, another port), the 101st mapping of
-# a host. The announcements reach the LAN at start; the PCP mapping outlives a restart.
+# a host. The announcements reach the LAN at start; the mapping's create and delete are in
+# the NAT log; the PCP mapping outlives a restart.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"
 
 TWIN_NS=gwlab-gw
+SYSLOG_PID=
 cleanup_twins() {
+    [[ -n $SYSLOG_PID ]] && kill "$SYSLOG_PID" 2>/dev/null
     if ip netns pids "$TWIN_NS" >/dev/null 2>&1; then
         ip netns pids "$TWIN_NS" | xargs -r kill 2>/dev/null || true
     fi
@@ -60,6 +63,8 @@ netns = "$TWIN_NS"
 [port_mapping]
 zones = ["lan"]
 min_lifetime_s = 2
+[nat.log]
+syslog_udp = "127.0.0.1:19155"
 [state]
 directory = "$WORK/state"
 [ctl]
@@ -72,6 +77,17 @@ METRICS=http://127.0.0.1:19154/metrics
 ctl() { "$GATEWAY" ctl --socket "$WORK/run/ctl.sock" "$@"; }
 "$GATEWAY" check-config --config "$WORK/mapping.toml" >/dev/null ||
     fail "check-config refuses the test's config"
+
+# The NAT log's syslog receiver.
+python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 19155))
+with open(sys.argv[1], "a") as out:
+    while True:
+        print(s.recv(2048).decode(errors="replace"), file=out, flush=True)
+' "$WORK/nat.log" &
+SYSLOG_PID=$!
 
 # The LAN host listens for the announcements (to all hosts, port 5350) from before the start.
 lan python3 -c '
@@ -115,7 +131,14 @@ nat_pmp_mappings_gone() { (($(metric 'gateway_port_mappings{origin="nat-pmp"}') 
 poll_until 10 nat_pmp_mappings_gone || fail "the NAT-PMP mapping did not expire"
 answered=$(udp_exchange gwlab-wan 10.0.0.1 40000 2)
 ((answered == 0)) || fail "the WAN host still got $answered answers after the mapping expired"
-pass "the mapping expired with its lifetime and no longer admits the WAN host"
+logged() {
+    grep -c 'event="'"$1"'" protocol="udp" inside="192.168.10.2:5000" outside="10.0.0.1:40000"' \
+        "$WORK/nat.log" 2>/dev/null
+}
+both_logged() { [[ $(logged create) == 1 && $(logged delete) == 1 ]]; }
+poll_until 5 both_logged ||
+    fail "the NAT log has no create and delete of the mapping: $(cat "$WORK/nat.log" 2>/dev/null)"
+pass "the mapping expired with its lifetime and no longer admits the WAN host; the NAT log has its create and delete"
 kill "$echo_server"
 
 # PCP: TCP 8000 on the LAN host, asked as external 18000, for 10 minutes.

@@ -28,6 +28,7 @@ use pipeline::portmap::{
 };
 use pipeline::ratelimit::TokenBucket;
 use pipeline::state::firewall::{Action, ZoneId};
+use pipeline::state::nat::{NatEvent, NatEventKind, NatLog};
 use pipeline::RouterConfig;
 use serde_json::{json, Value};
 
@@ -62,6 +63,8 @@ pub struct Setup {
     /// Where the mappings are kept across restarts (None: `state.snapshot` is off).
     pub state_file: Option<PathBuf>,
     pub netns: Option<String>,
+    /// The NAT log's queue for mapping events (`[nat.log]`), drained with the workers'.
+    pub nat_log: Option<Arc<NatLog>>,
 }
 
 impl Setup {
@@ -85,6 +88,11 @@ impl Setup {
                 .snapshot
                 .then(|| config.state.directory.join(STATE_FILE)),
             netns: config.kernel_twins.netns.clone(),
+            nat_log: config
+                .nat
+                .log
+                .enabled()
+                .then(|| Arc::new(NatLog::new(config.nat.log.queue_events))),
         })
     }
 }
@@ -236,6 +244,10 @@ impl<P: Fn(PortMappings)> Server<P> {
         let mut buf = [0u8; pcp::MAX_LEN + 4];
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
+            if let Some(log) = &self.setup.nat_log {
+                // The NAT log dates events by this clock's reading at its drain.
+                log.set_now(self.started.elapsed().as_nanos() as u64);
+            }
             if now >= next_tick {
                 self.tick();
                 next_tick = now + TICK;
@@ -275,13 +287,7 @@ impl<P: Fn(PortMappings)> Server<P> {
     fn tick(&mut self) {
         let gone = self.table.expire(unix_now());
         for mapping in &gone {
-            tracing::info!(
-                protocol = protocol_name(mapping.protocol),
-                internal = %SocketAddrV4::new(mapping.internal, mapping.internal_port),
-                external_port = mapping.external_port,
-                origin = mapping.origin.label(),
-                "port mapping expired"
-            );
+            self.note(NatEventKind::Delete, mapping, "port mapping expired");
         }
         if !gone.is_empty() {
             self.changed(false);
@@ -365,7 +371,7 @@ impl<P: Fn(PortMappings)> Server<P> {
         }
         let changed = self.table.mappings() != before.as_slice();
         if changed {
-            log_changes(&before, self.table.mappings());
+            self.note_changes(&before);
         }
         changed
     }
@@ -596,6 +602,46 @@ impl<P: Fn(PortMappings)> Server<P> {
         }
     }
 
+    /// Logs the mappings the table gained since `before`, and those it lost.
+    fn note_changes(&self, before: &[Mapping]) {
+        let same = |a: &Mapping, b: &Mapping| {
+            (a.protocol, a.internal, a.internal_port, a.external_port)
+                == (b.protocol, b.internal, b.internal_port, b.external_port)
+        };
+        let after = self.table.mappings();
+        for mapping in after.iter().filter(|m| !before.iter().any(|b| same(m, b))) {
+            self.note(NatEventKind::Create, mapping, "port mapping created");
+        }
+        for mapping in before.iter().filter(|m| !after.iter().any(|a| same(m, a))) {
+            self.note(NatEventKind::Delete, mapping, "port mapping deleted");
+        }
+    }
+
+    /// One mapping's creation or end: in the gateway's log and, with `[nat.log]`, in the
+    /// NAT log as a binding of the external address's port to the host's.
+    fn note(&self, kind: NatEventKind, mapping: &Mapping, what: &str) {
+        let external = self.external_address().unwrap_or(Ipv4Addr::UNSPECIFIED);
+        tracing::info!(
+            protocol = protocol_name(mapping.protocol),
+            internal = %SocketAddrV4::new(mapping.internal, mapping.internal_port),
+            external = %SocketAddrV4::new(external, mapping.external_port),
+            origin = mapping.origin.label(),
+            "{what}"
+        );
+        if let Some(log) = &self.setup.nat_log {
+            let now_ns = self.started.elapsed().as_nanos() as u64;
+            log.set_now(now_ns);
+            log.push(NatEvent {
+                at_ns: now_ns,
+                kind,
+                protocol: mapping.protocol,
+                internal: (mapping.internal, mapping.internal_port),
+                external: (external, mapping.external_port),
+                block: None,
+            });
+        }
+    }
+
     /// The table changed: the router config takes the new set (waited for when
     /// `answers_wait`, so that the answers sent next hold), the status and the state file
     /// follow.
@@ -722,31 +768,6 @@ fn protocol_name(protocol: u8) -> &'static str {
     match protocol {
         TCP => "tcp",
         _ => "udp",
-    }
-}
-
-/// Logs what `after` has that `before` had not, and the reverse.
-fn log_changes(before: &[Mapping], after: &[Mapping]) {
-    let same = |a: &Mapping, b: &Mapping| {
-        (a.protocol, a.internal, a.internal_port, a.external_port)
-            == (b.protocol, b.internal, b.internal_port, b.external_port)
-    };
-    for (mappings, others, what) in [
-        (after, before, "port mapping created"),
-        (before, after, "port mapping deleted"),
-    ] {
-        for mapping in mappings
-            .iter()
-            .filter(|m| !others.iter().any(|o| same(m, o)))
-        {
-            tracing::info!(
-                protocol = protocol_name(mapping.protocol),
-                internal = %SocketAddrV4::new(mapping.internal, mapping.internal_port),
-                external_port = mapping.external_port,
-                origin = mapping.origin.label(),
-                "{what}"
-            );
-        }
     }
 }
 

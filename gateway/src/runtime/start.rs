@@ -76,7 +76,7 @@ impl<'a> Gateway<'a> {
             ctl_queries,
             trace_requests,
             drop_captures,
-            nat_logs,
+            mut nat_logs,
             firewall_logs,
             sync_queues,
         } = start_workers(
@@ -153,6 +153,7 @@ impl<'a> Gateway<'a> {
         let (port_mapping_thread, port_mapping_status) =
             match crate::control::port_mapping::Setup::from_config(config) {
                 Some(setup) => {
+                    nat_logs.extend(setup.nat_log.clone());
                     let status =
                         Arc::new(crate::control::port_mapping::PortMappingStatus::default());
                     let events = events.clone();
