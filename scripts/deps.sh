@@ -3,11 +3,11 @@
 set -euo pipefail
 
 # python3-scapy: the PPPoE test ISP (scapy's PPPoE, PPP and TUN layers, under /usr/bin/python3).
-# natpmpc: miniupnp's NAT-PMP client, a LAN host of the port mapping test.
+# natpmpc, miniupnpc: miniupnp's NAT-PMP and UPnP IGD clients, LAN hosts of the port mapping test.
 packages=(libdpdk-dev dpdk-dev clang libclang-dev pkg-config build-essential iperf3 iproute2
           ethtool procps iputils-ping python3 curl prometheus nftables openvswitch-switch
           dnsmasq-base isc-dhcp-client frr rsyslog nfdump python3-scapy kea-dhcp6-server radvd
-          tshark keepalived natpmpc)
+          tshark keepalived natpmpc miniupnpc)
 installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
 missing=()
 for pkg in "${packages[@]}"; do

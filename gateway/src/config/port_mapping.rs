@@ -22,9 +22,15 @@ pub struct PortMappingConfig {
     /// more gets these (RFC 6887 15 recommends 120 s and a day).
     pub min_lifetime_s: u32,
     pub max_lifetime_s: u32,
-    /// The external ports mappings may take. A static forward's ports and the ports the
-    /// `local` rules open to the external interface's zone are never handed out.
+    /// The external ports mappings may take: outside `nat.port_range` (masquerade may hold
+    /// any port of that). A static forward's ports and the ports the `local` rules open to
+    /// the external interface's zone are never handed out.
     pub external_ports: PortRange,
+    /// UPnP IGD too (SSDP and HTTP), for the clients that speak only it: a larger surface
+    /// than PCP's and NAT-PMP's, so off unless asked for.
+    pub upnp: bool,
+    /// The HTTP port of UPnP's description and control, on each served address.
+    pub upnp_http_port: u16,
 }
 
 impl Default for PortMappingConfig {
@@ -37,9 +43,11 @@ impl Default for PortMappingConfig {
             min_lifetime_s: 120,
             max_lifetime_s: 86_400,
             external_ports: PortRange {
-                first: 1024,
+                first: 49152,
                 last: 65535,
             },
+            upnp: false,
+            upnp_http_port: 5000,
         }
     }
 }
@@ -171,6 +179,40 @@ impl GatewayConfig {
             return Err(invalid(
                 "port_mapping.min_lifetime_s",
                 "must be at least 1 and at most port_mapping.max_lifetime_s",
+            ));
+        }
+        let (ports, nat) = (mapping.external_ports, self.nat.port_range);
+        if ports.first <= nat.last && nat.first <= ports.last {
+            return Err(invalid(
+                "port_mapping.external_ports",
+                format!(
+                    "{}-{} overlaps nat.port_range {}-{}: masquerade may hold any port of that, \
+                     and a mapping on one would take its replies; give each a range of its \
+                     own (nat.port_range = \"1024-49151\" beside the default 49152-65535)",
+                    ports.first, ports.last, nat.first, nat.last
+                ),
+            ));
+        }
+        if mapping.upnp && mapping.upnp_http_port == 0 {
+            return Err(invalid("port_mapping.upnp_http_port", "0 is no port"));
+        }
+        // Mappings live in one box: the pair's other box would not forward them.
+        if let Some(index) = self
+            .interfaces
+            .iter()
+            .position(|iface| iface.virtual_address.is_some() || iface.nat_address.is_some())
+        {
+            return Err(invalid(
+                format!("interfaces[{index}]"),
+                "port mapping does not work on an HA pair or a scale-out box yet (mappings \
+                 are not synced): leave [port_mapping] out",
+            ));
+        }
+        if self.ha.sync.is_some() {
+            return Err(invalid(
+                "ha.sync",
+                "port mapping does not work on an HA pair yet (mappings are not synced): \
+                 leave [port_mapping] out",
             ));
         }
         if mapping.max_lifetime_s > MAX_LIFETIME_S {

@@ -1463,7 +1463,7 @@ fn the_session_sync_key_file_must_hold_a_long_enough_key() {
 /// The LAB with a twin on the LAN, the WAN masqueraded, and `[port_mapping]` as `table`.
 fn port_mapping(table: &str) -> String {
     format!(
-        "{}\n[nat]\nmasquerade = [\"wan\"]\n[port_mapping]\n{table}\n",
+        "{}\n[nat]\nmasquerade = [\"wan\"]\nport_range = \"1024-49151\"\n[port_mapping]\n{table}\n",
         LAB.replace(
             "address = \"192.168.10.1/24\"",
             "address = \"192.168.10.1/24\"\nkernel_twin = true",
@@ -1482,7 +1482,9 @@ fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
     let limits = on.port_mapping.limits();
     assert_eq!((limits.per_host, limits.total), (100, 1024));
     assert_eq!(limits.lifetime, 120..=86_400);
-    assert_eq!(limits.external_ports, 1024..=65535);
+    assert_eq!(limits.external_ports, 49152..=65535);
+    assert!(!on.port_mapping.upnp);
+    assert_eq!(on.port_mapping.upnp_http_port, 5000);
     for (table, field, why) in [
         (
             "zones = [\"dmz\"]",
@@ -1534,6 +1536,16 @@ fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
             "port_mapping",
             "unknown field",
         ),
+        (
+            "zones = [\"lan\"]\nexternal_ports = \"40000-50000\"",
+            "port_mapping.external_ports",
+            "overlaps nat.port_range 1024-49151",
+        ),
+        (
+            "zones = [\"lan\"]\nupnp = true\nupnp_http_port = 0",
+            "port_mapping.upnp_http_port",
+            "no port",
+        ),
     ] {
         let err = format!("{:#}", parse(&port_mapping(table)).unwrap_err());
         assert!(err.contains(field) && err.contains(why), "{table}: {err}");
@@ -1546,6 +1558,16 @@ fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
     let err = parse(&wan_twin).unwrap_err().to_string();
     assert!(
         err.starts_with("port_mapping.external_interface:") && err.contains("in a zone"),
+        "{err}"
+    );
+    // Not on an HA pair: the other box would not forward the mappings.
+    let pair = port_mapping("zones = [\"lan\"]").replace(
+        "address = \"10.0.0.1/24\"",
+        "address = \"10.0.0.1/24\"\nnat_address = \"100.64.0.3\"",
+    );
+    let err = parse(&pair).unwrap_err().to_string();
+    assert!(
+        err.starts_with("interfaces[1]:") && err.contains("HA pair"),
         "{err}"
     );
 }

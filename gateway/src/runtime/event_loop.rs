@@ -71,7 +71,8 @@ impl<'a> Gateway<'a> {
             // check's verdict would): the router config is compiled again.
             // Merges the views, compiles the router config with them when `recompile`, and
             // keeps the merge for the reloads.
-            let apply_views = |netlink_view: &KernelView,
+            let apply_views = |running: &GatewayConfig,
+                               netlink_view: &KernelView,
                                pppoe_view: &PppoeView,
                                port_mappings: &PortMappings,
                                recompile: bool| {
@@ -95,7 +96,7 @@ impl<'a> Gateway<'a> {
                 if let Some(view) = pppoe {
                     *pppoe_view = view;
                 }
-                apply_views(netlink_view, pppoe_view, port_mappings, true);
+                apply_views(running, netlink_view, pppoe_view, port_mappings, true);
                 policed_rates = qos_rates(router_published);
             }
             while let Ok(request) = config_requests.try_recv() {
@@ -130,6 +131,11 @@ impl<'a> Gateway<'a> {
                     ) {
                         *running = applied;
                         control.reconfigure_pppoe(running, macs);
+                        // Compiled with the mappings of when the load began: a change
+                        // since then is put back.
+                        if router_published.load().0.stateful.port_mappings != *port_mappings {
+                            apply_views(running, netlink_view, pppoe_view, port_mappings, true);
+                        }
                     }
                     policed_rates = qos_rates(router_published);
                 }
@@ -146,13 +152,19 @@ impl<'a> Gateway<'a> {
                         router_changed = !held_aside.same_as(&view);
                         *netlink_view = view;
                     }
-                    apply_views(netlink_view, pppoe_view, port_mappings, router_changed);
+                    apply_views(
+                        running,
+                        netlink_view,
+                        pppoe_view,
+                        port_mappings,
+                        router_changed,
+                    );
                     control.follow_virtual_addresses(&netlink_view.virtual_held);
                     policed_rates = qos_rates(router_published);
                 }
                 Some(ControlEvent::PortMappings(mappings)) => {
                     *port_mappings = mappings;
-                    apply_views(netlink_view, pppoe_view, port_mappings, true);
+                    apply_views(running, netlink_view, pppoe_view, port_mappings, true);
                 }
                 Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
                     if panic.is_none() && stop.load(Ordering::Relaxed) {

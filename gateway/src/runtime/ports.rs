@@ -187,10 +187,13 @@ pub(crate) fn start_ports(
             rss_key: iface.rss_key.as_deref().and_then(parse_hex),
             promiscuous: iface.promiscuous,
             // IPv6 Neighbor Discovery comes to multicast groups (all nodes, all routers,
-            // solicited-node), and an HA pair's VRRP adverts to 224.0.0.18: the port, or a
-            // VLAN on it, with IPv6 or a virtual address takes them.
-            all_multicast: config.interfaces.iter().any(|other| {
-                (other.ipv6.is_some() || other.virtual_address.is_some())
+            // solicited-node), an HA pair's VRRP adverts to 224.0.0.18, UPnP's searches to
+            // 239.255.255.250: the port, or a VLAN on it, with IPv6, a virtual address or
+            // UPnP served takes them.
+            all_multicast: config.interfaces.iter().enumerate().any(|(index, other)| {
+                let upnp =
+                    config.port_mapping.upnp && config.port_mapping_interfaces().contains(&index);
+                (other.ipv6.is_some() || other.virtual_address.is_some() || upnp)
                     && (other.name == iface.name
                         || other.parent.as_deref() == Some(iface.name.as_str()))
             }),

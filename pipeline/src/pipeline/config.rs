@@ -367,6 +367,10 @@ impl Stateful {
         if let Some(index) = self.port_forwards.iter().position(hits) {
             return Some(index);
         }
+        // Most packets asked about are not for the gateway: no search for them.
+        if self.port_mappings.forwards.is_empty() || !interfaces.iter().any(|i| i.is_own(dst)) {
+            return None;
+        }
         let mapping = self.port_mappings.find(protocol, port)?;
         hits(&self.port_mappings.forwards[mapping]).then_some(self.port_forwards.len() + mapping)
     }

@@ -1,19 +1,20 @@
-//! Port mappings that LAN hosts ask the gateway for: PCP (RFC 6887) and NAT-PMP (RFC 6886),
-//! their table and its limits.
+//! Port mappings that LAN hosts ask the gateway for: PCP (RFC 6887), NAT-PMP (RFC 6886) and
+//! UPnP IGD, their table and its limits.
 //!
 //! Pure, like [`crate::pppoe`]: no socket and no clock. The gateway's `control::port_mapping`
-//! thread owns a [`MappingTable`], answers each request with it ([`natpmp`] and [`pcp`] read
-//! and write the bytes), and hands its mappings to the router config, where they act as port
+//! thread owns a [`MappingTable`], answers each request with it ([`natpmp`], [`pcp`] and
+//! [`upnp`] read and write the bytes), and hands its mappings to the router config, where they act as port
 //! forwards of one port each: the firewall's rules still decide the flows they admit.
 //!
 //! The limits hold whatever the protocol: a host maps only its own address (the requests'
-//! source; PCP's third-party option is refused), at most `per_host` mappings each and
+//! source; PCP's third-party option and UPnP's other internal clients are refused), at most `per_host` mappings each and
 //! `total` in all, external ports only in `external_ports` and never one the gateway keeps
 //! (a static forward, a service of its own: the caller's `kept`), lifetimes within
 //! `lifetime`.
 
 pub mod natpmp;
 pub mod pcp;
+pub mod upnp;
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -32,16 +33,18 @@ pub const UDP: u8 = 17;
 pub enum Origin {
     NatPmp,
     Pcp,
+    Upnp,
 }
 
 impl Origin {
-    pub const ALL: [Origin; 2] = [Origin::NatPmp, Origin::Pcp];
+    pub const ALL: [Origin; 3] = [Origin::NatPmp, Origin::Pcp, Origin::Upnp];
 
     /// The label in metrics, `ctl show nat` and the snapshot.
     pub const fn label(self) -> &'static str {
         match self {
             Origin::NatPmp => "nat-pmp",
             Origin::Pcp => "pcp",
+            Origin::Upnp => "upnp",
         }
     }
 
@@ -101,6 +104,10 @@ pub struct Granted {
     pub external_port: u16,
     /// Seconds, as clamped.
     pub lifetime: u32,
+    /// What the table gained and lost: a new mapping, and the one it replaced (a renewal
+    /// whose external port a static forward took since); neither for a plain renewal.
+    pub created: Option<Mapping>,
+    pub replaced: Option<Mapping>,
 }
 
 /// Why a request was refused.
@@ -184,6 +191,7 @@ impl MappingTable {
         let lifetime = ask
             .lifetime
             .clamp(*self.limits.lifetime.start(), *self.limits.lifetime.end());
+        let mut replaced = None;
         if let Some(index) = self.find(ask.protocol, ask.internal, ask.internal_port) {
             let mapping = &mut self.mappings[index];
             if mapping.origin == Origin::Pcp && mapping.nonce != ask.nonce {
@@ -194,6 +202,7 @@ impl MappingTable {
                 // made below.
                 let gone = self.mappings.remove(index);
                 self.taken.remove(&(gone.protocol, gone.external_port));
+                replaced = Some(gone);
             } else {
                 mapping.expires_at = now + u64::from(lifetime);
                 mapping.origin = ask.origin;
@@ -201,6 +210,8 @@ impl MappingTable {
                 return Ok(Granted {
                     external_port: mapping.external_port,
                     lifetime,
+                    created: None,
+                    replaced: None,
                 });
             }
         }
@@ -217,7 +228,7 @@ impl MappingTable {
         }
         let external_port = self.pick_port(ask, &kept)?;
         self.taken.insert((ask.protocol, external_port));
-        self.mappings.push(Mapping {
+        let mapping = Mapping {
             protocol: ask.protocol,
             internal: ask.internal,
             internal_port: ask.internal_port,
@@ -225,10 +236,13 @@ impl MappingTable {
             expires_at: now + u64::from(lifetime),
             origin: ask.origin,
             nonce: ask.nonce,
-        });
+        };
+        self.mappings.push(mapping);
         Ok(Granted {
             external_port,
             lifetime,
+            created: Some(mapping),
+            replaced,
         })
     }
 
@@ -261,16 +275,17 @@ impl MappingTable {
     }
 
     /// Deletes the host's mapping of `internal_port` (a request with lifetime 0). `nonce`:
-    /// PCP's, which must match a PCP mapping's; None for NAT-PMP. Ok(false): none existed.
+    /// PCP's, which must match a PCP mapping's; None for NAT-PMP and UPnP. Returns the
+    /// mapping deleted, None if there was none.
     pub fn unmap(
         &mut self,
         protocol: u8,
         internal: Ipv4Addr,
         internal_port: u16,
         nonce: Option<[u8; 12]>,
-    ) -> Result<bool, Refusal> {
+    ) -> Result<Option<Mapping>, Refusal> {
         let Some(index) = self.find(protocol, internal, internal_port) else {
-            return Ok(false);
+            return Ok(None);
         };
         let mapping = self.mappings[index];
         if mapping.origin == Origin::Pcp && nonce != Some(mapping.nonce) {
@@ -279,35 +294,60 @@ impl MappingTable {
         self.mappings.remove(index);
         self.taken
             .remove(&(mapping.protocol, mapping.external_port));
-        Ok(true)
+        Ok(Some(mapping))
     }
 
-    /// Deletes every mapping of `protocol` the host made by NAT-PMP (its request with
-    /// internal port 0 and lifetime 0, RFC 6886 3.4). Returns how many.
-    pub fn unmap_host(&mut self, protocol: u8, internal: Ipv4Addr) -> usize {
-        let before = self.mappings.len();
-        let taken = &mut self.taken;
-        self.mappings.retain(|m| {
-            let gone =
-                m.protocol == protocol && m.internal == internal && m.origin == Origin::NatPmp;
-            if gone {
-                taken.remove(&(m.protocol, m.external_port));
-            }
-            !gone
-        });
-        before - self.mappings.len()
-    }
-
-    /// Drops the mappings whose lifetime ended by `now`; returns them.
-    pub fn expire(&mut self, now: u64) -> Vec<Mapping> {
-        let (gone, kept): (Vec<Mapping>, Vec<Mapping>) =
-            self.mappings.iter().partition(|m| m.expires_at <= now);
-        for mapping in &gone {
+    /// Deletes the mappings `gone` picks, returning them: the host's NAT-PMP mappings of a
+    /// protocol (its request with internal port 0 and lifetime 0, RFC 6886 3.4), a PCP
+    /// client's of a protocol under its nonce (RFC 6887 15), those whose port the gateway
+    /// keeps now.
+    pub fn unmap_where(&mut self, gone: impl Fn(&Mapping) -> bool) -> Vec<Mapping> {
+        let (removed, kept): (Vec<Mapping>, Vec<Mapping>) =
+            self.mappings.iter().partition(|m| gone(m));
+        for mapping in &removed {
             self.taken
                 .remove(&(mapping.protocol, mapping.external_port));
         }
         self.mappings = kept;
-        gone
+        removed
+    }
+
+    /// The mapping of `protocol` on `external_port`, if any.
+    pub fn by_external(&self, protocol: u8, external_port: u16) -> Option<&Mapping> {
+        (self.mappings.iter()).find(|m| m.protocol == protocol && m.external_port == external_port)
+    }
+
+    /// The host's mapping of `internal_port`, if any.
+    pub fn by_internal(
+        &self,
+        protocol: u8,
+        internal: Ipv4Addr,
+        internal_port: u16,
+    ) -> Option<&Mapping> {
+        let index = self.find(protocol, internal, internal_port)?;
+        self.mappings.get(index)
+    }
+
+    /// Deletes the mapping of `external_port` (UPnP's DeletePortMapping), if `requester`
+    /// made it and not by PCP (whose mappings answer to their nonce alone). Ok(None): none.
+    pub fn unmap_external(
+        &mut self,
+        protocol: u8,
+        external_port: u16,
+        requester: Ipv4Addr,
+    ) -> Result<Option<Mapping>, Refusal> {
+        let Some(mapping) = self.by_external(protocol, external_port).copied() else {
+            return Ok(None);
+        };
+        if mapping.internal != requester || mapping.origin == Origin::Pcp {
+            return Err(Refusal::NotOwner);
+        }
+        self.unmap(protocol, mapping.internal, mapping.internal_port, None)
+    }
+
+    /// Drops the mappings whose lifetime ended by `now`; returns them.
+    pub fn expire(&mut self, now: u64) -> Vec<Mapping> {
+        self.unmap_where(|m| m.expires_at <= now)
     }
 
     /// Puts back mappings from before a restart, each checked again against the limits (the

@@ -44,6 +44,7 @@ fn the_suggested_port_is_granted_and_a_repeat_renews_the_same_mapping() {
         .map(&ask(HOST, 5000, 7000), 130, nothing_kept)
         .unwrap();
     assert_eq!(again.external_port, 6000);
+    assert_eq!((again.created, again.replaced), (None, None));
     assert_eq!(table.mappings().len(), 1);
     assert_eq!(table.mappings()[0].expires_at, 190);
 }
@@ -125,8 +126,9 @@ fn pcp_mappings_answer_only_to_their_nonce() {
         Err(Refusal::NotOwner)
     );
     assert_eq!(table.unmap(UDP, HOST, 5000, None), Err(Refusal::NotOwner));
-    assert_eq!(table.unmap(UDP, HOST, 5000, Some([7; 12])), Ok(true));
-    assert_eq!(table.unmap(UDP, HOST, 5000, Some([7; 12])), Ok(false));
+    let deleted = table.unmap(UDP, HOST, 5000, Some([7; 12])).unwrap();
+    assert_eq!(deleted.map(|m| m.external_port), Some(5000));
+    assert_eq!(table.unmap(UDP, HOST, 5000, Some([7; 12])), Ok(None));
 }
 
 #[test]
@@ -140,8 +142,41 @@ fn a_hosts_nat_pmp_mappings_go_together_and_only_its_own() {
         ..ask(HOST, 1, 0)
     };
     table.map(&tcp, 0, nothing_kept).unwrap();
-    assert_eq!(table.unmap_host(UDP, HOST), 2);
+    let gone = table.unmap_where(|m| m.protocol == UDP && m.internal == HOST);
+    assert_eq!(gone.len(), 2);
     assert_eq!(table.mappings().len(), 2);
+}
+
+#[test]
+fn upnp_deletes_by_external_port_only_the_requesters_own() {
+    let mut table = table(10, 100);
+    let upnp = Ask {
+        origin: Origin::Upnp,
+        ..ask(HOST, 5000, 6000)
+    };
+    table.map(&upnp, 0, nothing_kept).unwrap();
+    let pcp = Ask {
+        origin: Origin::Pcp,
+        nonce: [1; 12],
+        ..ask(HOST, 5001, 6001)
+    };
+    table.map(&pcp, 0, nothing_kept).unwrap();
+    assert_eq!(table.by_external(UDP, 6000).unwrap().internal_port, 5000);
+    assert_eq!(
+        table.by_internal(UDP, HOST, 5001).unwrap().external_port,
+        6001
+    );
+    assert_eq!(
+        table.unmap_external(UDP, 6000, OTHER),
+        Err(Refusal::NotOwner)
+    );
+    assert_eq!(
+        table.unmap_external(UDP, 6001, HOST),
+        Err(Refusal::NotOwner)
+    );
+    assert_eq!(table.unmap_external(TCP, 6000, HOST), Ok(None));
+    assert!(table.unmap_external(UDP, 6000, HOST).unwrap().is_some());
+    assert!(table.by_external(UDP, 6000).is_none());
 }
 
 #[test]
@@ -151,6 +186,8 @@ fn a_mapping_whose_port_a_static_forward_took_moves_on_renewal() {
     let kept = |_: u8, port: u16| port == 6000;
     let renewed = table.map(&ask(HOST, 5000, 6000), 1, kept).unwrap();
     assert_eq!(renewed.external_port, 6001);
+    assert_eq!(renewed.replaced.map(|m| m.external_port), Some(6000));
+    assert_eq!(renewed.created.map(|m| m.external_port), Some(6001));
     assert_eq!(table.mappings().len(), 1);
 }
 
@@ -297,5 +334,131 @@ mod wire {
             &[2, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]
         );
         assert_eq!(len, 24);
+    }
+}
+
+mod upnp_wire {
+    use std::net::Ipv4Addr;
+
+    use crate::portmap::upnp::{self, Action, AddPortMapping};
+    use crate::portmap::{TCP, UDP};
+
+    const UUID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
+
+    #[test]
+    fn ssdp_searches_for_what_the_gateway_is_are_answered() {
+        let search = |target: &str| {
+            format!("M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 2\r\nST: {target}\r\n\r\n")
+        };
+        for target in [
+            upnp::DEVICE,
+            upnp::WAN_IP_CONNECTION,
+            "ssdp:all",
+            "upnp:rootdevice",
+        ] {
+            let text = search(target);
+            assert_eq!(upnp::search_target(&text, UUID), Some(target));
+        }
+        assert_eq!(
+            upnp::search_target(&search(&format!("uuid:{UUID}")), UUID),
+            Some(format!("uuid:{UUID}").as_str())
+        );
+        assert_eq!(
+            upnp::search_target(&search("urn:schemas-upnp-org:device:MediaRenderer:1"), UUID),
+            None
+        );
+        let notify = search(upnp::DEVICE).replace("M-SEARCH", "NOTIFY");
+        assert_eq!(upnp::search_target(&notify, UUID), None);
+        let no_man = search(upnp::DEVICE).replace("MAN: \"ssdp:discover\"\r\n", "");
+        assert_eq!(upnp::search_target(&no_man, UUID), None);
+        let answer =
+            upnp::search_response(upnp::DEVICE, UUID, "http://192.168.10.1:5000/rootDesc.xml");
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"));
+        assert!(answer.contains("\r\nLOCATION: http://192.168.10.1:5000/rootDesc.xml\r\n"));
+        assert!(answer.contains(&format!("\r\nUSN: uuid:{UUID}::{}\r\n", upnp::DEVICE)));
+        assert!(answer.ends_with("\r\n\r\n"));
+        let description = upnp::description(UUID);
+        for needed in [
+            upnp::DEVICE,
+            upnp::WAN_IP_CONNECTION,
+            upnp::WAN_COMMON,
+            upnp::IP_CONNECTION_PATH,
+        ] {
+            assert!(description.contains(needed), "{needed}");
+        }
+    }
+
+    fn add(body_args: &str) -> Result<Action, upnp::Fault> {
+        let body = format!(
+            "<?xml version=\"1.0\"?><s:Envelope><s:Body><u:AddPortMapping xmlns:u=\"{}\">{body_args}</u:AddPortMapping></s:Body></s:Envelope>",
+            upnp::WAN_IP_CONNECTION
+        );
+        upnp::parse_action(
+            &format!("\"{}#AddPortMapping\"", upnp::WAN_IP_CONNECTION),
+            &body,
+        )
+    }
+
+    #[test]
+    fn soap_actions_are_read_with_their_arguments() {
+        let args =
+            "<NewRemoteHost></NewRemoteHost><NewExternalPort dt:dt=\"ui2\">41000</NewExternalPort>\
+                    <NewProtocol>UDP</NewProtocol><NewInternalPort>5001</NewInternalPort>\
+                    <NewInternalClient>192.168.10.2</NewInternalClient><NewEnabled>1</NewEnabled>\
+                    <NewPortMappingDescription>x &lt;y&gt;</NewPortMappingDescription>\
+                    <NewLeaseDuration>60</NewLeaseDuration>";
+        assert_eq!(
+            add(args),
+            Ok(Action::AddPortMapping(AddPortMapping {
+                external_port: 41000,
+                protocol: UDP,
+                internal_port: 5001,
+                internal_client: Ipv4Addr::new(192, 168, 10, 2),
+                lease: 60,
+            }))
+        );
+        let remote = args.replace(
+            "<NewRemoteHost></NewRemoteHost>",
+            "<NewRemoteHost>1.2.3.4</NewRemoteHost>",
+        );
+        assert_eq!(add(&remote), Err(upnp::WILDCARD_REMOTE_HOST_ONLY));
+        assert_eq!(add(&args.replace("UDP", "SCTP")), Err(upnp::INVALID_ARGS));
+        assert_eq!(
+            add(&args.replace(">41000<", ">0<")),
+            Err(upnp::INVALID_ARGS)
+        );
+        assert_eq!(
+            add(&args.replace(">41000<", ">70000<")),
+            Err(upnp::INVALID_ARGS)
+        );
+        assert_eq!(
+            add(&args.replace("192.168.10.2", "lan-host")),
+            Err(upnp::INVALID_ARGS)
+        );
+        let delete = "<u:DeletePortMapping><NewRemoteHost/><NewExternalPort>41000</NewExternalPort><NewProtocol>TCP</NewProtocol></u:DeletePortMapping>";
+        let action = format!("{}#DeletePortMapping", upnp::WAN_IP_CONNECTION);
+        assert_eq!(
+            upnp::parse_action(&action, delete),
+            Ok(Action::DeletePortMapping {
+                protocol: TCP,
+                external_port: 41000
+            })
+        );
+        let generic = "<NewPortMappingIndex>3</NewPortMappingIndex>";
+        let action = format!("{}#GetGenericPortMappingEntry", upnp::WAN_IP_CONNECTION);
+        assert_eq!(
+            upnp::parse_action(&action, generic),
+            Ok(Action::GetGenericPortMappingEntry { index: 3 })
+        );
+        let unknown = format!("{}#ForceTermination", upnp::WAN_IP_CONNECTION);
+        assert_eq!(upnp::parse_action(&unknown, ""), Err(upnp::INVALID_ACTION));
+        assert_eq!(upnp::parse_action("no-hash", ""), Err(upnp::INVALID_ACTION));
+        let response = upnp::response(
+            &Action::GetExternalIPAddress,
+            &[("NewExternalIPAddress", "10.0.0.1".into())],
+        );
+        assert!(response.contains("<u:GetExternalIPAddressResponse xmlns:u=\"urn:schemas-upnp-org:service:WANIPConnection:1\"><NewExternalIPAddress>10.0.0.1</NewExternalIPAddress>"));
+        let fault = upnp::fault(upnp::CONFLICT);
+        assert!(fault.contains("<errorCode>718</errorCode>"));
     }
 }

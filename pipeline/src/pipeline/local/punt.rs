@@ -23,6 +23,7 @@ use crate::flow::FlowKey;
 use crate::pipeline::config::{Interface, RouterConfig};
 use crate::pipeline::stage::Ingress;
 use crate::pipeline::Pipeline;
+use crate::portmap::upnp;
 use crate::state::firewall::{Action, ZoneId};
 use crate::state::firewall_log::Decision;
 use crate::verdict::{DropReason, Verdict};
@@ -69,15 +70,16 @@ impl Pipeline {
         (dst.is_broadcast() || !elsewhere).then_some(Verdict::Punt { port: ingress.port })
     }
 
-    /// A datagram the martian check refused. Two kinds on an interface with a twin are for
+    /// A datagram the martian check refused. Three kinds on an interface with a twin are for
     /// the kernel: broadcast DHCP (UDP to port 67 or 68, to the limited broadcast address;
     /// a client without an address sends from 0.0.0.0), if the rules from the interface's
-    /// zone to `local` admit it; and VRRP adverts between the twins of an HA pair (IP
-    /// protocol 112 to 224.0.0.18 with TTL 255, RFC 9568 5.1.1.3, from a neighbour on the
-    /// interface's own subnet), only where a rule admits them by name: a zone's policy to
-    /// `local` does not, so nothing else of the link-local multicast a LAN chatters
-    /// (mDNS, LLMNR, IGMP) reaches the kernel or spends the punt budget. None: the
-    /// martian drop stands.
+    /// zone to `local` admit it; VRRP adverts between the twins of an HA pair (IP protocol
+    /// 112 to 224.0.0.18 with TTL 255, RFC 9568 5.1.1.3, from a neighbour on the
+    /// interface's own subnet) and UPnP's SSDP searches (UDP to 239.255.255.250:1900 from
+    /// a neighbour, for the port mapping server), each only where a rule admits it by name:
+    /// a zone's policy to `local` does not, so nothing else of the multicast a LAN chatters
+    /// (mDNS, LLMNR, IGMP) reaches the kernel or spends the punt budget. None: the martian
+    /// drop stands.
     #[cold]
     pub(crate) fn punt_broadcast<T: AsRef<[u8]>>(
         &mut self,
@@ -102,7 +104,11 @@ impl Pipeline {
             && dst == VRRP_GROUP
             && ip.ttl() == VRRP_TTL
             && neighbor;
-        if !dhcp && !vrrp {
+        let ssdp = ip.protocol() == ipv4::protocol::UDP
+            && dst == upnp::SSDP_GROUP
+            && key.dst_port == upnp::SSDP_PORT
+            && neighbor;
+        if !dhcp && !vrrp && !ssdp {
             return None;
         }
         let from = *router.stateful.zones.get(usize::from(ingress.port))?;
@@ -110,8 +116,8 @@ impl Pipeline {
             .stateful
             .firewall
             .evaluate(from, ZoneId::LOCAL, &key, None);
-        // VRRP by a rule only: a zone's policy to `local` does not admit it.
-        let action = match (vrrp, rule) {
+        // VRRP and SSDP by a rule only: a zone's policy to `local` does not admit them.
+        let action = match (vrrp || ssdp, rule) {
             (true, None) => Action::Drop,
             _ => action,
         };
