@@ -467,3 +467,43 @@ fn vrrp_adverts_from_a_neighbour_reach_the_twin_by_a_rule_and_no_other_multicast
         martian
     );
 }
+
+/// UPnP's SSDP searches (UDP to 239.255.255.250:1900) from a LAN host reach the LAN twin,
+/// where the port mapping server answers, only by a rule: the LAN's policy to `local`
+/// (accept here) does not admit them, nor anything else to the group or its port.
+#[test]
+fn ssdp_searches_from_a_lan_host_reach_the_twin_by_a_rule_only() {
+    const SSDP_MAC: [u8; 6] = [0x01, 0x00, 0x5e, 0x7f, 0xff, 0xfa];
+    const GROUP: [u8; 4] = [239, 255, 255, 250];
+    let search = |src, dst, port| udp(HOST_MAC, SSDP_MAC, src, dst, (40000, port));
+    let martian = Verdict::Drop(DropReason::MartianAddress);
+    let mut open = gateway([true, true], Vec::new(), Action::Accept, (100, 100));
+    assert_eq!(
+        open.process(&search(HOST, GROUP, 1900), LAN, 0).0,
+        Verdict::Drop(DropReason::FirewallDrop)
+    );
+    let rule = allow("upnp-search", LAN_ZONE, 17, 1900);
+    let mut gw = gateway([true, true], vec![rule], Action::Accept, (100, 100));
+    assert_eq!(
+        gw.process(&search(HOST, GROUP, 1900), LAN, 0).0,
+        Verdict::Punt { port: LAN }
+    );
+    // Another port of the group, another group, a source off the link, the gateway's own.
+    for (src, dst, port) in [
+        (HOST, GROUP, 1901),
+        (HOST, [239, 255, 255, 251], 1900),
+        (REMOTE, GROUP, 1900),
+        (LAN_ADDR, GROUP, 1900),
+    ] {
+        assert_eq!(
+            gw.process(&search(src, dst, port), LAN, 0).0,
+            martian,
+            "{src:?} -> {dst:?}:{port}"
+        );
+    }
+    // From the WAN, by the LAN's rule: no.
+    assert_eq!(
+        gw.process(&search(UPSTREAM, GROUP, 1900), WAN, 0).0,
+        Verdict::Drop(DropReason::FirewallDrop)
+    );
+}
