@@ -475,7 +475,17 @@ fn vrrp_adverts_from_a_neighbour_reach_the_twin_by_a_rule_and_no_other_multicast
 fn ssdp_searches_from_a_lan_host_reach_the_twin_by_a_rule_only() {
     const SSDP_MAC: [u8; 6] = [0x01, 0x00, 0x5e, 0x7f, 0xff, 0xfa];
     const GROUP: [u8; 4] = [239, 255, 255, 250];
-    let search = |src, dst, port| udp(HOST_MAC, SSDP_MAC, src, dst, (40000, port));
+    let datagram = |src, dst, port, text: &[u8]| {
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2(HOST_MAC, SSDP_MAC)
+            .ipv4(src, dst, 2)
+            .udp(40000, port)
+            .write(&mut frame, text)
+            .unwrap();
+        frame
+    };
+    let search = |src, dst, port| datagram(src, dst, port, b"M-SEARCH * HTTP/1.1\r\n\r\n");
+    let notify = |src, dst, port| datagram(src, dst, port, b"NOTIFY * HTTP/1.1\r\n\r\n");
     let martian = Verdict::Drop(DropReason::MartianAddress);
     let mut open = gateway([true, true], Vec::new(), Action::Accept, (100, 100));
     assert_eq!(
@@ -488,7 +498,9 @@ fn ssdp_searches_from_a_lan_host_reach_the_twin_by_a_rule_only() {
         gw.process(&search(HOST, GROUP, 1900), LAN, 0).0,
         Verdict::Punt { port: LAN }
     );
-    // Another port of the group, another group, a source off the link, the gateway's own.
+    // A NOTIFY, another port of the group, another group, a source off the link, the
+    // gateway's own.
+    assert_eq!(gw.process(&notify(HOST, GROUP, 1900), LAN, 0).0, martian);
     for (src, dst, port) in [
         (HOST, GROUP, 1901),
         (HOST, [239, 255, 255, 251], 1900),

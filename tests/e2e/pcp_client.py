@@ -6,8 +6,9 @@ prints each answer as "result lifetime external_port". Plain sockets: the bytes 
         [--third-party ADDRESS] [--prefer-failure] [--client ADDRESS] [--count N]
 
 --client writes another address than the socket's in the header (a forged request);
---count sends N requests for N consecutive internal ports (from INTERNAL_PORT on), one
-answer line each.
+--count sends N requests for N consecutive internal ports (from INTERNAL_PORT on), all at
+once as a client mapping many ports would, then prints one answer line each, in request
+order.
 """
 import argparse
 import ipaddress
@@ -38,9 +39,9 @@ sock.settimeout(2)
 sock.connect((args.gateway, 5351))
 client = args.client or sock.getsockname()[0]
 protocol = 6 if args.protocol == "tcp" else 17
+nonce = struct.pack(">III", 0, 0, args.nonce)
 for i in range(args.count):
     request = struct.pack(">BBHI", 2, 1, 0, args.lifetime) + mapped(client)
-    nonce = struct.pack(">III", 0, 0, args.nonce)
     request += nonce + struct.pack(">B3xHH", protocol, args.internal_port + i,
                                    args.suggested_port + i if args.suggested_port else 0)
     request += mapped("0.0.0.0")
@@ -49,9 +50,13 @@ for i in range(args.count):
     if args.prefer_failure:
         request += struct.pack(">BxH", 2, 0)
     sock.send(request)
+answers = {}
+while len(answers) < args.count:
     answer = sock.recv(1100)
     version, op, result, lifetime = answer[0], answer[1], answer[3], struct.unpack(">I", answer[4:8])[0]
     assert version == 2 and op == 0x81, answer[:4].hex()
     assert answer[24:36] == nonce, "the answer's nonce is not the request's"
-    external_port = struct.unpack(">H", answer[42:44])[0]
-    print(result, lifetime, external_port, flush=True)
+    internal_port, external_port = struct.unpack(">HH", answer[40:44])
+    answers[internal_port] = (result, lifetime, external_port)
+for i in range(args.count):
+    print(*answers[args.internal_port + i], flush=True)

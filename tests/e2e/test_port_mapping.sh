@@ -48,11 +48,11 @@ destination = "0.0.0.0/0"
 via = "10.0.0.2"
 [nat]
 masquerade = ["wan"]
-port_range = "1024-49151"
+port_range = "32768-65535"
 [[nat.port_forwards]]
 interface = "wan"
 protocol = "tcp"
-port = "60000"
+port = "30000"
 to = "192.168.10.2"
 to_port = 8000
 [firewall]
@@ -130,35 +130,35 @@ grep -q '^192.168.10.1 0080$' "$WORK/announced" && grep -q '^192.168.10.1 0280$'
     fail "the announcements are not NAT-PMP's and PCP's from 192.168.10.1: $(cat "$WORK/announced")"
 pass "the gateway announced itself to the LAN's hosts by NAT-PMP and PCP at start"
 
-# natpmpc: the external address, then UDP 50000 -> the LAN host's 5000 for 8 s, and 50001
+# natpmpc: the external address, then UDP 20000 -> the LAN host's 5000 for 8 s, and 20001
 # -> its 5002 for 10 minutes (the control: it stays when the first expires).
 echo_server=$(udp_echo_server gwlab-lan 5000)
 control_server=$(udp_echo_server gwlab-lan 5002)
-out=$(lan natpmpc -g 192.168.10.1 -a 50000 5000 udp 8 2>&1) || fail "natpmpc failed: $out"
+out=$(lan natpmpc -g 192.168.10.1 -a 20000 5000 udp 8 2>&1) || fail "natpmpc failed: $out"
 grep -q "Public IP address : 10.0.0.1" <<<"$out" || fail "natpmpc got no external address: $out"
-grep -Eq "Mapped public port 50000 protocol UDP to local port 5000 (lifetime|liftime) 8" <<<"$out" ||
+grep -Eq "Mapped public port 20000 protocol UDP to local port 5000 (lifetime|liftime) 8" <<<"$out" ||
     fail "natpmpc's mapping was not granted as asked: $out"
-out=$(lan natpmpc -g 192.168.10.1 -a 50001 5002 udp 600 2>&1) || fail "natpmpc failed: $out"
-answered=$(udp_exchange gwlab-wan 10.0.0.1 50000 3)
+out=$(lan natpmpc -g 192.168.10.1 -a 20001 5002 udp 600 2>&1) || fail "natpmpc failed: $out"
+answered=$(udp_exchange gwlab-wan 10.0.0.1 20000 3)
 ((answered == 3)) || fail "the WAN host got $answered of 3 answers through the NAT-PMP mapping"
 ctl show nat --json >"$WORK/nat.json"
 python3 - "$WORK/nat.json" <<'PY' || fail "ctl show nat does not list the NAT-PMP mapping: $(cat "$WORK/nat.json")"
 import json, sys
 mappings = json.load(open(sys.argv[1]))["port_mappings"]
 assert any(m["origin"] == "nat-pmp" and m["protocol"] == "udp" and m["internal"] == "192.168.10.2"
-           and m["internal_port"] == 5000 and m["external_port"] == 50000
+           and m["internal_port"] == 5000 and m["external_port"] == 20000
            and 0 < m["expires_in_s"] <= 8 for m in mappings), mappings
 PY
 (($(metric 'gateway_port_mappings{origin="nat-pmp"}') == 2)) || fail "gateway_port_mappings does not count them"
-pass "natpmpc mapped UDP 50000 to 192.168.10.2:5000 for 8 s; the WAN host's datagrams are answered through it"
+pass "natpmpc mapped UDP 20000 to 192.168.10.2:5000 for 8 s; the WAN host's datagrams are answered through it"
 nat_pmp_mapping_expired() { (($(metric 'gateway_port_mappings{origin="nat-pmp"}') == 1)); }
 poll_until 15 nat_pmp_mapping_expired || fail "the NAT-PMP mapping did not expire"
-answered=$(udp_exchange gwlab-wan 10.0.0.1 50000 2)
+answered=$(udp_exchange gwlab-wan 10.0.0.1 20000 2)
 ((answered == 0)) || fail "the WAN host still got $answered answers after the mapping expired"
-answered=$(udp_exchange gwlab-wan 10.0.0.1 50001 2)
+answered=$(udp_exchange gwlab-wan 10.0.0.1 20001 2)
 ((answered == 2)) || fail "the mapping that did not expire answered $answered of 2"
 logged() {
-    grep -c 'event="'"$1"'" protocol="udp" inside="192.168.10.2:5000" outside="10.0.0.1:50000"' \
+    grep -c 'event="'"$1"'" protocol="udp" inside="192.168.10.2:5000" outside="10.0.0.1:20000"' \
         "$WORK/nat.log" 2>/dev/null
 }
 both_logged() { [[ $(logged create) == 1 && $(logged delete) == 1 ]]; }
@@ -167,35 +167,35 @@ poll_until 5 both_logged ||
 pass "the mapping expired with its lifetime and no longer admits the WAN host (the other still does); the NAT log has its create and delete"
 kill "$echo_server"
 
-# UPnP IGD: upnpc finds the gateway by SSDP, maps UDP 51000 to the host's 5003, lists it,
+# UPnP IGD: upnpc finds the gateway by SSDP, maps UDP 21000 to the host's 5003, lists it,
 # and removes it; another host's address is refused. -i: miniupnpc takes an IGD whose
 # external address is a private one (the lab's WAN, 10.0.0.1) for "not connected".
 # After the first search, -u names the description, as a client that remembers it does.
 upnp() { lan timeout 20 upnpc -i "$@" 2>&1; }
 known() { upnp -u http://192.168.10.1:5000/rootDesc.xml "$@"; }
 upnp_server=$(udp_echo_server gwlab-lan 5003)
-out=$(upnp -a 192.168.10.2 5003 51000 UDP 600) || fail "upnpc -a failed: $out"
+out=$(upnp -a 192.168.10.2 5003 21000 UDP 600) || fail "upnpc -a failed: $out"
 grep -q "desc: http://192.168.10.1:5000/rootDesc.xml" <<<"$out" ||
     fail "upnpc did not find the gateway by SSDP: $out"
 grep -q "ExternalIPAddress = 10.0.0.1" <<<"$out" || fail "upnpc got no external address: $out"
-grep -Eq "external 10.0.0.1:51000 UDP is redirected to internal 192.168.10.2:5003" <<<"$out" ||
+grep -Eq "external 10.0.0.1:21000 UDP is redirected to internal 192.168.10.2:5003" <<<"$out" ||
     fail "upnpc's mapping was not made: $out"
-answered=$(udp_exchange gwlab-wan 10.0.0.1 51000 2)
+answered=$(udp_exchange gwlab-wan 10.0.0.1 21000 2)
 ((answered == 2)) || fail "the WAN host got $answered of 2 answers through the UPnP mapping"
 out=$(known -l) || fail "upnpc -l failed: $out"
-grep -Eq "UDP +51000->192.168.10.2:5003" <<<"$out" || fail "upnpc -l does not list the mapping: $out"
-out=$(known -a 192.168.10.3 5003 51001 UDP 600) || true
+grep -Eq "UDP +21000->192.168.10.2:5003" <<<"$out" || fail "upnpc -l does not list the mapping: $out"
+out=$(known -a 192.168.10.3 5003 21001 UDP 600) || true
 grep -q "failed with code 606" <<<"$out" || fail "a mapping for another host's address was not refused with 606: $out"
-out=$(known -d 51000 UDP) || fail "upnpc -d failed: $out"
+out=$(known -d 21000 UDP) || fail "upnpc -d failed: $out"
 out=$(known -l) || fail "upnpc -l failed: $out"
-grep -q "51000->" <<<"$out" && fail "upnpc -l still lists the removed mapping: $out"
-answered=$(udp_exchange gwlab-wan 10.0.0.1 51000 2)
+grep -q "21000->" <<<"$out" && fail "upnpc -l still lists the removed mapping: $out"
+answered=$(udp_exchange gwlab-wan 10.0.0.1 21000 2)
 ((answered == 0)) || fail "the WAN host got $answered answers after the UPnP mapping was removed"
-answered=$(udp_exchange gwlab-wan 10.0.0.1 50001 2)
+answered=$(udp_exchange gwlab-wan 10.0.0.1 20001 2)
 ((answered == 2)) || fail "the NAT-PMP mapping answered $answered of 2 after the UPnP one was removed"
 (($(metric 'gateway_port_mapping_requests_total{origin="upnp",result="third_party"}') == 1)) ||
     fail "the refused UPnP mapping is not counted as third_party"
-pass "upnpc found the gateway by SSDP, mapped UDP 51000 the WAN host reached, listed and removed it; another host's address refused (606)"
+pass "upnpc found the gateway by SSDP, mapped UDP 21000 the WAN host reached, listed and removed it; another host's address refused (606)"
 kill "$control_server" "$upnp_server"
 
 # PCP: TCP 8000 on the LAN host, asked as external 18000, for 10 minutes.
@@ -203,19 +203,19 @@ pcp() { lan python3 "$ROOT/tests/e2e/pcp_client.py" 192.168.10.1 map "$@"; }
 mkdir -p "$WORK/www" && echo "mapped by PCP" >"$WORK/www/index.html"
 lan python3 -m http.server 8000 --bind 0.0.0.0 --directory "$WORK/www" >/dev/null 2>&1 &
 poll_until 10 listening gwlab-lan 8000 || fail "the LAN host's web server did not listen"
-read -r result lifetime port <<<"$(pcp tcp 8000 58000 600 1)"
-[[ $result == 0 && $lifetime == 600 && $port == 58000 ]] ||
+read -r result lifetime port <<<"$(pcp tcp 8000 28000 600 1)"
+[[ $result == 0 && $lifetime == 600 && $port == 28000 ]] ||
     fail "PCP MAP answered result $result lifetime $lifetime port $port"
 expect_output "the WAN host reaches the LAN host's web server by the PCP mapping" \
-    "mapped by PCP" wan curl -sf --max-time 5 http://10.0.0.1:58000/
+    "mapped by PCP" wan curl -sf --max-time 5 http://10.0.0.1:28000/
 read -r result _ _ <<<"$(pcp tcp 8001 0 600 1 --third-party 192.168.10.3)"
 [[ $result == 2 ]] || fail "a mapping for another host's address answered $result, not NOT_AUTHORIZED (2)"
 read -r result _ _ <<<"$(pcp tcp 8001 0 600 1 --client 192.168.10.3)"
 [[ $result == 12 ]] || fail "a forged client address answered $result, not ADDRESS_MISMATCH (12)"
-read -r result _ _ <<<"$(pcp tcp 8002 60000 600 2 --prefer-failure)"
+read -r result _ _ <<<"$(pcp tcp 8002 30000 600 2 --prefer-failure)"
 [[ $result == 11 ]] || fail "the static forward's port with PREFER_FAILURE answered $result, not CANNOT_PROVIDE_EXTERNAL (11)"
-read -r result _ port <<<"$(pcp tcp 8002 60000 600 2)"
-[[ $result == 0 && $port != 60000 ]] || fail "the static forward's port was mapped ($result, port $port)"
+read -r result _ port <<<"$(pcp tcp 8002 30000 600 2)"
+[[ $result == 0 && $port != 30000 ]] || fail "the static forward's port was mapped ($result, port $port)"
 pass "refused: another host's address, a forged client address, a static forward's port (granted $port instead)"
 held=$(metric gateway_port_mappings)
 pcp udp 30000 0 600 3 --count $((100 - held + 1)) >"$WORK/quota.txt" || fail "the quota requests were not all answered"
@@ -235,17 +235,17 @@ start_gateway "$WORK/mapping.toml"
 grep -q "port mappings restored.*restored=$held " "$WORK/gateway.log" ||
     fail "the $held mappings were not restored: $(grep -i 'port mappings restored' "$WORK/gateway.log")"
 expect_output "after a restart the WAN host reaches the LAN host by the same PCP mapping" \
-    "mapped by PCP" wan curl -sf --max-time 5 http://10.0.0.1:58000/
+    "mapped by PCP" wan curl -sf --max-time 5 http://10.0.0.1:28000/
 read -r result lifetime port <<<"$(pcp tcp 8000 0 600 1)"
-[[ $result == 0 && $port == 58000 ]] || fail "renewing after the restart answered $result, port $port"
+[[ $result == 0 && $port == 28000 ]] || fail "renewing after the restart answered $result, port $port"
 read -r result _ _ <<<"$(pcp tcp 8000 0 600 9)"
 [[ $result == 2 ]] || fail "renewing under another nonce answered $result, not NOT_AUTHORIZED (2)"
 read -r result lifetime _ <<<"$(pcp tcp 8000 0 0 1)"
 [[ $result == 0 && $lifetime == 0 ]] || fail "deleting the mapping answered $result"
-if wan curl -sf --max-time 2 http://10.0.0.1:58000/ >/dev/null 2>&1; then
+if wan curl -sf --max-time 2 http://10.0.0.1:28000/ >/dev/null 2>&1; then
     fail "the WAN host still reached the LAN host after the mapping was deleted"
 fi
 expect_output "the static forward to the same web server still carries the WAN host" \
-    "mapped by PCP" wan curl -sf --max-time 5 http://10.0.0.1:60000/
+    "mapped by PCP" wan curl -sf --max-time 5 http://10.0.0.1:30000/
 pass "the restored mapping renews under its nonce only, and once deleted admits nobody"
 stop_gateway

@@ -43,8 +43,8 @@ impl Default for PortMappingConfig {
             min_lifetime_s: 120,
             max_lifetime_s: 86_400,
             external_ports: PortRange {
-                first: 49152,
-                last: 65535,
+                first: 1024,
+                last: 32767,
             },
             upnp: false,
             upnp_http_port: 5000,
@@ -188,7 +188,8 @@ impl GatewayConfig {
                 format!(
                     "{}-{} overlaps nat.port_range {}-{}: masquerade may hold any port of that, \
                      and a mapping on one would take its replies; give each a range of its \
-                     own (nat.port_range = \"1024-49151\" beside the default 49152-65535)",
+                     own(nat.port_range = \"32768-65535\" beside the default 1024-32767, where \
+                     the ports games and phones ask for lie)",
                     ports.first, ports.last, nat.first, nat.last
                 ),
             ));

@@ -1463,7 +1463,7 @@ fn the_session_sync_key_file_must_hold_a_long_enough_key() {
 /// The LAB with a twin on the LAN, the WAN masqueraded, and `[port_mapping]` as `table`.
 fn port_mapping(table: &str) -> String {
     format!(
-        "{}\n[nat]\nmasquerade = [\"wan\"]\nport_range = \"1024-49151\"\n[port_mapping]\n{table}\n",
+        "{}\n[nat]\nmasquerade = [\"wan\"]\nport_range = \"32768-65535\"\n[port_mapping]\n{table}\n",
         LAB.replace(
             "address = \"192.168.10.1/24\"",
             "address = \"192.168.10.1/24\"\nkernel_twin = true",
@@ -1482,7 +1482,7 @@ fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
     let limits = on.port_mapping.limits();
     assert_eq!((limits.per_host, limits.total), (100, 1024));
     assert_eq!(limits.lifetime, 120..=86_400);
-    assert_eq!(limits.external_ports, 49152..=65535);
+    assert_eq!(limits.external_ports, 1024..=32767);
     assert!(!on.port_mapping.upnp);
     assert_eq!(on.port_mapping.upnp_http_port, 5000);
     for (table, field, why) in [
@@ -1537,9 +1537,9 @@ fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
             "unknown field",
         ),
         (
-            "zones = [\"lan\"]\nexternal_ports = \"40000-50000\"",
+            "zones = [\"lan\"]\nexternal_ports = \"30000-40000\"",
             "port_mapping.external_ports",
-            "overlaps nat.port_range 1024-49151",
+            "overlaps nat.port_range 32768-65535",
         ),
         (
             "zones = [\"lan\"]\nupnp = true\nupnp_http_port = 0",

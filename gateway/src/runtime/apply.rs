@@ -147,6 +147,16 @@ pub(crate) fn merged_view(
     }
 }
 
+/// Whether a change of the views compiles the router config again, and whether its rules
+/// stay those in force (only the port mappings changed: no new rules generation, so no flow
+/// is checked against the rules again for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Recompile {
+    No,
+    Yes,
+    SameRules,
+}
+
 /// The kernel's addresses or routes on the twins changed: the running config is built again
 /// with them and published, as a reload does (new flows use the new address and routes;
 /// flows masqueraded to an address that went end on their next packet, `nat_address_gone`).
@@ -159,9 +169,14 @@ pub(crate) fn apply_kernel(
         &[[Arc<pipeline::features::qos::QosStats>; 2]],
         &RuleHitRegistry,
     ),
+    same_rules: bool,
 ) {
     match router_config_with_kernel(running, macs, kernel) {
-        Ok(config) => {
+        Ok(mut config) => {
+            if same_rules {
+                // Only the port mappings changed: the flows were admitted under these rules.
+                config.stateful.generation = router.load().0.stateful.generation;
+            }
             for (iface, (index, new)) in running
                 .interfaces
                 .iter()

@@ -67,36 +67,43 @@ impl<'a> Gateway<'a> {
                 0 => control_events.recv_timeout(Duration::from_micros(200)).ok(),
                 _ => control_events.try_recv().ok(),
             };
-            // A PPPoE session's view changed, or an uplink's carrier came or went (as a health
-            // check's verdict would): the router config is compiled again.
-            // Merges the views, compiles the router config with them when `recompile`, and
+            // Merges the views, compiles the router config with them as `recompile` says, and
             // keeps the merge for the reloads.
             let apply_views = |running: &GatewayConfig,
                                netlink_view: &KernelView,
                                pppoe_view: &PppoeView,
                                port_mappings: &PortMappings,
-                               recompile: bool| {
+                               recompile: Recompile| {
                 let failed = uplink_health.failed(uplink_links);
                 let merged = merged_view(netlink_view, pppoe_view, failed, port_mappings);
-                if recompile {
+                if recompile != Recompile::No {
                     apply_kernel(
                         running,
                         macs,
                         &merged,
                         router_published,
                         (qos_stats, rule_hits),
+                        recompile == Recompile::SameRules,
                     );
                 }
                 *kernel_for_loads
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = merged;
             };
+            // A PPPoE session's view changed, or an uplink's carrier came or went (as a health
+            // check's verdict would): the router config is compiled again.
             let pppoe = control.take_pppoe_view();
             if pppoe.is_some() || uplink_link_changed {
                 if let Some(view) = pppoe {
                     *pppoe_view = view;
                 }
-                apply_views(running, netlink_view, pppoe_view, port_mappings, true);
+                apply_views(
+                    running,
+                    netlink_view,
+                    pppoe_view,
+                    port_mappings,
+                    Recompile::Yes,
+                );
                 policed_rates = qos_rates(router_published);
             }
             while let Ok(request) = config_requests.try_recv() {
@@ -134,7 +141,8 @@ impl<'a> Gateway<'a> {
                         // Compiled with the mappings of when the load began: a change
                         // since then is put back.
                         if router_published.load().0.stateful.port_mappings != *port_mappings {
-                            apply_views(running, netlink_view, pppoe_view, port_mappings, true);
+                            let same = Recompile::SameRules;
+                            apply_views(running, netlink_view, pppoe_view, port_mappings, same);
                         }
                     }
                     policed_rates = qos_rates(router_published);
@@ -152,19 +160,19 @@ impl<'a> Gateway<'a> {
                         router_changed = !held_aside.same_as(&view);
                         *netlink_view = view;
                     }
-                    apply_views(
-                        running,
-                        netlink_view,
-                        pppoe_view,
-                        port_mappings,
-                        router_changed,
-                    );
+                    let recompile = if router_changed {
+                        Recompile::Yes
+                    } else {
+                        Recompile::No
+                    };
+                    apply_views(running, netlink_view, pppoe_view, port_mappings, recompile);
                     control.follow_virtual_addresses(&netlink_view.virtual_held);
                     policed_rates = qos_rates(router_published);
                 }
                 Some(ControlEvent::PortMappings(mappings)) => {
                     *port_mappings = mappings;
-                    apply_views(running, netlink_view, pppoe_view, port_mappings, true);
+                    let same = Recompile::SameRules;
+                    apply_views(running, netlink_view, pppoe_view, port_mappings, same);
                 }
                 Some(ControlEvent::WorkerExited(WorkerExit { worker, panic })) => {
                     if panic.is_none() && stop.load(Ordering::Relaxed) {

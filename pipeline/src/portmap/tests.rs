@@ -377,12 +377,31 @@ mod upnp_wire {
         assert!(answer.contains("\r\nLOCATION: http://192.168.10.1:5000/rootDesc.xml\r\n"));
         assert!(answer.contains(&format!("\r\nUSN: uuid:{UUID}::{}\r\n", upnp::DEVICE)));
         assert!(answer.ends_with("\r\n\r\n"));
+        for (service, action) in [
+            (upnp::WAN_IP_CONNECTION, "<name>AddPortMapping</name>"),
+            (upnp::WAN_COMMON, "<name>GetCommonLinkProperties</name>"),
+        ] {
+            let scpd = upnp::scpd(service);
+            assert!(scpd.contains(action), "{scpd}");
+            // Every argument's state variable is declared.
+            for variable in scpd.split("<relatedStateVariable>").skip(1) {
+                let name = variable.split('<').next().unwrap();
+                assert!(
+                    scpd.contains(&format!(
+                        "<stateVariable sendEvents=\"no\"><name>{name}</name>"
+                    )),
+                    "{name}"
+                );
+            }
+        }
         let description = upnp::description(UUID);
         for needed in [
             upnp::DEVICE,
             upnp::WAN_IP_CONNECTION,
             upnp::WAN_COMMON,
             upnp::IP_CONNECTION_PATH,
+            upnp::IP_CONNECTION_SCPD_PATH,
+            upnp::COMMON_SCPD_PATH,
         ] {
             assert!(description.contains(needed), "{needed}");
         }

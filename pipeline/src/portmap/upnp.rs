@@ -16,6 +16,9 @@ pub const WAN_CONNECTION_DEVICE: &str = "urn:schemas-upnp-org:device:WANConnecti
 pub const WAN_IP_CONNECTION: &str = "urn:schemas-upnp-org:service:WANIPConnection:1";
 pub const WAN_COMMON: &str = "urn:schemas-upnp-org:service:WANCommonInterfaceConfig:1";
 pub const DESCRIPTION_PATH: &str = "/rootDesc.xml";
+/// The services' descriptions (SCPD), as the device description names them.
+pub const IP_CONNECTION_SCPD_PATH: &str = "/WANIPConn1.xml";
+pub const COMMON_SCPD_PATH: &str = "/WANCommonIFC1.xml";
 pub const IP_CONNECTION_PATH: &str = "/ctl/IPConn";
 pub const COMMON_PATH: &str = "/ctl/CmnIfCfg";
 /// The longest request read (headers and body): SOAP actions are a few hundred bytes.
@@ -76,10 +79,10 @@ pub fn search_response(target: &str, uuid: &str, location: &str) -> String {
 /// The device description: an InternetGatewayDevice with one WANDevice (the common
 /// interface config) holding one WANConnectionDevice (the IP connection).
 pub fn description(uuid: &str) -> String {
-    let service = |kind: &str, id: &str, control: &str| {
+    let service = |kind: &str, id: &str, scpd: &str, control: &str| {
         format!(
             "<service><serviceType>{kind}</serviceType><serviceId>urn:upnp-org:serviceId:{id}</serviceId>\
-             <SCPDURL>/{id}.xml</SCPDURL><controlURL>{control}</controlURL>\
+             <SCPDURL>{scpd}</SCPDURL><controlURL>{control}</controlURL>\
              <eventSubURL>/evt/{id}</eventSubURL></service>"
         )
     };
@@ -95,20 +98,172 @@ pub fn description(uuid: &str) -> String {
         WAN_CONNECTION_DEVICE,
         "WAN connection",
         "-2",
-        service(WAN_IP_CONNECTION, "WANIPConn1", IP_CONNECTION_PATH),
+        service(
+            WAN_IP_CONNECTION,
+            "WANIPConn1",
+            IP_CONNECTION_SCPD_PATH,
+            IP_CONNECTION_PATH,
+        ),
         String::new(),
     );
     let wan = device(
         WAN_DEVICE,
         "WAN",
         "-1",
-        service(WAN_COMMON, "WANCommonIFC1", COMMON_PATH),
+        service(WAN_COMMON, "WANCommonIFC1", COMMON_SCPD_PATH, COMMON_PATH),
         connection,
     );
     let root = device(DEVICE, "gateway", "", String::new(), wan);
     format!(
         "<?xml version=\"1.0\"?>\r\n<root xmlns=\"urn:schemas-upnp-org:device-1-0\">\
          <specVersion><major>1</major><minor>0</minor></specVersion>{root}</root>"
+    )
+}
+
+/// A service's description (SCPD): the actions the gateway answers, their arguments, and
+/// the state variables those relate to. Some control points (Windows', GUPnP) read it
+/// before they act.
+pub fn scpd(service: &str) -> String {
+    // (action, [(argument, in?, state variable)]).
+    type Actions<'a> = &'a [(&'a str, &'a [(&'a str, bool, &'a str)])];
+    const MAPPING_OUT: [(&str, bool, &str); 5] = [
+        ("NewInternalPort", false, "InternalPort"),
+        ("NewInternalClient", false, "InternalClient"),
+        ("NewEnabled", false, "PortMappingEnabled"),
+        ("NewPortMappingDescription", false, "PortMappingDescription"),
+        ("NewLeaseDuration", false, "PortMappingLeaseDuration"),
+    ];
+    const KEY_IN: [(&str, bool, &str); 3] = [
+        ("NewRemoteHost", true, "RemoteHost"),
+        ("NewExternalPort", true, "ExternalPort"),
+        ("NewProtocol", true, "PortMappingProtocol"),
+    ];
+    let specific: Vec<_> = KEY_IN.iter().chain(&MAPPING_OUT).copied().collect();
+    let generic: Vec<_> = [("NewPortMappingIndex", true, "PortMappingNumberOfEntries")]
+        .iter()
+        .chain(
+            KEY_IN
+                .iter()
+                .map(|(n, _, v)| (*n, false, *v))
+                .collect::<Vec<_>>()
+                .iter(),
+        )
+        .chain(&MAPPING_OUT)
+        .copied()
+        .collect();
+    let add: Vec<_> = KEY_IN
+        .iter()
+        .copied()
+        .chain([
+            ("NewInternalPort", true, "InternalPort"),
+            ("NewInternalClient", true, "InternalClient"),
+            ("NewEnabled", true, "PortMappingEnabled"),
+            ("NewPortMappingDescription", true, "PortMappingDescription"),
+            ("NewLeaseDuration", true, "PortMappingLeaseDuration"),
+        ])
+        .collect();
+    let ip_actions: Actions = &[
+        (
+            "GetExternalIPAddress",
+            &[("NewExternalIPAddress", false, "ExternalIPAddress")],
+        ),
+        (
+            "GetStatusInfo",
+            &[
+                ("NewConnectionStatus", false, "ConnectionStatus"),
+                ("NewLastConnectionError", false, "LastConnectionError"),
+                ("NewUptime", false, "Uptime"),
+            ],
+        ),
+        (
+            "GetConnectionTypeInfo",
+            &[
+                ("NewConnectionType", false, "ConnectionType"),
+                (
+                    "NewPossibleConnectionTypes",
+                    false,
+                    "PossibleConnectionTypes",
+                ),
+            ],
+        ),
+        ("AddPortMapping", &add),
+        ("DeletePortMapping", &KEY_IN),
+        ("GetSpecificPortMappingEntry", &specific),
+        ("GetGenericPortMappingEntry", &generic),
+    ];
+    let ip_variables: &[(&str, &str)] = &[
+        ("ConnectionType", "string"),
+        ("PossibleConnectionTypes", "string"),
+        ("ConnectionStatus", "string"),
+        ("Uptime", "ui4"),
+        ("LastConnectionError", "string"),
+        ("ExternalIPAddress", "string"),
+        ("RemoteHost", "string"),
+        ("ExternalPort", "ui2"),
+        ("PortMappingProtocol", "string"),
+        ("InternalPort", "ui2"),
+        ("InternalClient", "string"),
+        ("PortMappingEnabled", "boolean"),
+        ("PortMappingDescription", "string"),
+        ("PortMappingLeaseDuration", "ui4"),
+        ("PortMappingNumberOfEntries", "ui2"),
+    ];
+    let common_actions: Actions = &[(
+        "GetCommonLinkProperties",
+        &[
+            ("NewWANAccessType", false, "WANAccessType"),
+            (
+                "NewLayer1UpstreamMaxBitRate",
+                false,
+                "Layer1UpstreamMaxBitRate",
+            ),
+            (
+                "NewLayer1DownstreamMaxBitRate",
+                false,
+                "Layer1DownstreamMaxBitRate",
+            ),
+            ("NewPhysicalLinkStatus", false, "PhysicalLinkStatus"),
+        ],
+    )];
+    let common_variables: &[(&str, &str)] = &[
+        ("WANAccessType", "string"),
+        ("Layer1UpstreamMaxBitRate", "ui4"),
+        ("Layer1DownstreamMaxBitRate", "ui4"),
+        ("PhysicalLinkStatus", "string"),
+    ];
+    let (actions, variables) = if service == WAN_COMMON {
+        (common_actions, common_variables)
+    } else {
+        (ip_actions, ip_variables)
+    };
+    let actions: String = actions
+        .iter()
+        .map(|(name, arguments)| {
+            let arguments: String = arguments
+                .iter()
+                .map(|(argument, input, variable)| {
+                    let direction = if *input { "in" } else { "out" };
+                    format!(
+                        "<argument><name>{argument}</name><direction>{direction}</direction>\
+                         <relatedStateVariable>{variable}</relatedStateVariable></argument>"
+                    )
+                })
+                .collect();
+            format!("<action><name>{name}</name><argumentList>{arguments}</argumentList></action>")
+        })
+        .collect();
+    let variables: String = variables
+        .iter()
+        .map(|(name, kind)| {
+            format!(
+                "<stateVariable sendEvents=\"no\"><name>{name}</name><dataType>{kind}</dataType></stateVariable>"
+            )
+        })
+        .collect();
+    format!(
+        "<?xml version=\"1.0\"?>\r\n<scpd xmlns=\"urn:schemas-upnp-org:service-1-0\">\
+         <specVersion><major>1</major><minor>0</minor></specVersion>\
+         <actionList>{actions}</actionList><serviceStateTable>{variables}</serviceStateTable></scpd>"
     )
 }
 

@@ -41,13 +41,6 @@ impl<P: Fn(PortMappings)> Server<P> {
             let len = natpmp::write_map_response(&mut out, protocol, result, epoch, granted);
             Outcome::answer(&out[..len], label)
         };
-        if external.is_none() {
-            return answer(
-                natpmp::result::NETWORK_FAILURE,
-                (0, 0),
-                "no_external_address",
-            );
-        }
         if lifetime == 0 {
             let deleted = match internal_port {
                 0 => Ok(self.table.unmap_where(|m| {
@@ -62,6 +55,13 @@ impl<P: Fn(PortMappings)> Server<P> {
                 Ok(gone) => answer(natpmp::result::SUCCESS, (0, 0), "deleted").deleting(gone),
                 Err(refusal) => answer(natpmp::result::REFUSED, (0, 0), refusal.label()),
             };
+        }
+        if external.is_none() {
+            return answer(
+                natpmp::result::NETWORK_FAILURE,
+                (0, 0),
+                "no_external_address",
+            );
         }
         if internal_port == 0 {
             return answer(natpmp::result::REFUSED, (0, 0), "malformed");
@@ -151,23 +151,11 @@ impl<P: Fn(PortMappings)> Server<P> {
         if map.third_party.is_some_and(|third| third != request.client) {
             return refuse(op, pcp::result::NOT_AUTHORIZED, Some(&map), "third_party");
         }
-        if !matches!(map.protocol, TCP | UDP) {
-            return refuse(op, pcp::result::UNSUPP_PROTOCOL, Some(&map), "unsupported");
-        }
-        let Some(address) = self.external_address() else {
-            let result = pcp::result::NETWORK_FAILURE;
-            return refuse(op, result, Some(&map), "no_external_address");
-        };
-        let elsewhere =
-            !pcp::is_any(map.suggested_address) && map.suggested_address != pcp::mapped(address);
-        if elsewhere && map.prefer_failure {
-            let result = pcp::result::CANNOT_PROVIDE_EXTERNAL;
-            return refuse(op, result, Some(&map), Refusal::PortUnavailable.label());
-        }
+        let address = self.external_address();
         let granted = |external_port, lifetime, label| {
             let answer = pcp::MapAnswer {
                 external_port,
-                external_address: pcp::mapped(address),
+                external_address: pcp::mapped(address.unwrap_or(Ipv4Addr::UNSPECIFIED)),
                 ..echo(&map)
             };
             let result = (pcp::result::SUCCESS, lifetime, epoch);
@@ -176,12 +164,13 @@ impl<P: Fn(PortMappings)> Server<P> {
             Outcome::answer(&out[..len], label)
         };
         if request.lifetime == 0 {
-            // A delete; internal port 0 deletes all of the client's mappings of the
-            // protocol made under its nonce (RFC 6887 15).
+            // A delete, whatever the external address; internal port 0 deletes all of the
+            // client's mappings of the protocol (0: of every protocol) made under its nonce
+            // (RFC 6887 11.1, 15).
             let deleted = match map.internal_port {
                 0 => Ok(self.table.unmap_where(|m| {
-                    (m.protocol, m.internal, m.origin, m.nonce)
-                        == (map.protocol, host, Origin::Pcp, map.nonce)
+                    (map.protocol == 0 || m.protocol == map.protocol)
+                        && (m.internal, m.origin, m.nonce) == (host, Origin::Pcp, map.nonce)
                 })),
                 port => (self.table.unmap(map.protocol, host, port, Some(map.nonce)))
                     .map(|gone| gone.into_iter().collect()),
@@ -192,6 +181,19 @@ impl<P: Fn(PortMappings)> Server<P> {
                     refuse(op, pcp::result::NOT_AUTHORIZED, Some(&map), refusal.label())
                 }
             };
+        }
+        if !matches!(map.protocol, TCP | UDP) {
+            return refuse(op, pcp::result::UNSUPP_PROTOCOL, Some(&map), "unsupported");
+        }
+        let Some(address) = address else {
+            let result = pcp::result::NETWORK_FAILURE;
+            return refuse(op, result, Some(&map), "no_external_address");
+        };
+        let elsewhere =
+            !pcp::is_any(map.suggested_address) && map.suggested_address != pcp::mapped(address);
+        if elsewhere && map.prefer_failure {
+            let result = pcp::result::CANNOT_PROVIDE_EXTERNAL;
+            return refuse(op, result, Some(&map), Refusal::PortUnavailable.label());
         }
         if map.internal_port == 0 {
             return refuse(op, pcp::result::MALFORMED_REQUEST, Some(&map), "malformed");

@@ -51,6 +51,11 @@ const HOST_BUDGETS: usize = 4096;
 /// How long a change may take to reach the router config before the answers go anyway
 /// (the control thread compiles it between its polls: milliseconds).
 const PUBLISH_WAIT: Duration = Duration::from_millis(500);
+/// Changes reach the router config at most this often: each is a new router config for
+/// every worker, whose flows then take the slow path once.
+const PUBLISH_INTERVAL: Duration = Duration::from_millis(200);
+/// The longest the thread sleeps in poll (for `stop` and the ticks).
+const POLL_WAIT: Duration = Duration::from_millis(100);
 /// Expiry, the external address and the rules are checked this often; the state file and
 /// the status follow renewals this often too.
 const TICK: Duration = Duration::from_secs(1);
@@ -208,8 +213,8 @@ pub fn spawn(
 struct Sockets {
     /// PCP and NAT-PMP, one per served address; announcements leave by it.
     datagrams: Vec<std::net::UdpSocket>,
-    /// SSDP (with UPnP): one socket on port 1900 in the group on every served link.
-    ssdp: Option<std::net::UdpSocket>,
+    /// SSDP (with UPnP): one socket on port 1900 per served link, in the group there.
+    ssdp: Vec<std::net::UdpSocket>,
     /// HTTP (with UPnP), one per served address.
     listeners: Vec<std::net::TcpListener>,
 }
@@ -219,7 +224,14 @@ fn open(setup: &Setup) -> Result<Sockets, PortMappingError> {
     if let Some(netns) = &setup.netns {
         enter_namespace(netns).map_err(PortMappingError::Namespace)?;
     }
-    reserve_in_kernel(&setup.limits.external_ports);
+    match &setup.netns {
+        Some(_) => reserve_in_kernel(&setup.limits.external_ports),
+        None => tracing::info!(
+            "port mapping: the twins share the host's namespace; its \
+             net.ipv4.ip_local_reserved_ports is left as it is (the mapped ports may \
+             collide with the host's own connections)"
+        ),
+    }
     let failed = |address: SocketAddrV4, twin: &str| {
         let twin = twin.to_string();
         move |source| PortMappingError::Bind {
@@ -239,7 +251,7 @@ fn open(setup: &Setup) -> Result<Sockets, PortMappingError> {
     };
     let mut sockets = Sockets {
         datagrams: Vec::new(),
-        ssdp: None,
+        ssdp: Vec::new(),
         listeners: Vec::new(),
     };
     for (_, address, twin) in &setup.served {
@@ -254,20 +266,21 @@ fn open(setup: &Setup) -> Result<Sockets, PortMappingError> {
         return Ok(sockets);
     };
     let group = pipeline::portmap::upnp::SSDP_GROUP;
-    let ssdp_at = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, pipeline::portmap::upnp::SSDP_PORT);
-    let ssdp = (|| -> std::io::Result<std::net::UdpSocket> {
-        let socket = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
-        socket.set_reuse_address(true)?;
-        socket.bind(&SocketAddr::V4(ssdp_at).into())?;
-        socket.set_multicast_all_v4(false)?;
-        for (_, address, _) in &setup.served {
+    for (_, address, twin) in &setup.served {
+        let at = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, pipeline::portmap::upnp::SSDP_PORT);
+        let ssdp = (|| -> std::io::Result<std::net::UdpSocket> {
+            let socket = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+            socket.set_reuse_address(true)?;
+            socket.bind_device(Some(twin.as_bytes()))?;
+            socket.bind(&SocketAddr::V4(at).into())?;
+            socket.set_multicast_all_v4(false)?;
             socket.join_multicast_v4(&group, address)?;
-        }
-        socket.set_nonblocking(true)?;
-        Ok(socket.into())
-    })()
-    .map_err(failed(ssdp_at, "(all served)"))?;
-    sockets.ssdp = Some(ssdp);
+            socket.set_nonblocking(true)?;
+            Ok(socket.into())
+        })()
+        .map_err(failed(at, twin))?;
+        sockets.ssdp.push(ssdp);
+    }
     for (_, address, twin) in &setup.served {
         let at = SocketAddrV4::new(*address, http_port);
         let listener = (|| -> std::io::Result<std::net::TcpListener> {
@@ -290,9 +303,24 @@ fn open(setup: &Setup) -> Result<Sockets, PortMappingError> {
 fn reserve_in_kernel(ports: &std::ops::RangeInclusive<u16>) {
     let path = "/proc/sys/net/ipv4/ip_local_reserved_ports";
     let range = format!("{}-{}", ports.start(), ports.end());
-    if let Err(err) = std::fs::write(path, &range) {
-        tracing::warn!("port mapping: {path} not set to {range}: {err}");
+    // Beside what is reserved already (the namespace's other users').
+    let reserved = match std::fs::read_to_string(path).map(|text| text.trim().to_string()) {
+        Ok(existing) if !existing.is_empty() => format!("{existing},{range}"),
+        _ => range.clone(),
+    };
+    if let Err(err) = std::fs::write(path, &reserved) {
+        tracing::warn!("port mapping: {path} not set to {reserved}: {err}");
     }
+}
+
+/// An answer waiting for the change it reports to reach the workers.
+enum Held {
+    /// Where a datagram's answer goes (before it is known).
+    Datagram(usize, SocketAddrV4),
+    /// A datagram's answer: the served socket, the client, the bytes.
+    Answer(usize, SocketAddrV4, Vec<u8>),
+    /// An HTTP connection and its response.
+    Http(upnp::Connection, Vec<u8>),
 }
 
 /// What one request did: its answer, the result counted, and what the table gained, lost
@@ -339,14 +367,19 @@ impl Outcome {
 struct Server<P> {
     setup: Setup,
     sockets: Vec<std::net::UdpSocket>,
-    ssdp: Option<std::net::UdpSocket>,
+    /// SSDP, one per served link (with UPnP).
+    ssdp: Vec<std::net::UdpSocket>,
     http: Option<upnp::Http>,
     router: Arc<Published<RouterConfig>>,
     status: Arc<PortMappingStatus>,
     publish: P,
     table: MappingTable,
-    /// The forwards last published.
+    /// The forwards last published, when, and whether the table has changed since.
     published: PortMappings,
+    last_publish: Option<Instant>,
+    publish_pending: bool,
+    /// Answers waiting for the pending change.
+    held: Vec<Held>,
     /// Renewals not yet in the state file and the status.
     dirty: bool,
     /// The Unix second the mappings' epoch began (RFC 6887 8.5): at the first start, kept
@@ -395,6 +428,9 @@ impl<P: Fn(PortMappings)> Server<P> {
             publish,
             table,
             published: PortMappings::default(),
+            last_publish: None,
+            publish_pending: false,
+            held: Vec::new(),
             dirty: false,
             epoch_start: unix_now(),
             budget: TokenBucket::new(REQUESTS_PER_SEC, REQUESTS_BURST),
@@ -427,11 +463,19 @@ impl<P: Fn(PortMappings)> Server<P> {
                 next_tick = now + TICK;
             }
             self.announce_if_due(now);
+            self.answer_held(now);
+            if let Some(http) = self.http.as_mut() {
+                http.expire(now);
+            }
             let (datagrams, ssdp, listeners) = (
                 self.sockets.len(),
-                usize::from(self.ssdp.is_some()),
+                self.ssdp.len(),
                 self.http.as_ref().map_or(0, |http| http.listeners.len()),
             );
+            // Wake for the held answers' publish, else within 100 ms (stop, ticks).
+            let wait = self.publish_due().map_or(POLL_WAIT, |due| {
+                due.saturating_duration_since(now).min(POLL_WAIT)
+            });
             let ready: Vec<bool> = {
                 let connections = self.http.iter().flat_map(|http| &http.connections);
                 let mut fds: Vec<PollFd> = (self.sockets.iter().map(|s| s.as_fd()))
@@ -444,7 +488,9 @@ impl<P: Fn(PortMappings)> Server<P> {
                     .chain(connections.map(|c| c.stream.as_fd()))
                     .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
                     .collect();
-                if poll(&mut fds, PollTimeout::from(100u16)).unwrap_or(0) <= 0 {
+                let timeout = PollTimeout::try_from(wait.as_millis().max(1) as i32)
+                    .unwrap_or(PollTimeout::from(100u16));
+                if poll(&mut fds, timeout).unwrap_or(0) <= 0 {
                     continue;
                 }
                 fds.iter()
@@ -454,20 +500,20 @@ impl<P: Fn(PortMappings)> Server<P> {
             let router = self.router.load().0;
             let external = self.setup.external;
             let kept = move |protocol: u8, port: u16| kept(&router, external, protocol, port);
-            let mut outcomes = Vec::new();
             for served in (0..datagrams).filter(|&i| ready[i]) {
                 while let Ok((len, from)) = self.sockets[served].recv_from(&mut buf) {
                     if let SocketAddr::V4(from) = from {
-                        let outcome = self.datagram(served, &buf[..len], from, &kept);
-                        outcomes.extend(outcome.map(|o| (served, from, o)));
+                        if let Some(outcome) = self.datagram(served, &buf[..len], from, &kept) {
+                            self.apply(outcome, Held::Datagram(served, from));
+                        }
                     }
                 }
             }
-            if ssdp == 1 && ready[datagrams] {
-                while let Some(Ok((len, SocketAddr::V4(from)))) =
-                    self.ssdp.as_ref().map(|s| s.recv_from(&mut buf))
-                {
-                    self.ssdp(&buf[..len], from);
+            for served in (0..ssdp).filter(|&i| ready[datagrams + i]) {
+                while let Ok((len, from)) = self.ssdp[served].recv_from(&mut buf) {
+                    if let SocketAddr::V4(from) = from {
+                        self.ssdp(served, &buf[..len], from);
+                    }
                 }
             }
             let first_connection = datagrams + ssdp + listeners;
@@ -477,50 +523,78 @@ impl<P: Fn(PortMappings)> Server<P> {
                     continue;
                 }
                 if let Some((connection, response, outcome)) = self.serve_connection(index, &kept) {
-                    if let Some(outcome) = outcome {
-                        self.apply(&[(usize::MAX, connection.peer, outcome)]);
-                    }
-                    connection.answer(&response);
+                    let outcome = outcome.unwrap_or_else(|| Outcome::silent("query"));
+                    self.apply(outcome, Held::Http(connection, response));
                 }
             }
             for listener in (0..listeners).filter(|&i| ready[datagrams + ssdp + i]) {
                 if let Some(http) = self.http.as_mut() {
-                    http.accept(listener);
+                    http.accept(listener, Instant::now());
                 }
             }
-            if !outcomes.is_empty() {
-                self.apply(&outcomes);
-            }
-            if let Some(http) = self.http.as_mut() {
-                http.expire(Instant::now());
-            }
+            self.answer_held(Instant::now());
         }
+        if self.publish_pending {
+            self.changed(false);
+        }
+        self.answer_held(Instant::now());
         if self.dirty {
             self.save();
         }
     }
 
-    /// Takes what the requests changed into the router config (waited for, so that a
-    /// client told "mapped" can be reached through the mapping at once), the logs and the
-    /// status; then sends the datagrams' answers.
-    fn apply(&mut self, outcomes: &[(usize, SocketAddrV4, Outcome)]) {
-        let mut forwards_changed = false;
-        for (_, _, outcome) in outcomes {
-            for mapping in &outcome.deleted {
-                self.note(NatEventKind::Delete, mapping, "port mapping deleted");
-            }
-            for mapping in &outcome.created {
-                self.note(NatEventKind::Create, mapping, "port mapping created");
-            }
-            forwards_changed |= !outcome.created.is_empty() || !outcome.deleted.is_empty();
-            self.dirty |= outcome.renewed;
+    /// Takes what a request changed: in the logs at once; into the router config at most
+    /// every `PUBLISH_INTERVAL` (a flood of changes costs the workers a few new router
+    /// configs a second, not one per request); its answer is held until the workers have the
+    /// change, so that a client told "mapped" can be reached through the mapping at once.
+    fn apply(&mut self, outcome: Outcome, answer: Held) {
+        for mapping in &outcome.deleted {
+            self.note(NatEventKind::Delete, mapping, "port mapping deleted");
         }
-        if forwards_changed {
-            self.changed(true);
+        for mapping in &outcome.created {
+            self.note(NatEventKind::Create, mapping, "port mapping created");
         }
-        for (served, to, outcome) in outcomes {
-            if let (Some(answer), Some(socket)) = (&outcome.answer, self.sockets.get(*served)) {
-                let _ = socket.send_to(answer, to);
+        self.publish_pending |= !outcome.created.is_empty() || !outcome.deleted.is_empty();
+        self.dirty |= outcome.renewed;
+        let answer = match answer {
+            Held::Datagram(served, to) => match outcome.answer {
+                Some(bytes) => Held::Answer(served, to, bytes),
+                None => return,
+            },
+            other => other,
+        };
+        self.held.push(answer);
+    }
+
+    /// When the held answers go: at once without a change pending, else when it may be
+    /// published.
+    fn publish_due(&self) -> Option<Instant> {
+        // The first change is due at once (the server's start is past).
+        let due = self
+            .last_publish
+            .map_or(self.started, |at| at + PUBLISH_INTERVAL);
+        self.publish_pending.then_some(due)
+    }
+
+    /// Publishes a pending change when due, then sends the answers held for it.
+    fn answer_held(&mut self, now: Instant) {
+        match self.publish_due() {
+            Some(due) if due > now => return,
+            Some(_) => {
+                self.changed(true);
+                self.last_publish = Some(Instant::now());
+            }
+            None => {}
+        }
+        for held in std::mem::take(&mut self.held) {
+            match held {
+                Held::Answer(served, to, bytes) => {
+                    if let Some(socket) = self.sockets.get(served) {
+                        let _ = socket.send_to(&bytes, to);
+                    }
+                }
+                Held::Http(connection, response) => connection.answer(&response),
+                Held::Datagram(..) => {}
             }
         }
     }
@@ -602,6 +676,9 @@ impl<P: Fn(PortMappings)> Server<P> {
                     "port mapping ended: the port is kept",
                 );
             }
+            if !taken.is_empty() {
+                self.lost_mappings();
+            }
             gone.extend(taken);
         }
         if !gone.is_empty() {
@@ -622,6 +699,14 @@ impl<P: Fn(PortMappings)> Server<P> {
             self.announced = address;
             self.announcing = Some((Instant::now(), ANNOUNCEMENTS, FIRST_ANNOUNCEMENT_INTERVAL));
         }
+    }
+
+    /// Mappings went that their clients did not end: a new epoch, announced, tells them to
+    /// map again (RFC 6887 8.5).
+    fn lost_mappings(&mut self) {
+        self.epoch_start = unix_now();
+        self.dirty = true;
+        self.announcing = Some((Instant::now(), ANNOUNCEMENTS, FIRST_ANNOUNCEMENT_INTERVAL));
     }
 
     fn epoch(&self) -> u32 {
@@ -708,6 +793,7 @@ impl<P: Fn(PortMappings)> Server<P> {
             }
             self.published = mappings;
         }
+        self.publish_pending = false;
         self.refresh_status();
         self.save();
         self.dirty = false;
@@ -771,8 +857,11 @@ impl<P: Fn(PortMappings)> Server<P> {
             kept(&router, external, protocol, port)
         });
         let restored = self.table.mappings().len();
-        if restored > 0 {
+        // The epoch goes on only if every mapping came back.
+        if restored > 0 && left_out == 0 {
             self.epoch_start = saved["epoch_start"].as_u64().unwrap_or(now).min(now);
+        }
+        if restored > 0 {
             // Before the control thread serves: nobody waits on it.
             self.changed(false);
         }

@@ -1,7 +1,10 @@
 //! UPnP IGD: SSDP searches (UDP 1900, the multicast group the workers punt by a rule) and
 //! the description and SOAP actions over HTTP on each served address. Each connection reads
 //! one request (at most `upnp::MAX_REQUEST` bytes, within `REQUEST_TIMEOUT`), is answered
-//! and closed; at most `MAX_CONNECTIONS` at once, the rest closed as they come.
+//! and closed; at most `MAX_CONNECTIONS` at once (a new one evicts the oldest) and
+//! `MAX_CONNECTIONS_PER_HOST` of one host (its oldest goes). A request must name the served
+//! address in its Host header: a web page that rebinds a name of its own to the gateway's
+//! address (DNS rebinding) sends its name there, and is refused.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,12 +15,13 @@ use super::*;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_CONNECTIONS: usize = 32;
+const MAX_CONNECTIONS_PER_HOST: usize = 4;
 
 /// The HTTP side: a listener per served address, and the connections being read.
 pub(super) struct Http {
     pub listeners: Vec<TcpListener>,
     pub connections: Vec<Connection>,
-    /// The device's UUID, the same across restarts of one box (from its WAN MAC).
+    /// The device's UUID, the same across restarts of one box (`Setup::uuid`).
     pub uuid: String,
 }
 
@@ -26,13 +30,14 @@ pub(super) struct Connection {
     pub served: usize,
     pub peer: SocketAddrV4,
     request: Vec<u8>,
-    deadline: Instant,
+    opened: Instant,
 }
 
 /// One HTTP request, as far as the server reads it.
 struct Request<'a> {
     method: &'a str,
     path: &'a str,
+    host: Option<&'a str>,
     soap_action: Option<&'a str>,
     body: &'a str,
 }
@@ -49,6 +54,7 @@ fn parse_request(bytes: &[u8]) -> Result<Option<Request<'_>>, ()> {
     let (method, path) = (start.next().ok_or(())?, start.next().ok_or(())?);
     let mut length = 0;
     let mut soap_action = None;
+    let mut host = None;
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             continue;
@@ -56,6 +62,9 @@ fn parse_request(bytes: &[u8]) -> Result<Option<Request<'_>>, ()> {
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" => length = value.trim().parse::<usize>().map_err(|_| ())?,
             "soapaction" => soap_action = Some(value.trim()),
+            "host" => host = Some(value.trim()),
+            // A body of unknown length: not read (SOAP requests carry Content-Length).
+            "transfer-encoding" => return Err(()),
             _ => {}
         }
     }
@@ -67,6 +76,7 @@ fn parse_request(bytes: &[u8]) -> Result<Option<Request<'_>>, ()> {
     Ok(Some(Request {
         method,
         path,
+        host,
         soap_action,
         body,
     }))
@@ -91,26 +101,49 @@ impl Connection {
 }
 
 impl Http {
-    /// Takes the waiting connections of listener `served`.
-    pub fn accept(&mut self, served: usize) {
+    /// Takes the waiting connections of listener `served`: one host's oldest goes when it
+    /// holds its share, the oldest of all when the table is full.
+    pub fn accept(&mut self, served: usize, now: Instant) {
         while let Ok((stream, peer)) = self.listeners[served].accept() {
             let SocketAddr::V4(peer) = peer else { continue };
-            if self.connections.len() >= MAX_CONNECTIONS || stream.set_nonblocking(true).is_err() {
+            if stream.set_nonblocking(true).is_err() {
                 continue;
+            }
+            let oldest = |connections: &[Connection], of: Option<Ipv4Addr>| {
+                (connections.iter().enumerate())
+                    .filter(|(_, c)| of.is_none_or(|host| *c.peer.ip() == host))
+                    .min_by_key(|(_, c)| c.opened)
+                    .map(|(index, _)| index)
+            };
+            let own = self
+                .connections
+                .iter()
+                .filter(|c| c.peer.ip() == peer.ip())
+                .count();
+            let evict = if own >= MAX_CONNECTIONS_PER_HOST {
+                oldest(&self.connections, Some(*peer.ip()))
+            } else if self.connections.len() >= MAX_CONNECTIONS {
+                oldest(&self.connections, None)
+            } else {
+                None
+            };
+            if let Some(index) = evict {
+                self.connections.swap_remove(index);
             }
             self.connections.push(Connection {
                 stream,
                 served,
                 peer,
                 request: Vec::new(),
-                deadline: Instant::now() + REQUEST_TIMEOUT,
+                opened: now,
             });
         }
     }
 
     /// Closes the connections past their deadline.
     pub fn expire(&mut self, now: Instant) {
-        self.connections.retain(|c| c.deadline > now);
+        self.connections
+            .retain(|c| now < c.opened + REQUEST_TIMEOUT);
     }
 }
 
@@ -173,6 +206,17 @@ impl<P: Fn(PortMappings)> Server<P> {
             self.status.count(Origin::Upnp, "foreign");
             return ("403 Forbidden", String::new(), None);
         }
+        // The served address, with or without the port: anything else is a name the page
+        // that sent the request chose (DNS rebinding).
+        let (_, address, _) = &self.setup.served[served];
+        let port = self.setup.upnp_http_port.unwrap_or_default();
+        let named = request.host.is_some_and(|named| {
+            named == address.to_string() || named == format!("{address}:{port}")
+        });
+        if !named {
+            self.status.count(Origin::Upnp, "foreign");
+            return ("403 Forbidden", String::new(), None);
+        }
         let uuid = self
             .http
             .as_ref()
@@ -180,6 +224,10 @@ impl<P: Fn(PortMappings)> Server<P> {
             .to_string();
         match (request.method, request.path) {
             ("GET", upnp::DESCRIPTION_PATH) => ("200 OK", upnp::description(&uuid), None),
+            ("GET", upnp::IP_CONNECTION_SCPD_PATH) => {
+                ("200 OK", upnp::scpd(upnp::WAN_IP_CONNECTION), None)
+            }
+            ("GET", upnp::COMMON_SCPD_PATH) => ("200 OK", upnp::scpd(upnp::WAN_COMMON), None),
             ("POST", upnp::IP_CONNECTION_PATH | upnp::COMMON_PATH) => {
                 if !self.take_budget(host) {
                     self.status.count(Origin::Upnp, "policed");
@@ -310,7 +358,7 @@ impl<P: Fn(PortMappings)> Server<P> {
                     let body = upnp::response(action, &[]);
                     Ok((body, Outcome::silent("deleted").deleting(vec![gone])))
                 }
-                Ok(None) => Err((upnp::NO_SUCH_ENTRY, "deleted")),
+                Ok(None) => Err((upnp::NO_SUCH_ENTRY, "no_such_entry")),
                 Err(refusal) => Err((upnp::NOT_AUTHORIZED, refusal.label())),
             },
             Action::AddPortMapping(add) => {
@@ -328,6 +376,21 @@ impl<P: Fn(PortMappings)> Server<P> {
                 {
                     return Err((upnp::CONFLICT, Refusal::PortUnavailable.label()));
                 }
+                // The host's own external port to another of its ports: moved (as
+                // miniupnpd does), not refused.
+                let mut moved = Vec::new();
+                if let Some(own) = (self.table.by_external(add.protocol, add.external_port))
+                    .filter(|m| m.internal == host && m.internal_port != add.internal_port)
+                    .copied()
+                {
+                    match self
+                        .table
+                        .unmap(own.protocol, host, own.internal_port, None)
+                    {
+                        Ok(gone) => moved.extend(gone),
+                        Err(refusal) => return Err((upnp::CONFLICT, refusal.label())),
+                    }
+                }
                 let ask = Ask {
                     protocol: add.protocol,
                     internal: host,
@@ -342,7 +405,8 @@ impl<P: Fn(PortMappings)> Server<P> {
                 match self.table.map(&ask, now, kept) {
                     Ok(granted) => {
                         let body = upnp::response(action, &[]);
-                        Ok((body, Outcome::silent("mapped").granting(&granted)))
+                        let outcome = Outcome::silent("mapped").deleting(moved).granting(&granted);
+                        Ok((body, outcome))
                     }
                     Err(refusal) => {
                         let fault = match refusal {
@@ -358,13 +422,13 @@ impl<P: Fn(PortMappings)> Server<P> {
         }
     }
 
-    /// An SSDP datagram on the served links: an M-SEARCH for what this gateway is gets the
-    /// description's location.
-    pub(super) fn ssdp(&mut self, datagram: &[u8], from: SocketAddrV4) {
-        let Some(served) = self.served_link_of(*from.ip()) else {
+    /// An SSDP datagram on served link `served`: an M-SEARCH for what this gateway is gets
+    /// the description's location.
+    pub(super) fn ssdp(&mut self, served: usize, datagram: &[u8], from: SocketAddrV4) {
+        if !self.on_served_link(served, *from.ip()) {
             self.status.count(Origin::Upnp, "foreign");
             return;
-        };
+        }
         let Some(uuid) = self.http.as_ref().map(|http| http.uuid.clone()) else {
             return;
         };
@@ -384,7 +448,7 @@ impl<P: Fn(PortMappings)> Server<P> {
         };
         let location = format!("http://{address}:{port}{}", upnp::DESCRIPTION_PATH);
         let response = upnp::search_response(target, &uuid, &location);
-        if let Some(socket) = &self.ssdp {
+        if let Some(socket) = self.ssdp.get(served) {
             let _ = socket.send_to(response.as_bytes(), from);
         }
         self.status.count(Origin::Upnp, "search");

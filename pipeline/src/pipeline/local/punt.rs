@@ -104,10 +104,13 @@ impl Pipeline {
             && dst == VRRP_GROUP
             && ip.ttl() == VRRP_TTL
             && neighbor;
+        // Searches only: the LAN's NOTIFY chatter to the group is for other devices.
         let ssdp = ip.protocol() == ipv4::protocol::UDP
             && dst == upnp::SSDP_GROUP
             && key.dst_port == upnp::SSDP_PORT
-            && neighbor;
+            && neighbor
+            && UdpPacket::new_checked(ip.payload())
+                .is_ok_and(|udp| udp.payload().starts_with(b"M-SEARCH "));
         if !dhcp && !vrrp && !ssdp {
             return None;
         }
