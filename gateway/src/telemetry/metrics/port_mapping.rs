@@ -16,7 +16,7 @@ impl PortMappingMetrics {
             requests: counter_vec(
                 registry,
                 "port_mapping_requests_total",
-                "Port mapping requests, by protocol and result: mapped (made or renewed), deleted, address (NAT-PMP's external address), announce, refused ones by reason (host_quota, table_full, port_unavailable, no_free_port, not_owner, third_party, address_mismatch, no_external_address), unsupported, malformed, foreign (not from a host on the served link) and policed (over the request budget).",
+                "Port mapping requests, by protocol (pcp, nat-pmp, upnp) and result: mapped (made or renewed), deleted, address (NAT-PMP's external address), announce, query and search (UPnP's), refused ones by reason (host_quota, table_full, port_unavailable, no_free_port, not_owner, third_party, address_mismatch, no_external_address, no_such_entry), unsupported, malformed, foreign (not from a host on the served link, or naming another host in HTTP) and policed (over the request budget).",
                 &["origin", "result"],
             ),
         }
