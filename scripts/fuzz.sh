@@ -19,7 +19,7 @@ FUZZ=$ROOT/fuzz
 mode=${1:-}
 shift || true
 
-targets=(pipeline_flows icmp_error content control_builders config pppoe_client ipv6_local session_sync)
+targets=(pipeline_flows icmp_error content control_builders config pppoe_client ipv6_local session_sync port_mapping)
 if (($#)); then targets=("$@"); fi
 
 # cargo-fuzz builds into fuzz/target, its own workspace's target dir.

@@ -112,16 +112,19 @@ fn timeouts() -> Timeouts {
 
 /// Mappings as PCP or NAT-PMP makes them (one port each), one inside the NAT range.
 fn mappings() -> Vec<PortForward> {
-    [(UDP, 1200, [192, 168, 10, 4], 1200), (TCP, 9000, [192, 168, 10, 3], 22)]
-        .into_iter()
-        .map(|(protocol, port, to, to_port)| PortForward {
-            interface: WAN,
-            protocol,
-            ports: port..=port,
-            to: ip(to),
-            to_port,
-        })
-        .collect()
+    [
+        (UDP, 1200, [192, 168, 10, 4], 1200),
+        (TCP, 9000, [192, 168, 10, 3], 22),
+    ]
+    .into_iter()
+    .map(|(protocol, port, to, to_port)| PortForward {
+        interface: WAN,
+        protocol,
+        ports: port..=port,
+        to: ip(to),
+        to_port,
+    })
+    .collect()
 }
 
 fn forwards() -> Vec<PortForward> {
