@@ -798,7 +798,11 @@ proptest::proptest! {
         let result = layout.ingress(1, &mut mbuf).map(|ingress| ingress.port);
         let is_session = bytes.len() >= 2 && bytes[..2] == [0x88, 0x64];
         let is_discovery = bytes.len() >= 2 && bytes[..2] == [0x88, 0x63];
+        // A second tag (802.1Q, 802.1ad) behind the PPPoE VLAN's: refused before PPPoE.
+        let double_tagged =
+            bytes.len() >= 2 && (bytes[..2] == [0x81, 0x00] || bytes[..2] == [0x88, 0xa8]);
         match result {
+            Err(DropReason::VlanDoubleTagged) => proptest::prop_assert!(double_tagged),
             // A tag needs two bytes after it to be taken for one.
             Ok(1) if bytes.len() < 2 => {}
             // The link carries PPPoE alone.
