@@ -450,6 +450,27 @@ const FIELDS: &[(&str, Class, &str, Option<&str>)] = &[
         None,
     ),
     ("ha.sync.refresh_ms", Restart, "5000", None),
+    // Off in FULL: switched on whole (the LAN's zone, ports below the NAT range's), the
+    // other fields each alone.
+    (
+        "port_mapping.zones",
+        Restart,
+        "{ zones = [\"inside\"], external_ports = \"1-1023\" }",
+        Some("port_mapping"),
+    ),
+    ("port_mapping.external_interface", Restart, "\"wan\"", None),
+    ("port_mapping.per_host", Restart, "10", None),
+    ("port_mapping.total", Restart, "100", None),
+    ("port_mapping.min_lifetime_s", Restart, "60", None),
+    ("port_mapping.max_lifetime_s", Restart, "3600", None),
+    (
+        "port_mapping.external_ports",
+        Restart,
+        "\"2000-3000\"",
+        None,
+    ),
+    ("port_mapping.upnp", Restart, "true", None),
+    ("port_mapping.upnp_http_port", Restart, "5001", None),
     ("ha.sync.lease_ms", Restart, "60000", None),
     ("interfaces[].source_validation", Applied, "\"off\"", None),
     ("interfaces[].tcp_mss", Applied, "1400", None),
@@ -1027,6 +1048,16 @@ peer = "127.0.0.1:7441"
 key_file = "/etc/gateway/ha-sync.key"
 refresh_ms = 10000
 lease_ms = 30000
+
+[port_mapping]
+zones = []
+per_host = 100
+total = 1024
+min_lifetime_s = 120
+max_lifetime_s = 86400
+external_ports = "1-1023"
+upnp = false
+upnp_http_port = 5000
 
 [traffic_meter]
 enabled = true

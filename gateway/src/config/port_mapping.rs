@@ -197,23 +197,27 @@ impl GatewayConfig {
         if mapping.upnp && mapping.upnp_http_port == 0 {
             return Err(invalid("port_mapping.upnp_http_port", "0 is no port"));
         }
-        // Mappings live in one box: the pair's other box would not forward them.
-        if let Some(index) = self
-            .interfaces
-            .iter()
-            .position(|iface| iface.virtual_address.is_some() || iface.nat_address.is_some())
-        {
-            return Err(invalid(
-                format!("interfaces[{index}]"),
-                "port mapping does not work on an HA pair or a scale-out box yet (mappings \
-                 are not synced): leave [port_mapping] out",
-            ));
+        // An HA pair's hosts ask the virtual address, where nothing listens, and a mapping
+        // on a shared or routed NAT address would be this box's alone: refused. (With
+        // `[ha.sync]` alone mappings are not synced: a takeover loses them until their
+        // clients renew them.)
+        for index in self.port_mapping_interfaces() {
+            if self.interfaces[index].virtual_address.is_some() {
+                return Err(invalid(
+                    format!("interfaces[{index}].virtual_address"),
+                    "port mapping serves the interface's own address, and its hosts would ask \
+                     the virtual one: not on an HA pair's interface yet",
+                ));
+            }
         }
-        if self.ha.sync.is_some() {
+        if external_iface.virtual_address.is_some() || external_iface.nat_address.is_some() {
             return Err(invalid(
-                "ha.sync",
-                "port mapping does not work on an HA pair yet (mappings are not synced): \
-                 leave [port_mapping] out",
+                field,
+                format!(
+                    "{} has a virtual_address or nat_address: mappings on it would be this \
+                     box's alone (they are not synced)",
+                    external_iface.name
+                ),
             ));
         }
         if mapping.max_lifetime_s > MAX_LIFETIME_S {

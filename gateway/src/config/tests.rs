@@ -1560,14 +1560,24 @@ fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
         err.starts_with("port_mapping.external_interface:") && err.contains("in a zone"),
         "{err}"
     );
-    // Not on an HA pair: the other box would not forward the mappings.
-    let pair = port_mapping("zones = [\"lan\"]").replace(
+    // Not on an HA pair's addresses: the hosts would ask the virtual one, and the other box
+    // would not forward the mappings.
+    let routed = port_mapping("zones = [\"lan\"]").replace(
         "address = \"10.0.0.1/24\"",
         "address = \"10.0.0.1/24\"\nnat_address = \"100.64.0.3\"",
     );
+    let err = parse(&routed).unwrap_err().to_string();
+    assert!(
+        err.starts_with("port_mapping.external_interface:") && err.contains("not synced"),
+        "{err}"
+    );
+    let pair = port_mapping("zones = [\"lan\"]").replace(
+        "address = \"192.168.10.1/24\"",
+        "address = \"192.168.10.1/24\"\nvirtual_address = \"192.168.10.254\"",
+    );
     let err = parse(&pair).unwrap_err().to_string();
     assert!(
-        err.starts_with("interfaces[1]:") && err.contains("HA pair"),
+        err.starts_with("interfaces[0].virtual_address:") && err.contains("HA pair"),
         "{err}"
     );
 }
