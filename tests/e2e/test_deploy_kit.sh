@@ -52,7 +52,8 @@ pass "hadolint accepts the Dockerfile ($(hadolint --version | grep -o '[0-9][0-9
 # (nftables: the Linux router that make lab-bench compares against; openvswitch-switch: the
 # independent LACP partner of the bond test; dnsmasq-base, isc-dhcp-client: the kernel twins' test;
 # frr: the BGP test; python3-scapy: the PPPoE test ISP; kea-dhcp6-server, radvd: the IPv6 test
-# ISP; keepalived: the HA pair's test, on the host beside the gateway in production. dhcpcd
+# ISP; keepalived: the HA pair's test, on the host beside the gateway in production; natpmpc,
+# miniupnpc: the port mapping test's LAN clients. dhcpcd
 # is installed by deps.sh apart from this list, under its release's name.)
 LAB_ONLY="dpdk-dev iperf3 iproute2 ethtool procps iputils-ping python3 prometheus nftables openvswitch-switch dnsmasq-base isc-dhcp-client frr rsyslog nfdump python3-scapy kea-dhcp6-server radvd tshark keepalived natpmpc miniupnpc"
 # The build packages both paths must install (README: Requirements).
