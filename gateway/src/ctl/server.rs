@@ -771,9 +771,7 @@ fn port_mappings(host: Option<std::net::Ipv4Addr>, sources: &Sources) -> Vec<Val
     let Some(status) = &sources.port_mapping else {
         return Vec::new();
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
+    let now = crate::control::port_mapping::unix_now();
     let mappings = status
         .mappings
         .lock()

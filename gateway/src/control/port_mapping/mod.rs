@@ -315,8 +315,6 @@ fn reserve_in_kernel(ports: &std::ops::RangeInclusive<u16>) {
 
 /// An answer waiting for the change it reports to reach the workers.
 enum Held {
-    /// Where a datagram's answer goes (before it is known).
-    Datagram(usize, SocketAddrV4),
     /// A datagram's answer: the served socket, the client, the bytes.
     Answer(usize, SocketAddrV4, Vec<u8>),
     /// An HTTP connection and its response.
@@ -397,7 +395,8 @@ struct Server<P> {
     checked_generation: u32,
 }
 
-fn unix_now() -> u64 {
+/// Seconds since the Unix epoch: the mappings' clock (the state file keeps it).
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
@@ -503,8 +502,10 @@ impl<P: Fn(PortMappings)> Server<P> {
             for served in (0..datagrams).filter(|&i| ready[i]) {
                 while let Ok((len, from)) = self.sockets[served].recv_from(&mut buf) {
                     if let SocketAddr::V4(from) = from {
-                        if let Some(outcome) = self.datagram(served, &buf[..len], from, &kept) {
-                            self.apply(outcome, Held::Datagram(served, from));
+                        if let Some(mut outcome) = self.datagram(served, &buf[..len], from, &kept) {
+                            let answer = outcome.answer.take();
+                            let held = answer.map(|bytes| Held::Answer(served, from, bytes));
+                            self.apply(outcome, held);
                         }
                     }
                 }
@@ -524,7 +525,7 @@ impl<P: Fn(PortMappings)> Server<P> {
                 }
                 if let Some((connection, response, outcome)) = self.serve_connection(index, &kept) {
                     let outcome = outcome.unwrap_or_else(|| Outcome::silent("query"));
-                    self.apply(outcome, Held::Http(connection, response));
+                    self.apply(outcome, Some(Held::Http(connection, response)));
                 }
             }
             for listener in (0..listeners).filter(|&i| ready[datagrams + ssdp + i]) {
@@ -547,7 +548,7 @@ impl<P: Fn(PortMappings)> Server<P> {
     /// every `PUBLISH_INTERVAL` (a flood of changes costs the workers a few new router
     /// configs a second, not one per request); its answer is held until the workers have the
     /// change, so that a client told "mapped" can be reached through the mapping at once.
-    fn apply(&mut self, outcome: Outcome, answer: Held) {
+    fn apply(&mut self, outcome: Outcome, answer: Option<Held>) {
         for mapping in &outcome.deleted {
             self.note(NatEventKind::Delete, mapping, "port mapping deleted");
         }
@@ -556,14 +557,7 @@ impl<P: Fn(PortMappings)> Server<P> {
         }
         self.publish_pending |= !outcome.created.is_empty() || !outcome.deleted.is_empty();
         self.dirty |= outcome.renewed;
-        let answer = match answer {
-            Held::Datagram(served, to) => match outcome.answer {
-                Some(bytes) => Held::Answer(served, to, bytes),
-                None => return,
-            },
-            other => other,
-        };
-        self.held.push(answer);
+        self.held.extend(answer);
     }
 
     /// When the held answers go: at once without a change pending, else when it may be
@@ -594,7 +588,6 @@ impl<P: Fn(PortMappings)> Server<P> {
                     }
                 }
                 Held::Http(connection, response) => connection.answer(&response),
-                Held::Datagram(..) => {}
             }
         }
     }
