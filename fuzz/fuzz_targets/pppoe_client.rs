@@ -81,6 +81,7 @@ fn config() -> ClientConfig {
         mru: MRU,
         echo_interval_ns: 10_000 * MS,
         echo_failures: 3,
+        ipv6: true,
     }
 }
 

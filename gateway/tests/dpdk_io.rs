@@ -585,7 +585,8 @@ proptest::proptest! {
     }
 }
 
-/// LAN and a PPPoE uplink on VLAN 7 of the WAN port (interface 2), session 0x1234 up.
+/// LAN and a PPPoE uplink on VLAN 7 of the WAN port (interface 2), session 0x1234 up with
+/// IPv4 and IPv6.
 fn pppoe_layout() -> gateway::dataplane::port_layout::PortLayout {
     let config = gateway::config::GatewayConfig::from_text(
         std::path::Path::new("pppoe.toml"),
@@ -616,6 +617,7 @@ password = "p"
     layout.sessions().set(
         2,
         gateway::dataplane::pppoe_frames::SessionState::new(Some(PPPOE_SESSION), true)
+            .with_ipv6(true)
             .from_access_concentrator([2, 0, 0, 0, 0, 7]),
     );
     layout
@@ -748,6 +750,51 @@ fn a_pppoe_session_frame_comes_off_as_ipv4_and_goes_back_on() {
         &mut mbuf,
     );
     assert_eq!(result, Err(DropReason::PppoeSession));
+    // IPv6 comes off and goes on the same way once IPv6CP is open, and goes to the access
+    // concentrator whatever Ethernet destination it had (a twin's multicast).
+    let datagram6 = {
+        let mut bytes = vec![0x60, 0, 0, 0, 0, 0, 59, 64];
+        bytes.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        bytes.extend_from_slice(&[0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        bytes
+    };
+    let from_ac = |state: SessionState| state.from_access_concentrator([2, 0, 0, 0, 0, 7]);
+    layout.sessions().set(2, from_ac(up.with_ipv6(true)));
+    let (result, _) = receive(
+        &pppoe_frame(PPPOE_SESSION, 42, 0x0057, &datagram6, 0),
+        &mut mbuf,
+    );
+    assert_eq!(result, Ok(2));
+    assert_eq!(mbuf.data()[12..14], [0x86, 0xdd]);
+    assert_eq!(mbuf.data()[14..], datagram6[..]);
+    let ac = [2, 0, 0, 0, 0, 0x0a];
+    let with_ipv6 = SessionState::new(Some(PPPOE_SESSION), true)
+        .with_ipv6(true)
+        .from_access_concentrator(ac);
+    mbuf.data_mut()[..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0, 2]);
+    assert_eq!(encapsulate(with_ipv6, &mut mbuf), Ok(()));
+    let mut framed = ac.to_vec();
+    framed.extend_from_slice(&[2, 0, 0, 0, 0, 7]);
+    framed.extend_from_slice(&pppoe_frame(PPPOE_SESSION, 42, 0x0057, &datagram6, 0));
+    assert_eq!(mbuf.data(), &framed[..]);
+    // Not before IPv6CP is open, either way; and a twin's ARP never goes out on the link.
+    let mut ipv6 = vec![0x86, 0xdd];
+    ipv6.extend_from_slice(&datagram6);
+    frame(&mut mbuf, &ipv6);
+    assert_eq!(encapsulate(up, &mut mbuf), Err(DropReason::PppoeDown));
+    frame(&mut mbuf, &arp);
+    assert_eq!(
+        encapsulate(with_ipv6, &mut mbuf),
+        Err(DropReason::PppoeNotPppoe)
+    );
+    layout.sessions().set(2, from_ac(up));
+    let (result, _) = receive(
+        &pppoe_frame(PPPOE_SESSION, 42, 0x0057, &datagram6, 0),
+        &mut mbuf,
+    );
+    assert_eq!(result, Err(DropReason::PppoeDown));
+    layout.sessions().set(2, SessionState::DOWN);
+
     // Nothing leaves without a session, and the WAN port's own frames are not PPPoE's.
     frame(&mut mbuf, &ipv4);
     assert_eq!(
@@ -812,11 +859,16 @@ proptest::proptest! {
             Ok(port) => {
                 proptest::prop_assert!(is_session || is_discovery);
                 proptest::prop_assert_eq!(port, 2);
-                let decapsulated = is_session && bytes.len() >= 10 && bytes[8..10] == [0x00, 0x21];
-                if decapsulated {
+                let protocol = bytes.get(8..10);
+                let inner = match protocol {
+                    Some([0x00, 0x21]) => Some([0x08, 0x00]),
+                    Some([0x00, 0x57]) => Some([0x86, 0xdd]),
+                    _ => None,
+                };
+                if let (true, Some(inner)) = (is_session, inner) {
                     let length = usize::from(u16::from_be_bytes([bytes[6], bytes[7]]));
                     let mut plain = sent[..12].to_vec();
-                    plain.extend_from_slice(&[0x08, 0x00]);
+                    plain.extend_from_slice(&inner);
                     plain.extend_from_slice(&bytes[10..8 + length]);
                     proptest::prop_assert_eq!(mbuf.data(), &plain[..]);
                 } else {

@@ -1290,6 +1290,27 @@ fn pppoe_needs_its_table_gets_1492_and_clamps_by_default() {
     refused(&LAB.replace("address = \"10.0.0.1/24\"", "address = \"10.0.0.1/24\"\n[[interfaces]]\nname = \"isp\"\nparent = \"wan\"\nvlan = 7\naddress = \"pppoe\"").replace("address = \"pppoe\"", &format!("address = \"pppoe\"{table}")), "interfaces[2].pppoe.default_route:");
     let config = parse(&with(&format!("\nmtu = 1400\ntcp_mss = 1300{table}"))).unwrap();
     assert_eq!(config.interfaces[2].tcp_mss_bytes(1400), Some(1300));
+    // A twin only for the IPv6 the ISP configures over the session.
+    let twin = format!("\nkernel_twin = true{table}");
+    refused(&with(&twin), "interfaces[2].kernel_twin:");
+    let autoconfigured = format!("{twin}[interfaces.ipv6]\nautoconfigure = true\n");
+    let config = parse(&with(&autoconfigured)).unwrap();
+    assert_eq!(
+        crate::config::twins::twin_names(&config)[2].as_deref(),
+        Some("isp")
+    );
+    refused(
+        &with(&format!(
+            "{twin}[interfaces.ipv6]\ndelegated_prefix = true\n"
+        )),
+        "interfaces[2].ipv6.delegated_prefix:",
+    );
+    // Without a twin, IPv6 on the session is the operator's to configure.
+    let config = parse(&with(&format!(
+        "{table}[interfaces.ipv6]\naddresses = [\"2001:db8:a::2/64\"]\n"
+    )))
+    .unwrap();
+    assert_eq!(crate::config::twins::twin_names(&config)[2], None);
 }
 
 #[test]

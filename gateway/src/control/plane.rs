@@ -77,6 +77,9 @@ pub struct ControlPlane {
     pppoe: PppoeLinks,
     /// The PPPoE sessions' peers and their MACs: neighbours no ARP resolves.
     pppoe_peers: Vec<(Ipv4Addr, [u8; 6])>,
+    /// The sessions that carry IPv6 (`PppoeView::ipv6_peers`): every IPv6 next hop on their
+    /// link is the access concentrator, which no Neighbor Discovery resolves.
+    pppoe_peers6: Vec<(u16, Option<Ipv6Addr>, [u8; 6])>,
     /// A changed PPPoE view the router has not taken yet (`take_pppoe_view`).
     pppoe_view: Option<PppoeView>,
     clock: Clock,
@@ -128,6 +131,7 @@ impl ControlPlane {
             twins: Twins::default(),
             pppoe: PppoeLinks::default(),
             pppoe_peers: Vec::new(),
+            pppoe_peers6: Vec::new(),
             pppoe_view: None,
             clock,
             next_maintenance_ns: 0,
@@ -195,6 +199,7 @@ impl ControlPlane {
         });
         if let Some(view) = links.take_view() {
             self.pppoe_peers = view.peers.clone();
+            self.pppoe_peers6 = view.ipv6_peers.clone();
             self.pppoe_view = Some(view);
             self.publish_view();
         }
@@ -272,8 +277,12 @@ impl ControlPlane {
                 self.send_arp_request(&router, port as u16, iface.addr, None);
             }
             // Duplicate address detection of the IPv6 addresses (RFC 4862 5.4): a node that
-            // has one answers, counted as `ndisc_claims_our_address`.
-            if let Some(v6) = router.ipv6(port as u16) {
+            // has one answers, counted as `ndisc_claims_our_address`. A PPPoE link has only
+            // the access concentrator on it, and IPv6CP agreed the identifiers.
+            if let Some(v6) = router
+                .ipv6(port as u16)
+                .filter(|_| !router.runs_pppoe(port as u16))
+            {
                 let own = std::iter::once(v6.link_local).chain(v6.addresses.iter().map(|a| a.0));
                 for addr in own {
                     self.send_neighbor_solicit(iface, port as u16, addr, None, None);
@@ -639,7 +648,10 @@ impl ControlPlane {
             self.table6
                 .iter()
                 .filter(|(_, _, state)| *state != NeighborState::Incomplete)
-                .map(|(ip, mac, _)| (ip, EthernetAddress(mac))),
+                .map(|(ip, mac, _)| (ip, EthernetAddress(mac)))
+                .chain(self.pppoe_peers6.iter().filter_map(|&(port, peer, mac)| {
+                    Some((scoped(peer?, port), EthernetAddress(mac)))
+                })),
         );
         self.neighbors.publish(Arc::new(view));
     }

@@ -1,9 +1,10 @@
 //! The control thread's side of PPPoE: one client per `address = "pppoe"` interface, fed the
 //! frames the workers hand to control and polled for its timers. When a session comes up or
 //! goes down it sets the workers' [`SessionStates`], and what it negotiated (the address,
-//! the peer and its MAC, the DNS servers) becomes a [`PppoeView`] for the router config.
+//! the peer and its MAC, the DNS servers, IPv6CP's link-local addresses) becomes a
+//! [`PppoeView`] for the router config.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pipeline::pppoe::client::{Client, ClientConfig, ClientCounters, EndReason, Session};
@@ -22,6 +23,10 @@ pub struct PppoeView {
     pub peers: Vec<(Ipv4Addr, [u8; 6])>,
     /// Per interface, the session's MTU: the configured one, or a peer's smaller MRU.
     pub mtus: Vec<Option<u16>>,
+    /// The sessions that carry IPv6 (IPv6CP open): the interface, the peer's link-local
+    /// address (when IPv6CP named it: the source of its Router Advertisements) and the
+    /// access concentrator's MAC, which every IPv6 next hop on the link resolves to.
+    pub ipv6_peers: Vec<(u16, Option<Ipv6Addr>, [u8; 6])>,
 }
 
 /// One interface's session, for metrics and `gateway ctl`.
@@ -34,6 +39,10 @@ pub struct LinkStatus {
     pub peer: Option<Ipv4Addr>,
     pub dns: Vec<Ipv4Addr>,
     pub mtu: Option<u16>,
+    /// The peer's link-local address while IPv6CP is open ("::" if it named none).
+    pub ipv6_peer: Option<Ipv6Addr>,
+    pub ipv6_opened: u64,
+    pub ipv6_failures: u64,
     pub sessions_up: u64,
     /// Per [`EndReason`], in `EndReason::ALL` order.
     pub ends: Vec<(&'static str, u64)>,
@@ -65,6 +74,10 @@ struct Link {
     iface: u16,
     name: String,
     config: PppoeConfig,
+    /// Whether the interface has IPv6, so the client negotiates IPv6CP.
+    ipv6: bool,
+    /// The client's IPv6CP failures already logged.
+    ipv6_failures_logged: u64,
     client: Client,
     /// The counters of the clients a reload replaced, so the interface's totals carry on.
     earlier: ClientCounters,
@@ -96,7 +109,7 @@ impl Default for PppoeLinks {
     }
 }
 
-fn client_config(config: &PppoeConfig, mac: [u8; 6], mtu: u16) -> ClientConfig {
+fn client_config(config: &PppoeConfig, mac: [u8; 6], mtu: u16, ipv6: bool) -> ClientConfig {
     ClientConfig {
         username: config.username.clone(),
         password: config.password.clone(),
@@ -106,6 +119,7 @@ fn client_config(config: &PppoeConfig, mac: [u8; 6], mtu: u16) -> ClientConfig {
         mru: mtu,
         echo_interval_ns: config.lcp_echo_interval_secs.saturating_mul(1_000_000_000),
         echo_failures: config.lcp_echo_failures,
+        ipv6,
     }
 }
 
@@ -127,11 +141,15 @@ impl PppoeLinks {
             let (Some(pppoe), Some(mac)) = (&iface.pppoe, macs.get(index)) else {
                 continue;
             };
-            let client = Client::new(client_config(pppoe, *mac, iface.mtu()), links.next_seed());
+            let ipv6 = iface.ipv6.is_some();
+            let config = client_config(pppoe, *mac, iface.mtu(), ipv6);
+            let client = Client::new(config, links.next_seed());
             links.links.push(Link {
                 iface: index as u16,
                 name: iface.name.clone(),
                 config: pppoe.clone(),
+                ipv6,
+                ipv6_failures_logged: 0,
                 client,
                 earlier: ClientCounters::default(),
                 applied: (SessionState::DOWN, None),
@@ -206,7 +224,8 @@ impl PppoeLinks {
             ) else {
                 continue;
             };
-            if *new == self.links[index].config {
+            let ipv6 = config.interfaces[iface].ipv6.is_some();
+            if (new, ipv6) == (&self.links[index].config, self.links[index].ipv6) {
                 continue;
             }
             tracing::info!(
@@ -219,8 +238,10 @@ impl PppoeLinks {
             let seed = self.next_seed();
             let link = &mut self.links[index];
             link.earlier = link.earlier.plus(link.client.counters());
-            link.client = Client::new(client_config(new, *mac, mtu), seed);
+            link.client = Client::new(client_config(new, *mac, mtu, ipv6), seed);
             link.config = new.clone();
+            link.ipv6 = ipv6;
+            link.ipv6_failures_logged = 0;
             link.client.start(now_ns, &mut self.out);
             self.after(index, &mut send);
         }
@@ -241,9 +262,19 @@ impl PppoeLinks {
         for frame in self.out.drain(..) {
             send(link.iface, &frame);
         }
+        let ipv6_failures = link.client.counters().ipv6_failures;
+        if ipv6_failures > link.ipv6_failures_logged {
+            link.ipv6_failures_logged = ipv6_failures;
+            tracing::warn!(
+                interface = %link.name,
+                "PPPoE peer refused IPv6CP, or wants another interface identifier than the MAC's (which the twin and the dataplane answer on): no IPv6 in this session"
+            );
+        }
         let session = link.client.session().cloned();
         let discovered = link.client.discovery_session();
-        let mut state = SessionState::new(discovered.map(|(id, _)| id), session.is_some());
+        let ipv6 = session.as_ref().and_then(|up| up.ipv6);
+        let mut state = SessionState::new(discovered.map(|(id, _)| id), session.is_some())
+            .with_ipv6(ipv6.is_some());
         if let Some((_, ac_mac)) = discovered {
             state = state.from_access_concentrator(ac_mac);
         }
@@ -265,6 +296,20 @@ impl PppoeLinks {
                 interface = %link.name,
                 state = link.client.state().name(),
                 "PPPoE session down"
+            ),
+            _ => {}
+        }
+        let had_ipv6 = link.applied.1.as_ref().and_then(|up| up.ipv6);
+        match (had_ipv6, ipv6) {
+            (None, Some(up)) => tracing::info!(
+                interface = %link.name,
+                local = %up.local_link_local(),
+                peer = %up.peer_link_local().map_or("(not named)".to_string(), |a| a.to_string()),
+                "PPPoE session carries IPv6 (IPv6CP open)"
+            ),
+            (Some(_), None) if session.is_some() => tracing::warn!(
+                interface = %link.name,
+                "PPPoE session carries IPv4 only: IPv6CP closed"
             ),
             _ => {}
         }
@@ -315,6 +360,10 @@ impl PppoeLinks {
                     via: Some(session.peer),
                 });
             }
+            if let Some(ipv6) = session.ipv6 {
+                view.ipv6_peers
+                    .push((link.iface, ipv6.peer_link_local(), session.ac_mac));
+            }
         }
         view
     }
@@ -334,6 +383,11 @@ impl PppoeLinks {
                     peer: session.map(|s| s.peer),
                     dns: session.map(|s| s.dns.clone()).unwrap_or_default(),
                     mtu: session.map(|s| s.mtu),
+                    ipv6_peer: session
+                        .and_then(|s| s.ipv6)
+                        .map(|ipv6| ipv6.peer_link_local().unwrap_or(Ipv6Addr::UNSPECIFIED)),
+                    ipv6_opened: counters.ipv6_opened,
+                    ipv6_failures: counters.ipv6_failures,
                     sessions_up: counters.sessions_up,
                     ends: EndReason::ALL
                         .iter()

@@ -216,7 +216,11 @@ impl Twins {
                 interface = %iface.name,
                 twin = %name,
                 netns = netns.unwrap_or("(the gateway's)"),
-                address = address.as_deref().unwrap_or("dhcp"),
+                address = address.as_deref().unwrap_or(if iface.address.is_pppoe() {
+                    "none (PPPoE: IPv6 only)"
+                } else {
+                    "dhcp"
+                }),
                 %mac,
                 tap_port = id.0,
                 "kernel twin up"

@@ -1,21 +1,22 @@
 //! PPPoE client sessions (RFC 2516) on interfaces with `address = "pppoe"`.
 //!
 //! The control thread runs each interface's client (`pipeline::pppoe::Client`: discovery,
-//! LCP, PAP or CHAP, IPCP) in `crate::control::pppoe_clients`, and gives the session's
+//! LCP, PAP or CHAP, IPCP, IPv6CP) in `crate::control::pppoe_clients`, and gives the session's
 //! address, peer and route to the router config. The workers only frame: [`decapsulate`] on
-//! receipt turns the session's IPv4 frames into plain ones for the pipeline, and
-//! [`encapsulate`] on transmit does the reverse. They learn the session from
+//! receipt turns the session's IPv4 and IPv6 frames into plain ones for the pipeline (from
+//! the access concentrator's MAC to ours, as if the link were Ethernet), and [`encapsulate`]
+//! on transmit does the reverse. They learn the session from
 //! [`SessionStates`], two atomic words per interface (the session and its access
 //! concentrator's MAC).
 //!
-//! A PPPoE interface carries PPPoE alone: any other frame on it (plain IPv4, ARP) is refused,
-//! and the session's datagrams are taken only from the access concentrator's MAC, so that
+//! A PPPoE interface carries PPPoE alone: any other frame on it (plain IPv4, ARP), either
+//! way, is refused, and the session's datagrams are taken only from the access concentrator's MAC, so that
 //! another host on the same segment cannot pass as the ISP (issue 44).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use pipeline::wire::ethernet::{ethertype, HEADER_LEN as ETHERNET_HEADER_LEN};
-use pipeline::wire::pppoe::{self, SessionHeader, OVERHEAD, PPP_IPV4};
+use pipeline::wire::pppoe::{self, SessionHeader, OVERHEAD, PPP_IPV4, PPP_IPV6};
 use pipeline::DropReason;
 
 use crate::dpdk::Mbuf;
@@ -43,9 +44,10 @@ fn known_mac(mac: &[u8]) -> u64 {
 }
 
 /// Bit 16: discovery gave a session (its id in the low 16 bits), so its control frames come
-/// in. Bit 17: IPCP is open, so datagrams flow.
+/// in. Bit 17: IPCP is open, so IPv4 datagrams flow; bit 18: IPv6CP too, so IPv6 ones do.
 const HAS_SESSION: u32 = 1 << 16;
 const IP_UP: u32 = 1 << 17;
+const IPV6_UP: u32 = 1 << 18;
 
 impl SessionState {
     pub const DOWN: SessionState = SessionState {
@@ -66,6 +68,19 @@ impl SessionState {
         }
     }
 
+    /// The same session, carrying IPv6 too while it carries IPv4 and `up`.
+    pub fn with_ipv6(self, up: bool) -> SessionState {
+        let carries = up && self.ip_up();
+        SessionState {
+            bits: if carries {
+                self.bits | IPV6_UP
+            } else {
+                self.bits & !IPV6_UP
+            },
+            ..self
+        }
+    }
+
     /// The same session, whose frames come from `mac`.
     pub fn from_access_concentrator(self, mac: [u8; 6]) -> SessionState {
         SessionState {
@@ -82,6 +97,21 @@ impl SessionState {
     #[inline]
     pub fn ip_up(self) -> bool {
         self.bits & IP_UP != 0
+    }
+
+    #[inline]
+    pub fn ipv6_up(self) -> bool {
+        self.bits & IPV6_UP != 0
+    }
+
+    /// Whether the session carries datagrams of PPP protocol `protocol` now.
+    #[inline]
+    fn carries(self, protocol: u16) -> bool {
+        match protocol {
+            PPP_IPV4 => self.ip_up(),
+            PPP_IPV6 => self.ipv6_up(),
+            _ => false,
+        }
     }
 
     /// Whether `mac` is the session's access concentrator (never, while it is unknown).
@@ -134,12 +164,12 @@ impl SessionStates {
     }
 }
 
-/// On receipt on a PPPoE interface: a frame of the live session carrying IPv4 becomes a plain
-/// IPv4 frame, the 8 bytes of PPPoE and PPP taken out and the padding after the datagram cut.
-/// Discovery frames and PPP control frames pass unchanged (the pipeline sends them to the
-/// control thread, whose client checks their source); a bad header, IPv4 of another session
-/// or from another MAC than the access concentrator's, or a frame that is not PPPoE at all,
-/// is refused.
+/// On receipt on a PPPoE interface: a frame of the live session carrying IPv4 (or IPv6, once
+/// IPv6CP is open) becomes a plain IPv4 (IPv6) frame, the 8 bytes of PPPoE and PPP taken out
+/// and the padding after the datagram cut. Discovery frames and PPP control frames pass
+/// unchanged (the pipeline sends them to the control thread, whose client checks their
+/// source); a bad header, a datagram of another session or from another MAC than the access
+/// concentrator's, or a frame that is not PPPoE at all, is refused.
 #[inline]
 pub fn decapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReason> {
     let frame = mbuf.data();
@@ -161,13 +191,15 @@ pub fn decapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
     // PPP's control protocols go to the client whatever their session: the first LCP
     // request follows the PADS so closely that a worker may see it before the control
     // thread has published the new session. The client counts what is not its own.
-    if protocol != PPP_IPV4 {
-        return Ok(());
-    }
+    let inner = match protocol {
+        PPP_IPV4 => ethertype::IPV4,
+        PPP_IPV6 => ethertype::IPV6,
+        _ => return Ok(()),
+    };
     if state.session_id() != Some(session_id) {
         return Err(DropReason::PppoeSession);
     }
-    if !state.ip_up() {
+    if !state.carries(protocol) {
         return Err(DropReason::PppoeDown);
     }
     if !state.is_access_concentrator(&frame[6..12]) {
@@ -178,7 +210,7 @@ pub fn decapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
         return Err(DropReason::PppoeMalformed);
     }
     let frame = mbuf.data_mut();
-    frame[ETHERTYPE_AT..ETHERNET_HEADER_LEN].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+    frame[ETHERTYPE_AT..ETHERNET_HEADER_LEN].copy_from_slice(&inner.to_be_bytes());
     let datagram_end = ETHERNET_HEADER_LEN + payload_len;
     if mbuf.len() > datagram_end {
         // Shorter than it was, so it fits.
@@ -187,20 +219,32 @@ pub fn decapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
     Ok(())
 }
 
-/// On transmit by a PPPoE interface: an IPv4 frame becomes a frame of the live session; the
-/// client's own frames (discovery, PPP control) leave as they are. Without a session up, the
-/// datagram is refused.
+/// On transmit by a PPPoE interface: an IPv4 (IPv6) frame becomes a frame of the live session
+/// addressed to its access concentrator, whatever Ethernet destination it had (an IPv6
+/// multicast's, from a kernel twin); the client's own frames (discovery, PPP control) leave as
+/// they are. A datagram the session does not carry now is refused, and so is anything else
+/// (a twin's ARP): a PPPoE link carries PPPoE alone.
 #[inline]
 pub fn encapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReason> {
     let frame = mbuf.data();
-    if frame.len() < ETHERNET_HEADER_LEN
-        || frame[ETHERTYPE_AT..ETHERNET_HEADER_LEN] != ethertype::IPV4.to_be_bytes()
+    let Some(ethertype) = frame.get(ETHERTYPE_AT..ETHERNET_HEADER_LEN) else {
+        return Err(DropReason::TruncatedFrame);
+    };
+    let protocol = if ethertype == ethertype::IPV4.to_be_bytes() {
+        PPP_IPV4
+    } else if ethertype == ethertype::IPV6.to_be_bytes() {
+        PPP_IPV6
+    } else if ethertype == ethertype::PPPOE_SESSION.to_be_bytes()
+        || ethertype == ethertype::PPPOE_DISCOVERY.to_be_bytes()
     {
         return Ok(());
-    }
-    let (Some(session_id), true) = (state.session_id(), state.ip_up()) else {
+    } else {
+        return Err(DropReason::PppoeNotPppoe);
+    };
+    let (Some(session_id), true) = (state.session_id(), state.carries(protocol)) else {
         return Err(DropReason::PppoeDown);
     };
+    let access_concentrator = state.access_concentrator.to_be_bytes();
     let datagram_len = (frame.len() - ETHERNET_HEADER_LEN) as u16;
     let Some(opened) = mbuf.insert_after_addresses(OVERHEAD) else {
         return Err(DropReason::NoBuffer);
@@ -208,8 +252,11 @@ pub fn encapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
     // The 8 new bytes plus the old EtherType's 2 become EtherType, PPPoE header and protocol.
     opened[..2].copy_from_slice(&ethertype::PPPOE_SESSION.to_be_bytes());
     let mut header = [0; OVERHEAD];
-    pppoe::write_session(&mut header, session_id, PPP_IPV4, datagram_len);
+    pppoe::write_session(&mut header, session_id, protocol, datagram_len);
     let frame = mbuf.data_mut();
     frame[ETHERNET_HEADER_LEN..ETHERNET_HEADER_LEN + OVERHEAD].copy_from_slice(&header);
+    if state.access_concentrator & AC_KNOWN != 0 {
+        frame[..6].copy_from_slice(&access_concentrator[2..]);
+    }
     Ok(())
 }

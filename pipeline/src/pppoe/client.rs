@@ -1,7 +1,9 @@
 //! The PPPoE client's state machine: discovery (RFC 2516), then LCP (RFC 1661), PAP
 //! (RFC 1334) or CHAP-MD5 (RFC 1994), and IPCP with DNS (RFC 1332, RFC 1877), until the
 //! session is [`State::Up`]; then echoes keep watch on it, and any end leads through a backoff
-//! to a new discovery.
+//! to a new discovery. With [`ClientConfig::ipv6`], IPv6CP (RFC 5072) runs beside IPCP: the
+//! session carries IPv6 once it opens ([`Session::ipv6`]), and a peer that refuses it leaves
+//! the session to IPv4 alone.
 //!
 //! The phases follow one another; the client is in exactly one [`State`]:
 //!
@@ -16,7 +18,10 @@
 //!                              echo timeout, retries exhausted, auth failure
 //! ```
 //!
-//! LCP and IPCP use RFC 1661's option negotiation, reduced to what a client needs: each side
+//! IPv6CP is not a phase: it has its own restart timer, and neither its failure nor its end
+//! ends the session.
+//!
+//! LCP, IPCP and IPv6CP use RFC 1661's option negotiation, reduced to what a client needs: each side
 //! of the link has its own request, and a layer is open once our request was Acked and we
 //! Acked the peer's. The full automaton's ten states collapse into those two flags, because a
 //! client never passively waits for a peer nor has a layer above it that may close LCP on its
@@ -26,12 +31,12 @@
 //! beyond the frames it answers with (at most a few per frame in).
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::wire::{
-    self, chap, code, control, ipcp_option, lcp_option, pap, tag, ChapValue, ControlPacket,
-    Options, PppPacket, PppoeFrame, Tags, BROADCAST_MAC, PPP_CHAP, PPP_IPCP, PPP_IPV4, PPP_LCP,
-    PPP_PAP,
+    self, chap, code, control, ipcp_option, ipv6cp_option, lcp_option, pap, tag, ChapValue,
+    ControlPacket, Options, PppPacket, PppoeFrame, Tags, BROADCAST_MAC, PPP_CHAP, PPP_IPCP,
+    PPP_IPV4, PPP_IPV6, PPP_IPV6CP, PPP_LCP, PPP_PAP,
 };
 
 const SECOND_NS: u64 = 1_000_000_000;
@@ -91,6 +96,8 @@ pub struct ClientConfig {
     pub echo_interval_ns: u64,
     /// Unanswered echoes in a row that end the session; 0 never ends it for that.
     pub echo_failures: u32,
+    /// Negotiate IPv6CP too (the interface has IPv6); false answers it with Protocol-Reject.
+    pub ipv6: bool,
 }
 
 /// Hand-written so that the password never reaches a log through `{:?}`.
@@ -105,6 +112,7 @@ impl fmt::Debug for ClientConfig {
             .field("mru", &self.mru)
             .field("echo_interval_ns", &self.echo_interval_ns)
             .field("echo_failures", &self.echo_failures)
+            .field("ipv6", &self.ipv6)
             .finish()
     }
 }
@@ -229,6 +237,43 @@ pub struct Session {
     /// The largest IPv4 packet to send: our MRU (as negotiated) and the peer's, whichever is
     /// smaller.
     pub mtu: u16,
+    /// IPv6CP's outcome once it opened: the session carries IPv6 too.
+    pub ipv6: Option<Ipv6Link>,
+}
+
+/// The interface identifiers IPv6CP agreed (RFC 5072): each end's link-local address is
+/// fe80::/64 with its identifier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6Link {
+    /// Ours: the modified EUI-64 of our MAC, as the gateway's link-local address elsewhere.
+    pub local_id: [u8; 8],
+    /// The peer's, if its request named one.
+    pub peer_id: Option<[u8; 8]>,
+}
+
+impl Ipv6Link {
+    pub fn local_link_local(&self) -> Ipv6Addr {
+        link_local_of(self.local_id)
+    }
+
+    /// The peer's link-local address: the source of its Router Advertisements, the next hop
+    /// of the routes they give.
+    pub fn peer_link_local(&self) -> Option<Ipv6Addr> {
+        self.peer_id.map(link_local_of)
+    }
+}
+
+fn link_local_of(id: [u8; 8]) -> Ipv6Addr {
+    let mut octets = [0u8; 16];
+    octets[..2].copy_from_slice(&[0xfe, 0x80]);
+    octets[8..].copy_from_slice(&id);
+    Ipv6Addr::from(octets)
+}
+
+/// The modified EUI-64 interface identifier of `mac` (RFC 4291 appendix A).
+fn modified_eui64(mac: [u8; 6]) -> [u8; 8] {
+    let [a, b, c, d, e, f] = mac;
+    [a ^ 0x02, b, c, 0xff, 0xfe, d, e, f]
 }
 
 /// What the client did, for metrics.
@@ -248,6 +293,10 @@ pub struct ClientCounters {
     pub sessions_up: u64,
     /// Sessions (a PADS accepted) that ended, by [`EndReason`] (`ends[reason as usize]`).
     pub ends: [u64; EndReason::COUNT],
+    /// Times IPv6CP opened, and times it failed (the peer refused it, Nak'ed our interface
+    /// identifier, or did not answer): the session then carries IPv4 alone.
+    pub ipv6_opened: u64,
+    pub ipv6_failures: u64,
     /// Discovery attempts that failed after a PADO was chosen, before any session: a PADS
     /// with an error tag or no session id, or no PADS after every PADR. Not in `ends`, since
     /// no session had begun.
@@ -271,6 +320,8 @@ impl ClientCounters {
             echo_replies_received: self.echo_replies_received + other.echo_replies_received,
             sessions_up: self.sessions_up + other.sessions_up,
             ends,
+            ipv6_opened: self.ipv6_opened + other.ipv6_opened,
+            ipv6_failures: self.ipv6_failures + other.ipv6_failures,
             discovery_failures: self.discovery_failures + other.discovery_failures,
         }
     }
@@ -284,11 +335,27 @@ enum Authentication {
     ChapMd5,
 }
 
-/// The two NCP-style layers that negotiate options.
+/// The layers that negotiate options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Layer {
     Lcp,
     Ipcp,
+    Ipv6cp,
+}
+
+/// IPv6CP's progress: it runs beside IPCP, on its own timer.
+#[derive(Clone, Debug, Default)]
+struct Ipv6cp {
+    negotiation: Negotiation,
+    /// Whether a negotiation is running (or open); false before the network phase, after a
+    /// failure, and after the peer terminated it.
+    active: bool,
+    /// Whether our requests still carry the Interface-Identifier (the peer may Reject it).
+    ask_id: bool,
+    peer_id: Option<[u8; 8]>,
+    due_ns: Option<u64>,
+    sends: u32,
+    open: Option<Ipv6Link>,
 }
 
 /// One layer's progress through RFC 1661 option negotiation.
@@ -422,6 +489,8 @@ pub struct Client {
     ipcp_wants: IpcpWants,
     peer_address: Ipv4Addr,
 
+    ipv6cp: Ipv6cp,
+
     up: Option<Session>,
 }
 
@@ -462,6 +531,7 @@ impl Client {
             ipcp: Negotiation::default(),
             ipcp_wants: IpcpWants::default(),
             peer_address: DEFAULT_PEER_ADDRESS,
+            ipv6cp: Ipv6cp::default(),
             up: None,
             config,
         }
@@ -503,6 +573,7 @@ impl Client {
     /// Timers: retransmissions, echoes, backoff. The caller calls it at least every 100 ms.
     pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
         self.poll_echo(now_ns, out);
+        self.poll_ipv6cp(now_ns, out);
         let Some(due) = self.phase_due_ns else {
             return;
         };
@@ -744,9 +815,11 @@ impl Client {
             PPP_PAP => self.on_pap(ppp.information, now_ns, out),
             PPP_CHAP => self.on_chap(ppp.information, now_ns, out),
             PPP_IPCP => self.on_ipcp(ppp.information, now_ns, out),
+            PPP_IPV6CP if self.config.ipv6 => self.on_ipv6cp(ppp.information, now_ns, out),
             // The dataplane's business; one that reaches us is simply not ours.
             PPP_IPV4 => Outcome::Ignored,
-            // IPv6CP, CCP, IPv6, anything: RFC 1661 section 5.7 has us say we do not speak it,
+            PPP_IPV6 if self.config.ipv6 => Outcome::Ignored,
+            // IPv6CP without IPv6, CCP, anything: RFC 1661 section 5.7 has us say we do not speak it,
             // so the peer stops sending it; before LCP is open, such packets are discarded.
             protocol if self.state.lcp_is_open() => {
                 self.send_protocol_reject(protocol, ppp.information, out);
@@ -773,6 +846,7 @@ impl Client {
         self.peer_mru = DEFAULT_PEER_MRU;
         self.peer_authentication = Authentication::None;
         self.ipcp = Negotiation::default();
+        self.ipv6cp = Ipv6cp::default();
         self.phase_sends = 0;
         self.send_configure_request(Layer::Lcp, true, now_ns, out);
     }
@@ -840,6 +914,10 @@ impl Client {
                 if rejected == Some(PPP_IPCP) && self.state.has_session() {
                     // No IPCP, no IPv4: this session can never carry anything for us.
                     self.end(EndReason::NegotiationTimeout, now_ns, out);
+                }
+                if rejected == Some(PPP_IPV6CP) && self.ipv6cp.active {
+                    // An IPv4-only access concentrator: the session goes on without IPv6.
+                    self.give_up_ipv6(false, out);
                 }
                 Outcome::Handled
             }
@@ -1012,7 +1090,7 @@ impl Client {
             .then(|| now_ns.saturating_add(self.config.echo_interval_ns));
         self.phase_sends = 0;
         match self.peer_authentication {
-            Authentication::None => self.begin_ipcp(now_ns, out),
+            Authentication::None => self.begin_network_phase(now_ns, out),
             Authentication::Pap => {
                 self.state = State::Authenticating;
                 self.pap_id = self.rng.next_u8();
@@ -1132,7 +1210,7 @@ impl Client {
         }
         match packet.code {
             pap::AUTHENTICATE_ACK => {
-                self.begin_ipcp(now_ns, out);
+                self.begin_network_phase(now_ns, out);
                 Outcome::Handled
             }
             pap::AUTHENTICATE_NAK => {
@@ -1169,7 +1247,7 @@ impl Client {
             }
             chap::SUCCESS if self.chap_id == Some(packet.identifier) => {
                 if self.state == State::Authenticating {
-                    self.begin_ipcp(now_ns, out);
+                    self.begin_network_phase(now_ns, out);
                 }
                 Outcome::Handled
             }
@@ -1182,6 +1260,14 @@ impl Client {
     }
 
     // ---- IPCP ----
+
+    /// Authenticated: IPCP, and IPv6CP beside it where the interface has IPv6.
+    fn begin_network_phase(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        self.begin_ipcp(now_ns, out);
+        if self.config.ipv6 {
+            self.begin_ipv6cp(now_ns, out);
+        }
+    }
 
     fn begin_ipcp(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
         self.state = State::Ipcp;
@@ -1363,11 +1449,221 @@ impl Client {
             peer: self.peer_address,
             dns,
             mtu: self.lcp_wants.mru.min(self.peer_mru),
+            ipv6: self.ipv6cp.open,
         });
         self.state = State::Up;
         self.phase_due_ns = None;
         self.backoff_ns = BACKOFF_FIRST_NS;
         self.counters.sessions_up += 1;
+    }
+
+    // ---- IPv6CP ----
+
+    fn begin_ipv6cp(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        self.set_ipv6_open(None);
+        self.ipv6cp = Ipv6cp {
+            negotiation: Negotiation::new(self.rng.next_u8()),
+            active: true,
+            ask_id: true,
+            ..Ipv6cp::default()
+        };
+        self.send_configure_request(Layer::Ipv6cp, true, now_ns, out);
+    }
+
+    fn on_ipv6cp(&mut self, information: &[u8], now_ns: u64, out: &mut Vec<Vec<u8>>) -> Outcome {
+        let Ok(packet) = ControlPacket::parse(information) else {
+            return Outcome::Malformed;
+        };
+        // RFC 1661: NCP packets before the network phase are silently discarded.
+        if !matches!(self.state, State::Ipcp | State::Up) {
+            return Outcome::Ignored;
+        }
+        match packet.code {
+            control::CONFIGURE_REQUEST => {
+                let Ok(options) = Options::parse(packet.data) else {
+                    return Outcome::Malformed;
+                };
+                if self.ipv6cp.open.is_some() || !self.ipv6cp.active {
+                    // Renegotiation, or the peer starting again after a Terminate: our side
+                    // starts over with it.
+                    self.begin_ipv6cp(now_ns, out);
+                }
+                self.answer_ipv6cp_request(&packet, options, out);
+                self.open_ipv6_if_agreed();
+                Outcome::Handled
+            }
+            control::CONFIGURE_ACK => {
+                let ipv6cp = &self.ipv6cp;
+                if !ipv6cp.active
+                    || !ipv6cp.negotiation.awaits_reply(packet.identifier)
+                    || packet.data != ipv6cp.negotiation.request.as_slice()
+                {
+                    return Outcome::Ignored;
+                }
+                self.ipv6cp.negotiation.ack_received = true;
+                self.ipv6cp.due_ns = None;
+                self.open_ipv6_if_agreed();
+                Outcome::Handled
+            }
+            control::CONFIGURE_NAK | control::CONFIGURE_REJECT => {
+                let Ok(options) = Options::parse(packet.data) else {
+                    return Outcome::Malformed;
+                };
+                if !self.ipv6cp.active || !self.ipv6cp.negotiation.awaits_reply(packet.identifier) {
+                    return Outcome::Ignored;
+                }
+                let names_id = options
+                    .iter()
+                    .any(|o| o.kind == ipv6cp_option::INTERFACE_IDENTIFIER);
+                if packet.code == control::CONFIGURE_NAK && names_id {
+                    // The peer wants us on another identifier. Ours is the MAC's EUI-64, the
+                    // link-local address the dataplane answers on and the kernel twin's (where
+                    // the DHCPv6 client talks from): taking another would split them, so the
+                    // session stays IPv4-only.
+                    self.give_up_ipv6(true, out);
+                    return Outcome::Handled;
+                }
+                if packet.code == control::CONFIGURE_REJECT && names_id {
+                    // RFC 5072 section 4.1: we keep our identifier, unannounced.
+                    self.ipv6cp.ask_id = false;
+                }
+                self.request_again(Layer::Ipv6cp, now_ns, out);
+                Outcome::Handled
+            }
+            control::TERMINATE_REQUEST => {
+                self.send_control(
+                    out,
+                    PPP_IPV6CP,
+                    control::TERMINATE_ACK,
+                    packet.identifier,
+                    &[],
+                );
+                // IPv6 stops; IPv4 goes on, and the peer may open IPv6CP again.
+                self.ipv6cp = Ipv6cp::default();
+                self.set_ipv6_open(None);
+                Outcome::Handled
+            }
+            control::TERMINATE_ACK | control::CODE_REJECT => Outcome::Handled,
+            _ => {
+                self.send_code_reject(PPP_IPV6CP, packet.packet, out);
+                Outcome::Handled
+            }
+        }
+    }
+
+    /// Acks the peer's Interface-Identifier when it is usable (not zero, not ours), Naks it
+    /// with one that is otherwise (RFC 5072 section 4.1), and Rejects every other option
+    /// (IPv6 header compression is nothing the dataplane does).
+    fn answer_ipv6cp_request(
+        &mut self,
+        packet: &ControlPacket<'_>,
+        options: Options<'_>,
+        out: &mut Vec<Vec<u8>>,
+    ) {
+        let ours = modified_eui64(self.config.mac);
+        let mut rejected = Vec::new();
+        let mut naked = Vec::new();
+        let mut naked_as_received = Vec::new();
+        let mut peer_id = None;
+        for option in options.iter() {
+            let id = <[u8; 8]>::try_from(option.value).ok();
+            match (option.kind, id) {
+                (ipv6cp_option::INTERFACE_IDENTIFIER, Some(id)) if id != [0; 8] && id != ours => {
+                    peer_id = Some(id);
+                }
+                (ipv6cp_option::INTERFACE_IDENTIFIER, Some(_)) if naked.is_empty() => {
+                    let suggestion = unused_interface_id(&mut self.rng, ours);
+                    wire::push_option(&mut naked, ipv6cp_option::INTERFACE_IDENTIFIER, &suggestion);
+                    naked_as_received.extend_from_slice(option.raw);
+                }
+                (ipv6cp_option::INTERFACE_IDENTIFIER, Some(_)) => {
+                    naked_as_received.extend_from_slice(option.raw);
+                }
+                _ => rejected.extend_from_slice(option.raw),
+            }
+        }
+        let id = packet.identifier;
+        let negotiation = &mut self.ipv6cp.negotiation;
+        negotiation.ack_sent = rejected.is_empty() && naked.is_empty();
+        if !rejected.is_empty() {
+            self.send_control(out, PPP_IPV6CP, control::CONFIGURE_REJECT, id, &rejected);
+        } else if !naked.is_empty() {
+            if negotiation.naks_sent >= MAX_FAILURE {
+                self.send_control(
+                    out,
+                    PPP_IPV6CP,
+                    control::CONFIGURE_REJECT,
+                    id,
+                    &naked_as_received,
+                );
+            } else {
+                negotiation.naks_sent += 1;
+                self.send_control(out, PPP_IPV6CP, control::CONFIGURE_NAK, id, &naked);
+            }
+        } else {
+            negotiation.naks_sent = 0;
+            self.ipv6cp.peer_id = peer_id;
+            self.send_control(out, PPP_IPV6CP, control::CONFIGURE_ACK, id, packet.data);
+        }
+    }
+
+    fn ipv6cp_request_options(&self) -> Vec<u8> {
+        let mut options = Vec::new();
+        if self.ipv6cp.ask_id {
+            wire::push_option(
+                &mut options,
+                ipv6cp_option::INTERFACE_IDENTIFIER,
+                &modified_eui64(self.config.mac),
+            );
+        }
+        options
+    }
+
+    fn open_ipv6_if_agreed(&mut self) {
+        if !self.ipv6cp.active || self.ipv6cp.open.is_some() || !self.ipv6cp.negotiation.is_open() {
+            return;
+        }
+        self.ipv6cp.due_ns = None;
+        self.counters.ipv6_opened += 1;
+        self.set_ipv6_open(Some(Ipv6Link {
+            local_id: modified_eui64(self.config.mac),
+            peer_id: self.ipv6cp.peer_id,
+        }));
+    }
+
+    /// What IPv6CP gives the session, now and whenever IPCP (re)opens it.
+    fn set_ipv6_open(&mut self, link: Option<Ipv6Link>) {
+        self.ipv6cp.open = link;
+        if let Some(up) = &mut self.up {
+            up.ipv6 = link;
+        }
+    }
+
+    /// IPv6CP failed: the session carries IPv4 alone. `tell_peer`: close the layer with a
+    /// Terminate-Request (not after a Protocol-Reject: the peer has no such layer).
+    fn give_up_ipv6(&mut self, tell_peer: bool, out: &mut Vec<Vec<u8>>) {
+        if tell_peer {
+            let id = self.ipv6cp.negotiation.request_id.wrapping_add(1);
+            self.send_control(out, PPP_IPV6CP, control::TERMINATE_REQUEST, id, &[]);
+        }
+        self.counters.ipv6_failures += 1;
+        self.ipv6cp = Ipv6cp::default();
+        self.set_ipv6_open(None);
+    }
+
+    /// IPv6CP's restart timer, on its own beside the phase's.
+    fn poll_ipv6cp(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        let Some(due) = self.ipv6cp.due_ns else {
+            return;
+        };
+        if now_ns < due || !matches!(self.state, State::Ipcp | State::Up) {
+            return;
+        }
+        if self.ipv6cp.sends >= MAX_CONFIGURE {
+            self.give_up_ipv6(false, out);
+        } else {
+            self.send_configure_request(Layer::Ipv6cp, false, now_ns, out);
+        }
     }
 
     // ---- shared by LCP and IPCP ----
@@ -1385,10 +1681,12 @@ impl Client {
         let (options, protocol) = match layer {
             Layer::Lcp => (self.lcp_request_options(), PPP_LCP),
             Layer::Ipcp => (self.ipcp_request_options(), PPP_IPCP),
+            Layer::Ipv6cp => (self.ipv6cp_request_options(), PPP_IPV6CP),
         };
         let negotiation = match layer {
             Layer::Lcp => &mut self.lcp,
             Layer::Ipcp => &mut self.ipcp,
+            Layer::Ipv6cp => &mut self.ipv6cp.negotiation,
         };
         if fresh_id {
             negotiation.request_id = negotiation.request_id.wrapping_add(1);
@@ -1399,13 +1697,20 @@ impl Client {
             wire::control_packet(control::CONFIGURE_REQUEST, negotiation.request_id, &options);
         negotiation.request = options;
         self.send_ppp(out, protocol, &packet);
-        self.arm_phase_timer(now_ns, RESTART_INTERVAL_NS);
+        if layer == Layer::Ipv6cp {
+            self.ipv6cp.sends = self.ipv6cp.sends.saturating_add(1);
+            self.ipv6cp.due_ns = Some(now_ns.saturating_add(RESTART_INTERVAL_NS));
+        } else {
+            self.arm_phase_timer(now_ns, RESTART_INTERVAL_NS);
+        }
     }
 
     /// After a Nak or Reject: a new request, unless Max-Configure requests have gone already
     /// (counting these too keeps a peer that Naks forever from holding us in the phase).
     fn request_again(&mut self, layer: Layer, now_ns: u64, out: &mut Vec<Vec<u8>>) {
-        if self.phase_sends >= MAX_CONFIGURE {
+        if layer == Layer::Ipv6cp && self.ipv6cp.sends >= MAX_CONFIGURE {
+            self.give_up_ipv6(true, out);
+        } else if layer != Layer::Ipv6cp && self.phase_sends >= MAX_CONFIGURE {
             self.end(EndReason::NegotiationTimeout, now_ns, out);
         } else {
             self.send_configure_request(layer, true, now_ns, out);
@@ -1445,6 +1750,7 @@ impl Client {
         self.relay_session_id = None;
         self.lcp = Negotiation::default();
         self.ipcp = Negotiation::default();
+        self.ipv6cp = Ipv6cp::default();
         self.peer_authentication = Authentication::None;
         self.peer_mru = DEFAULT_PEER_MRU;
         self.chap_id = None;
@@ -1515,6 +1821,19 @@ fn nonzero_magic(rng: &mut SplitMix64, avoid: u32) -> u32 {
     }
 }
 
+/// An interface identifier for a peer whose own is unusable: neither zero nor `ours`.
+fn unused_interface_id(rng: &mut SplitMix64, ours: [u8; 8]) -> [u8; 8] {
+    let id = rng.next_u64().to_be_bytes();
+    if id == [0; 8] || id == ours {
+        // Next to impossible; stepping off keeps the function free of an unbounded loop.
+        let mut other = ours;
+        other[7] ^= 1;
+        other
+    } else {
+        id
+    }
+}
+
 /// An AC must be a single station: a PADO from a multicast or all-zero source is bogus.
 fn is_unicast(mac: [u8; 6]) -> bool {
     mac[0] & 1 == 0 && mac != [0; 6]
@@ -1566,7 +1885,33 @@ mod tests {
             mru: 1492,
             echo_interval_ns: 10 * S,
             echo_failures: 3,
+            ipv6: false,
         }
+    }
+
+    fn config_with_ipv6() -> ClientConfig {
+        ClientConfig {
+            ipv6: true,
+            ..config()
+        }
+    }
+
+    /// The AC's IPv6CP interface identifier: its link-local address is fe80::1.
+    const AC_INTERFACE_ID: [u8; 8] = [0, 0, 0, 0, 0, 0, 0, 1];
+    /// CLIENT_MAC's modified EUI-64.
+    const CLIENT_INTERFACE_ID: [u8; 8] = [0x00, 0x00, 0x00, 0xff, 0xfe, 0x00, 0x00, 0x01];
+
+    /// What the scripted AC does with the client's IPv6CP.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum AcIpv6 {
+        /// An IPv4-only AC: LCP Protocol-Reject.
+        Refuse,
+        /// Acks the client's identifier and asks for this one of its own.
+        Accept([u8; 8]),
+        /// Naks the client's identifier with this one.
+        NakWith([u8; 8]),
+        /// Never answers.
+        Silent,
     }
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1593,6 +1938,11 @@ mod tests {
         address: Option<Ipv4Addr>,
         /// Answers discovery but nothing in the session.
         silent_in_session: bool,
+        ipv6: AcIpv6,
+        ipv6cp_requested: bool,
+        /// The client's IPv6CP Configure-Acks and Terminate-Requests it received.
+        ipv6cp_acks: u32,
+        ipv6cp_terminates: u32,
 
         client_acked_lcp: bool,
         acked_client_lcp: bool,
@@ -1625,6 +1975,10 @@ mod tests {
                 ask_vj: false,
                 address: Some(PEER),
                 silent_in_session: false,
+                ipv6: AcIpv6::Refuse,
+                ipv6cp_requested: false,
+                ipv6cp_acks: 0,
+                ipv6cp_terminates: 0,
                 client_acked_lcp: false,
                 acked_client_lcp: false,
                 challenge: vec![0x5a; 16],
@@ -1665,6 +2019,7 @@ mod tests {
                         self.acked_client_lcp = false;
                         self.challenged = false;
                         self.ipcp_requested = false;
+                        self.ipv6cp_requested = false;
                         self.vj_rejected = false;
                         vec![pado(&host_uniq, b"test-ac", &[b"", b"isp"])]
                     }
@@ -1706,6 +2061,7 @@ mod tests {
                 PPP_PAP => self.on_pap(&packet),
                 PPP_CHAP => self.on_chap(&packet),
                 PPP_IPCP => self.on_ipcp(&packet),
+                PPP_IPV6CP => self.on_ipv6cp(ppp.information, &packet),
                 other => panic!("the client sent PPP protocol {other:#06x}"),
             }
         }
@@ -1897,6 +2253,56 @@ mod tests {
                 }
             }
         }
+
+        fn on_ipv6cp(&mut self, information: &[u8], packet: &ControlPacket<'_>) -> Vec<Vec<u8>> {
+            let id = packet.identifier;
+            match (self.ipv6, packet.code) {
+                (AcIpv6::Refuse, _) => {
+                    let mut data = PPP_IPV6CP.to_be_bytes().to_vec();
+                    data.extend_from_slice(information);
+                    vec![ac_control(PPP_LCP, control::PROTOCOL_REJECT, 0x44, &data)]
+                }
+                (AcIpv6::Silent, _) => Vec::new(),
+                (_, control::TERMINATE_REQUEST) => {
+                    self.ipv6cp_terminates += 1;
+                    vec![ac_control(PPP_IPV6CP, control::TERMINATE_ACK, id, &[])]
+                }
+                (_, control::CONFIGURE_ACK) => {
+                    self.ipv6cp_acks += 1;
+                    Vec::new()
+                }
+                (AcIpv6::NakWith(other), control::CONFIGURE_REQUEST) => {
+                    let mut naked = Vec::new();
+                    push_option(&mut naked, ipv6cp_option::INTERFACE_IDENTIFIER, &other);
+                    vec![ac_control(PPP_IPV6CP, control::CONFIGURE_NAK, id, &naked)]
+                }
+                (AcIpv6::Accept(own), control::CONFIGURE_REQUEST) => {
+                    let mut out = vec![ac_control(
+                        PPP_IPV6CP,
+                        control::CONFIGURE_ACK,
+                        id,
+                        packet.data,
+                    )];
+                    if !self.ipv6cp_requested {
+                        self.ipv6cp_requested = true;
+                        let mut options = Vec::new();
+                        push_option(&mut options, ipv6cp_option::INTERFACE_IDENTIFIER, &own);
+                        out.push(ac_control(
+                            PPP_IPV6CP,
+                            control::CONFIGURE_REQUEST,
+                            0x60,
+                            &options,
+                        ));
+                    }
+                    out
+                }
+                (_, code) => {
+                    self.unscripted
+                        .push((PPP_IPV6CP, code, packet.data.to_vec()));
+                    Vec::new()
+                }
+            }
+        }
     }
 
     fn pado(host_uniq: &[u8], ac_name: &[u8], services: &[&[u8]]) -> Vec<u8> {
@@ -2051,6 +2457,7 @@ mod tests {
                 peer: PEER,
                 dns: vec![DNS1, DNS2],
                 mtu: 1492,
+                ipv6: None,
             })
         );
         assert_eq!(client.discovery_session(), Some((SESSION_ID, AC_MAC)));
@@ -2219,6 +2626,152 @@ mod tests {
         assert_eq!(data[..2], PPP_IPV6CP.to_be_bytes());
         assert_eq!(data[2..], ipv6cp[..]);
         assert_eq!(harness.client.state(), State::Up);
+    }
+
+    fn up_with_ipv6(ac: ScriptedAc) -> Harness {
+        let mut harness = Harness::with_config(ac, config_with_ipv6());
+        harness.start();
+        assert_eq!(harness.client.state(), State::Up);
+        harness
+    }
+
+    /// The client's IPv6CP packets, as (code, identifier, data).
+    fn ipv6cp_sent(harness: &Harness) -> Vec<(u8, u8, Vec<u8>)> {
+        harness
+            .client_sent
+            .iter()
+            .filter(|f| discovery_code(f).is_none())
+            .map(|f| control_of(f))
+            .filter(|(protocol, ..)| *protocol == PPP_IPV6CP)
+            .map(|(_, code, id, data)| (code, id, data))
+            .collect()
+    }
+
+    #[test]
+    fn ipv6cp_opens_beside_ipcp_with_the_macs_identifier() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        let harness = up_with_ipv6(ac);
+        let session = harness.client.session().expect("up");
+        let link = session.ipv6.expect("IPv6CP open");
+        assert_eq!(link.local_id, CLIENT_INTERFACE_ID);
+        assert_eq!(link.peer_id, Some(AC_INTERFACE_ID));
+        assert_eq!(
+            link.peer_link_local(),
+            Some("fe80::1".parse::<Ipv6Addr>().unwrap())
+        );
+        assert_eq!(
+            link.local_link_local(),
+            crate::wire::ipv6::link_local(crate::wire::EthernetAddress(CLIENT_MAC))
+        );
+        assert_eq!(harness.ac.ipv6cp_acks, 1);
+        let mut request = Vec::new();
+        push_option(
+            &mut request,
+            ipv6cp_option::INTERFACE_IDENTIFIER,
+            &CLIENT_INTERFACE_ID,
+        );
+        assert_eq!(ipv6cp_sent(&harness)[0].2, request);
+        assert_eq!(harness.client.counters().ipv6_opened, 1);
+        // IPv4 is what it was.
+        assert_eq!(session.local, LOCAL);
+    }
+
+    #[test]
+    fn without_ipv6_configured_the_client_sends_no_ipv6cp() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        let harness = up_with(ac);
+        assert!(ipv6cp_sent(&harness).is_empty());
+        assert_eq!(harness.client.session().unwrap().ipv6, None);
+    }
+
+    #[test]
+    fn an_ipv4_only_peer_leaves_the_session_up_without_ipv6() {
+        let mut harness = up_with_ipv6(ScriptedAc::new(AcAuth::Pap));
+        assert_eq!(harness.client.session().unwrap().ipv6, None);
+        assert_eq!(harness.client.counters().ipv6_failures, 1);
+        let sent = ipv6cp_sent(&harness).len();
+        // No more IPv6CP requests, however long it runs.
+        for step in 1..=40 {
+            let out = harness.poll_at(1_000 * S + step * S);
+            harness.deliver(out, None);
+        }
+        assert_eq!(ipv6cp_sent(&harness).len(), sent);
+        assert_eq!(harness.client.state(), State::Up);
+    }
+
+    #[test]
+    fn a_nak_of_our_identifier_gives_ipv6_up_with_a_terminate() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::NakWith([9; 8]);
+        let harness = up_with_ipv6(ac);
+        assert_eq!(harness.client.session().unwrap().ipv6, None);
+        assert_eq!(harness.ac.ipv6cp_terminates, 1);
+        assert_eq!(harness.client.counters().ipv6_failures, 1);
+    }
+
+    #[test]
+    fn a_silent_ipv6cp_peer_costs_ipv6_alone_after_max_configure() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Silent;
+        let mut harness = up_with_ipv6(ac);
+        for step in 1..=60 {
+            let out = harness.poll_at(1_000 * S + step * S);
+            harness.deliver(out, None);
+        }
+        let requests = ipv6cp_sent(&harness)
+            .iter()
+            .filter(|(code, ..)| *code == control::CONFIGURE_REQUEST)
+            .count();
+        assert_eq!(requests, MAX_CONFIGURE as usize);
+        assert_eq!(harness.client.state(), State::Up);
+        assert_eq!(harness.client.counters().ipv6_failures, 1);
+    }
+
+    #[test]
+    fn an_unusable_peer_identifier_is_naked_and_other_options_rejected() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        let mut harness = up_with_ipv6(ac);
+        for (bad, id) in [([0u8; 8], 0x71), (CLIENT_INTERFACE_ID, 0x72)] {
+            let mut options = Vec::new();
+            push_option(&mut options, ipv6cp_option::INTERFACE_IDENTIFIER, &bad);
+            let request = ac_control(PPP_IPV6CP, control::CONFIGURE_REQUEST, id, &options);
+            let out = harness.receive(&request);
+            let (_, code, answered, data) = control_of(out.last().expect("an answer"));
+            assert_eq!((code, answered), (control::CONFIGURE_NAK, id));
+            let suggested = &data[2..];
+            assert_eq!(suggested.len(), 8);
+            assert!(suggested != [0; 8] && suggested != CLIENT_INTERFACE_ID);
+            // Renegotiating: IPv6 is down until it opens again.
+            assert_eq!(harness.client.session().unwrap().ipv6, None);
+        }
+        let compression = [ipv6cp_option::IPV6_COMPRESSION_PROTOCOL, 4, 0x00, 0x4f];
+        let request = ac_control(PPP_IPV6CP, control::CONFIGURE_REQUEST, 0x73, &compression);
+        let out = harness.receive(&request);
+        let (_, code, _, data) = control_of(out.last().expect("an answer"));
+        assert_eq!(
+            (code, data),
+            (control::CONFIGURE_REJECT, compression.to_vec())
+        );
+    }
+
+    #[test]
+    fn a_terminate_request_stops_ipv6_and_keeps_ipv4() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        let mut harness = up_with_ipv6(ac);
+        assert!(harness.client.session().unwrap().ipv6.is_some());
+        let out = harness.receive(&ac_control(PPP_IPV6CP, control::TERMINATE_REQUEST, 9, &[]));
+        let (protocol, code, id, _) = control_of(&out[0]);
+        assert_eq!(
+            (protocol, code, id),
+            (PPP_IPV6CP, control::TERMINATE_ACK, 9)
+        );
+        let session = harness.client.session().expect("IPv4 stays up");
+        assert_eq!(session.ipv6, None);
+        assert_eq!(session.local, LOCAL);
     }
 
     #[test]
@@ -2703,8 +3256,15 @@ mod tests {
     // ---- robustness ----
 
     /// A client driven to `state` by the scripted AC (CHAP, so that every phase is passed).
+    /// The proptest's client and AC: CHAP, and IPv6CP beside IPCP.
+    fn proptest_pair() -> Harness {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        Harness::with_config(ac, config_with_ipv6())
+    }
+
     fn harness_in(state: State) -> Harness {
-        let mut harness = Harness::new(ScriptedAc::new(AcAuth::Chap));
+        let mut harness = proptest_pair();
         match state {
             State::Stopped => {}
             State::Backoff => {
@@ -2724,9 +3284,8 @@ mod tests {
     fn corpus() -> &'static [Vec<u8>] {
         static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
         CORPUS.get_or_init(|| {
-            let mut ac = ScriptedAc::new(AcAuth::Chap);
-            ac.ask_vj = true;
-            let mut harness = Harness::new(ac);
+            let mut harness = proptest_pair();
+            harness.ac.ask_vj = true;
             harness.start();
             assert_eq!(harness.client.state(), State::Up);
             let mut corpus = harness.ac.sent.clone();
@@ -2751,6 +3310,25 @@ mod tests {
                 ac_control(PPP_PAP, pap::AUTHENTICATE_ACK, 1, &[0]),
                 ac_control(PPP_CHAP, chap::FAILURE, 0x31, &[]),
                 session_frame(CLIENT_MAC, AC_MAC, SESSION_ID, PPP_IPV6CP, &[1, 1, 0, 4]),
+                ac_control(
+                    PPP_IPV6CP,
+                    control::CONFIGURE_NAK,
+                    1,
+                    &[1, 10, 0, 0, 0, 0, 0, 0, 0, 9],
+                ),
+                ac_control(
+                    PPP_IPV6CP,
+                    control::CONFIGURE_REJECT,
+                    1,
+                    &[1, 10, 0, 0, 0, 0, 0, 0, 0, 1],
+                ),
+                ac_control(PPP_IPV6CP, control::TERMINATE_REQUEST, 1, &[]),
+                ac_control(
+                    PPP_LCP,
+                    control::PROTOCOL_REJECT,
+                    1,
+                    &PPP_IPV6CP.to_be_bytes(),
+                ),
             ]);
             corpus
         })

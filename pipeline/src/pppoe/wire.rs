@@ -1,5 +1,5 @@
 //! The bytes of PPPoE (RFC 2516) and of the PPP control protocols a client speaks over it:
-//! LCP (RFC 1661), PAP (RFC 1334), CHAP (RFC 1994) and IPCP (RFC 1332, RFC 1877).
+//! LCP (RFC 1661), PAP (RFC 1334), CHAP (RFC 1994), IPCP (RFC 1332, RFC 1877) and IPv6CP (RFC 5072).
 //!
 //! Every parser here takes bytes straight off the wire and returns a view that borrows them, or
 //! a [`ParseError`]: no length a peer writes is trusted before it is checked against the bytes
@@ -13,10 +13,9 @@ use std::net::Ipv4Addr;
 pub use crate::wire::ethernet::ethertype::{
     PPPOE_DISCOVERY as ETHERTYPE_DISCOVERY, PPPOE_SESSION as ETHERTYPE_SESSION,
 };
-pub use crate::wire::pppoe::{HEADER_LEN as PPPOE_HEADER_LEN, PPP_IPV4, VERSION_TYPE};
+pub use crate::wire::pppoe::{HEADER_LEN as PPPOE_HEADER_LEN, PPP_IPV4, PPP_IPV6, VERSION_TYPE};
 
 /// PPP protocol numbers (the two bytes before every PPP packet).
-pub const PPP_IPV6: u16 = 0x0057;
 pub const PPP_IPCP: u16 = 0x8021;
 pub const PPP_IPV6CP: u16 = 0x8057;
 pub const PPP_CCP: u16 = 0x80fd;
@@ -78,6 +77,12 @@ pub mod lcp_option {
     pub const MAGIC_NUMBER: u8 = 5;
     pub const PROTOCOL_FIELD_COMPRESSION: u8 = 7;
     pub const ADDRESS_CONTROL_FIELD_COMPRESSION: u8 = 8;
+}
+
+/// IPv6CP configuration option types (RFC 5072 section 4).
+pub mod ipv6cp_option {
+    pub const INTERFACE_IDENTIFIER: u8 = 1;
+    pub const IPV6_COMPRESSION_PROTOCOL: u8 = 2;
 }
 
 /// IPCP configuration option types (RFC 1332, DNS from RFC 1877).

@@ -21,8 +21,9 @@ pub const OVERHEAD: usize = HEADER_LEN + 2;
 pub const VERSION_TYPE: u8 = 0x11;
 /// A session-stage frame's code.
 pub const CODE_SESSION: u8 = 0x00;
-/// PPP's protocol number for IPv4 datagrams (RFC 1332).
+/// PPP's protocol numbers for IPv4 datagrams (RFC 1332) and IPv6 ones (RFC 5072).
 pub const PPP_IPV4: u16 = 0x0021;
+pub const PPP_IPV6: u16 = 0x0057;
 
 /// A session frame's header, checked against the bytes it came in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

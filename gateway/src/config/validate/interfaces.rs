@@ -226,10 +226,23 @@ impl GatewayConfig {
                 ),
             ));
         }
-        if iface.kernel_twin == Some(true) {
+        if iface
+            .ipv6
+            .as_ref()
+            .is_some_and(|ipv6| ipv6.delegated_prefix)
+        {
+            return Err(invalid(
+                field("ipv6.delegated_prefix"),
+                "a PPPoE interface is an uplink: the prefix is delegated over it to a LAN, not to it (write autoconfigure = true here, delegated_prefix = true on the LAN)",
+            ));
+        }
+        // The session lives in the gateway; a twin serves only the IPv6 the ISP configures
+        // over it (its Router Advertisements, DHCPv6 and a delegated prefix, by dhcpcd).
+        let autoconfigured = iface.ipv6.as_ref().is_some_and(|ipv6| ipv6.autoconfigure);
+        if iface.kernel_twin == Some(true) && !autoconfigured {
             return Err(invalid(
                 field("kernel_twin"),
-                "a PPPoE interface has no kernel twin: its session lives in the gateway",
+                "a PPPoE interface's twin carries only the IPv6 the ISP configures over the session: set [interfaces.ipv6] autoconfigure = true, or omit kernel_twin",
             ));
         }
         if pppoe.default_route && self.routes.iter().any(|route| route.destination.len == 0) {

@@ -82,9 +82,18 @@ impl ControlPlane {
             return self.counters.record_drop(DropReason::Ipv6NotForwarded);
         };
         let next_hop = route.resolve(dst);
+        let held = HeldPacket { mbuf, port };
+        // A PPPoE session's every next hop is its access concentrator (a worker may have
+        // asked before the view with it reached it); no Neighbor Discovery there.
+        if router.runs_pppoe(port) {
+            let peer = self.pppoe_peers6.iter().find(|(link, ..)| *link == port);
+            return match peer {
+                Some(&(_, _, mac)) => self.transmit_held(router, held, EthernetAddress(mac)),
+                None => self.counters.record_drop(DropReason::PppoeDown),
+            };
+        }
         // Link-local neighbours are known by their link.
         let key = scoped(next_hop, port);
-        let held = HeldPacket { mbuf, port };
         let now_ns = self.clock.now_ns();
         let evictions_before = self.table6.evictions();
         let counters = &self.counters;

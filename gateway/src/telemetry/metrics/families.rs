@@ -275,6 +275,8 @@ pub fn metric_names() -> Vec<String> {
         "pppoe_control_packets_total",
         "pppoe_refused_control_packets_total",
         "pppoe_lcp_echoes_total",
+        "pppoe_ipv6_up",
+        "pppoe_ipv6cp_total",
         "uplink_usable",
         "uplink_health_failed",
         "uplink_probes_total",

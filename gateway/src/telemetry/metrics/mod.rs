@@ -255,4 +255,6 @@ struct PppoeMetrics {
     control: IntCounterVec,
     refused: IntCounterVec,
     echoes: IntCounterVec,
+    ipv6_up: IntGaugeVec,
+    ipv6cp: IntCounterVec,
 }

@@ -59,6 +59,18 @@ impl PppoeMetrics {
                 "LCP echoes: requests_sent, replies_received.",
                 &["interface", "kind"],
             ),
+            ipv6_up: gauge_vec(
+                registry,
+                "pppoe_ipv6_up",
+                "1 while the interface's PPPoE session carries IPv6 (IPv6CP open), else 0.",
+                &["interface"],
+            ),
+            ipv6cp: counter_vec(
+                registry,
+                "pppoe_ipv6cp_total",
+                "IPv6CP outcomes: opened, or failed (the peer refused it, wanted another interface identifier, or never answered; the session then carries IPv4 alone).",
+                &["interface", "result"],
+            ),
         }
     }
 
@@ -97,6 +109,11 @@ impl PppoeMetrics {
                 &[name, "replies_received"],
                 link.echo_replies_received,
             );
+            self.ipv6_up
+                .with_label_values(&[name])
+                .set(i64::from(link.ipv6_peer.is_some()));
+            sync_counter(&self.ipv6cp, &[name, "opened"], link.ipv6_opened);
+            sync_counter(&self.ipv6cp, &[name, "failed"], link.ipv6_failures);
         }
     }
 }
