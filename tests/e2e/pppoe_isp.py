@@ -2,7 +2,8 @@
 """A PPPoE access concentrator for the end-to-end tests: the gateway's PPPoE client talks to it.
 
 Independent of the gateway's code: every discovery and PPP control packet is encoded and decoded
-by scapy's layers (PPPoED, PPPoED_Tags, PPPoE, PPP, PPP_LCP*, PPP_CHAP*, PPP_PAP*, PPP_IPCP*).
+by scapy's layers (PPPoED, PPPoED_Tags, PPPoE, PPP, PPP_LCP*, PPP_CHAP*, PPP_PAP*, PPP_IPCP*;
+IPv6, ICMPv6ND_*, DHCP6*), except IPv6CP, which scapy 2.5 lacks: that is packed with struct.
 Run it with Debian's /usr/bin/python3 (scapy 2.5), as root, in a namespace, on one interface:
 
   pppoe_isp.py --iface eth0 --user gateway --password s3cret --local 100.64.0.1 \\
@@ -11,6 +12,10 @@ Run it with Debian's /usr/bin/python3 (scapy 2.5), as root, in a namespace, on o
 - Discovery (RFC 2516): PADI -> PADO (AC-Name, Service-Name, AC-Cookie, Host-Uniq and
   Relay-Session-Id echoed); PADR with the right cookie -> PADS with the session id; PADT from
   the client ends the session.
+- PPP-Max-Payload (RFC 4638, tag 0x0120), only with --max-payload N (> 1492): a PADI/PADR that
+  carries the tag gets it echoed in the PADO/PADS with min(its value, N), "ppp-max-payload N"
+  logged; that value replaces --mru as the session's LCP MRU limit, and the TUN's MTU is set to
+  it. Without --max-payload the tag is ignored.
 - LCP (RFC 1661): its own Configure-Request (MRU, authentication protocol, magic number); the
   client's MRU <= --mru and magic number acked, a larger MRU Naked, other options Rejected.
   Echo-Requests answered; its own Echo-Requests sent every --echo-interval seconds, the replies
@@ -20,10 +25,30 @@ Run it with Debian's /usr/bin/python3 (scapy 2.5), as root, in a namespace, on o
 - IPCP (RFC 1332, RFC 1877): its own Configure-Request with --local; the client's IP-Address
   Naked with --client, its DNS options (129, 131) Naked with --dns, acked when they match.
   "session up <id> client <mac> address <client>" is logged when IPCP is open both ways.
+- IPv6 (only with --ipv6-prefix; without it IPv6CP and IPv6 get an LCP Protocol-Reject):
+  - IPv6CP (RFC 5072), started with IPCP after authentication: its own Configure-Request with
+    the Interface-Identifier --ipv6-iid (link-local fe80::<iid>); the client's identifier acked
+    when nonzero and not ours, else Naked with a random one; other options Rejected. "ipv6cp up:
+    local fe80::<iid> client fe80::<client's iid>" is logged when it is open both ways.
+  - Router Advertisements (RFC 4861) from fe80::<iid> to ff02::1: M and O set, the /64
+    --ipv6-prefix (on-link, autonomous) and an MTU option with the client's MRU; no source
+    link-layer option (PPP has no link-layer address). One when IPv6CP opens, then every 3 s, and
+    one at once for each Router Solicitation; "ra sent solicited|unsolicited prefix P" logged for
+    the first and the solicited ones. A Neighbor Solicitation for fe80::<iid> is answered (R, S
+    and O set); other ICMPv6 to link-local or multicast addresses (MLD, the client's DAD) is
+    counted, not answered.
+  - DHCPv6 (RFC 8415) to ff02::1:2 port 547: Solicit -> Advertise (Reply with Rapid Commit when
+    asked for), Request/Renew/Rebind/Information-Request -> Reply, Release -> Reply (Success).
+    Each IA_PD gets --ipv6-delegate (T1 1000, T2 2000, preferred 3000, valid 4000), an IA_NA a
+    NoAddrsAvail status, --ipv6-dns the DNS option (23). One line per exchange: "dhcpv6
+    <message> from <client> -> <advertise|reply> prefix <delegated prefix, or - without IA_PD>".
 - Relay: IPv4 from the session (PPP protocol 0x0021) is written to the TUN device --tun; what the
   kernel routes to the TUN device goes to the client in the session. Every relayed TCP SYN is
   logged with its MSS option, every ICMP echo with its addresses. Session frames of another
-  session id or MAC are ignored and logged.
+  session id or MAC are ignored and logged. With --ipv6-prefix, IPv6 (0x0057) likewise while
+  IPv6CP is open, except what is addressed to link-local or multicast addresses (the ISP's own
+  traffic above, or the ISP kernel's ND/MLD on the TUN); ICMPv6 echoes are logged as "relay icmp6
+  <direction> <src> > <dst> echo-request|echo-reply id N seq M".
 - SIGUSR1: a PADT for the current session, which is forgotten (the client must rediscover; the
   next session gets the next id). SIGTERM or SIGINT: a PADT, and exit 0.
 
@@ -35,6 +60,7 @@ import argparse
 import fcntl
 import hashlib
 import hmac
+import ipaddress
 import os
 import random
 import select
@@ -47,7 +73,30 @@ import time
 
 from scapy.config import conf
 from scapy.compat import raw
-from scapy.layers.inet import IP, TCP, ICMP
+from scapy.layers.dhcp6 import (
+    DHCP6,
+    DHCP6_Advertise,
+    DHCP6_Reply,
+    DHCP6OptClientId,
+    DHCP6OptDNSServers,
+    DHCP6OptIA_NA,
+    DHCP6OptIA_PD,
+    DHCP6OptIAPrefix,
+    DHCP6OptRapidCommit,
+    DHCP6OptServerId,
+    DHCP6OptStatusCode,
+    DUID_LL,
+)
+from scapy.layers.inet import IP, TCP, UDP, ICMP
+from scapy.layers.inet6 import (
+    IPv6,
+    ICMPv6ND_NA,
+    ICMPv6ND_NS,
+    ICMPv6ND_RA,
+    ICMPv6ND_RS,
+    ICMPv6NDOptMTU,
+    ICMPv6NDOptPrefixInfo,
+)
 from scapy.layers.l2 import Ether
 from scapy.layers.ppp import (
     PPP,
@@ -82,12 +131,20 @@ PADI, PADO, PADR, PADS, PADT = 0x09, 0x07, 0x19, 0x65, 0xA7
 DISCOVERY_NAMES = {PADI: "PADI", PADO: "PADO", PADR: "PADR", PADS: "PADS", PADT: "PADT"}
 TAG_END, TAG_SERVICE_NAME, TAG_AC_NAME, TAG_HOST_UNIQ, TAG_AC_COOKIE = 0x0000, 0x0101, 0x0102, 0x0103, 0x0104
 TAG_RELAY_SESSION_ID, TAG_SERVICE_NAME_ERROR, TAG_GENERIC_ERROR = 0x0110, 0x0201, 0x0203
+TAG_PPP_MAX_PAYLOAD = 0x0120
 
 PROTO_IP, PROTO_LCP, PROTO_PAP, PROTO_CHAP, PROTO_IPCP = 0x0021, 0xC021, 0xC023, 0xC223, 0x8021
 CONF_REQ, CONF_ACK, CONF_NAK, CONF_REJ, TERM_REQ, TERM_ACK, CODE_REJ, PROTO_REJ = range(1, 9)
 ECHO_REQ, ECHO_REP, DISCARD_REQ = 9, 10, 11
 LCP_MRU, LCP_AUTH, LCP_MAGIC = 1, 3, 5
 IPCP_ADDRESS, IPCP_DNS1, IPCP_DNS2 = 3, 129, 131
+PROTO_IPV6, PROTO_IPV6CP = 0x0057, 0x8057
+IPV6CP_IID = 1
+
+RA_INTERVAL_SECS = 3.0
+DHCP6_NAMES = {1: "solicit", 3: "request", 5: "renew", 6: "rebind", 8: "release", 11: "information-request"}
+DHCP6_OPT_CLIENTID, DHCP6_OPT_SERVERID, DHCP6_OPT_IA_NA, DHCP6_OPT_RAPID_COMMIT, DHCP6_OPT_IA_PD = 1, 2, 3, 14, 25
+DHCP6_NO_ADDRS_AVAIL = 2
 
 RETRANSMIT_SECS = 3.0
 MAX_TRANSMITS = 10
@@ -109,6 +166,44 @@ def pad60(frame):
     return frame + b"\x00" * (60 - len(frame)) if len(frame) < 60 else frame
 
 
+def iid_str(iid):
+    return ":".join("%02x" % b for b in iid)
+
+
+def link_local(iid):
+    return ipaddress.IPv6Address(b"\xfe\x80" + b"\x00" * 6 + iid)
+
+
+def is_link_local_or_multicast(address):
+    """address: the 16 raw bytes. fe80::/10 or ff00::/8: for the link, never relayed."""
+    return address[0] == 0xFF or (address[0] == 0xFE and address[1] & 0xC0 == 0x80)
+
+
+def ncp_packet(code, ident, options):
+    """An IPv6CP packet (RFC 1661 section 5 layout): code, id, length, options [(type, data)]."""
+    body = b"".join(struct.pack("!BB", kind, len(data) + 2) + data for kind, data in options)
+    return struct.pack("!BBH", code, ident, 4 + len(body)) + body
+
+
+def ncp_parse(packet):
+    """(code, id, [(type, data)], data after the header), or None when malformed."""
+    if len(packet) < 4:
+        return None
+    code, ident, length = struct.unpack("!BBH", packet[:4])
+    if length < 4 or length > len(packet):
+        return None
+    body = packet[4:length]
+    options = []
+    if code in (CONF_REQ, CONF_ACK, CONF_NAK, CONF_REJ):
+        at = 0
+        while at < len(body):
+            if at + 2 > len(body) or body[at + 1] < 2 or at + body[at + 1] > len(body):
+                return None
+            options.append((body[at], body[at + 2:at + body[at + 1]]))
+            at += body[at + 1]
+    return code, ident, options, body
+
+
 class Log:
     def __init__(self, path):
         self.out = open(path, "a", buffering=1) if path else sys.stderr
@@ -121,12 +216,14 @@ class Log:
 
 
 class Session:
-    """One PPPoE session and its PPP state: phase lcp -> auth -> ipcp -> up."""
+    """One PPPoE session and its PPP state: phase lcp -> auth -> ipcp -> up; IPv6CP's beside it."""
 
-    def __init__(self, sid, mac, our_magic):
+    def __init__(self, sid, mac, our_magic, mru_limit):
         self.sid = sid
         self.mac = mac
         self.phase = "lcp"
+        self.mru_limit = mru_limit  # --mru, or what PPP-Max-Payload granted (RFC 4638)
+        self.max_payload = None  # the PPP-Max-Payload granted in the PADS, if any
         self.our_magic = our_magic
         self.peer_magic = None
         self.peer_mru = 1492
@@ -136,6 +233,11 @@ class Session:
         self.lcp_rejected = set()  # option types the client rejected in our Configure-Request
         self.ipcp_ack_sent = False
         self.ipcp_ack_rcvd = False
+        self.ipv6_ignored = 0  # ICMPv6 to link-local/multicast addresses left unanswered (MLD, DAD)
+        self.ipv6_dropped = 0
+        self.ipv6cp_naks = 0
+        self.ns_answered = 0
+        self.ras_sent = 0
         self.auth_done = False
         self.chap_id = None
         self.challenge = None
@@ -151,10 +253,22 @@ class Session:
         self.oversized = 0
         self.started = time.time()
         self.host_uniq = None
+        self.reset_ipv6()
 
     def new_id(self):
         self.next_id = (self.next_id + 1) & 0xFF
         return self.next_id
+
+    def reset_ipv6(self):
+        """IPv6CP down (Initial): wherever IPCP's state is reset, and on an IPv6CP Terminate."""
+        self.ipv6cp_ack_sent = False
+        self.ipv6cp_ack_rcvd = False
+        self.ipv6cp_req_id = None
+        self.peer_iid = None
+        self.ipv6_up = False
+        self.ra_logged = False  # the first unsolicited RA since IPv6CP opened is logged, not the rest
+        self.next_ra = 0.0
+        self.pending.pop("ipv6cp", None)
 
 
 class Isp:
@@ -178,12 +292,30 @@ class Isp:
         self.sock.ins.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.ins.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         self.tun = self.open_tun(args.tun) if args.tun else None
+        self.tun_mtu = args.mru
+        self.ipv6 = args.ipv6_prefix is not None
+        if self.ipv6:
+            self.prefix = ipaddress.IPv6Network(args.ipv6_prefix)
+            self.delegate = ipaddress.IPv6Network(args.ipv6_delegate)
+            self.iid = ipaddress.IPv6Address(args.ipv6_iid or "::1").packed[8:]
+            self.ll = link_local(self.iid)
+            self.dns6 = [str(ipaddress.IPv6Address(a)) for a in args.ipv6_dns]
+            self.duid = DUID_LL(hwtype=1, lladdr=mac_str(self.mac))
         self.log(
             "isp listening on %s (%s) ac-name %s service-name %r auth %s user %s local %s client %s dns %s "
             "mru %d first session id %d tun %s"
             % (args.iface, mac_str(self.mac), args.ac_name, args.service_name, args.auth, args.user,
                args.local, args.client, " ".join(self.dns) or "-", args.mru, self.next_sid, args.tun or "-")
         )
+        # Separate lines, so that the one above reads the same without the IPv6/RFC 4638 options.
+        if self.ipv6:
+            self.log("ipv6: link-local %s prefix %s delegate %s dns %s"
+                     % (self.ll, self.prefix, self.delegate, " ".join(self.dns6) or "-"))
+        if args.max_payload:
+            iface_mtu = int(open("/sys/class/net/%s/mtu" % args.iface).read())
+            self.log("ppp-max-payload up to %d granted to clients that ask%s" % (
+                args.max_payload, "" if iface_mtu >= args.max_payload + 8 else
+                " (but %s's mtu %d is below %d, PPPoE's 8 bytes counted)" % (args.iface, iface_mtu, args.max_payload + 8)))
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -214,6 +346,20 @@ class Isp:
         frame = raw(Ether(dst=mac_str(s.mac), src=mac_str(self.mac), type=ETH_P_PPPOE_SESS)
                     / PPPoE(sessionid=s.sid) / PPP(proto=proto) / Raw(raw(payload)))
         self.send_frame(frame)
+
+    def send_ipv6(self, packet):
+        """An IPv6 datagram (bytes) in the session, PPP protocol 0x0057: framed as from_tun does."""
+        s = self.sess
+        header = s.mac + self.mac + struct.pack("!HBBHHH", ETH_P_PPPOE_SESS, 0x11, 0, s.sid, len(packet) + 2, PROTO_IPV6)
+        self.send_frame(header + packet)
+
+    def set_tun_mtu(self, mtu):
+        # The kernel then routes datagrams of up to the session's MRU to the TUN (RFC 4638).
+        if self.tun is None or mtu == self.tun_mtu:
+            return
+        subprocess.run(["ip", "link", "set", "dev", self.args.tun, "mtu", str(mtu)], check=True)
+        self.tun_mtu = mtu
+        self.log("tun %s mtu %d" % (self.args.tun, mtu))
 
     def send_pending(self, key, proto, payload):
         payload = raw(payload)
@@ -286,6 +432,8 @@ class Isp:
                 self.log("lcp echo: %d requests unanswered" % (s.echo_outstanding - 1))
             self.log("lcp echo-request id %d sent" % s.echo_id)
             self.send_ppp(PROTO_LCP, PPP_LCP_Echo(code=ECHO_REQ, id=s.echo_id, magic_number=s.our_magic))
+        if s.ipv6_up and now >= s.next_ra:
+            self.send_ra(solicited=False)
 
     def end_session(self, reason, padt):
         s = self.sess
@@ -296,6 +444,10 @@ class Isp:
         self.log("session %d ended (%s%s) after %.1f s, relayed %d packets client->net, %d net->client"
                  % (s.sid, reason, ", padt sent" if padt else "", time.time() - s.started,
                     s.relayed_in, s.relayed_out))
+        if self.ipv6:
+            self.log("session %d ipv6: %d router advertisements and %d neighbor advertisements sent, %d datagrams "
+                     "to link-local or multicast addresses ignored, %d dropped before ipv6cp was open"
+                     % (s.sid, s.ras_sent, s.ns_answered, s.ipv6_ignored, s.ipv6_dropped))
         self.sess = None
 
     def on_frame(self, frame):
@@ -349,13 +501,17 @@ class Isp:
                     self.send_discovery(src, PADS, 0, [(TAG_SERVICE_NAME_ERROR, b"")] + echoed)
                 return
             offered = service if service or not ours else ours
+            granted = self.max_payload(name, tag)
+            granted_tags = [(TAG_PPP_MAX_PAYLOAD, struct.pack("!H", granted))] if granted else []
         if code == PADI:
             if sid != 0:
                 self.log("PADI with session id 0x%04x (must be 0)" % sid)
             tags_out = [(TAG_AC_NAME, self.args.ac_name.encode()), (TAG_SERVICE_NAME, offered),
-                        (TAG_AC_COOKIE, self.cookie(src))] + echoed
+                        (TAG_AC_COOKIE, self.cookie(src))] + echoed + granted_tags
             self.send_discovery(src, PADO, 0, tags_out)
             self.log("PADO to %s ac-name %s service-name %r" % (mac_str(src), self.args.ac_name, offered))
+            if granted:
+                self.log("ppp-max-payload %d" % granted)
         elif code == PADR:
             if pkt.dst != mac_str(self.mac):
                 self.log("PADR not unicast to us: ignored")
@@ -369,7 +525,8 @@ class Isp:
                     and time.time() - s.started < 10):
                 # A retransmitted PADR (our PADS lost or late): the same answer, not a new session.
                 self.log("PADR again from %s: PADS again for session %d" % (mac_str(src), s.sid))
-                self.send_discovery(src, PADS, s.sid, [(TAG_SERVICE_NAME, offered)] + echoed)
+                again = [(TAG_PPP_MAX_PAYLOAD, struct.pack("!H", s.max_payload))] if s.max_payload else []
+                self.send_discovery(src, PADS, s.sid, [(TAG_SERVICE_NAME, offered)] + echoed + again)
                 return
             if self.sess:
                 if self.sess.mac == src:
@@ -381,10 +538,15 @@ class Isp:
                     return
             sid = self.next_sid
             self.next_sid = sid % 65534 + 1
-            self.send_discovery(src, PADS, sid, [(TAG_SERVICE_NAME, offered)] + echoed)
+            self.send_discovery(src, PADS, sid, [(TAG_SERVICE_NAME, offered)] + echoed + granted_tags)
             self.log("PADS to %s session %d service-name %r" % (mac_str(src), sid, offered))
-            self.sess = Session(sid, src, random.randint(1, 0xFFFFFFFF))
+            if granted:
+                self.log("ppp-max-payload %d" % granted)
+            self.sess = Session(sid, src, random.randint(1, 0xFFFFFFFF), granted or self.args.mru)
             self.sess.host_uniq = tag.get(TAG_HOST_UNIQ)
+            self.sess.max_payload = granted
+            if self.args.max_payload:
+                self.set_tun_mtu(granted or self.args.mru)
             self.send_lcp_request()
         elif code == PADT:
             s = self.sess
@@ -393,6 +555,21 @@ class Isp:
                 self.end_session("padt from the client", padt=False)
             else:
                 self.log("PADT from %s for session 0x%04x, not ours: ignored" % (mac_str(src), sid))
+
+    def max_payload(self, name, tag):
+        """RFC 4638: the PPP-Max-Payload to echo in the PADO/PADS, or None (as without the tag)."""
+        value = tag.get(TAG_PPP_MAX_PAYLOAD)
+        if not self.args.max_payload or value is None:
+            return None
+        if len(value) != 2:
+            self.log("%s with a %d-byte PPP-Max-Payload tag: ignored" % (name, len(value)))
+            return None
+        (asked,) = struct.unpack("!H", value)
+        if asked < 1492:
+            # The tag only ever raises PPPoE's 1492 bytes (RFC 4638): a smaller value is an error.
+            self.log("%s with PPP-Max-Payload %d (below 1492): ignored" % (name, asked))
+            return None
+        return min(asked, self.args.max_payload)
 
     # --- session stage --------------------------------------------------------------------
 
@@ -417,6 +594,9 @@ class Isp:
         if proto == PROTO_IP:
             self.from_client(payload[2:])
             return
+        if proto == PROTO_IPV6 and self.ipv6:
+            self.from_client6(payload[2:])
+            return
         # scapy dispatches each code to its own subclass (PPP_LCP_Configure, PPP_LCP_Echo,
         # PPP_CHAP_ChallengeResponse, PPP_PAP_Request...): the payload, not ppp[PPP_LCP].
         control = PPP(payload).payload
@@ -431,6 +611,8 @@ class Isp:
             self.on_pap(control)
         elif proto == PROTO_IPCP and isinstance(control, PPP_IPCP):
             self.on_ipcp(control)
+        elif proto == PROTO_IPV6CP and self.ipv6:
+            self.on_ipv6cp(payload[2:])
         else:
             self.log("protocol 0x%04x from the client: Protocol-Reject" % proto)
             if s.phase != "lcp":
@@ -442,7 +624,7 @@ class Isp:
     def send_lcp_request(self):
         s = self.sess
         if s.our_mru is None:
-            s.our_mru = self.args.mru
+            s.our_mru = s.mru_limit
         options = []
         if LCP_MRU not in s.lcp_rejected:
             options.append(PPP_LCP_MRU_Option(max_recv_unit=s.our_mru))
@@ -463,6 +645,7 @@ class Isp:
         s.phase = "lcp"
         s.lcp_ack_sent = s.lcp_ack_rcvd = False
         s.ipcp_ack_sent = s.ipcp_ack_rcvd = False
+        s.reset_ipv6()
         s.auth_done = False
         s.pending.clear()
         s.echo_outstanding = 0
@@ -480,10 +663,10 @@ class Isp:
                 kind = getattr(opt, "type", None)
                 if kind == LCP_MRU and isinstance(opt, PPP_LCP_MRU_Option):
                     seen.append("mru %d" % opt.max_recv_unit)
-                    if opt.max_recv_unit > self.args.mru:
-                        naks.append(PPP_LCP_MRU_Option(max_recv_unit=self.args.mru))
+                    if opt.max_recv_unit > s.mru_limit:
+                        naks.append(PPP_LCP_MRU_Option(max_recv_unit=s.mru_limit))
                     elif opt.max_recv_unit < 576:
-                        naks.append(PPP_LCP_MRU_Option(max_recv_unit=self.args.mru))
+                        naks.append(PPP_LCP_MRU_Option(max_recv_unit=s.mru_limit))
                     else:
                         s.peer_mru = opt.max_recv_unit
                 elif kind == LCP_MAGIC and isinstance(opt, PPP_LCP_Magic_Number_Option):
@@ -523,7 +706,7 @@ class Isp:
             if code == CONF_NAK:
                 self.log("lcp configure-nak from the client: %s" % lcp.options)
                 for opt in lcp.options:
-                    if isinstance(opt, PPP_LCP_MRU_Option) and opt.max_recv_unit <= self.args.mru:
+                    if isinstance(opt, PPP_LCP_MRU_Option) and opt.max_recv_unit <= s.mru_limit:
                         s.our_mru = opt.max_recv_unit
                     elif isinstance(opt, PPP_LCP_Magic_Number_Option):
                         s.our_magic = random.randint(1, 0xFFFFFFFF)
@@ -581,6 +764,7 @@ class Isp:
         s.terminating = reason
         s.pending.clear()
         s.phase = "terminating"
+        s.reset_ipv6()  # no more RAs or IPv6 relay: every NCP is down with LCP
         self.send_pending("lcp terminate", PROTO_LCP, PPP_LCP_Terminate(code=TERM_REQ, id=s.new_id(), data=reason.encode()))
 
     # --- authentication -------------------------------------------------------------------
@@ -610,6 +794,7 @@ class Isp:
             self.send_ppp(PROTO_CHAP, PPP_CHAP(code=3, id=chap.id, data=b"Welcome"))
             self.log("chap success: user %s" % name.decode(errors="replace"))
             self.start_ipcp()
+            self.start_ipv6cp()
         else:
             why = "unknown user" if name != self.user else "wrong response (password)"
             self.send_ppp(PROTO_CHAP, PPP_CHAP(code=4, id=chap.id, data=b"Authentication failed"))
@@ -633,6 +818,7 @@ class Isp:
             self.send_ppp(PROTO_PAP, PPP_PAP_Response(code=2, id=pap.id, message=b"Login ok"))
             self.log("pap success: user %s" % user.decode(errors="replace"))
             self.start_ipcp()
+            self.start_ipv6cp()
         else:
             self.send_ppp(PROTO_PAP, PPP_PAP_Response(code=3, id=pap.id, message=b"Login incorrect"))
             self.log("pap failure: user %r" % user)
@@ -717,6 +903,202 @@ class Isp:
             self.log("ipcp up: local %s client %s dns %s" % (self.args.local, self.args.client, " ".join(self.dns) or "-"))
             self.log("session up %d client %s address %s" % (s.sid, mac_str(s.mac), self.args.client))
 
+    # --- IPv6CP ---------------------------------------------------------------------------
+
+    def start_ipv6cp(self):
+        """After authentication, beside IPCP (RFC 5072): only with --ipv6-prefix."""
+        if not self.ipv6:
+            return
+        self.sess.reset_ipv6()
+        self.sess.ipv6cp_naks = 0
+        self.send_ipv6cp_request()
+
+    def send_ipv6cp_request(self):
+        s = self.sess
+        s.ipv6cp_req_id = s.new_id()
+        self.log("ipv6cp configure-request id %d sent: interface-id %s" % (s.ipv6cp_req_id, iid_str(self.iid)))
+        self.send_pending("ipv6cp", PROTO_IPV6CP, ncp_packet(CONF_REQ, s.ipv6cp_req_id, [(IPV6CP_IID, self.iid)]))
+
+    def suggest_iid(self):
+        while True:
+            # The universal/local bit cleared: a locally made identifier (RFC 4291 appendix A).
+            iid = bytes([random.randint(0, 255) & 0xFD]) + os.urandom(7)
+            if iid != bytes(8) and iid != self.iid:
+                return iid
+
+    def on_ipv6cp(self, packet):
+        s = self.sess
+        parsed = ncp_parse(packet)
+        if parsed is None:
+            self.log("malformed ipv6cp packet from the client (%d bytes): dropped" % len(packet))
+            return
+        code, ident, options, _ = parsed
+        if not s.auth_done or s.phase not in ("ipcp", "up"):
+            self.log("ipv6cp code %d while %s: discarded" % (code, s.phase))
+            return
+        if code == CONF_REQ:
+            if s.ipv6_up:
+                self.log("ipv6cp configure-request while up: renegotiating")
+                s.reset_ipv6()
+                self.send_ipv6cp_request()
+            elif not s.ipv6cp_ack_rcvd and "ipv6cp" not in s.pending:
+                # Stopped (after a Terminate-Request, or given up): RFC 1661 answers a
+                # Configure-Request with one of its own as well.
+                self.send_ipv6cp_request()
+            naks, rejects, seen, peer = [], [], [], None
+            for kind, value in options:
+                if kind == IPV6CP_IID and len(value) == 8:
+                    seen.append("interface-id %s" % iid_str(value))
+                    if value in (bytes(8), self.iid):
+                        naks.append((IPV6CP_IID, self.suggest_iid()))
+                    else:
+                        peer = value
+                else:
+                    seen.append("option %d" % kind)
+                    rejects.append((kind, value))
+            if IPV6CP_IID not in [kind for kind, _ in options]:
+                # A Nak may suggest an option the request lacks (RFC 1661 section 5.3): without an
+                # identifier the client's link-local address would be unknown.
+                naks.append((IPV6CP_IID, self.suggest_iid()))
+            if rejects:
+                verdict = "reject"
+                self.send_ppp(PROTO_IPV6CP, ncp_packet(CONF_REJ, ident, rejects))
+                s.ipv6cp_ack_sent = False
+            elif naks:
+                verdict = "nak with interface-id " + iid_str(naks[0][1])
+                self.send_ppp(PROTO_IPV6CP, ncp_packet(CONF_NAK, ident, naks))
+                s.ipv6cp_ack_sent = False
+            else:
+                verdict = "ack"
+                self.send_ppp(PROTO_IPV6CP, ncp_packet(CONF_ACK, ident, options))
+                s.ipv6cp_ack_sent = True
+                s.peer_iid = peer
+            self.log("ipv6cp configure-request id %d from the client: %s -> %s" % (ident, ", ".join(seen) or "no options", verdict))
+        elif code == CONF_ACK:
+            if ident != s.ipv6cp_req_id or s.ipv6_up:
+                self.log("ipv6cp configure-ack id %d unexpected: ignored" % ident)
+                return
+            s.pending.pop("ipv6cp", None)
+            s.ipv6cp_ack_rcvd = True
+            self.log("ipv6cp configure-ack id %d from the client" % ident)
+        elif code in (CONF_NAK, CONF_REJ):
+            self.log("ipv6cp configure-%s from the client: %s; insisting on interface-id %s"
+                     % ("nak" if code == CONF_NAK else "reject",
+                        ", ".join("option %d %s" % (kind, value.hex()) for kind, value in options) or "no options",
+                        iid_str(self.iid)))
+            if ident == s.ipv6cp_req_id and "ipv6cp" in s.pending:
+                s.pending.pop("ipv6cp", None)
+                s.ipv6cp_naks += 1
+                # Insisting must end (RFC 1661's Max-Failure): a client that never takes our
+                # identifier would otherwise ping-pong with us as fast as the link goes.
+                if s.ipv6cp_naks >= 10:
+                    self.log("ipv6cp: %d naks or rejects of our request: ipv6 given up for now" % s.ipv6cp_naks)
+                    return
+                self.send_ipv6cp_request()
+        elif code == TERM_REQ:
+            self.log("ipv6cp terminate-request from the client: terminate-ack, ipv6cp down")
+            self.send_ppp(PROTO_IPV6CP, ncp_packet(TERM_ACK, ident, []))
+            s.reset_ipv6()
+            return
+        elif code == TERM_ACK:
+            self.log("ipv6cp terminate-ack id %d from the client" % ident)
+        else:
+            self.log("ipv6cp code %d from the client: ignored" % code)
+        if not s.ipv6_up and s.ipv6cp_ack_sent and s.ipv6cp_ack_rcvd:
+            s.ipv6_up = True
+            self.log("ipv6cp up: local %s client %s" % (self.ll, link_local(s.peer_iid)))
+            self.send_ra(solicited=False)
+
+    # --- the ISP's own IPv6: router advertisements, neighbor discovery, DHCPv6 -------------
+
+    def send_ra(self, solicited):
+        s = self.sess
+        # No source link-layer address option: PPP has no link-layer addresses to tell.
+        ra = (IPv6(src=str(self.ll), dst="ff02::1", hlim=255)
+              / ICMPv6ND_RA(chlim=64, M=1, O=1, prf=0, routerlifetime=1800)
+              / ICMPv6NDOptPrefixInfo(prefixlen=64, L=1, A=1, validlifetime=86400, preferredlifetime=14400,
+                                      prefix=str(self.prefix.network_address))
+              / ICMPv6NDOptMTU(mtu=s.peer_mru))
+        self.send_ipv6(raw(ra))
+        s.ras_sent += 1
+        if not solicited:
+            s.next_ra = time.time() + RA_INTERVAL_SECS
+        # Every 3 s would drown the log: the first unsolicited one and the solicited ones only.
+        if solicited or not s.ra_logged:
+            s.ra_logged = s.ra_logged or not solicited
+            self.log("ra sent %s prefix %s" % ("solicited" if solicited else "unsolicited", self.prefix))
+
+    def for_isp6(self, packet):
+        """IPv6 from the client to a link-local or multicast address: the ISP's, never relayed."""
+        s = self.sess
+        ip = IPv6(packet)
+        if ICMPv6ND_RS in ip:
+            self.send_ra(solicited=True)
+        elif ICMPv6ND_NS in ip and ipaddress.IPv6Address(ip[ICMPv6ND_NS].tgt) == self.ll:
+            # From :: (duplicate address detection of our address): to all nodes, not solicited.
+            dad = ipaddress.IPv6Address(ip.src).is_unspecified
+            na = (IPv6(src=str(self.ll), dst="ff02::1" if dad else ip.src, hlim=255)
+                  / ICMPv6ND_NA(R=1, S=0 if dad else 1, O=1, tgt=str(self.ll)))
+            self.send_ipv6(raw(na))
+            s.ns_answered += 1
+            if s.ns_answered <= 5 or s.ns_answered % 100 == 0:
+                self.log("neighbor solicitation for %s from %s: advertisement sent (%d so far)"
+                         % (self.ll, ipaddress.IPv6Address(ip.src), s.ns_answered))
+        elif (UDP in ip and ip[UDP].dport == 547 and isinstance(ip[UDP].payload, DHCP6)
+              and ipaddress.IPv6Address(ip.dst) in (ipaddress.IPv6Address("ff02::1:2"), self.ll)):
+            self.on_dhcpv6(ip)
+        else:
+            # MLD reports, the client's own DAD, anything else on the link: nothing to answer.
+            s.ipv6_ignored += 1
+
+    def on_dhcpv6(self, ip):
+        message = ip[UDP].payload
+        kind = DHCP6_NAMES.get(message.msgtype)
+        client = ipaddress.IPv6Address(ip.src)
+        if kind is None:
+            self.log("dhcpv6 message type %d from %s: ignored" % (message.msgtype, client))
+            return
+        options = []
+        option = message.payload
+        while hasattr(option, "optcode"):
+            options.append(option)
+            option = option.payload
+        # An option's own bytes: raw() of a dissected option also holds the options after it.
+        own = dict((o.optcode, raw(o)[:4 + o.optlen]) for o in reversed(options))
+        if DHCP6_OPT_CLIENTID not in own and kind != "information-request":
+            self.log("dhcpv6 %s from %s without a client identifier: ignored" % (kind, client))
+            return
+        if DHCP6_OPT_SERVERID in own and own[DHCP6_OPT_SERVERID][4:] != raw(self.duid):
+            self.log("dhcpv6 %s from %s for server %s, not us: ignored" % (kind, client, own[DHCP6_OPT_SERVERID][4:].hex()))
+            return
+        rapid = kind == "solicit" and DHCP6_OPT_RAPID_COMMIT in own
+        advertise = kind == "solicit" and not rapid
+        answer = (DHCP6_Advertise if advertise else DHCP6_Reply)(trid=message.trid)
+        if DHCP6_OPT_CLIENTID in own:
+            answer /= DHCP6OptClientId(own[DHCP6_OPT_CLIENTID])
+        answer /= DHCP6OptServerId(duid=self.duid)
+        if rapid:
+            answer /= DHCP6OptRapidCommit()
+        delegated = False
+        if kind == "release":
+            # RFC 8415 section 18.3.7: Success, and no IA options for what it had delegated.
+            answer /= DHCP6OptStatusCode(statuscode=0, statusmsg="released")
+        for option in options:
+            if option.optcode == DHCP6_OPT_IA_PD:
+                delegated = True
+                if kind != "release":
+                    answer /= DHCP6OptIA_PD(iaid=option.iaid, T1=1000, T2=2000, iapdopt=[DHCP6OptIAPrefix(
+                        preflft=3000, validlft=4000, plen=self.delegate.prefixlen,
+                        prefix=str(self.delegate.network_address))])
+            elif option.optcode == DHCP6_OPT_IA_NA and kind != "release":
+                answer /= DHCP6OptIA_NA(iaid=option.iaid, ianaopts=[DHCP6OptStatusCode(
+                    statuscode=DHCP6_NO_ADDRS_AVAIL, statusmsg="prefix delegation only")])
+        if self.dns6 and kind != "release":
+            answer /= DHCP6OptDNSServers(dnsservers=self.dns6)
+        self.send_ipv6(raw(IPv6(src=str(self.ll), dst=ip.src) / UDP(sport=547, dport=546) / answer))
+        self.log("dhcpv6 %s from %s -> %s prefix %s" % (kind, client, "advertise" if advertise else "reply",
+                                                         self.delegate if delegated else "-"))
+
     # --- relay ----------------------------------------------------------------------------
 
     def describe(self, packet, direction):
@@ -736,6 +1118,21 @@ class Isp:
             icmp = ip[ICMP]
             self.log("relay icmp %s %s > %s %s id %d seq %d" % (
                 direction, ip.src, ip.dst, "echo-request" if icmp.type == 8 else "echo-reply", icmp.id, icmp.seq))
+
+    def describe6(self, packet, direction):
+        """describe() for IPv6 without extension headers: TCP SYNs ("relay syn6") and ICMPv6 echoes."""
+        if len(packet) < 48:
+            return
+        src, dst = ipaddress.IPv6Address(packet[8:24]), ipaddress.IPv6Address(packet[24:40])
+        if packet[6] == 6 and len(packet) >= 60 and packet[53] & 0x02:
+            tcp = IPv6(packet)[TCP]
+            mss = dict((k, v) for k, v in tcp.options if isinstance(k, str)).get("MSS")
+            self.log("relay syn6 %s [%s]:%d > [%s]:%d flags %s mss %s" % (
+                direction, src, tcp.sport, dst, tcp.dport, tcp.flags, mss if mss is not None else "none"))
+        elif packet[6] == 58 and packet[40] in (128, 129):
+            ident, seq = struct.unpack("!HH", packet[44:48])
+            self.log("relay icmp6 %s %s > %s %s id %d seq %d" % (
+                direction, src, dst, "echo-request" if packet[40] == 128 else "echo-reply", ident, seq))
 
     def from_client(self, packet):
         s = self.sess
@@ -764,8 +1161,59 @@ class Isp:
             except OSError as error:
                 self.log("tun write failed: %s" % error)
 
+    def from_client6(self, packet):
+        s = self.sess
+        if len(packet) < 40 or packet[0] >> 4 != 6:
+            self.log("malformed ipv6 from the client (%d bytes): dropped" % len(packet))
+            return
+        (plen,) = struct.unpack("!H", packet[4:6])
+        total = 40 + plen
+        if total > len(packet):
+            self.log("ipv6 payload length %d, %d bytes in the frame: dropped" % (plen, len(packet)))
+            return
+        packet = packet[:total]
+        if not s.ipv6_up:
+            s.ipv6_dropped += 1
+            if s.ipv6_dropped <= 5 or s.ipv6_dropped % 100 == 0:
+                self.log("ipv6 from the client while ipv6cp is not open: dropped (%d so far)" % s.ipv6_dropped)
+            return
+        if total > s.our_mru:
+            s.oversized += 1
+            if s.oversized <= 5 or s.oversized % 100 == 0:
+                self.log("ipv6 of %d bytes from the client exceeds our mru %d (%d so far)" % (total, s.our_mru, s.oversized))
+        if is_link_local_or_multicast(packet[24:40]):
+            self.for_isp6(packet)
+            return
+        self.describe6(packet, "client->net")
+        s.relayed_in += 1
+        if self.tun is not None:
+            try:
+                os.write(self.tun, packet)
+            except OSError as error:
+                self.log("tun write failed: %s" % error)
+
+    def from_tun6(self, packet):
+        s = self.sess
+        if s is None or not s.ipv6_up or len(packet) < 40:
+            return
+        if is_link_local_or_multicast(packet[24:40]):
+            return  # the ISP kernel's own ND, MLD and RS on the TUN: not the client's business
+        if len(packet) > s.peer_mru:
+            s.oversized += 1
+            if s.oversized <= 5 or s.oversized % 100 == 0:
+                self.log("%d bytes from the tun exceed the client's mru %d: dropped (%d so far)"
+                         % (len(packet), s.peer_mru, s.oversized))
+            return
+        self.describe6(packet, "net->client")
+        s.relayed_out += 1
+        self.send_ipv6(packet)
+
     def from_tun(self, packet):
         s = self.sess
+        # The TUN has no packet information header: the version nibble tells IPv6 from IPv4.
+        if self.ipv6 and packet and packet[0] >> 4 == 6:
+            self.from_tun6(packet)
+            return
         if s is None or s.phase != "up":
             return
         # The MRU bounds the PPP information field, the protocol number not counted.
@@ -797,11 +1245,43 @@ def main():
     parser.add_argument("--log", help="log file (default stderr)")
     parser.add_argument("--session-id", type=int, default=0, help="the first session id (default random)")
     parser.add_argument("--echo-interval", type=float, default=3.0, help="seconds between its LCP echo requests; 0: none")
+    parser.add_argument("--max-payload", type=int,
+                        help="RFC 4638: grant a client's PPP-Max-Payload tag up to this many bytes (> 1492), "
+                             "the session's MRU then; without it the tag is ignored")
+    parser.add_argument("--ipv6-prefix", metavar="PREFIX/64",
+                        help="enables IPv6CP, router advertisements of this /64, DHCPv6 prefix delegation and the "
+                             "IPv6 relay; without it IPv6CP is Protocol-Rejected")
+    parser.add_argument("--ipv6-delegate", metavar="PREFIX/LEN",
+                        help="the prefix DHCPv6 delegates in each IA_PD (required with --ipv6-prefix)")
+    parser.add_argument("--ipv6-iid", metavar="IID",
+                        help="the ISP's IPv6CP interface identifier, as an address (default ::1: link-local fe80::1)")
+    parser.add_argument("--ipv6-dns", nargs="*", default=[], metavar="ADDRESS",
+                        help="IPv6 DNS servers for DHCPv6 (option 23)")
     args = parser.parse_args()
     if not 0 <= args.session_id <= 65534:
         parser.error("--session-id must be 1..65534")
     if len(args.dns) > 2:
         parser.error("--dns takes at most two addresses")
+    if args.max_payload is not None and not 1492 < args.max_payload <= 65535:
+        parser.error("--max-payload must be 1493..65535")
+    if args.ipv6_prefix is None:
+        if args.ipv6_delegate or args.ipv6_iid or args.ipv6_dns:
+            parser.error("--ipv6-delegate, --ipv6-iid and --ipv6-dns need --ipv6-prefix")
+    else:
+        try:
+            prefix = ipaddress.IPv6Network(args.ipv6_prefix)
+            if prefix.prefixlen != 64:
+                parser.error("--ipv6-prefix must be a /64 (for SLAAC), not /%d" % prefix.prefixlen)
+            if not args.ipv6_delegate:
+                parser.error("--ipv6-delegate is required with --ipv6-prefix")
+            ipaddress.IPv6Network(args.ipv6_delegate)
+            iid = int(ipaddress.IPv6Address(args.ipv6_iid or "::1"))
+            if iid == 0 or iid >> 64:
+                parser.error("--ipv6-iid must be nonzero and within the low 64 bits, like ::1")
+            for address in args.ipv6_dns:
+                ipaddress.IPv6Address(address)
+        except ValueError as error:
+            parser.error("IPv6 options: %s" % error)
     isp = Isp(args)
 
     def on_usr1(signum, frame):

@@ -117,12 +117,13 @@ selected() {
 # and routes from the kernel (DHCP, BGP), VLAN subinterfaces, the PPPoE uplink (whose
 # downstream all lands on one queue), the SYN proxy, two uplinks and session sync (whose
 # standby derives each flow's owner for its own workers), the HA pair's takeover and the
-# scale-out (both boxes on two workers), and port mapping (a mapping's flows owned by its
-# host), again on two workers (see with_e2e_workers in lib.sh). test_netlink.sh runs
+# scale-out (both boxes on two workers), port mapping (a mapping's flows owned by its host)
+# and IPv6 over PPPoE, again on two workers (see with_e2e_workers in lib.sh). test_netlink.sh runs
 # dhcpcd on the WAN twin in the first pass, dhclient in this one.
 TWO_WORKER_TESTS=(test_router.sh test_nat.sh test_ctl.sh test_kernel_twins.sh test_snapshot.sh
     test_netlink.sh test_frr_bgp.sh test_vlan.sh test_pppoe.sh test_syn_proxy.sh test_uplinks.sh
-    test_session_sync.sh test_ha_takeover.sh test_ecmp_scale_out.sh test_port_mapping.sh)
+    test_session_sync.sh test_ha_takeover.sh test_ecmp_scale_out.sh test_port_mapping.sh
+    test_pppoe_ipv6.sh)
 
 failed=()
 # Each test's wall time, for keeping make test within its budget.
