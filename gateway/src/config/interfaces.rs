@@ -237,7 +237,9 @@ impl<'de> Deserialize<'de> for TcpMssConfig {
 pub const DEFAULT_MTU: u16 = 1500;
 
 /// The largest IP MTU a PPPoE session carries over a 1500-byte Ethernet payload (RFC 2516):
-/// 6 bytes of PPPoE header and 2 of PPP protocol go first.
+/// 6 bytes of PPPoE header and 2 of PPP protocol go first. A larger `mtu` (1500, with a
+/// 1508-byte port) is asked of the access concentrator by RFC 4638's PPP-Max-Payload, and the
+/// session falls back to 1492 where it does not grant it.
 pub const PPPOE_MTU: u16 = 1492;
 
 /// A PPPoE client session on an interface (`address = "pppoe"`): discovery, LCP, PAP or

@@ -1273,7 +1273,21 @@ fn pppoe_needs_its_table_gets_1492_and_clamps_by_default() {
         ),
         "interfaces[1].pppoe:",
     );
-    refused(&with(&format!("\nmtu = 1500{table}")), "interfaces[2].mtu:");
+    // RFC 4638: 1500 over PPPoE where the parent carries 1508-byte payloads.
+    let too_big = with(&format!("\nmtu = 1500{table}"));
+    refused(&too_big, "interfaces[2].mtu:");
+    let err = parse(&too_big).unwrap_err().to_string();
+    assert!(
+        err.contains("1508") && err.contains("raise wan's mtu"),
+        "{err}"
+    );
+    let baby_jumbo = too_big.replace(
+        "address = \"10.0.0.1/24\"",
+        "address = \"10.0.0.1/24\"\nmtu = 1508",
+    );
+    let config = parse(&baby_jumbo).unwrap();
+    let isp = &config.interfaces[2];
+    assert_eq!((isp.mtu(), isp.port_mtu()), (1500, 1508));
     refused(
         &with(&format!("{table}lcp_echo_failures = 0\n")),
         "interfaces[2].pppoe.lcp_echo_failures:",

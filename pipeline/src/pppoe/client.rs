@@ -61,6 +61,9 @@ const BACKOFF_FIRST_NS: u64 = SECOND_NS;
 const BACKOFF_MAX_NS: u64 = 32 * SECOND_NS;
 /// RFC 1661's MRU when the peer does not state one.
 const DEFAULT_PEER_MRU: u16 = 1500;
+/// RFC 2516's most for the MRU: a 1500-byte Ethernet payload less PPPoE's 6 bytes and PPP's 2.
+/// More only where the AC granted it by RFC 4638's PPP-Max-Payload.
+const PPPOE_MRU: u16 = 1492;
 /// A discovery tag's type and length, before its value.
 const TAG_HEADER_LEN: usize = 4;
 /// The most a discovery frame carries after the PPPoE header in a 1500-byte payload.
@@ -90,7 +93,9 @@ pub struct ClientConfig {
     pub ac_name: Option<String>,
     /// Our MAC, the Ethernet source of every frame.
     pub mac: [u8; 6],
-    /// Our MRU, normally 1492 (1500 less the PPPoE and PPP headers).
+    /// Our MRU, normally 1492 (1500 less the PPPoE and PPP headers). Above 1492, discovery asks
+    /// for it by RFC 4638's PPP-Max-Payload, and LCP asks for it only if the AC echoes the tag
+    /// (else for 1492).
     pub mru: u16,
     /// LCP Echo-Request period once LCP is open; 0 sends no echoes.
     pub echo_interval_ns: u64,
@@ -470,6 +475,8 @@ pub struct Client {
     session_id: u16,
     ac_cookie: Option<Vec<u8>>,
     relay_session_id: Option<Vec<u8>>,
+    /// The PPP-Max-Payload the AC's PADS granted (RFC 4638), above 1492; None: 1492.
+    max_payload: Option<u16>,
 
     magic: u32,
     lcp: Negotiation,
@@ -518,6 +525,7 @@ impl Client {
             session_id: 0,
             ac_cookie: None,
             relay_session_id: None,
+            max_payload: None,
             magic,
             lcp: Negotiation::default(),
             lcp_wants,
@@ -712,7 +720,12 @@ impl Client {
             + wanted_service.len()
             + self.host_uniq.len()
             + echoed(tag::AC_COOKIE)
-            + echoed(tag::RELAY_SESSION_ID);
+            + echoed(tag::RELAY_SESSION_ID)
+            + if self.asks_max_payload() {
+                TAG_HEADER_LEN + 2
+            } else {
+                0
+            };
         if !acceptable || padr_tags > MAX_DISCOVERY_PAYLOAD {
             return Outcome::Ignored;
         }
@@ -744,6 +757,14 @@ impl Client {
             return Outcome::Handled;
         }
         self.session_id = frame.session_id;
+        // RFC 4638: an MRU above 1492 only if the AC echoed our PPP-Max-Payload, and no more
+        // than it allows.
+        self.max_payload = tags
+            .first(tag::PPP_MAX_PAYLOAD)
+            .filter(|_| self.asks_max_payload())
+            .and_then(|value| value.first_chunk::<2>())
+            .map(|value| u16::from_be_bytes(*value))
+            .filter(|&granted| granted > PPPOE_MRU);
         self.begin_lcp(now_ns, out);
         Outcome::Handled
     }
@@ -768,7 +789,24 @@ impl Client {
             self.config.service_name.as_bytes(),
         );
         wire::push_tag(&mut tags, tag::HOST_UNIQ, &self.host_uniq);
+        self.push_max_payload(&mut tags);
         self.send_discovery(out, BROADCAST_MAC, code::PADI, 0, &tags);
+    }
+
+    /// Whether our MRU needs RFC 4638's PPP-Max-Payload.
+    fn asks_max_payload(&self) -> bool {
+        self.config.mru > PPPOE_MRU
+    }
+
+    fn push_max_payload(&self, tags: &mut Vec<u8>) {
+        if self.asks_max_payload() {
+            wire::push_tag(tags, tag::PPP_MAX_PAYLOAD, &self.config.mru.to_be_bytes());
+        }
+    }
+
+    /// The MRU LCP asks for: ours, within RFC 2516's 1492 unless the AC granted more.
+    fn link_mru(&self) -> u16 {
+        self.config.mru.min(self.max_payload.unwrap_or(PPPOE_MRU))
     }
 
     fn send_padr(&mut self, out: &mut Vec<Vec<u8>>) {
@@ -786,6 +824,7 @@ impl Client {
         if let Some(relay) = &self.relay_session_id {
             wire::push_tag(&mut tags, tag::RELAY_SESSION_ID, relay);
         }
+        self.push_max_payload(&mut tags);
         self.send_discovery(out, self.ac_mac, code::PADR, 0, &tags);
     }
 
@@ -839,7 +878,7 @@ impl Client {
         self.echoes_unanswered = 0;
         self.lcp = Negotiation::new(self.rng.next_u8());
         self.lcp_wants = LcpWants {
-            mru: self.config.mru,
+            mru: self.link_mru(),
             ask_mru: true,
             ask_magic: true,
         };
@@ -1748,6 +1787,7 @@ impl Client {
         self.ac_mac = [0; 6];
         self.ac_cookie = None;
         self.relay_session_id = None;
+        self.max_payload = None;
         self.lcp = Negotiation::default();
         self.ipcp = Negotiation::default();
         self.ipv6cp = Ipv6cp::default();
@@ -1939,6 +1979,10 @@ mod tests {
         /// Answers discovery but nothing in the session.
         silent_in_session: bool,
         ipv6: AcIpv6,
+        /// RFC 4638: echo a PADR's PPP-Max-Payload in the PADS, up to this.
+        max_payload: Option<u16>,
+        /// The PPP-Max-Payload of the last PADI and PADR (None: no tag).
+        asked_max_payload: (Option<u16>, Option<u16>),
         ipv6cp_requested: bool,
         /// The client's IPv6CP Configure-Acks and Terminate-Requests it received.
         ipv6cp_acks: u32,
@@ -1976,6 +2020,8 @@ mod tests {
                 address: Some(PEER),
                 silent_in_session: false,
                 ipv6: AcIpv6::Refuse,
+                max_payload: None,
+                asked_max_payload: (None, None),
                 ipv6cp_requested: false,
                 ipv6cp_acks: 0,
                 ipv6cp_terminates: 0,
@@ -2008,6 +2054,14 @@ mod tests {
             if frame.ethertype == ETHERTYPE_DISCOVERY {
                 let tags = Tags::parse(frame.payload).expect("well-formed tags");
                 let host_uniq = tags.first(tag::HOST_UNIQ).map(<[u8]>::to_vec);
+                let max_payload = tags
+                    .first(tag::PPP_MAX_PAYLOAD)
+                    .map(|value| u16::from_be_bytes(value.try_into().expect("2 bytes")));
+                match frame.code {
+                    code::PADI => self.asked_max_payload.0 = max_payload,
+                    code::PADR => self.asked_max_payload.1 = max_payload,
+                    _ => {}
+                }
                 return match frame.code {
                     code::PADI => {
                         assert_eq!(frame.destination, BROADCAST_MAC);
@@ -2029,6 +2083,13 @@ mod tests {
                         let mut tags = Vec::new();
                         push_tag(&mut tags, tag::SERVICE_NAME, b"");
                         push_tag(&mut tags, tag::HOST_UNIQ, &host_uniq.expect("Host-Uniq"));
+                        if let (Some(asked), Some(most)) = (max_payload, self.max_payload) {
+                            push_tag(
+                                &mut tags,
+                                tag::PPP_MAX_PAYLOAD,
+                                &asked.min(most).to_be_bytes(),
+                            );
+                        }
                         let mut out = vec![discovery_frame(
                             CLIENT_MAC,
                             AC_MAC,
@@ -2772,6 +2833,55 @@ mod tests {
         let session = harness.client.session().expect("IPv4 stays up");
         assert_eq!(session.ipv6, None);
         assert_eq!(session.local, LOCAL);
+    }
+
+    fn config_with_mru(mru: u16) -> ClientConfig {
+        ClientConfig { mru, ..config() }
+    }
+
+    #[test]
+    fn an_mru_above_1492_is_asked_by_ppp_max_payload_and_used_where_granted() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.mru = Some(1500);
+        ac.max_payload = Some(1500);
+        let mut harness = Harness::with_config(ac, config_with_mru(1500));
+        harness.start();
+        assert_eq!(harness.ac.asked_max_payload, (Some(1500), Some(1500)));
+        let (_, request) = harness.last_lcp_request();
+        let mut mru = Vec::new();
+        push_option(&mut mru, lcp_option::MRU, &1500u16.to_be_bytes());
+        assert!(request.starts_with(&mru), "{request:02x?}");
+        assert_eq!(harness.client.session().expect("up").mtu, 1500);
+    }
+
+    #[test]
+    fn without_the_acs_echo_the_mru_stays_at_1492() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.mru = Some(1500);
+        let mut harness = Harness::with_config(ac, config_with_mru(1500));
+        harness.start();
+        assert_eq!(harness.ac.asked_max_payload, (Some(1500), Some(1500)));
+        let (_, request) = harness.last_lcp_request();
+        let mut mru = Vec::new();
+        push_option(&mut mru, lcp_option::MRU, &1492u16.to_be_bytes());
+        assert!(request.starts_with(&mru), "{request:02x?}");
+        assert_eq!(harness.client.session().expect("up").mtu, 1492);
+        // An AC granting less than asked: the least of the two.
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.mru = Some(1500);
+        ac.max_payload = Some(1496);
+        let mut harness = Harness::with_config(ac, config_with_mru(1500));
+        harness.start();
+        assert_eq!(harness.client.session().expect("up").mtu, 1496);
+    }
+
+    #[test]
+    fn an_mru_of_1492_or_less_sends_no_ppp_max_payload() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.max_payload = Some(1500);
+        let harness = up_with(ac);
+        assert_eq!(harness.ac.asked_max_payload, (None, None));
+        assert_eq!(harness.client.session().unwrap().mtu, 1492);
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub mod tag {
     pub const AC_COOKIE: u16 = 0x0104;
     pub const VENDOR_SPECIFIC: u16 = 0x0105;
     pub const RELAY_SESSION_ID: u16 = 0x0110;
+    /// RFC 4638: the largest PPP payload the client can carry (2 bytes), echoed by an AC
+    /// that allows one above 1492.
+    pub const PPP_MAX_PAYLOAD: u16 = 0x0120;
     pub const SERVICE_NAME_ERROR: u16 = 0x0201;
     pub const AC_SYSTEM_ERROR: u16 = 0x0202;
     pub const GENERIC_ERROR: u16 = 0x0203;

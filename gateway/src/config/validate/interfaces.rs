@@ -183,8 +183,9 @@ pub(crate) fn validate_ipv6(
 }
 
 impl GatewayConfig {
-    /// `address = "pppoe"` and the `pppoe` table go together; the session's frames carry 8
-    /// bytes more than the datagram, so the MTU is at most 1492.
+    /// `address = "pppoe"` and the `pppoe` table go together. The session's frames carry 8
+    /// bytes more than the datagram: an MTU above 1492 needs the port (or a VLAN's parent) to
+    /// carry them (`validate_vlan`, `mempool.data_room`) and the AC to grant it (RFC 4638).
     pub(crate) fn validate_pppoe(&self, i: usize) -> Result<(), ConfigError> {
         let iface = &self.interfaces[i];
         let field = |name: &str| format!("interfaces[{i}].{name}");
@@ -215,15 +216,6 @@ impl GatewayConfig {
             return Err(invalid(
                 field("pppoe.lcp_echo_failures"),
                 "must be at least 1 while lcp_echo_interval_secs is not 0",
-            ));
-        }
-        if iface.mtu() > PPPOE_MTU {
-            return Err(invalid(
-                field("mtu"),
-                format!(
-                    "{} is more than PPPoE carries in a 1500-byte frame ({PPPOE_MTU}); omit it for {PPPOE_MTU}",
-                    iface.mtu()
-                ),
             ));
         }
         if iface
@@ -407,10 +399,21 @@ impl GatewayConfig {
                 format!("{parent} already has VLAN {vlan} (interfaces[{j}])"),
             ));
         }
-        if iface.mtu() > port.mtu() {
+        // A PPPoE VLAN's frames carry its datagrams and 8 bytes more.
+        if iface.port_mtu() > port.port_mtu() {
+            let pppoe = if iface.address.is_pppoe() {
+                format!(" (with PPPoE's 8 bytes, {})", iface.port_mtu())
+            } else {
+                String::new()
+            };
             return Err(invalid(
                 field("mtu"),
-                format!("{} is above its parent's ({})", iface.mtu(), port.mtu()),
+                format!(
+                    "{}{pppoe} is above its parent's ({}): raise {}'s mtu",
+                    iface.mtu(),
+                    port.port_mtu(),
+                    port.name
+                ),
             ));
         }
         let port_settings = [

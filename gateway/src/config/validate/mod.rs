@@ -303,8 +303,9 @@ impl GatewayConfig {
                 }
             }
             let framing = if iface.is_vlan() { 22 } else { 18 };
+            // A PPPoE port's frames carry 8 bytes of PPPoE and PPP besides.
             if iface.mtu() < 576
-                || u32::from(iface.mtu()) + framing > u32::from(self.mempool.data_room)
+                || u32::from(iface.port_mtu()) + framing > u32::from(self.mempool.data_room)
             {
                 return Err(invalid(
                     field("mtu"),
