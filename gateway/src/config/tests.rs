@@ -274,6 +274,17 @@ fn uplink_errors_name_the_field() {
             "\"tcp:PORT\"",
         ),
         (
+            // A PPPoE uplink's twin carries IPv6 only: nothing to probe from.
+            two_uplinks("")
+                .replace(
+                    "address = \"10.1.0.1/24\"\n        kernel_twin = true\n",
+                    "address = \"pppoe\"\n        kernel_twin = true\n        [interfaces.pppoe]\n        username = \"u\"\n        password = \"p\"\n        [interfaces.ipv6]\n        autoconfigure = true\n",
+                )
+                .replace("via = \"10.1.0.2\"\n", ""),
+            "uplinks[1].health:",
+            "LCP echoes",
+        ),
+        (
             two_uplinks("probe = \"tcp:0\""),
             "uplinks[1].health.probe:",
             "1-65535",

@@ -219,6 +219,14 @@ impl GatewayConfig {
             }
             if let Some(health) = &uplink.health {
                 let field = |name: &str| format!("uplinks[{i}].health.{name}");
+                // A PPPoE twin has no IPv4 address to probe from (it carries the session's
+                // IPv6 alone); the session's LCP echoes are its health check.
+                if self.interfaces[port].address.is_pppoe() {
+                    return Err(invalid(
+                        format!("uplinks[{i}].health"),
+                        "a PPPoE uplink is checked by its LCP echoes (interfaces.pppoe.lcp_echo_interval_secs): remove [uplinks.health]",
+                    ));
+                }
                 if twins[port].is_none() {
                     return Err(invalid(
                         format!("uplinks[{i}].health"),
