@@ -254,7 +254,8 @@ drop_reasons! {
     /// A frame the kernel sent on a twin that is not the kernel's own: a source address the
     /// gateway does not have on that interface (the twins' namespace forwarding a datagram
     /// from another twin or one punted to it, or a spoof), or an EtherType other than ARP,
-    /// IPv4 and IPv6. Only the kernel's own traffic leaves by a twin.
+    /// IPv4 and IPv6 (other than IPv6 on a PPPoE interface's twin, which carries the
+    /// session's IPv6 alone). Only the kernel's own traffic leaves by a twin.
     TwinForeignSource => "twin_foreign_source",
     /// Toward an interface that has no address yet (`address = "dhcp"` before its first
     /// lease): nothing can be sent from it, nor masqueraded to it.

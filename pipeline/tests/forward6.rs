@@ -625,6 +625,25 @@ fn an_unknown_next_hop_goes_to_the_control_thread() {
     );
 }
 
+/// On a PPPoE link every next hop is the access concentrator, whose MAC the session's
+/// framing writes: an unknown one is sent, not resolved.
+#[test]
+fn a_pppoe_links_next_hops_need_no_resolution() {
+    let router = config(true).with_pppoe(&[false, true]).unwrap();
+    let mut gw = worker(router, NeighborView::new([]), 0, 1);
+    let (verdict, out) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);
+    assert_eq!(verdict, Verdict::Transmit { port: WAN });
+    assert_eq!(out[6..12], WAN_MAC, "from the WAN's MAC");
+    // Elsewhere an unknown next hop still goes to the control thread.
+    let router = config(true).with_pppoe(&[true, false]).unwrap();
+    let mut gw = worker(router, NeighborView::new([]), 0, 1);
+    let (verdict, _) = run(&mut gw, &from_host(REMOTE6, 64, 8), on(LAN), 0);
+    assert_eq!(
+        verdict,
+        Verdict::Control(ControlWork::Resolve6 { port: WAN })
+    );
+}
+
 /// Both directions of every flow, and the errors about it, are decided on one worker,
 /// whichever worker each packet reaches first.
 #[test]

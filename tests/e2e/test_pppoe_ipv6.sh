@@ -113,10 +113,11 @@ grep -q 'interfaces\[1\]\.kernel_twin' "$WORK/check.txt" ||
 pass "check-config refuses a PPPoE twin without ipv6.autoconfigure, naming the field"
 
 : >"$ISP_LOG"
-wan "$ISP_PY" "$ROOT/tests/e2e/pppoe_isp.py" --iface eth0 --user gateway --password s3cret \
+ip netns exec gwlab-wan "$ISP_PY" "$ROOT/tests/e2e/pppoe_isp.py" --iface eth0 --user gateway --password s3cret \
     --auth chap --local 100.64.0.1 --client 100.64.0.2 --mru 1492 --tun ppp-isp \
     --ipv6-prefix 2001:db8:a::/64 --ipv6-delegate 2001:db8:ff00::/56 --log "$ISP_LOG" \
     --session-id 4664 >>"$WORK/isp.out" 2>&1 &
+ISP_PID=$! # ip netns exec runs the ISP in its own process
 for _ in $(seq 1 50); do
     grep -q "isp listening" "$ISP_LOG" 2>/dev/null && break
     sleep 0.2
@@ -216,4 +217,36 @@ invalid=$(m 'gateway_dropped_packets_total{reason="conntrack_invalid"')
 # 5. IPv4 is still the session's too: the LAN host pings the ISP's end, masqueraded.
 expect_output "IPv4 crosses the same session (the LAN host pings 100.64.0.1)" \
     " 0% packet loss" lan ping -c 2 -i 0.2 -W 2 100.64.0.1
+
+# 6. The twin's own unicast leaves by the session: its kernel needs no Neighbor Discovery
+# for fe80::1 (the link has none; the framing addresses the access concentrator). (The
+# replies to the kernel's own IPv6 are not tracked back to a twin, on any uplink: only the
+# requests are checked here.)
+gw ping -6 -c 2 -i 0.2 -W 1 2001:db8:1::10 >/dev/null 2>&1 || true
+grep -q "relay icmp6 client->net $wan_address > 2001:db8:1::10 echo-request" "$ISP_LOG" ||
+    pfail "the WAN twin's echo requests to 2001:db8:1::10 never reached the ISP: $(gw ip -6 neigh)"
+pass "the WAN twin's kernel sends unicast into the session without Neighbor Discovery"
+
+# 7. The ISP ends the session (PADT): the twin goes down, so its addresses and the
+# delegated prefix go; the new session brings it up and dhcpcd solicits on it at once.
+kill -USR1 "$ISP_PID"
+for _ in $(seq 1 50); do
+    [[ -z $(global_address gw wan 2001:db8:a:) ]] && break
+    sleep 0.1
+done
+[[ -z $(global_address gw wan 2001:db8:a:) ]] || pfail "the WAN twin kept its address after the session ended"
+for _ in $(seq 1 100); do
+    [[ $(m "gateway_pppoe_ipv6_up{$IF}") == 1 && -n $(global_address gw lan 2001:db8:ff) ]] && break
+    sleep 0.2
+done
+[[ $(m "gateway_pppoe_ipv6_up{$IF}") == 1 ]] || pfail "no IPv6 on a new session within 20 s of the PADT"
+[[ $(m "gateway_pppoe_sessions_total{$IF}") -ge 2 ]] || pfail "no second session counted"
+[[ -n $(global_address gw lan 2001:db8:ff) ]] ||
+    pfail "the LAN twin got no delegated address again on the new session"
+for _ in $(seq 1 30); do
+    lan ping -6 -c 1 -W 1 2001:db8:1::10 >/dev/null 2>&1 && break
+    sleep 0.2
+done
+expect_output "after a PADT, the new session's IPv6 carries the LAN host to the ISP's host again" \
+    " 0% packet loss" lan ping -6 -c 2 -i 0.2 -W 2 2001:db8:1::10
 kill -TERM "$DHCPCD_PID" 2>/dev/null || true

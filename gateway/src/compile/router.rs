@@ -444,7 +444,13 @@ fn ipv6_interfaces(
                 }
             }
             Some(Ipv6Interface {
-                link_local: link_local(EthernetAddress(*mac)),
+                // A PPPoE session's IPv6CP may have agreed another identifier than the MAC's.
+                link_local: kernel
+                    .link_locals6
+                    .get(index)
+                    .copied()
+                    .flatten()
+                    .unwrap_or_else(|| link_local(EthernetAddress(*mac))),
                 addresses,
                 advertise: ipv6.router_advertisements.then(|| RouterAdvertConfig {
                     interval_secs: ipv6.ra_interval_secs,

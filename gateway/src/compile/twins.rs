@@ -7,8 +7,9 @@ use pipeline::wire::ipv6::prefix_of;
 use crate::config::twins::twin_names;
 use crate::config::{GatewayConfig, RulePrefix};
 
-/// Which kernel routes the FIB may take (`route_allow`); the PPPoE sessions' routes are the
-/// gateway's own, which the list does not bound.
+/// Which kernel routes the FIB may take (`route_allow`); the PPPoE sessions' IPv4 routes are
+/// the gateway's own, which the list does not bound (their twins' IPv4 routes are not taken,
+/// `crate::control::netlink`).
 pub fn kernel_route_allow(config: &GatewayConfig) -> KernelRouteAllow {
     let allow = config.kernel_twins.route_allow.as_ref();
     KernelRouteAllow {

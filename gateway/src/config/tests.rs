@@ -1330,6 +1330,12 @@ fn pppoe_needs_its_table_gets_1492_and_clamps_by_default() {
         )),
         "interfaces[2].ipv6.delegated_prefix:",
     );
+    refused(
+        &with(&format!(
+            "{autoconfigured}router_advertisements = true\naddresses = [\"2001:db8:a::2/64\"]\n"
+        )),
+        "interfaces[2].ipv6.router_advertisements:",
+    );
     // Without a twin, IPv6 on the session is the operator's to configure.
     let config = parse(&with(&format!(
         "{table}[interfaces.ipv6]\naddresses = [\"2001:db8:a::2/64\"]\n"

@@ -97,6 +97,9 @@ pub struct KernelView {
     /// Not the kernel's either: the mappings LAN hosts asked for by PCP or NAT-PMP
     /// (`crate::control::port_mapping`), merged in by the control thread the same way.
     pub port_mappings: pipeline::pipeline::config::PortMappings,
+    /// Per interface (empty: none known): the link-local address a PPPoE session's IPv6CP
+    /// agreed, where it is not the MAC's (the peer assigned the identifier).
+    pub link_locals6: Vec<Option<Ipv6Addr>>,
 }
 
 impl KernelView {
@@ -172,6 +175,9 @@ pub struct Followed {
     pub advertises6: Vec<bool>,
     /// Per interface: the address it shares with an HA peer (`virtual_address`).
     pub virtual_addrs: Vec<Option<Ipv4Addr>>,
+    /// Per interface: its twin carries IPv6 alone (a PPPoE session's), so none of its IPv4
+    /// routes is taken: the session's are the gateway's own.
+    pub ipv6_only: Vec<bool>,
 }
 
 impl Followed {
@@ -197,6 +203,11 @@ impl Followed {
                 .interfaces
                 .iter()
                 .map(|i| i.virtual_address)
+                .collect(),
+            ipv6_only: config
+                .interfaces
+                .iter()
+                .map(|i| i.address.is_pppoe())
                 .collect(),
         }
     }
@@ -265,6 +276,7 @@ fn view_at<'a>(
         virtual_held: vec![false; followed.twins.len()],
         uplinks_failed: Vec::new(),
         port_mappings: Default::default(),
+        link_locals6: Vec::new(),
     };
     for (index, addr, len) in addresses {
         let Some(port) = port_of(index) else { continue };
@@ -315,6 +327,9 @@ fn view_at<'a>(
         let Some(port) = port_of(parsed.oif) else {
             continue;
         };
+        if followed.ipv6_only.get(port) == Some(&true) {
+            continue;
+        }
         keep_best(
             &mut routes,
             (u32::from(parsed.destination), parsed.len),

@@ -24,7 +24,7 @@ use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
-use crate::control::pppoe_clients::{PppoeLinks, PppoeView};
+use crate::control::pppoe_clients::{PppoeLinks, PppoeView, SessionIpv6};
 use crate::control::twins::Twins;
 use crate::control::virtual_addresses::VirtualHeld;
 use crate::dataplane::clock::Clock;
@@ -77,9 +77,9 @@ pub struct ControlPlane {
     pppoe: PppoeLinks,
     /// The PPPoE sessions' peers and their MACs: neighbours no ARP resolves.
     pppoe_peers: Vec<(Ipv4Addr, [u8; 6])>,
-    /// The sessions that carry IPv6 (`PppoeView::ipv6_peers`): every IPv6 next hop on their
-    /// link is the access concentrator, which no Neighbor Discovery resolves.
-    pppoe_peers6: Vec<(u16, Option<Ipv6Addr>, [u8; 6])>,
+    /// The sessions that carry IPv6 (`PppoeView::ipv6`): every IPv6 next hop on their link
+    /// is the access concentrator, which no Neighbor Discovery resolves.
+    pppoe_peers6: Vec<SessionIpv6>,
     /// A changed PPPoE view the router has not taken yet (`take_pppoe_view`).
     pppoe_view: Option<PppoeView>,
     clock: Clock,
@@ -199,7 +199,7 @@ impl ControlPlane {
         });
         if let Some(view) = links.take_view() {
             self.pppoe_peers = view.peers.clone();
-            self.pppoe_peers6 = view.ipv6_peers.clone();
+            self.pppoe_peers6 = view.ipv6.clone();
             self.pppoe_view = Some(view);
             self.publish_view();
         }
@@ -315,7 +315,11 @@ impl ControlPlane {
     /// let netlink see them.
     fn report_changed_groups(&mut self, router: &RouterConfig) {
         for (port, iface) in router.interfaces.iter().enumerate() {
-            let Some(v6) = router.ipv6(port as u16) else {
+            // No switch snoops a PPPoE link (see `announce`).
+            let Some(v6) = router
+                .ipv6(port as u16)
+                .filter(|_| !router.runs_pppoe(port as u16))
+            else {
                 continue;
             };
             if self.note_reported(port, &v6.addresses) {
@@ -649,8 +653,9 @@ impl ControlPlane {
                 .iter()
                 .filter(|(_, _, state)| *state != NeighborState::Incomplete)
                 .map(|(ip, mac, _)| (ip, EthernetAddress(mac)))
-                .chain(self.pppoe_peers6.iter().filter_map(|&(port, peer, mac)| {
-                    Some((scoped(peer?, port), EthernetAddress(mac)))
+                .chain(self.pppoe_peers6.iter().filter_map(|session| {
+                    let peer = scoped(session.peer?, session.iface);
+                    Some((peer, EthernetAddress(session.access_concentrator)))
                 })),
         );
         self.neighbors.publish(Arc::new(view));

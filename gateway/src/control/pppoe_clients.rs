@@ -23,10 +23,37 @@ pub struct PppoeView {
     pub peers: Vec<(Ipv4Addr, [u8; 6])>,
     /// Per interface, the session's MTU: the configured one, or a peer's smaller MRU.
     pub mtus: Vec<Option<u16>>,
-    /// The sessions that carry IPv6 (IPv6CP open): the interface, the peer's link-local
-    /// address (when IPv6CP named it: the source of its Router Advertisements) and the
-    /// access concentrator's MAC, which every IPv6 next hop on the link resolves to.
-    pub ipv6_peers: Vec<(u16, Option<Ipv6Addr>, [u8; 6])>,
+    /// The sessions that carry IPv6 (IPv6CP open).
+    pub ipv6: Vec<SessionIpv6>,
+}
+
+/// One session's IPv6, as IPv6CP opened it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionIpv6 {
+    pub iface: u16,
+    /// Our link-local address (the dataplane's on the interface, and its twin's).
+    pub local: Ipv6Addr,
+    /// The peer's, when IPv6CP named it: the source of its Router Advertisements.
+    pub peer: Option<Ipv6Addr>,
+    /// The access concentrator's MAC: every IPv6 next hop on the link is it.
+    pub access_concentrator: [u8; 6],
+    /// The session's MTU, the twin's.
+    pub mtu: u16,
+}
+
+impl PppoeView {
+    /// Per interface, the link-local address its session's IPv6CP agreed.
+    pub fn link_locals6(&self) -> Vec<Option<Ipv6Addr>> {
+        let mut all = Vec::new();
+        for session in &self.ipv6 {
+            let index = usize::from(session.iface);
+            if all.len() <= index {
+                all.resize(index + 1, None);
+            }
+            all[index] = Some(session.local);
+        }
+        all
+    }
 }
 
 /// One interface's session, for metrics and `gateway ctl`.
@@ -361,8 +388,13 @@ impl PppoeLinks {
                 });
             }
             if let Some(ipv6) = session.ipv6 {
-                view.ipv6_peers
-                    .push((link.iface, ipv6.peer_link_local(), session.ac_mac));
+                view.ipv6.push(SessionIpv6 {
+                    iface: link.iface,
+                    local: ipv6.local_link_local(),
+                    peer: ipv6.peer_link_local(),
+                    access_concentrator: session.ac_mac,
+                    mtu: session.mtu,
+                });
             }
         }
         view

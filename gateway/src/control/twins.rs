@@ -50,6 +50,8 @@ struct Twin {
     to_kernel: MbufBatch,
     /// Whether the twin has IPv6 on (the kernel configures the interface's IPv6).
     ipv6: bool,
+    /// A PPPoE interface's twin: IPv6 alone, either way (`session_link`).
+    ipv6_only: bool,
     copies: CopyBudget,
 }
 
@@ -154,7 +156,8 @@ impl Twins {
     /// Makes the twin of every interface that has one (`macs` in interface order): a tap
     /// with the interface's name (or `kernel_twin_name`), MAC and MTU, moved to the
     /// configured namespace, with the interface's address, IPv6 off unless the kernel
-    /// configures the interface's IPv6 (`autoconfigure`, `delegated_prefix`), and up.
+    /// configures the interface's IPv6 (`autoconfigure`, `delegated_prefix`), and up; a
+    /// PPPoE interface's stays down until its session carries IPv6 (`session_link`).
     pub fn start(
         eal: &Eal,
         config: &GatewayConfig,
@@ -192,6 +195,7 @@ impl Twins {
             // "dhcp": the DHCP client on the twin sets it (`crate::control::netlink` follows).
             let address = iface.address.cidr().map(|cidr| cidr.to_string());
             let ipv6 = match &iface.ipv6 {
+                Some(_) if iface.address.is_pppoe() => TwinIpv6::Session,
                 Some(ipv6) if ipv6.autoconfigure => TwinIpv6::Autoconfigured,
                 Some(ipv6) if ipv6.delegated_prefix => TwinIpv6::Delegated,
                 _ => TwinIpv6::Off,
@@ -202,6 +206,7 @@ impl Twins {
                 tx: port.take_tx_queue(TxQueueId(0))?,
                 to_kernel: MbufBatch::new(),
                 ipv6: ipv6 != TwinIpv6::Off,
+                ipv6_only: ipv6 == TwinIpv6::Session,
                 copies: CopyBudget::new((
                     config.kernel_twins.punt_per_sec,
                     config.kernel_twins.punt_burst,
@@ -329,6 +334,11 @@ impl Twins {
             handled += ring.dequeue(batch);
             for mbuf in batch.drain() {
                 match twins.get_mut(usize::from(mbuf.port().0)) {
+                    // A PPPoE twin has no IPv4 address to take what was punted to the
+                    // session's.
+                    Some(Some(twin)) if twin.ipv6_only && !is_ipv6(mbuf.data()) => {
+                        counters.record_drop(DropReason::LocalDelivery);
+                    }
                     Some(Some(twin)) => twin.queue(mbuf, counters),
                     // A reload cannot add twins; nothing to take it.
                     _ => counters.record_drop(DropReason::LocalDelivery),
@@ -345,6 +355,9 @@ impl Twins {
             for mut mbuf in batch.drain() {
                 if mbuf.segments() != 1 {
                     counters.record_drop(DropReason::MultiSegment);
+                } else if twin.ipv6_only && !is_ipv6(mbuf.data()) {
+                    // Its DHCPv4, ARP: the session's IPv4 is the gateway's own.
+                    counters.record_drop(DropReason::TwinForeignSource);
                 } else if let Some(reason) = kernel_frame_refused(mbuf.data(), iface, router) {
                     counters.record_drop(reason);
                 } else {
@@ -387,6 +400,17 @@ enum TwinIpv6 {
     /// On for the addresses dhcpcd gives it from a delegated prefix; the kernel takes no
     /// Router Advertisement here (`accept_ra=0`), where the dataplane is the router.
     Delegated,
+    /// A PPPoE session's, configured as `Autoconfigured` but with no address of its own
+    /// making: its link-local address is the one IPv6CP agreed, set when the session
+    /// carries IPv6 (`session_link`), and without Neighbor Discovery (`arp off`: the kernel
+    /// sends to its own MAC, which the session's framing replaces with the access
+    /// concentrator's, who answers solicitations without a link-layer address).
+    Session,
+}
+
+/// Whether a frame is IPv6 (untagged: what the twins and the punt rings carry).
+fn is_ipv6(frame: &[u8]) -> bool {
+    frame.get(12..14) == Some(&pipeline::wire::ethernet::ethertype::IPV6.to_be_bytes()[..])
 }
 
 /// Moves the tap `name` to `netns` (if given), sets its IPv6 up as `ipv6` says, gives it
@@ -429,7 +453,7 @@ fn set_up_kernel_side(
             }
             None
         }
-        TwinIpv6::Autoconfigured => Some("2"),
+        TwinIpv6::Autoconfigured | TwinIpv6::Session => Some("2"),
         TwinIpv6::Delegated => Some("0"),
     };
     if let Some(accept_ra) = accept_ra {
@@ -441,12 +465,18 @@ fn set_up_kernel_side(
                 source: Box::new(source),
             }
         };
-        sysctl("addr_gen_mode", "0").map_err(setting("setting addr_gen_mode"))?;
+        // A session's twin gets the link-local address IPv6CP agreed (mode 1: none made).
+        let mode = if ipv6 == TwinIpv6::Session { "1" } else { "0" };
+        sysctl("addr_gen_mode", mode).map_err(setting("setting addr_gen_mode"))?;
         sysctl("disable_ipv6", "0").map_err(setting("turning IPv6 on"))?;
         sysctl("accept_ra", accept_ra).map_err(setting("setting accept_ra"))?;
     }
     if let Some(address) = address {
         ip(&["addr", "replace", address, "dev", name])?;
+    }
+    if ipv6 == TwinIpv6::Session {
+        // Up once the session carries IPv6 (`session_link`).
+        return ip(&["link", "set", "dev", name, "arp", "off"]);
     }
     ip(&["link", "set", "dev", name, "up"])?;
     Ok(())
@@ -466,6 +496,8 @@ fn run(command: &mut Command) -> Result<(), TwinError> {
     }
     Ok(())
 }
+
+pub mod session_link;
 
 #[cfg(test)]
 mod tests;

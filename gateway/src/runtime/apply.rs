@@ -144,6 +144,7 @@ pub(crate) fn merged_view(
         virtual_held: netlink.virtual_held.clone(),
         uplinks_failed,
         port_mappings: port_mappings.clone(),
+        link_locals6: pppoe.link_locals6(),
     }
 }
 

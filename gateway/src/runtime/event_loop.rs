@@ -17,6 +17,7 @@ impl<'a> Gateway<'a> {
             kernel_for_loads,
             netlink_view,
             pppoe_view,
+            session_twins,
             port_mappings,
             uplink_health,
             uplink_links,
@@ -95,6 +96,7 @@ impl<'a> Gateway<'a> {
             let pppoe = control.take_pppoe_view();
             if pppoe.is_some() || uplink_link_changed {
                 if let Some(view) = pppoe {
+                    session_twins.follow(&view);
                     *pppoe_view = view;
                 }
                 apply_views(
@@ -158,7 +160,7 @@ impl<'a> Gateway<'a> {
                             ..netlink_view.clone()
                         };
                         router_changed = !held_aside.same_as(&view);
-                        *netlink_view = view;
+                        *netlink_view = *view;
                     }
                     let recompile = if router_changed {
                         Recompile::Yes

@@ -81,7 +81,7 @@ enum ControlEvent {
     /// The `config-load` thread finished a reload: publish it, or report the refusal.
     Loaded(Box<reload::LoadResult>),
     /// The kernel's addresses or routes on the twins changed (`crate::control::netlink`).
-    Kernel(KernelView),
+    Kernel(Box<KernelView>),
     /// An uplink's health checks took it down or brought it back
     /// (`crate::control::uplink_health`; the state is in `Gateway::uplink_health`).
     UplinkHealth,
@@ -201,6 +201,8 @@ struct Gateway<'a> {
     /// The two halves of it: netlink sends whole views, which would overwrite the sessions'.
     netlink_view: KernelView,
     pppoe_view: PppoeView,
+    /// The PPPoE interfaces' twins, up while their sessions carry IPv6.
+    session_twins: crate::control::twins::session_link::SessionTwins,
     /// The mappings the port mapping server last sent (none while it is off).
     port_mappings: PortMappings,
     control: ControlPlane,

@@ -138,7 +138,7 @@ impl<'a> Gateway<'a> {
         let followed = Followed::from_config(config);
         let netlink_thread = if followed.any() {
             let events = events.clone();
-            let send = move |view| events.send(ControlEvent::Kernel(view)).is_ok();
+            let send = move |view| events.send(ControlEvent::Kernel(Box::new(view))).is_ok();
             let netns = config.kernel_twins.netns.clone();
             Some(crate::control::netlink::spawn(
                 followed,
@@ -324,6 +324,7 @@ impl<'a> Gateway<'a> {
             kernel_for_loads,
             netlink_view: KernelView::default(),
             pppoe_view: PppoeView::default(),
+            session_twins: crate::control::twins::session_link::SessionTwins::start(config),
             port_mappings: PortMappings::default(),
             control,
             router_published,

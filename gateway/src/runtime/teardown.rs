@@ -30,6 +30,7 @@ impl<'a> Gateway<'a> {
             kernel_for_loads: _kernel_for_loads,
             netlink_view: _netlink_view,
             pppoe_view: _pppoe_view,
+            session_twins: _session_twins,
             port_mappings: _port_mappings,
             mut control,
             router_published: _router_published,

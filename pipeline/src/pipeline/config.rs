@@ -106,8 +106,9 @@ pub struct KernelRoute {
 pub struct KernelRouteAllow {
     pub v4: Option<Vec<(Ipv4Addr, u8)>>,
     pub v6: Option<Vec<(Ipv6Addr, u8)>>,
-    /// Interfaces whose routes the gateway makes itself, not a twin (a PPPoE session's
-    /// default route): the list does not bound them.
+    /// Interfaces whose IPv4 routes the gateway makes itself, not a twin (a PPPoE session's
+    /// default route): the list does not bound them. Their IPv6 routes are a twin's (the
+    /// ISP's advertised ones), bound as any.
     pub own_ports: Vec<u16>,
 }
 
@@ -126,10 +127,9 @@ impl KernelRouteAllow {
         let Some(prefixes) = &self.v6 else {
             return true;
         };
-        self.own_ports.contains(&route.port)
-            || prefixes.iter().any(|&(prefix, len)| {
-                route.len >= len && prefix_of(route.destination, len) == prefix_of(prefix, len)
-            })
+        prefixes.iter().any(|&(prefix, len)| {
+            route.len >= len && prefix_of(route.destination, len) == prefix_of(prefix, len)
+        })
     }
 }
 

@@ -176,11 +176,17 @@ impl Pipeline {
     /// Writes the Ethernet header toward `next_hop` on `port` and sends, or asks the control
     /// thread to resolve it.
     pub(crate) fn send6(&self, pkt: &mut PacketBuf, port: u16, next_hop: Ipv6Addr) -> Verdict {
+        let src_mac = self.router.interfaces[usize::from(port)].mac;
         // Link-local neighbours are known by their link (see `ipv6_local::scoped`).
         let Some(mac) = self.neighbors.get6(scoped(next_hop, port)) else {
+            // On a PPPoE link every next hop is the access concentrator, whose MAC the
+            // session's framing writes (no Neighbor Discovery runs there).
+            if self.router.runs_pppoe(port) {
+                ethernet::write_l2(pkt.bytes_mut(), src_mac, src_mac);
+                return Verdict::Transmit { port };
+            }
             return Verdict::Control(ControlWork::Resolve6 { port });
         };
-        let src_mac = self.router.interfaces[usize::from(port)].mac;
         ethernet::write_l2(pkt.bytes_mut(), mac, src_mac);
         Verdict::Transmit { port }
     }

@@ -64,6 +64,8 @@ const DEFAULT_PEER_MRU: u16 = 1500;
 /// RFC 2516's most for the MRU: a 1500-byte Ethernet payload less PPPoE's 6 bytes and PPP's 2.
 /// More only where the AC granted it by RFC 4638's PPP-Max-Payload.
 const PPPOE_MRU: u16 = 1492;
+/// The least MTU IPv6 may run on (RFC 8200 section 5).
+const IPV6_MIN_MTU: u16 = 1280;
 /// A discovery tag's type and length, before its value.
 const TAG_HEADER_LEN: usize = 4;
 /// The most a discovery frame carries after the PPPoE header in a 1500-byte payload.
@@ -250,7 +252,8 @@ pub struct Session {
 /// fe80::/64 with its identifier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ipv6Link {
-    /// Ours: the modified EUI-64 of our MAC, as the gateway's link-local address elsewhere.
+    /// Ours: the modified EUI-64 of our MAC unless the peer Naked it with another (as
+    /// BRASes that assign identifiers do), which we then take.
     pub local_id: [u8; 8],
     /// The peer's, if its request named one.
     pub peer_id: Option<[u8; 8]>,
@@ -357,6 +360,8 @@ struct Ipv6cp {
     active: bool,
     /// Whether our requests still carry the Interface-Identifier (the peer may Reject it).
     ask_id: bool,
+    /// The identifier we ask for: the MAC's, or the one the peer's Nak suggested.
+    local_id: [u8; 8],
     peer_id: Option<[u8; 8]>,
     due_ns: Option<u64>,
     sends: u32,
@@ -497,6 +502,9 @@ pub struct Client {
     peer_address: Ipv4Addr,
 
     ipv6cp: Ipv6cp,
+    /// IPv6CP failed in this LCP session: the peer's later requests get a Terminate-Ack (RFC
+    /// 1661's Closed state) instead of a new negotiation, until LCP starts over.
+    ipv6_refused: bool,
 
     up: Option<Session>,
 }
@@ -540,6 +548,7 @@ impl Client {
             ipcp_wants: IpcpWants::default(),
             peer_address: DEFAULT_PEER_ADDRESS,
             ipv6cp: Ipv6cp::default(),
+            ipv6_refused: false,
             up: None,
             config,
         }
@@ -855,9 +864,8 @@ impl Client {
             PPP_CHAP => self.on_chap(ppp.information, now_ns, out),
             PPP_IPCP => self.on_ipcp(ppp.information, now_ns, out),
             PPP_IPV6CP if self.config.ipv6 => self.on_ipv6cp(ppp.information, now_ns, out),
-            // The dataplane's business; one that reaches us is simply not ours.
-            PPP_IPV4 => Outcome::Ignored,
-            PPP_IPV6 if self.config.ipv6 => Outcome::Ignored,
+            // The dataplane's business (it takes both before they reach us).
+            PPP_IPV4 | PPP_IPV6 => Outcome::Ignored,
             // IPv6CP without IPv6, CCP, anything: RFC 1661 section 5.7 has us say we do not speak it,
             // so the peer stops sending it; before LCP is open, such packets are discarded.
             protocol if self.state.lcp_is_open() => {
@@ -886,6 +894,7 @@ impl Client {
         self.peer_authentication = Authentication::None;
         self.ipcp = Negotiation::default();
         self.ipv6cp = Ipv6cp::default();
+        self.ipv6_refused = false;
         self.phase_sends = 0;
         self.send_configure_request(Layer::Lcp, true, now_ns, out);
     }
@@ -1300,10 +1309,17 @@ impl Client {
 
     // ---- IPCP ----
 
-    /// Authenticated: IPCP, and IPv6CP beside it where the interface has IPv6.
+    /// Authenticated: IPCP, and IPv6CP beside it where the interface has IPv6 and the link
+    /// carries IPv6's minimum MTU (RFC 8200: 1280; an MRU that small is Naked up to 576 only).
     fn begin_network_phase(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
         self.begin_ipcp(now_ns, out);
-        if self.config.ipv6 {
+        if !self.config.ipv6 {
+            return;
+        }
+        if self.lcp_wants.mru.min(self.peer_mru) < IPV6_MIN_MTU {
+            self.counters.ipv6_failures += 1;
+            self.ipv6_refused = true;
+        } else {
             self.begin_ipv6cp(now_ns, out);
         }
     }
@@ -1504,6 +1520,7 @@ impl Client {
             negotiation: Negotiation::new(self.rng.next_u8()),
             active: true,
             ask_id: true,
+            local_id: modified_eui64(self.config.mac),
             ..Ipv6cp::default()
         };
         self.send_configure_request(Layer::Ipv6cp, true, now_ns, out);
@@ -1522,6 +1539,17 @@ impl Client {
                 let Ok(options) = Options::parse(packet.data) else {
                     return Outcome::Malformed;
                 };
+                if self.ipv6_refused {
+                    // Closed: RFC 1661 answers a Configure-Request with a Terminate-Ack.
+                    self.send_control(
+                        out,
+                        PPP_IPV6CP,
+                        control::TERMINATE_ACK,
+                        packet.identifier,
+                        &[],
+                    );
+                    return Outcome::Handled;
+                }
                 if self.ipv6cp.open.is_some() || !self.ipv6cp.active {
                     // Renegotiation, or the peer starting again after a Terminate: our side
                     // starts over with it.
@@ -1539,8 +1567,9 @@ impl Client {
                 {
                     return Outcome::Ignored;
                 }
+                // The timer runs on until the layer is open: a peer that Acks and never asks
+                // must not hold IPv6CP half-open.
                 self.ipv6cp.negotiation.ack_received = true;
-                self.ipv6cp.due_ns = None;
                 self.open_ipv6_if_agreed();
                 Outcome::Handled
             }
@@ -1551,20 +1580,24 @@ impl Client {
                 if !self.ipv6cp.active || !self.ipv6cp.negotiation.awaits_reply(packet.identifier) {
                     return Outcome::Ignored;
                 }
-                let names_id = options
+                let suggested = options
                     .iter()
-                    .any(|o| o.kind == ipv6cp_option::INTERFACE_IDENTIFIER);
-                if packet.code == control::CONFIGURE_NAK && names_id {
-                    // The peer wants us on another identifier. Ours is the MAC's EUI-64, the
-                    // link-local address the dataplane answers on and the kernel twin's (where
-                    // the DHCPv6 client talks from): taking another would split them, so the
-                    // session stays IPv4-only.
-                    self.give_up_ipv6(true, out);
-                    return Outcome::Handled;
-                }
-                if packet.code == control::CONFIGURE_REJECT && names_id {
+                    .find(|o| o.kind == ipv6cp_option::INTERFACE_IDENTIFIER);
+                match (packet.code, suggested) {
+                    (control::CONFIGURE_NAK, Some(option)) => {
+                        // RFC 5072 section 4.1: the peer's suggestion is ours to use (a BRAS
+                        // may assign identifiers); the dataplane and the twin follow it. A
+                        // zero or malformed one is no suggestion: we ask again with ours.
+                        match <[u8; 8]>::try_from(option.value) {
+                            Ok(id) if id != [0; 8] && Some(id) != self.ipv6cp.peer_id => {
+                                self.ipv6cp.local_id = id;
+                            }
+                            _ => {}
+                        }
+                    }
                     // RFC 5072 section 4.1: we keep our identifier, unannounced.
-                    self.ipv6cp.ask_id = false;
+                    (control::CONFIGURE_REJECT, Some(_)) => self.ipv6cp.ask_id = false,
+                    _ => {}
                 }
                 self.request_again(Layer::Ipv6cp, now_ns, out);
                 Outcome::Handled
@@ -1599,7 +1632,7 @@ impl Client {
         options: Options<'_>,
         out: &mut Vec<Vec<u8>>,
     ) {
-        let ours = modified_eui64(self.config.mac);
+        let ours = self.ipv6cp.local_id;
         let mut rejected = Vec::new();
         let mut naked = Vec::new();
         let mut naked_as_received = Vec::new();
@@ -1652,7 +1685,7 @@ impl Client {
             wire::push_option(
                 &mut options,
                 ipv6cp_option::INTERFACE_IDENTIFIER,
-                &modified_eui64(self.config.mac),
+                &self.ipv6cp.local_id,
             );
         }
         options
@@ -1665,7 +1698,7 @@ impl Client {
         self.ipv6cp.due_ns = None;
         self.counters.ipv6_opened += 1;
         self.set_ipv6_open(Some(Ipv6Link {
-            local_id: modified_eui64(self.config.mac),
+            local_id: self.ipv6cp.local_id,
             peer_id: self.ipv6cp.peer_id,
         }));
     }
@@ -1678,14 +1711,16 @@ impl Client {
         }
     }
 
-    /// IPv6CP failed: the session carries IPv4 alone. `tell_peer`: close the layer with a
-    /// Terminate-Request (not after a Protocol-Reject: the peer has no such layer).
+    /// IPv6CP failed: the session carries IPv4 alone, until LCP starts over. `tell_peer`:
+    /// close the layer with a Terminate-Request (not after a Protocol-Reject: the peer has no
+    /// such layer).
     fn give_up_ipv6(&mut self, tell_peer: bool, out: &mut Vec<Vec<u8>>) {
         if tell_peer {
             let id = self.ipv6cp.negotiation.request_id.wrapping_add(1);
             self.send_control(out, PPP_IPV6CP, control::TERMINATE_REQUEST, id, &[]);
         }
         self.counters.ipv6_failures += 1;
+        self.ipv6_refused = true;
         self.ipv6cp = Ipv6cp::default();
         self.set_ipv6_open(None);
     }
@@ -1705,7 +1740,7 @@ impl Client {
         }
     }
 
-    // ---- shared by LCP and IPCP ----
+    // ---- shared by LCP, IPCP and IPv6CP ----
 
     /// Sends our Configure-Request for `layer` and (re)arms the restart timer. `fresh_id`:
     /// the options changed (or a reply came), so RFC 1661 wants a new identifier; a plain
@@ -1791,6 +1826,7 @@ impl Client {
         self.lcp = Negotiation::default();
         self.ipcp = Negotiation::default();
         self.ipv6cp = Ipv6cp::default();
+        self.ipv6_refused = false;
         self.peer_authentication = Authentication::None;
         self.peer_mru = DEFAULT_PEER_MRU;
         self.chap_id = None;
@@ -1861,9 +1897,11 @@ fn nonzero_magic(rng: &mut SplitMix64, avoid: u32) -> u32 {
     }
 }
 
-/// An interface identifier for a peer whose own is unusable: neither zero nor `ours`.
+/// An interface identifier for a peer whose own is unusable: neither zero nor `ours`, with
+/// the universal/local bit clear (RFC 4291: not a globally unique one).
 fn unused_interface_id(rng: &mut SplitMix64, ours: [u8; 8]) -> [u8; 8] {
-    let id = rng.next_u64().to_be_bytes();
+    let mut id = rng.next_u64().to_be_bytes();
+    id[0] &= !0x02;
     if id == [0; 8] || id == ours {
         // Next to impossible; stepping off keeps the function free of an unbounded loop.
         let mut other = ours;
@@ -1948,8 +1986,9 @@ mod tests {
         Refuse,
         /// Acks the client's identifier and asks for this one of its own.
         Accept([u8; 8]),
-        /// Naks the client's identifier with this one.
-        NakWith([u8; 8]),
+        /// Naks any other identifier of the client's with the first (a BRAS assigning
+        /// identifiers), then Acks it; asks for the second of its own.
+        Assign([u8; 8], [u8; 8]),
         /// Never answers.
         Silent,
     }
@@ -2332,12 +2371,14 @@ mod tests {
                     self.ipv6cp_acks += 1;
                     Vec::new()
                 }
-                (AcIpv6::NakWith(other), control::CONFIGURE_REQUEST) => {
+                (AcIpv6::Assign(assigned, _), control::CONFIGURE_REQUEST)
+                    if packet.data[2..] != assigned =>
+                {
                     let mut naked = Vec::new();
-                    push_option(&mut naked, ipv6cp_option::INTERFACE_IDENTIFIER, &other);
+                    push_option(&mut naked, ipv6cp_option::INTERFACE_IDENTIFIER, &assigned);
                     vec![ac_control(PPP_IPV6CP, control::CONFIGURE_NAK, id, &naked)]
                 }
-                (AcIpv6::Accept(own), control::CONFIGURE_REQUEST) => {
+                (AcIpv6::Accept(own) | AcIpv6::Assign(_, own), control::CONFIGURE_REQUEST) => {
                     let mut out = vec![ac_control(
                         PPP_IPV6CP,
                         control::CONFIGURE_ACK,
@@ -2763,13 +2804,91 @@ mod tests {
     }
 
     #[test]
-    fn a_nak_of_our_identifier_gives_ipv6_up_with_a_terminate() {
+    fn an_identifier_the_peer_assigns_by_nak_is_taken() {
+        let assigned = [0x02, 0, 0, 0, 0, 0, 0, 0x22];
         let mut ac = ScriptedAc::new(AcAuth::Chap);
-        ac.ipv6 = AcIpv6::NakWith([9; 8]);
+        ac.ipv6 = AcIpv6::Assign(assigned, AC_INTERFACE_ID);
         let harness = up_with_ipv6(ac);
-        assert_eq!(harness.client.session().unwrap().ipv6, None);
-        assert_eq!(harness.ac.ipv6cp_terminates, 1);
+        let link = harness.client.session().unwrap().ipv6.expect("IPv6CP open");
+        assert_eq!(link.local_id, assigned);
+        assert_eq!(
+            link.local_link_local(),
+            "fe80::200:0:0:22".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(harness.client.counters().ipv6_failures, 0);
+        assert_eq!(harness.ac.ipv6cp_terminates, 0);
+    }
+
+    #[test]
+    fn once_ipv6cp_failed_the_peers_requests_get_a_terminate_ack_until_lcp_restarts() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Silent;
+        let mut harness = up_with_ipv6(ac);
+        for step in 1..=40 {
+            let out = harness.poll_at(1_000 * S + step * S);
+            harness.deliver(out, None);
+        }
         assert_eq!(harness.client.counters().ipv6_failures, 1);
+        let sent = ipv6cp_sent(&harness).len();
+        let mut options = Vec::new();
+        push_option(
+            &mut options,
+            ipv6cp_option::INTERFACE_IDENTIFIER,
+            &AC_INTERFACE_ID,
+        );
+        for id in [0x61, 0x62] {
+            let request = ac_control(PPP_IPV6CP, control::CONFIGURE_REQUEST, id, &options);
+            let out = harness.receive(&request);
+            assert_eq!(out.len(), 1);
+            let (protocol, code, answered, _) = control_of(&out[0]);
+            assert_eq!(
+                (protocol, code, answered),
+                (PPP_IPV6CP, control::TERMINATE_ACK, id)
+            );
+        }
+        assert_eq!(ipv6cp_sent(&harness).len(), sent + 2);
+        assert_eq!(harness.client.counters().ipv6_failures, 1);
+        assert_eq!(harness.client.session().unwrap().ipv6, None);
+    }
+
+    #[test]
+    fn a_link_below_1280_bytes_gets_no_ipv6cp() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        ac.mru = Some(1200);
+        let harness = up_with_ipv6(ac);
+        assert!(ipv6cp_sent(&harness).is_empty());
+        assert_eq!(harness.client.session().unwrap().ipv6, None);
+        assert_eq!(harness.client.counters().ipv6_failures, 1);
+    }
+
+    #[test]
+    fn ipv6_stays_open_across_an_ipcp_renegotiation_and_restarts_with_lcp() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        let mut harness = up_with_ipv6(ac);
+        assert!(harness.client.session().unwrap().ipv6.is_some());
+        // The AC asks IPCP again: the session is down until it opens, then carries IPv6 as
+        // before.
+        let request = harness.ac.ipcp_request();
+        let out = harness.receive(&request);
+        assert_eq!(harness.client.session(), None);
+        harness.deliver(out, None);
+        let session = harness.client.session().expect("up again");
+        assert!(session.ipv6.is_some());
+        // LCP starts over: so does IPv6CP, and it opens again.
+        let opened = harness.client.counters().ipv6_opened;
+        harness.ac.ipv6cp_requested = false;
+        harness.ac.challenged = false;
+        harness.ac.ipcp_requested = false;
+        harness.ac.client_acked_lcp = false;
+        harness.ac.acked_client_lcp = false;
+        let lcp = harness.ac.lcp_request();
+        let out = harness.receive(&lcp);
+        assert_eq!(harness.client.session(), None);
+        harness.deliver(out, None);
+        assert!(harness.client.session().expect("up again").ipv6.is_some());
+        assert_eq!(harness.client.counters().ipv6_opened, opened + 1);
     }
 
     #[test]

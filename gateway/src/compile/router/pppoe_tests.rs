@@ -65,3 +65,20 @@ fn a_session_gives_the_interface_its_address_route_and_a_smaller_mtu() {
     assert!(router.refused_kernel_routes.is_empty());
     assert!(router.routes.lookup(Ipv4Addr::new(8, 8, 8, 8)).is_some());
 }
+
+#[test]
+fn a_sessions_link_local_address_is_the_one_ipv6cp_agreed() {
+    let text = format!("{CONFIG}[interfaces.ipv6]\naddresses = [\"2001:db8:a::2/64\"]\n");
+    let config = GatewayConfig::from_text(std::path::Path::new("pppoe.toml"), &text).unwrap();
+    let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+    let down = router_config_with_kernel(&config, &macs, &KernelView::default()).unwrap();
+    let eui64: std::net::Ipv6Addr = "fe80::ff:fe00:2".parse().unwrap();
+    assert_eq!(down.ipv6(1).unwrap().link_local, eui64);
+    let assigned: std::net::Ipv6Addr = "fe80::200:0:0:22".parse().unwrap();
+    let up = KernelView {
+        link_locals6: vec![None, Some(assigned)],
+        ..KernelView::default()
+    };
+    let router = router_config_with_kernel(&config, &macs, &up).unwrap();
+    assert_eq!(router.ipv6(1).unwrap().link_local, assigned);
+}

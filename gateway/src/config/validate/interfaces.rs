@@ -221,6 +221,16 @@ impl GatewayConfig {
         if iface
             .ipv6
             .as_ref()
+            .is_some_and(|ipv6| ipv6.router_advertisements)
+        {
+            return Err(invalid(
+                field("ipv6.router_advertisements"),
+                "a PPPoE session's far end is the ISP's router, which takes no advertisements from us",
+            ));
+        }
+        if iface
+            .ipv6
+            .as_ref()
             .is_some_and(|ipv6| ipv6.delegated_prefix)
         {
             return Err(invalid(

@@ -9,6 +9,7 @@ fn followed() -> Followed {
         ipv6: vec![true, true, false],
         advertises6: vec![true, false, false],
         virtual_addrs: vec![None; 3],
+        ipv6_only: vec![false; 3],
     }
 }
 
@@ -181,6 +182,17 @@ fn routes_on_twins_are_mirrored_and_the_rest_left_out() {
     // Gone from the dump, gone from the view.
     let view = view_from_messages(&followed(), &messages[..4]);
     assert_eq!(view.routes, expected[..1]);
+    // A PPPoE session's twin carries IPv6 alone: its IPv4 routes are not taken.
+    let pppoe = Followed {
+        ipv6_only: vec![false, true, false],
+        ..followed()
+    };
+    let view = view_from_messages(&pppoe, &messages);
+    assert!(
+        view.routes.iter().all(|route| route.port != 1),
+        "{:?}",
+        view.routes
+    );
 }
 
 fn address6(index: u32, addr: &str, len: u8, flags: AddressFlags) -> RouteNetlinkMessage {

@@ -86,9 +86,12 @@ impl ControlPlane {
         // A PPPoE session's every next hop is its access concentrator (a worker may have
         // asked before the view with it reached it); no Neighbor Discovery there.
         if router.runs_pppoe(port) {
-            let peer = self.pppoe_peers6.iter().find(|(link, ..)| *link == port);
-            return match peer {
-                Some(&(_, _, mac)) => self.transmit_held(router, held, EthernetAddress(mac)),
+            let session = self.pppoe_peers6.iter().find(|s| s.iface == port);
+            return match session {
+                Some(session) => {
+                    let mac = EthernetAddress(session.access_concentrator);
+                    self.transmit_held(router, held, mac)
+                }
                 None => self.counters.record_drop(DropReason::PppoeDown),
             };
         }
