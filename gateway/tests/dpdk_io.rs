@@ -673,10 +673,19 @@ fn a_pppoe_session_frame_comes_off_as_ipv4_and_goes_back_on() {
     let mut plain = mbuf.data()[..12].to_vec();
     plain.extend_from_slice(&ipv4);
     assert_eq!(mbuf.data(), &plain[..]);
-    // And back: the same session frame, without the padding.
+    // And back: the same session frame, without the padding, to the access concentrator;
+    // not while its MAC is unknown (a session changing).
     let up = SessionState::new(Some(PPPOE_SESSION), true);
-    assert_eq!(encapsulate(up, &mut mbuf), Ok(()));
-    let mut framed = mbuf.data()[..12].to_vec();
+    let before = mbuf.data().to_vec();
+    assert_eq!(encapsulate(up, &mut mbuf), Err(DropReason::PppoeDown));
+    assert_eq!(mbuf.data(), &before[..]);
+    let ac = [2, 0, 0, 0, 0, 0x0b];
+    assert_eq!(
+        encapsulate(up.from_access_concentrator(ac), &mut mbuf),
+        Ok(())
+    );
+    let mut framed = ac.to_vec();
+    framed.extend_from_slice(&[2, 0, 0, 0, 0, 7]);
     framed.extend_from_slice(&pppoe_frame(PPPOE_SESSION, 22, 0x0021, &datagram, 0));
     assert_eq!(mbuf.data(), &framed[..]);
 

@@ -98,7 +98,7 @@ pub struct KernelView {
     /// (`crate::control::port_mapping`), merged in by the control thread the same way.
     pub port_mappings: pipeline::pipeline::config::PortMappings,
     /// Per interface (empty: none known): the link-local address a PPPoE session's IPv6CP
-    /// agreed, where it is not the MAC's (the peer assigned the identifier).
+    /// agreed (the MAC's, or the identifier the peer assigned).
     pub link_locals6: Vec<Option<Ipv6Addr>>,
 }
 

@@ -294,7 +294,7 @@ impl PppoeLinks {
             link.ipv6_failures_logged = ipv6_failures;
             tracing::warn!(
                 interface = %link.name,
-                "PPPoE peer refused IPv6CP, or wants another interface identifier than the MAC's (which the twin and the dataplane answer on): no IPv6 in this session"
+                "PPPoE session without IPv6: the peer refused IPv6CP or did not answer it, or the link is below IPv6's 1280 bytes"
             );
         }
         let session = link.client.session().cloned();

@@ -222,7 +222,7 @@ impl Twins {
                 twin = %name,
                 netns = netns.unwrap_or("(the gateway's)"),
                 address = address.as_deref().unwrap_or(if iface.address.is_pppoe() {
-                    "none (PPPoE: IPv6 only)"
+                    "none (PPPoE: IPv6 only, up while the session carries it)"
                 } else {
                     "dhcp"
                 }),
@@ -445,6 +445,11 @@ fn set_up_kernel_side(
             None => run(Command::new("sysctl").args(["-qw", &assignment])),
         }
     };
+    if ipv6 == TwinIpv6::Session {
+        // DPDK's tap start brought it up (and the kernel gave it a link-local address from
+        // the MAC): down until the session carries IPv6, which flushes that address.
+        ip(&["link", "set", "dev", name, "down"])?;
+    }
     let accept_ra = match ipv6 {
         TwinIpv6::Off => {
             if let Err(err) = sysctl("disable_ipv6", "1") {

@@ -241,7 +241,12 @@ pub fn encapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
     } else {
         return Err(DropReason::PppoeNotPppoe);
     };
-    let (Some(session_id), true) = (state.session_id(), state.carries(protocol)) else {
+    // Without the access concentrator's MAC (a session changing) there is no one to send to.
+    let (Some(session_id), true, true) = (
+        state.session_id(),
+        state.carries(protocol),
+        state.access_concentrator & AC_KNOWN != 0,
+    ) else {
         return Err(DropReason::PppoeDown);
     };
     let access_concentrator = state.access_concentrator.to_be_bytes();
@@ -255,8 +260,6 @@ pub fn encapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
     pppoe::write_session(&mut header, session_id, protocol, datagram_len);
     let frame = mbuf.data_mut();
     frame[ETHERNET_HEADER_LEN..ETHERNET_HEADER_LEN + OVERHEAD].copy_from_slice(&header);
-    if state.access_concentrator & AC_KNOWN != 0 {
-        frame[..6].copy_from_slice(&access_concentrator[2..]);
-    }
+    frame[..6].copy_from_slice(&access_concentrator[2..]);
     Ok(())
 }

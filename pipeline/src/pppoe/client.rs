@@ -362,7 +362,10 @@ struct Ipv6cp {
     ask_id: bool,
     /// The identifier we ask for: the MAC's, or the one the peer's Nak suggested.
     local_id: [u8; 8],
+    /// The peer's, once we Acked it; and the one its latest request named, Acked or not,
+    /// which a Nak must not hand us.
     peer_id: Option<[u8; 8]>,
+    peer_asked: Option<[u8; 8]>,
     due_ns: Option<u64>,
     sends: u32,
     open: Option<Ipv6Link>,
@@ -1588,9 +1591,16 @@ impl Client {
                         // RFC 5072 section 4.1: the peer's suggestion is ours to use (a BRAS
                         // may assign identifiers); the dataplane and the twin follow it. A
                         // zero or malformed one is no suggestion: we ask again with ours.
+                        let ipv6cp = &mut self.ipv6cp;
                         match <[u8; 8]>::try_from(option.value) {
-                            Ok(id) if id != [0; 8] && Some(id) != self.ipv6cp.peer_id => {
-                                self.ipv6cp.local_id = id;
+                            Ok(id)
+                                if id != [0; 8]
+                                    && Some(id) != ipv6cp.peer_id
+                                    && Some(id) != ipv6cp.peer_asked =>
+                            {
+                                ipv6cp.local_id = id;
+                                // Asked for again even after an earlier Reject of the option.
+                                ipv6cp.ask_id = true;
                             }
                             _ => {}
                         }
@@ -1639,6 +1649,9 @@ impl Client {
         let mut peer_id = None;
         for option in options.iter() {
             let id = <[u8; 8]>::try_from(option.value).ok();
+            if let (ipv6cp_option::INTERFACE_IDENTIFIER, Some(asked)) = (option.kind, id) {
+                self.ipv6cp.peer_asked = Some(asked);
+            }
             match (option.kind, id) {
                 (ipv6cp_option::INTERFACE_IDENTIFIER, Some(id)) if id != [0; 8] && id != ours => {
                     peer_id = Some(id);
@@ -2817,6 +2830,47 @@ mod tests {
         );
         assert_eq!(harness.client.counters().ipv6_failures, 0);
         assert_eq!(harness.ac.ipv6cp_terminates, 0);
+    }
+
+    #[test]
+    fn a_nak_never_hands_us_the_peers_own_identifier() {
+        let mut ac = ScriptedAc::new(AcAuth::Chap);
+        ac.ipv6 = AcIpv6::Accept(AC_INTERFACE_ID);
+        let mut harness = up_with_ipv6(ac);
+        // The AC renegotiates with a request we Reject (so its identifier is not Acked), then
+        // Naks ours with its own identifier.
+        let mut options = Vec::new();
+        push_option(
+            &mut options,
+            ipv6cp_option::INTERFACE_IDENTIFIER,
+            &AC_INTERFACE_ID,
+        );
+        let mut request = options.clone();
+        request.extend_from_slice(&[ipv6cp_option::IPV6_COMPRESSION_PROTOCOL, 4, 0x00, 0x4f]);
+        let out = harness.receive(&ac_control(
+            PPP_IPV6CP,
+            control::CONFIGURE_REQUEST,
+            0x63,
+            &request,
+        ));
+        let (_, _, ours, _) = out
+            .iter()
+            .map(|frame| control_of(frame))
+            .find(|(_, code, ..)| *code == control::CONFIGURE_REQUEST)
+            .expect("our request again");
+        let out = harness.receive(&ac_control(
+            PPP_IPV6CP,
+            control::CONFIGURE_NAK,
+            ours,
+            &options,
+        ));
+        let (_, code, _, request) = control_of(out.last().expect("our request again"));
+        assert_eq!(code, control::CONFIGURE_REQUEST);
+        assert_eq!(
+            request[2..],
+            CLIENT_INTERFACE_ID,
+            "the peer's identifier taken"
+        );
     }
 
     #[test]

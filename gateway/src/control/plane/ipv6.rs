@@ -32,6 +32,8 @@ impl ControlPlane {
         }
         match answer {
             Answer::Learn => {}
+            // No switch snoops a PPPoE link (see `announce`): queries there go unanswered.
+            Answer::MldQuery if router.runs_pppoe(ingress) => {}
             Answer::MldQuery => {
                 if self.mld_reports.try_take(self.clock.now_ns()) {
                     self.send_mld_report(iface, v6, ingress, mld_record::MODE_IS_EXCLUDE);

@@ -105,7 +105,11 @@ impl SessionTwins {
 }
 
 /// Sets twin `name` as `state` says: down, or taken down and brought up again (so that its
-/// DHCPv6 client starts over) with the session's MTU and link-local address.
+/// DHCPv6 client starts over) with the session's MTU and link-local address. The address
+/// goes on while the twin is down (taking it down flushed the old one): dhcpcd, finding
+/// none when the link comes up, would add one of its own from the MAC. The address
+/// goes on while the twin is down (taking it down flushed the old one): dhcpcd, finding
+/// none when the link comes up, would add one of its own from the MAC.
 fn set_link(name: &str, state: LinkState, netns: Option<&str>) {
     let ip = |args: &[&str]| {
         let mut command = Command::new("ip");
@@ -123,15 +127,16 @@ fn set_link(name: &str, state: LinkState, netns: Option<&str>) {
         LinkState::Down => ip(&["link", "set", "dev", name, "down"]),
         LinkState::Up { link_local, mtu } => {
             let address = format!("{link_local}/64");
-            ip(&["link", "set", "dev", name, "down"])
-                .and_then(|()| ip(&["link", "set", "dev", name, "mtu", &mtu.to_string()]))
-                .and_then(|()| ip(&["link", "set", "dev", name, "up"]))
-                .and_then(|()| {
-                    let add = [
-                        "-6", "addr", "replace", &address, "dev", name, "scope", "link",
-                    ];
-                    ip(&add)
-                })
+            let add = [
+                "-6", "addr", "replace", &address, "dev", name, "scope", "link",
+            ];
+            ip(&["link", "set", "dev", name, "down"]).and_then(|()| {
+                // A refused MTU leaves the configured one: the twin still comes up.
+                if let Err(err) = ip(&["link", "set", "dev", name, "mtu", &mtu.to_string()]) {
+                    tracing::warn!(twin = name, mtu, "PPPoE twin: setting its MTU: {err}");
+                }
+                ip(&add).and_then(|()| ip(&["link", "set", "dev", name, "up"]))
+            })
         }
     };
     match (result, state) {
