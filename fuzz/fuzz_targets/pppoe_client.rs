@@ -1,8 +1,9 @@
 //! The PPPoE client's state machine (`pipeline::pppoe::Client`: discovery, LCP, PAP or
-//! CHAP-MD5, IPCP, echoes, ends and backoff) driven by an access concentrator the input plays.
+//! CHAP-MD5, IPCP and IPv6CP, echoes, ends and backoff) driven by an access concentrator the
+//! input plays.
 //!
 //! One client with a fixed seed and the default config (any service, any AC, MRU 1492,
-//! echoes every 10 s, 3 unanswered end the session), so its Host-Uniq, magic number and
+//! echoes every 10 s, 3 unanswered end the session, IPv6CP on), so its Host-Uniq, magic number and
 //! identifiers are the same on every run; `start(0)`, then the input is a sequence of steps,
 //! each a step byte `S` and what that kind reads after it:
 //!
@@ -14,7 +15,7 @@
 //!   MAC. `S & 8`, patch, makes the frame answer the client's latest output so the fuzzer gets
 //!   past the checks a peer must pass: the session id becomes the client's (when it has a
 //!   session); a discovery frame gets a Host-Uniq tag with the value of the client's latest
-//!   PADI/PADR put first; in a session frame a Configure-Ack/Nak/Reject (LCP, IPCP), a PAP
+//!   PADI/PADR put first; in a session frame a Configure-Ack/Nak/Reject (LCP, IPCP, IPv6CP), a PAP
 //!   Ack/Nak or a CHAP Success/Failure takes the identifier of the client's latest
 //!   Configure-Request, Authenticate-Request or CHAP Response, and a Configure-Ack its
 //!   options too; then the control packet's Length (session frames) and the PPPoE length are
@@ -29,7 +30,7 @@
 //! with nothing after its PPPoE length; a PADI goes to broadcast and a PADR to a unicast AC
 //! that sent us something, both with session id 0 and an 8-byte Host-Uniq; a PADT and every
 //! session frame go to the session's AC with its (nonzero) id; session frames carry one whole
-//! LCP, PAP, CHAP or IPCP control packet. `session()` is Some exactly in `State::Up`, for the
+//! LCP, PAP, CHAP, IPCP or IPv6CP control packet. `session()` is Some exactly in `State::Up`, for the
 //! session `discovery_session()` has, with an address and an MTU in 128..=1492. A stopped
 //! client sends nothing on receive or poll; `start` does nothing unless stopped, and else
 //! sends one PADI; `stop` leaves it stopped. No counter ever decreases; `control_sent` grows
@@ -52,7 +53,7 @@ use gateway_fuzz::{Bytes, ETH_LEN};
 use libfuzzer_sys::fuzz_target;
 use pipeline::pppoe::wire::{
     self, chap, code, control, pap, tag, ControlPacket, PppPacket, PppoeFrame, Tags, BROADCAST_MAC,
-    ETHERTYPE_DISCOVERY, ETHERTYPE_SESSION, PPP_CHAP, PPP_IPCP, PPP_LCP, PPP_PAP,
+    ETHERTYPE_DISCOVERY, ETHERTYPE_SESSION, PPP_CHAP, PPP_IPCP, PPP_IPV6CP, PPP_LCP, PPP_PAP,
 };
 use pipeline::pppoe::{Client, ClientConfig, ClientCounters, State};
 
@@ -104,6 +105,7 @@ struct Seen {
     host_uniq: Option<Vec<u8>>,
     lcp_request: Option<(u8, Vec<u8>)>,
     ipcp_request: Option<(u8, Vec<u8>)>,
+    ipv6cp_request: Option<(u8, Vec<u8>)>,
     pap_request: Option<u8>,
     chap_response: Option<u8>,
 }
@@ -128,6 +130,8 @@ fn counter_values(c: &ClientCounters) -> Vec<u64> {
         c.echo_replies_received,
         c.sessions_up,
         c.discovery_failures,
+        c.ipv6_opened,
+        c.ipv6_failures,
     ];
     values.extend_from_slice(&c.ends);
     values
@@ -294,6 +298,10 @@ impl Harness {
                 self.seen.ipcp_request = Some((packet.identifier, packet.data.to_vec()));
             }
             (PPP_IPCP, _) => {}
+            (PPP_IPV6CP, control::CONFIGURE_REQUEST) => {
+                self.seen.ipv6cp_request = Some((packet.identifier, packet.data.to_vec()));
+            }
+            (PPP_IPV6CP, _) => {}
             (PPP_PAP, pap::AUTHENTICATE_REQUEST) => self.seen.pap_request = Some(packet.identifier),
             (PPP_CHAP, chap::RESPONSE) => self.seen.chap_response = Some(packet.identifier),
             (protocol, code) => panic!("the client sent protocol {protocol:#06x} code {code}"),
@@ -380,10 +388,11 @@ impl Harness {
             let request = match protocol {
                 PPP_LCP if is_reply => self.seen.lcp_request.as_ref(),
                 PPP_IPCP if is_reply => self.seen.ipcp_request.as_ref(),
+                PPP_IPV6CP if is_reply => self.seen.ipv6cp_request.as_ref(),
                 _ => None,
             };
             let identifier = match (protocol, code) {
-                (PPP_LCP | PPP_IPCP, _) => request.map(|(id, _)| *id),
+                (PPP_LCP | PPP_IPCP | PPP_IPV6CP, _) => request.map(|(id, _)| *id),
                 (PPP_PAP, pap::AUTHENTICATE_ACK | pap::AUTHENTICATE_NAK) => self.seen.pap_request,
                 (PPP_CHAP, chap::SUCCESS | chap::FAILURE) => self.seen.chap_response,
                 _ => None,

@@ -351,6 +351,14 @@ enum Layer {
     Ipv6cp,
 }
 
+/// What a Configure-Request's options came to (`Client::answer_configure_request`): those to
+/// Reject, and the Nak's suggestions with the options they answer as received.
+struct RequestVerdict {
+    rejected: Vec<u8>,
+    naked: Vec<u8>,
+    naked_as_received: Vec<u8>,
+}
+
 /// IPv6CP's progress: it runs beside IPCP, on its own timer.
 #[derive(Clone, Debug, Default)]
 struct Ipv6cp {
@@ -1058,30 +1066,14 @@ impl Client {
                 _ => rejected.extend_from_slice(option.raw),
             }
         }
-        let id = packet.identifier;
-        if !rejected.is_empty() {
-            self.lcp.ack_sent = false;
-            self.send_control(out, PPP_LCP, control::CONFIGURE_REJECT, id, &rejected);
-        } else if !naked.is_empty() {
-            self.lcp.ack_sent = false;
-            if self.lcp.naks_sent >= MAX_FAILURE {
-                self.send_control(
-                    out,
-                    PPP_LCP,
-                    control::CONFIGURE_REJECT,
-                    id,
-                    &naked_as_received,
-                );
-            } else {
-                self.lcp.naks_sent += 1;
-                self.send_control(out, PPP_LCP, control::CONFIGURE_NAK, id, &naked);
-            }
-        } else {
-            self.lcp.ack_sent = true;
-            self.lcp.naks_sent = 0;
+        let verdict = RequestVerdict {
+            rejected,
+            naked,
+            naked_as_received,
+        };
+        if self.answer_configure_request(Layer::Lcp, packet, verdict, out) {
             self.peer_mru = mru;
             self.peer_authentication = authentication;
-            self.send_control(out, PPP_LCP, control::CONFIGURE_ACK, id, packet.data);
         }
     }
 
@@ -1425,16 +1417,15 @@ impl Client {
                 _ => rejected.extend_from_slice(option.raw),
             }
         }
-        let id = packet.identifier;
-        if rejected.is_empty() {
-            self.ipcp.ack_sent = true;
+        let verdict = RequestVerdict {
+            rejected,
+            naked: Vec::new(),
+            naked_as_received: Vec::new(),
+        };
+        if self.answer_configure_request(Layer::Ipcp, packet, verdict, out) {
             self.peer_address = address
                 .filter(|a| !a.is_unspecified())
                 .unwrap_or(DEFAULT_PEER_ADDRESS);
-            self.send_control(out, PPP_IPCP, control::CONFIGURE_ACK, id, packet.data);
-        } else {
-            self.ipcp.ack_sent = false;
-            self.send_control(out, PPP_IPCP, control::CONFIGURE_REJECT, id, &rejected);
         }
     }
 
@@ -1667,28 +1658,13 @@ impl Client {
                 _ => rejected.extend_from_slice(option.raw),
             }
         }
-        let id = packet.identifier;
-        let negotiation = &mut self.ipv6cp.negotiation;
-        negotiation.ack_sent = rejected.is_empty() && naked.is_empty();
-        if !rejected.is_empty() {
-            self.send_control(out, PPP_IPV6CP, control::CONFIGURE_REJECT, id, &rejected);
-        } else if !naked.is_empty() {
-            if negotiation.naks_sent >= MAX_FAILURE {
-                self.send_control(
-                    out,
-                    PPP_IPV6CP,
-                    control::CONFIGURE_REJECT,
-                    id,
-                    &naked_as_received,
-                );
-            } else {
-                negotiation.naks_sent += 1;
-                self.send_control(out, PPP_IPV6CP, control::CONFIGURE_NAK, id, &naked);
-            }
-        } else {
-            negotiation.naks_sent = 0;
+        let verdict = RequestVerdict {
+            rejected,
+            naked,
+            naked_as_received,
+        };
+        if self.answer_configure_request(Layer::Ipv6cp, packet, verdict, out) {
             self.ipv6cp.peer_id = peer_id;
-            self.send_control(out, PPP_IPV6CP, control::CONFIGURE_ACK, id, packet.data);
         }
     }
 
@@ -1754,6 +1730,39 @@ impl Client {
     }
 
     // ---- shared by LCP, IPCP and IPv6CP ----
+
+    /// Answers the peer's Configure-Request for `layer` as RFC 1661 section 5 says: Reject
+    /// what we do not know (taking precedence), else Nak what we cannot take with what we
+    /// could (or, after Max-Failure Naks in a row, Reject it as received, so a peer that will
+    /// not move cannot loop us), else Ack. Returns whether it Acked.
+    fn answer_configure_request(
+        &mut self,
+        layer: Layer,
+        packet: &ControlPacket<'_>,
+        verdict: RequestVerdict,
+        out: &mut Vec<Vec<u8>>,
+    ) -> bool {
+        let (protocol, negotiation) = match layer {
+            Layer::Lcp => (PPP_LCP, &mut self.lcp),
+            Layer::Ipcp => (PPP_IPCP, &mut self.ipcp),
+            Layer::Ipv6cp => (PPP_IPV6CP, &mut self.ipv6cp.negotiation),
+        };
+        let acked = verdict.rejected.is_empty() && verdict.naked.is_empty();
+        negotiation.ack_sent = acked;
+        let (code, data) = if !verdict.rejected.is_empty() {
+            (control::CONFIGURE_REJECT, verdict.rejected.as_slice())
+        } else if verdict.naked.is_empty() {
+            negotiation.naks_sent = 0;
+            (control::CONFIGURE_ACK, packet.data)
+        } else if negotiation.naks_sent >= MAX_FAILURE {
+            (control::CONFIGURE_REJECT, verdict.naked_as_received.as_slice())
+        } else {
+            negotiation.naks_sent += 1;
+            (control::CONFIGURE_NAK, verdict.naked.as_slice())
+        };
+        self.send_control(out, protocol, code, packet.identifier, data);
+        acked
+    }
 
     /// Sends our Configure-Request for `layer` and (re)arms the restart timer. `fresh_id`:
     /// the options changed (or a reply came), so RFC 1661 wants a new identifier; a plain
