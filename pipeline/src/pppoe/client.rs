@@ -1755,7 +1755,10 @@ impl Client {
             negotiation.naks_sent = 0;
             (control::CONFIGURE_ACK, packet.data)
         } else if negotiation.naks_sent >= MAX_FAILURE {
-            (control::CONFIGURE_REJECT, verdict.naked_as_received.as_slice())
+            (
+                control::CONFIGURE_REJECT,
+                verdict.naked_as_received.as_slice(),
+            )
         } else {
             negotiation.naks_sent += 1;
             (control::CONFIGURE_NAK, verdict.naked.as_slice())
