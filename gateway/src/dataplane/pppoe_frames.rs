@@ -114,6 +114,13 @@ impl SessionState {
         }
     }
 
+    /// The access concentrator's MAC, once known.
+    #[inline]
+    fn access_concentrator(self) -> Option<[u8; 6]> {
+        let [_, _, mac @ ..] = self.access_concentrator.to_be_bytes();
+        (self.access_concentrator & AC_KNOWN != 0).then_some(mac)
+    }
+
     /// Whether `mac` is the session's access concentrator (never, while it is unknown).
     #[inline]
     fn is_access_concentrator(self, mac: &[u8]) -> bool {
@@ -242,14 +249,13 @@ pub fn encapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
         return Err(DropReason::PppoeNotPppoe);
     };
     // Without the access concentrator's MAC (a session changing) there is no one to send to.
-    let (Some(session_id), true, true) = (
+    let (Some(session_id), true, Some(access_concentrator)) = (
         state.session_id(),
         state.carries(protocol),
-        state.access_concentrator & AC_KNOWN != 0,
+        state.access_concentrator(),
     ) else {
         return Err(DropReason::PppoeDown);
     };
-    let access_concentrator = state.access_concentrator.to_be_bytes();
     let datagram_len = (frame.len() - ETHERNET_HEADER_LEN) as u16;
     let Some(opened) = mbuf.insert_after_addresses(OVERHEAD) else {
         return Err(DropReason::NoBuffer);
@@ -260,6 +266,6 @@ pub fn encapsulate(state: SessionState, mbuf: &mut Mbuf) -> Result<(), DropReaso
     pppoe::write_session(&mut header, session_id, protocol, datagram_len);
     let frame = mbuf.data_mut();
     frame[ETHERNET_HEADER_LEN..ETHERNET_HEADER_LEN + OVERHEAD].copy_from_slice(&header);
-    frame[..6].copy_from_slice(&access_concentrator[2..]);
+    frame[..6].copy_from_slice(&access_concentrator);
     Ok(())
 }

@@ -408,6 +408,12 @@ impl Negotiation {
     fn awaits_reply(&self, identifier: u8) -> bool {
         !self.ack_received && identifier == self.request_id
     }
+
+    /// Whether `ack` Acks our current request: its identifier, and exactly its options (RFC
+    /// 1661 section 5.2).
+    fn is_acked_by(&self, ack: &ControlPacket<'_>) -> bool {
+        self.awaits_reply(ack.identifier) && ack.data == self.request.as_slice()
+    }
 }
 
 /// What we ask for in our LCP Configure-Request. An option the peer Rejected is left out of
@@ -929,10 +935,7 @@ impl Client {
                 Outcome::Handled
             }
             control::CONFIGURE_ACK => {
-                if self.state != State::Lcp
-                    || !self.lcp.awaits_reply(packet.identifier)
-                    || packet.data != self.lcp.request.as_slice()
-                {
+                if self.state != State::Lcp || !self.lcp.is_acked_by(&packet) {
                     return Outcome::Ignored;
                 }
                 self.lcp.ack_received = true;
@@ -1352,10 +1355,7 @@ impl Client {
                 Outcome::Handled
             }
             control::CONFIGURE_ACK => {
-                if self.state != State::Ipcp
-                    || !self.ipcp.awaits_reply(packet.identifier)
-                    || packet.data != self.ipcp.request.as_slice()
-                {
+                if self.state != State::Ipcp || !self.ipcp.is_acked_by(&packet) {
                     return Outcome::Ignored;
                 }
                 self.ipcp.ack_received = true;
@@ -1554,11 +1554,7 @@ impl Client {
                 Outcome::Handled
             }
             control::CONFIGURE_ACK => {
-                let ipv6cp = &self.ipv6cp;
-                if !ipv6cp.active
-                    || !ipv6cp.negotiation.awaits_reply(packet.identifier)
-                    || packet.data != ipv6cp.negotiation.request.as_slice()
-                {
+                if !self.ipv6cp.active || !self.ipv6cp.negotiation.is_acked_by(&packet) {
                     return Outcome::Ignored;
                 }
                 // The timer runs on until the layer is open: a peer that Acks and never asks
