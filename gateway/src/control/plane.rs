@@ -24,7 +24,7 @@ use pipeline::ratelimit::TokenBucket;
 use pipeline::wire::{ethernet, EthernetAddress, EthernetFrame, Ipv4Packet};
 use pipeline::{DropReason, NeighborView, PacketBuf, RouterConfig, WorkerCounters};
 
-use crate::control::pppoe_clients::{PppoeLinks, PppoeView, SessionIpv6};
+use crate::control::pppoe_clients::{PppoeLinks, PppoeView};
 use crate::control::twins::Twins;
 use crate::control::virtual_addresses::VirtualHeld;
 use crate::dataplane::clock::Clock;
@@ -77,9 +77,6 @@ pub struct ControlPlane {
     pppoe: PppoeLinks,
     /// The PPPoE sessions' peers and their MACs: neighbours no ARP resolves.
     pppoe_peers: Vec<(Ipv4Addr, [u8; 6])>,
-    /// The sessions that carry IPv6 (`PppoeView::ipv6`): every IPv6 next hop on their link
-    /// is the access concentrator, which no Neighbor Discovery resolves.
-    pppoe_peers6: Vec<SessionIpv6>,
     /// A changed PPPoE view the router has not taken yet (`take_pppoe_view`).
     pppoe_view: Option<PppoeView>,
     clock: Clock,
@@ -131,7 +128,6 @@ impl ControlPlane {
             twins: Twins::default(),
             pppoe: PppoeLinks::default(),
             pppoe_peers: Vec::new(),
-            pppoe_peers6: Vec::new(),
             pppoe_view: None,
             clock,
             next_maintenance_ns: 0,
@@ -199,7 +195,6 @@ impl ControlPlane {
         });
         if let Some(view) = links.take_view() {
             self.pppoe_peers = view.peers.clone();
-            self.pppoe_peers6 = view.ipv6.clone();
             self.pppoe_view = Some(view);
             self.publish_view();
         }
@@ -652,11 +647,7 @@ impl ControlPlane {
             self.table6
                 .iter()
                 .filter(|(_, _, state)| *state != NeighborState::Incomplete)
-                .map(|(ip, mac, _)| (ip, EthernetAddress(mac)))
-                .chain(self.pppoe_peers6.iter().filter_map(|session| {
-                    let peer = scoped(session.peer?, session.iface);
-                    Some((peer, EthernetAddress(session.access_concentrator)))
-                })),
+                .map(|(ip, mac, _)| (ip, EthernetAddress(mac))),
         );
         self.neighbors.publish(Arc::new(view));
     }

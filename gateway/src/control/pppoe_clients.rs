@@ -33,10 +33,6 @@ pub struct SessionIpv6 {
     pub iface: u16,
     /// Our link-local address (the dataplane's on the interface, and its twin's).
     pub local: Ipv6Addr,
-    /// The peer's, when IPv6CP named it: the source of its Router Advertisements.
-    pub peer: Option<Ipv6Addr>,
-    /// The access concentrator's MAC: every IPv6 next hop on the link is it.
-    pub access_concentrator: [u8; 6],
     /// The session's MTU, the twin's.
     pub mtu: u16,
 }
@@ -391,8 +387,6 @@ impl PppoeLinks {
                 view.ipv6.push(SessionIpv6 {
                     iface: link.iface,
                     local: ipv6.local_link_local(),
-                    peer: ipv6.peer_link_local(),
-                    access_concentrator: session.ac_mac,
                     mtu: session.mtu,
                 });
             }

@@ -85,17 +85,11 @@ impl ControlPlane {
         };
         let next_hop = route.resolve(dst);
         let held = HeldPacket { mbuf, port };
-        // A PPPoE session's every next hop is its access concentrator (a worker may have
-        // asked before the view with it reached it); no Neighbor Discovery there.
+        // A PPPoE session's every next hop is its access concentrator, whose MAC the
+        // session's framing writes (or refuses the packet as `pppoe_down`), as the workers'
+        // `send6` relies on: no Neighbor Discovery there.
         if router.runs_pppoe(port) {
-            let session = self.pppoe_peers6.iter().find(|s| s.iface == port);
-            return match session {
-                Some(session) => {
-                    let mac = EthernetAddress(session.access_concentrator);
-                    self.transmit_held(router, held, mac)
-                }
-                None => self.counters.record_drop(DropReason::PppoeDown),
-            };
+            return self.transmit_held(router, held, iface.mac);
         }
         // Link-local neighbours are known by their link.
         let key = scoped(next_hop, port);
