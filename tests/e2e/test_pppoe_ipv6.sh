@@ -151,8 +151,13 @@ pass "the session carries IPv4 and IPv6: IPv6CP gave the gateway $gw_link_local,
     cat "$ROOT/deploy/dhcpcd/gateway-wan6.conf"
 } >"$WORK/dhcpcd6.conf"
 mkdir -p /run/dhcpcd /var/lib/dhcpcd
+# dhcpcd runs its stock hooks here, as deployed (the shipped config skips resolv.conf's): a
+# resolv.conf of the test's own stands over the host's, so that whatever a hook does, the
+# machine's resolver stays as it was.
+cp /etc/resolv.conf "$WORK/resolv.conf"
 ip netns exec "$TWIN_NS" unshare --mount sh -c \
-    'mount -t tmpfs tmpfs /run/dhcpcd && mount -t tmpfs tmpfs /var/lib/dhcpcd && exec "$@"' sh \
+    'mount -t tmpfs tmpfs /run/dhcpcd && mount -t tmpfs tmpfs /var/lib/dhcpcd &&
+     mount --bind "$1" /etc/resolv.conf && shift && exec "$@"' sh "$WORK/resolv.conf" \
     dhcpcd -B -6 -f "$WORK/dhcpcd6.conf" wan >>"$WORK/dhcpcd.log" 2>&1 &
 DHCPCD_PID=$!
 global_address() {
