@@ -9,7 +9,7 @@ GATEWAY := target/release/gateway
 # two CPUs, hugepages and the lab's namespace names.
 .NOTPARALLEL:
 
-.PHONY: all deps hugepages build demo test lint unit e2e bench bench-sweep bench-record lab-bench clean fuzz fuzz-smoke instructions stress-workers
+.PHONY: all deps hugepages build demo test lint unit e2e bench bench-sweep bench-record bench-compare lab-bench clean fuzz fuzz-smoke instructions stress-workers
 
 all: build
 
@@ -48,7 +48,8 @@ fuzz-smoke: deps
 bench: build hugepages
 	$(GATEWAY) bench
 
-# The CSIT-like sweep: the established rows again at 64k, 1M and 4M flows (BENCH_ARGS adds flags).
+# The sweep: the established rows again at 10k, 1M, 4M and 16M flows, the headline the first
+# table the host's L3 cannot hold, then issue 47's targets (BENCH_ARGS adds flags).
 bench-sweep: build hugepages
 	$(GATEWAY) bench --sweep $(BENCH_ARGS)
 
@@ -56,6 +57,13 @@ bench-sweep: build hugepages
 # with its date, commit, TSC GHz and host.
 bench-record: build hugepages
 	GATEWAY=$(GATEWAY) benchmarks/record.sh $(BENCH_ARGS)
+
+# Issue 47: the gateway beside dpdk-testpmd (io) and Open vSwitch's DPDK datapath (conntrack +
+# SNAT, and plain forwarding), each on one polling core fed by net_pcap replaying 64-byte and
+# IMIX UDP; one table, appended to benchmarks/history.jsonl. COMPARE_ARGS adds flags
+# (benchmarks/compare.py --help); about 10 minutes with the defaults.
+bench-compare: build hugepages
+	python3 benchmarks/compare.py $(COMPARE_ARGS)
 
 # Pipeline instructions per packet under callgrind: repeatable where cycles are noise.
 instructions: deps

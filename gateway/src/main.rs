@@ -71,7 +71,8 @@ enum Command {
         /// again at each of these flow counts, a table of their own (`sweep` in --json).
         #[arg(long, value_delimiter = ',', value_name = "FLOWS,...")]
         flows_list: Vec<u32>,
-        /// The CSIT-like sweep: --flows-list 65536,1000000,4000000.
+        /// The sweep: --flows-list 10000,1000000,4000000,16000000, then issue 47's targets
+        /// (`targets` in --json).
         #[arg(long, conflicts_with = "flows_list")]
         sweep: bool,
         /// After the usual runs, the established flows through 1, 2, 4, ... up to N worker

@@ -25,6 +25,7 @@ mod capture;
 mod floor;
 mod lab;
 mod series;
+mod targets;
 mod traffic;
 mod uplinks;
 
@@ -338,6 +339,21 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     // all-features row.
     let shaper_cycles = established_shaper.cycles_per_packet() - rows[2].cycles_per_packet();
     let drop_capture_cycles = drop_capture_armed.cycles_per_packet() - rows[1].cycles_per_packet();
+    let cache_bytes = targets::host_last_level_cache();
+    let headline = targets::headline(sweep.iter().map(|p| p.flows), memory_per_flow, cache_bytes);
+    let targets = if sweep.is_empty() {
+        Vec::new()
+    } else {
+        targets::evaluate(&targets::Figures {
+            floor: &rows[0],
+            established: &rows[1],
+            ipv6: &ipv6,
+            setup_rate,
+            bytes_per_flow: memory_per_flow,
+            sweep: &sweep,
+            headline,
+        })
+    };
     if options.json {
         let rows_json: Vec<String> = rows
             .iter()
@@ -348,6 +364,12 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         if !sweep.is_empty() {
             let points: Vec<String> = sweep.iter().map(|p| p.json(&rows[0], hz)).collect();
             series += &format!(",\"sweep\":[{}]", points.join(","));
+            series += &format!(
+                ",\"sweep_headline_flows\":{},\"last_level_cache_bytes\":{},\"targets\":{}",
+                headline.map_or_else(|| "null".to_string(), |i| sweep[i].flows.to_string()),
+                cache_bytes.map_or_else(|| "null".to_string(), |b| b.to_string()),
+                targets::json(&targets)
+            );
         }
         if let Some(one) = scaling.first() {
             let points: Vec<String> = scaling.iter().map(|p| p.json(one, hz)).collect();
@@ -448,7 +470,8 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     println!("{}", ctl_walk.summary(hz));
     println!("{}", trace_idle.summary());
     if !sweep.is_empty() {
-        series::print_sweep(&sweep, &rows[0], hz);
+        series::print_sweep(&sweep, &rows[0], hz, headline);
+        targets::print(&targets, cache_bytes);
     }
     if !scaling.is_empty() {
         series::print_workers(&scaling, options.flows, hz);

@@ -13,8 +13,9 @@ use super::lab::{Lab, LabKind};
 use super::traffic::{features, router_config};
 use super::{row_json, Row, IN_FLIGHT};
 
-/// The flow counts of `--sweep`: FD.io CSIT's 64k, 1M and 4M.
-pub const SWEEP_FLOWS: [u32; 3] = [65_536, 1_000_000, 4_000_000];
+/// The flow counts of `--sweep`: from a table any L2 holds to FD.io CSIT's NAT44-ED top
+/// (16.5M sessions), past any L3.
+pub const SWEEP_FLOWS: [u32; 4] = [10_000, 1_000_000, 4_000_000, 16_000_000];
 
 /// One flow count of the sweep: the established flows without and with every feature, on
 /// a table of that size (a lab of its own, dropped before the next).
@@ -89,8 +90,9 @@ impl SweepPoint {
     }
 }
 
-pub(super) fn print_sweep(points: &[SweepPoint], floor: &Row, hz: u64) {
-    println!("sweep: NAT44+SPI established flows, 1 worker, without and with every feature");
+/// The sweep's table; `headline` (an index into `points`) is marked with a `*`.
+pub(super) fn print_sweep(points: &[SweepPoint], floor: &Row, hz: u64, headline: Option<usize>) {
+    println!("sweep: NAT44+SPI established flows, 1 worker, without and with every feature (* the headline: the first table the host's L3 cannot hold)");
     println!(
         "{:>9} {:>10} {:>12} {:>12} {:>8} {:>12} {:>8} {:>9} {:>9}",
         "flows",
@@ -103,10 +105,11 @@ pub(super) fn print_sweep(points: &[SweepPoint], floor: &Row, hz: u64) {
         "features",
         "peak MiB"
     );
-    for point in points {
+    for (index, point) in points.iter().enumerate() {
         let (plain, featured) = (&point.established, &point.features);
+        let mark = if Some(index) == headline { "*" } else { " " };
         println!(
-            "{:>9} {:>10.2} {:>12.1} {:>12.1} {:>8.2} {:>12.1} {:>8.2} {:>9.3} {:>9}",
+            "{mark}{:>8} {:>10.2} {:>12.1} {:>12.1} {:>8.2} {:>12.1} {:>8.2} {:>9.3} {:>9}",
             point.flows,
             point.setup_rate / 1e6,
             plain.cycles_per_packet(),
