@@ -374,6 +374,9 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
         if let Some(one) = scaling.first() {
             let points: Vec<String> = scaling.iter().map(|p| p.json(one, hz)).collect();
             series += &format!(",\"handoff_scaling\":[{}]", points.join(","));
+            if let Some(model) = series::ScalingModel::from_points(&scaling, hz) {
+                series += &format!(",\"scaling_model\":{}", model.json());
+            }
         }
         println!(
             "{{\"tsc_hz\":{hz},\"no_huge\":{no_huge},\"flows\":{},\"new_percent\":{},\"rows\":[{}],\"cycles_above_floor\":{:.1},\"feature_cycles_established\":{:.1},\"feature_cycles_mixed\":{:.1},\"flow_setups_per_second\":{:.0},\"bytes_per_flow\":{memory_per_flow},\"drops\":{drops},\"handoff_cycles_per_packet\":{handoff_cycles:.1},\"vlan_software_cycles_per_packet\":{vlan_cycles:.1},\"pppoe_cycles_per_packet\":{pppoe_cycles:.1},\"pppoe_distribute_packets_per_second\":{pppoe_distribute:.0},\"shaper_cycles_established\":{:.1},\"ipv6_cycles_above_floor\":{:.1},\"drop_capture_armed_cycles_established\":{drop_capture_cycles:.1},{},{},{},{},{}{series}}}",
@@ -475,6 +478,9 @@ fn bench(eal: &Eal, options: &BenchOptions, no_huge: bool) -> anyhow::Result<()>
     }
     if !scaling.is_empty() {
         series::print_workers(&scaling, options.flows, hz);
+        if let Some(model) = series::ScalingModel::from_points(&scaling, hz) {
+            model.print();
+        }
     }
     syn_flood_verdict(&flood)
 }

@@ -257,9 +257,151 @@ pub(super) fn print_workers(points: &[WorkersPoint], flows: u32, hz: u64) {
     }
 }
 
+/// Packets per second a 10 Gbit/s link carries one way: 64-byte frames, and Simple IMIX
+/// (7:4:1 of 64, 594 and 1518 bytes), each with its 20 bytes of preamble and gap.
+const TEN_GIG_64B_PPS: f64 = 10e9 / ((64.0 + 20.0) * 8.0);
+const TEN_GIG_IMIX_PPS: f64 = 10e9 / (((7.0 * 64.0 + 4.0 * 594.0 + 1518.0) / 12.0 + 20.0) * 8.0);
+
+/// The scaling law, from one core's measurements to many: a worker's cycles per packet are
+/// one worker's, plus the handed-off share of its packets times what a handed-off packet
+/// costs more. Without flow director, RSS hashes both directions by their own addresses and
+/// ports, so (n-1)/n of all packets reach a worker that does not own their flow (the bench's
+/// `--workers` rows); with the X550's flow director steering the replies to the owner (the
+/// rules the gateway installs), only the outbound half is misdirected: (n-1)/2n. Each worker
+/// is modelled on a core of its own at this clock, with no cost for moving a handed-off
+/// packet's cache lines between cores or for memory bandwidth: the model errs low.
+pub(super) struct ScalingModel {
+    pub one_worker_cycles: f64,
+    pub cycles_per_handoff: f64,
+    pub hz: f64,
+}
+
+impl ScalingModel {
+    /// From the `--workers` points: the first (one worker) and the per-handoff cost measured
+    /// with the most workers (None without a point that handed packets off).
+    pub fn from_points(points: &[WorkersPoint], hz: u64) -> Option<ScalingModel> {
+        let one = points.first()?;
+        let most = points.last()?;
+        Some(ScalingModel {
+            one_worker_cycles: one.row.cycles_per_packet(),
+            cycles_per_handoff: most.cycles_per_handoff(one)?,
+            hz: hz as f64,
+        })
+    }
+
+    pub fn cycles_per_packet(&self, workers: u32, replies_steered: bool) -> f64 {
+        let n = f64::from(workers.max(1));
+        let misdirected = (n - 1.0) / n * if replies_steered { 0.5 } else { 1.0 };
+        self.one_worker_cycles + misdirected * self.cycles_per_handoff
+    }
+
+    /// All the workers' packets per second together.
+    pub fn packets_per_second(&self, workers: u32, replies_steered: bool) -> f64 {
+        f64::from(workers) * self.hz / self.cycles_per_packet(workers, replies_steered)
+    }
+
+    /// The fewest workers (cores) that carry `pps`, up to 1,024.
+    pub fn workers_for(&self, pps: f64, replies_steered: bool) -> Option<u32> {
+        (1..=1024).find(|&n| self.packets_per_second(n, replies_steered) >= pps)
+    }
+
+    /// The loads of issue 47: 2x10G and 4x10G, full duplex, at 64 bytes and at IMIX.
+    pub fn loads() -> [(&'static str, f64); 4] {
+        [
+            ("2x10G full duplex, 64 B", 4.0 * TEN_GIG_64B_PPS),
+            ("2x10G full duplex, IMIX", 4.0 * TEN_GIG_IMIX_PPS),
+            ("4x10G full duplex, 64 B", 8.0 * TEN_GIG_64B_PPS),
+            ("4x10G full duplex, IMIX", 8.0 * TEN_GIG_IMIX_PPS),
+        ]
+    }
+
+    pub fn print(&self) {
+        println!(
+            "scaling model: {:.1} cycles/packet for one worker, +{:.1} for a handed-off packet, {:.2} GHz a core; modelled, not measured: one worker per core, no cross-core cost",
+            self.one_worker_cycles,
+            self.cycles_per_handoff,
+            self.hz / 1e9
+        );
+        println!(
+            "{:>8} {:>22} {:>30}",
+            "workers", "Mpps, RSS only", "Mpps, replies steered (FDIR)"
+        );
+        for workers in [1, 2, 4, 8, 16] {
+            println!(
+                "{workers:>8} {:>22.2} {:>30.2}",
+                self.packets_per_second(workers, false) / 1e6,
+                self.packets_per_second(workers, true) / 1e6
+            );
+        }
+        println!(
+            "{:<26} {:>8} {:>16} {:>24}",
+            "load", "Mpps", "workers, RSS", "workers, FDIR replies"
+        );
+        let count = |n: Option<u32>| n.map_or_else(|| ">1024".to_string(), |n| n.to_string());
+        for (name, pps) in Self::loads() {
+            println!(
+                "{name:<26} {:>8.2} {:>16} {:>24}",
+                pps / 1e6,
+                count(self.workers_for(pps, false)),
+                count(self.workers_for(pps, true))
+            );
+        }
+    }
+
+    pub fn json(&self) -> String {
+        let loads: Vec<String> = Self::loads()
+            .iter()
+            .map(|(name, pps)| {
+                let count = |n: Option<u32>| n.map_or_else(|| "null".to_string(), |n| n.to_string());
+                format!(
+                    "{{\"load\":\"{name}\",\"mpps\":{:.2},\"workers_rss\":{},\"workers_fdir_replies\":{}}}",
+                    pps / 1e6,
+                    count(self.workers_for(*pps, false)),
+                    count(self.workers_for(*pps, true))
+                )
+            })
+            .collect();
+        format!(
+            "{{\"one_worker_cycles_per_packet\":{:.1},\"cycles_per_handoff\":{:.1},\"loads\":[{}]}}",
+            self.one_worker_cycles,
+            self.cycles_per_handoff,
+            loads.join(",")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_adds_the_misdirected_share_of_the_handoff_cost() {
+        let model = ScalingModel {
+            one_worker_cycles: 400.0,
+            cycles_per_handoff: 400.0,
+            hz: 2.0e9,
+        };
+        assert_eq!(model.cycles_per_packet(1, false), 400.0);
+        // Two workers: half the packets misdirected by RSS, a quarter with the replies steered.
+        assert_eq!(model.cycles_per_packet(2, false), 600.0);
+        assert_eq!(model.cycles_per_packet(2, true), 500.0);
+        // 5 Mpps a worker alone; two carry 2 x 2e9 / 600.
+        assert_eq!(model.packets_per_second(1, false), 5e6);
+        assert!((model.packets_per_second(2, false) - 2.0 * 2e9 / 600.0).abs() < 1.0);
+        // 59.52 Mpps (2x10G full duplex at 64 B): n x 2e9 / (400 + 400 (n-1)/n) >= 59.52e6.
+        let needed = model.workers_for(4.0 * TEN_GIG_64B_PPS, false).unwrap();
+        assert!(model.packets_per_second(needed, false) >= 4.0 * TEN_GIG_64B_PPS);
+        assert!(model.packets_per_second(needed - 1, false) < 4.0 * TEN_GIG_64B_PPS);
+        assert_eq!(needed, 24);
+        assert!(model.workers_for(4.0 * TEN_GIG_64B_PPS, true).unwrap() < needed);
+    }
+
+    #[test]
+    fn line_rates_are_the_textbook_ones() {
+        assert!((TEN_GIG_64B_PPS - 14_880_952.0).abs() < 1.0);
+        // Simple IMIX: 361.8 bytes a frame on average, 3.27 Mpps at 10G.
+        assert!((TEN_GIG_IMIX_PPS / 1e6 - 3.274).abs() < 0.001);
+    }
 
     #[test]
     fn worker_counts_double_up_to_the_most() {
