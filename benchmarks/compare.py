@@ -169,16 +169,15 @@ class Telemetry:
 
 
 def stop(process, sig=signal.SIGTERM, wait=15):
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(sig)
-    try:
-        process.wait(wait)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    # A DPDK primary keeps its hugepage files for secondaries that may come; --huge-unlink
-    # (given to every DUT that takes it) removes them at once, and this catches the rest.
+    if process is not None and process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    # A DPDK primary keeps its hugepage files for secondaries that may come: testpmd and OVS
+    # get --huge-unlink (the gateway runs --in-memory), and this catches what a crash left.
     with open("/proc/mounts") as mounts:
         for line in mounts:
             fields = line.split()
@@ -218,6 +217,11 @@ def wait_for_hugepages(mib):
         wait_for(f"{mib} MiB of free hugepages", lambda: free_hugepage_mib() >= mib, 60)
     except RuntimeError as error:
         raise RuntimeError(f"{error} ({free_hugepage_mib()} MiB free; make hugepages)") from None
+
+
+# What a DUT's failure can raise: the harness's own errors, a process or file missing, a
+# tool's refusal, a telemetry answer cut short.
+DUT_ERRORS = (RuntimeError, OSError, subprocess.CalledProcessError, KeyError, ValueError)
 
 
 def lan_device(pcap, infinite=True):
@@ -421,9 +425,18 @@ def measure(dut, pcap, arp_pcap, warmup, seconds):
     return (after - before) / (end - start)
 
 
+def is_flow_packet(frame):
+    """One of the replayed flows' packets as it leaves: IPv4 UDP to port 443 of an address in
+    64.0.0.0/3 (whatever its source became)."""
+    return (
+        len(frame) >= 42 and frame[12:14] == b"\x08\x00" and frame[23] == 17
+        and frame[30] & 0xE0 == 0x40 and frame[14 + 20 + 2:14 + 20 + 4] == struct.pack("!H", REMOTE_PORT)
+    )
+
+
 def translation_check(dut, pcap, arp_pcap, work):
     """Runs the DUT with its WAN port writing to a pcap until some thousands of packets went
-    out; returns (packets read, packets whose source is the WAN address)."""
+    out; returns (the flows' packets read, those whose source is the WAN address)."""
     out = os.path.join(work, f"out-{dut.name}.pcap")
     if os.path.exists(out):
         os.unlink(out)
@@ -436,7 +449,9 @@ def translation_check(dut, pcap, arp_pcap, work):
             time.sleep(0.05)
     finally:
         dut.stop()
-    frames = [f for f in read_pcap(out, 20000) if f[12:14] == b"\x08\x00"]
+    if not os.path.exists(out):
+        return 0, 0
+    frames = [f for f in read_pcap(out, 20000) if is_flow_packet(f)]
     wan = ip_bytes(WAN_ADDR)
     translated = sum(1 for f in frames if f[26:30] == wan)
     os.unlink(out)
@@ -503,7 +518,6 @@ def main():
         sys.exit("bench-compare: run as root (DPDK, hugepages)")
     work_root = os.path.join(ROOT, "target/bench-compare")
     os.makedirs(work_root, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="run-", dir=work_root)
     names = [n for n in args.duts.split(",") if n]
     unknown = set(names) - set(DUTS)
     if unknown:
@@ -514,6 +528,7 @@ def main():
         except (subprocess.CalledProcessError, StopIteration, OSError) as error:
             detail = getattr(error, "stderr", "") or error
             sys.exit(f"bench-compare: cannot fetch openvswitch-switch-dpdk: {detail}")
+    work = tempfile.mkdtemp(prefix="run-", dir=work_root)
     duts = {
         "testpmd": Testpmd(args, work),
         "gateway": Gateway(args, work),
@@ -532,9 +547,11 @@ def main():
             dut.stop()
         shutil.rmtree(work, ignore_errors=True)
     print_table(results, facts, args)
+    if failed:
+        # A failed run appends nothing, as with `make bench-record`.
+        sys.exit("bench-compare: a DUT failed or a capture was wrong (above); nothing recorded")
     if not args.no_record:
         record(args.history, results, facts, args)
-    sys.exit(1 if failed else 0)
 
 
 def run_cases(cases, names, duts, args, work, arp_pcap, hz):
@@ -550,7 +567,7 @@ def run_cases(cases, names, duts, args, work, arp_pcap, hz):
             for name in order:
                 try:
                     pps = measure(duts[name], pcap, arp_pcap, args.warmup, args.seconds)
-                except RuntimeError as error:
+                except DUT_ERRORS as error:
                     print(f"bench-compare: {name} failed: {error}", file=sys.stderr)
                     failed = True
                     continue
@@ -561,10 +578,13 @@ def run_cases(cases, names, duts, args, work, arp_pcap, hz):
         for name in names:
             try:
                 checks[name] = translation_check(duts[name], pcap, arp_pcap, work)
-            except RuntimeError as error:
+            except DUT_ERRORS as error:
                 print(f"bench-compare: {name}'s capture failed: {error}", file=sys.stderr)
                 checks[name] = (0, 0)
-        floor = statistics.median(rates["testpmd"]) if rates.get("testpmd") else None
+        floor = statistics.median([hz / r for r in rates["testpmd"]]) if rates.get("testpmd") else None
+        # At least a thousand of the flows' packets (all of them with fewer flows) must have
+        # left in the capture's first MiB.
+        enough = min(flows, 1000)
         for name in names:
             if not rates[name]:
                 continue
@@ -572,7 +592,7 @@ def run_cases(cases, names, duts, args, work, arp_pcap, hz):
             median_pps = statistics.median(rates[name])
             read, translated = checks[name]
             should_translate = name in ("gateway", "ovs-ct-snat")
-            ok = read > 0 and translated == (read if should_translate else 0)
+            ok = read >= enough and translated == (read if should_translate else 0)
             failed |= not ok
             results.append({
                 "dut": name, "flows": flows, "frames": "imix" if imix else "64",
@@ -581,7 +601,7 @@ def run_cases(cases, names, duts, args, work, arp_pcap, hz):
                 "cycles_min": round(cycles[0], 1),
                 "cycles_median": round(statistics.median(cycles), 1),
                 "cycles_max": round(cycles[-1], 1),
-                "ratio_to_testpmd": round(hz / median_pps / (hz / floor), 2) if floor else None,
+                "ratio_to_testpmd": round(statistics.median(cycles) / floor, 2) if floor else None,
                 "capture_packets": read, "capture_translated": translated, "capture_ok": ok,
             })
     return results, failed
@@ -591,8 +611,8 @@ def print_table(results, facts, args):
     caches = " ".join(f"{k} {v}" for k, v in facts["caches"].items())
     print(f"bench-compare: {facts['cpu_model']}, {facts['cpus']} CPUs, {facts['cpu_mhz']:.0f} MHz, "
           f"{caches}; one polling core per DUT; {args.rounds} rounds of {args.seconds:g} s")
-    print(f"{'flows':>7} {'frames':>6} {'DUT':<12} {'Mpps':>7} {'Gbit/s':>7} "
-          f"{'cyc min':>8} {'median':>8} {'max':>8} {'x testpmd':>9} {'target':>7}  capture")
+    print(f"{'flows':>7} {'frames':>6} {'DUT':<12} {'Mpps':>7} {'wire Gb/s':>9} "
+          f"{'cyc min':>8} {'median':>8} {'max':>8} {'x testpmd':>9} {'target':>11}  capture")
     for row in results:
         target = TARGET_RATIO.get(row["flows"]) if row["dut"] == "gateway" and row["frames"] == "64" else None
         verdict = ""
@@ -603,8 +623,8 @@ def print_table(results, facts, args):
                    f"(expected {expected}) {'ok' if row['capture_ok'] else 'WRONG'}")
         ratio = "-" if row["ratio_to_testpmd"] is None else f"{row['ratio_to_testpmd']:.2f}"
         print(f"{row['flows']:>7} {row['frames']:>6} {row['dut']:<12} {row['mpps_median']:>7.3f} "
-              f"{row['gbps_median']:>7.2f} {row['cycles_min']:>8.1f} {row['cycles_median']:>8.1f} "
-              f"{row['cycles_max']:>8.1f} {ratio:>9} {verdict:>7}  {capture}")
+              f"{row['gbps_median']:>9.2f} {row['cycles_min']:>8.1f} {row['cycles_median']:>8.1f} "
+              f"{row['cycles_max']:>8.1f} {ratio:>9} {verdict:>11}  {capture}")
 
 
 def record(history, results, facts, args):
@@ -616,7 +636,7 @@ def record(history, results, facts, args):
         commit, dirty = "unknown", False
     line = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": commit, "dirty": dirty, "kind": "bench-compare",
+        "commit": commit, "dirty": dirty, "kind": "bench-compare", "args": " ".join(sys.argv[1:]),
         "hostname": socket.gethostname(), "host": facts,
         "rounds": args.rounds, "seconds": args.seconds, "compare": results,
     }

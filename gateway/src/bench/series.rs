@@ -268,8 +268,10 @@ const TEN_GIG_IMIX_PPS: f64 = 10e9 / (((7.0 * 64.0 + 4.0 * 594.0 + 1518.0) / 12.
 /// ports, so (n-1)/n of all packets reach a worker that does not own their flow (the bench's
 /// `--workers` rows); with the X550's flow director steering the replies to the owner (the
 /// rules the gateway installs), only the outbound half is misdirected: (n-1)/2n. Each worker
-/// is modelled on a core of its own at this clock, with no cost for moving a handed-off
-/// packet's cache lines between cores or for memory bandwidth: the model errs low.
+/// is modelled on a core of its own at this clock. The error goes both ways: a handed-off
+/// packet's cost is the one measured with the most loops on one core, so it includes their
+/// polling and their working sets sharing one core's caches, which separate cores would not
+/// pay; it leaves out the cache lines a handoff moves between cores and memory bandwidth.
 pub(super) struct ScalingModel {
     pub one_worker_cycles: f64,
     pub cycles_per_handoff: f64,
@@ -317,7 +319,7 @@ impl ScalingModel {
 
     pub fn print(&self) {
         println!(
-            "scaling model: {:.1} cycles/packet for one worker, +{:.1} for a handed-off packet, {:.2} GHz a core; modelled, not measured: one worker per core, no cross-core cost",
+            "scaling model: {:.1} cycles/packet for one worker, +{:.1} for a handed-off packet (with the most loops measured), {:.2} GHz a core; modelled, not measured: one worker per core",
             self.one_worker_cycles,
             self.cycles_per_handoff,
             self.hz / 1e9

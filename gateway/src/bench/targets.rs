@@ -84,9 +84,11 @@ pub(super) fn evaluate(figures: &Figures) -> Vec<Target> {
         bound: 128.0,
         at_most: true,
     });
+    // Above the floor, as the bench's IPv6 line compares them: the floor is I/O both pay.
+    let above_floor = |row: &Row| row.cycles_per_packet() - figures.floor.cycles_per_packet();
     targets.push(Target {
-        name: "IPv6 cycles per packet over IPv4's".into(),
-        measured: figures.ipv6.cycles_per_packet() / figures.established.cycles_per_packet(),
+        name: "IPv6 cycles above the floor over IPv4's".into(),
+        measured: above_floor(figures.ipv6) / above_floor(figures.established),
         bound: 1.10,
         at_most: true,
     });
