@@ -31,7 +31,7 @@
 # in the container only so that it can open those root-owned device nodes without chown; with
 # every capability dropped that root cannot override file permissions. --privileged is not
 # needed and gives all of the above and every device.
-# Kernel twins (the X550 configs give the LAN one; README "Kernel twins") are tap devices that
+# Kernel twins (the X550 configs give the LAN one; docs/configuration.md "Kernel twins") are tap devices that
 # `ip` (iproute2, installed below) addresses: add --cap-add NET_ADMIN --device /dev/net/tun.
 # Lab configs on af_packet, af_xdp or tap vdevs (kernel interfaces) add
 #   --cap-add NET_RAW --cap-add NET_ADMIN (and --device /dev/net/tun for tap)

@@ -13,7 +13,7 @@ missing=()
 for pkg in "${packages[@]}"; do
     installed "$pkg" || missing+=("$pkg")
 done
-# dhcpcd, the WAN twin's DHCP client (README: Addresses and routes from the kernel), under the
+# dhcpcd, the WAN twin's DHCP client (docs/configuration.md: Addresses and routes from the kernel), under the
 # name the release has: dhcpcd-base (Debian 12, Ubuntu 24.04: the daemon alone), else dhcpcd
 # or dhcpcd5. Not the dhcpcd package where dhcpcd-base exists: it enables a dhcpcd.service
 # that runs on every interface of the host.

@@ -5,6 +5,10 @@ use clap::{Args, Parser, Subcommand};
 use gateway::config::{GatewayConfig, DEFAULT_CTL_SOCKET};
 use gateway::ctl::{FilterSpec, Request, DEFAULT_FLOW_LIMIT};
 
+/// Where `run`, `check-config` and `healthcheck` read the config unless told otherwise: the
+/// path the systemd unit, the container and docs/deploy-x550.md install it at.
+const DEFAULT_CONFIG: &str = "/etc/gateway/gateway.toml";
+
 /// A DPDK gateway: routing, stateful firewall and NAT44 at line rate.
 #[derive(Parser)]
 #[command(version, about)]
@@ -15,16 +19,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start the gateway with a config file.
+    /// Start the gateway with a config file (the lab's: `run -c configs/lab.toml`).
     Run {
-        #[arg(short, long, default_value = "configs/lab.toml")]
+        #[arg(short, long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
     /// Validate a config file without starting anything: `check-config FILE` or
     /// `check-config -c FILE`, as `run` takes it.
-    #[command(group(clap::ArgGroup::new("file_or_config").required(true).args(["file", "config"])))]
+    #[command(group(clap::ArgGroup::new("file_or_config").args(["file", "config"])))]
     CheckConfig {
-        /// The config file.
+        /// The config file (default: /etc/gateway/gateway.toml, as for `run`).
         #[arg(value_name = "CONFIG")]
         file: Option<PathBuf>,
         /// The config file, as `run -c` takes it.
@@ -34,10 +38,12 @@ enum Command {
     /// Exit 0 if the gateway this config describes serves its metrics (at metrics.listen),
     /// 1 if not: for a container's HEALTHCHECK.
     Healthcheck {
-        #[arg(short, long, default_value = "/etc/gateway/gateway.toml")]
+        #[arg(short, long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
-    /// Ask the running gateway (over its ctl.socket): flows, drops, workers; clear flows.
+    /// Ask the running gateway (over its ctl.socket): show flows, drops, workers, interfaces,
+    /// routes, uplinks, neighbors, config, rules or nat; trace packets; clear flows; change
+    /// the config (diff, apply, confirm, rollback, reload); capture packets.
     Ctl {
         /// The running gateway's `ctl.socket`.
         #[arg(long, default_value = DEFAULT_CTL_SOCKET)]
@@ -88,7 +94,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum CtlCommand {
-    /// Show flows, drops or workers.
+    /// Show flows, drops, workers, interfaces, routes, uplinks, neighbors, config, rules or
+    /// nat.
     Show {
         #[command(subcommand)]
         what: Show,
@@ -409,10 +416,11 @@ fn main() -> ExitCode {
         Command::Healthcheck { config } => GatewayConfig::load(&config)
             .map_err(anyhow::Error::from)
             .and_then(|loaded| Ok(gateway::telemetry::healthcheck::check(&loaded.metrics)?)),
-        Command::CheckConfig { file, config } => match file.or(config) {
-            Some(config) => check_config(&config),
-            None => Err(anyhow::anyhow!("check-config needs a config file: -c FILE")),
-        },
+        Command::CheckConfig { file, config } => check_config(
+            &file
+                .or(config)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG)),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -420,5 +428,57 @@ fn main() -> ExitCode {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// A command's help names each of its subcommands (clap lists them itself; the `about`
+    /// line, which the parent's help shows alone, must not fall behind).
+    fn about_names_every_subcommand(path: &[&str]) {
+        let mut command = Cli::command();
+        for name in path {
+            command = command
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name}"))
+                .clone();
+        }
+        let about = command.get_about().expect("an about line").to_string();
+        let missing: Vec<&str> = command
+            .get_subcommands()
+            .map(|sub| sub.get_name())
+            .filter(|name| !about.contains(name))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "`{}`'s help does not name {missing:?}: {about}",
+            path.join(" ")
+        );
+    }
+
+    #[test]
+    fn the_ctl_help_names_every_subcommand() {
+        about_names_every_subcommand(&["ctl"]);
+        about_names_every_subcommand(&["ctl", "show"]);
+        about_names_every_subcommand(&["ctl", "config"]);
+    }
+
+    #[test]
+    fn every_subcommand_reads_one_default_config() {
+        let command = Cli::command();
+        for name in ["run", "healthcheck"] {
+            let sub = command.find_subcommand(name).unwrap();
+            let config = sub
+                .get_arguments()
+                .find(|a| a.get_id() == "config")
+                .unwrap();
+            let defaults: Vec<_> = config.get_default_values().iter().collect();
+            assert_eq!(defaults, [super::DEFAULT_CONFIG], "{name}");
+        }
+        Cli::command().debug_assert();
     }
 }

@@ -33,14 +33,26 @@ fn appended(extra: &str) -> String {
     format!("{LAB}\n{extra}\n")
 }
 
+/// Every config in configs/ (the lab's, the deployments', the examples for real networks).
 #[test]
 fn the_shipped_configs_pass() {
-    for (name, text) in [
-        ("lab", LAB),
-        ("x550", include_str!("../../configs/x550.toml")),
-        ("x550-lacp", include_str!("../../configs/x550-lacp.toml")),
-    ] {
-        check(name, text).unwrap_or_else(|err| panic!("configs/{name}.toml: {err}"));
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("configs/ is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.extension().is_some_and(|ext| ext == "toml") {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            check(&name, &text).unwrap_or_else(|err| panic!("configs/{name}.toml: {err}"));
+            names.push(name);
+        }
+    }
+    names.sort();
+    for expected in ["home-router", "lab", "small-office", "x550", "x550-lacp"] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "configs/{expected}.toml is missing"
+        );
     }
 }
 

@@ -10,7 +10,7 @@
 //! - `Label`: a name for people and logs only: reported as nothing, carried, and it changes
 //!   nothing compiled.
 //!
-//! The README's list of restart-only settings is checked against the same classification.
+//! docs/operations.md's list of restart-only settings (Reload) is checked against the same classification.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -1382,14 +1382,14 @@ fn every_field_is_applied_by_a_reload_or_reported_as_needing_a_restart() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The README's list of what needs a restart names every restart-only field (by itself, its
+/// docs/operations.md's list (Reload) of what needs a restart names every restart-only field (by itself, its
 /// section or subsection, or, per interface, its name), and nothing that applies.
 #[test]
 fn the_readme_lists_what_needs_a_restart() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/operations.md");
     let start = readme
         .find("These need a restart and are kept as they are")
-        .expect("README: the restart paragraph (Reload)");
+        .expect("docs/operations.md: the restart paragraph (Reload)");
     let paragraph = &readme[start..];
     let paragraph = &paragraph[..paragraph.find("\n\n").unwrap_or(paragraph.len())];
     let named: BTreeSet<&str> = paragraph.split('`').skip(1).step_by(2).collect();
@@ -1418,7 +1418,7 @@ fn the_readme_lists_what_needs_a_restart() {
         let names = names_for(field);
         assert!(
             names.iter().any(|name| named.contains(name.as_str())),
-            "README (Reload): the restart list does not name {field} (nor any of {names:?})"
+            "docs/operations.md (Reload): the restart list does not name {field} (nor any of {names:?})"
         );
     }
     for name in &named {
@@ -1427,7 +1427,7 @@ fn the_readme_lists_what_needs_a_restart() {
             .any(|field| names_for(field).iter().any(|n| n == name));
         assert!(
             known,
-            "README (Reload): the restart list names `{name}`, which is not restart-only"
+            "docs/operations.md (Reload): the restart list names `{name}`, which is not restart-only"
         );
     }
 }

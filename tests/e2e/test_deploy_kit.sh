@@ -162,7 +162,7 @@ if known.returncode == 0 and "Candidate: 22.11" in known.stdout:
 else:
     print("  apt: this machine's apt does not list DPDK 22.11; package names not looked up")
 
-# Structure the README and the guide rely on.
+# Structure docs/deployment.md and the guide rely on.
 def stage_has(stage, word, pattern):
     return any(w == word and re.search(pattern, a) for w, a in stage["ins"])
 check(stage_has(build, "RUN", r"rustup|sh\.rustup\.rs"), "build stage: Rust is not installed with rustup")

@@ -14,7 +14,7 @@
 # is over it is counted as punt_policed, what is punted reaches the twin, and a flood held
 # to the budget costs forwarding at most MAX_FLOOD_COST_PERCENT (default 75, a wide margin:
 # the flood's sender shares the two CPUs with iperf3 and the gateway, and other engineers'
-# builds share the machine; see README, Kernel twins).
+# builds share the machine; see docs/configuration.md, Kernel twins).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"

@@ -236,7 +236,7 @@ read -r peer gbps < <(iperf3_run gwlab-lan gwlab-wan 10.0.0.1 -p 8082 -t 1) \
     || fail "the forward in the completed file does not work"
 pass "completing the half-written file in place applied it once (the forward on 8082 works)"
 
-# Atomic replacement, as the README recommends, applies in one reload.
+# Atomic replacement, as docs/operations.md recommends (Reload), applies in one reload.
 succeeded=$(reloads success)
 cp "$WORK/before-slow.toml" "$WORK/next.toml"
 mv "$WORK/next.toml" "$CONFIG"

@@ -5,7 +5,7 @@
 #   by at most 5 ms at the 95th percentile over idle;
 # - a LAN host with 16 streams and another with 1 each get half the link (+-5 points);
 # - a priority UDP stream loses nothing and keeps its jitter under a bulk UDP flood.
-# Last, the same single-stream measurement through the policer, for the README's comparison.
+# Last, the same single-stream measurement through the policer, for docs/performance.md's comparison.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/scripts/lablib.sh"

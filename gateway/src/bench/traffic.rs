@@ -40,7 +40,7 @@ const FORWARDED_PORT: u16 = 8080;
 const SYN_FRAME_LEN: usize = 54;
 
 /// Every feature switched on, as in `make lab-bench`'s "All on" row: QoS far above the bench's
-/// rate (its cost, not its limit; the policer, as the README's figures since issue 7 measured
+/// rate (its cost, not its limit; the policer, as docs/performance.md's figures since issue 7 measured
 /// it), the meter, keyword block, and parental control with a policy for some of the bench's
 /// hosts that lets them online all day.
 const FEATURES: &str = r#"

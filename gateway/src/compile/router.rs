@@ -152,7 +152,7 @@ pub fn worker_setup(
         worker,
         workers,
         conntrack: conntrack_config(config),
-        // A quarter of the IPv4 table's (README: IPv6).
+        // A quarter of the IPv4 table's (docs/configuration.md: IPv6).
         conntrack6: None,
         nat_ports: config.nat.port_range.first..=config.nat.port_range.last,
         nat_bindings: config.nat.binding_capacity,

@@ -99,7 +99,7 @@ pub struct GatewayConfig {
     pub port_mapping: PortMappingConfig,
 }
 
-/// How a changed config reaches the running gateway (README, Reload).
+/// How a changed config reaches the running gateway (docs/operations.md, Reload).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReloadConfig {

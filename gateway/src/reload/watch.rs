@@ -4,7 +4,7 @@ use super::*;
 
 /// How long the config file must go without a write before it is read: long enough for an
 /// editor or a slow copy that writes in chunks to finish, short enough to feel immediate.
-/// Writers that cannot promise to finish in time replace the file atomically (README, Reload).
+/// Writers that cannot promise to finish in time replace the file atomically (docs/operations.md, Reload).
 pub const QUIET_BEFORE_RELOAD: Duration = Duration::from_millis(500);
 
 /// Watches the config file and calls `on_quiet` once it has been written, renamed over or
