@@ -56,7 +56,7 @@ pass "hadolint accepts the Dockerfile ($(hadolint --version | grep -o '[0-9][0-9
 # miniupnpc: the port mapping test's LAN clients. dhcpcd
 # is installed by deps.sh apart from this list, under its release's name.)
 LAB_ONLY="dpdk-dev iperf3 iproute2 ethtool procps iputils-ping python3 prometheus nftables openvswitch-switch dnsmasq-base isc-dhcp-client frr rsyslog nfdump python3-scapy kea-dhcp6-server radvd tshark keepalived natpmpc miniupnpc"
-# The build packages both paths must install (README: Requirements).
+# The build packages both paths must install (scripts/deps.sh).
 BUILD="libdpdk-dev clang libclang-dev pkg-config build-essential"
 ldd_out=
 if [[ -x $GATEWAY ]]; then
