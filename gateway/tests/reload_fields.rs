@@ -58,11 +58,12 @@ const STRING_CANDIDATES: &[&str] = &[
     "icmp",
 ];
 
-/// What one walk shares: the leaves seen, the string candidate chosen per path, and the last
-/// string leaf handed out (the one at fault when a parse fails: each parse follows its read).
+/// What one walk shares: the leaves seen with the kind of value each reads, the string
+/// candidate chosen per path, and the last string leaf handed out (the one at fault when a
+/// parse fails: each parse follows its read).
 #[derive(Default)]
 struct Trace {
-    leaves: RefCell<BTreeSet<String>>,
+    leaves: RefCell<BTreeMap<String, &'static str>>,
     choice: RefCell<BTreeMap<String, usize>>,
     last_string: RefCell<Option<String>>,
 }
@@ -78,12 +79,12 @@ struct At<'t> {
 }
 
 impl At<'_> {
-    fn leaf(&self) {
+    fn leaf(&self, kind: &'static str) {
         self.tracer
             .trace
             .leaves
             .borrow_mut()
-            .insert(self.path.clone());
+            .insert(self.path.clone(), kind);
     }
 
     fn child(&self, path: String) -> Self {
@@ -107,9 +108,9 @@ impl At<'_> {
 }
 
 macro_rules! number {
-    ($($method:ident => $visit:ident($value:expr)),* $(,)?) => {
+    ($($method:ident => $visit:ident($value:expr) as $kind:literal),* $(,)?) => {
         $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
-            self.leaf();
+            self.leaf($kind);
             visitor.$visit($value)
         })*
     };
@@ -119,22 +120,22 @@ impl<'de> Deserializer<'de> for At<'_> {
     type Error = TraceError;
 
     number! {
-        deserialize_bool => visit_bool(false),
-        deserialize_i8 => visit_i8(1),
-        deserialize_i16 => visit_i16(1),
-        deserialize_i32 => visit_i32(1),
-        deserialize_i64 => visit_i64(1),
-        deserialize_u8 => visit_u8(1),
-        deserialize_u16 => visit_u16(1),
-        deserialize_u32 => visit_u32(1),
-        deserialize_u64 => visit_u64(1),
-        deserialize_f32 => visit_f32(1.0),
-        deserialize_f64 => visit_f64(1.0),
-        deserialize_char => visit_char('a'),
+        deserialize_bool => visit_bool(false) as "bool",
+        deserialize_i8 => visit_i8(1) as "integer",
+        deserialize_i16 => visit_i16(1) as "integer",
+        deserialize_i32 => visit_i32(1) as "integer",
+        deserialize_i64 => visit_i64(1) as "integer",
+        deserialize_u8 => visit_u8(1) as "integer",
+        deserialize_u16 => visit_u16(1) as "integer",
+        deserialize_u32 => visit_u32(1) as "integer",
+        deserialize_u64 => visit_u64(1) as "integer",
+        deserialize_f32 => visit_f32(1.0) as "float",
+        deserialize_f64 => visit_f64(1.0) as "float",
+        deserialize_char => visit_char('a') as "string",
     }
 
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
-        self.leaf();
+        self.leaf("unit");
         visitor.visit_unit()
     }
 
@@ -144,12 +145,12 @@ impl<'de> Deserializer<'de> for At<'_> {
 
     /// Self-describing input is asked for by untagged enums (a port "80" or "80-90"): a number.
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
-        self.leaf();
+        self.leaf("integer or string");
         visitor.visit_u64(80)
     }
 
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
-        self.leaf();
+        self.leaf("string");
         visitor.visit_str(self.string())
     }
 
@@ -162,7 +163,7 @@ impl<'de> Deserializer<'de> for At<'_> {
     }
 
     fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, TraceError> {
-        self.leaf();
+        self.leaf("string");
         visitor.visit_bytes(b"a")
     }
 
@@ -253,7 +254,7 @@ impl<'de> Deserializer<'de> for At<'_> {
         variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, TraceError> {
-        self.leaf();
+        self.leaf("string");
         visitor.visit_enum(variants[0].into_deserializer())
     }
 }
@@ -308,6 +309,12 @@ impl<'de> de::MapAccess<'de> for Fields<'_> {
 /// Every leaf field of `GatewayConfig`: "eal.memory_mb", "interfaces[].bond.members",
 /// "parental_control.categories" (a list or map of plain values is one leaf).
 fn schema_leaves() -> BTreeSet<String> {
+    schema_kinds().into_keys().collect()
+}
+
+/// Every leaf field with the kind of value it takes, as the reference writes it: "integer",
+/// "array of strings" (`ports[]`), "table of strings" (`categories{}`).
+fn schema_kinds() -> BTreeMap<String, String> {
     let trace = Trace::default();
     for _attempt in 0..1000 {
         trace.leaves.borrow_mut().clear();
@@ -322,10 +329,14 @@ fn schema_leaves() -> BTreeSet<String> {
                     .leaves
                     .borrow()
                     .iter()
-                    .map(|leaf| {
-                        leaf.trim_end_matches("[]")
-                            .trim_end_matches("{}")
-                            .to_string()
+                    .map(|(leaf, kind)| {
+                        if let Some(array) = leaf.strip_suffix("[]") {
+                            (array.to_string(), format!("array of {kind}s"))
+                        } else if let Some(map) = leaf.strip_suffix("{}") {
+                            (map.to_string(), format!("table of {kind}s"))
+                        } else {
+                            (leaf.clone(), kind.to_string())
+                        }
                     })
                     .collect();
             }
@@ -1096,8 +1107,9 @@ allowed = ["mon-fri 07:00-21:00"]
 paused = false
 "#;
 
-fn test_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("gw-reload-fields-{}", std::process::id()));
+/// A directory with the files FULL names, one per test (tests run at once and each removes its own).
+fn test_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gw-reload-fields-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("adult.txt"), "adult.example\n").unwrap();
     std::fs::write(dir.join("other.txt"), "other.example\nmore.example\n").unwrap();
@@ -1118,6 +1130,18 @@ fn config_of(value: toml::Value) -> Result<GatewayConfig, String> {
 
 /// Puts `value` at `path` ("a.b[0].c"), creating the last key if it is missing.
 fn set(tree: &mut toml::Value, path: &str, value: toml::Value) {
+    let (table, key) = slot(tree, path);
+    table.insert(key.to_string(), value);
+}
+
+/// Takes the key at `path` out of the tree, as if the operator had not written it.
+fn remove(tree: &mut toml::Value, path: &str) {
+    let (table, key) = slot(tree, path);
+    table.remove(key);
+}
+
+/// The table that holds the last key of `path`, and that key.
+fn slot<'v, 'p>(tree: &'v mut toml::Value, path: &'p str) -> (&'v mut toml::Table, &'p str) {
     let mut at = tree;
     let segments: Vec<&str> = path.split('.').collect();
     for (i, segment) in segments.iter().enumerate() {
@@ -1131,10 +1155,8 @@ fn set(tree: &mut toml::Value, path: &str, value: toml::Value) {
         let table = at
             .as_table_mut()
             .unwrap_or_else(|| panic!("{path}: {key} is not in a table"));
-        let last = i + 1 == segments.len() && index.is_none();
-        if last {
-            table.insert(key.to_string(), value);
-            return;
+        if i + 1 == segments.len() && index.is_none() {
+            return (table, key);
         }
         at = table
             .get_mut(key)
@@ -1146,6 +1168,7 @@ fn set(tree: &mut toml::Value, path: &str, value: toml::Value) {
                 .unwrap_or_else(|| panic!("{path}: FULL has no {key}[{index}]"));
         }
     }
+    panic!("{path}: an empty path");
 }
 
 /// What a reload of `config` publishes, with the generation (new on every build) left out.
@@ -1287,7 +1310,7 @@ fn every_field_is_applied_by_a_reload_or_reported_as_needing_a_restart() {
         "FIELDS classifies {stale:?}, which the schema no longer has"
     );
 
-    let dir = test_dir();
+    let dir = test_dir("classes");
     let running = config_of(full_value(&dir)).expect("FULL is a valid config");
     let before = published(&running);
     assert_eq!(
@@ -1298,14 +1321,8 @@ fn every_field_is_applied_by_a_reload_or_reported_as_needing_a_restart() {
     let mut failures = Vec::new();
     for &(field, class, change, at) in FIELDS {
         let path = at.map_or_else(|| field.replace("[]", "[0]"), str::to_string);
-        let value: toml::Value = format!(
-            "v = {}",
-            change.replace("{DIR}", &dir.display().to_string())
-        )
-        .parse::<toml::Table>()
-        .unwrap_or_else(|err| panic!("{field}: change {change}: {err}"))
-        .remove("v")
-        .unwrap();
+        let value = toml_value(&change.replace("{DIR}", &dir.display().to_string()))
+            .unwrap_or_else(|err| panic!("{field}: change {change}: {err}"));
         let mut tree = full_value(&dir);
         set(&mut tree, &path, value);
         let new = match config_of(tree) {
@@ -1430,4 +1447,214 @@ fn the_readme_lists_what_needs_a_restart() {
             "docs/operations.md (Reload): the restart list names `{name}`, which is not restart-only"
         );
     }
+}
+
+// --- the reference -------------------------------------------------------------------------
+
+/// One row of docs/configuration.md's reference: `| key | type | default | range | reload | example |`.
+struct ReferenceRow {
+    key: String,
+    kind: String,
+    default: String,
+    range: String,
+    reload: String,
+    example: String,
+}
+
+/// The rows of the reference (its section, "## Reference", to the next section or the end).
+fn reference_rows() -> Vec<ReferenceRow> {
+    let doc = include_str!("../../docs/configuration.md");
+    let start = doc
+        .find("\n## Reference")
+        .expect("docs/configuration.md: the Reference section");
+    let section = &doc[start + 1..];
+    let section = &section[..section[1..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 1)];
+    section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            let cells: Vec<&str> = line
+                .trim()
+                .trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect();
+            assert_eq!(
+                cells.len(),
+                6,
+                "docs/configuration.md (Reference): a row has six cells: {line}"
+            );
+            ReferenceRow {
+                key: cells[0].trim_matches('`').to_string(),
+                kind: cells[1].to_string(),
+                default: cells[2].to_string(),
+                range: cells[3].to_string(),
+                reload: cells[4].to_string(),
+                example: cells[5].to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The text inside a cell that is one backticked span and nothing else.
+fn literal(cell: &str) -> Option<&str> {
+    let inner = cell.strip_prefix('`')?.strip_suffix('`')?;
+    (!inner.contains('`')).then_some(inner)
+}
+
+/// A TOML value written as it would stand after `key = `.
+fn toml_value(text: &str) -> Result<toml::Value, String> {
+    format!("v = {text}")
+        .parse::<toml::Table>()
+        .map_err(|err| err.to_string())
+        .map(|mut table| table.remove("v").expect("the one key"))
+}
+
+fn reload_word(class: Class) -> &'static str {
+    match class {
+        Restart => "restart",
+        Applied => "reload",
+        Label => "label",
+        Reconnect => "reconnect",
+    }
+}
+
+/// Every key of the schema has one row in docs/configuration.md's reference, and every row
+/// names a key that exists; each row's type is the kind of value the key reads, its reload
+/// class the one `FIELDS` proves, its default what omitting the key gives (a literal is
+/// checked against the config with the key taken out; `required` must be refused as missing),
+/// and its example is accepted where the key stands in a full config.
+#[test]
+fn the_configuration_reference_documents_every_field() {
+    let kinds = schema_kinds();
+    let rows = reference_rows();
+    let mut failures = Vec::new();
+    let mut documented = BTreeSet::new();
+    for row in &rows {
+        if !documented.insert(row.key.as_str()) {
+            failures.push(format!("{}: documented twice", row.key));
+        }
+    }
+    for key in kinds.keys() {
+        if !documented.contains(key.as_str()) {
+            failures.push(format!("{key}: in the schema, not in the reference"));
+        }
+    }
+    for key in &documented {
+        if !kinds.contains_key(*key) {
+            failures.push(format!("{key}: in the reference, not in the schema"));
+        }
+    }
+
+    let dir = test_dir("reference");
+    let full = full_value(&dir);
+    config_of(full.clone()).expect("FULL is a valid config");
+    for row in rows.iter().filter(|row| kinds.contains_key(&row.key)) {
+        let key = row.key.as_str();
+        let kind = &kinds[key];
+        if !row.kind.starts_with(kind.as_str()) {
+            failures.push(format!(
+                "{key}: type {:?}, but the key reads {kind}",
+                row.kind
+            ));
+        }
+        if row.range.is_empty() {
+            failures.push(format!("{key}: no range"));
+        }
+        // A key proved in two classes (a checked uplink's via restarts, another's reloads)
+        // names both; one proved in one class names just that.
+        let proofs: Vec<_> = FIELDS.iter().filter(|field| field.0 == key).collect();
+        let Some(&&(_, _, change, at)) = proofs.first() else {
+            continue; // reported by the classification test
+        };
+        let words: Vec<&str> = proofs.iter().map(|field| reload_word(field.1)).collect();
+        let named = match words.as_slice() {
+            [word] => row.reload == *word,
+            _ => words.iter().all(|word| row.reload.contains(word)),
+        };
+        if !named {
+            failures.push(format!(
+                "{key}: reload {:?}, but the field is proved {words:?}",
+                row.reload
+            ));
+        }
+        // Where FIELDS proves the key at another element, the reference is checked there too;
+        // where it writes the key's whole table (port mapping, off in FULL), in that table.
+        let last = key.rsplit('.').next().unwrap_or(key);
+        let mut base = full.clone();
+        let path = match at {
+            Some(at) if at.rsplit('.').next() == Some(last) => at.to_string(),
+            Some(table) => {
+                let whole = toml_value(&change.replace("{DIR}", &dir.display().to_string()))
+                    .expect("FIELDS' changes are TOML");
+                set(&mut base, table, whole);
+                key.replace("[]", "[0]")
+            }
+            None => key.replace("[]", "[0]"),
+        };
+        let mut omitted = base.clone();
+        remove(&mut omitted, &path);
+        if row.default == "required" {
+            match omitted.try_into::<GatewayConfig>() {
+                Err(err) if err.to_string().contains("missing field") => {}
+                other => failures.push(format!(
+                    "{key}: documented as required, but leaving it out gives {:?}",
+                    other.map(|_| "a config").map_err(|err| err.to_string())
+                )),
+            }
+        } else if let Some(default) = literal(&row.default) {
+            let written = toml_value(default).map(|value| {
+                let mut tree = base.clone();
+                set(&mut tree, &path, value);
+                tree
+            });
+            match (config_of(omitted), written.and_then(config_of)) {
+                (Ok(omitted), Ok(written)) if omitted == written => {}
+                // Refused alike: FULL needs the key changed to go without it (an RA needs
+                // addresses), and the refusal, which names values, is the same.
+                (Err(omitted), Err(written)) if omitted == written => {}
+                (Ok(_), Ok(_)) => failures.push(format!(
+                    "{key}: leaving it out is not the same as writing the default {default}"
+                )),
+                (omitted, written) => failures.push(format!(
+                    "{key}: the default {default} cannot be checked: without the key {:?}, with it {:?}",
+                    omitted.map(|_| "valid"),
+                    written.map(|_| "valid")
+                )),
+            }
+        } else if row.default.is_empty() || row.default.starts_with('`') {
+            failures.push(format!(
+                "{key}: the default {:?} is neither one literal, `required`, nor prose",
+                row.default
+            ));
+        }
+        let example = literal(&row.example).and_then(|line| line.split_once(" = "));
+        match example {
+            Some((name, value)) if name == last => {
+                let mut tree = base.clone();
+                match toml_value(value).map(|value| set(&mut tree, &path, value)) {
+                    Ok(()) => {
+                        if let Err(err) = config_of(tree) {
+                            failures.push(format!("{key}: the example {value} is refused: {err}"));
+                        }
+                    }
+                    Err(err) => {
+                        failures.push(format!("{key}: the example {value} is not TOML: {err}"))
+                    }
+                }
+            }
+            _ => failures.push(format!(
+                "{key}: the example {:?} is not one `{last} = value`",
+                row.example
+            )),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "docs/configuration.md (Reference):\n{}",
+        failures.join("\n")
+    );
 }
