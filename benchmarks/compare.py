@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+from host import cpu_facts  # benchmarks/host.py, beside this file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HOSTS = 1000
@@ -456,28 +458,6 @@ def translation_check(dut, pcap, arp_pcap, work):
     translated = sum(1 for f in frames if f[26:30] == wan)
     os.unlink(out)
     return len(frames), translated
-
-
-def cpu_facts():
-    facts = {"cpu_model": "unknown", "cpu_mhz": None, "cpus": os.cpu_count(), "caches": {}}
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key == "model name" and facts["cpu_model"] == "unknown":
-                facts["cpu_model"] = value
-            if key == "cpu MHz" and facts["cpu_mhz"] is None:
-                facts["cpu_mhz"] = float(value)
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    for index in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        try:
-            read = lambda name: open(os.path.join(base, index, name)).read().strip()
-            level, kind = read("level"), read("type")
-            label = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
-            facts["caches"][label] = read("size")
-        except OSError:
-            pass
-    return facts
 
 
 def ovs_vswitchd(work_root):
