@@ -373,3 +373,19 @@ fn a_bad_web_config_file_is_refused_naming_its_field() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// A file that cannot be read is named with the system's reason, once (`{:#}` prints an
+/// error's sources after it: the reason must not be both).
+#[test]
+fn a_missing_file_is_named_once_with_its_reason() {
+    let path = std::env::temp_dir().join(format!(
+        "gw-check-config-missing-{}.toml",
+        std::process::id()
+    ));
+    let err = GatewayConfig::load(&path)
+        .map(|_| ())
+        .map_err(|err| format!("{:#}", anyhow::Error::from(err)))
+        .expect_err("a missing file is refused");
+    assert!(err.starts_with(&path.display().to_string()), "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+}

@@ -193,10 +193,11 @@ impl Default for MetricsConfig {
 /// A config that cannot be used, with the field at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: {source}")]
+    /// The cause is in the message and not a `source`: `{:#}` would print it twice.
+    #[error("{path}: {cause}")]
     Load {
         path: String,
-        source: config::ConfigError,
+        cause: config::ConfigError,
     },
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },

@@ -240,7 +240,7 @@ impl config::Source for NamedToml {
 pub fn read_config_file(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|err| ConfigError::Load {
         path: path.display().to_string(),
-        source: config::ConfigError::Foreign(Box::new(err)),
+        cause: config::ConfigError::Foreign(Box::new(err)),
     })
 }
 
@@ -265,9 +265,9 @@ impl GatewayConfig {
         text: &str,
         environment: Option<config::Map<String, String>>,
     ) -> Result<GatewayConfig, ConfigError> {
-        let load_error = |source| ConfigError::Load {
+        let load_error = |cause| ConfigError::Load {
             path: path.display().to_string(),
-            source,
+            cause,
         };
         check_keys(text)?;
         check_types(path, text)?;

@@ -188,7 +188,7 @@ impl GatewayConfig {
                 format!(
                     "{}-{} overlaps nat.port_range {}-{}: masquerade may hold any port of that, \
                      and a mapping on one would take its replies; give each a range of its \
-                     own(nat.port_range = \"32768-65535\" beside the default 1024-32767, where \
+                     own (nat.port_range = \"32768-65535\" beside the default 1024-32767, where \
                      the ports games and phones ask for lie)",
                     ports.first, ports.last, nat.first, nat.last
                 ),

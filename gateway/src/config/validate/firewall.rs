@@ -155,6 +155,19 @@ impl GatewayConfig {
         if self.nat.host_ports == 0 {
             return Err(invalid("nat.host_ports", "must be positive"));
         }
+        // Checked here, not only where a pool is built: a pool built later (a DHCP lease, a
+        // PPPoE session) would otherwise fail with no one to tell, and the worker translate
+        // nothing.
+        use pipeline::state::nat::ports::MAX_BINDINGS;
+        if !(1..=MAX_BINDINGS).contains(&self.nat.binding_capacity) {
+            return Err(invalid(
+                "nat.binding_capacity",
+                format!(
+                    "{} is not 1 to {MAX_BINDINGS} (2^24) bindings per worker",
+                    self.nat.binding_capacity
+                ),
+            ));
+        }
         self.validate_port_blocks()?;
         if self.conntrack.tcp_established_secs < 7440 {
             tracing::warn!("conntrack.tcp_established_secs is below RFC 5382's 2 h 4 min");

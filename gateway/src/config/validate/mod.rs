@@ -426,6 +426,23 @@ impl GatewayConfig {
                  change its MAC",
             ));
         }
+        // A bucket of 0 tokens never passes one: a rate with no burst would silence ICMP
+        // without saying so.
+        for (rate, burst, field) in [
+            (self.icmp.errors_per_sec, self.icmp.burst, "icmp.burst"),
+            (
+                self.icmp.echo_per_sec,
+                self.icmp.echo_burst,
+                "icmp.echo_burst",
+            ),
+        ] {
+            if rate > 0 && burst == 0 {
+                return Err(invalid(
+                    field,
+                    "must be positive while its rate is (a rate of 0 turns it off)",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -492,8 +509,8 @@ impl GatewayConfig {
                 super::drop_label_refusal(label, outside),
             ));
         }
-        // The drops share each worker's queue with the rules' decisions: a tenth of what it
-        // holds between two sends at the most, so that the rest stays theirs.
+        // The drops share each worker's queue with the rules' decisions: a rate above what
+        // the queue holds could never be met.
         if log.drops_per_sec as usize > log.queue_events {
             return Err(invalid(
                 "firewall.log.drops_per_sec",
