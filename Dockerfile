@@ -35,7 +35,7 @@
 # `ip` (iproute2, installed below) addresses: add --cap-add NET_ADMIN --device /dev/net/tun.
 # Lab configs on af_packet, af_xdp or tap vdevs (kernel interfaces) add
 #   --cap-add NET_RAW --cap-add NET_ADMIN (and --device /dev/net/tun for tap)
-# docs/deploy-x550.md has the whole line for the X550.
+# docs/deployment.md has the whole line for the X550.
 
 # ---------------------------------------------------------------------------------------------
 # Build stage

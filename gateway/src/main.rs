@@ -6,7 +6,7 @@ use gateway::config::{GatewayConfig, DEFAULT_CTL_SOCKET};
 use gateway::ctl::{FilterSpec, Request, DEFAULT_FLOW_LIMIT};
 
 /// Where `run`, `check-config` and `healthcheck` read the config unless told otherwise: the
-/// path the systemd unit, the container and docs/deploy-x550.md install it at.
+/// path the systemd unit, the container and docs/deployment.md install it at.
 const DEFAULT_CONFIG: &str = "/etc/gateway/gateway.toml";
 
 /// A DPDK gateway: routing, stateful firewall and NAT44 at line rate.

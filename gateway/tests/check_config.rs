@@ -389,3 +389,16 @@ fn a_missing_file_is_named_once_with_its_reason() {
     assert!(err.starts_with(&path.display().to_string()), "{err}");
     assert_eq!(err.matches("No such file").count(), 1, "{err}");
 }
+
+/// deploy/frr/gateway-bgp.toml is a fragment (its header says so): added to the config it
+/// names, the file passes (tests/e2e/test_frr_bgp.sh proves the rule end to end).
+#[test]
+fn the_bgp_fragment_added_to_the_x550_config_passes() {
+    let fragment = include_str!("../../deploy/frr/gateway-bgp.toml");
+    assert!(
+        fragment.contains("add to the gateway's config (configs/x550.toml)"),
+        "the fragment's header names the config it is added to"
+    );
+    let x550 = include_str!("../../configs/x550.toml");
+    check("x550-with-bgp", &format!("{x550}\n{fragment}")).expect("x550.toml with the BGP rule");
+}

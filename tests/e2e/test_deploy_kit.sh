@@ -495,7 +495,7 @@ pass "promtool check config accepts deploy/prometheus/prometheus.yml"
 promtool check rules deploy/prometheus/gateway-alerts.yml >"$WORK/promtool.txt" 2>&1 \
     || fail "promtool check rules: $(cat "$WORK/promtool.txt")"
 pass "promtool check rules: $(grep -o '[0-9]* rules found' "$WORK/promtool.txt")"
-# The alerts docs/deploy-x550.md lists: each exists, has a unit test and a runbook annotation,
+# The alerts docs/deployment.md lists: each exists, has a unit test and a runbook annotation,
 # and the guide says what it means.
 ALERTS="GatewayDown GatewayTargetMissing GatewayRxMissed GatewayRxQueueDrops GatewayRxNoMbuf
     GatewayWorkerNearCapacity GatewayWorkerStalled GatewayPortLinkDown GatewayPortLinkFlapping
@@ -506,7 +506,7 @@ for alert in $ALERTS; do
     grep -q "alert: $alert\$" deploy/prometheus/gateway-alerts.yml || fail "alert $alert missing"
     grep -q "alertname: $alert\$" deploy/prometheus/gateway-alerts.test.yml \
         || fail "alert $alert has no unit test in gateway-alerts.test.yml"
-    grep -qw "$alert" docs/deploy-x550.md || fail "docs/deploy-x550.md does not describe alert $alert"
+    grep -qw "$alert" docs/deployment.md || fail "docs/deployment.md does not describe alert $alert"
 done
 python3 - <<'PY' || fail "deploy/prometheus/gateway-alerts.yml: an alert without a runbook annotation (above)"
 import re, sys
@@ -654,7 +654,7 @@ grep -q '^hugepages = "required"$' configs/x550.toml || fail "configs/x550.toml:
 # quoted "--socket-mem..." is a list item to paste into extra_args). No config listens on
 # node_exporter's 9100 or on every interface, and the guide mounts the config directory into
 # the container, not the file (a rename-write leaves a file mount on the old inode).
-python3 - configs/*.toml <<'PY' || fail "configs and docs/deploy-x550.md (above)"
+python3 - configs/*.toml <<'PY' || fail "configs and docs/deployment.md (above)"
 import re, sys, tomllib
 errors = []
 memory_option = re.compile(r"^(-m\d*|--socket-mem|--socket-limit|--no-huge)(=.*)?$")
@@ -675,10 +675,10 @@ for path in sys.argv[1:]:
             errors.append(f"{path}: metrics.listen {listen}: 9100 is node_exporter's port (the default is 9469)")
         if host in ("0.0.0.0", "[::]", ""):
             errors.append(f"{path}: metrics.listen {listen} serves every interface")
-guide = open("docs/deploy-x550.md").read()
+guide = open("docs/deployment.md").read()
 if re.search(r"extra_args\s*=\s*\[[^\]]*--socket-(mem|limit)", guide, re.S) or quoted_memory_option.search(guide):
-    errors.append("docs/deploy-x550.md advises --socket-mem (or --socket-limit) in eal.extra_args")
-for path, text in (("docs/deploy-x550.md", guide), ("Dockerfile", open("Dockerfile").read())):
+    errors.append("docs/deployment.md advises --socket-mem (or --socket-limit) in eal.extra_args")
+for path, text in (("docs/deployment.md", guide), ("Dockerfile", open("Dockerfile").read())):
     for m in re.finditer(r"-v\s+\S*gateway\.toml:\S*", text):
         errors.append(f"{path}: {m.group(0)}: mount the config directory (-v /etc/gateway:/etc/gateway:ro)")
     if "-v /etc/gateway:/etc/gateway:ro" not in text:
@@ -689,11 +689,11 @@ sys.exit(1 if errors else 0)
 PY
 pass "no shipped config or the guide puts EAL memory options in extra_args; metrics off 9100; the container mounts the config directory"
 missing=
-for path in $(grep -oP '(?<![\w./-])(deploy|configs|scripts|docs|tests|gateway)/[\w./-]*\w' docs/deploy-x550.md | sort -u); do
+for path in $(grep -oP '(?<![\w./-])(deploy|configs|scripts|docs|tests|gateway)/[\w./-]*\w' docs/deployment.md | sort -u); do
     [[ -e $path ]] || missing+=" $path"
 done
-[[ -z $missing ]] || fail "docs/deploy-x550.md names files that do not exist:$missing"
-pass "docs/deploy-x550.md names only files that exist"
+[[ -z $missing ]] || fail "docs/deployment.md names files that do not exist:$missing"
+pass "docs/deployment.md names only files that exist"
 
 # The HA pair's keepalived: its config passes keepalived's own check where the twins it names
 # exist (a namespace of two stand-ins), and its unit passes systemd's.
