@@ -1084,6 +1084,13 @@ fn a_table_of_bad_files_each_refused_by_field() {
             (with("[nat.log]\nfacility = 30"), "nat.log.facility:", "0-23"),
             (with("[nat]\nport_range = \"80-90\""), "nat.port_range:", "1024 or above"),
             (with("[[qos.priority]]\ndscp = 64"), "qos.priority[0].dscp:", "0..=63"),
+            (with("[[qos.priority]]\n"), "qos.priority[0]:", "matches every packet"),
+            (with("[[parental_control.devices]]\nname = \"tablet\""), "parental_control.devices[0]:", "\"tablet\" names no device"),
+            (LAB.replacen("name = \"lan\"", "name = \"local\"", 1).replacen("zone = \"lan\"\n", "", 1), "interfaces[0].name:", "\"local\" is the gateway itself"),
+            (lan("rx_descriptors = 0"), "interfaces[0].rx_descriptors:", "must be positive"),
+            (lan("tx_descriptors = 0"), "interfaces[0].tx_descriptors:", "must be positive"),
+            (lan("[interfaces.bond]\nmembers = []").replace("net_af_packet0,iface=gw-lan", "net_bonding0"), "interfaces[0].bond.members:", "a bond needs a member"),
+            (lan("[interfaces.bond]\nmembers = [\"net_bonding0\"]").replace("net_af_packet0,iface=gw-lan", "net_bonding0"), "interfaces[0].bond.members[0]:", "used twice"),
             // Ports.
             (forward("70000", ""), "nat.port_forwards[0].port:", "a port 1-65535 or a range \"8000-8010\""),
             (forward("0", ""), "nat.port_forwards[0].port:", "a port 1-65535"),

@@ -283,6 +283,15 @@ impl GatewayConfig {
                     "\"local\" is the gateway itself, not a zone an interface can join",
                 ));
             }
+            // Without a zone an interface's name is its zone: one named "local" would put its
+            // hosts in the gateway's own place in every policy and rule.
+            if iface.zone.is_none() && iface.name == "local" {
+                return Err(invalid(
+                    format!("interfaces[{i}].name"),
+                    "\"local\" is the gateway itself: without a zone the name is the zone; \
+                     give the interface a zone, or another name",
+                ));
+            }
         }
         for (i, policy) in self.firewall.policy.iter().enumerate() {
             for (what, zone) in [("from", &policy.from), ("to", &policy.to)] {

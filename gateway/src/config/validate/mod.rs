@@ -240,6 +240,34 @@ impl GatewayConfig {
                     format!("{:?} is used twice", iface.device),
                 ));
             }
+            if let Some(bond) = &iface.bond {
+                if bond.members.is_empty() {
+                    return Err(invalid(field("bond.members"), "a bond needs a member"));
+                }
+                // A member is a device: one port cannot serve two bonds, or a bond and an
+                // interface of its own.
+                for (m, member) in bond.members.iter().enumerate() {
+                    if !devices.insert(device_name(member)) {
+                        return Err(invalid(
+                            field(&format!("bond.members[{m}]")),
+                            format!("{member:?} is used twice (as a device or a bond member)"),
+                        ));
+                    }
+                }
+            }
+            if !iface.is_vlan() {
+                for (name, count) in [
+                    ("rx_descriptors", iface.rx_descriptors),
+                    ("tx_descriptors", iface.tx_descriptors),
+                ] {
+                    if count == 0 {
+                        return Err(invalid(
+                            field(name),
+                            "must be positive (the device's own limits are checked at start)",
+                        ));
+                    }
+                }
+            }
             // "dhcp" needs a twin: checked with the twins (`crate::config::twins::validate`).
             if let Some(address) = iface.address.cidr() {
                 if address.len == 0 || address.len > 30 {
@@ -373,6 +401,18 @@ impl GatewayConfig {
             return Err(invalid(format!("qos.priority[{i}].dscp"), "DSCP is 0..=63"));
         }
         for (i, rule) in self.qos.priority.iter().enumerate() {
+            let matches_something = rule.host.is_some()
+                || rule.mac.is_some()
+                || rule.dscp.is_some()
+                || rule.protocol.is_some()
+                || rule.ports.is_some();
+            if !matches_something {
+                return Err(invalid(
+                    format!("qos.priority[{i}]"),
+                    "matches every packet (give host, mac, dscp, protocol or ports): all \
+                     traffic priority is no priority",
+                ));
+            }
             if let Some(mac) = &rule.mac {
                 if mac.parse::<pipeline::wire::EthernetAddress>().is_err() {
                     return Err(invalid(
@@ -380,6 +420,14 @@ impl GatewayConfig {
                         format!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"),
                     ));
                 }
+            }
+        }
+        for (i, device) in self.parental_control.devices.iter().enumerate() {
+            if device.addresses.is_empty() && device.macs.is_empty() {
+                return Err(invalid(
+                    format!("parental_control.devices[{i}]"),
+                    format!("{:?} names no device: give addresses or macs", device.name),
+                ));
             }
         }
         if self.traffic_meter.top_hosts > 100 {
