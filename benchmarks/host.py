@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The host a benchmark ran on, as benchmarks/history.jsonl records it: the CPU model, its
-clock, the CPUs the process may use, and cpu0's caches from sysfs. Run alone, prints that
+clock, the number of CPUs online, and cpu0's caches from sysfs. Run alone, prints that
 object as one line of JSON (benchmarks/record.sh puts it in each `make bench-record` line);
 benchmarks/compare.py imports it."""
 

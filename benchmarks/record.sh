@@ -31,6 +31,6 @@ printf '{"date":"%s","commit":"%s","dirty":%s,"tsc_ghz":%s,"hostname":"%s","host
     "$(escape "$*")" "${json#\{}" >> "$HISTORY"
 echo "bench-record: appended to $HISTORY" >&2
 # The published tables come from the project's own history only.
-if [[ $HISTORY == "$DEFAULT_HISTORY" ]]; then
+if [[ $(realpath -m "$HISTORY") == $(realpath -m "$DEFAULT_HISTORY") ]]; then
     python3 benchmarks/table.py --write
 fi

@@ -1089,6 +1089,8 @@ fn a_table_of_bad_files_each_refused_by_field() {
             (LAB.replacen("name = \"lan\"", "name = \"local\"", 1).replacen("zone = \"lan\"\n", "", 1), "interfaces[0].name:", "\"local\" is the gateway itself"),
             (lan("rx_descriptors = 0"), "interfaces[0].rx_descriptors:", "must be positive"),
             (lan("tx_descriptors = 0"), "interfaces[0].tx_descriptors:", "must be positive"),
+            // Each member of a bond has its own rings: 15 of 1,024 descriptors outgrow 16,383 mbufs.
+            (lan(&format!("[interfaces.bond]\nmembers = {:?}", (0..15).map(|i| format!("net_ring{i}")).collect::<Vec<_>>())).replace("net_af_packet0,iface=gw-lan", "net_bonding0"), "mempool.mbufs:", "per member of a bond"),
             (lan("[interfaces.bond]\nmembers = []").replace("net_af_packet0,iface=gw-lan", "net_bonding0"), "interfaces[0].bond.members:", "a bond needs a member"),
             (lan("[interfaces.bond]\nmembers = [\"net_bonding0\"]").replace("net_af_packet0,iface=gw-lan", "net_bonding0"), "interfaces[0].bond.members[0]:", "used twice"),
             // Ports.

@@ -635,15 +635,24 @@ impl GatewayConfig {
     /// descriptors, rings and held packets want more (DPDK's l3fwd sizes for all of them).
     pub(crate) fn validate_mempool_size(&self) -> Result<(), ConfigError> {
         let workers = self.workers.lcores.len() as u64;
+        // Rings belong to ports: a VLAN subinterface has none of its own, and a bond's every
+        // member has a ring per queue.
+        let rings = |iface: &crate::config::InterfaceConfig| -> u64 {
+            match (&iface.bond, iface.is_vlan()) {
+                (_, true) => 0,
+                (Some(bond), false) => bond.members.len() as u64 * workers,
+                (None, false) => workers,
+            }
+        };
         let rx: u64 = self
             .interfaces
             .iter()
-            .map(|iface| u64::from(iface.rx_descriptors) * workers)
+            .map(|iface| u64::from(iface.rx_descriptors) * rings(iface))
             .sum();
         let tx: u64 = self
             .interfaces
             .iter()
-            .map(|iface| u64::from(iface.tx_descriptors) * (workers + 1))
+            .map(|iface| u64::from(iface.tx_descriptors) * rings(iface))
             .sum();
         let caches = u64::from(self.mempool.cache) * (workers + 1);
         let needed = rx + caches;
@@ -652,8 +661,8 @@ impl GatewayConfig {
                 "mempool.mbufs",
                 format!(
                     "{} cannot fill the RX descriptors ({rx}: rx_descriptors x {workers} workers \
-                     per interface) and the lcore caches ({caches}); at least {needed} are \
-                     needed, {} with the TX descriptors",
+                     per port, and per member of a bond) and the lcore caches ({caches}); at \
+                     least {needed} are needed, {} with the TX descriptors",
                     self.mempool.mbufs,
                     needed + tx
                 ),
