@@ -28,7 +28,7 @@ demo: build hugepages
 lint: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	python3 benchmarks/table.py --check   # docs/performance.md's tables are the record's
+	python3 benchmarks/table.py --check   # the performance tables (docs, README) are the record's
 
 unit: deps hugepages
 	$(CARGO) test --workspace

@@ -3,7 +3,8 @@
 # one line to benchmarks/history.jsonl: the bench's JSON object with, in front of its own
 # fields, when (UTC), on which commit (and whether the tree had uncommitted changes), the TSC
 # in GHz, the host (its name, and its CPU model and caches from benchmarks/host.py), and the
-# arguments; then regenerates docs/performance.md's tables from the file (benchmarks/table.py).
+# arguments; then regenerates the performance tables of docs/performance.md and README.md from
+# the file (benchmarks/table.py).
 # A failed bench appends nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

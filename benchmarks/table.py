@@ -185,7 +185,8 @@ LATEST = [
 
 
 def latest_table(history):
-    runs = [r for r in history if r.get("kind") is None and "rows" in r]
+    # A full run: one with the headline figure (not, say, a SYN-flood-only run).
+    runs = [r for r in history if r.get("kind") is None and "cycles_above_floor" in r]
     if not runs:
         return "No `make bench-record` run is recorded yet.\n"
     run = runs[-1]

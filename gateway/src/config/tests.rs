@@ -1646,3 +1646,21 @@ fn port_mapping_is_off_by_default_and_served_only_where_it_can_be() {
         "{err}"
     );
 }
+
+/// A VLAN subinterface rides on its port's rings and adds none to what `mempool.mbufs` must
+/// hold: 14 of them counted as ports would need 16,896 of the default 16,383.
+#[test]
+fn vlan_subinterfaces_add_no_rings_to_the_mempool_check() {
+    let vlans: String = (1..=14)
+        .map(|i| {
+            format!(
+                "[[interfaces]]\nname = \"v{i}\"\nparent = \"lan\"\nvlan = {}\n\
+                 address = \"192.168.{}.1/24\"\nkernel_twin = false\n",
+                100 + i,
+                100 + i
+            )
+        })
+        .collect();
+    let config = parse(&format!("{LAB}\n{vlans}")).expect("14 VLANs fit the default pool");
+    assert_eq!(config.mempool.mbufs, 16383, "the default pool");
+}

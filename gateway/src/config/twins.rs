@@ -44,6 +44,10 @@ impl Default for KernelTwinsConfig {
     }
 }
 
+/// Descriptors of a twin's queues (the tap PMD's own limits are generous); its RX ring is
+/// filled from the packet pool, which `mempool.mbufs` must hold.
+pub const TWIN_DESCRIPTORS: u16 = 512;
+
 /// Each interface's twin name (in interface order), None where it has no twin.
 pub fn twin_names(config: &GatewayConfig) -> Vec<Option<String>> {
     config

@@ -31,16 +31,13 @@ use pipeline::state::nat::Ownership;
 use pipeline::wire::EthernetAddress;
 use pipeline::{DropReason, RouterConfig, WorkerCounters};
 
-use crate::config::twins::twin_names;
+use crate::config::twins::{twin_names, TWIN_DESCRIPTORS};
 use crate::config::GatewayConfig;
 use crate::dataplane::punt::BatchedRing;
 use crate::dpdk::{
     DpdkError, Eal, ErrorChain, Mbuf, MbufBatch, Mempool, Port, PortConfig, RingConsumer,
     RingProducer, RxQueue, RxQueueId, TxQueue, TxQueueId,
 };
-
-/// Descriptors of a twin's queues (the tap PMD's own limits are generous).
-const TWIN_DESCRIPTORS: u16 = 512;
 
 /// One interface's twin: the tap port's single queue pair, the control thread's (the queues
 /// hold the port open), and what waits to be written to it.

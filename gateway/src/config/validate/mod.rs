@@ -644,11 +644,17 @@ impl GatewayConfig {
                 (None, false) => workers,
             }
         };
+        // A kernel twin is a tap port of one queue pair, on the same pool.
+        let twins = crate::config::twins::twin_names(self)
+            .iter()
+            .filter(|twin| twin.is_some())
+            .count() as u64;
         let rx: u64 = self
             .interfaces
             .iter()
             .map(|iface| u64::from(iface.rx_descriptors) * rings(iface))
-            .sum();
+            .sum::<u64>()
+            + twins * u64::from(crate::config::twins::TWIN_DESCRIPTORS);
         let tx: u64 = self
             .interfaces
             .iter()
@@ -661,8 +667,9 @@ impl GatewayConfig {
                 "mempool.mbufs",
                 format!(
                     "{} cannot fill the RX descriptors ({rx}: rx_descriptors x {workers} workers \
-                     per port, and per member of a bond) and the lcore caches ({caches}); at \
-                     least {needed} are needed, {} with the TX descriptors",
+                     per port, and per member of a bond; 512 per kernel twin) and the lcore \
+                     caches ({caches}); at least {needed} are needed, {} with the TX \
+                     descriptors",
                     self.mempool.mbufs,
                     needed + tx
                 ),
