@@ -634,6 +634,7 @@ impl GatewayConfig {
     /// `mempool.cache` more: a pool smaller than that cannot even start the ports. TX
     /// descriptors, rings and held packets want more (DPDK's l3fwd sizes for all of them).
     pub(crate) fn validate_mempool_size(&self) -> Result<(), ConfigError> {
+        use crate::config::twins::TWIN_DESCRIPTORS;
         let workers = self.workers.lcores.len() as u64;
         // Rings belong to ports: a VLAN subinterface has none of its own, and a bond's every
         // member has a ring per queue.
@@ -654,7 +655,7 @@ impl GatewayConfig {
             .iter()
             .map(|iface| u64::from(iface.rx_descriptors) * rings(iface))
             .sum::<u64>()
-            + twins * u64::from(crate::config::twins::TWIN_DESCRIPTORS);
+            + twins * u64::from(TWIN_DESCRIPTORS);
         let tx: u64 = self
             .interfaces
             .iter()
@@ -667,7 +668,7 @@ impl GatewayConfig {
                 "mempool.mbufs",
                 format!(
                     "{} cannot fill the RX descriptors ({rx}: rx_descriptors x {workers} workers \
-                     per port, and per member of a bond; 512 per kernel twin) and the lcore \
+                     per port, and per member of a bond; {TWIN_DESCRIPTORS} per kernel twin) and the lcore \
                      caches ({caches}); at least {needed} are needed, {} with the TX \
                      descriptors",
                     self.mempool.mbufs,
