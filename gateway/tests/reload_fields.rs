@@ -1123,9 +1123,16 @@ fn full_value(dir: &std::path::Path) -> toml::Value {
 
 /// The config a TOML tree gives, validated as a load validates it.
 fn config_of(value: toml::Value) -> Result<GatewayConfig, String> {
-    let config: GatewayConfig = value.try_into().map_err(|err| err.to_string())?;
+    let config = parsed(value)?;
     config.validate().map_err(|err| err.to_string())?;
     Ok(config)
+}
+
+/// The config a TOML tree parses to, before validation: where serde's defaults show.
+fn parsed(value: toml::Value) -> Result<GatewayConfig, String> {
+    value
+        .try_into()
+        .map_err(|err: toml::de::Error| err.to_string())
 }
 
 /// What check-config says of a TOML tree: validated, then compiled as start compiles it
@@ -1621,11 +1628,11 @@ fn the_configuration_reference_documents_every_field() {
         let mut omitted = base.clone();
         remove(&mut omitted, &path);
         if row.default == "required" {
-            match omitted.try_into::<GatewayConfig>() {
-                Err(err) if err.to_string().contains("missing field") => {}
+            match parsed(omitted) {
+                Err(err) if err.contains("missing field") => {}
                 other => failures.push(format!(
                     "{key}: documented as required, but leaving it out gives {:?}",
-                    other.map(|_| "a config").map_err(|err| err.to_string())
+                    other.map(|_| "a config")
                 )),
             }
         } else if let Some(default) = literal(&row.default) {
@@ -1636,10 +1643,6 @@ fn the_configuration_reference_documents_every_field() {
             });
             // Defaults are serde's: compare what the two files parse to, before validation
             // (which may refuse both for another key's sake, alike).
-            let parsed = |tree: toml::Value| -> Result<GatewayConfig, String> {
-                tree.try_into()
-                    .map_err(|err: toml::de::Error| err.to_string())
-            };
             match (parsed(omitted), written.and_then(parsed)) {
                 (Ok(omitted), Ok(written)) if omitted == written => {}
                 (Ok(_), Ok(_)) => failures.push(format!(
